@@ -1,0 +1,131 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// GatewayStatus is a payment's status at the gateway (gateway-api.md).
+type GatewayStatus string
+
+const (
+	GatewayPending    GatewayStatus = "pending"
+	GatewayAuthorized GatewayStatus = "authorized"
+	GatewaySucceeded  GatewayStatus = "succeeded"
+	GatewayDeclined   GatewayStatus = "declined"
+	GatewayExpired    GatewayStatus = "expired"
+	GatewayReversed   GatewayStatus = "reversed"
+)
+
+// GatewayPayment is what the gateway says about one payment.
+type GatewayPayment struct {
+	ID              string
+	Status          GatewayStatus
+	Amount          int64
+	Currency        string
+	Reference       string
+	ConfirmationURL string
+	DeclineCode     string
+	Created         time.Time
+}
+
+// RegisterRequest asks the gateway to create a payment. IdempotencyKey and Reference are derived
+// from the session id, so a repeat after a lost answer cannot create a second gateway payment
+// (with a gateway that honours keys), and a gateway that does not can still be searched.
+type RegisterRequest struct {
+	IdempotencyKey string
+	Reference      string
+	Amount         int64
+	Currency       string
+	ReturnURL      string
+}
+
+// GatewayRefund is what the gateway says about one refund.
+type GatewayRefund struct {
+	ID        string
+	PaymentID string
+	Amount    int64
+	Status    string // succeeded | pending | failed
+}
+
+// Gateway is what the locking core needs from a payment gateway. Implementations: the reference
+// gateway client (payments/gateway/refgw), Stripe (payments/gateway/stripegw), and the fake in
+// tests. Every error an implementation returns must be a *GatewayError (or wrap one) so the
+// core can tell "refused" from "may have happened".
+type Gateway interface {
+	// Name identifies the gateway in rows ("refgw", "stripe", "fake").
+	Name() string
+	Register(ctx context.Context, req RegisterRequest) (GatewayPayment, error)
+	Status(ctx context.Context, gatewayPaymentID string) (GatewayPayment, error)
+	// FindByReference lists the gateway's payments carrying our reference, newest first.
+	FindByReference(ctx context.Context, reference string) ([]GatewayPayment, error)
+	// Reverse voids a not-yet-captured payment. A payment that can no longer be reversed is a
+	// definitive error with Code "not_reversible" and GatewayStatus set when known.
+	Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey string) (GatewayPayment, error)
+	Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64) (GatewayRefund, error)
+}
+
+// FailureKind sorts every gateway failure into exactly one of three boxes.
+type FailureKind string
+
+const (
+	// FailureDefinitive: the gateway answered and refused (a 4xx). It did not act.
+	FailureDefinitive FailureKind = "definitive"
+	// FailureUnknown: timeout, 5xx, connection broken after the request was written. The gateway
+	// may have acted; only asking it later tells. Never treat as Failed.
+	FailureUnknown FailureKind = "unknown"
+	// FailureNotSent: nothing reached the gateway (connection refused before writing). Safe to
+	// retry, and certain that nothing happened.
+	FailureNotSent FailureKind = "not_sent"
+)
+
+// GatewayError is the error every Gateway returns.
+type GatewayError struct {
+	Kind       FailureKind
+	Op         string // register, status, find, reverse, refund
+	HTTPStatus int    // 0 when there was no answer
+	Code       string // the gateway's error code, e.g. "not_reversible", "not_found"
+	// GatewayStatus is the payment's status when the gateway said it (not_reversible carries it).
+	GatewayStatus GatewayStatus
+	Err           error
+}
+
+func (e *GatewayError) Error() string {
+	s := fmt.Sprintf("gateway %s: %s", e.Op, e.Kind)
+	if e.HTTPStatus != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.HTTPStatus)
+	}
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *GatewayError) Unwrap() error { return e.Err }
+
+// FailureOf classifies any error from a Gateway. An error that is not a *GatewayError (a bug
+// in an adapter, a context deadline) counts as unknown: when in doubt, the gateway may have acted.
+func FailureOf(err error) FailureKind {
+	if err == nil {
+		return ""
+	}
+	var ge *GatewayError
+	if errors.As(err, &ge) {
+		return ge.Kind
+	}
+	return FailureUnknown
+}
+
+// GatewayErrorCode returns the gateway's error code ("not_reversible", …) or "".
+func GatewayErrorCode(err error) string {
+	var ge *GatewayError
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	return ""
+}
