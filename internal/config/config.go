@@ -1,0 +1,223 @@
+// Package config reads pitlane's settings from the environment (the contract's table, plus
+// SECRET_KEY). Every invalid value is reported as one line naming the variable, so the binary
+// can print it and exit 2 instead of failing later somewhere less obvious.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Gateways pitlane can talk to (GATEWAY).
+const (
+	GatewayRefgw  = "refgw"
+	GatewayStripe = "stripe"
+)
+
+// MinSecretKeyLen is the shortest SECRET_KEY accepted (32 characters); `openssl rand -hex 32`
+// prints a good one.
+const MinSecretKeyLen = 32
+
+// Config is the process configuration. Field comments name the variable.
+type Config struct {
+	DatabaseURL          string        // DATABASE_URL; "" means unset (dev then starts a private cluster)
+	HTTPAddr             string        // HTTP_ADDR, default 127.0.0.1:8080
+	PublicBaseURL        string        // PUBLIC_BASE_URL without a trailing slash, default http://+HTTP_ADDR
+	Gateway              string        // GATEWAY: GatewayRefgw (default) or GatewayStripe
+	GatewayURL           string        // GATEWAY_URL
+	GatewayAPIKey        string        // GATEWAY_API_KEY
+	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET
+	GatewayTimeout       time.Duration // GATEWAY_TIMEOUT, default 10s
+	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
+	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
+	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	// SecretKey (SECRET_KEY) keys the HMACs of one-time codes and CSRF tokens; every replica
+	// must use the same one. nil when unset: `dev` then persists a generated one in
+	// .pitlane/secret, `serve` derives one from the database (see cmd/pitlane).
+	SecretKey []byte
+}
+
+// Error is a configuration error: which variable, and what is wrong with it.
+type Error struct {
+	Var string
+	Msg string
+}
+
+func (e *Error) Error() string { return e.Var + ": " + e.Msg }
+
+func errorf(v, format string, args ...any) *Error {
+	return &Error{Var: v, Msg: fmt.Sprintf(format, args...)}
+}
+
+// FromEnv loads the configuration from the process environment.
+func FromEnv() (Config, error) { return Load(os.Getenv) }
+
+// Load reads and validates every variable through getenv and returns the first problem, in
+// the order of the contract's table.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:          getenv("DATABASE_URL"),
+		HTTPAddr:             or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
+		Gateway:              or(getenv("GATEWAY"), GatewayRefgw),
+		GatewayURL:           getenv("GATEWAY_URL"),
+		GatewayAPIKey:        getenv("GATEWAY_API_KEY"),
+		GatewayWebhookSecret: getenv("GATEWAY_WEBHOOK_SECRET"),
+		NotifyWebhookURL:     getenv("NOTIFY_WEBHOOK_URL"),
+		ReplicaID:            getenv("REPLICA_ID"),
+	}
+	if c.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+			// pgx masks the password in its message.
+			return c, errorf("DATABASE_URL", "not a valid PostgreSQL URL: %s", oneLine(err.Error()))
+		}
+	}
+	host, port, err := net.SplitHostPort(c.HTTPAddr)
+	if err != nil {
+		return c, errorf("HTTP_ADDR", "%q is not host:port (e.g. 127.0.0.1:8080)", c.HTTPAddr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return c, errorf("HTTP_ADDR", "%q has no valid port number", c.HTTPAddr)
+	}
+	if v := getenv("PUBLIC_BASE_URL"); v != "" {
+		if err := checkHTTPURL(v); err != nil {
+			return c, errorf("PUBLIC_BASE_URL", "%v", err)
+		}
+		c.PublicBaseURL = strings.TrimRight(v, "/")
+	} else {
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		c.PublicBaseURL = "http://" + net.JoinHostPort(host, port)
+	}
+	if c.Gateway != GatewayRefgw && c.Gateway != GatewayStripe {
+		return c, errorf("GATEWAY", "must be %q or %q, got %q", GatewayRefgw, GatewayStripe, c.Gateway)
+	}
+	if c.GatewayURL != "" {
+		if err := checkHTTPURL(c.GatewayURL); err != nil {
+			return c, errorf("GATEWAY_URL", "%v", err)
+		}
+	}
+	if c.GatewayTimeout, err = duration(getenv, "GATEWAY_TIMEOUT", 10*time.Second); err != nil {
+		return c, err
+	}
+	if c.NotifyWebhookURL != "" {
+		if err := checkHTTPURL(c.NotifyWebhookURL); err != nil {
+			return c, errorf("NOTIFY_WEBHOOK_URL", "%v", err)
+		}
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = defaultReplicaID()
+	} else if len(c.ReplicaID) > 128 || strings.IndexFunc(c.ReplicaID, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
+		return c, errorf("REPLICA_ID", "must be 1-128 printable characters without spaces")
+	}
+	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
+		return c, err
+	}
+	if v := getenv("SECRET_KEY"); v != "" {
+		if len(v) < MinSecretKeyLen {
+			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
+		}
+		c.SecretKey = []byte(v)
+	}
+	return c, nil
+}
+
+// RequireDatabase reports an unset DATABASE_URL for commands that cannot run without one.
+func (c Config) RequireDatabase(command string) error {
+	if c.DatabaseURL == "" {
+		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
+	}
+	return nil
+}
+
+// LoadOrCreateSecret returns the secret stored at path, creating a random one (mode 0600) on
+// first use, so that `pitlane dev` keeps its sessions and pending one-time codes across
+// restarts without anyone configuring SECRET_KEY.
+func LoadOrCreateSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		s := strings.TrimSpace(string(b))
+		if len(s) < MinSecretKeyLen {
+			return nil, errorf("SECRET_KEY", "the secret in %s is shorter than %d characters; delete the file to get a new one", path, MinSecretKeyLen)
+		}
+		return []byte(s), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("config: read secret: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("config: generate secret: %w", err)
+	}
+	s := hex.EncodeToString(raw)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	// O_EXCL: if another process created it first, use theirs.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadOrCreateSecret(path)
+	} else if err != nil {
+		return nil, fmt.Errorf("config: write secret: %w", err)
+	}
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("config: write secret: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("config: write secret: %w", err)
+	}
+	return []byte(s), nil
+}
+
+func duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errorf(name, "%q is not a duration (e.g. %s)", v, def)
+	}
+	if d <= 0 {
+		return 0, errorf(name, "must be positive, got %s", v)
+	}
+	return d, nil
+}
+
+func checkHTTPURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute http(s) URL", v)
+	}
+	return nil
+}
+
+func defaultReplicaID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "pitlane"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

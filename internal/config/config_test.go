@@ -1,0 +1,127 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
+		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second ||
+		c.NotifyWebhookURL != "" || c.SecretKey != nil {
+		t.Errorf("defaults: %+v", c)
+	}
+	if !strings.HasSuffix(c.ReplicaID, "-"+strconv.Itoa(os.Getpid())) {
+		t.Errorf("ReplicaID %q: want host name + pid", c.ReplicaID)
+	}
+	if err := c.RequireDatabase("serve"); err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Errorf("RequireDatabase with no URL: %v", err)
+	}
+}
+
+func TestValues(t *testing.T) {
+	t.Parallel()
+	c, err := Load(env(map[string]string{
+		"DATABASE_URL":       "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
+		"HTTP_ADDR":          ":9090",
+		"GATEWAY":            "stripe",
+		"GATEWAY_URL":        "http://127.0.0.1:12111",
+		"GATEWAY_TIMEOUT":    "1500ms",
+		"NOTIFY_WEBHOOK_URL": "https://notify.example/hook",
+		"REPLICA_ID":         "replica-a",
+		"SWEEP_INTERVAL":     "250ms",
+		"SECRET_KEY":         strings.Repeat("k", 32),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
+		c.SweepInterval != 250*time.Millisecond || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
+		t.Errorf("values: %+v", c)
+	}
+	if err := c.RequireDatabase("serve"); err != nil {
+		t.Error(err)
+	}
+	c, err = Load(env(map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com/"}))
+	if err != nil || c.PublicBaseURL != "https://pay.example.com" {
+		t.Errorf("PUBLIC_BASE_URL: %q, %v", c.PublicBaseURL, err)
+	}
+}
+
+func TestValidationErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, value string }{
+		{"DATABASE_URL", "postgres://u:hunter2@db:notaport/x"},
+		{"DATABASE_URL", "postgres://db/x?sslmode=bogus"},
+		{"HTTP_ADDR", "8080"},
+		{"HTTP_ADDR", "127.0.0.1:http"},
+		{"HTTP_ADDR", "127.0.0.1:70000"},
+		{"PUBLIC_BASE_URL", "pay.example.com"},
+		{"PUBLIC_BASE_URL", "ftp://pay.example.com"},
+		{"GATEWAY", "paypal"},
+		{"GATEWAY_URL", "localhost:12111"},
+		{"GATEWAY_TIMEOUT", "10"},
+		{"GATEWAY_TIMEOUT", "-1s"},
+		{"GATEWAY_TIMEOUT", "0s"},
+		{"NOTIFY_WEBHOOK_URL", "/hook"},
+		{"REPLICA_ID", "two words"},
+		{"REPLICA_ID", strings.Repeat("r", 129)},
+		{"SWEEP_INTERVAL", "often"},
+		{"SWEEP_INTERVAL", "0"},
+		{"SECRET_KEY", "short"},
+	} {
+		_, err := Load(env(map[string]string{tc.name: tc.value}))
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Var != tc.name {
+			t.Errorf("%s=%q: error %v, want a config error naming %s", tc.name, tc.value, err, tc.name)
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, tc.name+": ") || strings.Contains(msg, "\n") {
+			t.Errorf("%s=%q: want one line starting with the variable, got %q", tc.name, tc.value, msg)
+		}
+		if strings.Contains(msg, "hunter2") {
+			t.Errorf("%s: the password leaked into the message: %q", tc.name, msg)
+		}
+	}
+}
+
+func TestLoadOrCreateSecretPersists(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), ".pitlane", "secret")
+	a, err := LoadOrCreateSecret(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) < MinSecretKeyLen {
+		t.Fatalf("secret too short: %d", len(a))
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode: %v, %v", fi, err)
+	}
+	b, err := LoadOrCreateSecret(path)
+	if err != nil || string(a) != string(b) {
+		t.Fatalf("second load: %q vs %q, %v", a, b, err)
+	}
+	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateSecret(path); err == nil {
+		t.Fatal("a too-short stored secret was accepted")
+	}
+}
