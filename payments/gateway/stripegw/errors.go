@@ -1,0 +1,158 @@
+package stripegw
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+
+	"github.com/stripe/stripe-go/v82"
+
+	"pitlane/payments"
+)
+
+// callInfo is what one adapter call saw on the wire. stripe-go returns a transport error as is,
+// and a non-JSON error body (a proxy's 502 page) as a plain error without the status, so the
+// adapter watches the call itself: through an httptrace hook (did we ever get a connection?)
+// and a wrapper around the transport (which HTTP status came back?). Both travel in the request
+// context, so concurrent calls never see each other's facts.
+type callInfo struct {
+	gotConn atomic.Bool  // a connection was obtained: from here on, bytes may have reached Stripe
+	status  atomic.Int32 // the HTTP status of the last response, 0 when none arrived
+}
+
+type callInfoKey struct{}
+
+// observe starts watching one call.
+func observe(ctx context.Context) (context.Context, *callInfo) {
+	ci := &callInfo{}
+	ctx = context.WithValue(ctx, callInfoKey{}, ci)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { ci.gotConn.Store(true) },
+	})
+	return ctx, ci
+}
+
+// observingTransport records the status of every response into the call's callInfo.
+type observingTransport struct{ base http.RoundTripper }
+
+func (t *observingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err == nil {
+		if ci, ok := req.Context().Value(callInfoKey{}).(*callInfo); ok {
+			ci.status.Store(int32(resp.StatusCode))
+		}
+	}
+	return resp, err
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the wrapped transport.
+func (t *observingTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// classify turns any failure of a call into a *payments.GatewayError of exactly one kind.
+//
+//   - Stripe answered with an error object (*stripe.Error):
+//     5xx → unknown (Stripe may have acted; its own docs say so for 500s);
+//     429 (rate_limit, lock_timeout) and 409 idempotency_key_in_use → unknown: Stripe did not
+//     act on THIS request, but the answer is "try again later", and for key-in-use another
+//     request with our key is running right now and may well create the payment, so declaring
+//     it refused would be a lie with money attached;
+//     any other 4xx → definitive, with the codes the core knows translated:
+//     404 resource_missing → "not_found";
+//     payment_intent_unexpected_state → "not_reversible" (reverse) / "not_refundable" (refund),
+//     with GatewayStatus from the PaymentIntent Stripe embeds in the error;
+//     amount_too_large, charge_already_refunded (refund) → "amount_exceeds_remaining";
+//     an idempotency_error on 400 (same key, different parameters) → "idempotency_key_reused";
+//     every other code is passed through as Stripe spells it (e.g. "card_declined").
+//   - An HTTP answer stripe-go could not parse: 5xx, 408, 429 or a 2xx/3xx with a broken body →
+//     unknown; any other 4xx → definitive.
+//   - No HTTP answer at all: if a connection was never obtained (connection refused, DNS
+//     failure, a deadline that expired while dialing) nothing was written → not sent. Once a
+//     connection was obtained, a timeout, reset or EOF → unknown: the request may have been read
+//     and acted upon.
+func classify(op string, ci *callInfo, err error) error {
+	ge := &payments.GatewayError{Op: op, Err: err}
+
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode != 0 {
+		ge.Err = &apiError{se}
+		ge.HTTPStatus = se.HTTPStatusCode
+		ge.Code = string(se.Code)
+		if ge.Code == "" {
+			ge.Code = string(se.Type)
+		}
+		if pi := se.PaymentIntent; pi != nil && pi.Status != "" {
+			ge.GatewayStatus = mapStatus(pi.Status, pi.CancellationReason)
+		}
+		switch {
+		case se.HTTPStatusCode >= 500,
+			se.HTTPStatusCode == http.StatusTooManyRequests,
+			se.Code == stripe.ErrorCodeIdempotencyKeyInUse,
+			se.Code == stripe.ErrorCodeLockTimeout:
+			ge.Kind = payments.FailureUnknown
+		default:
+			ge.Kind = payments.FailureDefinitive
+		}
+		switch {
+		case se.HTTPStatusCode == http.StatusNotFound && se.Code == stripe.ErrorCodeResourceMissing:
+			ge.Code = "not_found"
+		case se.Code == stripe.ErrorCodePaymentIntentUnexpectedState && op == "reverse":
+			ge.Code = "not_reversible"
+		case se.Code == stripe.ErrorCodePaymentIntentUnexpectedState && op == "refund":
+			ge.Code = "not_refundable"
+		case (se.Code == stripe.ErrorCodeAmountTooLarge || se.Code == stripe.ErrorCodeChargeAlreadyRefunded) && op == "refund":
+			ge.Code = "amount_exceeds_remaining"
+		case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest:
+			ge.Code = "idempotency_key_reused"
+		}
+		return ge
+	}
+
+	if status := int(ci.status.Load()); status != 0 {
+		ge.HTTPStatus = status
+		switch {
+		case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
+			ge.Kind = payments.FailureDefinitive
+		default:
+			ge.Kind = payments.FailureUnknown
+		}
+		return ge
+	}
+
+	if !ci.gotConn.Load() {
+		ge.Kind = payments.FailureNotSent
+		return ge
+	}
+	ge.Kind = payments.FailureUnknown
+	return ge
+}
+
+// apiError gives a Stripe error object a one-line message. stripe.Error's own Error() is the
+// whole object as JSON, including any PaymentIntent embedded in it with its client_secret, which
+// must not end up in logs or in the gateway call log. The full object stays reachable through
+// errors.As for code that needs it.
+type apiError struct{ se *stripe.Error }
+
+func (e *apiError) Error() string {
+	s := "stripe " + string(e.se.Type)
+	if e.se.Code != "" {
+		s += " " + string(e.se.Code)
+	}
+	if e.se.DeclineCode != "" {
+		s += " (" + string(e.se.DeclineCode) + ")"
+	}
+	if e.se.Msg != "" {
+		s += ": " + e.se.Msg
+	}
+	if e.se.RequestID != "" {
+		s += " [" + e.se.RequestID + "]"
+	}
+	return s
+}
+
+func (e *apiError) Unwrap() error { return e.se }

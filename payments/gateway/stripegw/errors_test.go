@@ -1,0 +1,332 @@
+package stripegw
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+)
+
+// fakeStripe serves h as "Stripe" and counts the requests that reached it.
+func fakeStripe(t *testing.T, h http.HandlerFunc) (*Gateway, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	g, _ := newTestGateway(t, srv.URL, 2*time.Second)
+	return g, &n
+}
+
+// stripeError answers like Stripe does: a JSON {"error":{…}} body with the status.
+func stripeError(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Stripe-Should-Retry", "true") // stripe-go would retry on this; we must not
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+var register = func(g *Gateway) error {
+	_, err := g.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: "k1", Reference: "r1", Amount: 100, Currency: "EUR"})
+	return err
+}
+
+var reverse = func(g *Gateway) error {
+	_, err := g.Reverse(context.Background(), "pi_1", "k1")
+	return err
+}
+
+var refund = func(g *Gateway) error {
+	_, err := g.Refund(context.Background(), "pi_1", "k1", 100)
+	return err
+}
+
+var status = func(g *Gateway) error {
+	_, err := g.Status(context.Background(), "pi_1")
+	return err
+}
+
+func TestClassifyHTTPAnswers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		call       func(*Gateway) error
+		handler    http.HandlerFunc
+		kind       payments.FailureKind
+		httpStatus int
+		code       string
+		gwStatus   payments.GatewayStatus
+	}{
+		{"500 api_error", register,
+			stripeError(500, `{"error":{"type":"api_error","message":"boom"}}`),
+			payments.FailureUnknown, 500, "api_error", ""},
+		{"502 html from a proxy", register,
+			func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusBadGateway)
+				_, _ = io.WriteString(w, "<html>bad gateway</html>")
+			},
+			payments.FailureUnknown, 502, "", ""},
+		{"200 with a broken body", register,
+			func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{not json") },
+			payments.FailureUnknown, 200, "", ""},
+		{"402 card declined", register,
+			stripeError(402, `{"error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"declined"}}`),
+			payments.FailureDefinitive, 402, "card_declined", ""},
+		{"400 invalid request", register,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_integer","message":"bad"}}`),
+			payments.FailureDefinitive, 400, "parameter_invalid_integer", ""},
+		{"400 same key, different parameters", register,
+			stripeError(400, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}`),
+			payments.FailureDefinitive, 400, "idempotency_key_reused", ""},
+		{"409 key in use: the other request may act", register,
+			stripeError(409, `{"error":{"type":"idempotency_error","code":"idempotency_key_in_use","message":"in progress"}}`),
+			payments.FailureUnknown, 409, "idempotency_key_in_use", ""},
+		{"429 rate limited", register,
+			stripeError(429, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"slow down"}}`),
+			payments.FailureUnknown, 429, "rate_limit", ""},
+		{"401 bad key", register,
+			stripeError(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`),
+			payments.FailureDefinitive, 401, "invalid_request_error", ""},
+		{"403 html", register,
+			func(w http.ResponseWriter, r *http.Request) { http.Error(w, "forbidden", http.StatusForbidden) },
+			payments.FailureDefinitive, 403, "", ""},
+		{"404 resource_missing", status,
+			stripeError(404, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"intent","message":"No such payment_intent"}}`),
+			payments.FailureDefinitive, 404, "not_found", ""},
+		{"cancel of a succeeded payment", reverse,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"You cannot cancel this PaymentIntent because it has a status of succeeded.","payment_intent":{"id":"pi_1","object":"payment_intent","status":"succeeded","client_secret":"pi_1_secret_abc"}}}`),
+			payments.FailureDefinitive, 400, "not_reversible", payments.GatewaySucceeded},
+		{"cancel of a canceled payment", reverse,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"status of canceled","payment_intent":{"id":"pi_1","object":"payment_intent","status":"canceled","cancellation_reason":"requested_by_customer"}}}`),
+			payments.FailureDefinitive, 400, "not_reversible", payments.GatewayReversed},
+		{"cancel refused without the intent in the error", reverse,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"nope"}}`),
+			payments.FailureDefinitive, 400, "not_reversible", ""},
+		{"refund of an unpaid payment", refund,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"no successful charge"}}`),
+			payments.FailureDefinitive, 400, "not_refundable", ""},
+		{"refund beyond the captured amount", refund,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"amount_too_large","message":"too large"}}`),
+			payments.FailureDefinitive, 400, "amount_exceeds_remaining", ""},
+		{"refund of a fully refunded payment", refund,
+			stripeError(400, `{"error":{"type":"invalid_request_error","code":"charge_already_refunded","message":"already"}}`),
+			payments.FailureDefinitive, 400, "amount_exceeds_remaining", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g, n := fakeStripe(t, tc.handler)
+			ge := gatewayError(t, tc.call(g))
+			if ge.Kind != tc.kind || ge.HTTPStatus != tc.httpStatus || ge.Code != tc.code || ge.GatewayStatus != tc.gwStatus {
+				t.Fatalf("got kind=%s http=%d code=%q status=%q (%v); want kind=%s http=%d code=%q status=%q",
+					ge.Kind, ge.HTTPStatus, ge.Code, ge.GatewayStatus, ge, tc.kind, tc.httpStatus, tc.code, tc.gwStatus)
+			}
+			if got := n.Load(); got != 1 {
+				t.Fatalf("%d requests reached the server, want 1: retries are pitlane's decision, not stripe-go's", got)
+			}
+			if msg := ge.Error(); strings.Contains(msg, "_secret_") || strings.Contains(msg, `"payment_intent":`) {
+				t.Fatalf("error message leaks the error object: %s", msg)
+			}
+		})
+	}
+}
+
+func TestClassifyNoAnswer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("connection closed after the request was read", func(t *testing.T) {
+		t.Parallel()
+		g, n := fakeStripe(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body) // the gateway got it all and may act on it …
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close() // … and the answer is lost
+		})
+		ge := gatewayError(t, register(g))
+		if ge.Kind != payments.FailureUnknown || ge.HTTPStatus != 0 {
+			t.Fatalf("got %v, want unknown without status", ge)
+		}
+		if n.Load() != 1 {
+			t.Fatalf("%d requests, want 1", n.Load())
+		}
+	})
+
+	t.Run("timeout after the request was sent", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		var n atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			<-release
+		}))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) }) // runs first: lets the handler return so Close can finish
+		g, _ := newTestGateway(t, srv.URL, 200*time.Millisecond)
+		start := time.Now()
+		ge := gatewayError(t, register(g))
+		if ge.Kind != payments.FailureUnknown {
+			t.Fatalf("got %v, want unknown", ge)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("call took %s; the 200ms timeout was not applied", took)
+		}
+		if n.Load() != 1 {
+			t.Fatalf("%d requests, want 1", n.Load())
+		}
+	})
+
+	t.Run("caller's deadline after the request was sent", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) })
+		g, _ := newTestGateway(t, srv.URL, time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := g.Status(ctx, "pi_1")
+		ge := gatewayError(t, err)
+		if ge.Kind != payments.FailureUnknown || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want unknown wrapping the deadline", ge)
+		}
+	})
+
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens there now
+		g, _ := newTestGateway(t, "http://"+addr, 2*time.Second)
+		for name, call := range map[string]func(*Gateway) error{"register": register, "status": status, "reverse": reverse, "refund": refund} {
+			ge := gatewayError(t, call(g))
+			if ge.Kind != payments.FailureNotSent || ge.Op != name {
+				t.Fatalf("%s: got %v, want not_sent", name, ge)
+			}
+		}
+	})
+
+	t.Run("context canceled before sending", func(t *testing.T) {
+		t.Parallel()
+		g, n := fakeStripe(t, func(http.ResponseWriter, *http.Request) {})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := g.Register(ctx, payments.RegisterRequest{IdempotencyKey: "k", Reference: "r", Amount: 1, Currency: "EUR"})
+		if ge := gatewayError(t, err); ge.Kind != payments.FailureNotSent {
+			t.Fatalf("got %v, want not_sent", ge)
+		}
+		if n.Load() != 0 {
+			t.Fatalf("%d requests reached the server", n.Load())
+		}
+	})
+}
+
+// TestInvalidRequestsAreNotSent: a request the adapter can tell is wrong never leaves the process
+// and is definitive (no retry can fix a caller bug).
+func TestInvalidRequestsAreNotSent(t *testing.T) {
+	t.Parallel()
+	g, n := fakeStripe(t, func(http.ResponseWriter, *http.Request) { t.Error("request sent") })
+	ctx := context.Background()
+	ok := payments.RegisterRequest{IdempotencyKey: "k", Reference: "r", Amount: 100, Currency: "EUR"}
+	calls := map[string]func() error{
+		"register without key": func() error { r := ok; r.IdempotencyKey = ""; _, err := g.Register(ctx, r); return err },
+		"register key too long": func() error {
+			r := ok
+			r.IdempotencyKey = strings.Repeat("k", 256)
+			_, err := g.Register(ctx, r)
+			return err
+		},
+		"register without reference": func() error { r := ok; r.Reference = ""; _, err := g.Register(ctx, r); return err },
+		"register zero amount":       func() error { r := ok; r.Amount = 0; _, err := g.Register(ctx, r); return err },
+		"register bad currency":      func() error { r := ok; r.Currency = "EURO"; _, err := g.Register(ctx, r); return err },
+		"status without id":          func() error { _, err := g.Status(ctx, ""); return err },
+		"find without reference":     func() error { _, err := g.FindByReference(ctx, ""); return err },
+		"reverse without key":        func() error { _, err := g.Reverse(ctx, "pi_1", ""); return err },
+		"reverse without id":         func() error { _, err := g.Reverse(ctx, "", "k"); return err },
+		"refund zero amount":         func() error { _, err := g.Refund(ctx, "pi_1", "k", 0); return err },
+		"refund without key":         func() error { _, err := g.Refund(ctx, "pi_1", "", 10); return err },
+	}
+	for name, call := range calls {
+		ge := gatewayError(t, call())
+		if ge.Kind != payments.FailureDefinitive || ge.Code != "invalid_request" {
+			t.Errorf("%s: got %v, want definitive invalid_request", name, ge)
+		}
+	}
+	if n.Load() != 0 {
+		t.Fatalf("%d requests sent", n.Load())
+	}
+}
+
+// TestFindByReferenceFiltersAndSorts uses a fake search endpoint, because stripe-mock's search
+// fixture never matches: the query must be exact, hits for other references (a query quirk)
+// must be dropped, and the answer is newest first.
+func TestFindByReferenceFiltersAndSorts(t *testing.T) {
+	t.Parallel()
+	var gotQuery atomic.Value
+	g, _ := fakeStripe(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/payment_intents/search" {
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"wrong path"}}`, http.StatusNotFound)
+			return
+		}
+		gotQuery.Store(r.URL.Query().Get("query"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"search_result","url":"/v1/payment_intents/search","has_more":false,"next_page":null,"data":[
+			{"id":"pi_old","object":"payment_intent","status":"canceled","cancellation_reason":"abandoned","amount":100,"currency":"eur","created":1700000000,"metadata":{"reference":"it's-42"}},
+			{"id":"pi_other","object":"payment_intent","status":"succeeded","amount":100,"currency":"eur","created":1700000500,"metadata":{"reference":"it's-420"}},
+			{"id":"pi_new","object":"payment_intent","status":"requires_capture","amount":100,"currency":"eur","created":1700000900,"metadata":{"reference":"it's-42"}}
+		]}`)
+	})
+	found, err := g.FindByReference(context.Background(), "it's-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, want := gotQuery.Load(), `metadata['reference']:'it\'s-42'`; q != want {
+		t.Fatalf("query %q, want %q", q, want)
+	}
+	if len(found) != 2 || found[0].ID != "pi_new" || found[1].ID != "pi_old" {
+		t.Fatalf("found %+v, want pi_new then pi_old", found)
+	}
+	if found[0].Status != payments.GatewayAuthorized || found[1].Status != payments.GatewayReversed || found[0].Currency != "EUR" {
+		t.Fatalf("found %+v", found)
+	}
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("New without a secret key succeeded")
+	}
+	if _, err := New(Options{SecretKey: "sk_test_x", Timeout: -time.Second}); err == nil {
+		t.Fatal("New with a negative timeout succeeded")
+	}
+	hc := &http.Client{Timeout: time.Hour}
+	g, err := New(Options{SecretKey: "sk_test_x", HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Name() != "stripe" {
+		t.Fatalf("Name() = %q", g.Name())
+	}
+	if hc.Timeout != time.Hour || hc.Transport != nil {
+		t.Fatal("New modified the caller's http.Client")
+	}
+}
