@@ -1,0 +1,57 @@
+// Package static holds the console's CSS, images and scripts, embedded into the binary.
+package static
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"io/fs"
+	"net/http"
+	"sync"
+)
+
+//go:embed *.css
+var FS embed.FS
+
+var (
+	hashesOnce sync.Once
+	hashes     map[string]string
+)
+
+// URL is the path of a static file with a content hash in its query, so that pages can let
+// browsers cache it forever and still get a new file after a deploy.
+func URL(name string) string {
+	hashesOnce.Do(func() {
+		hashes = map[string]string{}
+		_ = fs.WalkDir(FS, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := FS.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			hashes[p] = hex.EncodeToString(sum[:6])
+			return nil
+		})
+	})
+	if h, ok := hashes[name]; ok {
+		return "/static/" + name + "?v=" + h
+	}
+	return "/static/" + name
+}
+
+// Handler serves the files under /static/: immutable when asked for by a hashed URL,
+// revalidated otherwise.
+func Handler() http.Handler {
+	files := http.StripPrefix("/static/", http.FileServerFS(FS))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("v") != "" {
+			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		} else {
+			w.Header().Set("Cache-Control", "no-cache")
+		}
+		files.ServeHTTP(w, r)
+	})
+}

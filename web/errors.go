@@ -1,0 +1,144 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+)
+
+// Problem is an RFC 9457 problem document, the body of every error under /api/.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code,omitempty"`  // the domain error code (payments.ECONFLICT, …)
+	Field  string `json:"field,omitempty"` // for invalid input: which field
+}
+
+// domainStatus is THE mapping of domain error codes to HTTP status; nothing else in pitlane
+// decides a status from an error.
+var domainStatus = map[string]int{
+	payments.EINVALID:  http.StatusUnprocessableEntity,
+	payments.ENOTFOUND: http.StatusNotFound,
+	payments.ECONFLICT: http.StatusConflict,
+	payments.EEXPIRED:  http.StatusGone,
+	payments.ELOCKED:   http.StatusTooManyRequests,
+	payments.EWRONG:    http.StatusUnprocessableEntity,
+	payments.EBUSY:     http.StatusConflict,
+	payments.EUNAVAIL:  http.StatusServiceUnavailable,
+	payments.EINTERNAL: http.StatusInternalServerError,
+}
+
+// retryAfterSeconds is sent with EBUSY (the same work is running elsewhere) and EUNAVAIL: long
+// enough for a short transaction to finish, short enough for an interactive retry.
+const retryAfterSeconds = "1"
+
+// problemFor builds the problem document for err: from an echo.HTTPError (routing, binding, body
+// limit) or from a domain error. Internal errors get a generic detail: their text may hold
+// SQL or other internals and is logged instead.
+func problemFor(err error) Problem {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		p := Problem{Type: "about:blank", Status: he.Code, Title: http.StatusText(he.Code)}
+		if he.Code < 500 {
+			if m, ok := he.Message.(string); ok && m != p.Title {
+				p.Detail = m
+			} else if he.Message != nil && he.Message != p.Title {
+				p.Detail = fmt.Sprint(he.Message)
+			}
+		} else {
+			p.Detail = "internal error"
+		}
+		if p.Detail == "" {
+			p.Detail = p.Title
+		}
+		return p
+	}
+	code := payments.ErrorCode(err)
+	status, ok := domainStatus[code]
+	if !ok {
+		code, status = payments.EINTERNAL, http.StatusInternalServerError
+	}
+	p := Problem{Type: "urn:pitlane:error:" + code, Status: status, Title: http.StatusText(status), Code: code, Detail: payments.ErrorMessage(err)}
+	var de *payments.Error
+	if errors.As(err, &de) {
+		p.Field = de.Field
+	}
+	return p
+}
+
+// errorHandler is Echo's one error handler: status from problemFor, problem+json for machine
+// paths, an HTML page for people, and a log line only for internal errors.
+func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := problemFor(err)
+		req := c.Request()
+		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
+			attrs := []slog.Attr{
+				slog.String("method", req.Method),
+				slog.String("uri", req.RequestURI),
+				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
+				slog.String("error", err.Error()),
+			}
+			var pe *panicError
+			if errors.As(err, &pe) {
+				attrs = append(attrs, slog.String("stack", pe.stack))
+			}
+			level := slog.LevelError
+			if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+				level = slog.LevelInfo // the client went away; nothing is broken
+			}
+			log.LogAttrs(req.Context(), level, "internal error", attrs...)
+		}
+		if p.Code == payments.EBUSY || p.Status == http.StatusServiceUnavailable {
+			c.Response().Header().Set("Retry-After", retryAfterSeconds)
+		}
+
+		var werr error
+		switch {
+		case req.Method == http.MethodHead:
+			werr = c.NoContent(p.Status)
+		case machinePath(req.URL.Path):
+			c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+			c.Response().WriteHeader(p.Status)
+			werr = jsonEncode(c, p)
+		default:
+			werr = htmlError(c, p, replicaID)
+		}
+		if werr != nil {
+			log.Error("writing error response", slog.String("error", werr.Error()))
+		}
+	}
+}
+
+// machinePath: clients that read JSON, not people.
+func machinePath(path string) bool {
+	return strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/webhooks/")
+}
+
+func jsonEncode(c echo.Context, p Problem) error {
+	enc := c.Echo().JSONSerializer
+	return enc.Serialize(c, p, "")
+}
+
+func htmlError(c echo.Context, p Problem, replicaID string) error {
+	var buf bytes.Buffer
+	page := views.Page{Title: p.Title, ReplicaID: replicaID}
+	if err := views.ErrorPage(page, p.Status, p.Detail).Render(c.Request().Context(), &buf); err != nil {
+		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
+	}
+	return c.HTMLBlob(p.Status, buf.Bytes())
+}

@@ -1,0 +1,42 @@
+// Package web is pitlane's HTTP server: Echo setup, middleware, the one error handler and the
+// routes (all in routes.go). Handlers live in package handlers; pages in package views.
+package web
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+)
+
+// Deps is everything the server needs from the wiring in cmd/pitlane. Add a field here when a
+// handler needs a new service; New passes Deps to the route registration.
+type Deps struct {
+	// Logger receives the request log and internal errors. Default: slog.Default().
+	Logger *slog.Logger
+	// DB is the database pool (readiness, and whatever the handlers need). Nil: never ready.
+	DB *pgxpool.Pool
+	// ReplicaID names this replica on pages and in logs.
+	ReplicaID string
+}
+
+// New builds the Echo instance with middleware, error handler and routes.
+func New(d Deps) *echo.Echo {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
+
+	// Order matters: the request id first so every later line carries it; the logger outside
+	// recovery so a panic is logged as the 500 it becomes.
+	e.Use(middleware.RequestID())
+	e.Use(requestLogger(d.Logger))
+	e.Use(recoverer())
+
+	routes(e, d)
+	return e
+}
