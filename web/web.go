@@ -19,6 +19,8 @@ type Deps struct {
 	DB *pgxpool.Pool
 	// ReplicaID names this replica on pages and in logs.
 	ReplicaID string
+	// SecretKey keys HMACs (CSRF tokens, one-time codes); the same on every replica.
+	SecretKey []byte
 }
 
 // New builds the Echo instance with middleware, error handler and routes.

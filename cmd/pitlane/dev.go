@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"pitlane/internal/config"
+	"pitlane/internal/pgrunner"
+)
+
+// devDatabase is the database `dev` creates in its private cluster.
+const devDatabase = "pitlane"
+
+// runDev: `pitlane dev`, the newcomer's one command. With DATABASE_URL unset it runs a private
+// PostgreSQL whose data lives in .pitlane/pg (so demo data survives a restart), applies the
+// migrations and serves. Ctrl-C stops the server, then the database.
+func runDev(ctx context.Context, env *Env, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", ".pitlane", "where dev keeps its PostgreSQL data, log and secret")
+	if err := fs.Parse(args); err != nil {
+		return Usagef("dev: %v (usage: pitlane dev [--dir .pitlane])", err)
+	}
+	if fs.NArg() > 0 {
+		return Usagef("dev takes no positional arguments")
+	}
+	cfg, err := env.Config()
+	if err != nil {
+		return err
+	}
+	if len(cfg.SecretKey) == 0 {
+		if cfg.SecretKey, err = config.LoadOrCreateSecret(filepath.Join(*dir, "secret")); err != nil {
+			return err
+		}
+	}
+
+	dbNote := "DATABASE_URL" // a configured URL may hold a password: not printed
+	if cfg.DatabaseURL == "" {
+		fmt.Fprintf(env.Stderr, "dev: starting a private PostgreSQL in %s\n", filepath.Join(*dir, "pg"))
+		cluster, err := pgrunner.Start(ctx, pgrunner.Dev(filepath.Join(*dir, "pg")))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := cluster.Stop(); err != nil {
+				fmt.Fprintln(env.Stderr, "dev:", err)
+			}
+		}()
+		if cfg.DatabaseURL, err = cluster.EnsureDatabase(ctx, devDatabase); err != nil {
+			return err
+		}
+		dbNote = fmt.Sprintf("%s (private; data in %s, log %s)", cfg.DatabaseURL, cluster.DataDir(), cluster.LogPath())
+
+		// If the database dies under us, stop serving instead of answering 503s forever.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			select {
+			case <-cluster.Done():
+				cancel(errors.New("the private PostgreSQL exited; see " + cluster.LogPath()))
+			case <-ctx.Done():
+			}
+		}()
+	}
+
+	n, err := migrate(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	return run(ctx, cfg, pool, env.Logger, func(url string) {
+		fmt.Fprintf(env.Stdout, "\npitlane dev is running\n  console:  %s/\n  database: %s\n  migrations applied now: %d\n  Ctrl-C stops everything.\n\n",
+			url, dbNote, n)
+	})
+}

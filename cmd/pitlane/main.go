@@ -1,0 +1,123 @@
+// Command pitlane is the one binary of the service: see `pitlane help` and the README.
+//
+// This package only wires: configuration → database pool → services → web server. Each
+// subcommand lives in its own file; adding one is a line in the commands table below plus
+// that file.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"pitlane/internal/config"
+)
+
+// command is one subcommand. run gets a context canceled by SIGINT/SIGTERM and the
+// arguments after the command name.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *Env, args []string) error
+}
+
+// commands is the dispatch table.
+var commands = []command{
+	{"migrate", "apply the embedded migrations to DATABASE_URL; exits 0 when the schema is current", runMigrate},
+	{"serve", "web console, JSON API and webhook receiver (needs DATABASE_URL)", runServe},
+	{"dev", "private PostgreSQL (when DATABASE_URL is unset), migrations, then serve", runDev},
+}
+
+// Env is what a command may touch of the outside world; tests substitute all of it.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+	Logger *slog.Logger
+}
+
+// Config loads the configuration from the environment.
+func (e *Env) Config() (config.Config, error) { return config.Load(e.Getenv) }
+
+// UsageError is a wrong invocation: printed as one line, exit code 2 (like a bad setting).
+type UsageError struct{ Msg string }
+
+func (u *UsageError) Error() string { return u.Msg }
+
+// Usagef builds a UsageError.
+func Usagef(format string, args ...any) error { return &UsageError{Msg: fmt.Sprintf(format, args...)} }
+
+func main() {
+	env := &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	env.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	os.Exit(Main(os.Args[1:], env))
+}
+
+// Main runs one command and returns the process exit code: 0 success, 2 bad usage or
+// configuration (one line on stderr), 1 any other failure.
+func Main(args []string, env *Env) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(env.Stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == args[0] {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(env.Stderr, "pitlane: unknown command %q (see `pitlane help`)\n", args[0])
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal, restore the default action: a second Ctrl-C kills at once
+		// (and the private PostgreSQL still stops, through its parent-death signal).
+		<-ctx.Done()
+		stop()
+	}()
+
+	err := cmd.run(ctx, env, args[1:])
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(env.Stderr, "pitlane %s: %s\n", cmd.name, oneLine(err.Error()))
+	var cerr *config.Error
+	var uerr *UsageError
+	if errors.As(err, &cerr) || errors.As(err, &uerr) {
+		return 2
+	}
+	return 1
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: pitlane <command> [arguments]")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configuration comes from the environment (DATABASE_URL, HTTP_ADDR, …); see README.md.")
+}
+
+// oneLine keeps the promise of one line on stderr even for errors that wrap multi-line text.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " (…)"
+	}
+	return s
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"pitlane/internal/config"
+	"pitlane/internal/testdb"
+)
+
+// The test binary doubles as the pitlane binary: with this variable set it runs Main on its
+// arguments. With PITLANE_TEST_GATE=1 it first waits for its stdin to close, so that a test
+// can release several processes at the same instant.
+const mainEnv = "PITLANE_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		if os.Getenv("PITLANE_TEST_GATE") == "1" {
+			os.Stdout.WriteString("gate\n")
+			_, _ = io.Copy(io.Discard, os.Stdin)
+		}
+		main()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// pitlane prepares the binary (this test binary) with a clean pitlane environment plus env.
+func pitlane(env map[string]string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "DATABASE_URL", "HTTP_ADDR", "PUBLIC_BASE_URL", "GATEWAY", "GATEWAY_URL", "GATEWAY_API_KEY",
+			"GATEWAY_WEBHOOK_SECRET", "GATEWAY_TIMEOUT", "NOTIFY_WEBHOOK_URL", "REPLICA_ID", "SWEEP_INTERVAL", "SECRET_KEY":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, mainEnv+"=1")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+func TestConcurrentMigrateFromThreeProcesses(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewEmptyURL(t)
+
+	type proc struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		stdout *bufio.Reader
+		stderr bytes.Buffer
+	}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		p := &proc{cmd: pitlane(map[string]string{"DATABASE_URL": url, "PITLANE_TEST_GATE": "1"}, "migrate")}
+		var err error
+		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.stdout = bufio.NewReader(out)
+		p.cmd.Stderr = &p.stderr
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+		procs[i] = p
+	}
+	// Every process is loaded and waiting at the gate: open it for all three at once.
+	for _, p := range procs {
+		if line, err := p.stdout.ReadString('\n'); err != nil || line != "gate\n" {
+			t.Fatalf("process not at the gate: %q %v", line, err)
+		}
+	}
+	for _, p := range procs {
+		p.stdin.Close()
+	}
+	applied := 0
+	for i, p := range procs {
+		rest, _ := io.ReadAll(p.stdout)
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("migrate #%d: %v\nstdout: %s\nstderr: %s", i, err, rest, p.stderr.String())
+		}
+		if strings.Contains(string(rest), "applied 0 migration") {
+			continue
+		}
+		applied++
+	}
+	if applied != 1 {
+		t.Errorf("%d processes applied migrations, want exactly 1 (the others find the schema current)", applied)
+	}
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var dup int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT version_id FROM goose_db_version
+		WHERE version_id > 0 GROUP BY version_id HAVING count(*) > 1) d`).Scan(&dup); err != nil {
+		t.Fatal(err)
+	}
+	if dup != 0 {
+		t.Errorf("%d migrations recorded more than once", dup)
+	}
+	files, _ := filepath.Glob("../../migrations/*.sql")
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(files) {
+		t.Errorf("%d migrations recorded, %d embedded", n, len(files))
+	}
+
+	// Current: a fourth run is a no-op with exit 0.
+	out, err := pitlane(map[string]string{"DATABASE_URL": url}, "migrate").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "applied 0 migration") {
+		t.Fatalf("migrate on a current schema: %v %s", err, out)
+	}
+}
+
+func TestInvalidSettingsExitTwoWithOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"serve"}, "DATABASE_URL"},
+		{nil, []string{"migrate"}, "DATABASE_URL"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "HTTP_ADDR": "nonsense"}, []string{"serve"}, "HTTP_ADDR"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY": "paypal"}, []string{"serve"}, "GATEWAY"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY_TIMEOUT": "soon"}, []string{"serve"}, "GATEWAY_TIMEOUT"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "SWEEP_INTERVAL": "-2s"}, []string{"serve"}, "SWEEP_INTERVAL"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "SECRET_KEY": "short"}, []string{"serve"}, "SECRET_KEY"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "PUBLIC_BASE_URL": "example.com"}, []string{"serve"}, "PUBLIC_BASE_URL"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "NOTIFY_WEBHOOK_URL": "nope"}, []string{"serve"}, "NOTIFY_WEBHOOK_URL"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "REPLICA_ID": "a b"}, []string{"serve"}, "REPLICA_ID"},
+		{map[string]string{"DATABASE_URL": "postgres://x:pw@h:port/x"}, []string{"migrate"}, "DATABASE_URL"},
+		{map[string]string{"GATEWAY_URL": "not a url"}, []string{"dev"}, "GATEWAY_URL"},
+		{nil, []string{"migrate", "extra"}, "no arguments"},
+		{nil, []string{"frobnicate"}, "unknown command"},
+		{nil, nil, "usage"},
+	} {
+		var stdout, stderr bytes.Buffer
+		env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Getenv: func(k string) string { return tc.env[k] }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		code := Main(tc.args, env)
+		if code != 2 {
+			t.Errorf("%v %v: exit %d, want 2 (stderr %q)", tc.args, tc.env, code, stderr.String())
+			continue
+		}
+		if !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v %v: stderr %q does not name %s", tc.args, tc.env, stderr.String(), tc.want)
+		}
+		if tc.args != nil && strings.Count(strings.TrimRight(stderr.String(), "\n"), "\n") != 0 {
+			t.Errorf("%v %v: want one line on stderr, got %q", tc.args, tc.env, stderr.String())
+		}
+	}
+
+	// The same through a real process: exit status 2, one line, no panic.
+	cmd := pitlane(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "HTTP_ADDR": "nonsense"}, "serve")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if cmd.ProcessState.ExitCode() != 2 {
+		t.Fatalf("process exit %v, want 2; stderr %q", err, stderr.String())
+	}
+	if got := stderr.String(); !strings.HasPrefix(got, "pitlane serve: HTTP_ADDR: ") || strings.Count(got, "\n") != 1 {
+		t.Fatalf("stderr %q: want one line naming HTTP_ADDR", got)
+	}
+}
+
+func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	cfg, err := config.Load(func(k string) string { return map[string]string{"HTTP_ADDR": "127.0.0.1:0"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func(u string) { urls <- u })
+	}()
+	var base string
+	select {
+	case base = <-urls:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz = %d", resp.StatusCode)
+	}
+	client.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+}
+
+// TestDevStartsPrivateDatabaseAndStopsIt runs `pitlane dev` as a process, waits for the URL it
+// prints, checks the console is ready, sends SIGTERM and requires a clean exit with the
+// private PostgreSQL gone.
+func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "pitlane-dev-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755) // the postgres OS user must reach it when we are root
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+
+	cmd := pitlane(map[string]string{"HTTP_ADDR": "127.0.0.1:0"}, "dev", "--dir", filepath.Join(dir, ".pitlane"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	var console, dbURL string
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if v, ok := strings.CutPrefix(line, "console:"); ok {
+			console = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "database:"); ok {
+			dbURL = strings.Fields(v)[0]
+		}
+		if strings.HasPrefix(line, "Ctrl-C") {
+			break
+		}
+	}
+	if console == "" || dbURL == "" {
+		t.Fatalf("dev printed no console/database URL; stderr: %s", stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(strings.TrimSuffix(console, "/") + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz = %d", resp.StatusCode)
+	}
+	client.CloseIdleConnections()
+	if _, err := os.Stat(filepath.Join(dir, ".pitlane", "secret")); err != nil {
+		t.Errorf("dev did not persist its secret: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("dev after SIGTERM: %v; stderr: %s", err, stderr.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, dbURL); err == nil {
+		conn.Close(ctx)
+		t.Fatal("the private PostgreSQL still accepts connections after dev exited")
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".pitlane", "pg", "postmaster.pid")); err == nil {
+		t.Error("postmaster.pid still present: the server did not shut down cleanly")
+	}
+}
+
