@@ -301,4 +301,3 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 		t.Error("postmaster.pid still present: the server did not shut down cleanly")
 	}
 }
-
