@@ -1,0 +1,119 @@
+# pitlane: two commands for a newcomer.
+#   make run   install what is missing, build, start `pitlane dev` (private PostgreSQL, console)
+#   make test  install what the tests need, check generated code, vet, and run every test
+#              against one throwaway PostgreSQL cluster
+# .ci/run is `make test` and nothing else.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO      ?= go
+BIN     := $(CURDIR)/.bin
+PITLANE := $(CURDIR)/bin/pitlane
+TESTPG  := $(BIN)/testpg
+
+# What `make test` runs; narrow it for a quick loop: make test PKGS=./payments TESTFLAGS='-run TestX'
+PKGS      ?= ./...
+TESTFLAGS ?=
+
+STRIPE_MOCK_VERSION := v0.203.0
+
+# Paths the tests read (exported to them by the test target). Override any of them to use
+# a binary from elsewhere.
+STRIPE_MOCK_BIN ?= $(BIN)/stripe-mock
+CHROMIUM_BIN    ?= /usr/bin/chromium
+PGBOUNCER_BIN   ?= /usr/sbin/pgbouncer
+
+# apt_install PACKAGES: as root install them (after one apt-get update), otherwise print the
+# exact command and stop. An install that fails stops the build loudly.
+define apt_install
+	pkgs="$(strip $(1))"; \
+	if [ -n "$$pkgs" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make: installing $$pkgs (apt-get)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq || { echo "make: apt-get update FAILED" >&2; exit 1; }; \
+	    apt-get install -y -qq $$pkgs || { echo "make: apt-get install -y $$pkgs FAILED" >&2; exit 1; }; \
+	  else \
+	    echo "make: missing $$pkgs; install them with:" >&2; \
+	    echo "    sudo apt-get update && sudo apt-get install -y $$pkgs" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+endef
+
+# The same search as internal/pgrunner: initdb on PATH or in Debian's versioned directory.
+HAVE_PG = command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+
+.PHONY: help run test build deps deps-test generate check-generated vet bench polygon clean
+
+help:
+	@echo "make run       start pitlane dev (private PostgreSQL + console) after installing what is missing"
+	@echo "make test      install test dependencies, check generated code, vet, run all tests on a throwaway cluster"
+	@echo "make build     build bin/pitlane"
+	@echo "make generate  regenerate templ code (commit the result)"
+	@echo "make bench     run the benchmarks against a throwaway cluster"
+
+## deps: PostgreSQL server binaries (what `make run` needs).
+deps:
+	@missing=""; $(HAVE_PG) || missing="postgresql"; \
+	$(call apt_install,$$missing)
+
+## deps-test: everything the test suite drives for real.
+deps-test:
+	@missing=""; \
+	$(HAVE_PG) || missing="$$missing postgresql"; \
+	[ -x "$(CHROMIUM_BIN)" ] || missing="$$missing chromium"; \
+	[ -x "$(PGBOUNCER_BIN)" ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
+	$(call apt_install,$$missing)
+	@if [ ! -x "$(STRIPE_MOCK_BIN)" ]; then \
+	  echo "make: installing stripe-mock $(STRIPE_MOCK_VERSION) into $(BIN)"; \
+	  GOBIN="$(BIN)" $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) \
+	    || { echo "make: go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) FAILED" >&2; exit 1; }; \
+	fi
+
+build:
+	$(GO) build -o $(PITLANE) ./cmd/pitlane
+
+run: deps build
+	exec $(PITLANE) dev
+
+generate:
+	$(GO) tool templ generate -log-level warn
+
+## check-generated: templ output must match the .templ sources as committed.
+check-generated:
+	@$(GO) tool templ generate -check -log-level warn \
+	  || { echo "make: generated templ code is stale: run 'make generate' and commit the *_templ.go files" >&2; exit 1; }
+
+vet:
+	$(GO) vet ./...
+
+$(TESTPG): FORCE
+	@$(GO) build -o $(TESTPG) ./internal/pgrunner/cmd/testpg
+
+## test: one throwaway cluster for the whole run (testpg stops it even when tests fail and
+## exits with the tests' status).
+test: deps-test check-generated vet $(TESTPG)
+	STRIPE_MOCK_BIN="$(STRIPE_MOCK_BIN)" CHROMIUM_BIN="$(CHROMIUM_BIN)" \
+	PGBOUNCER_BIN="$$( [ -x "$(PGBOUNCER_BIN)" ] && echo "$(PGBOUNCER_BIN)" || command -v pgbouncer )" \
+	  $(TESTPG) -- $(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
+
+## bench: benchmarks only (no tests), on a throwaway cluster. Reports, never assertions.
+bench: deps $(TESTPG)
+	$(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) $(PKGS)
+
+## polygon: the concurrency proving ground. Until it has its own command, the benchmarks.
+polygon: deps $(TESTPG)
+	@if [ -d cmd/polygon ]; then \
+	  $(TESTPG) -- $(GO) run ./cmd/polygon; \
+	else \
+	  echo "make: no cmd/polygon yet; running the benchmarks"; \
+	  $(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(PKGS); \
+	fi
+
+clean:
+	rm -rf bin $(BIN)
+
+FORCE:
