@@ -14,8 +14,10 @@ import (
 	"pitlane/migrations"
 )
 
-// openPool opens the application's pool. It does not wait for the database: a replica that
-// starts before its database is reachable comes up unready (/readyz) instead of crash-looping.
+// openPool opens the application's pool. It does not wait for the database (pgxpool connects
+// lazily), so with SECRET_KEY set a replica that starts before its database is reachable comes
+// up unready (/readyz) instead of crash-looping; without SECRET_KEY, run needs the database
+// at start to derive the key.
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
