@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"pitlane/payments"
 	"pitlane/views"
+	"pitlane/web/render"
 )
 
 // Problem is an RFC 9457 problem document, the body of every error under /api/.
@@ -135,10 +135,9 @@ func jsonEncode(c echo.Context, p Problem) error {
 }
 
 func htmlError(c echo.Context, p Problem, replicaID string) error {
-	var buf bytes.Buffer
 	page := views.Page{Title: p.Title, ReplicaID: replicaID}
-	if err := views.ErrorPage(page, p.Status, p.Detail).Render(c.Request().Context(), &buf); err != nil {
+	if err := render.HTML(c, p.Status, views.ErrorPage(page, p.Status, p.Detail)); err != nil {
 		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
 	}
-	return c.HTMLBlob(p.Status, buf.Bytes())
+	return nil
 }
