@@ -1,0 +1,298 @@
+package payments
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Challenge is a pending one-time cancel code. The code itself is only ever in the message to
+// the customer; the database keeps HMAC(secret, challenge id || code).
+type Challenge struct {
+	ID        string
+	SessionID string
+	ExpiresAt time.Time
+}
+
+// RequestCancel creates a one-time code for canceling a session and sends it to the customer.
+// Refused (ECONFLICT) for Completed, Failed and Canceled sessions.
+func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID string) (Challenge, error) {
+	sess, err := s.Get(ctx, sessionID)
+	if err != nil {
+		return Challenge{}, err
+	}
+	code, err := newCode()
+	if err != nil {
+		return Challenge{}, fmt.Errorf("request cancel: code: %w", err)
+	}
+	now := s.cfg.Clock.Now()
+	ch := Challenge{ID: uuid.NewString(), SessionID: sessionID, ExpiresAt: now.Add(s.cfg.CodeTTL)}
+	var msg Message
+	var outboxID int64
+	err = s.inTx(ctx, "request cancel", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
+		if err != nil {
+			return err
+		}
+		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
+			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO cancel_challenges (id, session_id, code_hash, expires_at, max_attempts, requested_by, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, ch.ID, sessionID, s.codeHash(ch.ID, code), ch.ExpiresAt,
+			s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
+			return fmt.Errorf("request cancel: insert: %w", err)
+		}
+		var contact string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
+			FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, sessionID).Scan(&contact); err != nil {
+			return fmt.Errorf("request cancel: contact: %w", err)
+		}
+		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID,
+			Text: fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
+				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))}
+		outboxID, err = enqueue(ctx, tx, msg, now)
+		return err
+	})
+	if err != nil {
+		return Challenge{}, err
+	}
+	s.deliver(ctx, outboxID, msg)
+	return ch, nil
+}
+
+// ConfirmResult is the outcome of ConfirmCancel. Replayed: the code had already been consumed by
+// an earlier confirmation, and this one changed nothing.
+type ConfirmResult struct {
+	Session  Session
+	Replayed bool
+}
+
+// ConfirmCancel consumes a one-time code and cancels the session (design.md, "The locking core"
+// 3). In ONE transaction, under the order and session locks: check and consume the code (the
+// attempt counter moves in the same UPDATE; hashes compared in constant time), check the session
+// may be canceled, create the reverse operation (unique per session; its id is the gateway
+// idempotency key) and move the session to Canceling. Only after commit is the gateway asked.
+// The same code again finds the code consumed and the operation existing, and creates nothing.
+func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, challengeID, code string) (ConfirmResult, error) {
+	sess, err := s.Get(ctx, sessionID)
+	if err != nil {
+		return ConfirmResult{}, err
+	}
+	if !validUUID(challengeID) {
+		return ConfirmResult{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
+	}
+	if len(code) != 6 {
+		// Still counts as an attempt below: a malformed code is a wrong code.
+		code = code + "\x00"
+	}
+	now := s.cfg.Clock.Now()
+	var (
+		res       ConfirmResult
+		wrong     bool
+		left      int
+		opID      string
+		newCancel bool
+	)
+	err = s.inTx(ctx, "confirm cancel", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
+		if err != nil {
+			return err
+		}
+		if h := s.cfg.Hooks.AfterCancelLock; h != nil {
+			h(ctx, sessionID)
+		}
+		var (
+			hash        []byte
+			expiresAt   time.Time
+			attempts    int
+			maxAttempts int
+			consumedAt  *time.Time
+		)
+		err = tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at
+			FROM cancel_challenges WHERE id = $1 AND session_id = $2 FOR UPDATE`, challengeID, sessionID).
+			Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
+		}
+		if err != nil {
+			return fmt.Errorf("confirm cancel: challenge: %w", err)
+		}
+		match := hmac.Equal(hash, s.codeHash(challengeID, code))
+		if consumedAt != nil {
+			if !match {
+				return Errorf(ECONFLICT, "this code was already used")
+			}
+			// The same code again: report what the first confirmation did, create nothing.
+			res = ConfirmResult{Session: cur, Replayed: true}
+			return nil
+		}
+		if !expiresAt.After(now) {
+			return Errorf(EEXPIRED, "the code has expired; request a new one")
+		}
+		if attempts >= maxAttempts {
+			return Errorf(ELOCKED, "too many wrong codes; request a new one")
+		}
+		// Consume (or count a wrong attempt) in one guarded UPDATE. The FOR UPDATE above
+		// already serialises confirmations of this challenge; the guard repeats the rules so
+		// the UPDATE alone is correct too.
+		var consumed bool
+		err = tx.QueryRow(ctx, `UPDATE cancel_challenges
+			SET attempts = attempts + 1, consumed_at = CASE WHEN $3 THEN $2::timestamptz END
+			WHERE id = $1 AND consumed_at IS NULL AND attempts < max_attempts AND expires_at > $2
+			RETURNING consumed_at IS NOT NULL, max_attempts - attempts`, challengeID, now, match).Scan(&consumed, &left)
+		if err != nil {
+			return fmt.Errorf("confirm cancel: consume: %w", err)
+		}
+		if !consumed {
+			wrong = true
+			return nil // commit the attempt
+		}
+		if !cur.Status.Cancelable() {
+			if cur.Status == StatusCanceling {
+				// Another challenge already started the cancel: nothing new to do.
+				res = ConfirmResult{Session: cur, Replayed: true}
+				return nil
+			}
+			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
+		}
+		opID = uuid.NewString()
+		if _, err := tx.Exec(ctx, `INSERT INTO reverse_operations (id, session_id, challenge_id, status, created_at, updated_at)
+			VALUES ($1, $2, $3, 'Pending', $4, $4)`, opID, sessionID, challengeID, now); err != nil {
+			return dbError("confirm cancel: reverse op", err, "")
+		}
+		next := now.Add(s.cfg.Backoff[0])
+		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, "cancel confirmed with a one-time code", now, sessionPatch{nextCheckAt: &next})
+		if err != nil {
+			return err
+		}
+		res = ConfirmResult{Session: updated}
+		newCancel = true
+		return nil
+	})
+	if err != nil {
+		return ConfirmResult{}, err
+	}
+	if wrong {
+		if left <= 0 {
+			return ConfirmResult{}, &Error{Code: EWRONG, Message: "wrong code; no attempts left, request a new one"}
+		}
+		return ConfirmResult{}, &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; %d attempts left", left)}
+	}
+	if !newCancel {
+		return res, nil
+	}
+	sessAfter, err := s.driveReverse(ctx, actor, res.Session)
+	if err != nil {
+		// The cancel is committed; the sweeper finishes the reverse. Report the state as it is.
+		s.log.Warn("reverse after confirm", "session", sessionID, "err", err)
+		sessAfter, err = s.Get(context.WithoutCancel(ctx), sessionID)
+		if err != nil {
+			return ConfirmResult{}, err
+		}
+	}
+	res.Session = sessAfter
+	return res, nil
+}
+
+// driveReverse asks the gateway to reverse a Canceling session with its reverse operation's id
+// as the idempotency key, and applies the answer: reversed → Canceled; not reversible because it
+// succeeded → Completed (the payment won the race) and a finance case; no answer → it stays
+// Canceling for the sweeper, which repeats this with the same key.
+func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	var opID string
+	if err := s.db.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID); err != nil {
+		return sess, dbError("reverse: operation", err, "no reverse operation for payment %s", sess.ID)
+	}
+	if sess.GatewayPaymentID == "" {
+		// The registration's answer was lost: find the payment by our reference first.
+		gp, found, err := s.gatewayState(ctx, sess)
+		if err != nil {
+			return sess, err
+		}
+		if !found {
+			// Nothing exists at the gateway: nothing to reverse. A payment that appears later
+			// anyway becomes a late-payment case, never a silent charge.
+			return s.finishCancelNoPayment(ctx, actor, sess)
+		}
+		if sess, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "found by reference while canceling"); err != nil {
+			return sess, err
+		}
+		if sess.Status != StatusCanceling || sess.GatewayPaymentID == "" {
+			return sess, nil
+		}
+	}
+	started := time.Now()
+	gp, err := s.gw.Reverse(ctx, sess.GatewayPaymentID, opID)
+	s.logGatewayCall(ctx, sess.ID, "reverse", opID, started, err)
+	if err == nil {
+		return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "gateway reversed the payment")
+	}
+	if FailureOf(err) == FailureDefinitive {
+		// Not reversible: ask what it is now and apply that (succeeded → Completed + case,
+		// declined/expired → Failed). The operation is refused either way.
+		cur, found, serr := s.gatewayState(ctx, sess)
+		if serr != nil {
+			return sess, serr
+		}
+		if _, xerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE reverse_operations SET status = 'Refused', detail = $2, updated_at = $3
+			WHERE id = $1 AND status = 'Pending'`, opID, err.Error(), s.cfg.Clock.Now()); xerr != nil {
+			return sess, fmt.Errorf("reverse: refuse op: %w", xerr)
+		}
+		if !found {
+			return sess, err
+		}
+		return s.applyGatewayPayment(ctx, actor, sess.ID, cur, "reverse refused: "+GatewayErrorCode(err))
+	}
+	return sess, err
+}
+
+func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	ctx = context.WithoutCancel(ctx)
+	now := s.cfg.Clock.Now()
+	var out Session
+	err := s.inTx(ctx, "cancel: no gateway payment", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status != StatusCanceling {
+			out = cur
+			return nil
+		}
+		out, err = applyTransition(ctx, tx, sess.ID, StatusCanceled, actor, "canceled: the gateway has no payment for this session", now, sessionPatch{})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', detail = 'nothing to reverse', updated_at = $2
+			WHERE session_id = $1 AND status = 'Pending'`, sess.ID, now)
+		return err
+	})
+	return out, err
+}
+
+// codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump
+// does not reveal codes, and bound to the challenge, so equal codes hash differently.
+func (s *Service) codeHash(challengeID, code string) []byte {
+	m := hmac.New(sha256.New, s.cfg.CodeSecret)
+	m.Write([]byte(challengeID))
+	m.Write([]byte{0})
+	m.Write([]byte(code))
+	return m.Sum(nil)
+}
+
+// newCode returns a uniformly random 6-digit code from crypto/rand.
+func newCode() (string, error) {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%06d", n.Int64()), nil
+}

@@ -1,0 +1,270 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Finance case kinds.
+const (
+	CaseLatePayment        = "late_payment"         // the gateway took money for a Failed/Canceled session
+	CaseCancelLostRace     = "cancel_lost_race"     // a cancel was requested but the payment succeeded first
+	CaseUnexpectedReversal = "unexpected_reversal"  // the gateway reversed a payment we did not ask to reverse
+	CaseGatewayMismatch    = "gateway_mismatch"     // the gateway contradicts a Completed session or its id
+	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
+	CaseSweepExhausted     = "sweep_exhausted"      // the sweeper's schedule ran out without a final answer
+)
+
+// Check asks the gateway about a session and applies the answer exactly once (design.md, "The
+// locking core" 2). The gateway is asked first, with no transaction open; the answer is then
+// applied in one short transaction under the order and session row locks, so a second
+// concurrent Check waits, re-reads the applied state and does nothing.
+func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, error) {
+	sess, err := s.Get(ctx, id)
+	if err != nil {
+		return Session{}, err
+	}
+	gp, found, err := s.gatewayState(ctx, sess)
+	if err != nil {
+		return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the payment is unchanged", Err: err}
+	}
+	if !found {
+		return sess, nil
+	}
+	if h := s.cfg.Hooks.AfterGatewayStatus; h != nil {
+		h(ctx, sess.ID, gp)
+	}
+	return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "gateway says "+string(gp.Status))
+}
+
+// gatewayState asks the gateway what it knows of a session: by its payment id when we have one,
+// otherwise by our reference (the registration's answer was lost). found=false: the gateway
+// has no payment for this session (yet).
+func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPayment, bool, error) {
+	if sess.GatewayPaymentID != "" {
+		started := time.Now()
+		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
+		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		if err != nil {
+			return GatewayPayment{}, false, err
+		}
+		return gp, true, nil
+	}
+	started := time.Now()
+	found, err := s.gw.FindByReference(ctx, sess.Reference())
+	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
+	if err != nil {
+		return GatewayPayment{}, false, err
+	}
+	if len(found) == 0 {
+		return GatewayPayment{}, false, nil
+	}
+	best := pickPayment(found)
+	if len(found) > 1 {
+		// A gateway that ignored our idempotency key created several payments for one session.
+		// Attach the most advanced one and tell finance about the others.
+		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
+		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+		}); err != nil {
+			return GatewayPayment{}, false, err
+		}
+	}
+	return best, true, nil
+}
+
+// pickPayment prefers the payment that moved money furthest: succeeded, then authorized, then
+// pending, then the newest.
+func pickPayment(ps []GatewayPayment) GatewayPayment {
+	rank := map[GatewayStatus]int{GatewaySucceeded: 4, GatewayAuthorized: 3, GatewayPending: 2}
+	best := ps[0]
+	for _, p := range ps[1:] {
+		if rank[p.Status] > rank[best.Status] {
+			best = p
+		}
+	}
+	return best
+}
+
+// outcome is what one gateway answer means for a session in its current state.
+type outcome struct {
+	to         Status // "" = no status change
+	caseKind   string
+	caseDetail string
+}
+
+// decide maps (our state, the gateway's state) to an outcome. Pure; tested edge by edge.
+// Gateway states never move a session backwards (webhooks come out of order), and an answer that
+// contradicts a terminal state changes no money: it opens a finance case.
+func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
+	switch gs {
+	case GatewayPending:
+		if cur == StatusRegistering || cur == StatusUnknown {
+			return outcome{to: StatusRegistered}
+		}
+	case GatewayAuthorized:
+		switch cur {
+		case StatusRegistering, StatusRegistered, StatusUnknown:
+			return outcome{to: StatusAuthorized}
+		case StatusFailed, StatusCanceled:
+			return outcome{caseKind: CaseLatePayment, caseDetail: "gateway authorized a payment for a " + string(cur) + " session"}
+		}
+	case GatewaySucceeded:
+		switch cur {
+		case StatusRegistering, StatusRegistered, StatusUnknown, StatusAuthorized:
+			return outcome{to: StatusCompleted}
+		case StatusCanceling:
+			return outcome{to: StatusCompleted, caseKind: CaseCancelLostRace, caseDetail: "the payment succeeded before our reverse; refund if the customer still wants to cancel"}
+		case StatusFailed, StatusCanceled:
+			return outcome{caseKind: CaseLatePayment, caseDetail: "gateway captured money for a " + string(cur) + " session"}
+		}
+	case GatewayDeclined, GatewayExpired:
+		if cur.Active() {
+			return outcome{to: StatusFailed}
+		}
+		if cur == StatusCompleted {
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says " + string(gs) + " for a Completed session"}
+		}
+	case GatewayReversed:
+		switch {
+		case cur == StatusCanceling || (weAskedReverse && cur.Active()):
+			if cur == StatusCanceling {
+				return outcome{to: StatusCanceled}
+			}
+			return outcome{to: StatusFailed}
+		case cur == StatusCompleted:
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says reversed for a Completed session"}
+		case cur.Active():
+			return outcome{to: StatusFailed, caseKind: CaseUnexpectedReversal, caseDetail: "the gateway reversed a payment nobody here asked to reverse"}
+		}
+	}
+	return outcome{}
+}
+
+// applyGatewayPayment applies what the gateway says about a session — from Check, a register
+// answer, the sweeper or a webhook (after fetching) — in one transaction under the order and
+// session locks. Completed writes the order's Paid status and the PaymentReceived entry in the
+// same transaction; an answer already applied writes nothing.
+func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id string, gp GatewayPayment, reason string) (Session, error) {
+	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	sess, err := s.Get(ctx, id)
+	if err != nil {
+		return Session{}, err
+	}
+	now := s.cfg.Clock.Now()
+	var out Session
+	err = s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, id)
+		if err != nil {
+			return err
+		}
+		if h := s.cfg.Hooks.AfterApplyLock; h != nil {
+			h(ctx, id)
+		}
+		out = cur
+		if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
+			return openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
+				fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
+		}
+		patch := sessionPatch{}
+		if cur.GatewayPaymentID == "" && gp.ID != "" {
+			patch.gatewayPaymentID = gp.ID
+			patch.confirmationURL = gp.ConfirmationURL
+		}
+		var asked bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).Scan(&asked); err != nil {
+			return fmt.Errorf("apply: reverse op: %w", err)
+		}
+		oc := decide(cur.Status, gp.Status, asked)
+		if oc.to != "" {
+			if !oc.to.Terminal() {
+				next := now.Add(s.cfg.Backoff[0])
+				patch.nextCheckAt = &next
+			}
+			out, err = applyTransition(ctx, tx, id, oc.to, actor, reason, now, patch)
+			if err != nil {
+				return err
+			}
+			if oc.to == StatusCompleted {
+				if err := completeOrder(ctx, tx, out, now); err != nil {
+					return err
+				}
+			}
+			if oc.to == StatusCanceled || (oc.to == StatusFailed && asked) {
+				if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', updated_at = $2
+					WHERE session_id = $1 AND status = 'Pending'`, id, now); err != nil {
+					return fmt.Errorf("apply: reverse op done: %w", err)
+				}
+			}
+		} else if patch.gatewayPaymentID != "" {
+			if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET gateway_payment_id = $2,
+				confirmation_url = coalesce(nullif($3, ''), confirmation_url), updated_at = $4
+				WHERE id = $1 AND gateway_payment_id IS NULL`, id, patch.gatewayPaymentID, patch.confirmationURL, now); err != nil {
+				return dbError("apply: attach", err, "")
+			}
+			out.GatewayPaymentID = patch.gatewayPaymentID
+			if patch.confirmationURL != "" {
+				out.ConfirmationURL = patch.confirmationURL
+			}
+		}
+		if oc.caseKind != "" {
+			return openCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return out, nil
+}
+
+// completeOrder marks the order Paid and writes its one PaymentReceived entry, in the caller's
+// transaction. The UPDATE is guarded on the order still awaiting payment through THIS session;
+// the unique partial index accounting_entries_one_payment_received is the last line.
+func completeOrder(ctx context.Context, tx pgx.Tx, sess Session, now time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $3
+		WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2`, sess.OrderID, sess.ID, now)
+	if err != nil {
+		return dbError("complete: order", err, "")
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+		VALUES ($1, $2, 'PaymentReceived', $3, $4, $5)`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now); err != nil {
+		return dbError("complete: ledger", err, "")
+	}
+	return nil
+}
+
+// openCase opens a finance case unless one of the same kind is already open for the session.
+// Finance rows come last in the lock order.
+func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO NOTHING`, sessionID, orderID, kind, detail, now)
+	if err != nil {
+		return fmt.Errorf("open case %s: %w", kind, err)
+	}
+	return nil
+}
+
+// ApplyGatewayHint applies a gateway event (webhook) as a hint: the state applied is whatever
+// the gateway says NOW about the payment, fetched, through the same path as Check. The session
+// is found by the gateway payment id, or by our reference when the registration's answer (and
+// so the id) was lost.
+func (s *Service) ApplyGatewayHint(ctx context.Context, actor Actor, gatewayPaymentID, reference string) (Session, error) {
+	var id string
+	err := s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE gateway = $1 AND gateway_payment_id = $2`,
+		s.gw.Name(), gatewayPaymentID).Scan(&id)
+	if err != nil && validUUID(reference) {
+		err = s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE id = $1`, reference).Scan(&id)
+	}
+	if err != nil {
+		return Session{}, dbError("hint: find session", err, "no session for gateway payment %q", gatewayPaymentID)
+	}
+	return s.Check(ctx, actor, id)
+}

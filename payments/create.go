@@ -1,0 +1,196 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	orderIDRe  = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+	currencyRe = regexp.MustCompile(`^[A-Z]{3}$`)
+)
+
+// MaxAmount is the exclusive upper bound of an amount in minor units (contract: < 10^12).
+const MaxAmount int64 = 1_000_000_000_000
+
+// CreateInput is what a Create needs.
+type CreateInput struct {
+	OrderID         string
+	Amount          int64
+	Currency        string
+	CustomerContact string
+}
+
+// Validate checks the input against the contract and names the field at fault.
+func (in CreateInput) Validate() error {
+	if !orderIDRe.MatchString(in.OrderID) {
+		return Invalid("order_id", "order_id must be 1-64 characters of A-Z a-z 0-9 . _ : -")
+	}
+	if in.Amount <= 0 || in.Amount >= MaxAmount {
+		return Invalid("amount", "amount must be an integer in minor units, greater than 0 and less than 10^12")
+	}
+	if !currencyRe.MatchString(in.Currency) {
+		return Invalid("currency", "currency must be three upper-case letters (ISO 4217), e.g. EUR")
+	}
+	if len(in.CustomerContact) > 320 {
+		return Invalid("customer_contact", "customer_contact must be at most 320 characters")
+	}
+	return nil
+}
+
+// CreateResult is a Create's outcome. Created is false when an active session with the same
+// parameters already existed and was returned as it is now.
+type CreateResult struct {
+	Session Session
+	Created bool
+}
+
+// Create is Claim + Register (design.md, "The locking core" 1).
+//
+// Claim is a short transaction serialised per order by pg_advisory_xact_lock(LockCreateOrder,
+// hashtext(order_id)): read the order and its active session, decide, insert a Registering
+// session. Register runs after commit, outside any transaction and lock, with the gateway
+// idempotency key and reference derived from the session id, so a repeat after a lost answer
+// cannot create a second gateway payment and a concurrent Create never waits for the gateway.
+func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (CreateResult, error) {
+	if err := in.Validate(); err != nil {
+		return CreateResult{}, err
+	}
+	sess, created, err := s.claim(ctx, actor, in)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	if !created {
+		return CreateResult{Session: sess}, nil
+	}
+	if h := s.cfg.Hooks.BeforeRegister; h != nil {
+		h(ctx, sess.ID)
+	}
+	sess, err = s.register(ctx, actor, sess)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	return CreateResult{Session: sess, Created: true}, nil
+}
+
+func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
+	now := s.cfg.Clock.Now()
+	var out Session
+	var created bool
+	err := s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), in.OrderID); err != nil {
+			return dbError("create: lock", err, "")
+		}
+		// The order row exists from the first Create on; locking it keeps the lock order
+		// (order → session) and orders us after a Check that is marking it Paid.
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, customer_contact, created_at, updated_at)
+			VALUES ($1, nullif($2, ''), $3, $3) ON CONFLICT (order_id) DO NOTHING`, in.OrderID, in.CustomerContact, now); err != nil {
+			return dbError("create: order", err, "")
+		}
+		var orderStatus string
+		if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, in.OrderID).Scan(&orderStatus); err != nil {
+			return dbError("create: lock order", err, "")
+		}
+		active, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+			WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
+		hasActive := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return dbError("create: read active", err, "")
+		}
+		if h := s.cfg.Hooks.AfterClaimRead; h != nil {
+			h(ctx, in.OrderID)
+		}
+		switch {
+		case orderStatus == OrderPaid:
+			return Errorf(ECONFLICT, "order %s is already paid", in.OrderID)
+		case hasActive && active.Amount == in.Amount && active.Currency == in.Currency:
+			out = active
+			return nil
+		case hasActive:
+			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
+		}
+		id := uuid.NewString()
+		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
+		// between commit and the gateway's answer, another replica recovers it.
+		due := now.Add(s.cfg.RegisterGrace)
+		sess, err := scanSession(tx.QueryRow(ctx, `INSERT INTO payment_sessions
+			(id, order_id, amount, currency, status, gateway, customer_contact, next_check_at, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'Registering', $5, nullif($6, ''), $7, $8, $8)
+			RETURNING `+sessionColumns, id, in.OrderID, in.Amount, in.Currency, s.gw.Name(), in.CustomerContact, due, now))
+		if err != nil {
+			return dbError("create: insert", err, "")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = $2, customer_contact = coalesce(nullif($3, ''), customer_contact),
+			updated_at = $4 WHERE order_id = $1`, in.OrderID, id, in.CustomerContact, now); err != nil {
+			return dbError("create: order pointer", err, "")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+			VALUES ($1, NULL, 'Registering', $2, $3, 'created', $4)`, id, string(actor.Kind), actor.ID, now); err != nil {
+			return fmt.Errorf("create: event: %w", err)
+		}
+		out, created = sess, true
+		return nil
+	})
+	if err != nil {
+		return Session{}, false, err
+	}
+	return out, created, nil
+}
+
+// register asks the gateway to create the payment of a Registering session and applies the
+// answer: Registered (ok), Unknown (the gateway may have acted), Failed (a definitive refusal).
+// Not sent leaves it Registering for the sweeper: certain nothing happened, safe to repeat.
+func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	req := RegisterRequest{
+		IdempotencyKey: sess.ID,
+		Reference:      sess.Reference(),
+		Amount:         sess.Amount,
+		Currency:       sess.Currency,
+		ReturnURL:      s.cfg.ReturnURL(sess),
+	}
+	started := time.Now()
+	gp, gerr := s.gw.Register(ctx, req)
+	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
+	if gerr == nil {
+		return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered at the gateway")
+	}
+	// The request's context may be gone (client hung up); the outcome must still be written.
+	ctx = context.WithoutCancel(ctx)
+	now := s.cfg.Clock.Now()
+	var out Session
+	err := s.inTx(ctx, "register: apply", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status != StatusRegistering { // someone (sweeper, webhook) got there first
+			out = cur
+			return nil
+		}
+		switch FailureOf(gerr) {
+		case FailureDefinitive:
+			out, err = applyTransition(ctx, tx, sess.ID, StatusFailed, actor, "gateway refused registration: "+gerr.Error(), now, sessionPatch{})
+		case FailureNotSent:
+			next := now.Add(s.cfg.Backoff[0])
+			_, err = tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = $2, updated_at = $3 WHERE id = $1`, sess.ID, next, now)
+			out = cur
+			out.NextCheckAt = &next
+		default:
+			next := now.Add(s.cfg.Backoff[0])
+			out, err = applyTransition(ctx, tx, sess.ID, StatusUnknown, actor, "no trustworthy answer to registration: "+gerr.Error(), now, sessionPatch{nextCheckAt: &next})
+		}
+		return err
+	})
+	return out, err
+}
+
+func validUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}

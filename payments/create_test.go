@@ -1,0 +1,410 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+type createOut struct {
+	res payments.CreateResult
+	err error
+}
+
+func goCreate(svc *payments.Service, in payments.CreateInput) <-chan createOut {
+	ch := make(chan createOut, 1)
+	go func() {
+		res, err := svc.Create(context.Background(), api, in)
+		ch <- createOut{res, err}
+	}()
+	return ch
+}
+
+// Two Creates with the same parameters, the first parked right after its read with the advisory
+// lock held: the second must wait on the lock (seen in pg_locks), then read the first's session
+// and return it. One session, one gateway registration.
+func TestCreateTwoClicksOneRegistration(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterClaimRead = p.hook })
+	in := payments.CreateInput{OrderID: "order-1", Amount: 1999, Currency: "EUR"}
+
+	first := goCreate(b.svc, in)
+	mustWait(t, p.arrived, "first create to read")
+	second := goCreate(b.svc, in)
+	waitLockWaiters(t, b.pool, 1) // the second is blocked on pg_advisory_xact_lock
+	p.let(1)
+	// The first commits its claim; the second gets the lock and reads the committed session.
+	mustWait(t, p.arrived, "second create to read after the lock")
+	p.let(1)
+	r1 := mustWait(t, first, "first create")
+	r2 := mustWait(t, second, "second create")
+
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("errors: %v, %v", r1.err, r2.err)
+	}
+	if !r1.res.Created || r2.res.Created {
+		t.Fatalf("created flags = %v, %v; want true, false", r1.res.Created, r2.res.Created)
+	}
+	if r1.res.Session.ID != r2.res.Session.ID {
+		t.Fatalf("two sessions: %s and %s", r1.res.Session.ID, r2.res.Session.ID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 1 {
+		t.Fatalf("sessions = %d, want 1", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("gateway registrations = %d, want 1", n)
+	}
+	if got := r1.res.Session.Status; got != payments.StatusRegistered {
+		t.Fatalf("first status = %s, want Registered", got)
+	}
+}
+
+// naiveCreate is the bug the first seed article starts from: check, then insert, with no lock.
+// Kept here as the negative control.
+func naiveCreate(ctx context.Context, pool *pgxpool.Pool, gw payments.Gateway, in payments.CreateInput, afterRead func(context.Context, string)) (string, error) {
+	if _, err := pool.Exec(ctx, `INSERT INTO orders (order_id, created_at, updated_at) VALUES ($1, now(), now()) ON CONFLICT DO NOTHING`, in.OrderID); err != nil {
+		return "", err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx)
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_sessions WHERE order_id = $1 AND status IN ('Registering','Registered','Unknown','Authorized','Canceling')`, in.OrderID).Scan(&n); err != nil {
+		return "", err
+	}
+	afterRead(ctx, in.OrderID)
+	if n > 0 {
+		return "", nil
+	}
+	id := uuid.NewString()
+	if _, err := tx.Exec(ctx, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'Registering', 'fake', now(), now())`, id, in.OrderID, in.Amount, in.Currency); err != nil {
+		return "", err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return "", err
+	}
+	_, err = gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: id, Reference: id, Amount: in.Amount, Currency: in.Currency})
+	return id, err
+}
+
+// The negative control: the same schedule against check-then-insert produces two sessions and two
+// gateway registrations (with the partial index dropped, so only the lock could have prevented
+// it), and with the index present the second click fails on it instead of being answered.
+func TestCreateNaiveCheckThenInsertRegistersTwice(t *testing.T) {
+	t.Parallel()
+	for _, withIndex := range []bool{false, true} {
+		t.Run(fmt.Sprintf("index=%v", withIndex), func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			if !withIndex {
+				if _, err := b.pool.Exec(context.Background(), `DROP INDEX payment_sessions_one_active_per_order`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := newParker()
+			in := payments.CreateInput{OrderID: "order-1", Amount: 1999, Currency: "EUR"}
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() { _, err := naiveCreate(context.Background(), b.pool, b.gw, in, p.hook); errs <- err }()
+			}
+			mustWait(t, p.arrived, "first read")
+			mustWait(t, p.arrived, "second read") // both read "no active session"
+			p.let(2)
+			e1, e2 := mustWait(t, errs, "naive 1"), mustWait(t, errs, "naive 2")
+			if !withIndex {
+				if e1 != nil || e2 != nil {
+					t.Fatalf("errors: %v %v", e1, e2)
+				}
+				if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 2 {
+					t.Fatalf("naive sessions = %d, want 2 (the bug)", n)
+				}
+				if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+					t.Fatalf("naive registrations = %d, want 2 (the bug)", n)
+				}
+				return
+			}
+			var pe *pgconn.PgError
+			failed := e1
+			if failed == nil {
+				failed = e2
+			}
+			if !errors.As(failed, &pe) || pe.ConstraintName != "payment_sessions_one_active_per_order" {
+				t.Fatalf("want one click to hit the partial index, got %v / %v", e1, e2)
+			}
+		})
+	}
+}
+
+func TestCreateDifferentParametersConflict(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterClaimRead = p.hook })
+	first := goCreate(b.svc, payments.CreateInput{OrderID: "o", Amount: 1000, Currency: "EUR"})
+	mustWait(t, p.arrived, "first read")
+	second := goCreate(b.svc, payments.CreateInput{OrderID: "o", Amount: 2000, Currency: "EUR"})
+	waitLockWaiters(t, b.pool, 1)
+	p.let(1)
+	mustWait(t, p.arrived, "second read")
+	p.let(1)
+	r1, r2 := mustWait(t, first, "first"), mustWait(t, second, "second")
+	if r1.err != nil {
+		t.Fatal(r1.err)
+	}
+	if payments.ErrorCode(r2.err) != payments.ECONFLICT {
+		t.Fatalf("second = %v, want conflict", r2.err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	// Other currency, same amount: also a conflict.
+	p.let(1)
+	if _, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o", Amount: 1000, Currency: "USD"}); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("other currency = %v", err)
+	}
+}
+
+// 50 concurrent Creates for one order from two pools (two replicas) → one session, one
+// registration.
+func TestCreateFiftyClicksTwoReplicas(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	svcB := b.service(testdb.Pool(t, b.url), "replica-b")
+	in := payments.CreateInput{OrderID: "busy-order", Amount: 500, Currency: "USD"}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ids := make(chan string, 50)
+	errs := make(chan error, 50)
+	for i := range 50 {
+		svc := b.svc
+		if i%2 == 1 {
+			svc = svcB
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := svc.Create(context.Background(), api, in)
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- res.Session.ID
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(ids)
+	close(errs)
+	for err := range errs {
+		t.Errorf("create: %v", err)
+	}
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	if len(seen) != 1 {
+		t.Fatalf("distinct sessions returned = %d, want 1", len(seen))
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// While the gateway holds order A's registration, another Create for A returns at once with the
+// Registering session, and a Create for B is not held up by A.
+func TestCreateDoesNotWaitForGateway(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	a1 := goCreate(b.svc, payments.CreateInput{OrderID: "A", Amount: 100, Currency: "EUR"})
+	keyA := mustWait(t, gate.Arrived(), "A's registration at the gateway")
+
+	r, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "A", Amount: 100, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Created || r.Session.Status != payments.StatusRegistering || r.Session.ID != keyA {
+		t.Fatalf("repeat while registering = %+v, want the Registering session %s", r, keyA)
+	}
+	bOut := goCreate(b.svc, payments.CreateInput{OrderID: "B", Amount: 100, Currency: "EUR"})
+	keyB := mustWait(t, gate.Arrived(), "B's registration at the gateway")
+	if keyB == keyA {
+		t.Fatal("B registered with A's key")
+	}
+	gate.Open()
+	if out := mustWait(t, a1, "A"); out.err != nil || out.res.Session.Status != payments.StatusRegistered {
+		t.Fatalf("A = %+v", out)
+	}
+	if out := mustWait(t, bOut, "B"); out.err != nil || out.res.Session.Status != payments.StatusRegistered {
+		t.Fatalf("B = %+v", out)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Fatalf("registrations = %d, want 2", n)
+	}
+}
+
+// The partial unique index refuses a second active session inserted behind the protocol's back.
+func TestActiveSessionIndexRefusesBypass(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o", Amount: 100, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.pool.Exec(ctx, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, created_at, updated_at)
+		VALUES (gen_random_uuid(), 'o', 100, 'EUR', 'Authorized', 'fake', now(), now())`)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.ConstraintName != "payment_sessions_one_active_per_order" {
+		t.Fatalf("bypass insert = %v, want the partial index to refuse", err)
+	}
+	// A terminal session beside the active one is fine: history is not limited.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, created_at, updated_at)
+		VALUES (gen_random_uuid(), 'o', 100, 'EUR', 'Failed', 'fake', now(), now())`); err != nil {
+		t.Fatalf("terminal insert: %v", err)
+	}
+	_ = r
+}
+
+// Lost answer: the gateway processed the registration but the answer never came → Unknown. A
+// repeat Create with the same parameters returns that session and sends nothing.
+func TestCreateLostAnswerIsUnknownAndRepeatSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	in := payments.CreateInput{OrderID: "lost", Amount: 700, Currency: "EUR"}
+	r, err := b.svc.Create(ctx, api, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Session.Status != payments.StatusUnknown || !r.Created {
+		t.Fatalf("after lost answer = %s created=%v, want Unknown created", r.Session.Status, r.Created)
+	}
+	if b.gw.Payments() != 1 {
+		t.Fatalf("gateway payments = %d, want 1 (it did act)", b.gw.Payments())
+	}
+	r2, err := b.svc.Create(ctx, api, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Created || r2.Session.ID != r.Session.ID {
+		t.Fatalf("repeat = %+v", r2)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d, want 1", n)
+	}
+	// Check resolves it from the gateway by our reference: Registered, one gateway payment.
+	s, err := b.svc.Check(ctx, api, r.Session.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != payments.StatusRegistered || s.GatewayPaymentID == "" {
+		t.Fatalf("after check = %s %q", s.Status, s.GatewayPaymentID)
+	}
+	if b.gw.Payments() != 1 {
+		t.Fatalf("gateway payments = %d", b.gw.Payments())
+	}
+}
+
+func TestCreateOutcomesOfGatewayFailures(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fault fakegw.Fault
+		want  payments.Status
+	}{
+		{fakegw.Definitive, payments.StatusFailed},
+		{fakegw.Transient, payments.StatusUnknown},
+		{fakegw.NotSent, payments.StatusRegistering},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.want), func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			b.gw.Fail(fakegw.OpRegister, c.fault, 1)
+			r, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o", Amount: 1, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Session.Status != c.want {
+				t.Fatalf("status = %s, want %s", r.Session.Status, c.want)
+			}
+			o, _, err := b.svc.GetOrder(context.Background(), "o")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want == payments.StatusFailed && o.ActiveSessionID != "" {
+				t.Fatalf("failed session still active on the order")
+			}
+		})
+	}
+}
+
+func TestCreateValidation(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	bad := []struct {
+		in    payments.CreateInput
+		field string
+	}{
+		{payments.CreateInput{OrderID: "", Amount: 1, Currency: "EUR"}, "order_id"},
+		{payments.CreateInput{OrderID: "has space", Amount: 1, Currency: "EUR"}, "order_id"},
+		{payments.CreateInput{OrderID: string(make([]byte, 65)), Amount: 1, Currency: "EUR"}, "order_id"},
+		{payments.CreateInput{OrderID: "o", Amount: 0, Currency: "EUR"}, "amount"},
+		{payments.CreateInput{OrderID: "o", Amount: -5, Currency: "EUR"}, "amount"},
+		{payments.CreateInput{OrderID: "o", Amount: payments.MaxAmount, Currency: "EUR"}, "amount"},
+		{payments.CreateInput{OrderID: "o", Amount: 1, Currency: "eur"}, "currency"},
+		{payments.CreateInput{OrderID: "o", Amount: 1, Currency: "EURO"}, "currency"},
+	}
+	for _, c := range bad {
+		_, err := b.svc.Create(context.Background(), api, c.in)
+		var e *payments.Error
+		if !errors.As(err, &e) || e.Code != payments.EINVALID || e.Field != c.field {
+			t.Errorf("%+v: err = %v, want invalid %s", c.in, err, c.field)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders`); n != 0 {
+		t.Fatalf("invalid input wrote %d orders", n)
+	}
+	if b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatal("invalid input reached the gateway")
+	}
+}
+
+func TestCreateRefusedForPaidOrder(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "paid", Amount: 100, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(r.Session.GatewayPaymentID, payments.GatewaySucceeded)
+	if s, err := b.svc.Check(ctx, api, r.Session.ID); err != nil || s.Status != payments.StatusCompleted {
+		t.Fatalf("check = %v %v", s.Status, err)
+	}
+	_, err = b.svc.Create(ctx, api, payments.CreateInput{OrderID: "paid", Amount: 100, Currency: "EUR"})
+	if payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("create for paid order = %v, want conflict", err)
+	}
+	_ = pgx.ErrNoRows
+}

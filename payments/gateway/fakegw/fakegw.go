@@ -1,0 +1,368 @@
+// Package fakegw is an in-memory payments.Gateway for tests of the core: it counts calls per
+// operation, per idempotency key and per payment, fails on command (definitively, transiently,
+// "processed but the answer was lost", not sent), can ignore idempotency keys like an
+// untrustworthy gateway, and can hold calls of an operation at a gate so a test decides exactly
+// when each one proceeds.
+package fakegw
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"pitlane/payments"
+)
+
+// Operations, as counted.
+const (
+	OpRegister = "register"
+	OpStatus   = "status"
+	OpFind     = "find"
+	OpReverse  = "reverse"
+	OpRefund   = "refund"
+)
+
+// Fault is what the next call(s) of an operation do instead of answering normally.
+type Fault int
+
+const (
+	// Definitive: a 4xx refusal; nothing processed.
+	Definitive Fault = iota + 1
+	// Transient: a 5xx before processing; nothing processed, but the caller cannot know.
+	Transient
+	// LostAnswer: processed, then the answer was lost (timeout / broken connection).
+	LostAnswer
+	// NotSent: the connection was refused; nothing processed, and the caller knows it.
+	NotSent
+)
+
+// Gateway is the fake. The zero value is not usable; call New.
+type Gateway struct {
+	mu         sync.Mutex
+	seq        int
+	payments   map[string]*payments.GatewayPayment
+	byKey      map[string]string // register key → payment id
+	reverseKey map[string]string // reverse key → payment id
+	calls      map[string]int    // op → count
+	keyCalls   map[string]int    // op + "\x00" + key → count
+	idCalls    map[string]int    // op + "\x00" + payment id → count
+	faults     map[string][]Fault
+	gates      map[string]*Gate
+	ignoreKeys bool
+	now        func() time.Time
+}
+
+// New returns an empty fake gateway.
+func New() *Gateway {
+	return &Gateway{
+		payments:   map[string]*payments.GatewayPayment{},
+		byKey:      map[string]string{},
+		reverseKey: map[string]string{},
+		calls:      map[string]int{},
+		keyCalls:   map[string]int{},
+		idCalls:    map[string]int{},
+		faults:     map[string][]Fault{},
+		gates:      map[string]*Gate{},
+		now:        func() time.Time { return time.Unix(1764489600, 0).UTC() },
+	}
+}
+
+func (g *Gateway) Name() string { return "fake" }
+
+// Fail makes the next n calls of op fail with f (queued after faults already set).
+func (g *Gateway) Fail(op string, f Fault, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for range n {
+		g.faults[op] = append(g.faults[op], f)
+	}
+}
+
+// IgnoreKeys makes the fake behave like a gateway that cannot be trusted with idempotency keys.
+func (g *Gateway) IgnoreKeys(on bool) {
+	g.mu.Lock()
+	g.ignoreKeys = on
+	g.mu.Unlock()
+}
+
+// Calls returns how many calls of op arrived (whatever their outcome).
+func (g *Gateway) Calls(op string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[op]
+}
+
+// KeyCalls returns how many calls of op carried key.
+func (g *Gateway) KeyCalls(op, key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.keyCalls[op+"\x00"+key]
+}
+
+// PaymentCalls returns how many calls of op (status, reverse) named the payment id.
+func (g *Gateway) PaymentCalls(op, id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.idCalls[op+"\x00"+id]
+}
+
+// Payments returns how many payments the gateway holds (what a customer could be charged for).
+func (g *Gateway) Payments() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.payments)
+}
+
+// PaymentsWithReference counts the gateway payments carrying a reference.
+func (g *Gateway) PaymentsWithReference(ref string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, p := range g.payments {
+		if p.Reference == ref {
+			n++
+		}
+	}
+	return n
+}
+
+// SetStatus moves a gateway payment (the customer approved, the gateway captured, …).
+func (g *Gateway) SetStatus(id string, st payments.GatewayStatus) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p, ok := g.payments[id]; ok {
+		p.Status = st
+		if st == payments.GatewayDeclined {
+			p.DeclineCode = "card_declined"
+		}
+	}
+}
+
+// SetStatusByReference moves every payment carrying ref.
+func (g *Gateway) SetStatusByReference(ref string, st payments.GatewayStatus) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.payments {
+		if p.Reference == ref {
+			p.Status = st
+		}
+	}
+}
+
+// Payment returns a copy of one gateway payment.
+func (g *Gateway) Payment(id string) (payments.GatewayPayment, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.payments[id]
+	if !ok {
+		return payments.GatewayPayment{}, false
+	}
+	return *p, true
+}
+
+// Gate holds calls of one operation until the test lets them go.
+type Gate struct {
+	arrived chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+// Hold makes every later call of op stop at a gate: it announces itself on Arrived (with its key
+// or payment id) and waits for Release/Open, or for its context to end (→ an unknown failure,
+// like a client timeout).
+func (g *Gateway) Hold(op string) *Gate {
+	gate := &Gate{arrived: make(chan string, 10000), release: make(chan struct{})}
+	g.mu.Lock()
+	g.gates[op] = gate
+	g.mu.Unlock()
+	return gate
+}
+
+// Unhold removes the gate of op (calls already waiting stay until released).
+func (g *Gateway) Unhold(op string) {
+	g.mu.Lock()
+	delete(g.gates, op)
+	g.mu.Unlock()
+}
+
+// Arrived announces each held call.
+func (gt *Gate) Arrived() <-chan string { return gt.arrived }
+
+// Release lets one held call proceed.
+func (gt *Gate) Release() { gt.release <- struct{}{} }
+
+// Open lets every held call, now and later, proceed.
+func (gt *Gate) Open() { gt.once.Do(func() { close(gt.release) }) }
+
+// enter counts a call, waits at a gate if one is set, and returns the fault to apply (0 = none).
+func (g *Gateway) enter(ctx context.Context, op, key, id string) (Fault, error) {
+	g.mu.Lock()
+	g.calls[op]++
+	if key != "" {
+		g.keyCalls[op+"\x00"+key]++
+	}
+	if id != "" {
+		g.idCalls[op+"\x00"+id]++
+	}
+	gate := g.gates[op]
+	g.mu.Unlock()
+	if gate != nil {
+		tag := key
+		if tag == "" {
+			tag = id
+		}
+		gate.arrived <- tag
+		select {
+		case <-gate.release:
+		case <-ctx.Done():
+			return 0, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Err: ctx.Err()}
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if q := g.faults[op]; len(q) > 0 {
+		g.faults[op] = q[1:]
+		return q[0], nil
+	}
+	return 0, nil
+}
+
+func failure(op string, f Fault) error {
+	switch f {
+	case Definitive:
+		return &payments.GatewayError{Kind: payments.FailureDefinitive, Op: op, HTTPStatus: 400, Code: "invalid_request"}
+	case Transient:
+		return &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, HTTPStatus: 503, Err: fmt.Errorf("service unavailable")}
+	case LostAnswer:
+		return &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Err: context.DeadlineExceeded}
+	case NotSent:
+		return &payments.GatewayError{Kind: payments.FailureNotSent, Op: op, Err: fmt.Errorf("connection refused")}
+	}
+	return nil
+}
+
+func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	f, err := g.enter(ctx, OpRegister, req.IdempotencyKey, "")
+	if err != nil {
+		return payments.GatewayPayment{}, err
+	}
+	if f != 0 && f != LostAnswer {
+		return payments.GatewayPayment{}, failure(OpRegister, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if id, ok := g.byKey[req.IdempotencyKey]; ok && !g.ignoreKeys {
+		p := *g.payments[id]
+		if f == LostAnswer {
+			return payments.GatewayPayment{}, failure(OpRegister, f)
+		}
+		return p, nil
+	}
+	g.seq++
+	id := fmt.Sprintf("gp_fake_%d", g.seq)
+	p := &payments.GatewayPayment{ID: id, Status: payments.GatewayPending, Amount: req.Amount, Currency: req.Currency,
+		Reference: req.Reference, ConfirmationURL: "https://fake.gateway/pay/" + id, Created: g.now().Add(time.Duration(g.seq) * time.Second)}
+	g.payments[id] = p
+	g.byKey[req.IdempotencyKey] = id
+	if f == LostAnswer {
+		return payments.GatewayPayment{}, failure(OpRegister, f)
+	}
+	return *p, nil
+}
+
+func (g *Gateway) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
+	f, err := g.enter(ctx, OpStatus, "", id)
+	if err != nil {
+		return payments.GatewayPayment{}, err
+	}
+	if f != 0 {
+		return payments.GatewayPayment{}, failure(OpStatus, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.payments[id]
+	if !ok {
+		return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpStatus, HTTPStatus: 404, Code: "not_found"}
+	}
+	return *p, nil
+}
+
+func (g *Gateway) FindByReference(ctx context.Context, ref string) ([]payments.GatewayPayment, error) {
+	f, err := g.enter(ctx, OpFind, "", ref)
+	if err != nil {
+		return nil, err
+	}
+	if f != 0 {
+		return nil, failure(OpFind, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []payments.GatewayPayment
+	for _, p := range g.payments {
+		if p.Reference == ref {
+			out = append(out, *p)
+		}
+	}
+	// newest first
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Created.After(out[j-1].Created); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out, nil
+}
+
+func (g *Gateway) Reverse(ctx context.Context, id, key string) (payments.GatewayPayment, error) {
+	f, err := g.enter(ctx, OpReverse, key, id)
+	if err != nil {
+		return payments.GatewayPayment{}, err
+	}
+	if f != 0 && f != LostAnswer {
+		return payments.GatewayPayment{}, failure(OpReverse, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.payments[id]
+	if !ok {
+		return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpReverse, HTTPStatus: 404, Code: "not_found"}
+	}
+	if prev, ok := g.reverseKey[key]; ok && prev == id && p.Status == payments.GatewayReversed {
+		if f == LostAnswer {
+			return payments.GatewayPayment{}, failure(OpReverse, f)
+		}
+		return *p, nil
+	}
+	switch p.Status {
+	case payments.GatewayPending, payments.GatewayAuthorized:
+		p.Status = payments.GatewayReversed
+		g.reverseKey[key] = id
+	case payments.GatewayReversed:
+	default:
+		return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpReverse, HTTPStatus: 409,
+			Code: "not_reversible", GatewayStatus: p.Status}
+	}
+	if f == LostAnswer {
+		return payments.GatewayPayment{}, failure(OpReverse, f)
+	}
+	return *p, nil
+}
+
+func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (payments.GatewayRefund, error) {
+	f, err := g.enter(ctx, OpRefund, key, id)
+	if err != nil {
+		return payments.GatewayRefund{}, err
+	}
+	if f != 0 {
+		return payments.GatewayRefund{}, failure(OpRefund, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.payments[id]
+	if !ok || p.Status != payments.GatewaySucceeded {
+		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
+	}
+	return payments.GatewayRefund{ID: "rf_" + key, PaymentID: id, Amount: amount, Status: "succeeded"}, nil
+}
+
+var _ payments.Gateway = (*Gateway)(nil)

@@ -1,0 +1,107 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+type bench struct {
+	url   string
+	pool  *pgxpool.Pool
+	gw    *fakegw.Gateway
+	clock *payments.ManualClock
+	svc   *payments.Service
+}
+
+// newBench gives a test its own migrated database, a fake gateway, a manual clock and a service.
+func newBench(t *testing.T, mod ...func(*payments.Config)) *bench {
+	t.Helper()
+	url := testdb.NewURL(t)
+	b := &bench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(t0)}
+	b.svc = b.service(b.pool, "replica-a", mod...)
+	return b
+}
+
+// service builds another service (another "replica") over a pool of the same database.
+func (b *bench) service(pool *pgxpool.Pool, replica string, mod ...func(*payments.Config)) *payments.Service {
+	cfg := payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: replica, CodeSecret: []byte("test-secret"),
+		LockTimeout: 10 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return payments.NewService(pool, cfg)
+}
+
+func (b *bench) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("count %q: %v", sql, err)
+	}
+	return n
+}
+
+// waitLockWaiters waits until at least n backends wait for a lock (pg_locks not granted):
+// how a test knows a concurrent operation is blocked exactly where the protocol says it must be.
+func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting int
+		if err := pool.QueryRow(context.Background(),
+			`SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatalf("pg_locks: %v", err)
+		}
+		if waiting >= n {
+			return
+		}
+	}
+	t.Fatalf("no %d backends ever waited for a lock", n)
+}
+
+// parker is a hook that stops each caller until the test releases it.
+type parker struct {
+	arrived chan string
+	release chan struct{}
+}
+
+func newParker() *parker {
+	return &parker{arrived: make(chan string, 1000), release: make(chan struct{}, 1000)}
+}
+
+func (p *parker) hook(ctx context.Context, id string) {
+	p.arrived <- id
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+	}
+}
+
+func (p *parker) let(n int) {
+	for range n {
+		p.release <- struct{}{}
+	}
+}
+
+func mustWait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
+
+var api = payments.Actor{Kind: payments.ActorAPI, ID: "test-client"}

@@ -1,0 +1,30 @@
+package payments
+
+// LockNamespace is the first key of every advisory lock pitlane takes:
+// pg_advisory_xact_lock(namespace int4, hashtext(id)). This is the one list of namespaces; the
+// console decodes pg_locks (classid = namespace, objid = hashtext(id)) with it.
+//
+// Only transaction-scoped advisory locks are used (the *_xact_* functions), always after
+// `SET LOCAL lock_timeout`, so they vanish with the transaction, never outlive a crashed request,
+// and work through pgbouncer in transaction mode. No lock is ever held across a gateway call.
+type LockNamespace int32
+
+const (
+	// LockCreateOrder serialises the Claim step of Create for one order id: read the active
+	// session, decide, insert — as one critical section per order, across replicas.
+	LockCreateOrder LockNamespace = 1001
+	// LockIdempotencyKey serialises acquisition of one API idempotency key (client, key).
+	LockIdempotencyKey LockNamespace = 1002
+	// LockIntentKey serialises acquisition of one derived business-intent key.
+	LockIntentKey LockNamespace = 1003
+	// LockReconcile lets one replica at a time run reconciliation (pg_try_advisory_xact_lock).
+	LockReconcile LockNamespace = 1004
+)
+
+// LockNamespaceNames names each namespace for people (console, docs).
+var LockNamespaceNames = map[LockNamespace]string{
+	LockCreateOrder:    "create-order",
+	LockIdempotencyKey: "idempotency-key",
+	LockIntentKey:      "intent-key",
+	LockReconcile:      "reconcile",
+}

@@ -1,0 +1,385 @@
+// Package payments is pitlane's locking core: payment sessions and their one transition
+// function, Create (Claim + Register), Check, Cancel with one-time codes, the sweeper, the
+// ledger and finance cases. Its SQL lives here because the locking protocol IS the domain.
+//
+// Rules every entry point follows:
+//   - Lock order: order row → session row → finance rows (ledger, cases). Deadlocks are bugs.
+//   - No transaction is open while the gateway is called; gateway calls happen before (Check)
+//     or after (Create, Cancel) a short transaction.
+//   - Every status change is a guarded UPDATE … WHERE status = ANY(allowed) RETURNING that must
+//     touch exactly one row, with a timeline event in the same transaction.
+//   - READ COMMITTED everywhere; correctness comes from row locks and guards, not isolation level.
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ActorKind says who caused a change (timeline, audit).
+type ActorKind string
+
+const (
+	ActorCustomer ActorKind = "customer"
+	ActorAPI      ActorKind = "api"
+	ActorStaff    ActorKind = "staff"
+	ActorSweeper  ActorKind = "sweeper"
+	ActorWebhook  ActorKind = "webhook"
+	ActorSystem   ActorKind = "system"
+)
+
+// Actor is who asked: a kind and an id (API client id, staff email, replica id, event id).
+type Actor struct {
+	Kind ActorKind
+	ID   string
+}
+
+// Session is one payment session.
+type Session struct {
+	ID               string
+	OrderID          string
+	Amount           int64
+	Currency         string
+	Status           Status
+	Gateway          string
+	GatewayPaymentID string
+	ConfirmationURL  string
+	CustomerContact  string
+	NextCheckAt      *time.Time
+	CheckAttempts    int
+	LeaseOwner       string
+	LeaseUntil       *time.Time
+	FlaggedAt        *time.Time
+	FlagReason       string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// Reference is what the gateway stores as our reference for this session.
+func (s Session) Reference() string { return s.ID }
+
+// Hooks let tests stop the core at precise points to build interleavings on purpose. Each hook
+// runs synchronously; a nil hook does nothing. Never set in production.
+type Hooks struct {
+	// AfterClaimRead runs inside Create's claim transaction, after the active session was read
+	// and before the decision is written (the advisory lock is held).
+	AfterClaimRead func(ctx context.Context, orderID string)
+	// AfterGatewayStatus runs in Check after the gateway answered and before the apply
+	// transaction begins.
+	AfterGatewayStatus func(ctx context.Context, sessionID string, gp GatewayPayment)
+	// AfterApplyLock runs inside the apply transaction once the order and session rows are locked.
+	AfterApplyLock func(ctx context.Context, sessionID string)
+	// BeforeRegister runs in Create after the claim committed and before the gateway is called.
+	BeforeRegister func(ctx context.Context, sessionID string)
+	// AfterCancelLock runs inside ConfirmCancel once the order and session rows are locked.
+	AfterCancelLock func(ctx context.Context, sessionID string)
+	// AfterSweepClaim runs after a sweeper committed its claim of due sessions.
+	AfterSweepClaim func(ctx context.Context, ids []string)
+}
+
+// Config configures a Service. Zero values get safe defaults (see NewService).
+type Config struct {
+	Gateway  Gateway
+	Clock    Clock
+	Notifier Notifier // optional: besides the outbox, deliver customer messages here
+	Logger   *slog.Logger
+	// ReplicaID names this replica in leases and gateway call logs.
+	ReplicaID string
+	// LockTimeout bounds every lock wait (SET LOCAL lock_timeout).
+	LockTimeout time.Duration
+	// CodeSecret keys the HMAC that one-time codes are stored as.
+	CodeSecret []byte
+	// ReturnURL builds the URL the gateway sends the customer back to after paying.
+	ReturnURL func(s Session) string
+	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
+	CodeTTL      time.Duration
+	CodeAttempts int
+	// Sweeper settings: batch size, lease length, backoff schedule (see sweeper.go).
+	SweepBatch    int
+	LeaseDuration time.Duration
+	Backoff       []time.Duration
+	// RegisterGrace is how long after a claim the sweeper leaves a Registering session alone,
+	// so it never races the Create that is still registering it.
+	RegisterGrace time.Duration
+	Hooks         Hooks
+}
+
+// Service is the locking core. It is safe for concurrent use; all coordination between
+// goroutines and replicas happens in PostgreSQL.
+type Service struct {
+	db  *pgxpool.Pool
+	gw  Gateway
+	cfg Config
+	log *slog.Logger
+}
+
+// NewService builds the core over a pool and a gateway.
+func NewService(db *pgxpool.Pool, cfg Config) *Service {
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = 5 * time.Second
+	}
+	if cfg.ReturnURL == nil {
+		cfg.ReturnURL = func(Session) string { return "" }
+	}
+	if cfg.CodeTTL == 0 {
+		cfg.CodeTTL = 10 * time.Minute
+	}
+	if cfg.CodeAttempts == 0 {
+		cfg.CodeAttempts = 5
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = 100
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = time.Minute
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.RegisterGrace == 0 {
+		cfg.RegisterGrace = 30 * time.Second
+	}
+	if len(cfg.CodeSecret) == 0 {
+		// A service without a configured secret still hashes codes; they just do not survive
+		// a restart with a different process. config requires SECRET_KEY in serve.
+		cfg.CodeSecret = []byte("pitlane-unset-secret")
+	}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger}
+}
+
+// DB exposes the pool for read models (console) that live beside the core.
+func (s *Service) DB() *pgxpool.Pool { return s.db }
+
+// Gateway returns the gateway the service talks to.
+func (s *Service) Gateway() Gateway { return s.gw }
+
+// Now is the service clock's time.
+func (s *Service) Now() time.Time { return s.cfg.Clock.Now() }
+
+const sessionColumns = `id::text, order_id, amount, currency, status, gateway,
+	coalesce(gateway_payment_id, ''), coalesce(confirmation_url, ''), coalesce(customer_contact, ''),
+	next_check_at, check_attempts, coalesce(lease_owner, ''), lease_until, flagged_at,
+	coalesce(flag_reason, ''), created_at, updated_at`
+
+func scanSession(row pgx.Row) (Session, error) {
+	var s Session
+	var st string
+	err := row.Scan(&s.ID, &s.OrderID, &s.Amount, &s.Currency, &st, &s.Gateway,
+		&s.GatewayPaymentID, &s.ConfirmationURL, &s.CustomerContact,
+		&s.NextCheckAt, &s.CheckAttempts, &s.LeaseOwner, &s.LeaseUntil, &s.FlaggedAt,
+		&s.FlagReason, &s.CreatedAt, &s.UpdatedAt)
+	s.Status = Status(st)
+	return s, err
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Get returns one session.
+func (s *Service) Get(ctx context.Context, id string) (Session, error) {
+	if !validUUID(id) {
+		return Session{}, Errorf(ENOTFOUND, "payment %q not found", id)
+	}
+	return getSession(ctx, s.db, id)
+}
+
+func getSession(ctx context.Context, q querier, id string) (Session, error) {
+	sess, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1`, id))
+	if err != nil {
+		return Session{}, dbError("get session", err, "payment %q not found", id)
+	}
+	return sess, nil
+}
+
+// Order is an order as pitlane knows it.
+type Order struct {
+	OrderID         string
+	Status          string // AwaitingPayment | Paid
+	ActiveSessionID string
+	PaidSessionID   string
+	CustomerContact string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// Order statuses.
+const (
+	OrderAwaitingPayment = "AwaitingPayment"
+	OrderPaid            = "Paid"
+)
+
+// GetOrder returns an order and its sessions, oldest first.
+func (s *Service) GetOrder(ctx context.Context, orderID string) (Order, []Session, error) {
+	var o Order
+	err := s.db.QueryRow(ctx, `SELECT order_id, status, coalesce(active_session_id::text, ''),
+		coalesce(paid_session_id::text, ''), coalesce(customer_contact, ''), created_at, updated_at
+		FROM orders WHERE order_id = $1`, orderID).Scan(&o.OrderID, &o.Status, &o.ActiveSessionID,
+		&o.PaidSessionID, &o.CustomerContact, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return Order{}, nil, dbError("get order", err, "order %q not found", orderID)
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 ORDER BY created_at, id`, orderID)
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("get order sessions: %w", err)
+	}
+	sessions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("get order sessions: %w", err)
+	}
+	return o, sessions, nil
+}
+
+// dbError is the one edge where database errors become domain errors: no rows → ENOTFOUND
+// (with the given message), a lock timeout → EUNAVAIL, a violation of the one-active-session
+// index → ECONFLICT. Constraint names, never message texts, decide.
+func dbError(op string, err error, notFoundFormat string, args ...any) error {
+	if errors.Is(err, pgx.ErrNoRows) && notFoundFormat != "" {
+		return Errorf(ENOTFOUND, notFoundFormat, args...)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "55P03": // lock_not_available: lock_timeout fired
+			return &Error{Code: EUNAVAIL, Message: "the payment is busy; try again", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "payment_sessions_one_active_per_order":
+			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "accounting_entries_one_payment_received":
+			return &Error{Code: ECONFLICT, Message: "the order already has a PaymentReceived entry", Err: err}
+		case pe.Code == "40P01":
+			// A deadlock is a bug in the lock order, not a retry case: report it loudly.
+			return fmt.Errorf("%s: DEADLOCK (lock order violated): %w", op, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
+// unknown outcome; callers read the state back rather than repeating blindly.
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", op, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("%s: lock_timeout: %w", op, err)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbError(op+": commit", err, "")
+	}
+	return nil
+}
+
+// sessionPatch lists the columns a transition may change besides status.
+type sessionPatch struct {
+	gatewayPaymentID string // set when non-empty
+	confirmationURL  string // set when non-empty
+	nextCheckAt      *time.Time
+	clearNextCheck   bool
+}
+
+// applyTransition is THE one way a session's status changes: a guarded UPDATE over the edges of
+// the transitions table that must touch exactly one row, and a timeline event in the same
+// transaction. Entering a terminal state releases the order's active-session pointer and the
+// sweeper's interest. It does not do money: Completed's ledger entry is completeOrder's job,
+// called by the caller in the same transaction.
+func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor Actor, reason string, now time.Time, p sessionPatch) (Session, error) {
+	from := allowedFrom(to)
+	if len(from) == 0 {
+		return Session{}, Errorf(ECONFLICT, "no transition leads to %s", to)
+	}
+	var prev string
+	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
+		return Session{}, dbError("transition: read", err, "payment %q not found", id)
+	}
+	next := p.nextCheckAt
+	clear := p.clearNextCheck || to.Terminal()
+	sess, err := scanSession(tx.QueryRow(ctx, `
+		UPDATE payment_sessions SET
+			status = $2,
+			gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
+			confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
+			next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
+			updated_at = $7
+		WHERE id = $1 AND status = ANY($8)
+		RETURNING `+sessionColumns,
+		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
+	}
+	if err != nil {
+		return Session{}, dbError("transition", err, "")
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, prev, string(to), string(actor.Kind), actor.ID, reason, now); err != nil {
+		return Session{}, fmt.Errorf("transition: event: %w", err)
+	}
+	if to.Terminal() && to != StatusCompleted {
+		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = NULL, updated_at = $3
+			WHERE order_id = $1 AND active_session_id = $2`, sess.OrderID, id, now); err != nil {
+			return Session{}, fmt.Errorf("transition: release order: %w", err)
+		}
+	}
+	return sess, nil
+}
+
+// lockOrderAndSession takes the two row locks in THE order (order, then session) and returns the
+// session as it is now, under lock.
+func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID string) (Session, error) {
+	var status string
+	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
+		return Session{}, dbError("lock order", err, "order %q not found", orderID)
+	}
+	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID))
+	if err != nil {
+		return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
+	}
+	return sess, nil
+}
+
+// logGatewayCall records one gateway call outside any transaction (it must survive a rollback of
+// whatever follows: the call happened).
+func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string, started time.Time, err error) {
+	outcome := "ok"
+	status := 0
+	detail := ""
+	if err != nil {
+		outcome = string(FailureOf(err))
+		var ge *GatewayError
+		if errors.As(err, &ge) {
+			status = ge.HTTPStatus
+		}
+		detail = err.Error()
+	}
+	var sid any
+	if sessionID != "" {
+		sid = sessionID
+	}
+	latency := time.Since(started).Milliseconds()
+	if _, lerr := s.db.Exec(context.WithoutCancel(ctx), `INSERT INTO gateway_calls
+		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
+		VALUES ($1, $2, $3, $4, nullif($5, 0), $6, $7, $8, $9)`,
+		sid, op, key, outcome, status, latency, detail, s.cfg.ReplicaID, s.cfg.Clock.Now()); lerr != nil {
+		s.log.Error("log gateway call", "err", lerr, "op", op, "session", sessionID)
+	}
+}
