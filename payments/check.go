@@ -10,12 +10,12 @@ import (
 
 // Finance case kinds.
 const (
-	CaseLatePayment        = "late_payment"         // the gateway took money for a Failed/Canceled session
-	CaseCancelLostRace     = "cancel_lost_race"     // a cancel was requested but the payment succeeded first
-	CaseUnexpectedReversal = "unexpected_reversal"  // the gateway reversed a payment we did not ask to reverse
-	CaseGatewayMismatch    = "gateway_mismatch"     // the gateway contradicts a Completed session or its id
+	CaseLatePayment        = "late_payment"              // the gateway took money for a Failed/Canceled session
+	CaseCancelLostRace     = "cancel_lost_race"          // a cancel was requested but the payment succeeded first
+	CaseUnexpectedReversal = "unexpected_reversal"       // the gateway reversed a payment we did not ask to reverse
+	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session or its id
 	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
-	CaseSweepExhausted     = "sweep_exhausted"      // the sweeper's schedule ran out without a final answer
+	CaseSweepExhausted     = "sweep_exhausted"           // the sweeper's schedule ran out without a final answer
 )
 
 // Check asks the gateway about a session and applies the answer exactly once (design.md, "The

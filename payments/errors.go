@@ -8,15 +8,15 @@ import (
 // Error codes of the domain. The web layer maps them to HTTP status in exactly one place
 // (web's error handler); nothing else looks at status codes.
 const (
-	EINVALID  = "invalid"        // bad input; the message names the field → 422 (or 400)
-	ENOTFOUND = "not_found"      // → 404
-	ECONFLICT = "conflict"       // state does not allow it, other parameters active, … → 409
-	EEXPIRED  = "expired"        // a one-time code past its expiry → 410
-	ELOCKED   = "locked"         // attempts used up → 429
-	EWRONG    = "wrong_code"     // a one-time code that does not match → 422
-	EBUSY     = "busy"           // the same work is in flight elsewhere; retry later → 409 + Retry-After
-	EUNAVAIL  = "unavailable"    // a lock or dependency timed out → 503
-	EINTERNAL = "internal"       // a bug or an unexpected failure → 500, logged
+	EINVALID  = "invalid"     // bad input; the message names the field → 422 (or 400)
+	ENOTFOUND = "not_found"   // → 404
+	ECONFLICT = "conflict"    // state does not allow it, other parameters active, … → 409
+	EEXPIRED  = "expired"     // a one-time code past its expiry → 410
+	ELOCKED   = "locked"      // attempts used up → 429
+	EWRONG    = "wrong_code"  // a one-time code that does not match → 422
+	EBUSY     = "busy"        // the same work is in flight elsewhere; retry later → 409 + Retry-After
+	EUNAVAIL  = "unavailable" // a lock or dependency timed out → 503
+	EINTERNAL = "internal"    // a bug or an unexpected failure → 500, logged
 )
 
 // Error is the one error type of the domain: a code for machines and a message for people.

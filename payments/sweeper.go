@@ -200,4 +200,3 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
-
