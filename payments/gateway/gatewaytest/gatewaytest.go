@@ -606,7 +606,24 @@ func (g *gw) inFlight(t *testing.T) {
 		t.Fatalf("the first request was never held: %v", err)
 	}
 
-	expect(t, g.do(t, req{method: "POST", path: "/v1/payments", key: key, body: body}), http.StatusConflict, "idempotency_key_in_use")
+	// The second request must be refused at once. If the server takes it in instead, it is held
+	// too: notice that (a second held call) rather than waiting for a timeout.
+	secondDone := make(chan resp, 1)
+	go func() { secondDone <- g.rawDo(ctx, req{method: "POST", path: "/v1/payments", key: key, body: body}) }()
+	heldCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	held := make(chan error, 1)
+	go func() { held <- parked(heldCtx, 2) }()
+	select {
+	case second := <-secondDone:
+		stopWatching()
+		expect(t, second, http.StatusConflict, "idempotency_key_in_use")
+	case err := <-held:
+		if err == nil {
+			t.Fatal("a second request with the key in flight was taken in for processing instead of 409 idempotency_key_in_use")
+		}
+		t.Fatalf("watching for a second held request: %v", err)
+	}
 
 	if err := release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
