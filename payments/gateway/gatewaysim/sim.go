@@ -146,7 +146,8 @@ type Faults struct {
 	// DropRate is the probability that a call is processed and its answer then dropped: the
 	// connection is closed without a byte written.
 	DropRate float64
-	// DropNext drops the answers of the next N processed calls.
+	// DropNext drops the answers of the next N processed calls. A replay of a finished key
+	// counts as processed: its answer can be lost as well.
 	DropNext int
 }
 

@@ -18,12 +18,12 @@ import (
 // possibly duplicated, possibly out of order, possibly late"; these make each of those happen.
 type WebhookFaults struct {
 	// Duplicate sends every event this many extra times (same event id, same body).
-	Duplicate int `json:"duplicate"`
+	Duplicate int
 	// Delay holds every event this long (wall clock) before its first attempt.
-	Delay time.Duration `json:"-"`
+	Delay time.Duration
 	// Reorder holds a payment's events until it reaches a final status, then sends them newest
 	// first: "succeeded" arrives before "authorized".
-	Reorder bool `json:"reorder"`
+	Reorder bool
 }
 
 // Delivery is one attempt to deliver one copy of an event.
