@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -406,5 +405,4 @@ func TestCreateRefusedForPaidOrder(t *testing.T) {
 	if payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("create for paid order = %v, want conflict", err)
 	}
-	_ = pgx.ErrNoRows
 }

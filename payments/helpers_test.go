@@ -20,6 +20,7 @@ type bench struct {
 	gw    *fakegw.Gateway
 	clock *payments.ManualClock
 	svc   *payments.Service
+	plain *payments.Service // same database, gateway and clock, no hooks: for setting up
 }
 
 // newBench gives a test its own migrated database, a fake gateway, a manual clock and a service.
@@ -28,6 +29,7 @@ func newBench(t *testing.T, mod ...func(*payments.Config)) *bench {
 	url := testdb.NewURL(t)
 	b := &bench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(t0)}
 	b.svc = b.service(b.pool, "replica-a", mod...)
+	b.plain = b.service(b.pool, "setup")
 	return b
 }
 

@@ -1,0 +1,384 @@
+package payments_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+var codeRe = regexp.MustCompile(`is (\d{6})\.`)
+
+// lastCode reads the code the customer received (the outbox is the notification sink).
+func (b *bench) lastCode(t *testing.T, sessionID string) string {
+	t.Helper()
+	var body string
+	if err := b.pool.QueryRow(context.Background(), `SELECT body FROM outbox WHERE payment_id = $1 AND kind = 'cancel_code' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&body); err != nil {
+		t.Fatalf("no code in the outbox: %v", err)
+	}
+	m := codeRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no code in %q", body)
+	}
+	return m[1]
+}
+
+func otherCode(code string) string {
+	if code == "000000" {
+		return "000001"
+	}
+	return "000000"
+}
+
+func TestCancelHappyPathAndReplay(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ch.ExpiresAt.Equal(t0.Add(10 * time.Minute)) {
+		t.Fatalf("expires at %v", ch.ExpiresAt)
+	}
+	code := b.lastCode(t, sess.ID)
+	// The code is stored only as a keyed hash.
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE position($1::bytea in code_hash) > 0 OR encode(code_hash, 'escape') LIKE '%'||$2||'%'`, []byte(code), code); n != 0 {
+		t.Fatal("the code is stored in clear")
+	}
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Replayed || res.Session.Status != payments.StatusCanceled {
+		t.Fatalf("confirm = %+v", res)
+	}
+	again, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
+	if err != nil || !again.Replayed || again.Session.Status != payments.StatusCanceled {
+		t.Fatalf("same code again = %+v %v", again, err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("gateway reverses = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1`, sess.ID); n != 1 {
+		t.Fatalf("reverse operations = %d", n)
+	}
+	// A canceled payment cannot be canceled again.
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("request cancel of Canceled = %v", err)
+	}
+	// The reverse used the operation's id as the idempotency key.
+	var opID string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID); err != nil {
+		t.Fatal(err)
+	}
+	if b.gw.KeyCalls(fakegw.OpReverse, opID) != 1 {
+		t.Fatal("reverse not sent with the operation id as key")
+	}
+}
+
+type confirmOut struct {
+	r   payments.ConfirmResult
+	err error
+}
+
+func goConfirm(svc *payments.Service, id, ch, code string) <-chan confirmOut {
+	out := make(chan confirmOut, 1)
+	go func() {
+		r, err := svc.ConfirmCancel(context.Background(), api, id, ch, code)
+		out <- confirmOut{r, err}
+	}()
+	return out
+}
+
+// The same code confirmed twice at once from two replicas: the first holds the locks while the
+// second is seen waiting; one reverse operation, one gateway reverse, the second is a replay.
+func TestCancelSameCodeTwoReplicas(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterCancelLock = p.hook })
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.Hooks.AfterCancelLock = p.hook })
+	sess := b.registered(t, "o-2x", 1000)
+	ch, err := b.plain.RequestCancel(context.Background(), api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	c1 := goConfirm(b.svc, sess.ID, ch.ID, code)
+	mustWait(t, p.arrived, "first confirm holds the locks")
+	c2 := goConfirm(other, sess.ID, ch.ID, code)
+	waitLockWaiters(t, b.pool, 1)
+	p.let(1)
+	mustWait(t, p.arrived, "second confirm gets the locks")
+	p.let(1)
+	r1, r2 := mustWait(t, c1, "confirm 1"), mustWait(t, c2, "confirm 2")
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("errors: %v %v", r1.err, r2.err)
+	}
+	if r1.r.Replayed || !r2.r.Replayed {
+		t.Fatalf("replayed flags %v %v", r1.r.Replayed, r2.r.Replayed)
+	}
+	if n := b.count(t, `SELECT count(*) FROM reverse_operations`); n != 1 {
+		t.Fatalf("reverse operations = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("gateway reverses = %d", n)
+	}
+}
+
+// Ten wrong codes at once: the counter is exact and the challenge locks at five.
+func TestCancelWrongCodesLockAtFive(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-wrong", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	wrong := otherCode(code)
+	pool2 := testdb.Pool(t, b.url)
+	svc2 := b.service(pool2, "replica-b")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[string]int{}
+	start := make(chan struct{})
+	for i := range 10 {
+		svc := b.svc
+		if i%2 == 1 {
+			svc = svc2
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, wrong)
+			mu.Lock()
+			codes[payments.ErrorCode(err)]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if codes[payments.EWRONG] != 5 || codes[payments.ELOCKED] != 5 {
+		t.Fatalf("outcomes = %v, want 5 wrong and 5 locked", codes)
+	}
+	if n := b.count(t, `SELECT attempts FROM cancel_challenges WHERE id = $1`, ch.ID); n != 5 {
+		t.Fatalf("attempts = %d, want 5", n)
+	}
+	// Even the right code is refused now.
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("right code after lock = %v", err)
+	}
+	if b.gw.Calls(fakegw.OpReverse) != 0 {
+		t.Fatal("a locked challenge reached the gateway")
+	}
+}
+
+func TestCancelCodeExpires(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-exp", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	b.clock.Advance(10*time.Minute + time.Second)
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("expired code = %v", err)
+	}
+	// A fresh challenge works; the old one stays dead.
+	ch2, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch2.ID, b.lastCode(t, sess.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("old challenge after cancel = %v", err)
+	}
+}
+
+// Check and Cancel on one session, interleaved both ways: no deadlock, one consistent outcome.
+func TestCheckAndCancelInterleaved(t *testing.T) {
+	t.Parallel()
+	t.Run("check first: the payment succeeded", func(t *testing.T) {
+		t.Parallel()
+		checkLocked := newParker()
+		b := newBench(t, func(c *payments.Config) { c.Hooks.AfterApplyLock = checkLocked.hook })
+		canceler := b.service(testdb.Pool(t, b.url), "replica-b")
+		sess := b.registered(t, "o-cc1", 100)
+		ch, err := b.plain.RequestCancel(context.Background(), api, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := b.lastCode(t, sess.ID)
+		b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+		chk := goCheck(b.svc, sess.ID)
+		mustWait(t, checkLocked.arrived, "check holds the locks")
+		cnl := goConfirm(canceler, sess.ID, ch.ID, code)
+		waitLockWaiters(t, b.pool, 1)
+		checkLocked.let(1)
+		rc, rx := mustWait(t, chk, "check"), mustWait(t, cnl, "cancel")
+		if rc.err != nil || rc.s.Status != payments.StatusCompleted {
+			t.Fatalf("check = %s %v", rc.s.Status, rc.err)
+		}
+		if payments.ErrorCode(rx.err) != payments.ECONFLICT {
+			t.Fatalf("cancel after completion = %+v %v, want conflict", rx.r, rx.err)
+		}
+		if b.gw.Calls(fakegw.OpReverse) != 0 || b.count(t, `SELECT count(*) FROM reverse_operations`) != 0 {
+			t.Fatal("a completed payment was reversed")
+		}
+		if b.count(t, `SELECT count(*) FROM accounting_entries`) != 1 {
+			t.Fatal("want one ledger entry")
+		}
+	})
+	t.Run("cancel first: the reverse wins", func(t *testing.T) {
+		t.Parallel()
+		cancelLocked := newParker()
+		b := newBench(t, func(c *payments.Config) { c.Hooks.AfterCancelLock = cancelLocked.hook })
+		checker := b.service(testdb.Pool(t, b.url), "replica-b")
+		sess := b.registered(t, "o-cc2", 100)
+		ch, err := b.plain.RequestCancel(context.Background(), api, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := b.lastCode(t, sess.ID)
+		b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
+		cnl := goConfirm(b.svc, sess.ID, ch.ID, code)
+		mustWait(t, cancelLocked.arrived, "cancel holds the locks")
+		chk := goCheck(checker, sess.ID)
+		waitLockWaiters(t, b.pool, 1)
+		cancelLocked.let(1)
+		rx, rc := mustWait(t, cnl, "cancel"), mustWait(t, chk, "check")
+		if rx.err != nil || rc.err != nil {
+			t.Fatalf("errors: %v %v", rx.err, rc.err)
+		}
+		final, err := b.svc.Get(context.Background(), sess.ID)
+		if err != nil || final.Status != payments.StatusCanceled {
+			t.Fatalf("final = %s %v", final.Status, err)
+		}
+		if b.gw.Calls(fakegw.OpReverse) != 1 || b.count(t, `SELECT count(*) FROM accounting_entries`) != 0 {
+			t.Fatal("want one reverse and no ledger entry")
+		}
+	})
+}
+
+// The payment succeeds at the gateway after the code was consumed but before the reverse: the
+// gateway refuses the reverse, the session becomes Completed (money received once) and finance
+// gets a case.
+func TestCancelLosesRaceToPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-race", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Session.Status != payments.StatusCompleted {
+		t.Fatalf("status = %s, want Completed", res.Session.Status)
+	}
+	if b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = 'o-race'`) != 1 {
+		t.Fatal("want one ledger entry")
+	}
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'cancel_lost_race'`) != 1 {
+		t.Fatal("want a cancel_lost_race case")
+	}
+}
+
+// No answer to the reverse: the session stays Canceling, and the sweeper repeats the reverse with
+// the same key until the gateway confirms.
+func TestCancelReverseLostThenSwept(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-lost-rev", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil || res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("after lost reverse = %s %v", res.Session.Status, err)
+	}
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep = %d %v", n, err)
+	}
+	final, _ := b.svc.Get(ctx, sess.ID)
+	if final.Status != payments.StatusCanceled {
+		t.Fatalf("after sweep = %s", final.Status)
+	}
+	var opID string
+	_ = b.pool.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID)
+	if b.gw.KeyCalls(fakegw.OpReverse, opID) != 2 || b.gw.Calls(fakegw.OpReverse) != 2 {
+		t.Fatal("the sweeper must repeat the reverse with the same key")
+	}
+}
+
+// Codes never appear in logs.
+func TestCancelCodeNeverLogged(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b := newBench(t, func(c *payments.Config) {
+		c.Logger = logger
+		c.Notifier = failingNotifier{}
+	})
+	ctx := context.Background()
+	sess := b.registered(t, "o-log", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	_, _ = b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, otherCode(code))
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+	_, _ = b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
+	mu.Lock()
+	defer mu.Unlock()
+	if buf.Len() == 0 {
+		t.Fatal("expected some log lines (failed notification, lost reverse)")
+	}
+	if strings.Contains(buf.String(), code) {
+		t.Fatalf("the code appears in the logs:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type failingNotifier struct{}
+
+func (failingNotifier) Notify(context.Context, payments.Message) error {
+	return context.DeadlineExceeded
+}

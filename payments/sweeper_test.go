@@ -1,0 +1,382 @@
+package payments_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// seedRegistered puts n due Registered sessions straight into the database, each with its own
+// payment at the fake gateway, and returns the gateway payment ids.
+func (b *bench) seedRegistered(t *testing.T, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	ids := make([]string, n)
+	batch := make([][]any, 0, n)
+	for i := range n {
+		ref := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: ref, Reference: ref, Amount: 100, Currency: "EUR"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = gp.ID
+		batch = append(batch, []any{ref, fmt.Sprintf("bulk-%d", i), gp.ID})
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, r := range batch {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, active_session_id, created_at, updated_at) VALUES ($2, $1, $3, $3)`,
+			r[0], r[1], t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, gateway_payment_id, next_check_at, created_at, updated_at)
+			VALUES ($1, $2, 100, 'EUR', 'Registered', 'fake', $3, $4, $4, $4)`, r[0], r[1], r[2], t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// Two sweepers (two replicas, two pools) over 1000 due sessions: every session is driven exactly
+// once in the round — one gateway status call each — and the two split the work.
+func TestTwoSweepersDriveEachSessionOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.SweepBatch = 50 })
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.SweepBatch = 50 })
+	ids := b.seedRegistered(t, 1000)
+
+	var wg sync.WaitGroup
+	counts := make([]int, 2)
+	errs := make([]error, 2)
+	start := make(chan struct{})
+	for i, svc := range []*payments.Service{b.svc, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			counts[i], errs[i] = svc.SweepOnce(context.Background())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("sweep errors: %v %v", errs[0], errs[1])
+	}
+	if counts[0]+counts[1] != 1000 {
+		t.Fatalf("driven %d + %d, want 1000", counts[0], counts[1])
+	}
+	for _, id := range ids {
+		if n := b.gw.PaymentCalls(fakegw.OpStatus, id); n != 1 {
+			t.Fatalf("payment %s asked %d times, want 1", id, n)
+		}
+	}
+	t.Logf("replica-a drove %d, replica-b drove %d", counts[0], counts[1])
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE lease_owner IS NOT NULL`); n != 0 {
+		t.Fatalf("%d leases left behind", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE next_check_at <= $1`, t0); n != 0 {
+		t.Fatalf("%d sessions still due after the round", n)
+	}
+}
+
+// The negative control for the claim: without SKIP LOCKED and leases (every replica reads the due
+// list and drives it), two sweepers ask the gateway twice about the same sessions.
+func TestNaiveSweepersDriveTwice(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ids := b.seedRegistered(t, 20)
+	naive := func() {
+		rows, err := b.pool.Query(context.Background(), `SELECT id::text FROM payment_sessions WHERE next_check_at <= $1`, t0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var due []string
+		for rows.Next() {
+			var id string
+			_ = rows.Scan(&id)
+			due = append(due, id)
+		}
+		rows.Close()
+		for _, id := range due {
+			_, _ = b.svc.Check(context.Background(), api, id)
+		}
+	}
+	naive()
+	naive() // the second replica read the same list before the first rescheduled anything
+	twice := 0
+	for _, id := range ids {
+		if b.gw.PaymentCalls(fakegw.OpStatus, id) > 1 {
+			twice++
+		}
+	}
+	if twice != len(ids) {
+		t.Fatalf("naive sweepers asked twice about %d of %d sessions; the control expects all", twice, len(ids))
+	}
+}
+
+// A lease left by a dead replica is not taken before it expires and is taken after.
+func TestSweeperRespectsLeasesUntilExpiry(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.LeaseDuration = time.Minute })
+	ids := b.seedRegistered(t, 1)
+	ctx := context.Background()
+	// "replica-dead" claimed the session and died before driving it.
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-dead', lease_until = $1`, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep with a live lease = %d %v", n, err)
+	}
+	b.clock.Advance(59 * time.Second)
+	if n, _ := b.svc.SweepOnce(ctx); n != 0 {
+		t.Fatal("took a lease before expiry")
+	}
+	b.clock.Advance(time.Second)
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep after expiry = %d %v", n, err)
+	}
+	if b.gw.PaymentCalls(fakegw.OpStatus, ids[0]) != 1 {
+		t.Fatal("want one status call after takeover")
+	}
+}
+
+// A graceful shutdown gives leases back at once.
+func TestSweeperReleasesLeasesOnShutdown(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.seedRegistered(t, 3)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-a', lease_until = $1`, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(rctx, time.Hour); close(done) }()
+	cancel()
+	mustWait(t, done, "sweeper to stop")
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE lease_owner IS NOT NULL`); n != 0 {
+		t.Fatalf("%d leases kept after shutdown", n)
+	}
+}
+
+// Time alone never fails a payment: when the schedule runs out the session is flagged for
+// finance with the reason, still in its state.
+func TestSweeperFlagsWhenScheduleRunsOut(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.Backoff = []time.Duration{time.Second, time.Second, time.Second} })
+	b.seedRegistered(t, 1)
+	ctx := context.Background()
+	for range 5 {
+		if _, err := b.svc.SweepOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
+	var status, reason string
+	var flagged bool
+	if err := b.pool.QueryRow(ctx, `SELECT status, flagged_at IS NOT NULL, coalesce(flag_reason, '') FROM payment_sessions`).Scan(&status, &flagged, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != "Registered" || !flagged || reason == "" {
+		t.Fatalf("after schedule: %s flagged=%v reason=%q", status, flagged, reason)
+	}
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'sweep_exhausted'`) != 1 {
+		t.Fatal("want a sweep_exhausted case")
+	}
+	if b.gw.Calls(fakegw.OpStatus) != 3 {
+		t.Fatalf("status calls = %d, want 3 (one per step)", b.gw.Calls(fakegw.OpStatus))
+	}
+}
+
+// A Registering session whose Create died before the gateway answered: the sweeper looks it up
+// by reference and attaches it (found), or registers it with the same key (not found).
+func TestSweeperRecoversRegistering(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	// Create dies between claim and register: simulate with NotSent (nothing reached the gateway).
+	b.gw.Fail(fakegw.OpRegister, fakegw.NotSent, 1)
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-rec", Amount: 100, Currency: "EUR"})
+	if err != nil || r.Session.Status != payments.StatusRegistering {
+		t.Fatalf("setup: %s %v", r.Session.Status, err)
+	}
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep = %d %v", n, err)
+	}
+	s, _ := b.svc.Get(ctx, r.Session.ID)
+	if s.Status != payments.StatusRegistered || b.gw.PaymentsWithReference(s.ID) != 1 {
+		t.Fatalf("after sweep: %s, gateway payments %d", s.Status, b.gw.PaymentsWithReference(s.ID))
+	}
+	if b.gw.KeyCalls(fakegw.OpRegister, s.ID) != 2 || b.gw.Calls(fakegw.OpFind) != 1 {
+		t.Fatal("want a lookup by reference, then a register with the same key")
+	}
+}
+
+// With a gateway that ignores idempotency keys and a lost registration answer, the sweeper looks
+// the payment up by reference before sending anything: still one gateway payment.
+func TestSweeperKeysIgnoredLostAnswerOnePayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.IgnoreKeys(true)
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-ik", Amount: 100, Currency: "EUR"})
+	if err != nil || r.Session.Status != payments.StatusUnknown {
+		t.Fatalf("setup: %s %v", r.Session.Status, err)
+	}
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := b.svc.Get(ctx, r.Session.ID)
+	if s.Status != payments.StatusRegistered || b.gw.PaymentsWithReference(s.ID) != 1 || b.gw.Calls(fakegw.OpRegister) != 1 {
+		t.Fatalf("status %s, gateway payments %d, registers %d", s.Status, b.gw.PaymentsWithReference(s.ID), b.gw.Calls(fakegw.OpRegister))
+	}
+}
+
+// A run with lost answers, timeouts and customers doing whatever they do; the sweeper drives
+// every session to a final state or a flag, and the invariants hold.
+func TestChaosRunInvariantsHold(t *testing.T) {
+	t.Parallel()
+	const orders = 40
+	b := newBench(t, func(c *payments.Config) { c.SweepBatch = 7 })
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.SweepBatch = 7 })
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(42, 7))
+	var sessions []payments.Session
+	for i := range orders {
+		if f := rng.IntN(5); f < 3 {
+			b.gw.Fail(fakegw.OpRegister, []fakegw.Fault{fakegw.LostAnswer, fakegw.Transient, fakegw.NotSent}[f], 1)
+		}
+		svc := b.svc
+		if i%2 == 1 {
+			svc = other
+		}
+		r, err := svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("chaos-%d", i), Amount: int64(100 + i), Currency: "EUR", CustomerContact: "c@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, r.Session)
+	}
+	// Customers act at the gateway; some sessions get a cancel with a code.
+	for i, s := range sessions {
+		ref := s.ID
+		switch rng.IntN(5) {
+		case 0:
+			b.gw.SetStatusByReference(ref, payments.GatewaySucceeded)
+		case 1:
+			b.gw.SetStatusByReference(ref, payments.GatewayDeclined)
+		case 2:
+			b.gw.SetStatusByReference(ref, payments.GatewayAuthorized)
+		}
+		if i%6 == 0 {
+			if ch, err := b.svc.RequestCancel(ctx, api, s.ID); err == nil {
+				b.gw.Fail(fakegw.OpReverse, fakegw.Transient, rng.IntN(2))
+				_, _ = b.svc.ConfirmCancel(ctx, api, s.ID, ch.ID, b.lastCode(t, s.ID))
+			}
+		}
+	}
+	// Rounds of the patrol on two replicas, with faults, while time passes; at some point every
+	// payment at the gateway reaches a final state.
+	for round := range 40 {
+		if round%3 == 0 {
+			b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 2)
+		}
+		if round == 10 {
+			for _, s := range sessions {
+				if rng.IntN(2) == 0 {
+					b.gw.SetStatusByReference(s.ID, payments.GatewaySucceeded)
+				} else {
+					b.gw.SetStatusByReference(s.ID, payments.GatewayExpired)
+				}
+			}
+		}
+		b.clock.Advance(2 * time.Hour)
+		var wg sync.WaitGroup
+		for _, svc := range []*payments.Service{b.svc, other} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := svc.SweepOnce(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	checkInvariants(t, b)
+	rows, err := b.pool.Query(ctx, `SELECT status || coalesce('/flagged' || (flagged_at IS NOT NULL)::text, ''), count(*) FROM payment_sessions GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var st string
+		var n int
+		_ = rows.Scan(&st, &n)
+		t.Logf("final: %-30s %d", st, n)
+	}
+	rows.Close()
+	t.Logf("cases: %d, gateway calls: register %d, status %d, find %d, reverse %d", b.count(t, `SELECT count(*) FROM finance_cases`),
+		b.gw.Calls(fakegw.OpRegister), b.gw.Calls(fakegw.OpStatus), b.gw.Calls(fakegw.OpFind), b.gw.Calls(fakegw.OpReverse))
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = ANY($1) AND flagged_at IS NULL`,
+		[]string{"Registering", "Registered", "Unknown", "Authorized", "Canceling"}); n != 0 {
+		t.Fatalf("%d sessions neither final nor flagged", n)
+	}
+	for _, s := range sessions {
+		if n := b.gw.PaymentsWithReference(s.ID); n > 1 {
+			t.Fatalf("session %s has %d gateway payments", s.ID, n)
+		}
+	}
+}
+
+// checkInvariants asserts what must hold after any run.
+func checkInvariants(t *testing.T, b *bench) {
+	t.Helper()
+	checks := map[string]string{
+		"more than one active session per order": `SELECT count(*) FROM (SELECT order_id FROM payment_sessions
+			WHERE status IN ('Registering','Registered','Unknown','Authorized','Canceling') GROUP BY order_id HAVING count(*) > 1) x`,
+		"more than one PaymentReceived per order": `SELECT count(*) FROM (SELECT order_id FROM accounting_entries
+			WHERE entry_type = 'PaymentReceived' GROUP BY order_id HAVING count(*) > 1) x`,
+		"a Completed session without exactly one ledger entry": `SELECT count(*) FROM payment_sessions s WHERE status = 'Completed'
+			AND (SELECT count(*) FROM accounting_entries a WHERE a.session_id = s.id AND entry_type = 'PaymentReceived') <> 1`,
+		"a ledger entry for a session that is not Completed": `SELECT count(*) FROM accounting_entries a JOIN payment_sessions s ON s.id = a.session_id
+			WHERE a.entry_type = 'PaymentReceived' AND s.status <> 'Completed'`,
+		"a Paid order whose paid session is not Completed": `SELECT count(*) FROM orders o LEFT JOIN payment_sessions s ON s.id = o.paid_session_id
+			WHERE o.status = 'Paid' AND (s.status IS DISTINCT FROM 'Completed')`,
+		"more than one reverse operation per session": `SELECT count(*) FROM (SELECT session_id FROM reverse_operations GROUP BY session_id HAVING count(*) > 1) x`,
+		"a Canceled session without a reverse operation": `SELECT count(*) FROM payment_sessions s WHERE status = 'Canceled'
+			AND NOT EXISTS (SELECT 1 FROM reverse_operations r WHERE r.session_id = s.id)`,
+	}
+	for what, sql := range checks {
+		if n := b.count(t, sql); n != 0 {
+			t.Errorf("invariant broken: %s (%d)", what, n)
+		}
+	}
+	rows, err := b.pool.Query(context.Background(), `SELECT r.id::text, coalesce(s.gateway_payment_id, '') FROM reverse_operations r JOIN payment_sessions s ON s.id = r.session_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var op, gp string
+		_ = rows.Scan(&op, &gp)
+		if gp != "" && b.gw.PaymentCalls(fakegw.OpReverse, gp) > 0 && b.gw.KeyCalls(fakegw.OpReverse, op) != b.gw.PaymentCalls(fakegw.OpReverse, gp) {
+			t.Errorf("payment %s was reversed with a key other than its operation's", gp)
+		}
+	}
+}
