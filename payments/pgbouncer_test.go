@@ -1,0 +1,89 @@
+package payments_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"pitlane/internal/pgbouncer"
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// The core behind pgbouncer in transaction mode with only 3 server connections for 2 client
+// pools of 20: consecutive transactions of one client land on different server connections, so
+// the protocol may rely only on transaction-scoped locks. 50 Creates → one registration; 20
+// concurrent Checks after success → one ledger entry; 10 concurrent confirmations of one code →
+// one reverse.
+func TestCoreBehindPgbouncerTransactionMode(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	through := pgbouncer.Start(t, b.url, 3)
+	svc1 := b.service(testdb.Pool(t, through), "bouncer-a")
+	svc2 := b.service(testdb.Pool(t, through), "bouncer-b")
+	ctx := context.Background()
+	run := func(n int, f func(svc *payments.Service)) {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			svc := svc1
+			if i%2 == 1 {
+				svc = svc2
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start; f(svc) }()
+		}
+		close(start)
+		wg.Wait()
+	}
+	in := payments.CreateInput{OrderID: "bounced", Amount: 1234, Currency: "EUR", CustomerContact: "c@example.com"}
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	run(50, func(svc *payments.Service) {
+		r, err := svc.Create(ctx, api, in)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		ids[r.Session.ID] = true
+		mu.Unlock()
+	})
+	if len(ids) != 1 || b.gw.Calls(fakegw.OpRegister) != 1 {
+		t.Fatalf("sessions %d, registrations %d; want 1, 1", len(ids), b.gw.Calls(fakegw.OpRegister))
+	}
+	var id string
+	for k := range ids {
+		id = k
+	}
+	sess, _ := b.svc.Get(ctx, id)
+	// Cancel race on a second order; payment success on the first.
+	r2, err := svc1.Create(ctx, api, payments.CreateInput{OrderID: "bounced-2", Amount: 1, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := svc2.RequestCancel(ctx, api, r2.Session.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, r2.Session.ID)
+	run(10, func(svc *payments.Service) {
+		if _, err := svc.ConfirmCancel(ctx, api, r2.Session.ID, ch.ID, code); err != nil {
+			t.Error(err)
+		}
+	})
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	run(20, func(svc *payments.Service) {
+		if _, err := svc.Check(ctx, api, id); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries`); n != 1 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("reverses = %d", n)
+	}
+	checkInvariants(t, b)
+}
