@@ -382,3 +382,67 @@ type failingNotifier struct{}
 func (failingNotifier) Notify(context.Context, payments.Message) error {
 	return context.DeadlineExceeded
 }
+
+// flakyNotifier fails while down and records what it delivered.
+type flakyNotifier struct {
+	mu   sync.Mutex
+	down bool
+	got  []payments.Message
+}
+
+func (n *flakyNotifier) Notify(_ context.Context, m payments.Message) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.down {
+		return context.DeadlineExceeded
+	}
+	n.got = append(n.got, m)
+	return nil
+}
+
+// A code whose delivery failed is retried by the patrol (once per replica claim), not lost; an
+// expired one is not sent at all.
+func TestOutboxRetriesFailedDelivery(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	sess := b.registered(t, "o-outbox", 100)
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	if sent, _ := b.svc.DeliverOutbox(ctx); sent != 0 {
+		t.Fatal("retried before the backoff")
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.Notifier = n })
+	var wg sync.WaitGroup
+	for _, svc := range []*payments.Service{b.svc, other} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = svc.DeliverOutbox(ctx) }()
+	}
+	wg.Wait()
+	n.mu.Lock()
+	got := len(n.got)
+	n.mu.Unlock()
+	if got != 1 || b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL`) != 1 {
+		t.Fatalf("delivered %d times", got)
+	}
+	// An undelivered code past its TTL stays in the outbox unsent.
+	n.mu.Lock()
+	n.down = true
+	n.mu.Unlock()
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(11 * time.Minute)
+	if sent, _ := b.svc.DeliverOutbox(ctx); sent != 0 {
+		t.Fatal("sent an expired code")
+	}
+}

@@ -73,6 +73,58 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 	return id, nil
 }
 
+// outboxAttempts bounds how often one message is tried.
+const outboxAttempts = 5
+
+// DeliverOutbox retries undelivered messages (NOTIFY_WEBHOOK_URL was down). Each message is
+// claimed in a short transaction by pushing next_attempt_at into the future (SKIP LOCKED, so two
+// replicas never send the same message at once) and sent after commit, with no lock held.
+// Cancel codes older than their TTL are not sent: a dead code is no use to anyone.
+func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
+	if s.cfg.Notifier == nil {
+		return 0, nil
+	}
+	now := s.cfg.Clock.Now()
+	type item struct {
+		id int64
+		m  Message
+	}
+	var items []item
+	err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH due AS (
+				SELECT id AS due_id FROM outbox
+				WHERE delivered_at IS NULL AND attempts < $1 AND coalesce(next_attempt_at, created_at) <= $2
+				  AND (kind <> 'cancel_code' OR created_at > $3)
+				ORDER BY id LIMIT 50
+				FOR UPDATE SKIP LOCKED
+			)
+			UPDATE outbox SET next_attempt_at = $2::timestamptz + interval '1 minute' * power(2, attempts)
+			FROM due WHERE id = due.due_id
+			RETURNING id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, '')`,
+			outboxAttempts, now, now.Add(-s.cfg.CodeTTL))
+		if err != nil {
+			return fmt.Errorf("outbox: claim: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var it item
+			if err := rows.Scan(&it.id, &it.m.Kind, &it.m.To, &it.m.Text, &it.m.OrderID, &it.m.PaymentID); err != nil {
+				return err
+			}
+			items = append(items, it)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, it := range items {
+		s.deliver(ctx, it.id, it.m)
+	}
+	return len(items), nil
+}
+
 // deliver hands one outbox message to the Notifier (when configured) and records the result.
 // Failures stay in the outbox with the error; the message text is never logged (it may hold a code).
 func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
@@ -83,8 +135,13 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 	now := s.cfg.Clock.Now()
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
-		_, _ = s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`, outboxID, err.Error())
+		if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+			next_attempt_at = coalesce(next_attempt_at, $3::timestamptz + interval '1 minute') WHERE id = $1`, outboxID, err.Error(), now); uerr != nil {
+			s.log.Error("outbox: record failure", "outbox_id", outboxID, "err", uerr)
+		}
 		return
 	}
-	_, _ = s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL WHERE id = $1`, outboxID, now)
+	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL WHERE id = $1`, outboxID, now); uerr != nil {
+		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
+	}
 }
