@@ -1,0 +1,310 @@
+package payments_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/payments"
+)
+
+// waitAdvisoryWaiters waits until n backends of THIS database wait for an advisory lock of the
+// namespace: the exact place the protocol says a concurrent acquisition must block (pg_locks is
+// cluster-wide; other tests' waits must not count).
+func waitAdvisoryWaiters(t *testing.T, pool *pgxpool.Pool, ns payments.LockNamespace, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND locktype = 'advisory' AND classid = $1
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, int32(ns)).Scan(&waiting); err != nil {
+			t.Fatalf("pg_locks: %v", err)
+		}
+		if waiting >= n {
+			return
+		}
+	}
+	t.Fatalf("no %d backends ever waited for an advisory lock of namespace %d", n, ns)
+}
+
+func newClient(t *testing.T, b *bench, name string) payments.APIClient {
+	t.Helper()
+	c, _, err := b.svc.CreateAPIClient(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func idemReq(client, key, body string) payments.IdempotencyRequest {
+	path := "/api/v1/orders/o/payments"
+	return payments.IdempotencyRequest{ClientID: client, Kind: payments.IdempotencyClientKey, Key: key,
+		Method: "POST", Path: path, Fingerprint: payments.Fingerprint("POST", path, []byte(body))}
+}
+
+// Two requests with one key at the same moment: the first holds the advisory lock while it
+// decides, the second waits for it exactly there (pg_locks), then finds the key in flight.
+func TestIdempotencyAcquireIsAtomic(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	p := newParker()
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{AfterAcquireRead: p.hook}})
+	r := idemReq(cl.ID, "k1", `{"amount":1}`)
+	type res struct {
+		slot payments.Slot
+		err  error
+	}
+	acquire := func() <-chan res {
+		ch := make(chan res, 1)
+		go func() { s, err := x.Acquire(context.Background(), r); ch <- res{s, err} }()
+		return ch
+	}
+	first := acquire()
+	mustWait(t, p.arrived, "first acquisition's read")
+	second := acquire()
+	waitAdvisoryWaiters(t, b.pool, payments.LockIdempotencyKey, 1)
+	p.let(1)
+	r1 := mustWait(t, first, "first")
+	if r1.err != nil || r1.slot.Token == "" {
+		t.Fatalf("first = %+v", r1)
+	}
+	mustWait(t, p.arrived, "second acquisition's read")
+	p.let(1)
+	r2 := mustWait(t, second, "second")
+	if payments.ErrorCode(r2.err) != payments.EBUSY {
+		t.Fatalf("second = %+v, want busy", r2)
+	}
+	if n := b.count(t, `SELECT count(*) FROM idempotency_keys`); n != 1 {
+		t.Fatalf("rows = %d", n)
+	}
+}
+
+// naiveAcquire is the bug the protocol prevents: read the key, and if nobody holds it, write it
+// as ours (an upsert, so the write itself never fails).
+func naiveAcquire(ctx context.Context, pool *pgxpool.Pool, r payments.IdempotencyRequest, afterRead func(context.Context, string)) (bool, error) {
+	var holder *string
+	err := pool.QueryRow(ctx, `SELECT lock_token::text FROM idempotency_keys WHERE client_id = $1 AND kind = $2 AND key = $3`,
+		r.ClientID, string(r.Kind), r.Key).Scan(&holder)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, err
+	}
+	afterRead(ctx, r.Key)
+	if holder != nil {
+		return false, nil
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO idempotency_keys (client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '30 s', now(), now() + interval '30 days')
+		ON CONFLICT (client_id, kind, key) DO UPDATE SET lock_token = excluded.lock_token`,
+		r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, uuid.NewString())
+	return err == nil, err
+}
+
+// The negative control: under the same schedule (both read before either writes), the naive
+// check-then-write lets both requests believe they own the key — both would run Create.
+func TestIdempotencyNaiveAcquireDoubleOwns(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	p := newParker()
+	r := idemReq(cl.ID, "k1", `{"amount":1}`)
+	owned := make(chan bool, 2)
+	for range 2 {
+		go func() {
+			ok, err := naiveAcquire(context.Background(), b.pool, r, p.hook)
+			if err != nil {
+				t.Error(err)
+			}
+			owned <- ok
+		}()
+	}
+	mustWait(t, p.arrived, "first read")
+	mustWait(t, p.arrived, "second read")
+	p.let(2)
+	if a, c := mustWait(t, owned, "naive 1"), mustWait(t, owned, "naive 2"); !a || !c {
+		t.Fatalf("naive owners = %v %v, want both (the bug)", a, c)
+	}
+}
+
+func TestIdempotencyLifecycle(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	same := idemReq(cl.ID, "k", `{"amount":1}`)
+	other := idemReq(cl.ID, "k", `{"amount":2}`)
+
+	s, err := x.Acquire(ctx, same)
+	if err != nil || s.Token == "" || s.Done {
+		t.Fatalf("acquire = %+v %v", s, err)
+	}
+	// Released (failed before any effect): the key is not burnt, another request may use it.
+	if err := x.Release(ctx, same, s.Token); err != nil {
+		t.Fatal(err)
+	}
+	s, err = x.Acquire(ctx, other)
+	if err != nil || s.Token == "" {
+		t.Fatalf("acquire after release = %+v %v", s, err)
+	}
+	// Abandoned (outcome uncertain): still bound to its request; the same one takes over at once.
+	if err := x.Abandon(ctx, other, s.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Acquire(ctx, same); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("another request after abandon = %v, want invalid (422)", err)
+	}
+	s, err = x.Acquire(ctx, other)
+	if err != nil || s.Token == "" {
+		t.Fatalf("same request after abandon = %+v %v", s, err)
+	}
+	sid := uuid.NewString()
+	if err := x.Complete(ctx, other, s.Token, sid, 201); err != nil {
+		t.Fatal(err)
+	}
+	// Completed: the same request replays; another one is refused.
+	s, err = x.Acquire(ctx, other)
+	if err != nil || !s.Done || s.ResourceID != sid || s.ResponseCode != 201 || s.Token != "" {
+		t.Fatalf("replay = %+v %v", s, err)
+	}
+	var e *payments.Error
+	if _, err := x.Acquire(ctx, same); !errors.As(err, &e) || e.Code != payments.EINVALID || e.Field != "Idempotency-Key" {
+		t.Fatalf("other request after completion = %v", err)
+	}
+	// Completing or releasing with a token that no longer holds the key changes nothing.
+	if err := x.Release(ctx, other, s.Token); !errors.Is(err, payments.ErrIdempotencyLockLost) {
+		t.Fatalf("release of a completed key = %v", err)
+	}
+}
+
+// A request that crashed after acquiring leaves its lock behind: busy until the stale bound
+// passes, then the same request takes it over, and the crashed one can no longer complete.
+func TestIdempotencyStaleLockTakeover(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(10 * time.Second)})
+	if got := x.Config().StaleAfter; got != 30*time.Second {
+		t.Fatalf("stale bound for a 10 s gateway timeout = %s, want 30s", got)
+	}
+	r := idemReq(cl.ID, "k", `{}`)
+	crashed, err := x.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(29 * time.Second)
+	if _, err := x.Acquire(ctx, r); payments.ErrorCode(err) != payments.EBUSY {
+		t.Fatalf("before the bound = %v, want busy", err)
+	}
+	if _, err := x.Acquire(ctx, idemReq(cl.ID, "k", `{"other":1}`)); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("another request while in flight = %v, want invalid", err)
+	}
+	b.clock.Advance(time.Second)
+	taken, err := x.Acquire(ctx, r)
+	if err != nil || !taken.TookOver || taken.Token == "" || taken.Token == crashed.Token {
+		t.Fatalf("after the bound = %+v %v, want a takeover", taken, err)
+	}
+	if err := x.Complete(ctx, r, crashed.Token, uuid.NewString(), 201); !errors.Is(err, payments.ErrIdempotencyLockLost) {
+		t.Fatalf("the crashed request's complete = %v, want lock lost", err)
+	}
+	if err := x.Complete(ctx, r, taken.Token, uuid.NewString(), 200); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same key string of two clients names two independent keys.
+func TestIdempotencyKeysScopedPerClient(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	a, c := newClient(t, b, "a"), newClient(t, b, "b")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	sa, err := x.Acquire(ctx, idemReq(a.ID, "shared", `{"amount":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := x.Acquire(ctx, idemReq(c.ID, "shared", `{"amount":2}`))
+	if err != nil || sb.Token == "" {
+		t.Fatalf("client b = %+v %v, want its own key", sb, err)
+	}
+	if err := x.Complete(ctx, idemReq(a.ID, "shared", `{"amount":1}`), sa.Token, uuid.NewString(), 201); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Acquire(ctx, idemReq(c.ID, "shared", `{"amount":2}`)); payments.ErrorCode(err) != payments.EBUSY {
+		t.Fatalf("b's key must still be b's own in-flight key: %v", err)
+	}
+}
+
+// Keys live 30 days; the reaper deletes expired ones in batches and leaves the rest. An expired
+// key not reaped yet is as good as absent.
+func TestReapIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	for i := range 5 {
+		r := idemReq(cl.ID, fmt.Sprintf("old-%d", i), `{}`)
+		s, err := x.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Complete(ctx, r, s.Token, uuid.NewString(), 201); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.Advance(29 * 24 * time.Hour)
+	if _, err := x.Acquire(ctx, idemReq(cl.ID, "young", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.ReapIdempotencyKeys(ctx, b.clock.Now(), 2); err != nil || n != 0 {
+		t.Fatalf("reap at 29 days = %d %v, want 0", n, err)
+	}
+	// Day 30: the old keys expired. Before the reaper gets to one, Acquire already treats it as absent.
+	b.clock.Advance(24 * time.Hour)
+	s, err := x.Acquire(ctx, idemReq(cl.ID, "old-0", `{"a different":"request"}`))
+	if err != nil || s.Token == "" || s.Done {
+		t.Fatalf("expired key = %+v %v, want a fresh acquisition", s, err)
+	}
+	n, err := b.svc.ReapIdempotencyKeys(ctx, b.clock.Now(), 2)
+	if err != nil || n != 4 {
+		t.Fatalf("reap at 30 days = %d %v, want the 4 expired ones", n, err)
+	}
+	if got := b.count(t, `SELECT count(*) FROM idempotency_keys`); got != 2 {
+		t.Fatalf("left = %d, want old-0 (renewed) and young", got)
+	}
+}
+
+func TestIntentKeyWindows(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	k := func(now time.Time) string { return payments.IntentKey("o-1", 1999, "EUR", now, 5*time.Minute) }
+	if k(at("2026-11-30T12:00:00Z")) != k(at("2026-11-30T12:04:59Z")) {
+		t.Fatal("one window, two keys")
+	}
+	if k(at("2026-11-30T12:04:59Z")) == k(at("2026-11-30T12:05:00Z")) {
+		t.Fatal("two windows, one key")
+	}
+	if k(at("2026-11-30T12:00:00Z")) == payments.IntentKey("o-1", 2000, "EUR", at("2026-11-30T12:00:00Z"), 5*time.Minute) {
+		t.Fatal("another amount is another intent")
+	}
+	if !bytes.Equal(payments.Fingerprint("POST", "/a", []byte("{}")), payments.Fingerprint("POST", "/a", []byte("{}"))) ||
+		bytes.Equal(payments.Fingerprint("POST", "/a", []byte("{}")), payments.Fingerprint("POST", "/b", []byte("{}"))) {
+		t.Fatal("fingerprint")
+	}
+}
