@@ -104,14 +104,11 @@ test: deps-test check-generated vet $(TESTPG)
 bench: deps $(TESTPG)
 	$(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) $(PKGS)
 
-## polygon: the concurrency proving ground. Until it has its own command, the benchmarks.
+## polygon: the concurrency proving ground at full size (make test runs the same scenarios small):
+## two sweepers over 10000 due sessions, a chaos run over 1000 orders, then the benchmarks.
 polygon: deps $(TESTPG)
-	@if [ -d cmd/polygon ]; then \
-	  $(TESTPG) -- $(GO) run ./cmd/polygon; \
-	else \
-	  echo "make: no cmd/polygon yet; running the benchmarks"; \
-	  $(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(PKGS); \
-	fi
+	$(TESTPG) -- env PITLANE_SCALE=full $(GO) test -count=1 -timeout 60m -v -run 'Chaos|TwoSweepers|Pgbouncer' ./payments/ 2>&1 | grep -v testdbconf
+	$(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 clean:
 	rm -rf bin $(BIN)

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ type bench struct {
 }
 
 // newBench gives a test its own migrated database, a fake gateway, a manual clock and a service.
-func newBench(t *testing.T, mod ...func(*payments.Config)) *bench {
+func newBench(t testing.TB, mod ...func(*payments.Config)) *bench {
 	t.Helper()
 	url := testdb.NewURL(t)
 	b := &bench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(t0)}
@@ -43,7 +44,7 @@ func (b *bench) service(pool *pgxpool.Pool, replica string, mod ...func(*payment
 	return payments.NewService(pool, cfg)
 }
 
-func (b *bench) count(t *testing.T, sql string, args ...any) int {
+func (b *bench) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
@@ -104,6 +105,14 @@ func mustWait[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 	var zero T
 	return zero
+}
+
+// scale picks a scenario's size: small in `make test`, full in `make polygon` (PITLANE_SCALE=full).
+func scale(small, full int) int {
+	if os.Getenv("PITLANE_SCALE") == "full" {
+		return full
+	}
+	return small
 }
 
 var api = payments.Actor{Kind: payments.ActorAPI, ID: "test-client"}

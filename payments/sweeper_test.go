@@ -15,7 +15,7 @@ import (
 
 // seedRegistered puts n due Registered sessions straight into the database, each with its own
 // payment at the fake gateway, and returns the gateway payment ids.
-func (b *bench) seedRegistered(t *testing.T, n int) []string {
+func (b *bench) seedRegistered(t testing.TB, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	ids := make([]string, n)
@@ -50,13 +50,15 @@ func (b *bench) seedRegistered(t *testing.T, n int) []string {
 	return ids
 }
 
-// Two sweepers (two replicas, two pools) over 1000 due sessions: every session is driven exactly
-// once in the round — one gateway status call each — and the two split the work.
+// Two sweepers (two replicas, two pools) over 1000 due sessions (10000 in make polygon): every
+// session is driven exactly once in the round — one gateway status call each — and the two split
+// the work.
 func TestTwoSweepersDriveEachSessionOnce(t *testing.T) {
 	t.Parallel()
 	b := newBench(t, func(c *payments.Config) { c.SweepBatch = 50 })
 	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.SweepBatch = 50 })
-	ids := b.seedRegistered(t, 1000)
+	total := scale(1000, 10000)
+	ids := b.seedRegistered(t, total)
 
 	var wg sync.WaitGroup
 	counts := make([]int, 2)
@@ -75,8 +77,8 @@ func TestTwoSweepersDriveEachSessionOnce(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatalf("sweep errors: %v %v", errs[0], errs[1])
 	}
-	if counts[0]+counts[1] != 1000 {
-		t.Fatalf("driven %d + %d, want 1000", counts[0], counts[1])
+	if counts[0]+counts[1] != total {
+		t.Fatalf("driven %d + %d, want %d", counts[0], counts[1], total)
 	}
 	for _, id := range ids {
 		if n := b.gw.PaymentCalls(fakegw.OpStatus, id); n != 1 {
@@ -253,7 +255,7 @@ func TestSweeperKeysIgnoredLostAnswerOnePayment(t *testing.T) {
 // every session to a final state or a flag, and the invariants hold.
 func TestChaosRunInvariantsHold(t *testing.T) {
 	t.Parallel()
-	const orders = 40
+	orders := scale(40, 1000)
 	b := newBench(t, func(c *payments.Config) { c.SweepBatch = 7 })
 	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.SweepBatch = 7 })
 	ctx := context.Background()
