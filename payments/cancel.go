@@ -126,7 +126,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		match := hmac.Equal(hash, s.codeHash(challengeID, code))
 		if consumedAt != nil {
 			if !match {
-				return Errorf(ECONFLICT, "this code was already used")
+				return Errorf(EWRONG, "wrong code")
 			}
 			// The same code again: report what the first confirmation did, create nothing.
 			res = ConfirmResult{Session: cur, Replayed: true}

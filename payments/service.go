@@ -309,7 +309,9 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 		return Session{}, Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
 	var prev string
-	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
+	// FOR UPDATE: the timeline's from_status must be the state the UPDATE below replaces. Callers
+	// already hold the order then session locks, so this takes nothing new and keeps the order.
+	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1 FOR UPDATE`, id).Scan(&prev); err != nil {
 		return Session{}, dbError("transition: read", err, "payment %q not found", id)
 	}
 	next := p.nextCheckAt
