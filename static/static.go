@@ -1,4 +1,5 @@
 // Package static holds the console's CSS, images and scripts, embedded into the binary.
+// htmx.min.js is htmx 2.0.11 (npm package htmx.org, Zero-Clause BSD licence), vendored as is.
 package static
 
 import (
@@ -10,7 +11,7 @@ import (
 	"sync"
 )
 
-//go:embed *.css
+//go:embed *.css *.js
 var FS embed.FS
 
 var (

@@ -1,0 +1,191 @@
+package handlers
+
+import (
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+	"pitlane/web/render"
+)
+
+// Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
+//
+//	GET  /checkout/:order_id?amount=1999&currency=EUR   the order's state; Pay when payable
+//	POST /checkout/:order_id                            one Pay click (intent key in the form)
+//	GET  /checkout/:order_id/return                     back from the gateway: Check, show the result
+//
+// The shop links customers to the first with the amount in minor units. The gateway sends
+// them back to the order's page (ReturnURL: PUBLIC_BASE_URL + /checkout/{order_id}) or to
+// /return; both ask the gateway about an active session before showing it.
+type Checkout struct {
+	svc        *payments.Service
+	staleAfter time.Duration
+	log        *slog.Logger
+}
+
+// NewCheckout builds the checkout handlers; idem.StaleAfter bounds how long one Pay click may
+// hold its intent key (zero: the default).
+func NewCheckout(svc *payments.Service, idem payments.IdempotencyConfig, log *slog.Logger) *Checkout {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Checkout{svc: svc, staleAfter: idem.StaleAfter, log: log}
+}
+
+var checkoutOrderRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// customer is the actor of every change the checkout causes.
+var customer = payments.Actor{Kind: payments.ActorCustomer, ID: "checkout"}
+
+func (h *Checkout) orderID(c echo.Context) (string, error) {
+	if h.svc == nil {
+		return "", &payments.Error{Code: payments.EUNAVAIL, Message: "payments are not available right now"}
+	}
+	id := c.Param("order_id")
+	if !checkoutOrderRe.MatchString(id) {
+		return "", notFound("order")
+	}
+	return id, nil
+}
+
+// Page: GET /checkout/:order_id[?amount=&currency=&contact=][&intent=…].
+func (h *Checkout) Page(c echo.Context) error {
+	id, err := h.orderID(c)
+	if err != nil {
+		return err
+	}
+	if key := c.QueryParam("intent"); key != "" {
+		if done, err := h.followIntent(c, id, key); done || err != nil {
+			return err
+		}
+	}
+	return h.show(c, id, false, http.StatusOK, "")
+}
+
+// Return: GET /checkout/:order_id/return, the gateway's way back.
+func (h *Checkout) Return(c echo.Context) error {
+	id, err := h.orderID(c)
+	if err != nil {
+		return err
+	}
+	return h.show(c, id, true, http.StatusOK, "")
+}
+
+// followIntent is the page a Pay click lands on when it could not go straight to the gateway:
+// its first request was still running (a double click), or the answer is not in yet. When the
+// click's session has a payment page, go there; while it is being prepared, look again soon.
+func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, error) {
+	ctx := c.Request().Context()
+	it, err := h.svc.GetCheckoutIntent(ctx, key)
+	if err != nil || it.OrderID != orderID {
+		return false, nil // a stale or foreign key: just show the order
+	}
+	if it.InFlight(h.svc.Now()) {
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return true, render.HTML(c, http.StatusOK, views.Checkout(views.CheckoutView{
+			OrderID: orderID, State: views.CheckoutConfirming, RefreshURL: c.Request().URL.RequestURI(),
+		}))
+	}
+	if it.SessionID == "" {
+		return false, nil
+	}
+	sess, err := h.svc.Get(ctx, it.SessionID)
+	if err != nil {
+		return false, err
+	}
+	if sess.Status == payments.StatusRegistered && sess.ConfirmationURL != "" {
+		return true, c.Redirect(http.StatusSeeOther, sess.ConfirmationURL)
+	}
+	return false, nil
+}
+
+// show renders the order's state. check: ask the gateway about the active session first
+// (always on return; on the plain page unless the session is still being registered).
+func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, notice string) error {
+	ctx := c.Request().Context()
+	c.Response().Header().Set("Cache-Control", "no-store")
+	order, sessions, err := h.svc.GetOrder(ctx, orderID)
+	if err != nil && payments.ErrorCode(err) != payments.ENOTFOUND {
+		return err
+	}
+	active := findSession(sessions, order.ActiveSessionID)
+	if active != nil && (check || active.Status != payments.StatusRegistering) {
+		if _, cerr := h.svc.Check(ctx, customer, active.ID); cerr != nil {
+			if payments.ErrorCode(cerr) == payments.EINTERNAL {
+				return cerr
+			}
+			if notice == "" {
+				notice = "We could not reach the bank just now; this page will look again."
+			}
+		}
+		if order, sessions, err = h.svc.GetOrder(ctx, orderID); err != nil {
+			return err
+		}
+		active = findSession(sessions, order.ActiveSessionID)
+	}
+	v := views.CheckoutView{OrderID: orderID, Notice: notice}
+	self := "/checkout/" + url.PathEscape(orderID)
+	switch {
+	case order.Status == payments.OrderPaid:
+		v.State, v.Session = views.CheckoutPaid, findSession(sessions, order.PaidSessionID)
+	case active != nil:
+		v.Session = active
+		switch {
+		case active.Status == payments.StatusRegistered && active.ConfirmationURL != "":
+			v.State = views.CheckoutContinue
+		case active.Status == payments.StatusCanceling:
+			v.State = views.CheckoutCanceling
+		default: // Registering, Unknown, Authorized: the gateway's word is awaited
+			v.State, v.RefreshURL = views.CheckoutConfirming, self
+		}
+	default:
+		var latest *payments.Session
+		if len(sessions) > 0 {
+			latest = &sessions[len(sessions)-1]
+			v.Session = latest
+			if v.Notice == "" {
+				switch latest.Status {
+				case payments.StatusFailed:
+					v.Notice = "Your last payment attempt did not go through. You can try again."
+				case payments.StatusCanceled:
+					v.Notice = "Your last payment was canceled. You can pay again."
+				}
+			}
+		}
+		amount, okAmount := parseMinorAmount(c.QueryParam("amount"))
+		currency := strings.ToUpper(c.QueryParam("currency"))
+		if (!okAmount || len(currency) != 3) && latest != nil {
+			amount, currency, okAmount = latest.Amount, latest.Currency, true
+		}
+		if !okAmount || len(currency) != 3 {
+			v.State = views.CheckoutNoAmount
+			if status == http.StatusOK {
+				status = http.StatusBadRequest
+			}
+			break
+		}
+		v.State, v.Amount, v.Currency, v.Intent = views.CheckoutPay, amount, currency, uuid.NewString()
+		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
+	}
+	return render.HTML(c, status, views.Checkout(v))
+}
+
+func findSession(sessions []payments.Session, id string) *payments.Session {
+	if id == "" {
+		return nil
+	}
+	for i := range sessions {
+		if sessions[i].ID == id {
+			return &sessions[i]
+		}
+	}
+	return nil
+}

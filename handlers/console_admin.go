@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+	"pitlane/web/render"
+)
+
+// Outbox: GET /outbox[?payment=…], messages to customers. Admins only (the route says so):
+// cancel-code messages contain the code.
+func (h *Console) Outbox(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	msgs, err := h.svc.Outbox(c.Request().Context(), c.QueryParam("payment"))
+	if err != nil {
+		return err
+	}
+	return render.HTML(c, http.StatusOK, views.Outbox(views.OutboxView{Page: h.page(c, "Outbox", "outbox"), Messages: msgs}))
+}
+
+// Users: GET /admin/users.
+func (h *Console) Users(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	users, err := h.svc.ListStaffUsers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return render.HTML(c, http.StatusOK, views.Users(views.UsersView{Page: h.page(c, "Users", "users"), Users: users}))
+}
+
+// Audit: GET /admin/audit[?actor=…&target=…].
+func (h *Console) Audit(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	v := views.AuditView{Actor: strings.TrimSpace(c.QueryParam("actor")), Target: strings.TrimSpace(c.QueryParam("target"))}
+	var err error
+	if v.Entries, err = h.svc.AuditLog(c.Request().Context(), payments.AuditFilter{Actor: v.Actor, Target: v.Target}); err != nil {
+		return err
+	}
+	v.Page = h.page(c, "Audit log", "audit")
+	return render.HTML(c, http.StatusOK, views.Audit(v))
+}

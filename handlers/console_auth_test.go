@@ -1,0 +1,379 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"pitlane/payments"
+	"pitlane/web/auth"
+)
+
+func TestConsoleSignIn(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ana@example.com", payments.RoleSupport)
+	a := b.agent(t)
+
+	// Nobody signed in: every console page sends to the sign-in page, remembering where to.
+	rec := a.get("/payments?q=o-1")
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/login?next="+url.QueryEscape("/payments?q=o-1") {
+		t.Fatalf("anonymous /payments: %d %s", rec.Code, rec.Header().Get("Location"))
+	}
+	doc := page(t, a.get("/login"), http.StatusOK)
+	if doc.Find(testid("nav")).Length() != 0 {
+		t.Error("the sign-in page shows the console navigation")
+	}
+	csrf := a.cookie(auth.CSRFCookie)
+	if csrf == nil {
+		t.Fatal("no CSRF cookie for the anonymous visitor")
+	}
+
+	// Wrong password: the form again, with the one message for every refusal.
+	rec = a.post("/login", url.Values{"email": {"ana@example.com"}, "password": {"wrong password!!"}})
+	doc = page(t, rec, http.StatusUnprocessableEntity)
+	wantText(t, doc, "login-error", "wrong email or password")
+	if a.cookie(auth.SessionCookie) != nil {
+		t.Fatal("a failed sign-in got a session")
+	}
+	// An unknown email gets the very same answer.
+	doc = page(t, a.post("/login", url.Values{"email": {"nobody@example.com"}, "password": {testPassword}}), http.StatusUnprocessableEntity)
+	wantText(t, doc, "login-error", "wrong email or password")
+
+	// Right password (email in another case): signed in, session in PostgreSQL, cookie flags.
+	rec = a.post("/login", url.Values{"email": {"Ana@Example.com"}, "password": {testPassword}, "next": {"/payments?q=o-1"}})
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/payments?q=o-1" {
+		t.Fatalf("login: %d %s %s", rec.Code, rec.Header().Get("Location"), rec.Body)
+	}
+	setCookie := strings.Join(rec.Header().Values("Set-Cookie"), "\n")
+	for _, want := range []string{auth.SessionCookie + "=", "HttpOnly", "SameSite=Lax", "Path=/"} {
+		if !strings.Contains(setCookie, want) {
+			t.Errorf("session cookie lacks %q: %s", want, setCookie)
+		}
+	}
+	first := a.cookie(auth.SessionCookie)
+	if first == nil {
+		t.Fatal("no session cookie after sign-in")
+	}
+	if n := b.count(t, `SELECT count(*) FROM sessions WHERE expiry > now()`); n != 1 {
+		t.Fatalf("%d sessions in PostgreSQL, want 1", n)
+	}
+	doc = page(t, a.get("/"), http.StatusOK)
+	wantText(t, doc, "whoami", "ana@example.com")
+	wantText(t, doc, "whoami-role", "support")
+	if b.audits(t, payments.AuditLogin, "ana@example.com") != 1 || b.audits(t, payments.AuditLoginFailed, "") != 2 {
+		t.Error("sign-ins not audited")
+	}
+
+	// Another replica on the same database honours the session (no sticky sessions needed).
+	pool2 := b.pool // a second server instance; sessions are in the database, not in memory
+	_, e2 := b.replica(pool2, "replica-b", b.gw)
+	a2 := newAgent(t, e2)
+	a2.jar.SetCookies(siteURL, a.jar.Cookies(siteURL))
+	doc = page(t, a2.get("/"), http.StatusOK)
+	wantText(t, doc, "whoami", "ana@example.com")
+
+	// Sign out: a new token; the signed-in one is dead everywhere.
+	a.get("/")
+	rec = a.post("/logout", nil)
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/login" {
+		t.Fatalf("logout: %d %s", rec.Code, rec.Header().Get("Location"))
+	}
+	after := a.cookie(auth.SessionCookie)
+	if after == nil || after.Value == first.Value {
+		t.Fatalf("logout did not renew the session token (%v)", after)
+	}
+	doc = page(t, a.get("/login"), http.StatusOK)
+	wantText(t, doc, "flash", "signed out")
+	if rec := a2.get("/"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the signed-in token still works after sign-out: %d", rec.Code)
+	}
+	if b.audits(t, payments.AuditLogout, "ana@example.com") != 1 {
+		t.Error("sign-out not audited")
+	}
+
+	// Signing in again from the signed-out session renews the token once more.
+	before := a.cookie(auth.SessionCookie)
+	a.login("ana@example.com")
+	again := a.cookie(auth.SessionCookie)
+	if before == nil || again == nil || again.Value == before.Value || again.Value == first.Value {
+		t.Fatalf("sign-in did not renew the session token: before %v, after %v", before, again)
+	}
+}
+
+func TestConsoleSignInLockout(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "bo@example.com", payments.RoleFinance)
+	a := b.agent(t)
+	a.get("/login")
+	for i := 1; i <= payments.MaxLoginFailures; i++ {
+		rec := a.post("/login", url.Values{"email": {"bo@example.com"}, "password": {"not the password"}})
+		want := http.StatusUnprocessableEntity
+		if i == payments.MaxLoginFailures {
+			want = http.StatusTooManyRequests
+		}
+		doc := page(t, rec, want)
+		if i == payments.MaxLoginFailures {
+			wantText(t, doc, "login-error", "too many failed sign-ins")
+		}
+	}
+	// Locked: even the right password is refused, from any replica (the count is in PostgreSQL).
+	_, e2 := b.replica(b.pool, "replica-b", b.gw)
+	a2 := newAgent(t, e2)
+	a2.get("/login")
+	doc := page(t, a2.post("/login", url.Values{"email": {"bo@example.com"}, "password": {testPassword}}), http.StatusTooManyRequests)
+	wantText(t, doc, "login-error", "too many failed sign-ins")
+	if a2.cookie(auth.SessionCookie) != nil {
+		t.Fatal("a locked email got a session")
+	}
+	// Other emails are not affected.
+	b.user(t, "cy@example.com", payments.RoleSupport)
+	newAgent(t, b.e).login("cy@example.com")
+
+	// 15 minutes later the lock is gone.
+	b.clock.Advance(payments.LoginLockout)
+	a2.login("bo@example.com")
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle WHERE email = 'bo@example.com'`); n != 0 {
+		t.Errorf("a successful sign-in left %d throttle rows", n)
+	}
+}
+
+// TestSignInThrottleIsSerialised: ten parallel guesses for one email. The throttle row is locked
+// while each is judged, so exactly MaxLoginFailures-1 get "wrong" and the rest "locked": no
+// guess slips through between another's check and its count.
+func TestSignInThrottleIsSerialised(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "dee@example.com", payments.RoleSupport)
+	const n = 10
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := b.svc.AuthenticateStaff(context.Background(), "dee@example.com", "guess guess guess")
+			errs <- err
+		}()
+	}
+	got := map[string]int{}
+	for range n {
+		got[payments.ErrorCode(<-errs)]++
+	}
+	if got[payments.EWRONG] != payments.MaxLoginFailures-1 || got[payments.ELOCKED] != n-payments.MaxLoginFailures+1 {
+		t.Fatalf("outcomes %v, want %d wrong and %d locked", got, payments.MaxLoginFailures-1, n-payments.MaxLoginFailures+1)
+	}
+}
+
+func TestPasswordsAreHashed(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "eve@example.com", payments.RoleAdmin)
+	b.agent(t).login("eve@example.com")
+	var hash string
+	if err := b.pool.QueryRow(context.Background(), `SELECT password_hash FROM staff_users WHERE email = 'eve@example.com'`).Scan(&hash); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(hash, "$2") || strings.Contains(hash, testPassword) {
+		t.Fatalf("password stored as %q, want a bcrypt hash", hash)
+	}
+	// Nowhere in the database: users, sessions, audit log.
+	for _, q := range []string{
+		`SELECT count(*) FROM staff_users WHERE row(staff_users.*)::text LIKE '%' || $1 || '%'`,
+		`SELECT count(*) FROM sessions WHERE encode(data, 'escape') LIKE '%' || $1 || '%'`,
+		`SELECT count(*) FROM audit_log WHERE row(audit_log.*)::text LIKE '%' || $1 || '%'`,
+	} {
+		if n := b.count(t, q, testPassword); n != 0 {
+			t.Errorf("plaintext password found: %s", q)
+		}
+	}
+	// Password rules.
+	for _, pw := range []string{"short", strings.Repeat("x", payments.MaxPasswordBytes+1)} {
+		if _, err := b.svc.CreateStaffUser(context.Background(), "f@example.com", payments.RoleSupport, pw); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("password of %d bytes: %v, want invalid", len(pw), err)
+		}
+	}
+	if _, err := b.svc.CreateStaffUser(context.Background(), "EVE@example.com", payments.RoleSupport, testPassword); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Errorf("duplicate email: %v, want conflict", err)
+	}
+}
+
+func TestCSRF(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ana@example.com", payments.RoleSupport)
+	s := b.payment(t, "o-csrf", 1999)
+
+	// Anonymous: the sign-in form needs its cookie-bound token.
+	a := b.agent(t)
+	a.get("/login")
+	rec := a.post("/login", url.Values{"email": {"ana@example.com"}, "password": {testPassword}, "csrf_token": {""}})
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("sign-in without CSRF token: %d", rec.Code)
+	}
+	if a.cookie(auth.SessionCookie) != nil {
+		t.Fatal("signed in without a CSRF token")
+	}
+	// A token minted for another browser's cookie does not pass either.
+	other := b.agent(t)
+	other.get("/login")
+	rec = a.post("/login", url.Values{"email": {"ana@example.com"}, "password": {testPassword}, "csrf_token": {other.csrf}})
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("sign-in with another browser's token: %d", rec.Code)
+	}
+
+	a.login("ana@example.com")
+	anonToken := other.csrf
+	checks := func() int { return b.gw.Calls("status") + b.gw.Calls("find") }
+	before := checks()
+	for name, form := range map[string]url.Values{
+		"missing":     {"csrf_token": {""}},
+		"wrong":       {"csrf_token": {"x" + a.csrf}},
+		"anonymous's": {"csrf_token": {anonToken}},
+	} {
+		rec := a.post("/payments/"+s.ID+"/check", form)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("check with %s token: %d, want 403", name, rec.Code)
+		}
+		doc := page(t, rec, http.StatusForbidden)
+		wantText(t, doc, "error-detail", "CSRF")
+	}
+	if checks() != before || b.audits(t, payments.AuditPaymentCheck, "") != 0 {
+		t.Fatal("a request without a valid CSRF token reached the gateway")
+	}
+	// htmx sends the token in a header instead of the form.
+	r := newFormRequest("/payments/"+s.ID+"/check", url.Values{})
+	r.Header.Set("X-CSRF-Token", a.csrf)
+	r.Header.Set("HX-Request", "true")
+	if rec := a.do(r); rec.Code != http.StatusSeeOther {
+		t.Fatalf("check with the header token: %d %s", rec.Code, rec.Body)
+	}
+	if b.audits(t, payments.AuditPaymentCheck, s.ID) != 1 {
+		t.Fatal("check not audited")
+	}
+	// The token changes with the session: the pre-sign-in one is worthless after sign-in.
+	if rec := a.post("/payments/"+s.ID+"/check", url.Values{"csrf_token": {a.csrfBeforeLogin()}}); rec.Code != http.StatusForbidden {
+		t.Fatalf("pre-sign-in token accepted after sign-in: %d", rec.Code)
+	}
+	// The API and the webhook receiver are not behind CSRF (they authenticate otherwise).
+	if rec := a.do(newFormRequest("/webhooks/gateway", url.Values{})); strings.Contains(rec.Body.String(), "CSRF") {
+		t.Fatalf("webhook receiver behind CSRF: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func newFormRequest(path string, form url.Values) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return r
+}
+
+// csrfBeforeLogin is the token this browser's cookie gives without a session.
+func (a *agent) csrfBeforeLogin() string {
+	anon := newAgent(a.t, a.h)
+	anon.jar.SetCookies(siteURL, []*http.Cookie{a.cookie(auth.CSRFCookie)})
+	anon.get("/login")
+	return anon.csrf
+}
+
+func TestRoles(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "fin@example.com", payments.RoleFinance)
+	b.user(t, "adm@example.com", payments.RoleAdmin)
+	s := b.payment(t, "o-roles", 500)
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+		VALUES ($1, 'o-roles', 'late_payment', 'test', now())`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	sup, fin, adm := b.agent(t), b.agent(t), b.agent(t)
+	sup.login("sup@example.com")
+	fin.login("fin@example.com")
+	adm.login("adm@example.com")
+
+	type rule struct {
+		method, path  string
+		sup, fin, adm int
+	}
+	ok, no, redirect := http.StatusOK, http.StatusForbidden, http.StatusSeeOther
+	rules := []rule{
+		{"GET", "/", ok, ok, ok},
+		{"GET", "/payments", ok, ok, ok},
+		{"GET", "/payments/" + s.ID, ok, ok, ok},
+		{"GET", "/locks", ok, ok, ok},
+		{"GET", "/payments/new", ok, no, ok},
+		{"GET", "/finance/cases", no, ok, ok},
+		{"GET", "/finance/flagged", no, ok, ok},
+		{"GET", "/finance/ledger", no, ok, ok},
+		{"GET", "/outbox", no, no, ok},
+		{"GET", "/admin/users", no, no, ok},
+		{"GET", "/admin/audit", no, no, ok},
+		{"POST", "/payments/" + s.ID + "/cancel", redirect, no, redirect},
+		{"POST", "/payments/" + s.ID + "/check", redirect, no, redirect},
+		{"POST", "/finance/cases/1/resolve", no, redirect, redirect},
+		{"POST", "/finance/flagged/" + s.ID + "/retry", no, redirect, redirect},
+	}
+	for _, r := range rules {
+		for _, who := range []struct {
+			name string
+			a    *agent
+			want int
+		}{{"support", sup, r.sup}, {"finance", fin, r.fin}, {"admin", adm, r.adm}} {
+			var rec = who.a.get(r.path)
+			if r.method == "POST" {
+				rec = who.a.post(r.path, url.Values{"note": {"looked at it"}})
+			}
+			if rec.Code != who.want {
+				t.Errorf("%s %s as %s: %d, want %d", r.method, r.path, who.name, rec.Code, who.want)
+			}
+			if rec.Code == http.StatusForbidden {
+				doc := page(t, rec, http.StatusForbidden)
+				wantText(t, doc, "error-status", "403")
+				wantText(t, doc, "error-detail", "Your role ("+who.name+")")
+			}
+		}
+	}
+	// Finance could not cancel, support could not resolve: the effects prove it.
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE requested_by = 'staff:fin@example.com'`); n != 0 {
+		t.Error("finance requested a cancel")
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_by = 'sup@example.com'`); n != 0 {
+		t.Error("support resolved a case")
+	}
+	// The navigation shows each role what it may open, and the payment page only its actions.
+	for _, who := range []struct {
+		a          *agent
+		hide, show []string
+	}{
+		{sup, []string{"nav-finance", "nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-locks"}},
+		{fin, []string{"nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-finance", "nav-locks"}},
+		{adm, nil, []string{"nav-payments", "nav-finance", "nav-locks", "nav-outbox", "nav-users", "nav-audit"}},
+	} {
+		doc := page(t, who.a.get("/"), http.StatusOK)
+		for _, id := range who.hide {
+			if doc.Find(testid(id)).Length() != 0 {
+				t.Errorf("%s sees %s", text(doc, "whoami"), id)
+			}
+		}
+		for _, id := range who.show {
+			if doc.Find(testid(id)).Length() != 1 {
+				t.Errorf("%s misses %s", text(doc, "whoami"), id)
+			}
+		}
+	}
+	s2 := b.payment(t, "o-roles-2", 700)
+	if doc := page(t, fin.get("/payments/"+s2.ID), http.StatusOK); doc.Find(testid("payment-actions")).Length() != 0 {
+		t.Error("finance sees payment actions")
+	}
+	if doc := page(t, sup.get("/payments/"+s2.ID), http.StatusOK); doc.Find(testid("check")).Length() != 1 || doc.Find(testid("cancel-request")).Length() != 1 {
+		t.Error("support misses Check / Request cancel")
+	}
+
+	// A disabled user is out at their next request.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE staff_users SET disabled_at = now() WHERE email = 'sup@example.com'`); err != nil {
+		t.Fatal(err)
+	}
+	if rec := sup.get("/payments"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("disabled user still served: %d", rec.Code)
+	}
+}

@@ -1,0 +1,65 @@
+package handlers
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+)
+
+// RequestCancel: POST /payments/:id/cancel. A one-time code goes to the customer (outbox /
+// NOTIFY_WEBHOOK_URL; staff never see it); the payment's page then opens the form to enter the
+// code the customer reads out.
+func (h *Console) RequestCancel(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	ch, err := h.svc.RequestCancel(c.Request().Context(), st.Actor(), id)
+	detail := outcome(err)
+	if err == nil {
+		detail = "code sent, challenge " + ch.ID + ", expires " + ch.ExpiresAt.UTC().Format("15:04:05") + " UTC"
+	}
+	h.audit(c, payments.AuditCancelRequest, id, detail)
+	to := "/payments/" + id
+	if err == nil {
+		to += "?challenge=" + url.QueryEscape(ch.ID)
+	}
+	return h.done(c, to, "A one-time code went to the customer. Ask them to read it to you.", err)
+}
+
+// ConfirmCancel: POST /payments/:id/cancel/:challenge with the code. Consumes the code and
+// cancels (payments.ConfirmCancel: one reverse at the gateway, however often this is sent).
+func (h *Console) ConfirmCancel(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id, challenge := c.Param("id"), c.Param("challenge")
+	res, err := h.svc.ConfirmCancel(c.Request().Context(), st.Actor(), id, challenge, strings.TrimSpace(c.FormValue("code")))
+	detail := outcome(err)
+	msg := ""
+	if err == nil {
+		detail = "challenge " + challenge + ": now " + string(res.Session.Status)
+		msg = "Cancel confirmed: the payment is " + string(res.Session.Status) + "."
+		if res.Replayed {
+			detail += " (code already used; nothing new done)"
+			msg = "This code was already used; the payment is " + string(res.Session.Status) + "."
+		}
+	}
+	h.audit(c, payments.AuditCancelConfirm, id, detail)
+	to := "/payments/" + id
+	if err != nil {
+		to += "?challenge=" + url.QueryEscape(challenge) // the code form again, with the refusal
+	}
+	return h.done(c, to, msg, err)
+}

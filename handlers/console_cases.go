@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/views"
+	"pitlane/web/render"
+)
+
+// Finance: GET /finance, the finance area starts at its cases.
+func (h *Console) Finance(c echo.Context) error {
+	return c.Redirect(http.StatusSeeOther, "/finance/cases")
+}
+
+// Cases: GET /finance/cases[?all=1].
+func (h *Console) Cases(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	all := c.QueryParam("all") != ""
+	cases, err := h.svc.ListCases(c.Request().Context(), all)
+	if err != nil {
+		return err
+	}
+	return render.HTML(c, http.StatusOK, views.Cases(views.CasesView{Page: h.page(c, "Finance cases", "finance"), All: all, Cases: cases}))
+}
+
+// ResolveCase: POST /finance/cases/:id/resolve with a note (required). The resolution and its
+// audit entry are one transaction (payments.ResolveCase).
+func (h *Console) ResolveCase(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id, perr := strconv.ParseInt(c.Param("id"), 10, 64)
+	if perr != nil {
+		return notFound("case")
+	}
+	fc, err := h.svc.ResolveCase(c.Request().Context(), st, id, c.FormValue("note"))
+	msg := ""
+	if err == nil {
+		msg = "Case " + strconv.FormatInt(fc.ID, 10) + " (" + fc.Kind + ") resolved."
+	}
+	return h.done(c, "/finance/cases", msg, err)
+}

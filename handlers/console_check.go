@@ -1,0 +1,31 @@
+package handlers
+
+import (
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+)
+
+// CheckPayment: POST /payments/:id/check. Ask the gateway and apply its answer exactly once
+// (payments.Check); audited with the outcome.
+func (h *Console) CheckPayment(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	before, err := h.svc.Get(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	sess, err := h.svc.Check(c.Request().Context(), st.Actor(), id)
+	detail := outcome(err)
+	if err == nil {
+		detail = string(before.Status) + " → " + string(sess.Status)
+	}
+	h.audit(c, payments.AuditPaymentCheck, id, detail)
+	return h.done(c, "/payments/"+id, "Checked with the gateway: "+detail+".", err)
+}

@@ -1,0 +1,216 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/web"
+)
+
+// Console tests drive the real router (web.New) so that sessions, CSRF and role checks run as
+// in production, with a browser-like agent (cookie jar, CSRF token taken from the pages).
+
+func init() {
+	// Sign-ins in tests need not be slow: the cost is stored in each hash, so verification is
+	// the same code path.
+	payments.PasswordCost = bcrypt.MinCost
+}
+
+var consoleT0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+const testPassword = "correct horse battery"
+
+// consoleBench is one database, a fake gateway, a manual clock, a service and a server.
+type consoleBench struct {
+	url   string
+	pool  *pgxpool.Pool
+	gw    *fakegw.Gateway
+	clock *payments.ManualClock
+	svc   *payments.Service
+	e     *echo.Echo
+}
+
+func newConsoleBench(t testing.TB) *consoleBench {
+	t.Helper()
+	url := testdb.NewURL(t)
+	b := &consoleBench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(consoleT0)}
+	b.svc, b.e = b.replica(b.pool, "replica-a", b.gw)
+	return b
+}
+
+// replica builds another server over a pool of the same database (another replica).
+func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway) (*payments.Service, *echo.Echo) {
+	svc := payments.NewService(pool, payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc,
+		SecretKey: []byte("console-test-secret-console-test-secret")})
+	return svc, e
+}
+
+func (b *consoleBench) user(t testing.TB, email string, role payments.Role) {
+	t.Helper()
+	if _, err := b.svc.CreateStaffUser(context.Background(), email, role, testPassword); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *consoleBench) count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("count %q: %v", sql, err)
+	}
+	return n
+}
+
+// payment creates a registered session through the core.
+func (b *consoleBench) payment(t testing.TB, order string, amount int64) payments.Session {
+	t.Helper()
+	res, err := b.svc.Create(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+		payments.CreateInput{OrderID: order, Amount: amount, Currency: "EUR", CustomerContact: "cust@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Session
+}
+
+// audits counts audit rows of an action (and target, when given).
+func (b *consoleBench) audits(t testing.TB, action, target string) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND ($2 = '' OR target = $2)`, action, target)
+}
+
+// agent is a browser: a cookie jar and the CSRF token of the last page it saw.
+type agent struct {
+	t    testing.TB
+	h    http.Handler
+	jar  *cookiejar.Jar
+	csrf string
+}
+
+var siteURL, _ = url.Parse("http://console.test/")
+
+func (b *consoleBench) agent(t testing.TB) *agent { return newAgent(t, b.e) }
+
+func newAgent(t testing.TB, h http.Handler) *agent {
+	jar, _ := cookiejar.New(nil)
+	return &agent{t: t, h: h, jar: jar}
+}
+
+func (a *agent) do(r *http.Request) *httptest.ResponseRecorder {
+	a.t.Helper()
+	for _, c := range a.jar.Cookies(siteURL) {
+		r.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	a.h.ServeHTTP(rec, r)
+	a.jar.SetCookies(siteURL, rec.Result().Cookies())
+	if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+		if doc, err := goquery.NewDocumentFromReader(strings.NewReader(rec.Body.String())); err == nil {
+			if tok, ok := doc.Find(`meta[name="csrf-token"]`).Attr("content"); ok && tok != "" {
+				a.csrf = tok
+			} else if tok, ok := doc.Find(`input[name="csrf_token"]`).First().Attr("value"); ok && tok != "" {
+				a.csrf = tok
+			}
+		}
+	}
+	return rec
+}
+
+func (a *agent) get(path string, headers ...string) *httptest.ResponseRecorder {
+	a.t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	return a.do(r)
+}
+
+// post submits a form with the agent's CSRF token (unless form already has a csrf_token key,
+// even an empty one).
+func (a *agent) post(path string, form url.Values) *httptest.ResponseRecorder {
+	a.t.Helper()
+	if form == nil {
+		form = url.Values{}
+	}
+	if _, ok := form["csrf_token"]; !ok {
+		form.Set("csrf_token", a.csrf)
+	} else if form.Get("csrf_token") == "" {
+		form.Del("csrf_token")
+	}
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return a.do(r)
+}
+
+// follow asserts a 303 and loads where it points.
+func (a *agent) follow(rec *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+	a.t.Helper()
+	if rec.Code != http.StatusSeeOther {
+		a.t.Fatalf("want 303, got %d: %s", rec.Code, rec.Body)
+	}
+	return a.get(rec.Header().Get("Location"))
+}
+
+func (a *agent) cookie(name string) *http.Cookie {
+	for _, c := range a.jar.Cookies(siteURL) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// login signs in through the sign-in page and lands on the dashboard.
+func (a *agent) login(email string) {
+	a.t.Helper()
+	a.get("/login")
+	rec := a.post("/login", url.Values{"email": {email}, "password": {testPassword}})
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/" {
+		a.t.Fatalf("login %s: %d %s %s", email, rec.Code, rec.Header().Get("Location"), rec.Body)
+	}
+	if rec := a.get("/"); rec.Code != http.StatusOK {
+		a.t.Fatalf("dashboard after login: %d", rec.Code)
+	}
+}
+
+func page(t testing.TB, rec *httptest.ResponseRecorder, status int) *goquery.Document {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d; body:\n%s", rec.Code, status, rec.Body)
+	}
+	doc, err := goquery.NewDocumentFromReader(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func testid(id string) string { return fmt.Sprintf(`[data-testid=%q]`, id) }
+
+func text(doc *goquery.Document, id string) string {
+	return strings.TrimSpace(doc.Find(testid(id)).Text())
+}
+
+func wantText(t testing.TB, doc *goquery.Document, id, want string) {
+	t.Helper()
+	if got := text(doc, id); !strings.Contains(got, want) {
+		t.Fatalf("%s = %q, want it to contain %q", id, got, want)
+	}
+}

@@ -1,0 +1,29 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+	"pitlane/web/render"
+)
+
+// Payments: GET /payments?q=…&status=…&before=…, the searchable list.
+func (h *Console) Payments(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	v := views.PaymentsView{Query: strings.TrimSpace(c.QueryParam("q")), Status: c.QueryParam("status")}
+	list, err := h.svc.ListPayments(c.Request().Context(), payments.PaymentFilter{
+		Query: v.Query, Status: payments.Status(v.Status), Before: c.QueryParam("before"),
+	})
+	if err != nil {
+		return err
+	}
+	v.List = list
+	v.Page = h.page(c, "Payments", "payments")
+	return render.HTML(c, http.StatusOK, views.Payments(v))
+}

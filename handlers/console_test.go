@@ -1,0 +1,373 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+var outboxCodeRe = regexp.MustCompile(`is (\d{6})\.`)
+
+// TestConsoleStartAndCancel: support starts a payment for a customer through the form, requests
+// a cancel, enters the code the customer reads out (the test reads it from the admin's outbox
+// page, as the customer would from their message), and the payment is Canceled with exactly one
+// reverse at the gateway, however often the code is sent. Every step is audited.
+func TestConsoleStartAndCancel(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "adm@example.com", payments.RoleAdmin)
+	sup, adm := b.agent(t), b.agent(t)
+	sup.login("sup@example.com")
+	adm.login("adm@example.com")
+
+	// The form refuses bad input with the field named, and starts nothing.
+	doc := page(t, sup.post("/payments", url.Values{"order_id": {"o-42"}, "amount": {"19.999"}, "currency": {"EUR"}}), http.StatusUnprocessableEntity)
+	if f, _ := doc.Find(testid("new-payment-error")).Attr("data-field"); f != "amount" {
+		t.Fatalf("error field %q: %s", f, text(doc, "new-payment-error"))
+	}
+	if b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatal("an invalid form reached the gateway")
+	}
+
+	rec := sup.post("/payments", url.Values{"order_id": {"o-42"}, "amount": {"19.99"}, "currency": {"eur"}, "customer_contact": {"cust@example.com"}})
+	doc = page(t, sup.follow(rec), http.StatusOK)
+	id := text(doc, "payment-id")
+	wantText(t, doc, "flash", "Payment started")
+	wantText(t, doc, "payment-status", "Registered")
+	wantText(t, doc, "payment-amount", "19.99 EUR")
+	if doc.Find(testid("payment-confirmation-url")).Length() != 1 {
+		t.Error("no payment page link to send to the customer")
+	}
+	if b.gw.Calls(fakegw.OpRegister) != 1 || b.audits(t, payments.AuditPaymentCreate, id) != 1 {
+		t.Fatalf("start: %d registrations, %d audit rows", b.gw.Calls(fakegw.OpRegister), b.audits(t, payments.AuditPaymentCreate, id))
+	}
+	wantText(t, doc, "timeline", "staff:sup@example.com")
+
+	// Request cancel: the code goes to the customer, the page opens the code form.
+	rec = sup.post("/payments/"+id+"/cancel", nil)
+	loc := rec.Header().Get("Location")
+	if !strings.HasPrefix(loc, "/payments/"+id+"?challenge=") {
+		t.Fatalf("request cancel → %d %q", rec.Code, loc)
+	}
+	doc = page(t, sup.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "code went to the customer")
+	if doc.Find(testid("cancel-code")).Length() != 1 {
+		t.Fatal("no code form after requesting a cancel")
+	}
+	if strings.Contains(doc.Text(), "is ") && outboxCodeRe.MatchString(doc.Text()) {
+		t.Fatal("the payment page shows the code to support")
+	}
+	action, _ := doc.Find(testid("cancel-confirm-form")).Attr("action")
+
+	// Support cannot read the outbox; the admin's outbox page shows the message and warns.
+	if rec := sup.get("/outbox"); rec.Code != http.StatusForbidden {
+		t.Fatalf("support opened the outbox: %d", rec.Code)
+	}
+	odoc := page(t, adm.get("/outbox"), http.StatusOK)
+	wantText(t, odoc, "outbox-warning", "cancel codes")
+	m := outboxCodeRe.FindStringSubmatch(odoc.Find(testid("outbox-row")).First().Find(testid("outbox-body")).Text())
+	if m == nil {
+		t.Fatalf("no code in the outbox: %s", text(odoc, "outbox-table"))
+	}
+	code := m[1]
+	wrong := "000000"
+	if code == wrong {
+		wrong = "111111"
+	}
+
+	// A wrong code: refused, the form stays open with attempts counted.
+	doc = page(t, sup.follow(sup.post(action, url.Values{"code": {wrong}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "wrong code")
+	wantText(t, doc, "payment-status", "Registered")
+	if doc.Find(testid("cancel-code")).Length() != 1 {
+		t.Fatal("the code form closed after a wrong code")
+	}
+	// The right code: Canceled, one reverse.
+	doc = page(t, sup.follow(sup.post(action, url.Values{"code": {code}})), http.StatusOK)
+	wantText(t, doc, "flash", "Cancel confirmed")
+	wantText(t, doc, "payment-status", "Canceled")
+	wantText(t, doc, "reverse-status", "Succeeded")
+	// The same code again (a double submit): nothing new.
+	doc = page(t, sup.follow(sup.post(action, url.Values{"code": {code}})), http.StatusOK)
+	wantText(t, doc, "flash", "already used")
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("%d reverses at the gateway, want 1", n)
+	}
+	if doc.Find(testid("cancel-request")).Length() != 0 {
+		t.Error("a Canceled payment still offers Request cancel")
+	}
+	if b.audits(t, payments.AuditCancelRequest, id) != 1 || b.audits(t, payments.AuditCancelConfirm, id) != 3 {
+		t.Fatalf("audit: %d requests, %d confirms", b.audits(t, payments.AuditCancelRequest, id), b.audits(t, payments.AuditCancelConfirm, id))
+	}
+	// The payment's page lists the staff actions; the admin's audit page all of them.
+	if n := doc.Find(testid("audit-row")).Length(); n != 5 {
+		t.Errorf("payment page lists %d staff actions, want 5", n)
+	}
+	adoc := page(t, adm.get("/admin/audit?actor=sup@example.com"), http.StatusOK)
+	for _, action := range []string{payments.AuditLogin, payments.AuditPaymentCreate, payments.AuditCancelRequest, payments.AuditCancelConfirm} {
+		if adoc.Find(`[data-testid="audit-row"][data-action="`+action+`"]`).Length() == 0 {
+			t.Errorf("audit page lacks %s", action)
+		}
+	}
+	// Starting a second payment for the canceled order works; starting one for a different
+	// amount while it is active is refused with 409.
+	rec = sup.post("/payments", url.Values{"order_id": {"o-42"}, "amount": {"20"}, "currency": {"EUR"}})
+	page(t, sup.follow(rec), http.StatusOK)
+	doc = page(t, sup.post("/payments", url.Values{"order_id": {"o-42"}, "amount": {"21"}, "currency": {"EUR"}}), http.StatusConflict)
+	wantText(t, doc, "new-payment-error", "already has an active payment")
+}
+
+func TestConsoleCheck(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "fin@example.com", payments.RoleFinance)
+	s := b.payment(t, "o-7", 1999)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+
+	// Nothing happened at the gateway yet: Check changes nothing, and says so.
+	doc := page(t, sup.follow(sup.post("/payments/"+s.ID+"/check", nil)), http.StatusOK)
+	wantText(t, doc, "flash", "Registered → Registered")
+	// The customer paid: Check applies it once; a second Check finds nothing to do.
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/check", nil)), http.StatusOK)
+	wantText(t, doc, "flash", "Registered → Completed")
+	wantText(t, doc, "payment-status", "Completed")
+	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/check", nil)), http.StatusOK)
+	wantText(t, doc, "flash", "Completed → Completed")
+	if b.audits(t, payments.AuditPaymentCheck, s.ID) != 3 {
+		t.Fatal("checks not audited")
+	}
+	if n := doc.Find(`[data-testid="call-row"]`).Length(); n != 4 { // register + 3 status
+		t.Errorf("gateway call log has %d rows, want 4", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries`); n != 1 {
+		t.Fatalf("%d ledger entries, want 1", n)
+	}
+	wantText(t, doc, "ledger-entries", "19.99 EUR")
+
+	// The gateway not answering is a message, not an error page.
+	s2 := b.payment(t, "o-8", 500)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	doc = page(t, sup.follow(sup.post("/payments/"+s2.ID+"/check", nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "gateway did not answer")
+
+	// Finance sees the money in the ledger, per currency.
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	doc = page(t, fin.get("/finance/ledger"), http.StatusOK)
+	row := doc.Find(`[data-testid="total-row"][data-currency="EUR"]`)
+	if got := strings.TrimSpace(row.Find(testid("total-received")).Text()); got != "19.99 EUR" {
+		t.Fatalf("EUR received %q", got)
+	}
+	// Search finds the payment by order id prefix, by id and by status.
+	for _, q := range []string{"?q=o-7", "?q=o-", "?q=" + s.ID, "?q=" + s.GatewayPaymentID, "?status=Completed"} {
+		doc := page(t, sup.get("/payments"+q), http.StatusOK)
+		if doc.Find(`[data-testid="payment-row"][data-id="`+s.ID+`"]`).Length() != 1 {
+			t.Errorf("search %s does not find the payment", q)
+		}
+	}
+	if doc := page(t, sup.get("/payments?q=o-7&status=Registered"), http.StatusOK); doc.Find(testid("payment-row")).Length() != 0 {
+		t.Error("status filter ignored")
+	}
+	if doc := page(t, sup.get("/payments?q=o_"), http.StatusOK); doc.Find(testid("payment-row")).Length() != 0 {
+		t.Error("LIKE wildcards in the query are not escaped")
+	}
+	if rec := sup.get("/payments/not-a-uuid"); rec.Code != http.StatusNotFound {
+		t.Errorf("bad payment id: %d", rec.Code)
+	}
+}
+
+func TestFinanceCasesAndFlagged(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", payments.RoleFinance)
+	ctx := context.Background()
+	s := b.payment(t, "o-late", 1250)
+	flagged := b.payment(t, "o-stuck", 300)
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+		VALUES ($1, 'o-late', 'late_payment', 'gateway captured money for a Failed session', now()) RETURNING id`, s.ID).Scan(&caseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'no final answer', next_check_at = NULL,
+		check_attempts = 17 WHERE id = $1`, flagged.ID, consoleT0); err != nil {
+		t.Fatal(err)
+	}
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+
+	// Dashboard: the flagged session is stuck, the case open.
+	doc := page(t, fin.get("/"), http.StatusOK)
+	wantText(t, doc, "stuck-count", "1")
+	wantText(t, doc, "open-cases", "1")
+	wantText(t, doc, "stuck-table", "o-stuck")
+
+	// Resolve needs a note.
+	doc = page(t, fin.get("/finance/cases"), http.StatusOK)
+	action, ok := doc.Find(testid("resolve-form")).Attr("action")
+	if !ok {
+		t.Fatal("no resolve form")
+	}
+	wantText(t, doc, "cases-table", "12.50 EUR")
+	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"   "}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "say how the case was resolved")
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`) != 1 {
+		t.Fatal("resolved without a note")
+	}
+	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}})), http.StatusOK)
+	wantText(t, doc, "flash", "resolved")
+	if doc.Find(testid("case-row")).Length() != 0 {
+		t.Error("a resolved case is still listed as open")
+	}
+	doc = page(t, fin.get("/finance/cases?all=1"), http.StatusOK)
+	wantText(t, doc, "case-resolution", "fin@example.com")
+	wantText(t, doc, "case-resolution", "ticket 77")
+	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"again"}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "already resolved")
+	if b.audits(t, payments.AuditCaseResolve, payments.CaseTarget(caseID)) != 1 {
+		t.Fatal("resolution not audited exactly once")
+	}
+
+	// Retry now: the flag is cleared, due now, schedule from the start; audited.
+	doc = page(t, fin.get("/finance/flagged"), http.StatusOK)
+	if doc.Find(`[data-testid="flagged-row"][data-id="`+flagged.ID+`"]`).Length() != 1 {
+		t.Fatal("flagged session not listed")
+	}
+	doc = page(t, fin.follow(fin.post("/finance/flagged/"+flagged.ID+"/retry", nil)), http.StatusOK)
+	wantText(t, doc, "flash", "back with the patrol")
+	wantText(t, doc, "flagged-empty", "No flagged sessions")
+	got, err := b.svc.Get(ctx, flagged.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FlaggedAt != nil || got.NextCheckAt == nil || !got.NextCheckAt.Equal(consoleT0) || got.CheckAttempts != 0 {
+		t.Fatalf("after retry: flagged %v, next %v, attempts %d", got.FlaggedAt, got.NextCheckAt, got.CheckAttempts)
+	}
+	if b.audits(t, payments.AuditFlagRetry, flagged.ID) != 1 {
+		t.Fatal("retry not audited")
+	}
+	doc = page(t, fin.follow(fin.post("/finance/flagged/"+flagged.ID+"/retry", nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "not flagged")
+	// The patrol picks it up now.
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep after retry: %d, %v", n, err)
+	}
+}
+
+// TestLocksPage holds a create-order advisory lock in a transaction, as Create's claim does, and
+// sees it decoded on the locks page: namespace name, the order behind the hash, the backend.
+func TestLocksPage(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	s := b.payment(t, "o-1", 100)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-z', lease_until = $2 WHERE id = $1`,
+		s.ID, consoleT0.Add(30e9)); err != nil {
+		t.Fatal(err)
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.get("/locks"), http.StatusOK)
+	wantText(t, doc, "locks-none", "No advisory locks")
+	wantText(t, doc, "lease-owner", "replica-z")
+	wantText(t, doc, "lease-until", "in 30s")
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock(1001, hashtext('o-1'))) l`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, sup.get("/locks"), http.StatusOK)
+	row := doc.Find(testid("lock-row"))
+	if row.Length() != 1 {
+		t.Fatalf("%d lock rows, want 1:\n%s", row.Length(), text(doc, "locks-live"))
+	}
+	for id, want := range map[string]string{"lock-namespace": "create-order", "lock-match": "o-1", "lock-granted": "held"} {
+		if got := strings.TrimSpace(row.Find(testid(id)).Text()); got != want {
+			t.Errorf("%s = %q, want %q", id, got, want)
+		}
+	}
+	if !strings.Contains(row.Text(), strconv.Itoa(pid)) {
+		t.Errorf("the lock row does not name backend %d", pid)
+	}
+	// htmx polls the same URL and gets only the live fragment.
+	rec := sup.get("/locks", "HX-Request", "true")
+	frag := rec.Body.String()
+	if rec.Code != http.StatusOK || strings.Contains(frag, "<html") || !strings.Contains(frag, `id="locks-live"`) || !strings.Contains(frag, "create-order") {
+		t.Fatalf("htmx poll of /locks: %d %s", rec.Code, frag)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, sup.get("/locks"), http.StatusOK)
+	wantText(t, doc, "locks-none", "No advisory locks")
+}
+
+func TestDashboardCountsAndFragment(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	s := b.payment(t, "o-d1", 100)
+	b.payment(t, "o-d2", 200)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "t"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.get("/"), http.StatusOK)
+	for st, want := range map[string]string{"Registered": "1", "Completed": "1", "Failed": "0"} {
+		if got := text(doc, "count-"+st); got != want {
+			t.Errorf("count %s = %q, want %s", st, got, want)
+		}
+	}
+	wantText(t, doc, "active-count", "1")
+	wantText(t, doc, "stuck-none", "None")
+	// Late for the patrol by more than StuckAfter: stuck.
+	b.clock.Advance(payments.StuckAfter + payments.DefaultBackoff[0] + 1e9)
+	doc = page(t, sup.get("/"), http.StatusOK)
+	wantText(t, doc, "stuck-count", "1")
+	// The poll gets the live fragment of the same component, nothing else.
+	rec := sup.get("/", "HX-Request", "true")
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "<html") || !strings.Contains(rec.Body.String(), `data-testid="count-Completed"`) {
+		t.Fatalf("htmx poll: %d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(strings.Join(rec.Header().Values("Vary"), ","), "HX-Request") {
+		t.Error("the dashboard does not vary on HX-Request")
+	}
+}
+
+func TestAdminPages(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "adm@example.com", payments.RoleAdmin)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	adm := b.agent(t)
+	adm.login("adm@example.com")
+	doc := page(t, adm.get("/admin/users"), http.StatusOK)
+	if doc.Find(testid("user-row")).Length() != 2 {
+		t.Fatal("users page does not list both users")
+	}
+	doc = page(t, adm.get("/admin/audit"), http.StatusOK)
+	if doc.Find(`[data-testid="audit-row"][data-action="auth.login"]`).Length() != 1 {
+		t.Fatal("audit page lacks the sign-in")
+	}
+	// Unknown pages are the HTML error page.
+	doc = page(t, adm.get("/nothing-here"), http.StatusNotFound)
+	wantText(t, doc, "error-status", "404")
+}

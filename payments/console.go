@@ -1,0 +1,294 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Read models of the staff console. They only read (the console's few writes are in
+// console_finance.go); each is one or a few plain queries on the pool, no transaction needed:
+// a page is a snapshot for people, and the core's guards, not these reads, decide every change.
+
+// StuckAfter is how far past its next_check_at an active session must be to count as stuck: the
+// patrol runs every few seconds, so a session this late means no replica is settling it.
+const StuckAfter = time.Minute
+
+// StatusCount is how many sessions are in one status.
+type StatusCount struct {
+	Status Status
+	Count  int
+}
+
+// Dashboard is the console's first screen.
+type Dashboard struct {
+	Counts     []StatusCount // every status, in AllStatuses order, zeros included
+	Active     int
+	Stuck      []Session // active and late for the patrol, or flagged for finance (first 20)
+	StuckTotal int
+	OpenCases  int
+	Leases     int // sessions leased to a patrol right now
+	At         time.Time
+}
+
+// Dashboard counts sessions per status and lists the stuck ones.
+func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
+	now := s.cfg.Clock.Now()
+	d := Dashboard{At: now}
+	counts := map[Status]int{}
+	rows, err := s.db.Query(ctx, `SELECT status, count(*) FROM payment_sessions GROUP BY status`)
+	if err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
+	}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			rows.Close()
+			return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
+		}
+		counts[Status(st)] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
+	}
+	for _, st := range AllStatuses {
+		d.Counts = append(d.Counts, StatusCount{Status: st, Count: counts[st]})
+		if st.Active() {
+			d.Active += counts[st]
+		}
+	}
+	const stuckWhere = `status = ANY($1) AND (flagged_at IS NOT NULL OR next_check_at < $2)`
+	late := now.Add(-StuckAfter)
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM payment_sessions WHERE `+stuckWhere,
+		statusStrings(ActiveStatuses), late).Scan(&d.StuckTotal); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE `+stuckWhere+`
+		ORDER BY flagged_at NULLS LAST, next_check_at LIMIT 20`, statusStrings(ActiveStatuses), late)
+	if err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
+	}
+	if d.Stuck, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) }); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
+	}
+	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
+		(SELECT count(*) FROM payment_sessions WHERE lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: cases: %w", err)
+	}
+	return d, nil
+}
+
+// PaymentFilter narrows ListPayments. Query matches a payment id, a gateway payment id, or an
+// order id (exactly or as a prefix).
+type PaymentFilter struct {
+	Query  string
+	Status Status
+	// Before continues a list: sessions created before this one (keyset pagination).
+	Before string
+	Limit  int
+}
+
+// PaymentPage is one page of ListPayments; Next is the Before of the following page ("" at the end).
+type PaymentPage struct {
+	Sessions []Session
+	Next     string
+}
+
+// ListPayments lists sessions newest first.
+func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (PaymentPage, error) {
+	if f.Limit <= 0 || f.Limit > 200 {
+		f.Limit = 50
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return PaymentPage{}, Invalid("status", "unknown status %q", f.Status)
+	}
+	q := strings.TrimSpace(f.Query)
+	var byID any // only a well-formed uuid is compared with the uuid column
+	if validUUID(strings.ToLower(q)) {
+		byID = strings.ToLower(q)
+	}
+	var before any
+	if f.Before != "" {
+		if !validUUID(f.Before) {
+			return PaymentPage{}, Invalid("before", "before must be a payment id")
+		}
+		before = f.Before
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+		WHERE ($1 = '' OR id = $2::uuid OR gateway_payment_id = $1 OR order_id = $1 OR order_id LIKE $3 ESCAPE '\')
+		  AND ($4 = '' OR status = $4)
+		  AND ($5::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM payment_sessions WHERE id = $5::uuid))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $6`, q, byID, likePrefix(q), string(f.Status), before, f.Limit+1)
+	if err != nil {
+		return PaymentPage{}, fmt.Errorf("list payments: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	if err != nil {
+		return PaymentPage{}, fmt.Errorf("list payments: %w", err)
+	}
+	page := PaymentPage{Sessions: list}
+	if len(list) > f.Limit {
+		page.Sessions = list[:f.Limit]
+		page.Next = list[f.Limit-1].ID
+	}
+	return page, nil
+}
+
+// likePrefix turns q into a LIKE pattern matching q as a prefix, with LIKE's wildcards escaped.
+func likePrefix(q string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(q) + "%"
+}
+
+// Event is one timeline entry of a session.
+type Event struct {
+	ID         int64
+	FromStatus Status // "" for the creation
+	ToStatus   Status
+	ActorKind  ActorKind
+	ActorID    string
+	Reason     string
+	At         time.Time
+}
+
+// GatewayCall is one logged call to the gateway.
+type GatewayCall struct {
+	ID             int64
+	Operation      string
+	IdempotencyKey string
+	Outcome        string
+	HTTPStatus     int
+	LatencyMS      int
+	Detail         string
+	ReplicaID      string
+	At             time.Time
+}
+
+// ReverseOperation is the one reverse (void) of a canceled session.
+type ReverseOperation struct {
+	ID          string
+	ChallengeID string
+	Status      string
+	Detail      string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// ChallengeInfo is a cancel challenge as staff may see it: never the code.
+type ChallengeInfo struct {
+	ID          string
+	RequestedBy string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	Attempts    int
+	MaxAttempts int
+	ConsumedAt  *time.Time
+}
+
+// Pending reports whether the challenge can still take a code at now.
+func (c ChallengeInfo) Pending(now time.Time) bool {
+	return c.ConsumedAt == nil && c.ExpiresAt.After(now) && c.Attempts < c.MaxAttempts
+}
+
+// PaymentDetail is everything the console shows about one session.
+type PaymentDetail struct {
+	Session       Session
+	Order         Order
+	OrderSessions []Session // every session of the order, oldest first (this one included)
+	Events        []Event
+	Calls         []GatewayCall
+	Reverse       *ReverseOperation
+	Challenges    []ChallengeInfo // newest first
+	Cases         []FinanceCase
+	Ledger        []LedgerEntry
+	Audit         []AuditEntry // staff actions on this payment, newest first
+	At            time.Time
+}
+
+// Challenge returns the session's challenge with this id.
+func (d PaymentDetail) Challenge(id string) (ChallengeInfo, bool) {
+	for _, c := range d.Challenges {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return ChallengeInfo{}, false
+}
+
+// PaymentDetail reads one session with its timeline, gateway calls, reverse, challenges, cases,
+// ledger entries and audit entries.
+func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, error) {
+	sess, err := s.Get(ctx, id)
+	if err != nil {
+		return PaymentDetail{}, err
+	}
+	d := PaymentDetail{Session: sess, At: s.cfg.Clock.Now()}
+	if d.Order, d.OrderSessions, err = s.GetOrder(ctx, sess.OrderID); err != nil {
+		return PaymentDetail{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, coalesce(from_status, ''), to_status, actor_kind, actor_id, reason, created_at
+		FROM session_events WHERE session_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: events: %w", err)
+	}
+	if d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var from, to, kind string
+		err := r.Scan(&e.ID, &from, &to, &kind, &e.ActorID, &e.Reason, &e.At)
+		e.FromStatus, e.ToStatus, e.ActorKind = Status(from), Status(to), ActorKind(kind)
+		return e, err
+	}); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: events: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `SELECT id, operation, coalesce(idempotency_key, ''), outcome, coalesce(http_status, 0),
+		latency_ms, detail, replica_id, created_at FROM gateway_calls WHERE session_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: gateway calls: %w", err)
+	}
+	if d.Calls, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (GatewayCall, error) {
+		var c GatewayCall
+		err := r.Scan(&c.ID, &c.Operation, &c.IdempotencyKey, &c.Outcome, &c.HTTPStatus, &c.LatencyMS, &c.Detail, &c.ReplicaID, &c.At)
+		return c, err
+	}); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: gateway calls: %w", err)
+	}
+	var rev ReverseOperation
+	err = s.db.QueryRow(ctx, `SELECT id::text, coalesce(challenge_id::text, ''), status, detail, created_at, updated_at
+		FROM reverse_operations WHERE session_id = $1`, id).
+		Scan(&rev.ID, &rev.ChallengeID, &rev.Status, &rev.Detail, &rev.CreatedAt, &rev.UpdatedAt)
+	switch {
+	case err == nil:
+		d.Reverse = &rev
+	case !errors.Is(err, pgx.ErrNoRows):
+		return PaymentDetail{}, fmt.Errorf("payment detail: reverse: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `SELECT id::text, requested_by, created_at, expires_at, attempts, max_attempts, consumed_at
+		FROM cancel_challenges WHERE session_id = $1 ORDER BY created_at DESC, id`, id)
+	if err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
+	}
+	if d.Challenges, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChallengeInfo, error) {
+		var c ChallengeInfo
+		err := r.Scan(&c.ID, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt)
+		return c, err
+	}); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
+	}
+	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, id); err != nil {
+		return PaymentDetail{}, err
+	}
+	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, id); err != nil {
+		return PaymentDetail{}, err
+	}
+	if d.Audit, err = s.AuditLog(ctx, AuditFilter{Target: id, Limit: 100}); err != nil {
+		return PaymentDetail{}, err
+	}
+	return d, nil
+}

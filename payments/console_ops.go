@@ -1,0 +1,152 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease is a session leased to one replica's patrol (sweeper.go).
+type Lease struct {
+	SessionID     string
+	OrderID       string
+	Status        Status
+	Owner         string
+	Until         time.Time
+	CheckAttempts int
+}
+
+// Expired reports whether the lease ran out at now: its replica died or is late, and any
+// patrol may take the session over.
+func (l Lease) Expired(now time.Time) bool { return !l.Until.After(now) }
+
+// Leases lists the sessions that carry a patrol lease (expired ones too, until released),
+// soonest expiry first.
+func (s *Service) Leases(ctx context.Context) ([]Lease, error) {
+	rows, err := s.db.Query(ctx, `SELECT id::text, order_id, status, lease_owner, lease_until, check_attempts
+		FROM payment_sessions WHERE lease_owner IS NOT NULL AND lease_until IS NOT NULL
+		ORDER BY lease_until, id LIMIT 500`)
+	if err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		var st string
+		err := r.Scan(&l.SessionID, &l.OrderID, &st, &l.Owner, &l.Until, &l.CheckAttempts)
+		l.Status = Status(st)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
+	}
+	return out, nil
+}
+
+// AdvisoryLock is one advisory lock held or awaited right now in this database, decoded.
+type AdvisoryLock struct {
+	PID int
+	// Namespace and Key are the two int4 keys of pg_advisory_xact_lock(namespace, key); for the
+	// one-bigint form (objsubid 1) Namespace is 0 and Key64 holds the key.
+	Namespace     LockNamespace
+	NamespaceName string // from LockNamespaceNames; "" when unknown to this binary
+	Key           int32
+	Key64         int64
+	TwoKeys       bool
+	// Match is what the key was computed from, when the console can tell: the order id behind
+	// a create-order lock (hashtext collisions are possible; it is a hint).
+	Match       string
+	Granted     bool
+	Mode        string
+	WaitStart   *time.Time
+	XactStart   *time.Time
+	State       string
+	Application string
+	Query       string
+	BlockedBy   []int32
+}
+
+// AdvisoryLocks decodes pg_locks joined with pg_stat_activity: which backend holds or waits for
+// which advisory lock, since when, doing what, and who blocks the waiters. pg_locks stores the
+// two int4 keys in classid and objid as oid (unsigned); they are turned back into int4 here.
+func (s *Service) AdvisoryLocks(ctx context.Context) ([]AdvisoryLock, error) {
+	rows, err := s.db.Query(ctx, `
+		WITH l AS (
+			SELECT pid, objsubid, granted, mode, waitstart,
+				classid::bigint AS c, objid::bigint AS o
+			FROM pg_locks
+			WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		), d AS (
+			SELECT l.*,
+				(CASE WHEN c >= 2147483648 THEN c - 4294967296 ELSE c END)::int4 AS ns,
+				(CASE WHEN o >= 2147483648 THEN o - 4294967296 ELSE o END)::int4 AS k
+			FROM l
+		)
+		SELECT d.pid, d.objsubid = 2, d.ns, d.k, (d.c << 32) | d.o, d.granted, d.mode, d.waitstart,
+			a.xact_start, coalesce(a.state, ''), coalesce(a.application_name, ''), coalesce(left(a.query, 300), ''),
+			pg_blocking_pids(d.pid),
+			coalesce(CASE WHEN d.objsubid = 2 AND d.ns = $1 THEN
+				(SELECT min(o.order_id) FROM orders o WHERE hashtext(o.order_id) = d.k) END, '')
+		FROM d LEFT JOIN pg_stat_activity a ON a.pid = d.pid
+		ORDER BY d.granted DESC, a.xact_start NULLS LAST, d.pid, d.ns, d.k`, int32(LockCreateOrder))
+	if err != nil {
+		return nil, fmt.Errorf("advisory locks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AdvisoryLock, error) {
+		var l AdvisoryLock
+		var ns int32
+		err := r.Scan(&l.PID, &l.TwoKeys, &ns, &l.Key, &l.Key64, &l.Granted, &l.Mode, &l.WaitStart, &l.XactStart,
+			&l.State, &l.Application, &l.Query, &l.BlockedBy, &l.Match)
+		if l.TwoKeys {
+			l.Namespace = LockNamespace(ns)
+			l.NamespaceName = LockNamespaceNames[l.Namespace]
+		}
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("advisory locks: %w", err)
+	}
+	return out, nil
+}
+
+// OutboxMessage is one message to a customer. Body may hold a one-time cancel code: only admins
+// may see it.
+type OutboxMessage struct {
+	ID          int64
+	Kind        string
+	To          string
+	Body        string
+	OrderID     string
+	PaymentID   string
+	CreatedAt   time.Time
+	DeliveredAt *time.Time
+	Attempts    int
+	LastError   string
+}
+
+// Outbox returns the newest messages, optionally of one payment.
+func (s *Service) Outbox(ctx context.Context, paymentID string) ([]OutboxMessage, error) {
+	var pid any
+	if paymentID != "" {
+		if !validUUID(paymentID) {
+			return nil, Invalid("payment", "not a payment id")
+		}
+		pid = paymentID
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''),
+		created_at, delivered_at, attempts, coalesce(last_error, '')
+		FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200`, pid)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxMessage, error) {
+		var m OutboxMessage
+		err := r.Scan(&m.ID, &m.Kind, &m.To, &m.Body, &m.OrderID, &m.PaymentID, &m.CreatedAt, &m.DeliveredAt, &m.Attempts, &m.LastError)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	return out, nil
+}

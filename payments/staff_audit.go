@@ -1,0 +1,79 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Audit actions: what a staff member (or the command line) did. The audit log is append-only.
+const (
+	AuditLogin         = "auth.login"
+	AuditLoginFailed   = "auth.login_failed"
+	AuditLogout        = "auth.logout"
+	AuditUserCreate    = "user.create"
+	AuditPaymentCreate = "payment.create"
+	AuditPaymentCheck  = "payment.check"
+	AuditCancelRequest = "payment.cancel_request"
+	AuditCancelConfirm = "payment.cancel_confirm"
+	AuditCaseResolve   = "case.resolve"
+	AuditFlagRetry     = "session.retry_now"
+)
+
+// AuditEntry is one row of the audit log.
+type AuditEntry struct {
+	ID     int64
+	At     time.Time
+	Actor  string // staff email, or "cli:<os user>"
+	Role   string
+	Action string
+	Target string // a payment id, "case:12", an email, …
+	Detail string
+}
+
+// RecordAudit appends one entry, in its own statement. Actions of the core (Check, Cancel, …)
+// own their transactions, so their entry follows the action: it records the outcome, and a crash
+// between the two loses the entry, never the action. Actions of the console's own (resolve a
+// case, retry a flagged session) write their entry in the same transaction (recordAudit).
+func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
+	return recordAudit(context.WithoutCancel(ctx), s.db, e, s.cfg.Clock.Now())
+}
+
+func recordAudit(ctx context.Context, q querier, e AuditEntry, now time.Time) error {
+	if _, err := q.Exec(ctx, `INSERT INTO audit_log (at, actor, role, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6)`,
+		now, e.Actor, e.Role, e.Action, e.Target, e.Detail); err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// AuditFilter narrows AuditLog. Zero values: everything, newest first, 200 rows.
+type AuditFilter struct {
+	Target string
+	Actor  string
+	Limit  int
+}
+
+// AuditLog returns entries newest first.
+func (s *Service) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 200
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, target, detail FROM audit_log
+		WHERE ($1 = '' OR target = $1) AND ($2 = '' OR actor = $2)
+		ORDER BY id DESC LIMIT $3`, f.Target, f.Actor, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return out, nil
+}

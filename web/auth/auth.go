@@ -1,0 +1,371 @@
+// Package auth is the console's sign-in machinery: server-side sessions in PostgreSQL (scs with
+// pgxstore, so every replica behind the balancer shares them), CSRF tokens for every form, and
+// the role check in front of each page. It is separate from package web so that the handlers
+// (which web's routes import) can sign people in and out.
+package auth
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/alexedwards/scs/pgxstore"
+	"github.com/alexedwards/scs/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+)
+
+// Session keys.
+const (
+	keyEmail      = "email"
+	keyCSRF       = "csrf"
+	keyFlash      = "flash"
+	keyFlashError = "flash_error"
+)
+
+// Cookie names.
+const (
+	SessionCookie = "pitlane_session"
+	// CSRFCookie binds the CSRF token of visitors without a session (sign-in page, checkout).
+	CSRFCookie = "pitlane_csrf"
+)
+
+// SessionLifetime is how long a sign-in lasts (a working day); the cookie itself dies with the
+// browser.
+const SessionLifetime = 12 * time.Hour
+
+// Config is what the manager needs.
+type Config struct {
+	// DB holds the sessions table. Nil: nobody can sign in; console pages answer 503.
+	DB *pgxpool.Pool
+	// Payments holds the staff users. Nil: like a nil DB.
+	Payments *payments.Service
+	// Secret keys the CSRF tokens of visitors without a session (the same on every replica).
+	Secret []byte
+	// Secure marks cookies Secure (set it when the console is served over https).
+	Secure bool
+	Logger *slog.Logger
+}
+
+// Manager is the console's sessions, CSRF protection and role checks.
+type Manager struct {
+	sm     *scs.SessionManager // nil when there is no database
+	svc    *payments.Service
+	secret []byte
+	secure bool
+	log    *slog.Logger
+}
+
+// New builds the manager.
+func New(cfg Config) *Manager {
+	m := &Manager{svc: cfg.Payments, secret: cfg.Secret, secure: cfg.Secure, log: cfg.Logger}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if len(m.secret) == 0 {
+		// Without a configured secret CSRF tokens of anonymous visitors are still unguessable
+		// per process; they just do not survive a restart or a hop to another replica.
+		m.secret = make([]byte, 32)
+		_, _ = rand.Read(m.secret)
+	}
+	if cfg.DB != nil && cfg.Payments != nil {
+		// Built by hand rather than with scs.New(): New installs an in-memory store whose
+		// cleanup goroutine would run forever beside the PostgreSQL store we use. pgxstore's
+		// own cleanup goroutine is off too (interval 0); SignIn deletes expired rows instead.
+		m.sm = &scs.SessionManager{
+			Lifetime: SessionLifetime,
+			Store:    pgxstore.NewWithCleanupInterval(cfg.DB, 0),
+			Codec:    scs.GobCodec{},
+			ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+				m.log.Error("session", "err", err)
+				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			},
+			Cookie: scs.SessionCookie{
+				Name:     SessionCookie,
+				HttpOnly: true,
+				Path:     "/",
+				SameSite: http.SameSiteLaxMode,
+				Secure:   cfg.Secure,
+				Persist:  false,
+			},
+		}
+	}
+	return m
+}
+
+func (m *Manager) ready() error {
+	if m.sm == nil {
+		return &payments.Error{Code: payments.EUNAVAIL, Message: "the console needs the database, which this replica is not configured with"}
+	}
+	return nil
+}
+
+// Sessions loads the visitor's session (when their browser sent a session cookie) and saves
+// it just before the response is written, also when a handler failed and the error handler
+// writes the page.
+func (m *Manager) Sessions() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if m.sm == nil {
+				return next(c)
+			}
+			req := c.Request()
+			c.Response().Header().Add("Vary", "Cookie")
+			var token string
+			if ck, err := req.Cookie(SessionCookie); err == nil {
+				token = ck.Value
+			}
+			ctx, err := m.sm.Load(req.Context(), token)
+			if err != nil {
+				return fmt.Errorf("load session: %w", err)
+			}
+			c.SetRequest(req.WithContext(ctx))
+			c.Response().Before(func() { m.save(c) })
+			return next(c)
+		}
+	}
+}
+
+// save commits a changed session and writes its cookie (the work scs's LoadAndSave does).
+func (m *Manager) save(c echo.Context) {
+	ctx := c.Request().Context()
+	w := c.Response().Writer
+	switch m.sm.Status(ctx) {
+	case scs.Modified:
+		token, expiry, err := m.sm.Commit(ctx)
+		if err != nil {
+			m.log.Error("save session", "err", err)
+			return
+		}
+		m.sm.WriteSessionCookie(ctx, w, token, expiry)
+	case scs.Destroyed:
+		m.sm.WriteSessionCookie(ctx, w, "", time.Time{})
+	}
+}
+
+// signedInEmail is the email of the session's staff user, "" when nobody is signed in.
+func (m *Manager) signedInEmail(ctx context.Context) string {
+	if m.sm == nil {
+		return ""
+	}
+	return m.sm.GetString(ctx, keyEmail)
+}
+
+// CSRF protects every unsafe request (POST, …) outside /api/ and /webhooks/ with a token that
+// the page's forms carry in a hidden field and htmx sends in the X-CSRF-Token header. The token
+// is per session for signed-in staff (stored in the session, new at every sign-in), and bound
+// to a random cookie for everyone else (HMAC of the cookie under the server secret): the
+// sign-in form and the customer's checkout need no session. It puts the token in the request
+// context for the views (views.Viewer).
+func (m *Manager) CSRF() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if strings.HasPrefix(req.URL.Path, "/api/") || strings.HasPrefix(req.URL.Path, "/webhooks/") {
+				return next(c)
+			}
+			token := m.csrfToken(c)
+			c.SetRequest(req.WithContext(views.WithViewer(req.Context(), views.Viewer{CSRF: token})))
+			switch req.Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				return next(c)
+			}
+			got := req.Header.Get(views.CSRFHeader)
+			if got == "" {
+				got = c.FormValue(views.CSRFField)
+			}
+			if token == "" || !hmac.Equal([]byte(got), []byte(token)) {
+				return echo.NewHTTPError(http.StatusForbidden,
+					"The form expired or did not come from this site (CSRF check failed). Go back, reload the page and try again.")
+			}
+			return next(c)
+		}
+	}
+}
+
+// csrfToken is the token the request's forms must carry: the session's for signed-in staff,
+// the cookie-bound one otherwise (setting the cookie when the browser has none).
+func (m *Manager) csrfToken(c echo.Context) string {
+	ctx := c.Request().Context()
+	if m.signedInEmail(ctx) != "" {
+		t := m.sm.GetString(ctx, keyCSRF)
+		if t == "" {
+			t = randomToken()
+			m.sm.Put(ctx, keyCSRF, t)
+		}
+		return t
+	}
+	var seed string
+	if ck, err := c.Request().Cookie(CSRFCookie); err == nil && len(ck.Value) >= 32 {
+		seed = ck.Value
+	} else {
+		seed = randomToken()
+		c.SetCookie(&http.Cookie{Name: CSRFCookie, Value: seed, Path: "/", HttpOnly: true, Secure: m.secure, SameSite: http.SameSiteLaxMode})
+		// The request itself carries no (valid) cookie: an unsafe request will fail the check
+		// below, and the page rendered now gets a token matching the new cookie.
+	}
+	mac := hmac.New(sha256.New, m.secret)
+	mac.Write([]byte("pitlane csrf v1\x00" + seed))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms (Go ≥ 1.24)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+const staffKey = "pitlane.staff"
+
+// Staff returns the signed-in staff user of a request that passed Require.
+func Staff(c echo.Context) payments.Staff {
+	s, _ := c.Get(staffKey).(payments.Staff)
+	return s
+}
+
+// Require lets a request through only for a signed-in, enabled staff user whose role has
+// permission p. Nobody signed in: to the sign-in page (htmx requests get HX-Redirect). Wrong
+// role: 403. The user is read from the database on every request, so disabling a user or
+// changing a role takes effect at once on every replica.
+func (m *Manager) Require(p payments.Permission) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := m.ready(); err != nil {
+				return err
+			}
+			req := c.Request()
+			ctx := req.Context()
+			c.Response().Header().Set("Cache-Control", "no-store")
+			email := m.signedInEmail(ctx)
+			if email == "" {
+				return m.toSignIn(c)
+			}
+			u, err := m.svc.StaffUser(ctx, email)
+			if payments.ErrorCode(err) == payments.ENOTFOUND || (err == nil && u.DisabledAt != nil) {
+				if err := m.sm.Destroy(ctx); err != nil {
+					return fmt.Errorf("end session of a removed user: %w", err)
+				}
+				return m.toSignIn(c)
+			}
+			if err != nil {
+				return err
+			}
+			v := views.ViewerFrom(ctx)
+			v.Email, v.Role = u.Email, u.Role
+			c.SetRequest(req.WithContext(views.WithViewer(ctx, v)))
+			c.Set(staffKey, payments.Staff{Email: u.Email, Role: u.Role})
+			if !u.Role.Can(p) {
+				return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot open this page or do this.", u.Role))
+			}
+			return next(c)
+		}
+	}
+}
+
+func (m *Manager) toSignIn(c echo.Context) error {
+	req := c.Request()
+	target := "/login"
+	if req.Method == http.MethodGet && req.URL.RequestURI() != "/" {
+		target += "?next=" + url.QueryEscape(req.URL.RequestURI())
+	}
+	if req.Header.Get("HX-Request") == "true" {
+		c.Response().Header().Set("HX-Redirect", target)
+		return c.NoContent(http.StatusUnauthorized)
+	}
+	return c.Redirect(http.StatusSeeOther, target)
+}
+
+// LocalPath returns next when it is a path on this site (so a sign-in cannot be turned into an
+// open redirect), "/" otherwise.
+func LocalPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, `/\`) {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" {
+		return "/"
+	}
+	return next
+}
+
+// SignIn starts the staff user's session: a new session token (RenewToken, so a token planted
+// before sign-in is worthless after it) and a new CSRF token. Expired sessions of anyone are
+// deleted on the way (pgxstore's cleanup goroutine is off).
+func (m *Manager) SignIn(c echo.Context, u payments.StaffUser) error {
+	if err := m.ready(); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if err := m.sm.RenewToken(ctx); err != nil {
+		return fmt.Errorf("sign in: renew token: %w", err)
+	}
+	m.sm.Put(ctx, keyEmail, u.Email)
+	m.sm.Put(ctx, keyCSRF, randomToken())
+	if _, err := m.svc.DB().Exec(ctx, `DELETE FROM sessions WHERE token IN
+		(SELECT token FROM sessions WHERE expiry < now() LIMIT 1000)`); err != nil {
+		m.log.Warn("delete expired sessions", "err", err)
+	}
+	return nil
+}
+
+// SignOut ends the staff user's session: a new token (the signed-in one is deleted from the
+// store and worthless from now on) carrying nothing but the "signed out" message for the
+// sign-in page, and expiring in minutes.
+func (m *Manager) SignOut(c echo.Context) error {
+	if err := m.ready(); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if err := m.sm.RenewToken(ctx); err != nil {
+		return fmt.Errorf("sign out: renew token: %w", err)
+	}
+	if err := m.sm.Clear(ctx); err != nil {
+		return fmt.Errorf("sign out: clear: %w", err)
+	}
+	m.sm.SetDeadline(ctx, time.Now().Add(5*time.Minute))
+	m.sm.Put(ctx, keyFlash, "You are signed out.")
+	return nil
+}
+
+// Flash keeps a message for the next page this browser shows (after a redirect).
+func (m *Manager) Flash(c echo.Context, ok bool, msg string) {
+	if m.sm == nil {
+		return
+	}
+	key := keyFlash
+	if !ok {
+		key = keyFlashError
+	}
+	m.sm.Put(c.Request().Context(), key, msg)
+}
+
+// PopFlash takes the kept messages (empty when there are none).
+func (m *Manager) PopFlash(c echo.Context) (msg, errMsg string) {
+	if m.sm == nil {
+		return "", ""
+	}
+	ctx := c.Request().Context()
+	if !m.sm.Exists(ctx, keyFlash) && !m.sm.Exists(ctx, keyFlashError) {
+		return "", "" // popping nothing must not mark the session modified
+	}
+	return m.sm.PopString(ctx, keyFlash), m.sm.PopString(ctx, keyFlashError)
+}
+
+// SignedIn returns the email of the signed-in staff user ("" when nobody is), without the
+// database check Require does.
+func (m *Manager) SignedIn(c echo.Context) string {
+	return m.signedInEmail(c.Request().Context())
+}
