@@ -1,0 +1,232 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// Real Chromium for what only a browser shows: a double click on Pay, and htmx swapping the
+// dashboard's live part. The browser is found at CHROMIUM_BIN (make test sets it) or
+// /usr/bin/chromium; without one these tests FAIL, they never skip.
+
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	bin := os.Getenv("CHROMIUM_BIN")
+	if bin == "" {
+		bin = "/usr/bin/chromium"
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() {
+		t.Fatalf("this test needs Chromium at %s (CHROMIUM_BIN): run `make test`, or `apt-get install -y chromium`", bin)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx)
+		cancel()
+		cancelAlloc()
+		if a, ok := chromedp.FromContext(ctx).Allocator.(*chromedp.ExecAllocator); ok {
+			a.Wait()
+		}
+	})
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return ctx
+}
+
+// within runs browser actions with a deadline (the browser itself lives on).
+func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		t.Fatalf("browser: %v (at %s)\n%s", err, loc, html)
+	}
+}
+
+// pageGateway is the fake gateway with payment pages a browser can open.
+type pageGateway struct {
+	*fakegw.Gateway
+	base string
+}
+
+func (g pageGateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	gp, err := g.Gateway.Register(ctx, req)
+	if err == nil {
+		gp.ConfirmationURL = g.base + "/pay/" + gp.ID
+	}
+	return gp, err
+}
+
+// posts counts the checkout POSTs that arrive and reports each one's status when it is done.
+type posts struct {
+	h       http.Handler
+	arrived atomic.Int32
+	done    chan int
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+func (p *posts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/checkout/") {
+		p.h.ServeHTTP(w, r)
+		return
+	}
+	p.arrived.Add(1)
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	p.h.ServeHTTP(sw, r)
+	p.done <- sw.status
+}
+
+// TestBrowserDoubleClickPay: the customer double-clicks Pay while the first request is still
+// registering at the gateway. The browser sends both POSTs (and drops the first); the second
+// finds the click in flight and waits on the order's page; the first finishes anyway. The
+// customer ends on the gateway's page of the one payment: one session, one registration.
+func TestBrowserDoubleClickPay(t *testing.T) {
+	b := newConsoleBench(t)
+	gwPages := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!doctype html><title>gateway</title><h1 id="gateway-page">Payment page %s</h1>`, strings.TrimPrefix(r.URL.Path, "/pay/"))
+	}))
+	defer gwPages.Close()
+	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL})
+	counter := &posts{h: e, done: make(chan int, 10)}
+	srv := httptest.NewServer(counter)
+	defer srv.Close()
+
+	ctx := newBrowser(t)
+	within(t, ctx, 20*time.Second,
+		chromedp.Navigate(srv.URL+"/checkout/o-double?amount=1999&currency=EUR"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-pay"]`)),
+	)
+	xy, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const r = document.querySelector('[data-testid="checkout-pay"]').getBoundingClientRect();
+		return [r.x + r.width / 2, r.y + r.height / 2];
+	})()`))
+	if err != nil || len(xy) != 2 {
+		t.Fatalf("button position: %v %v", xy, err)
+	}
+
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	// A double click as a hand makes it: press/release, and the second press/release (click
+	// count 2) a moment later, when the first request is on its way. (Two clicks within the same
+	// instant are merged by the browser before any request leaves: that case needs no server.)
+	click := func(n int) {
+		within(t, ctx, 10*time.Second,
+			chromedp.MouseEvent(chromedp.MousePressed, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
+			chromedp.MouseEvent(chromedp.MouseReleased, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
+		)
+	}
+	click(1)
+	mustWaitC(t, gate.Arrived(), "the first Pay request at the gateway")
+	click(2)
+	// The first request is held at the gateway, so the request that completes is the second.
+	if st := mustWaitC(t, counter.done, "the second Pay request"); st != http.StatusSeeOther {
+		t.Fatalf("second Pay request answered %d", st)
+	}
+	gate.Open()
+	within(t, ctx, 30*time.Second, chromedp.WaitVisible(chromedp.CSS(`#gateway-page`)))
+
+	if n := counter.arrived.Load(); n != 2 {
+		t.Fatalf("%d Pay POSTs reached the server, want 2 (the double click)", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("%d registrations at the gateway, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-double'`); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+	var gpID string
+	if err := b.pool.QueryRow(context.Background(), `SELECT gateway_payment_id FROM payment_sessions WHERE order_id = 'o-double'`).Scan(&gpID); err != nil {
+		t.Fatal(err)
+	}
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); loc != gwPages.URL+"/pay/"+gpID {
+		t.Fatalf("browser at %s, want the payment page of %s", loc, gpID)
+	}
+	// The first request finished too (on its own context, though the browser dropped it).
+	mustWaitC(t, counter.done, "the first Pay request")
+}
+
+// TestBrowserDashboardLiveUpdate: a payment completes while staff look at the dashboard; the
+// counts change in place through htmx polling, without a page load.
+func TestBrowserDashboardLiveUpdate(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", payments.RoleSupport)
+	s := b.payment(t, "o-live", 1999)
+	srv := httptest.NewServer(b.e)
+	defer srv.Close()
+
+	ctx := newBrowser(t)
+	within(t, ctx, 20*time.Second,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="login-form"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-email"]`), "sup@example.com"),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-password"]`), testPassword),
+		chromedp.Click(chromedp.CSS(`[data-testid="login-submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="dashboard-live"]`)),
+	)
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.pitlaneMarker = "no reload";
+		document.querySelector('[data-testid="count-Completed"]').textContent.trim()`))
+	if err != nil || before != "0" {
+		t.Fatalf("Completed before: %q %v", before, err)
+	}
+
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`document.querySelector('[data-testid="count-Completed"]').textContent.trim() === "1"
+		&& document.querySelector('[data-testid="count-Registered"]').textContent.trim() === "0"`,
+		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("the dashboard never showed the completed payment: %v", err)
+	}
+	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.pitlaneMarker)`))
+	if err != nil || marker != "no reload" {
+		t.Fatalf("the page was reloaded instead of swapped (marker %q, %v)", marker, err)
+	}
+}
+
+func mustWaitC[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}

@@ -1,0 +1,88 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// TestCheckoutPayOneClickOneSession: the second request of one Pay click arrives while the first
+// is registering at the gateway. It is told to wait (EBUSY) and creates nothing; afterwards
+// every retry of the click replays the session the first request created.
+func TestCheckoutPayOneClickOneSession(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	gate := b.gw.Hold(fakegw.OpRegister)
+	key := uuid.NewString()
+	in := payments.CreateInput{OrderID: "o-click", Amount: 1999, Currency: "EUR"}
+
+	first := make(chan error, 1)
+	var res payments.CheckoutPayResult
+	go func() {
+		var err error
+		res, err = b.svc.CheckoutPay(context.Background(), key, in, 0)
+		first <- err
+	}()
+	mustWait(t, gate.Arrived(), "the first request at the gateway")
+	if _, err := b.svc.CheckoutPay(context.Background(), key, in, 0); payments.ErrorCode(err) != payments.EBUSY {
+		t.Fatalf("second request of the click: %v, want busy", err)
+	}
+	it, err := b.svc.GetCheckoutIntent(context.Background(), key)
+	if err != nil || !it.InFlight(b.clock.Now()) {
+		t.Fatalf("intent while registering: %+v %v", it, err)
+	}
+	gate.Open()
+	if err := mustWait(t, first, "the first request"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.svc.CheckoutPay(context.Background(), key, in, 0)
+	if err != nil || !again.Replayed || again.Session.ID != res.Session.ID {
+		t.Fatalf("retry of the click: %+v %v, want a replay of %s", again, err, res.Session.ID)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("%d registrations, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-click'`); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+	// The key belongs to this order and amount only.
+	other := in
+	other.Amount = 1
+	if _, err := b.svc.CheckoutPay(context.Background(), key, other, 0); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("same key, other amount: %v", err)
+	}
+}
+
+// TestCheckoutPayStaleClickIsTakenOver: a click whose request died (its key held, no session
+// bound) is taken over once the hold is stale, and Create's per-order claim finds the session
+// the dead request had already claimed: still one session, one registration.
+func TestCheckoutPayStaleClickIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	key := uuid.NewString()
+	in := payments.CreateInput{OrderID: "o-stale", Amount: 700, Currency: "EUR"}
+	res, err := b.svc.CheckoutPay(context.Background(), key, in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Simulate the crash between Create and binding: unbind and hold the key as a live request would.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE checkout_intents SET session_id = NULL, locked_until = $2 WHERE key = $1`,
+		key, b.clock.Now().Add(payments.StaleAfterFor(0))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.CheckoutPay(context.Background(), key, in, 0); payments.ErrorCode(err) != payments.EBUSY {
+		t.Fatalf("before the hold is stale: %v", err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0))
+	got, err := b.svc.CheckoutPay(context.Background(), key, in, 0)
+	if err != nil || got.Session.ID != res.Session.ID {
+		t.Fatalf("take-over: %+v %v, want session %s", got, err, res.Session.ID)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("%d registrations, want 1", n)
+	}
+}
