@@ -1,0 +1,213 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// GatewayEvent is a gateway webhook event whose signature was verified, reduced to what
+// identifies it and the payment it is about. Nothing else in the event is trusted: it is a hint
+// to ask the gateway, never a state to apply (gateway-api.md, "Webhooks").
+type GatewayEvent struct {
+	ID        string // the gateway's event id, unique per gateway
+	Type      string // e.g. payment.updated, payment_intent.succeeded
+	PaymentID string // the gateway payment it concerns; "" when it concerns none
+	Reference string // our reference as the event carries it; "" when it does not (Stripe)
+}
+
+// EventOutcome is what became of one delivery of an event.
+type EventOutcome string
+
+const (
+	// EventApplied: the gateway was asked and its answer applied through Check.
+	EventApplied EventOutcome = "applied"
+	// EventUnknownPayment: no session of ours has that gateway payment or reference.
+	EventUnknownPayment EventOutcome = "unknown_payment"
+	// EventIgnored: the event concerns no payment.
+	EventIgnored EventOutcome = "ignored"
+	// EventDuplicate: an earlier delivery of the same event processed it, or is processing it
+	// right now; this one changed nothing and asked the gateway nothing.
+	EventDuplicate EventOutcome = "duplicate"
+)
+
+// EventResult is the outcome of HandleGatewayEvent.
+type EventResult struct {
+	Outcome EventOutcome
+	Session Session // for EventApplied: the session as the gateway's answer left it
+}
+
+// WebhookClaimTTL is how long one delivery may work on an event before a redelivery may take it
+// over (its holder is then presumed dead). It is longer than any one apply takes: a gateway call
+// (GATEWAY_TIMEOUT, 10 s by default) plus a lock wait (LockTimeout, 5 s).
+var WebhookClaimTTL = time.Minute
+
+// HandleGatewayEvent processes one delivery of a verified gateway event:
+//
+//  1. Record the event (unique per gateway and event id) and claim it, in one statement. A copy
+//     whose event is already processed, or claimed by a delivery still working on it, returns
+//     EventDuplicate at once: no gateway call, no effect.
+//  2. Apply it as a hint through ApplyGatewayHint: find the session by gateway payment id (or by
+//     our reference when the registration's answer, and so the id, was lost), ask the gateway
+//     what the payment is now and apply that under the usual order → session locks and ledger
+//     rule. So the 20th copy of "succeeded", or a late "authorized" after "succeeded", changes
+//     nothing, and a success for a Canceled session becomes a late-payment case.
+//  3. Mark the event processed. If applying failed (gateway down, lock timeout), the event is
+//     NOT marked processed: the claim is released with the error recorded, and the error is
+//     returned so the receiver answers 5xx and the gateway redelivers.
+//
+// An event for a payment no session of ours knows is recorded as EventUnknownPayment and logged;
+// it is not a finance case here: gateway accounts are often shared (other shops, a staging
+// environment), and reconciliation, which sees all of the gateway's payments, is where a payment
+// carrying our reference without a session is judged. An event for a second gateway payment of
+// a session we know (a gateway that ignored our idempotency key) does open a case
+// (CaseDuplicatePayment): the customer may have been charged twice.
+func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (EventResult, error) {
+	if ev.ID == "" {
+		return EventResult{}, Invalid("id", "the event has no id")
+	}
+	ctx = context.WithoutCancel(ctx) // the gateway may hang up; what we started must be recorded
+	now := s.cfg.Clock.Now()
+	token := uuid.NewString()
+	var (
+		rowID     int64
+		mine      bool
+		processed bool
+	)
+	err := s.db.QueryRow(ctx, `
+		INSERT INTO webhook_events AS w (gateway, event_id, event_type, gateway_payment_id, reference,
+			received_at, last_received_at, claim_token, claimed_until)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $6, $7, $8)
+		ON CONFLICT (gateway, event_id) DO UPDATE SET
+			deliveries = w.deliveries + 1,
+			last_received_at = $6,
+			claim_token = CASE WHEN w.processed_at IS NULL AND (w.claimed_until IS NULL OR w.claimed_until <= $6)
+				THEN $7::uuid ELSE w.claim_token END,
+			claimed_until = CASE WHEN w.processed_at IS NULL AND (w.claimed_until IS NULL OR w.claimed_until <= $6)
+				THEN $8::timestamptz ELSE w.claimed_until END
+		RETURNING w.id, coalesce(w.claim_token = $7::uuid, false), w.processed_at IS NOT NULL`,
+		s.gw.Name(), ev.ID, ev.Type, ev.PaymentID, ev.Reference, now, token, now.Add(WebhookClaimTTL)).
+		Scan(&rowID, &mine, &processed)
+	if err != nil {
+		return EventResult{}, dbError("webhook: record event", err, "")
+	}
+	if processed || !mine {
+		return EventResult{Outcome: EventDuplicate}, nil
+	}
+
+	res, err := s.applyEvent(ctx, ev)
+	if err != nil {
+		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL, error = $3
+			WHERE id = $1 AND claim_token = $2`, rowID, token, truncate(err.Error(), 2000)); xerr != nil {
+			s.log.Error("webhook: release claim", "event", ev.ID, "err", xerr)
+		}
+		return EventResult{}, err
+	}
+	var sid any
+	if res.Session.ID != "" {
+		sid = res.Session.ID
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE webhook_events SET processed_at = $2, outcome = $3, session_id = $4,
+		error = NULL, claim_token = NULL, claimed_until = NULL
+		WHERE id = $1 AND processed_at IS NULL`, rowID, s.cfg.Clock.Now(), string(res.Outcome), sid); err != nil {
+		// Applied but not marked: the redelivery applies the hint again, which Check makes harmless.
+		return EventResult{}, fmt.Errorf("webhook: mark processed: %w", err)
+	}
+	return res, nil
+}
+
+// applyEvent is step 2 of HandleGatewayEvent.
+func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult, error) {
+	if ev.PaymentID == "" {
+		return EventResult{Outcome: EventIgnored}, nil
+	}
+	actor := Actor{Kind: ActorWebhook, ID: ev.ID}
+	sess, err := s.ApplyGatewayHint(ctx, actor, ev.PaymentID, ev.Reference)
+	if ErrorCode(err) == ENOTFOUND && ev.Reference == "" {
+		// The event names only the gateway's id (Stripe) and no session has that id yet: the
+		// registration's answer may have been lost. Ask the gateway for the payment's reference.
+		started := time.Now()
+		gp, gerr := s.gw.Status(ctx, ev.PaymentID)
+		s.logGatewayCall(ctx, "", "status", "", started, gerr)
+		switch {
+		case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+			// The gateway does not know it either: nothing to apply.
+		case gerr != nil:
+			return EventResult{}, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+		case gp.Reference != "":
+			sess, err = s.ApplyGatewayHint(ctx, actor, ev.PaymentID, gp.Reference)
+		}
+	}
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		s.log.Warn("webhook: event for a payment no session knows", "event", ev.ID, "type", ev.Type,
+			"gateway_payment", ev.PaymentID, "reference", ev.Reference)
+		return EventResult{Outcome: EventUnknownPayment}, nil
+	case err != nil:
+		return EventResult{}, err
+	}
+	if sess.GatewayPaymentID != "" && sess.GatewayPaymentID != ev.PaymentID {
+		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
+			ev.PaymentID, sess.GatewayPaymentID, ev.ID)
+		s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
+			"session_gateway_payment", sess.GatewayPaymentID)
+		if err := s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+		}); err != nil {
+			return EventResult{}, err
+		}
+	}
+	return EventResult{Outcome: EventApplied, Session: sess}, nil
+}
+
+// WebhookEvent is one row of the webhook inbox, for the console and tests.
+type WebhookEvent struct {
+	ID               int64
+	Gateway          string
+	EventID          string
+	Type             string
+	GatewayPaymentID string
+	Reference        string
+	SessionID        string
+	Deliveries       int
+	ReceivedAt       time.Time
+	ProcessedAt      *time.Time
+	Outcome          string
+	Error            string
+}
+
+// WebhookEvents lists the most recent events of the inbox, newest first.
+func (s *Service) WebhookEvents(ctx context.Context, limit int) ([]WebhookEvent, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, gateway, event_id, event_type, coalesce(gateway_payment_id, ''),
+		coalesce(reference, ''), coalesce(session_id::text, ''), deliveries, received_at, processed_at,
+		coalesce(outcome, ''), coalesce(error, '')
+		FROM webhook_events ORDER BY received_at DESC, id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("webhook events: %w", err)
+	}
+	defer rows.Close()
+	var out []WebhookEvent
+	for rows.Next() {
+		var w WebhookEvent
+		if err := rows.Scan(&w.ID, &w.Gateway, &w.EventID, &w.Type, &w.GatewayPaymentID, &w.Reference, &w.SessionID,
+			&w.Deliveries, &w.ReceivedAt, &w.ProcessedAt, &w.Outcome, &w.Error); err != nil {
+			return nil, fmt.Errorf("webhook events: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("webhook events: %w", err)
+	}
+	return out, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
