@@ -1,14 +1,13 @@
 package web
 
 import (
-	"net/http"
-
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"pitlane/handlers"
+	"pitlane/payments"
 	"pitlane/static"
-	"pitlane/views"
-	"pitlane/web/render"
+	"pitlane/web/auth"
 )
 
 // routes registers every route of the server, in one place, so that the whole URL surface
@@ -20,8 +19,42 @@ func routes(e *echo.Echo, d Deps) {
 
 	e.GET("/static/*", echo.WrapHandler(static.Handler()))
 
-	// Console. The home page is the shell the console issue grows from.
-	e.GET("/", func(c echo.Context) error {
-		return render.HTML(c, http.StatusOK, views.Home(views.Page{Title: "Console", ReplicaID: d.ReplicaID}))
-	})
+	// People's pages: the staff console and the customer's checkout. Sessions live in
+	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token
+	// (per session when signed in, cookie-bound otherwise). Roles: payments.Role.Can.
+	am := auth.New(auth.Config{DB: d.DB, Payments: d.Payments, Secret: d.SecretKey, Secure: d.SecureCookies, Logger: d.Logger})
+	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
+	// 404/405 without a session lookup.
+	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
+		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF()}, m...)
+	}
+	con := handlers.NewConsole(d.Payments, am, d.ReplicaID, d.Logger)
+	view, operate := am.Require(payments.PermView), am.Require(payments.PermOperate)
+	finance, resolve, admin := am.Require(payments.PermFinance), am.Require(payments.PermResolve), am.Require(payments.PermAdmin)
+	e.GET("/login", con.LoginPage, pages()...)
+	e.POST("/login", con.Login, pages()...)
+	e.POST("/logout", con.Logout, pages()...)
+	e.GET("/", con.Dashboard, pages(view)...)
+	e.GET("/payments", con.Payments, pages(view)...)
+	e.GET("/payments/new", con.NewPayment, pages(operate)...)
+	e.POST("/payments", con.CreatePayment, pages(operate)...)
+	e.GET("/payments/:id", con.Payment, pages(view)...)
+	e.POST("/payments/:id/check", con.CheckPayment, pages(operate)...)
+	e.POST("/payments/:id/cancel", con.RequestCancel, pages(operate)...)
+	e.POST("/payments/:id/cancel/:challenge", con.ConfirmCancel, pages(operate)...)
+	e.GET("/finance", con.Finance, pages(finance)...)
+	e.GET("/finance/cases", con.Cases, pages(finance)...)
+	e.POST("/finance/cases/:id/resolve", con.ResolveCase, pages(resolve)...)
+	e.GET("/finance/flagged", con.Flagged, pages(finance)...)
+	e.POST("/finance/flagged/:id/retry", con.RetryFlagged, pages(resolve)...)
+	e.GET("/finance/ledger", con.Ledger, pages(finance)...)
+	e.GET("/locks", con.Locks, pages(view)...)
+	e.GET("/outbox", con.Outbox, pages(admin)...)
+	e.GET("/admin/users", con.Users, pages(admin)...)
+	e.GET("/admin/audit", con.Audit, pages(admin)...)
+
+	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.Logger)
+	e.GET("/checkout/:order_id", checkout.Page, pages()...)
+	e.POST("/checkout/:order_id", checkout.Pay, pages()...)
+	e.GET("/checkout/:order_id/return", checkout.Return, pages()...)
 }

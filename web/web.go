@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+
+	"pitlane/payments"
 )
 
 // Deps is everything the server needs from the wiring in cmd/pitlane. Add a field here when a
@@ -21,6 +23,13 @@ type Deps struct {
 	ReplicaID string
 	// SecretKey keys HMACs (CSRF tokens, one-time codes); the same on every replica.
 	SecretKey []byte
+	// SecureCookies marks the console's cookies Secure: set it when PUBLIC_BASE_URL is https.
+	SecureCookies bool
+	// Payments is the locking core the JSON API drives. Nil: /api/v1 answers 503.
+	Payments *payments.Service
+	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
+	// (payments.StaleAfterFor). Zero values are the defaults.
+	Idempotency payments.IdempotencyConfig
 }
 
 // New builds the Echo instance with middleware, error handler and routes.
