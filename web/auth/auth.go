@@ -302,8 +302,9 @@ func LocalPath(next string) string {
 }
 
 // SignIn starts the staff user's session: a new session token (RenewToken, so a token planted
-// before sign-in is worthless after it) and a new CSRF token. Expired sessions of anyone are
-// deleted on the way (pgxstore's cleanup goroutine is off).
+// before sign-in is worthless after it) and a new CSRF token. Expired sessions of anyone (and
+// other leftovers, payments.ReapConsole) are deleted on the way: pgxstore's cleanup goroutine
+// is off.
 func (m *Manager) SignIn(c echo.Context, u payments.StaffUser) error {
 	if err := m.ready(); err != nil {
 		return err
@@ -314,9 +315,8 @@ func (m *Manager) SignIn(c echo.Context, u payments.StaffUser) error {
 	}
 	m.sm.Put(ctx, keyEmail, u.Email)
 	m.sm.Put(ctx, keyCSRF, randomToken())
-	if _, err := m.svc.DB().Exec(ctx, `DELETE FROM sessions WHERE token IN
-		(SELECT token FROM sessions WHERE expiry < now() LIMIT 1000)`); err != nil {
-		m.log.Warn("delete expired sessions", "err", err)
+	if _, err := m.svc.ReapConsole(ctx); err != nil {
+		m.log.Warn("reap expired console rows", "err", err)
 	}
 	return nil
 }
