@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -45,7 +46,7 @@ func (h *Console) CreatePayment(c echo.Context) error {
 			h.audit(c, payments.AuditPaymentCreate, "order:"+in.OrderID, outcome(err))
 		}
 		var field string
-		if de, ok := err.(*payments.Error); ok {
+		if de := (*payments.Error)(nil); errors.As(err, &de) {
 			field = de.Field
 		}
 		status := http.StatusUnprocessableEntity
