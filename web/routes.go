@@ -18,6 +18,11 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/readyz", health.Readyz)
 
 	e.GET("/static/*", echo.WrapHandler(static.Handler()))
+	e.GET("/metrics", d.Metrics.handler(d.Logger))
+
+	// The gateway's signed events (contract: pitlane-api.md "Webhook receiver"). No session,
+	// CSRF or body-reading middleware may run before it: the signature covers the raw body.
+	e.POST("/webhooks/gateway", handlers.NewWebhooks(d.Payments, d.Webhooks, d.Logger).Receive)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"pitlane/handlers"
 	"pitlane/payments"
 )
 
@@ -30,6 +31,10 @@ type Deps struct {
 	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
 	// (payments.StaleAfterFor). Zero values are the defaults.
 	Idempotency payments.IdempotencyConfig
+	// Webhooks configures the gateway webhook receiver (signature scheme and secret).
+	Webhooks handlers.WebhookConfig
+	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
+	Metrics *Metrics
 }
 
 // New builds the Echo instance with middleware, error handler and routes.
@@ -42,9 +47,20 @@ func New(d Deps) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
 
-	// Order matters: the request id first so every later line carries it; the logger outside
-	// recovery so a panic is logged as the 500 it becomes.
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	if d.Payments != nil {
+		if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
+			d.Logger.Warn("metrics: database counts not registered", "err", err)
+		}
+	}
+
+	// Order matters: the request id first so every later line carries it; metrics outside the
+	// logger, whose HandleError has made the response by the time they look at its status; the
+	// logger outside recovery so a panic is logged as the 500 it becomes.
 	e.Use(middleware.RequestID())
+	e.Use(d.Metrics.middleware())
 	e.Use(requestLogger(d.Logger))
 	e.Use(recoverer())
 

@@ -1,0 +1,500 @@
+package handlers_test
+
+// Tests of the webhook receiver, through the real router (web.New: middleware, routes, the one
+// error handler) over a real database, a fake gateway that counts what it is asked and a manual
+// clock. Helpers are prefixed "wh" to stay clear of the API tests' helpers in this package.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"pitlane/handlers"
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/payments/gateway/webhooksig"
+	"pitlane/web"
+)
+
+const whSecret = "whsec_test_0123456789abcdef"
+
+var whT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+type whBench struct {
+	pool  *pgxpool.Pool
+	gw    *fakegw.Gateway
+	clock *payments.ManualClock
+	svc   *payments.Service
+	e     *echo.Echo
+}
+
+func newWHBench(t *testing.T, scheme string) *whBench {
+	t.Helper()
+	b := &whBench{pool: testdb.New(t), gw: fakegw.New(), clock: payments.NewManualClock(whT0)}
+	b.svc = payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-wh",
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	b.e = web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-wh", Payments: b.svc,
+		Webhooks: handlers.WebhookConfig{Scheme: scheme, Secret: whSecret}})
+	return b
+}
+
+// registered creates a session the gateway knows (Registered) and returns it.
+func (b *whBench) registered(t *testing.T, order string) payments.Session {
+	t.Helper()
+	res, err := b.svc.Create(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "t"},
+		payments.CreateInput{OrderID: order, Amount: 1999, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Session.Status != payments.StatusRegistered || res.Session.GatewayPaymentID == "" {
+		t.Fatalf("session %+v, want Registered with a gateway id", res.Session)
+	}
+	return res.Session
+}
+
+// refgwEvent is a reference-gateway event body (gateway-api.md) for a payment in a status.
+func whEvent(id string, s payments.Session, gatewayPaymentID, status string) []byte {
+	body, _ := json.Marshal(map[string]any{
+		"id": id, "type": "payment.updated", "created": whT0.Unix(),
+		"data": map[string]any{"id": gatewayPaymentID, "status": status, "amount": s.Amount, "currency": s.Currency,
+			"reference": s.Reference(), "confirmation_url": "https://fake.gateway/pay/" + gatewayPaymentID,
+			"created": whT0.Unix(), "decline_code": nil},
+	})
+	return body
+}
+
+func (b *whBench) sign(body []byte) string {
+	return webhooksig.Sign([]byte(whSecret), b.clock.Now(), body)
+}
+
+func (b *whBench) deliver(body []byte, headers map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/webhooks/gateway", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	b.e.ServeHTTP(rec, req)
+	return rec
+}
+
+func (b *whBench) deliverSigned(body []byte) *httptest.ResponseRecorder {
+	return b.deliver(body, map[string]string{webhooksig.Header: b.sign(body)})
+}
+
+func (b *whBench) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("count %q: %v", sql, err)
+	}
+	return n
+}
+
+// written is what a delivery may write: inbox rows, timeline events, ledger entries, cases.
+type whWritten struct{ events, timeline, ledger, cases int }
+
+func (b *whBench) written(t *testing.T) whWritten {
+	t.Helper()
+	return whWritten{
+		events:   b.count(t, `SELECT count(*) FROM webhook_events`),
+		timeline: b.count(t, `SELECT count(*) FROM session_events`),
+		ledger:   b.count(t, `SELECT count(*) FROM accounting_entries`),
+		cases:    b.count(t, `SELECT count(*) FROM finance_cases`),
+	}
+}
+
+func (b *whBench) status(t *testing.T, id string) payments.Status {
+	t.Helper()
+	s, err := b.svc.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Status
+}
+
+func whWantStatus(t *testing.T, rec *httptest.ResponseRecorder, want int) {
+	t.Helper()
+	if rec.Code != want {
+		t.Fatalf("status %d, want %d; body %s", rec.Code, want, rec.Body.String())
+	}
+	if want >= 400 {
+		if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+			t.Fatalf("error Content-Type %q, want application/problem+json", ct)
+		}
+	}
+}
+
+func TestWebhookRefusesForgedOrStaleEventsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-forged")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) // applying would complete it
+	body := whEvent("evt_forged", s, s.GatewayPaymentID, "succeeded")
+	before := b.written(t)
+
+	flipped := bytes.Clone(body)
+	i := bytes.Index(flipped, []byte(`"succeeded"`)) + 1
+	flipped[i] ^= 0x01 // one byte of the signed body
+
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		headers map[string]string
+		want    int
+	}{
+		{"no signature", body, nil, http.StatusBadRequest},
+		{"malformed header", body, map[string]string{webhooksig.Header: "v1=zz"}, http.StatusBadRequest},
+		{"another secret", body, map[string]string{webhooksig.Header: webhooksig.Sign([]byte("whsec_other"), b.clock.Now(), body)}, http.StatusUnauthorized},
+		{"one flipped body byte", flipped, map[string]string{webhooksig.Header: b.sign(body)}, http.StatusUnauthorized},
+		{"signed 301 s ago", body, map[string]string{webhooksig.Header: webhooksig.Sign([]byte(whSecret), b.clock.Now().Add(-301*time.Second), body)}, http.StatusUnauthorized},
+		{"signed 301 s ahead", body, map[string]string{webhooksig.Header: webhooksig.Sign([]byte(whSecret), b.clock.Now().Add(301*time.Second), body)}, http.StatusUnauthorized},
+	} {
+		rec := b.deliver(tc.body, tc.headers)
+		if rec.Code != tc.want {
+			t.Errorf("%s: status %d, want %d (%s)", tc.name, rec.Code, tc.want, rec.Body.String())
+		}
+		if got := b.written(t); got != before {
+			t.Errorf("%s: wrote %+v, had %+v", tc.name, got, before)
+		}
+	}
+	if n := b.gw.Calls(fakegw.OpStatus); n != 0 {
+		t.Errorf("the gateway was asked %d times about refused events", n)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusRegistered {
+		t.Errorf("session %s after refused events, want Registered", st)
+	}
+
+	// Positive control: the same event, correctly signed 300 s ago (the edge of the tolerance),
+	// is accepted and applied, so the refusals above were the signature's doing.
+	rec := b.deliver(body, map[string]string{webhooksig.Header: webhooksig.Sign([]byte(whSecret), b.clock.Now().Add(-300*time.Second), body)})
+	whWantStatus(t, rec, http.StatusOK)
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("session %s after a valid event, want Completed", st)
+	}
+}
+
+// TestWebhookTwentyCopiesOneEffect: the first copy is held inside its gateway call; the other 19
+// arrive meanwhile and must answer 200 without asking the gateway; then the first finishes.
+// One Completed event, one ledger entry, one gateway call.
+func TestWebhookTwentyCopiesOneEffect(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-twenty")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	body := whEvent("evt_twenty", s, s.GatewayPaymentID, "succeeded")
+	header := b.sign(body)
+
+	gate := b.gw.Hold(fakegw.OpStatus)
+	t.Cleanup(gate.Open) // a copy wrongly reaching the gateway fails the test instead of hanging it
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- b.deliver(body, map[string]string{webhooksig.Header: header}) }()
+	whMustWait(t, gate.Arrived(), "the first copy's gateway call")
+
+	var wg sync.WaitGroup
+	recs := make([]*httptest.ResponseRecorder, 19)
+	for i := range recs {
+		wg.Go(func() { recs[i] = b.deliver(body, map[string]string{webhooksig.Header: header}) })
+	}
+	copiesDone := make(chan struct{})
+	go func() { wg.Wait(); close(copiesDone) }()
+	select {
+	case <-copiesDone:
+	case id := <-gate.Arrived():
+		t.Fatalf("a copy asked the gateway (about %s) while the first was still in flight", id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the copies did not answer while the first was in flight")
+	}
+	for i, rec := range recs {
+		whWantStatus(t, rec, http.StatusOK)
+		if !bytes.Contains(rec.Body.Bytes(), []byte(`"duplicate"`)) {
+			t.Errorf("copy %d: %s, want a duplicate", i+2, rec.Body.String())
+		}
+	}
+	if n := b.gw.Calls(fakegw.OpStatus); n != 1 {
+		t.Fatalf("gateway asked %d times while the first copy was in flight, want 1", n)
+	}
+	gate.Open()
+	whWantStatus(t, whMustWait(t, first, "the first copy"), http.StatusOK)
+
+	// And 20 more copies at once, after it was processed: all 200, nothing new.
+	for range 20 {
+		wg.Go(func() {
+			if rec := b.deliver(body, map[string]string{webhooksig.Header: header}); rec.Code != http.StatusOK {
+				t.Errorf("late copy: %d %s", rec.Code, rec.Body.String())
+			}
+		})
+	}
+	wg.Wait()
+
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status = 'Completed'`, s.ID); n != 1 {
+		t.Errorf("%d Completed events, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 1 {
+		t.Errorf("%d ledger entries, want 1", n)
+	}
+	if n := b.gw.Calls(fakegw.OpStatus); n != 1 {
+		t.Errorf("gateway asked %d times for 40 copies of one event, want 1", n)
+	}
+	var deliveries int
+	var outcome string
+	if err := b.pool.QueryRow(context.Background(), `SELECT deliveries, outcome FROM webhook_events WHERE event_id = 'evt_twenty'`).
+		Scan(&deliveries, &outcome); err != nil {
+		t.Fatal(err)
+	}
+	if deliveries != 40 || outcome != "applied" {
+		t.Errorf("inbox row: %d deliveries, outcome %q; want 40, applied", deliveries, outcome)
+	}
+}
+
+// TestWebhookClaimOfADeadDeliveryIsTakenOver: a delivery that never finishes (its replica died)
+// holds the event only until its claim expires; the gateway's next redelivery then applies it.
+// This is also the negative control of the test above: a copy that does take the claim does ask
+// the gateway, and one effect still results.
+func TestWebhookClaimOfADeadDeliveryIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-takeover")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	body := whEvent("evt_takeover", s, s.GatewayPaymentID, "succeeded")
+
+	gate := b.gw.Hold(fakegw.OpStatus)
+	t.Cleanup(gate.Open)
+	stuck := make(chan *httptest.ResponseRecorder, 1)
+	go func() { stuck <- b.deliverSigned(body) }()
+	whMustWait(t, gate.Arrived(), "the stuck delivery's gateway call")
+
+	whWantStatus(t, b.deliverSigned(body), http.StatusOK) // claimed: a duplicate, no call
+	if n := b.gw.Calls(fakegw.OpStatus); n != 1 {
+		t.Fatalf("gateway asked %d times, want 1", n)
+	}
+
+	b.clock.Advance(payments.WebhookClaimTTL + time.Second)
+	second := make(chan *httptest.ResponseRecorder, 1)
+	go func() { second <- b.deliverSigned(body) }()
+	whMustWait(t, gate.Arrived(), "the redelivery's gateway call (it took the expired claim over)")
+	gate.Open()
+	whWantStatus(t, whMustWait(t, second, "the redelivery"), http.StatusOK)
+	whWantStatus(t, whMustWait(t, stuck, "the stuck delivery"), http.StatusOK)
+
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("session %s, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 1 {
+		t.Errorf("%d ledger entries, want 1", n)
+	}
+}
+
+func TestWebhookLateAuthorizedAfterSucceededStaysCompleted(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-late-auth")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+
+	whWantStatus(t, b.deliverSigned(whEvent("evt_2_succeeded", s, s.GatewayPaymentID, "succeeded")), http.StatusOK)
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("after succeeded: %s, want Completed", st)
+	}
+	// The older event arrives last: the gateway is asked again and still says succeeded.
+	whWantStatus(t, b.deliverSigned(whEvent("evt_1_authorized", s, s.GatewayPaymentID, "authorized")), http.StatusOK)
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("after a late authorized: %s, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 1 {
+		t.Errorf("%d ledger entries, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status IN ('Authorized', 'Completed')`, s.ID); n != 1 {
+		t.Errorf("%d Authorized/Completed events, want just the one Completed", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE processed_at IS NOT NULL AND outcome = 'applied'`); n != 2 {
+		t.Errorf("%d events processed, want 2", n)
+	}
+}
+
+var whSixDigits = regexp.MustCompile(`\b\d{6}\b`)
+
+func TestWebhookSuccessForCanceledSessionOpensLatePaymentCase(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-late-pay")
+	ctx := context.Background()
+	staff := payments.Actor{Kind: payments.ActorStaff, ID: "support@example.com"}
+	ch, err := b.svc.RequestCancel(ctx, staff, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE payment_id = $1 AND kind = 'cancel_code'`, s.ID).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.svc.ConfirmCancel(ctx, staff, s.ID, ch.ID, whSixDigits.FindString(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Session.Status != payments.StatusCanceled {
+		t.Fatalf("after cancel: %s, want Canceled", res.Session.Status)
+	}
+
+	// The gateway captures anyway (a late payment) and says so.
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	whWantStatus(t, b.deliverSigned(whEvent("evt_late", s, s.GatewayPaymentID, "succeeded")), http.StatusOK)
+
+	if st := b.status(t, s.ID); st != payments.StatusCanceled {
+		t.Errorf("session %s, want it to stay Canceled", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Errorf("%d open late_payment cases, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries`); n != 0 {
+		t.Errorf("%d ledger entries, want none", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE order_id = $1 AND status = 'Paid'`, s.OrderID); n != 0 {
+		t.Error("the order became Paid")
+	}
+}
+
+func TestWebhookUnknownPaymentIsRecordedAndAcknowledged(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	ghost := payments.Session{ID: uuid.NewString(), Amount: 500, Currency: "EUR"}
+	rec := b.deliverSigned(whEvent("evt_ghost", ghost, "gp_nobody", "succeeded"))
+	whWantStatus(t, rec, http.StatusOK)
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_ghost' AND outcome = 'unknown_payment'
+		AND processed_at IS NOT NULL AND gateway_payment_id = 'gp_nobody' AND reference = $1`, ghost.ID); n != 1 {
+		t.Fatalf("unknown payment not recorded as such; body %s", rec.Body.String())
+	}
+	if w := b.written(t); w.timeline != 0 || w.ledger != 0 || w.cases != 0 {
+		t.Errorf("an unknown payment wrote %+v", w)
+	}
+	// Redelivered: a duplicate, still 200.
+	whWantStatus(t, b.deliverSigned(whEvent("evt_ghost", ghost, "gp_nobody", "succeeded")), http.StatusOK)
+}
+
+// TestWebhookNotMarkedProcessedWhenTheGatewayIsDown: the hint cannot be applied (the gateway
+// does not answer), so the receiver answers 5xx, leaves the event unprocessed with its error,
+// and the gateway's redelivery applies it.
+func TestWebhookNotMarkedProcessedWhenTheGatewayIsDown(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-gw-down")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	body := whEvent("evt_down", s, s.GatewayPaymentID, "succeeded")
+
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	rec := b.deliverSigned(body)
+	if rec.Code < 500 {
+		t.Fatalf("status %d while the gateway is down, want 5xx so the gateway redelivers; %s", rec.Code, rec.Body.String())
+	}
+	var processed bool
+	var errText string
+	if err := b.pool.QueryRow(context.Background(), `SELECT processed_at IS NOT NULL, coalesce(error, '') FROM webhook_events WHERE event_id = 'evt_down'`).
+		Scan(&processed, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if processed || errText == "" {
+		t.Fatalf("after a failed apply: processed=%v error=%q, want unprocessed with the error", processed, errText)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusRegistered {
+		t.Fatalf("session %s, want unchanged", st)
+	}
+
+	whWantStatus(t, b.deliverSigned(body), http.StatusOK) // the redelivery
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("after the redelivery: %s, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_down' AND processed_at IS NOT NULL AND error IS NULL AND deliveries = 2`); n != 1 {
+		t.Error("the redelivered event is not marked processed")
+	}
+}
+
+// TestWebhookSecondGatewayPaymentOfASessionOpensCase: a gateway that ignored our idempotency key
+// holds two payments with one session's reference; an event about the other one is a finance case
+// (the customer may pay twice), not something to attach or ignore silently.
+func TestWebhookSecondGatewayPaymentOfASessionOpensCase(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeRefgw)
+	s := b.registered(t, "order-dup")
+	b.gw.IgnoreKeys(true)
+	dup, err := b.gw.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: s.ID, Reference: s.Reference(),
+		Amount: s.Amount, Currency: s.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(dup.ID, payments.GatewaySucceeded)
+	whWantStatus(t, b.deliverSigned(whEvent("evt_dup", s, dup.ID, "succeeded")), http.StatusOK)
+
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, s.ID); n != 1 {
+		t.Errorf("%d duplicate-payment cases, want 1", n)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusRegistered {
+		t.Errorf("session %s: its own payment is still pending, want Registered", st)
+	}
+}
+
+func TestWebhookStripeSignature(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, handlers.WebhookSchemeStripe)
+	s := b.registered(t, "order-stripe")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	payload := []byte(fmt.Sprintf(`{"id":"evt_stripe_1","object":"event","type":"payment_intent.succeeded","created":%d,
+		"api_version":"2025-01-27.acacia","data":{"object":{"id":%q,"object":"payment_intent","status":"succeeded"}}}`,
+		whT0.Unix(), s.GatewayPaymentID))
+	signed := func(secret string, at time.Time) string {
+		return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header
+	}
+	before := b.written(t)
+
+	for _, tc := range []struct {
+		name, header string
+	}{
+		{"another secret", signed("whsec_other", b.clock.Now())},
+		{"signed 301 s ago", signed(whSecret, b.clock.Now().Add(-301*time.Second))},
+		{"a Gateway-Signature instead", ""},
+	} {
+		headers := map[string]string{"Stripe-Signature": tc.header}
+		if tc.header == "" {
+			headers = map[string]string{webhooksig.Header: b.sign(payload)}
+		}
+		rec := b.deliver(payload, headers)
+		if rec.Code != http.StatusUnauthorized && rec.Code != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400/401", tc.name, rec.Code)
+		}
+		if got := b.written(t); got != before {
+			t.Errorf("%s: wrote %+v", tc.name, got)
+		}
+	}
+
+	whWantStatus(t, b.deliver(payload, map[string]string{"Stripe-Signature": signed(whSecret, b.clock.Now())}), http.StatusOK)
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("after a valid Stripe event: %s, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_stripe_1' AND gateway_payment_id = $1 AND outcome = 'applied'`, s.GatewayPaymentID); n != 1 {
+		t.Error("the Stripe event is not recorded as applied")
+	}
+}
+
+func whMustWait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}

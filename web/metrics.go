@@ -1,0 +1,161 @@
+package web
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pitlane/payments"
+)
+
+// Metrics is the process's Prometheus registry (its own, not the global default, so tests can
+// build several servers) and the instruments the wiring reports to. GET /metrics serves it.
+//
+// What is measured where:
+//   - HTTP requests by route and status: middleware here.
+//   - Gateway calls by operation and outcome: a decorator around the Gateway
+//     (payments/gateway/gwmetrics), registered on Registry by the wiring.
+//   - Sweeper rounds: the sweeper loop in cmd/pitlane increments SweepRounds/SweepErrors/Swept.
+//   - Sessions by status, open finance cases, unprocessed webhook events: read from the database
+//     at scrape time (payments.Service.Stats) with a short timeout; pitlane_stats_up says
+//     whether that worked. These are of the whole database, the same on every replica.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	SweepRounds prometheus.Counter
+	SweepErrors prometheus.Counter
+	Swept       prometheus.Counter
+
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+}
+
+// NewMetrics builds a registry with the Go runtime and process collectors and pitlane's own
+// instruments.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		SweepRounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pitlane_sweeper_rounds_total",
+			Help: "Sweeper rounds this replica ran (each claims due sessions until none is left).",
+		}),
+		SweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pitlane_sweeper_round_errors_total",
+			Help: "Sweeper rounds that ended with an error (database unreachable, lock timeout, …).",
+		}),
+		Swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pitlane_sweeper_sessions_total",
+			Help: "Sessions this replica's sweeper leased and drove against the gateway.",
+		}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pitlane_http_requests_total",
+			Help: "HTTP requests by method, route pattern and status.",
+		}, []string{"method", "route", "status"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pitlane_http_request_duration_seconds",
+			Help:    "HTTP request latency by method and route pattern.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"method", "route"}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.SweepRounds, m.SweepErrors, m.Swept, m.httpRequests, m.httpDuration,
+	)
+	return m
+}
+
+// handler serves the registry in the Prometheus text format (or OpenMetrics when asked).
+func (m *Metrics) handler(log *slog.Logger) echo.HandlerFunc {
+	h := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      m.Registry, // promhttp_metric_handler_errors_total
+	})
+	return echo.WrapHandler(h)
+}
+
+// middleware counts and times every request by its route pattern (c.Path(): "/api/v1/payments/:id",
+// never the raw URL, so the number of series stays bounded). It runs outside the request logger,
+// whose HandleError has already turned an error into the response, so the status is final.
+func (m *Metrics) middleware() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			status := c.Response().Status
+			if !c.Response().Committed && err != nil {
+				// Nobody wrote the response yet (no error handler ran below us).
+				status = http.StatusInternalServerError
+				if he, ok := err.(*echo.HTTPError); ok {
+					status = he.Code
+				}
+			}
+			method := c.Request().Method
+			m.httpRequests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+			m.httpDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+			return err
+		}
+	}
+}
+
+// statsCollector reads payments.Service.Stats at scrape time.
+type statsCollector struct {
+	svc     *payments.Service
+	timeout time.Duration
+	log     *slog.Logger
+
+	up, sessions, flagged, cases, events *prometheus.Desc
+}
+
+func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector {
+	return &statsCollector{
+		svc:      svc,
+		timeout:  2 * time.Second,
+		log:      log,
+		up:       prometheus.NewDesc("pitlane_stats_up", "1 when the database answered the counts below at this scrape, 0 otherwise.", nil, nil),
+		sessions: prometheus.NewDesc("pitlane_sessions", "Payment sessions by status (whole database).", []string{"status"}, nil),
+		flagged:  prometheus.NewDesc("pitlane_sessions_flagged", "Active sessions the sweeper gave up on, waiting for finance (whole database).", nil, nil),
+		cases:    prometheus.NewDesc("pitlane_finance_cases_open", "Open finance cases by kind (whole database).", []string{"kind"}, nil),
+		events:   prometheus.NewDesc("pitlane_webhook_events_unprocessed", "Verified webhook events not yet applied (whole database).", nil, nil),
+	}
+}
+
+func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.up
+	ch <- s.sessions
+	ch <- s.flagged
+	ch <- s.cases
+	ch <- s.events
+}
+
+func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	st, err := s.svc.Stats(ctx)
+	if err != nil {
+		s.log.Warn("metrics: database counts unavailable", "err", err)
+		ch <- prometheus.MustNewConstMetric(s.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(s.up, prometheus.GaugeValue, 1)
+	for status, n := range st.Sessions {
+		ch <- prometheus.MustNewConstMetric(s.sessions, prometheus.GaugeValue, float64(n), string(status))
+	}
+	ch <- prometheus.MustNewConstMetric(s.flagged, prometheus.GaugeValue, float64(st.FlaggedSessions))
+	for kind, n := range st.OpenCases {
+		ch <- prometheus.MustNewConstMetric(s.cases, prometheus.GaugeValue, float64(n), kind)
+	}
+	ch <- prometheus.MustNewConstMetric(s.events, prometheus.GaugeValue, float64(st.UnprocessedEvents))
+}

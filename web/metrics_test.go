@@ -1,0 +1,119 @@
+package web_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/payments/gateway/gwmetrics"
+	"pitlane/web"
+)
+
+// TestMetricsServesTextFormat: /metrics is Prometheus text that a Prometheus parser reads, with
+// gateway calls by op/outcome, sessions by status, sweeper rounds and HTTP requests by route.
+func TestMetricsServesTextFormat(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	m := web.NewMetrics()
+	fake := fakegw.New()
+	gw, err := gwmetrics.Wrap(fake, m.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := payments.NewService(pool, payments.Config{Gateway: gw, ReplicaID: "replica-metrics", LockTimeout: 10 * time.Second})
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-metrics", Payments: svc, Metrics: m})
+
+	ctx := context.Background()
+	actor := payments.Actor{Kind: payments.ActorAPI, ID: "t"}
+	if _, err := svc.Create(ctx, actor, payments.CreateInput{OrderID: "metrics-1", Amount: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	fake.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	if _, err := svc.Create(ctx, actor, payments.CreateInput{OrderID: "metrics-2", Amount: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	m.SweepRounds.Inc()
+	do(e, http.MethodGet, "/healthz")
+	do(e, http.MethodGet, "/healthz")
+	do(e, http.MethodGet, "/no/such/page")
+
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics = %d %s", rec.Code, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("Content-Type %q, want the text format", ct)
+	}
+	body := rec.Body.String()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("not Prometheus text format: %v\n%s", err, body)
+	}
+	for _, name := range []string{"pitlane_gateway_calls_total", "pitlane_gateway_call_duration_seconds", "pitlane_sessions",
+		"pitlane_sweeper_rounds_total", "pitlane_sweeper_sessions_total", "pitlane_http_requests_total",
+		"pitlane_http_request_duration_seconds", "pitlane_stats_up", "pitlane_sessions_flagged", "go_goroutines"} {
+		if families[name] == nil {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	for _, line := range []string{
+		`pitlane_gateway_calls_total{gateway="fake",op="register",outcome="ok"} 1`,
+		`pitlane_gateway_calls_total{gateway="fake",op="register",outcome="unknown"} 1`,
+		`pitlane_sessions{status="Registered"} 1`,
+		`pitlane_sessions{status="Unknown"} 1`,
+		`pitlane_sessions{status="Completed"} 0`,
+		`pitlane_sweeper_rounds_total 1`,
+		`pitlane_stats_up 1`,
+		`pitlane_webhook_events_unprocessed 0`,
+		`pitlane_http_requests_total{method="GET",route="/healthz",status="200"} 2`,
+		`pitlane_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("missing line %q", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}
+
+// TestMetricsWithoutDatabase: the database counts fail softly (pitlane_stats_up 0), the rest of
+// the scrape still works.
+func TestMetricsWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	pool := unreachablePool(t)
+	svc := payments.NewService(pool, payments.Config{Gateway: fakegw.New()})
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, Payments: svc})
+	rec := do(e, http.MethodGet, "/metrics")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "pitlane_stats_up 0\n") ||
+		!strings.Contains(rec.Body.String(), "pitlane_sweeper_rounds_total 0\n") {
+		t.Fatalf("/metrics without a database = %d\n%s", rec.Code, rec.Body)
+	}
+}
+
+// unreachablePool is a pool on a port nothing listens on.
+func unreachablePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	l := httptest.NewServer(http.NotFoundHandler())
+	addr := l.Listener.Addr().String()
+	l.Close()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@"+addr+"/x?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
