@@ -18,11 +18,19 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/readyz", health.Readyz)
 
 	e.GET("/static/*", echo.WrapHandler(static.Handler()))
-	e.GET("/metrics", d.Metrics.handler(d.Logger))
 
-	// The gateway's signed events (contract: pitlane-api.md "Webhook receiver"). No session,
-	// CSRF or body-reading middleware may run before it: the signature covers the raw body.
-	e.POST("/webhooks/gateway", handlers.NewWebhooks(d.Payments, d.Webhooks, d.Logger).Receive)
+	// JSON API (contract: shared/contracts/pitlane-api.md). Every /api/v1 call needs a bearer
+	// API key; the document describing them does not. Errors become problem+json in errors.go.
+	// Authentication is per route, not group middleware, so an unknown path stays a plain 404.
+	api := handlers.NewAPI(d.Payments, d.Idempotency, d.Logger)
+	e.GET("/api/openapi.json", handlers.OpenAPI)
+	v1 := e.Group("/api/v1")
+	v1.POST("/orders/:order_id/payments", api.CreatePayment, api.Authenticate)
+	v1.GET("/orders/:order_id", api.GetOrder, api.Authenticate)
+	v1.GET("/payments/:id", api.GetPayment, api.Authenticate)
+	v1.POST("/payments/:id/check", api.CheckPayment, api.Authenticate)
+	v1.POST("/payments/:id/cancel", api.CancelPayment, api.Authenticate)
+	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, api.Authenticate)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token
