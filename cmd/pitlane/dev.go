@@ -78,8 +78,12 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	defer pool.Close()
 
-	return run(ctx, cfg, pool, env.Logger, func(url string) {
-		fmt.Fprintf(env.Stdout, "\npitlane dev is running\n  console:  %s/\n  database: %s\n  migrations applied now: %d\n  Ctrl-C stops everything.\n\n",
-			url, dbNote, n)
+	// The gateway: the in-process simulator (and its demo orders) unless GATEWAY/GATEWAY_URL
+	// name another one.
+	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg)}
+	return serveWith(ctx, cfg, pool, env.Logger, serveOptions{
+		prepare: d.prepare,
+		started: d.started,
+		ready:   func(url string) { d.printReady(ctx, env.Stdout, url, dbNote, n) },
 	})
 }

@@ -254,8 +254,10 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	sc := bufio.NewScanner(out)
 	var console, dbURL string
+	var banner []string
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		banner = append(banner, line)
 		if v, ok := strings.CutPrefix(line, "console:"); ok {
 			console = strings.TrimSpace(v)
 		}
@@ -280,6 +282,7 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz = %d", resp.StatusCode)
 	}
+	checkDevRunning(t, console, dbURL, banner) // dev_test.go: console page, simulator, demo orders
 	client.CloseIdleConnections()
 	if _, err := os.Stat(filepath.Join(dir, ".pitlane", "secret")); err != nil {
 		t.Errorf("dev did not persist its secret: %v", err)
@@ -300,4 +303,5 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".pitlane", "pg", "postmaster.pid")); err == nil {
 		t.Error("postmaster.pid still present: the server did not shut down cleanly")
 	}
+	checkDevStopped(t, banner)
 }

@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/handlers"
 	"pitlane/internal/config"
+	"pitlane/payments"
 	"pitlane/web"
 )
 
@@ -31,6 +33,9 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err := cfg.RequireDatabase("serve"); err != nil {
 		return err
 	}
+	if err := checkGateway(cfg, "serve"); err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -42,10 +47,30 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 // run is the server process shared by serve and dev: it listens on HTTP_ADDR, serves until ctx
 // is canceled and then shuts down gracefully. ready (optional) is called with the console's
 // URL once the listener is bound, so a caller that prints it never advertises a dead address.
-//
-// Services that need the final public URL (return URLs, webhook URLs) must be built after
-// the listener is bound: with HTTP_ADDR port 0 the real port is known only then.
 func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, ready func(url string)) error {
+	return serveWith(ctx, cfg, pool, logger, serveOptions{ready: ready})
+}
+
+// serveOptions are the points where dev hooks into the server process.
+type serveOptions struct {
+	// ready is called with the console's URL once everything below is running.
+	ready func(url string)
+	// prepare runs once the listener is bound and PUBLIC_BASE_URL is final, before the services
+	// are built from cfg: dev starts its gateway simulator here (it needs our webhook URL) and
+	// points cfg at it. stop runs after the server and the sweeper have stopped.
+	prepare func(ctx context.Context, cfg *config.Config) (stop func(), err error)
+	// started runs once the server serves and the sweeper runs (dev seeds its demo data).
+	started func(ctx context.Context, cfg config.Config, svc *payments.Service) error
+}
+
+// serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
+// URLs) are built after the listener is bound: with HTTP_ADDR port 0 the real port is known only
+// then.
+//
+// Without a usable gateway configuration (only reachable by calling run directly: serve checks
+// it first and exits 2) the server still serves the console and health probes; the API and the
+// webhook receiver answer 503 and no sweeper runs.
+func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts serveOptions) error {
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
@@ -62,11 +87,41 @@ func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slo
 		logger.Warn("SECRET_KEY is unset: using a key derived from the database's identity; set SECRET_KEY (e.g. `openssl rand -hex 32`) in production")
 	}
 
+	if opts.prepare != nil {
+		stop, err := opts.prepare(ctx, &cfg)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+	}
+
+	metrics := web.NewMetrics()
+	svc, err := newService(cfg, pool, logger, metrics)
+	if err != nil {
+		var cerr *config.Error
+		if !errors.As(err, &cerr) {
+			ln.Close()
+			return err
+		}
+		logger.Warn("no payment gateway configured: the API and the webhook receiver answer 503 and no sweeper runs", "reason", err.Error())
+		svc = nil
+	}
+	if cfg.GatewayWebhookSecret == "" && svc != nil {
+		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
+	}
+
 	e := web.New(web.Deps{
 		Logger:    logger,
 		DB:        pool,
 		ReplicaID: cfg.ReplicaID,
 		SecretKey: cfg.SecretKey,
+		// Cookies marked Secure only reach an https origin: set exactly when browsers use one.
+		SecureCookies: strings.HasPrefix(cfg.PublicBaseURL, "https://"),
+		Payments:      svc,
+		Idempotency:   payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
+		Webhooks:      handlers.WebhookConfig{Scheme: cfg.Gateway, Secret: cfg.GatewayWebhookSecret},
+		Metrics:       metrics,
 	})
 	srv := &http.Server{
 		Handler:           e,
@@ -78,8 +133,31 @@ func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slo
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("serving", "url", cfg.PublicBaseURL, "addr", ln.Addr().String(), "replica", cfg.ReplicaID)
-	if ready != nil {
-		ready(cfg.PublicBaseURL)
+
+	// The sweeper stops after the HTTP server (requests in flight may still be creating sessions
+	// it would look after) and gives back its leases on the way out.
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	swept := make(chan struct{})
+	if svc != nil {
+		go func() {
+			defer close(swept)
+			runSweeper(sweepCtx, svc, cfg.SweepInterval, metrics, logger.With("component", "sweeper"))
+		}()
+	} else {
+		close(swept)
+	}
+	defer func() {
+		stopSweep()
+		<-swept
+	}()
+
+	if opts.started != nil && svc != nil {
+		if err := opts.started(ctx, cfg, svc); err != nil {
+			logger.Error("start-up step failed", "err", err)
+		}
+	}
+	if opts.ready != nil {
+		opts.ready(cfg.PublicBaseURL)
 	}
 
 	select {
@@ -96,6 +174,8 @@ func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slo
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
+	stopSweep()
+	<-swept
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause // e.g. dev's private PostgreSQL exited under us
 	}

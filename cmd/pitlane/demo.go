@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+
+	"pitlane/internal/config"
+	"pitlane/payments"
+	"pitlane/payments/gateway/gatewaysim"
+)
+
+// The demo orders `pitlane dev` seeds on first start, one per state worth looking at. Each is
+// created only when its order does not exist yet, so seeding is idempotent (a restart, or a start
+// interrupted half way, seeds what is missing and nothing twice).
+const (
+	demoWaiting   = "demo-1001" // Registered: waiting for the customer on the hosted page
+	demoCompleted = "demo-1002" // Completed, with its PaymentReceived ledger entry
+	demoFailed    = "demo-1003" // Failed: the customer declined
+	demoCanceled  = "demo-1004" // Canceled with a one-time code, reversed at the gateway
+	demoUnknown   = "demo-1005" // Unknown: the register answer was lost; the sweeper resolves it
+)
+
+var demoOrders = []string{demoWaiting, demoCompleted, demoFailed, demoCanceled, demoUnknown}
+
+// demoActor is who the demo's timeline events name.
+var demoActor = payments.Actor{Kind: payments.ActorSystem, ID: "dev-demo"}
+
+// seedDemo creates the demo orders that do not exist yet, driving the simulator where a
+// customer or the gateway would act. It returns how many orders it created.
+func seedDemo(ctx context.Context, cfg config.Config, svc *payments.Service, sim *gatewaysim.Sim) (int, error) {
+	created := 0
+	for _, id := range demoOrders {
+		_, _, err := svc.GetOrder(ctx, id)
+		if err == nil {
+			continue
+		}
+		if payments.ErrorCode(err) != payments.ENOTFOUND {
+			return created, fmt.Errorf("demo: %w", err)
+		}
+		if err := seedDemoOrder(ctx, cfg, svc, sim, id); err != nil {
+			return created, fmt.Errorf("demo order %s: %w", id, err)
+		}
+		created++
+	}
+	return created, nil
+}
+
+func seedDemoOrder(ctx context.Context, cfg config.Config, svc *payments.Service, sim *gatewaysim.Sim, id string) error {
+	in := payments.CreateInput{OrderID: id, Currency: "EUR", CustomerContact: "customer+" + id + "@example.com"}
+	switch id {
+	case demoWaiting:
+		in.Amount = 1999
+		_, err := svc.Create(ctx, demoActor, in)
+		return err
+
+	case demoCompleted:
+		in.Amount = 4250
+		res, err := svc.Create(ctx, demoActor, in)
+		if err != nil {
+			return err
+		}
+		if _, err := sim.Succeed(res.Session.GatewayPaymentID); err != nil {
+			return err
+		}
+		_, err = svc.Check(ctx, demoActor, res.Session.ID)
+		return err
+
+	case demoFailed:
+		in.Amount = 990
+		res, err := svc.Create(ctx, demoActor, in)
+		if err != nil {
+			return err
+		}
+		if _, err := sim.Decline(res.Session.GatewayPaymentID, "insufficient_funds"); err != nil {
+			return err
+		}
+		_, err = svc.Check(ctx, demoActor, res.Session.ID)
+		return err
+
+	case demoCanceled:
+		in.Amount = 15000
+		res, err := svc.Create(ctx, demoActor, in)
+		if err != nil {
+			return err
+		}
+		// The code goes to the customer; here a service sharing everything but the notifier
+		// reads it from the message, as the customer would read it out to support.
+		codes := &codeCatcher{}
+		seedSvc := payments.NewService(svc.DB(), payments.Config{Gateway: svc.Gateway(), ReplicaID: cfg.ReplicaID,
+			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), Notifier: codes})
+		ch, err := seedSvc.RequestCancel(ctx, demoActor, res.Session.ID)
+		if err != nil {
+			return err
+		}
+		code, ok := codes.code()
+		if !ok {
+			return errors.New("the cancel code message carried no code")
+		}
+		_, err = seedSvc.ConfirmCancel(ctx, demoActor, res.Session.ID, ch.ID, code)
+		return err
+
+	case demoUnknown:
+		in.Amount = 3100
+		// The gateway registers the payment and the answer is lost on the way back.
+		sim.DropNext(gatewaysim.OpRegister, 1)
+		_, err := svc.Create(ctx, demoActor, in)
+		return err
+	}
+	return fmt.Errorf("no recipe for demo order %s", id)
+}
+
+// codeCatcher is a Notifier that keeps the last message.
+type codeCatcher struct {
+	mu   sync.Mutex
+	text string
+}
+
+var sixDigits = regexp.MustCompile(`\b\d{6}\b`)
+
+func (c *codeCatcher) Notify(_ context.Context, m payments.Message) error {
+	c.mu.Lock()
+	c.text = m.Text
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *codeCatcher) code() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	code := sixDigits.FindString(c.text)
+	return code, code != ""
+}
+
+// printDemo writes one line per demo order as it is now.
+func printDemo(ctx context.Context, w io.Writer, svc *payments.Service) {
+	for _, id := range demoOrders {
+		o, sessions, err := svc.GetOrder(ctx, id)
+		if err != nil {
+			fmt.Fprintf(w, "    %-10s (missing: %s)\n", id, payments.ErrorMessage(err))
+			continue
+		}
+		if len(sessions) == 0 {
+			fmt.Fprintf(w, "    %-10s %s, no payment\n", id, o.Status)
+			continue
+		}
+		s := sessions[len(sessions)-1]
+		var note []string
+		switch s.Status {
+		case payments.StatusRegistered:
+			note = append(note, "pay at "+s.ConfirmationURL)
+		case payments.StatusCompleted:
+			note = append(note, "ledger: PaymentReceived")
+		case payments.StatusUnknown, payments.StatusRegistering:
+			note = append(note, "the sweeper settles it within seconds")
+		}
+		fmt.Fprintf(w, "    %-10s %-11s %7s %s  payment %s  %s\n", id, s.Status, minor(s.Amount), s.Currency, s.ID, strings.Join(note, "; "))
+	}
+}
+
+func minor(amount int64) string { return fmt.Sprintf("%d.%02d", amount/100, amount%100) }

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pitlane/internal/config"
+	"pitlane/payments/gateway/refgw"
+	"pitlane/payments/gateway/stripegw"
+	"pitlane/web"
+)
+
+// devSimURL is the simulator address dev printed ("gateway:  simulator at URL (…").
+func devSimURL(banner []string) string {
+	for _, line := range banner {
+		if v, ok := strings.CutPrefix(line, "gateway:  simulator at "); ok {
+			return strings.Fields(v)[0]
+		}
+	}
+	return ""
+}
+
+// checkDevRunning is called by TestDevStartsPrivateDatabaseAndStopsIt while `pitlane dev` runs:
+// the console answers, the simulator answers, and the demo orders exist, each in its state.
+func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(console) // a redirect to a sign-in page is followed
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "<html") {
+		t.Errorf("console %s = %d, want an HTML page", console, resp.StatusCode)
+	}
+
+	sim := devSimURL(banner)
+	if sim == "" {
+		t.Fatalf("dev printed no simulator URL:\n%s", strings.Join(banner, "\n"))
+	}
+	resp, err = client.Get(sim + "/_sim/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("simulator /_sim/state = %d", resp.StatusCode)
+	}
+
+	text := strings.Join(banner, "\n")
+	for _, id := range demoOrders {
+		if !strings.Contains(text, id) {
+			t.Errorf("banner does not list demo order %s:\n%s", id, text)
+		}
+	}
+	if !strings.Contains(text, "seeded now") || !strings.Contains(text, "pay at "+sim+"/pay/") {
+		t.Errorf("banner does not say the demo was seeded or where to pay:\n%s", text)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	want := map[string]string{demoWaiting: "Registered", demoCompleted: "Completed", demoFailed: "Failed", demoCanceled: "Canceled"}
+	for order, status := range want {
+		var got string
+		if err := conn.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE order_id = $1`, order).Scan(&got); err != nil {
+			t.Fatalf("demo order %s: %v", order, err)
+		}
+		if got != status {
+			t.Errorf("demo order %s is %s, want %s", order, got, status)
+		}
+	}
+	var unknown string
+	if err := conn.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE order_id = $1`, demoUnknown).Scan(&unknown); err != nil {
+		t.Fatal(err)
+	}
+	if unknown != "Unknown" && unknown != "Registered" { // the sweeper may already have found it
+		t.Errorf("demo order %s is %s, want Unknown (or Registered once the sweeper found it)", demoUnknown, unknown)
+	}
+	var ledger int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM accounting_entries WHERE order_id = $1 AND entry_type = 'PaymentReceived'`, demoCompleted).Scan(&ledger); err != nil {
+		t.Fatal(err)
+	}
+	if ledger != 1 {
+		t.Errorf("demo order %s has %d PaymentReceived entries, want 1", demoCompleted, ledger)
+	}
+}
+
+// checkDevStopped: after dev exited, its simulator no longer listens either.
+func checkDevStopped(t *testing.T, banner []string) {
+	t.Helper()
+	sim := strings.TrimPrefix(devSimURL(banner), "http://")
+	if sim == "" {
+		return
+	}
+	if c, err := net.DialTimeout("tcp", sim, 2*time.Second); err == nil {
+		c.Close()
+		t.Errorf("the simulator still listens on %s after dev exited", sim)
+	}
+}
+
+func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.DiscardHandler)
+	load := func(env map[string]string) config.Config {
+		t.Helper()
+		cfg, err := config.Load(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+
+	gw, err := buildGateway(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123", "GATEWAY_URL": "http://127.0.0.1:12111"}), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gw.(*stripegw.Gateway); !ok || gw.Name() != "stripe" {
+		t.Errorf("GATEWAY=stripe built %T (%s), want the Stripe adapter", gw, gw.Name())
+	}
+
+	gw, err = buildGateway(load(map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090", "GATEWAY_API_KEY": "k"}), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gw.(*refgw.Client); !ok {
+		t.Errorf("the default gateway is %T, want the reference-gateway client", gw)
+	}
+
+	// The service sees the adapter's name through the metrics decorator: session rows record it.
+	svc, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Gateway().Name() != "stripe" {
+		t.Errorf("service gateway %q, want stripe", svc.Gateway().Name())
+	}
+
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "GATEWAY_URL"},
+		{map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090"}, "GATEWAY_API_KEY"},
+		{map[string]string{"GATEWAY": "stripe"}, "GATEWAY_API_KEY"},
+	} {
+		_, err := buildGateway(load(tc.env), logger)
+		cerr, ok := err.(*config.Error)
+		if !ok || cerr.Var != tc.want {
+			t.Errorf("%v: error %v, want a configuration error naming %s", tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestServeWithoutGatewayExitsTwo: serve refuses to start without the gateway settings, with one
+// line naming the variable, before touching the database.
+func TestServeWithoutGatewayExitsTwo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x"}, "pitlane serve: GATEWAY_URL: "},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY": "stripe"}, "pitlane serve: GATEWAY_API_KEY: "},
+	} {
+		var stdout, stderr strings.Builder
+		env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Getenv: func(k string) string { return tc.env[k] }, Logger: slog.New(slog.DiscardHandler)}
+		if code := Main([]string{"serve"}, env); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", tc.env, code, stderr.String())
+		}
+		if got := stderr.String(); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 1 {
+			t.Errorf("%v: stderr %q, want one line starting %q", tc.env, got, tc.want)
+		}
+	}
+}
