@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"log/slog"
 	"net/http"
 	"strings"
 	"syscall"
@@ -48,5 +49,18 @@ func TestGatewaysimCommand(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("gatewaysim after SIGTERM: %v; stderr: %s", err, stderr.String())
+	}
+}
+
+func TestGatewaysimBadFlagExitsTwo(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" },
+		Logger: slog.New(slog.DiscardHandler)}
+	if code := Main([]string{"gatewaysim", "--no-such-flag"}, env); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr %q", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "pitlane gatewaysim: flag provided but not defined: -no-such-flag\n") {
+		t.Fatalf("stderr %q does not end with the one-line reason", stderr.String())
 	}
 }
