@@ -18,6 +18,11 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/readyz", health.Readyz)
 
 	e.GET("/static/*", echo.WrapHandler(static.Handler()))
+	e.GET("/metrics", d.Metrics.handler(d.Logger))
+
+	// The gateway's signed events (contract: pitlane-api.md "Webhook receiver"). No session,
+	// CSRF or body-reading middleware may run before it: the signature covers the raw body.
+	e.POST("/webhooks/gateway", handlers.NewWebhooks(d.Payments, d.Webhooks, d.Logger).Receive)
 
 	// JSON API (contract: shared/contracts/pitlane-api.md). Every /api/v1 call needs a bearer
 	// API key; the document describing them does not. Errors become problem+json in errors.go.
