@@ -1,0 +1,125 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+)
+
+// API serves the public JSON API (/api/v1, contract: shared/contracts/pitlane-api.md). One file
+// per action: api_create.go, api_payment.go, api_order.go, api_check.go, api_cancel.go; request
+// decoding and validation in api_decode.go, authentication in api_auth.go.
+//
+// Errors are returned, never written: web's one error handler turns them into
+// application/problem+json with the status of their domain code.
+type API struct {
+	svc  *payments.Service
+	idem *payments.Idempotency
+	log  *slog.Logger
+}
+
+// NewAPI builds the API handlers. svc nil: every call answers 503 (a server without the core
+// wired still has the routes, so its surface never depends on configuration).
+func NewAPI(svc *payments.Service, idem payments.IdempotencyConfig, log *slog.Logger) *API {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &API{svc: svc, log: log}
+	if svc != nil {
+		a.idem = payments.NewIdempotency(svc, idem)
+	}
+	return a
+}
+
+// Idempotency is the key store the create handler uses.
+func (a *API) Idempotency() *payments.Idempotency { return a.idem }
+
+// Header names of the contract.
+const (
+	HeaderIdempotencyKey           = "Idempotency-Key"
+	HeaderIdempotentReplayed       = "Idempotent-Replayed"
+	paymentsPath                   = "/api/v1/payments/"
+	maxAPIBody               int64 = 64 << 10 // the contract's 64 KiB
+)
+
+func (a *API) ready() error {
+	if a.svc == nil {
+		return &payments.Error{Code: payments.EUNAVAIL, Message: "the payment service is not configured on this replica"}
+	}
+	return nil
+}
+
+// paymentJSON is the contract's payment object. Field names are the contract's; empty gateway
+// fields are null (not yet known), times are RFC 3339 in UTC.
+type paymentJSON struct {
+	ID               string       `json:"id"`
+	OrderID          string       `json:"order_id"`
+	Status           string       `json:"status"`
+	Amount           int64        `json:"amount"`
+	Currency         string       `json:"currency"`
+	GatewayPaymentID *string      `json:"gateway_payment_id"`
+	ConfirmationURL  *string      `json:"confirmation_url"`
+	CreatedAt        time.Time    `json:"created_at"`
+	UpdatedAt        time.Time    `json:"updated_at"`
+	Links            paymentLinks `json:"links"`
+}
+
+type paymentLinks struct {
+	Self string `json:"self"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func paymentLocation(id string) string { return paymentsPath + id }
+
+func toPaymentJSON(s payments.Session) paymentJSON {
+	return paymentJSON{
+		ID:               s.ID,
+		OrderID:          s.OrderID,
+		Status:           string(s.Status),
+		Amount:           s.Amount,
+		Currency:         s.Currency,
+		GatewayPaymentID: nullable(s.GatewayPaymentID),
+		ConfirmationURL:  nullable(s.ConfirmationURL),
+		CreatedAt:        s.CreatedAt.UTC(),
+		UpdatedAt:        s.UpdatedAt.UTC(),
+		Links:            paymentLinks{Self: paymentLocation(s.ID)},
+	}
+}
+
+// writeJSON answers with a JSON body that no cache keeps (payment state changes under it).
+func writeJSON(c echo.Context, status int, body any) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(status, body)
+}
+
+// actor is the API client as the core's timeline records it.
+func actor(c echo.Context) payments.Actor {
+	return payments.Actor{Kind: payments.ActorAPI, ID: ClientFrom(c).ID}
+}
+
+// detached keeps bookkeeping that must happen after an effect (completing an idempotency key)
+// alive when the client has hung up.
+func detached(c echo.Context) context.Context {
+	return context.WithoutCancel(c.Request().Context())
+}
+
+// pathParam returns a path parameter, unescaped (echo routes on the raw path when the request
+// has one, so a parameter may still carry %XX escapes).
+func pathParam(c echo.Context, name string) string {
+	v := c.Param(name)
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
+}

@@ -1,0 +1,303 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// 20 requests with one key, half through each of two replicas (two pools, two services, two
+// Echo instances) over one database. The gateway holds the one registration that happens, so
+// every other request provably runs while the first is in flight: each gets 409 + Retry-After.
+// After it finishes, the key replays from either replica. One session, one registration.
+func TestAPITwentyParallelRequestsOneKeyTwoReplicas(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	_, eB := b.server(t, testdb.Pool(t, b.url), "replica-b")
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+
+	c := post(createPath("busy"), `{"amount":4200,"currency":"EUR"}`, "Idempotency-Key", "click-1")
+	start := make(chan struct{})
+	out := make(chan *httptest.ResponseRecorder, 20)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		e := b.e
+		if i%2 == 1 {
+			e = eB
+		}
+		r := b.request(c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, r)
+			out <- rec
+		}()
+	}
+	close(start)
+	sessionID := mustWait(t, gate.Arrived(), "the key holder's registration at the gateway")
+	for i := range 19 {
+		rec := mustWait(t, out, fmt.Sprintf("concurrent request %d", i+1))
+		wantProblem(t, rec, http.StatusConflict, "")
+		if rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("409 without Retry-After")
+		}
+	}
+	gate.Open()
+	first := wantPayment(t, mustWait(t, out, "the key holder"), http.StatusCreated)
+	wg.Wait()
+	if first.ID != sessionID || first.Status != "Registered" {
+		t.Fatalf("first = %+v, registered %s", first, sessionID)
+	}
+	for name, srv := range map[string]*echo.Echo{"replica a": b.e, "replica b": eB} {
+		rec := b.on(srv, c)
+		p := wantPayment(t, rec, http.StatusCreated)
+		if p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" || rec.Header().Get("Location") != "/api/v1/payments/"+first.ID {
+			t.Fatalf("replay via %s = %+v %v", name, p, rec.Header())
+		}
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// A replay tells the current state: after a cancel, Canceled; after a capture, Completed. Never
+// the stale Registered of the first answer. The first status code is kept.
+func TestAPIReplayShowsCurrentState(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	canceled := post(createPath("to-cancel"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k-cancel")
+	p := wantPayment(t, b.do(canceled), http.StatusCreated)
+	if p.Status != "Registered" {
+		t.Fatalf("first = %+v", p)
+	}
+	if rec := b.do(post("/api/v1/payments/"+p.ID+"/cancel", "")); rec.Code != http.StatusAccepted {
+		t.Fatalf("cancel = %d", rec.Code)
+	}
+	var ch string
+	if err := b.pool.QueryRow(context.Background(), `SELECT id::text FROM cancel_challenges WHERE session_id = $1`, p.ID).Scan(&ch); err != nil {
+		t.Fatal(err)
+	}
+	wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/cancel/confirm", `{"challenge_id":"`+ch+`","code":"`+b.lastCode(t, p.ID)+`"}`)), http.StatusAccepted)
+	rec := b.do(canceled)
+	if r := wantPayment(t, rec, http.StatusCreated); r.ID != p.ID || r.Status != "Canceled" || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after cancel = %+v %v", r, rec.Header())
+	}
+
+	completed := post(createPath("to-pay"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k-pay")
+	p = wantPayment(t, b.do(completed), http.StatusCreated)
+	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewaySucceeded)
+	wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/check", "")), http.StatusOK)
+	b.clock.Advance(29 * 24 * time.Hour) // still within the key's 30 days
+	rec = b.do(completed)
+	if r := wantPayment(t, rec, http.StatusCreated); r.ID != p.ID || r.Status != "Completed" || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after capture = %+v", r)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Fatalf("registrations = %d, want 2", n)
+	}
+}
+
+// The same key with another request is 422 — another body, or the same body for another order —
+// and the key still replays its own request afterwards.
+func TestAPIReplayWithAnotherRequestIs422(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	first := wantPayment(t, b.do(post(createPath("o-1"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k")), http.StatusCreated)
+	wantProblem(t, b.do(post(createPath("o-1"), `{"amount":101,"currency":"EUR"}`, "Idempotency-Key", "k")), http.StatusUnprocessableEntity, "Idempotency-Key")
+	wantProblem(t, b.do(post(createPath("o-2"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k")), http.StatusUnprocessableEntity, "Idempotency-Key")
+	// Whitespace and member order do not make another request: the body is canonical.
+	rec := b.do(post(createPath("o-1"), "{ \"currency\" : \"EUR\",\n \"amount\": 100 }", "Idempotency-Key", "k"))
+	if p := wantPayment(t, rec, http.StatusCreated); p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("canonical replay = %+v", p)
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+}
+
+// Failures before any effect do not burn the key: after a validation error, or a 409 conflict,
+// the same key serves a corrected request.
+func TestAPIFailuresBeforeEffectDoNotBurnTheKey(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	wantProblem(t, b.do(post(createPath("o"), `{"amount":0,"currency":"EUR"}`, "Idempotency-Key", "k1")), http.StatusUnprocessableEntity, "amount")
+	wantPayment(t, b.do(post(createPath("o"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k1")), http.StatusCreated)
+
+	// o has an active 100 EUR session: 200 EUR with k2 is a conflict, and k2 stays free.
+	wantProblem(t, b.do(post(createPath("o"), `{"amount":200,"currency":"EUR"}`, "Idempotency-Key", "k2")), http.StatusConflict, "")
+	rec := b.do(post(createPath("other"), `{"amount":200,"currency":"EUR"}`, "Idempotency-Key", "k2"))
+	if p := wantPayment(t, rec, http.StatusCreated); p.OrderID != "other" || rec.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("k2 after a conflict = %+v %v", p, rec.Header())
+	}
+	// An unauthenticated request never reaches a key.
+	wantProblem(t, b.do(post(createPath("z"), `{"amount":1,"currency":"EUR"}`, "Idempotency-Key", "k3", "Authorization", "Bearer nope")), http.StatusUnauthorized, "")
+	if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE kind = 'key'`); n != 2 {
+		t.Fatalf("keys = %d, want k1 and k2", n)
+	}
+}
+
+// Keys of client A are invisible to client B: the same key string names two keys.
+func TestAPIKeysOfOneClientInvisibleToAnother(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	_, keyB, err := b.svc.CreateAPIClient(context.Background(), "other shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asB := func(c call) call { c.headers["Authorization"] = "Bearer " + keyB; return c }
+	pa := wantPayment(t, b.do(post(createPath("a-order"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "shared")), http.StatusCreated)
+	// B's request with the same key and another body is not A's key's "other request" (no 422),
+	// and B's request with A's exact body is not a replay of A's session.
+	pb := wantPayment(t, b.do(asB(post(createPath("b-order"), `{"amount":300,"currency":"USD"}`, "Idempotency-Key", "shared"))), http.StatusCreated)
+	rec := b.do(asB(post(createPath("a-order"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "shared")))
+	wantProblem(t, rec, http.StatusUnprocessableEntity, "Idempotency-Key") // B's own key, bound to B's request
+	if pb.ID == pa.ID {
+		t.Fatal("B got A's session")
+	}
+	rec = b.do(post(createPath("a-order"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "shared"))
+	if p := wantPayment(t, rec, http.StatusCreated); p.ID != pa.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("A's replay = %+v", p)
+	}
+}
+
+// A request that dies mid-way (here: parked forever right before the gateway call, with its
+// session claimed) keeps its key 409 until the stale bound passes; then the same request takes
+// the key over, and the core's per-order claim hands it the session the dead one claimed: still
+// one session, one registration.
+func TestAPICrashedRequestKeyTakenOverAfterStaleBound(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newAPIBench(t, benchOpt{
+		core: func(c *payments.Config) { c.Hooks.BeforeRegister = p.hook },
+		idem: payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(10 * time.Second)},
+	})
+	c := post(createPath("o"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k")
+	dead := b.goDo(b.e, c)
+	claimed := mustWait(t, p.arrived, "the first request's claim")
+
+	b.clock.Advance(29 * time.Second)
+	rec := b.do(c)
+	wantProblem(t, rec, http.StatusConflict, "")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+	b.clock.Advance(2 * time.Second) // past 2 x 10 s + 10 s
+	rec = b.do(c)
+	if got := wantPayment(t, rec, http.StatusOK); got.ID != claimed || got.Status != "Registering" {
+		t.Fatalf("takeover = %+v, want the claimed session %s", got, claimed)
+	}
+	rec = b.do(c)
+	if got := wantPayment(t, rec, http.StatusOK); got.ID != claimed || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after takeover = %+v", got)
+	}
+	// The "dead" request wakes up: it registers its session and cannot complete the key.
+	p.release <- struct{}{}
+	if got := wantPayment(t, mustWait(t, dead, "the first request"), http.StatusCreated); got.ID != claimed {
+		t.Fatalf("first = %+v", got)
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// No key: five quick retries are one intent → one session; an honest new attempt an hour later,
+// after the first was declined, is a new intent → a new session.
+func TestAPIIntentKeysWithoutIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	c := post(createPath("o"), `{"amount":1500,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	for i := range 4 {
+		b.clock.Advance(10 * time.Second)
+		if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != first.ID {
+			t.Fatalf("retry %d = %+v", i+1, p)
+		}
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	// The bank declines.
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
+	if p := wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK); p.Status != "Failed" {
+		t.Fatalf("after decline = %+v", p)
+	}
+	// A retry still inside the window is the same intent: the declined session, as it is now.
+	b.clock.Advance(time.Minute)
+	rec := b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || p.Status != "Failed" || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after decline in the window = %+v", p)
+	}
+	// An hour later: a new intent, a new session.
+	b.clock.Advance(time.Hour)
+	second := wantPayment(t, b.do(c), http.StatusCreated)
+	if second.ID == first.ID || second.Status != "Registered" {
+		t.Fatalf("an hour later = %+v", second)
+	}
+	if n := b.sessions(t); n != 2 {
+		t.Fatalf("sessions = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// The negative control of the test above: it is the intent key, not the core, that keeps the
+// declined attempt's window closed. The same retry carrying a fresh Idempotency-Key (a new
+// intent, explicitly) inside the window creates a second session.
+func TestAPIIntentWindowIsWhatStopsTheRetry(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	first := wantPayment(t, b.do(post(createPath("o"), `{"amount":1500,"currency":"EUR"}`)), http.StatusCreated)
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
+	wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK)
+	b.clock.Advance(time.Minute)
+	p := wantPayment(t, b.do(post(createPath("o"), `{"amount":1500,"currency":"EUR"}`, "Idempotency-Key", "new-click")), http.StatusCreated)
+	if p.ID == first.ID {
+		t.Fatal("a new explicit key within the window must be a new attempt")
+	}
+}
+
+// No key, while the first request of an intent is still at the gateway: a retry gets the
+// claimed session (the contract's 200 for "an active session with the same parameters exists"),
+// never a second one; a request with other parameters gets 409.
+func TestAPIIntentInFlight(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	c := post(createPath("o"), `{"amount":1500,"currency":"EUR"}`)
+	first := b.goDo(b.e, c)
+	claimed := mustWait(t, gate.Arrived(), "the first registration")
+
+	rec := b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != claimed || p.Status != "Registering" || rec.Header().Get("Location") != "/api/v1/payments/"+claimed {
+		t.Fatalf("retry in flight = %+v", p)
+	}
+	wantProblem(t, b.do(post(createPath("o"), `{"amount":1600,"currency":"EUR"}`)), http.StatusConflict, "")
+	gate.Open()
+	if p := wantPayment(t, mustWait(t, first, "first"), http.StatusCreated); p.ID != claimed {
+		t.Fatalf("first = %+v", p)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}

@@ -1,0 +1,16 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// GetPayment: GET /api/v1/payments/{id} → 200 the payment object; 404.
+func (a *API) GetPayment(c echo.Context) error {
+	sess, err := a.svc.Get(c.Request().Context(), pathParam(c, "id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, toPaymentJSON(sess))
+}
