@@ -32,6 +32,7 @@ var commands = []command{
 	{"migrate", "apply the embedded migrations to DATABASE_URL; exits 0 when the schema is current", runMigrate},
 	{"serve", "web console, JSON API and webhook receiver (needs DATABASE_URL)", runServe},
 	{"dev", "private PostgreSQL (when DATABASE_URL is unset), migrations, then serve", runDev},
+	{"apikey", "create NAME | revoke ID|PREFIX | list: API clients (create prints the key once)", runApikey},
 	{"gatewaysim", "the reference-gateway simulator on its own (--addr :8090), with fault injection", runGatewaysim},
 	{"user", "create --email E --role support|finance|admin: a console user (password on stdin)", runUser},
 }

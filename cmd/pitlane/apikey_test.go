@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+)
+
+func apikeyMain(env map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	e := &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut,
+		Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	code = Main(args, e)
+	return code, out.String(), errOut.String()
+}
+
+func TestApikeyCreateListRevoke(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+
+	code, out, stderr := apikeyMain(env, "apikey", "create", "shop", "backend")
+	key := strings.TrimSpace(out)
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(key, "pl_") || !strings.Contains(stderr, "shown only now") {
+		t.Fatalf("create: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	svc := payments.NewService(testdb.Pool(t, url), payments.Config{})
+	c, err := svc.AuthenticateAPIKey(context.Background(), key)
+	if err != nil || c.Name != "shop backend" {
+		t.Fatalf("the printed key: %+v %v", c, err)
+	}
+
+	code, out, _ = apikeyMain(env, "apikey", "list")
+	if code != 0 || !strings.Contains(out, c.KeyPrefix) || !strings.Contains(out, "active") || strings.Contains(out, key) {
+		t.Fatalf("list: exit %d %q", code, out)
+	}
+	code, out, stderr = apikeyMain(env, "apikey", "revoke", c.KeyPrefix)
+	if code != 0 || !strings.Contains(out, "revoked") {
+		t.Fatalf("revoke: exit %d %q %q", code, out, stderr)
+	}
+	if _, err := svc.AuthenticateAPIKey(context.Background(), key); !errors.Is(err, payments.ErrRevoked) {
+		t.Fatalf("after revoke: %v", err)
+	}
+	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "pl_ffffffffffff"); code != 1 || !strings.Contains(stderr, "no API client") {
+		t.Fatalf("revoke unknown: exit %d %q", code, stderr)
+	}
+
+	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate", "x"}} {
+		if code, _, stderr := apikeyMain(env, args...); code != 2 || !strings.Contains(stderr, "usage: pitlane apikey") {
+			t.Errorf("%v: exit %d %q, want 2 and the usage", args, code, stderr)
+		}
+	}
+	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "nonsense"); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("revoke nonsense: exit %d %q", code, stderr)
+	}
+	if code, _, stderr := apikeyMain(map[string]string{}, "apikey", "create", "x"); code != 2 || !strings.Contains(stderr, "DATABASE_URL") {
+		t.Errorf("no database: exit %d %q", code, stderr)
+	}
+}
