@@ -191,6 +191,9 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		if _, err := s.DeliverOutbox(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("outbox", "err", err)
 		}
+		if _, err := s.DriveRefunds(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("refunds", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

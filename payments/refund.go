@@ -1,0 +1,235 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Refund statuses (contract: Pending | Succeeded | Failed).
+const (
+	RefundPending   = "Pending"
+	RefundSucceeded = "Succeeded"
+	RefundFailed    = "Failed"
+)
+
+// Refund is a refund of (part of) a Completed payment.
+type Refund struct {
+	ID              string
+	PaymentID       string
+	OrderID         string
+	Amount          int64
+	Currency        string
+	Status          string
+	GatewayRefundID string
+	Detail          string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+const refundColumns = `id::text, session_id::text, order_id, amount, currency, status,
+	coalesce(gateway_refund_id, ''), detail, created_at, updated_at`
+
+func scanRefund(row pgx.Row) (Refund, error) {
+	var r Refund
+	err := row.Scan(&r.ID, &r.PaymentID, &r.OrderID, &r.Amount, &r.Currency, &r.Status,
+		&r.GatewayRefundID, &r.Detail, &r.CreatedAt, &r.UpdatedAt)
+	return r, err
+}
+
+// GetRefund returns one refund.
+func (s *Service) GetRefund(ctx context.Context, id string) (Refund, error) {
+	if !validUUID(id) {
+		return Refund{}, Errorf(ENOTFOUND, "refund %q not found", id)
+	}
+	r, err := scanRefund(s.db.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1`, id))
+	if err != nil {
+		return Refund{}, dbError("get refund", err, "refund %q not found", id)
+	}
+	return r, nil
+}
+
+// RefundInput asks for a refund. RequestKey identifies the request (an API idempotency key or a
+// derived intent, scoped by the caller): the same key again returns the refund it created.
+type RefundInput struct {
+	PaymentID  string
+	Amount     int64
+	RequestKey string
+}
+
+// RefundResult is a refund and whether this call created it.
+type RefundResult struct {
+	Refund  Refund
+	Created bool
+}
+
+// CreateRefund refunds part or all of a Completed payment, with the same shape as Create: a
+// short transaction under the order → session locks checks that the payment is Completed and
+// that the refunds (all but Failed ones) stay within the amount received, and inserts a Pending
+// refund; after commit the gateway is asked with the refund's id as the idempotency key; the
+// answer is applied in another short transaction that writes the RefundIssued ledger entry
+// exactly once. No answer leaves it Pending for the patrol, which repeats the call with the
+// same key.
+func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput) (RefundResult, error) {
+	if in.Amount <= 0 || in.Amount >= MaxAmount {
+		return RefundResult{}, Invalid("amount", "amount must be an integer in minor units, greater than 0 and less than 10^12")
+	}
+	if in.RequestKey == "" {
+		in.RequestKey = uuid.NewString()
+	}
+	sess, err := s.Get(ctx, in.PaymentID)
+	if err != nil {
+		return RefundResult{}, err
+	}
+	now := s.cfg.Clock.Now()
+	var out Refund
+	var created bool
+	err = s.inTx(ctx, "refund: claim", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		existing, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND request_key = $2`, sess.ID, in.RequestKey))
+		if err == nil {
+			if existing.Amount != in.Amount {
+				return Errorf(ECONFLICT, "this request already refunded %d, not %d", existing.Amount, in.Amount)
+			}
+			out = existing
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("refund: read: %w", err)
+		}
+		if cur.Status != StatusCompleted {
+			return Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
+		}
+		var committed int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'`, sess.ID).Scan(&committed); err != nil {
+			return fmt.Errorf("refund: sum: %w", err)
+		}
+		if committed+in.Amount > cur.Amount {
+			return Errorf(ECONFLICT, "refunds would exceed the amount received: %d already refunded or pending of %d", committed, cur.Amount)
+		}
+		out, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+			next_check_at, created_by, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING `+refundColumns,
+			uuid.NewString(), sess.ID, sess.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.Backoff[0]),
+			string(actor.Kind)+":"+actor.ID, now))
+		if err != nil {
+			return dbError("refund: insert", err, "")
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return RefundResult{}, err
+	}
+	if out.Status == RefundPending {
+		out, err = s.driveRefund(ctx, sess, out)
+		if err != nil {
+			s.log.Info("refund not settled yet", "refund", out.ID, "err", err)
+			out, err = s.GetRefund(context.WithoutCancel(ctx), out.ID)
+			if err != nil {
+				return RefundResult{}, err
+			}
+		}
+	}
+	return RefundResult{Refund: out, Created: created}, nil
+}
+
+// driveRefund asks the gateway to refund with the refund's own id as the key and applies the
+// answer. A repeat with the same key returns the gateway's refund as it is now.
+func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
+	started := time.Now()
+	gr, gerr := s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount)
+	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, gerr)
+	status := ""
+	detail := ""
+	switch {
+	case gerr == nil && gr.Status == "succeeded":
+		status = RefundSucceeded
+	case gerr == nil && gr.Status == "failed":
+		status, detail = RefundFailed, "the gateway reports the refund failed"
+	case gerr == nil:
+		// pending at the gateway: ask again later
+	case FailureOf(gerr) == FailureDefinitive:
+		status, detail = RefundFailed, "the gateway refused: "+GatewayErrorCode(gerr)
+	default:
+		return r, gerr
+	}
+	ctx = context.WithoutCancel(ctx)
+	now := s.cfg.Clock.Now()
+	var out Refund
+	err := s.inTx(ctx, "refund: apply", func(tx pgx.Tx) error {
+		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
+			return err
+		}
+		cur, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, r.ID))
+		if err != nil {
+			return dbError("refund: lock", err, "refund %q not found", r.ID)
+		}
+		out = cur
+		if cur.Status != RefundPending {
+			return nil // applied already (the patrol or a concurrent request got there first)
+		}
+		if status == "" {
+			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = coalesce(nullif($2, ''), gateway_refund_id), updated_at = $3
+				WHERE id = $1`, r.ID, gr.ID, now)
+			out.GatewayRefundID = gr.ID
+			return err
+		}
+		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET status = $2, detail = $3,
+			gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
+			WHERE id = $1 AND status = 'Pending' RETURNING `+refundColumns, r.ID, status, detail, gr.ID, now))
+		if err != nil {
+			return dbError("refund: apply", err, "")
+		}
+		if status == RefundSucceeded {
+			if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+				VALUES ($1, $2, 'RefundIssued', $3, $4, $5, $6)`, r.OrderID, r.PaymentID, r.Amount, r.Currency, r.ID, now); err != nil {
+				return dbError("refund: ledger", err, "")
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DriveRefunds is the patrol's part for refunds: Pending refunds whose answer never came are
+// claimed (next_check_at pushed forward under SKIP LOCKED) and asked again with the same key.
+func (s *Service) DriveRefunds(ctx context.Context) (int, error) {
+	now := s.cfg.Clock.Now()
+	var due []Refund
+	err := s.inTx(ctx, "refunds: claim", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH due AS (
+				SELECT id AS due_id FROM refunds WHERE status = 'Pending' AND next_check_at <= $1
+				ORDER BY next_check_at LIMIT 50 FOR UPDATE SKIP LOCKED
+			)
+			UPDATE refunds SET check_attempts = check_attempts + 1,
+				next_check_at = $1::timestamptz + least(interval '1 hour', interval '10 seconds' * power(2, check_attempts))
+			FROM due WHERE id = due.due_id RETURNING `+refundColumns, now)
+		if err != nil {
+			return fmt.Errorf("refunds: claim: %w", err)
+		}
+		due, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range due {
+		sess, err := s.Get(ctx, r.PaymentID)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := s.driveRefund(ctx, sess, r); err != nil {
+			s.log.Info("refund: not settled this round", "refund", r.ID, "err", err)
+		}
+	}
+	return len(due), nil
+}
