@@ -3,13 +3,21 @@ package payments
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Stats are the counts an operator watches (metrics, console): sessions by status, sessions the
-// sweeper gave up on, open finance cases by kind, and webhook events not (yet) processed.
+// sweeper gave up on, the sweeper's backlog, open finance cases by kind, and webhook events not
+// (yet) processed.
 type Stats struct {
-	Sessions          map[Status]int // every status present, zero when none
-	FlaggedSessions   int
+	Sessions        map[Status]int // every status present, zero when none
+	FlaggedSessions int
+	// DueSessions are active sessions whose next look is due and that no live lease covers: the
+	// sweepers' backlog. OldestDue is how overdue the oldest of them is (0 when none): if it
+	// grows, no replica is sweeping.
+	DueSessions       int
+	OldestDue         time.Duration
+	LeasedSessions    int // sessions a sweeper holds right now
 	OpenCases         map[string]int
 	UnprocessedEvents int
 }
@@ -57,11 +65,22 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("stats: cases: %w", err)
 	}
 
+	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
+	var oldest *time.Time
+	now := s.cfg.Clock.Now()
 	if err := s.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND status = ANY($1)),
-		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, statusStrings(ActiveStatuses)).
-		Scan(&st.FlaggedSessions, &st.UnprocessedEvents); err != nil {
-		return Stats{}, fmt.Errorf("stats: flagged: %w", err)
+		(SELECT count(*) FROM payment_sessions WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
+			AND (lease_until IS NULL OR lease_until <= $2)),
+		(SELECT min(next_check_at) FROM payment_sessions WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
+			AND (lease_until IS NULL OR lease_until <= $2)),
+		(SELECT count(*) FROM payment_sessions WHERE lease_until > $2),
+		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, statusStrings(ActiveStatuses), now).
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents); err != nil {
+		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
+	}
+	if oldest != nil && now.After(*oldest) {
+		st.OldestDue = now.Sub(*oldest)
 	}
 	return st, nil
 }

@@ -22,16 +22,14 @@ import (
 //   - HTTP requests by route and status: middleware here.
 //   - Gateway calls by operation and outcome: a decorator around the Gateway
 //     (payments/gateway/gwmetrics), registered on Registry by the wiring.
-//   - Sweeper rounds: the sweeper loop in cmd/pitlane increments SweepRounds/SweepErrors/Swept.
-//   - Sessions by status, open finance cases, unprocessed webhook events: read from the database
-//     at scrape time (payments.Service.Stats) with a short timeout; pitlane_stats_up says
-//     whether that worked. These are of the whole database, the same on every replica.
+//   - Sessions by status, the sweepers' backlog (due sessions, how overdue the oldest is, leases
+//     held), open finance cases, unprocessed webhook events: read from the database at scrape
+//     time (payments.Service.Stats) with a short timeout; pitlane_stats_up says whether that
+//     worked. These are of the whole database, the same on every replica. (A per-replica count
+//     of sweeper rounds needs a callback from payments.Service.RunSweeper, which has none yet;
+//     the backlog is what an alert wants anyway: a stalled sweeper shows as a growing overdue age.)
 type Metrics struct {
 	Registry *prometheus.Registry
-
-	SweepRounds prometheus.Counter
-	SweepErrors prometheus.Counter
-	Swept       prometheus.Counter
 
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
@@ -42,18 +40,6 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		SweepRounds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pitlane_sweeper_rounds_total",
-			Help: "Sweeper rounds this replica ran (each claims due sessions until none is left).",
-		}),
-		SweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pitlane_sweeper_round_errors_total",
-			Help: "Sweeper rounds that ended with an error (database unreachable, lock timeout, …).",
-		}),
-		Swept: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pitlane_sweeper_sessions_total",
-			Help: "Sessions this replica's sweeper leased and drove against the gateway.",
-		}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pitlane_http_requests_total",
 			Help: "HTTP requests by method, route pattern and status.",
@@ -67,7 +53,7 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.SweepRounds, m.SweepErrors, m.Swept, m.httpRequests, m.httpDuration,
+		m.httpRequests, m.httpDuration,
 	)
 	return m
 }
@@ -116,7 +102,7 @@ type statsCollector struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	up, sessions, flagged, cases, events *prometheus.Desc
+	up, sessions, flagged, due, overdue, leased, cases, events *prometheus.Desc
 }
 
 func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector {
@@ -127,6 +113,9 @@ func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector 
 		up:       prometheus.NewDesc("pitlane_stats_up", "1 when the database answered the counts below at this scrape, 0 otherwise.", nil, nil),
 		sessions: prometheus.NewDesc("pitlane_sessions", "Payment sessions by status (whole database).", []string{"status"}, nil),
 		flagged:  prometheus.NewDesc("pitlane_sessions_flagged", "Active sessions the sweeper gave up on, waiting for finance (whole database).", nil, nil),
+		due:      prometheus.NewDesc("pitlane_sweeper_due_sessions", "Active sessions due for the sweeper and not leased: its backlog (whole database).", nil, nil),
+		overdue:  prometheus.NewDesc("pitlane_sweeper_oldest_due_seconds", "How overdue the oldest due session is; grows when no replica sweeps (whole database).", nil, nil),
+		leased:   prometheus.NewDesc("pitlane_sweeper_leased_sessions", "Sessions a sweeper holds a live lease on right now (whole database).", nil, nil),
 		cases:    prometheus.NewDesc("pitlane_finance_cases_open", "Open finance cases by kind (whole database).", []string{"kind"}, nil),
 		events:   prometheus.NewDesc("pitlane_webhook_events_unprocessed", "Verified webhook events not yet applied (whole database).", nil, nil),
 	}
@@ -136,6 +125,9 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.up
 	ch <- s.sessions
 	ch <- s.flagged
+	ch <- s.due
+	ch <- s.overdue
+	ch <- s.leased
 	ch <- s.cases
 	ch <- s.events
 }
@@ -154,6 +146,9 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(s.sessions, prometheus.GaugeValue, float64(n), string(status))
 	}
 	ch <- prometheus.MustNewConstMetric(s.flagged, prometheus.GaugeValue, float64(st.FlaggedSessions))
+	ch <- prometheus.MustNewConstMetric(s.due, prometheus.GaugeValue, float64(st.DueSessions))
+	ch <- prometheus.MustNewConstMetric(s.overdue, prometheus.GaugeValue, st.OldestDue.Seconds())
+	ch <- prometheus.MustNewConstMetric(s.leased, prometheus.GaugeValue, float64(st.LeasedSessions))
 	for kind, n := range st.OpenCases {
 		ch <- prometheus.MustNewConstMetric(s.cases, prometheus.GaugeValue, float64(n), kind)
 	}

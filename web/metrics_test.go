@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ import (
 )
 
 // TestMetricsServesTextFormat: /metrics is Prometheus text that a Prometheus parser reads, with
-// gateway calls by op/outcome, sessions by status, sweeper rounds and HTTP requests by route.
+// gateway calls by op/outcome, sessions by status, the sweeper's backlog and HTTP requests by route.
 func TestMetricsServesTextFormat(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
@@ -31,7 +32,8 @@ func TestMetricsServesTextFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := payments.NewService(pool, payments.Config{Gateway: gw, ReplicaID: "replica-metrics", LockTimeout: 10 * time.Second})
+	clock := payments.NewManualClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	svc := payments.NewService(pool, payments.Config{Gateway: gw, Clock: clock, ReplicaID: "replica-metrics", LockTimeout: 10 * time.Second})
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-metrics", Payments: svc, Metrics: m})
 
 	ctx := context.Background()
@@ -43,7 +45,9 @@ func TestMetricsServesTextFormat(t *testing.T) {
 	if _, err := svc.Create(ctx, actor, payments.CreateInput{OrderID: "metrics-2", Amount: 100, Currency: "EUR"}); err != nil {
 		t.Fatal(err)
 	}
-	m.SweepRounds.Inc()
+	// Both sessions are due for their first look Backoff[0] after their creation; 10 s later the
+	// sweeper's backlog is 2, the oldest overdue by 10 s - Backoff[0].
+	clock.Advance(10 * time.Second)
 	do(e, http.MethodGet, "/healthz")
 	do(e, http.MethodGet, "/healthz")
 	do(e, http.MethodGet, "/no/such/page")
@@ -63,7 +67,7 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		t.Fatalf("not Prometheus text format: %v\n%s", err, body)
 	}
 	for _, name := range []string{"pitlane_gateway_calls_total", "pitlane_gateway_call_duration_seconds", "pitlane_sessions",
-		"pitlane_sweeper_rounds_total", "pitlane_sweeper_sessions_total", "pitlane_http_requests_total",
+		"pitlane_sweeper_due_sessions", "pitlane_sweeper_oldest_due_seconds", "pitlane_sweeper_leased_sessions", "pitlane_http_requests_total",
 		"pitlane_http_request_duration_seconds", "pitlane_stats_up", "pitlane_sessions_flagged", "go_goroutines"} {
 		if families[name] == nil {
 			t.Errorf("metric %s missing", name)
@@ -75,7 +79,9 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		`pitlane_sessions{status="Registered"} 1`,
 		`pitlane_sessions{status="Unknown"} 1`,
 		`pitlane_sessions{status="Completed"} 0`,
-		`pitlane_sweeper_rounds_total 1`,
+		`pitlane_sweeper_due_sessions 2`,
+		fmt.Sprintf(`pitlane_sweeper_oldest_due_seconds %g`, (10*time.Second - payments.DefaultBackoff[0]).Seconds()),
+		`pitlane_sweeper_leased_sessions 0`,
 		`pitlane_stats_up 1`,
 		`pitlane_webhook_events_unprocessed 0`,
 		`pitlane_http_requests_total{method="GET",route="/healthz",status="200"} 2`,
@@ -99,7 +105,7 @@ func TestMetricsWithoutDatabase(t *testing.T) {
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, Payments: svc})
 	rec := do(e, http.MethodGet, "/metrics")
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "pitlane_stats_up 0\n") ||
-		!strings.Contains(rec.Body.String(), "pitlane_sweeper_rounds_total 0\n") {
+		!strings.Contains(rec.Body.String(), "\ngo_goroutines ") {
 		t.Fatalf("/metrics without a database = %d\n%s", rec.Code, rec.Body)
 	}
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -87,36 +85,5 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 func returnURL(publicBase string) func(payments.Session) string {
 	return func(s payments.Session) string {
 		return publicBase + "/checkout/" + url.PathEscape(s.OrderID)
-	}
-}
-
-// runSweeper is the night patrol of this replica: a sweep round every interval, and the outbox
-// retry, until ctx ends; then it gives back this replica's leases so other replicas need not wait
-// for them to expire. It does what payments.Service.RunSweeper does, plus counting rounds for
-// /metrics (RunSweeper has no way to report them yet); keep the two loops doing the same work.
-func runSweeper(ctx context.Context, svc *payments.Service, interval time.Duration, m *web.Metrics, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		n, err := svc.SweepOnce(ctx)
-		m.SweepRounds.Inc()
-		m.Swept.Add(float64(n))
-		if err != nil && ctx.Err() == nil {
-			m.SweepErrors.Inc()
-			log.Error("sweep", "err", err)
-		}
-		if _, err := svc.DeliverOutbox(ctx); err != nil && ctx.Err() == nil {
-			log.Error("outbox", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := svc.ReleaseLeases(rctx); err != nil {
-				log.Error("sweep: release leases on shutdown", "err", err)
-			}
-			cancel()
-			return
-		case <-t.C:
-		}
 	}
 }

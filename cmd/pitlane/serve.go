@@ -141,7 +141,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	if svc != nil {
 		go func() {
 			defer close(swept)
-			runSweeper(sweepCtx, svc, cfg.SweepInterval, metrics, logger.With("component", "sweeper"))
+			svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
 		}()
 	} else {
 		close(swept)
