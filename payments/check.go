@@ -28,6 +28,11 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 		return Session{}, err
 	}
 	gp, found, err := s.gatewayState(ctx, sess)
+	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
+		// The gateway says the payment we registered does not exist. Asking again for days will
+		// not change that: flag the session for finance now, with a case, and leave its state.
+		return s.flagMissingAtGateway(ctx, sess, err)
+	}
 	if err != nil {
 		return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the payment is unchanged", Err: err}
 	}
@@ -38,6 +43,32 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 		h(ctx, sess.ID, gp)
 	}
 	return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "gateway says "+string(gp.Status))
+}
+
+// flagMissingAtGateway flags a session whose gateway payment the gateway says does not exist
+// and opens a gateway_mismatch case; the sweeper stops asking about it.
+func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause error) (Session, error) {
+	ctx = context.WithoutCancel(ctx)
+	now := s.cfg.Clock.Now()
+	reason := fmt.Sprintf("the gateway has no payment %s (%v)", sess.GatewayPaymentID, cause)
+	var out Session
+	err := s.inTx(ctx, "flag missing payment", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.Status.Terminal() {
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
+		}
+		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = coalesce(flagged_at, $2),
+			flag_reason = coalesce(flag_reason, $3), next_check_at = NULL WHERE id = $1 RETURNING `+sessionColumns, sess.ID, now, reason))
+		if err != nil {
+			return dbError("flag missing payment", err, "")
+		}
+		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
+	})
+	return out, err
 }
 
 // gatewayState asks the gateway what it knows of a session: by its payment id when we have one,

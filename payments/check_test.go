@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -200,5 +201,28 @@ func TestCheckGatewayDownChangesNothing(t *testing.T) {
 	s, err := b.svc.Check(context.Background(), api, sess.ID)
 	if payments.ErrorCode(err) != payments.EUNAVAIL || s.Status != payments.StatusRegistered {
 		t.Fatalf("check with gateway down = %s, %v", s.Status, err)
+	}
+}
+
+// A gateway that says our payment does not exist: the session is flagged for finance at once,
+// with a case, and the patrol stops asking.
+func TestCheckPaymentMissingAtGatewayFlagsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-missing", 100)
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET gateway_payment_id = 'gp_vanished' WHERE id = $1`, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.svc.Check(ctx, api, sess.ID)
+	if err != nil || s.Status != payments.StatusRegistered || s.FlaggedAt == nil || s.NextCheckAt != nil {
+		t.Fatalf("check = %s flagged=%v next=%v err=%v", s.Status, s.FlaggedAt, s.NextCheckAt, err)
+	}
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, sess.ID) != 1 {
+		t.Fatal("want a gateway_mismatch case")
+	}
+	b.clock.Advance(time.Hour)
+	if n, _ := b.svc.SweepOnce(ctx); n != 0 {
+		t.Fatal("the patrol still drives a flagged session")
 	}
 }

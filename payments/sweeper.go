@@ -180,11 +180,35 @@ func (s *Service) ReleaseLeases(ctx context.Context) error {
 	return nil
 }
 
-// RunSweeper runs SweepOnce every interval until ctx ends, then releases this replica's leases.
+// HousekeepingEvery is how often (by the service clock) a replica's patrol also reaps expired
+// idempotency keys and console leftovers (sessions, sign-in throttles, checkout intents). Every
+// replica may do it: the deletes are batched and skip rows another replica holds.
+const HousekeepingEvery = 5 * time.Minute
+
+// housekeep deletes what has expired, in bounded batches.
+func (s *Service) housekeep(ctx context.Context) {
+	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {
+		s.log.Error("reap idempotency keys", "err", err)
+	} else if n > 0 {
+		s.log.Info("reaped idempotency keys", "count", n)
+	}
+	if _, err := s.ReapConsole(ctx); err != nil {
+		s.log.Error("reap console", "err", err)
+	}
+}
+
+// RunSweeper runs the patrol every interval until ctx ends, then releases this replica's leases:
+// due sessions (SweepOnce), undelivered customer messages, pending refunds, and every
+// HousekeepingEvery the reapers.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var lastHousekeeping time.Time
 	for {
+		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
+			s.housekeep(ctx)
+			lastHousekeeping = now
+		}
 		if _, err := s.SweepOnce(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep", "err", err)
 		}

@@ -163,3 +163,33 @@ func printDemo(ctx context.Context, w io.Writer, svc *payments.Service) {
 }
 
 func minor(amount int64) string { return fmt.Sprintf("%d.%02d", amount/100, amount%100) }
+
+// demoStaff are the console logins `pitlane dev` creates and prints: one per role. They exist
+// only in a development database; serve never creates users (pitlane user create does).
+var demoStaff = []struct {
+	email    string
+	role     payments.Role
+	password string
+}{
+	{"support@pitlane.dev", payments.RoleSupport, "support-demo-pass"},
+	{"finance@pitlane.dev", payments.RoleFinance, "finance-demo-pass"},
+	{"admin@pitlane.dev", payments.RoleAdmin, "admin-demo-pass"},
+}
+
+// seedStaff creates the demo logins that do not exist yet (an existing user keeps its password).
+func seedStaff(ctx context.Context, svc *payments.Service) error {
+	for _, u := range demoStaff {
+		if _, err := svc.EnsureStaffUser(ctx, u.email, u.role, u.password); err != nil {
+			return fmt.Errorf("demo login %s: %w", u.email, err)
+		}
+	}
+	return nil
+}
+
+// printStaff writes the demo logins.
+func printStaff(w io.Writer) {
+	fmt.Fprintf(w, "  demo staff logins (password after the slash):\n")
+	for _, u := range demoStaff {
+		fmt.Fprintf(w, "    %-8s %s / %s\n", u.role, u.email, u.password)
+	}
+}

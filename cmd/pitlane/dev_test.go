@@ -84,6 +84,20 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 			t.Errorf("demo order %s is %s, want %s", order, got, status)
 		}
 	}
+	// One demo login per role, printed with its password, stored only as a hash.
+	for _, u := range demoStaff {
+		if !strings.Contains(text, u.email+" / "+u.password) {
+			t.Errorf("banner does not print the demo login %s:\n%s", u.email, text)
+		}
+		var role string
+		var hashed bool
+		if err := conn.QueryRow(ctx, `SELECT role, position($2 in password_hash) = 0 FROM staff_users WHERE email = $1`, u.email, u.password).Scan(&role, &hashed); err != nil {
+			t.Fatalf("demo login %s: %v", u.email, err)
+		}
+		if role != string(u.role) || !hashed {
+			t.Errorf("demo login %s: role %s, hashed %v", u.email, role, hashed)
+		}
+	}
 	var unknown string
 	if err := conn.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE order_id = $1`, demoUnknown).Scan(&unknown); err != nil {
 		t.Fatal(err)

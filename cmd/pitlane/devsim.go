@@ -109,11 +109,12 @@ type devStart struct {
 	logger  *slog.Logger
 	withSim bool
 
-	sim     *devSimulator
-	cfg     config.Config // as the server runs with it
-	svc     *payments.Service
-	seeded  int
-	seedErr error
+	sim      *devSimulator
+	cfg      config.Config // as the server runs with it
+	svc      *payments.Service
+	seeded   int
+	seedErr  error
+	staffErr error
 }
 
 // prepare starts the simulator (serveOptions.prepare), or checks the configured gateway.
@@ -130,11 +131,12 @@ func (d *devStart) prepare(_ context.Context, cfg *config.Config) (func(), error
 // server runs without them.
 func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments.Service) error {
 	d.cfg, d.svc = cfg, svc
+	d.staffErr = seedStaff(ctx, svc)
 	if d.sim == nil {
-		return nil
+		return d.staffErr
 	}
 	d.seeded, d.seedErr = seedDemo(ctx, cfg, svc, d.sim.sim)
-	return d.seedErr
+	return errors.Join(d.staffErr, d.seedErr)
 }
 
 // printReady is the banner: where the console, the database and the gateway are, and the demo.
@@ -159,7 +161,13 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 		}
 		fmt.Fprintf(w, "  demo orders (%s):\n", note)
 		printDemo(ctx, w, d.svc)
-		fmt.Fprintf(w, "  demo staff logins: none yet (they arrive with the staff console)\n")
+	}
+	if d.svc != nil {
+		if d.staffErr != nil {
+			fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
+		} else {
+			printStaff(w)
+		}
 	}
 	fmt.Fprintf(w, "  Ctrl-C stops everything.\n\n")
 }
