@@ -12,8 +12,9 @@ import (
 )
 
 // API serves the public JSON API (/api/v1, contract: shared/contracts/pitlane-api.md). One file
-// per action: api_create.go, api_payment.go, api_order.go, api_check.go, api_cancel.go; request
-// decoding and validation in api_decode.go, authentication in api_auth.go.
+// per action: api_create.go, api_payment.go, api_order.go, api_check.go, api_cancel.go,
+// api_refund.go; request decoding and validation in api_decode.go, authentication in
+// api_auth.go.
 //
 // Errors are returned, never written: web's one error handler turns them into
 // application/problem+json with the status of their domain code.

@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
@@ -298,6 +299,65 @@ func parseCreate(r *http.Request, orderID string) (createRequest, error) {
 	}
 	path := "/api/v1/orders/" + orderID + "/payments"
 	return createRequest{Input: in, Key: key, Path: path, Fingerprint: payments.Fingerprint(http.MethodPost, path, canon)}, nil
+}
+
+// refundRequest is a decoded, validated POST /api/v1/payments/{id}/refunds.
+type refundRequest struct {
+	// PaymentID is the path's payment id in canonical form (lower-case UUID), so that two
+	// spellings of one payment are one request for its idempotency key.
+	PaymentID string
+	Amount    int64
+	// Key, Path and Fingerprint as in createRequest.
+	Key         string
+	Path        string
+	Fingerprint []byte
+}
+
+type canonicalRefund struct {
+	Amount int64 `json:"amount"`
+}
+
+// parseRefund decodes and validates a refund request. It touches nothing but the request. A
+// payment id that is not a UUID names no payment: ENOTFOUND (404) before any key is touched.
+func parseRefund(r *http.Request, paymentID string) (refundRequest, error) {
+	key, err := idempotencyKeyHeader(r.Header)
+	if err != nil {
+		return refundRequest{}, err
+	}
+	fields, err := readJSONObject(r, true)
+	if err != nil {
+		return refundRequest{}, err
+	}
+	if err := onlyFields(fields, "amount"); err != nil {
+		return refundRequest{}, err
+	}
+	amount, err := amountField(fields, "amount")
+	if err != nil {
+		return refundRequest{}, err
+	}
+	id, ok := canonicalUUID(paymentID)
+	if !ok {
+		return refundRequest{}, payments.Errorf(payments.ENOTFOUND, "payment %q not found", paymentID)
+	}
+	canon, err := json.Marshal(canonicalRefund{Amount: amount})
+	if err != nil {
+		return refundRequest{}, fmt.Errorf("refund: canonical body: %w", err)
+	}
+	path := paymentsPath + id + "/refunds"
+	return refundRequest{PaymentID: id, Amount: amount, Key: key, Path: path, Fingerprint: payments.Fingerprint(http.MethodPost, path, canon)}, nil
+}
+
+// canonicalUUID accepts the 36-character textual form of a UUID (any case) and returns it in
+// lower case; anything else (braces, urn:uuid:, no dashes) is not an id of ours.
+func canonicalUUID(s string) (string, bool) {
+	if len(s) != 36 {
+		return "", false
+	}
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
 }
 
 // idempotencyKeyHeader returns the Idempotency-Key header: absent → "", otherwise exactly one

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+
+	"pitlane/payments"
 )
 
 // FuzzAPIDecode drives request decoding and validation through the real router (auth, body
@@ -41,6 +43,14 @@ func FuzzAPIDecode(f *testing.F) {
 		{"application/json", `{"amount":100,"currency":"EUR"}`, "k", "a/b?c#d"},
 		{"application/json", `{"amount":100,"currency":"EUR"}`, "k", ""},
 		{"application/json", `{"amount":100,"currency":"EUR"}`, "k", "ü"},
+		// Refunds: {"amount"} alone, against a Completed payment and against path ids.
+		{"application/json", `{"amount":1}`, "", "o"},
+		{"application/json", `{"amount":1}`, "refund-key", "00000000-0000-0000-0000-000000000000"},
+		{"application/json", `{"amount":100000}`, "", "o"},
+		{"application/json", `{"amount":1,"currency":"EUR"}`, "", "o"},
+		{"application/json", `{"amount":"1"}`, "", "{00000000-0000-0000-0000-000000000000}"},
+		{"application/json", `{"amount":1}`, "", "urn:uuid:00000000-0000-0000-0000-000000000000"},
+		{"application/json", `{"amount":1}`, "", "00000000-0000-0000-0000-00000000000Z"},
 	}
 	for _, s := range seeds {
 		f.Add(s.ct, []byte(s.body), s.key, s.order)
@@ -51,6 +61,17 @@ func FuzzAPIDecode(f *testing.F) {
 		f.Fatalf("setup: %d %s", rec.Code, rec.Body)
 	}
 	existing := decodeF[payment](f, rec).ID
+	// A Completed payment, so refunds get past the decoder into the idempotency protocol and the
+	// core (and, while the amount lasts, the gateway).
+	rec = b.do(post(createPath("fuzz-paid"), `{"amount":100000,"currency":"EUR"}`))
+	if rec.Code != http.StatusCreated {
+		f.Fatalf("setup: %d %s", rec.Code, rec.Body)
+	}
+	paid := decodeF[payment](f, rec)
+	b.gw.SetStatus(*paid.GatewayPaymentID, payments.GatewaySucceeded)
+	if rec := b.do(post("/api/v1/payments/"+paid.ID+"/check", "")); rec.Code != http.StatusOK || decodeF[payment](f, rec).Status != "Completed" {
+		f.Fatalf("setup: check %d %s", rec.Code, rec.Body)
+	}
 
 	f.Fuzz(func(t *testing.T, contentType string, body []byte, key, orderID string) {
 		paths := []string{
@@ -59,10 +80,13 @@ func FuzzAPIDecode(f *testing.F) {
 			"/api/v1/payments/" + existing + "/check",
 			"/api/v1/orders/" + url.PathEscape(orderID),
 			"/api/v1/payments/" + url.PathEscape(orderID),
+			"/api/v1/payments/" + paid.ID + "/refunds",
+			"/api/v1/payments/" + url.PathEscape(orderID) + "/refunds",
+			"/api/v1/refunds/" + url.PathEscape(orderID),
 		}
-		for _, path := range paths {
+		for i, path := range paths {
 			method := http.MethodPost
-			if path == paths[3] || path == paths[4] {
+			if i == 3 || i == 4 || i == 7 {
 				method = http.MethodGet
 			}
 			r, err := http.NewRequest(method, "http://pitlane.test"+path, bytes.NewReader(body))

@@ -36,6 +36,8 @@ func routes(e *echo.Echo, d Deps) {
 	v1.POST("/payments/:id/check", api.CheckPayment, api.Authenticate)
 	v1.POST("/payments/:id/cancel", api.CancelPayment, api.Authenticate)
 	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, api.Authenticate)
+	v1.POST("/payments/:id/refunds", api.CreateRefund, api.Authenticate)
+	v1.GET("/refunds/:id", api.GetRefund, api.Authenticate)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token

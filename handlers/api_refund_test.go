@@ -1,0 +1,324 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// refund is the contract's refund object as a client reads it.
+type refund struct {
+	ID        string `json:"id"`
+	PaymentID string `json:"payment_id"`
+	Amount    int64  `json:"amount"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"created_at"`
+}
+
+func refundsPath(paymentID string) string { return "/api/v1/payments/" + paymentID + "/refunds" }
+
+// wantRefund asserts a status, the refund's Location, and returns the refund in the body.
+func wantRefund(t *testing.T, rec *httptest.ResponseRecorder, status int) refund {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status = %d, want %d; body %s", rec.Code, status, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("content type %q", ct)
+	}
+	r := decode[refund](t, rec)
+	if status != http.StatusOK {
+		if loc := rec.Header().Get("Location"); loc != "/api/v1/refunds/"+r.ID {
+			t.Fatalf("Location = %q, refund %s", loc, r.ID)
+		}
+	}
+	return r
+}
+
+// completedPayment makes a payment through the API and has the gateway capture it.
+func (b *apiBench) completedPayment(t *testing.T, order string, amount int64) payment {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"amount": amount, "currency": "EUR"})
+	p := wantPayment(t, b.do(post(createPath(order), string(body))), http.StatusCreated)
+	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewaySucceeded)
+	if p = wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/check", "")), http.StatusOK); p.Status != "Completed" {
+		t.Fatalf("setup: payment %+v", p)
+	}
+	return p
+}
+
+func (b *apiBench) refunds(t *testing.T) int { return b.count(t, `SELECT count(*) FROM refunds`) }
+
+func TestAPIRefundStatuses(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-refund", 1000)
+
+	// 201: the gateway confirmed; exactly the contract's fields; GET reads it back.
+	rec := b.do(post(refundsPath(p.ID), `{"amount":600}`))
+	r := wantRefund(t, rec, http.StatusCreated)
+	if r.PaymentID != p.ID || r.Amount != 600 || r.Status != "Succeeded" || r.ID == "" {
+		t.Fatalf("refund %+v", r)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, r.CreatedAt); err != nil {
+		t.Fatalf("created_at %q: %v", r.CreatedAt, err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &fields); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	if got := strings.Join(names, ","); got != "amount,created_at,id,payment_id,status" {
+		t.Fatalf("refund fields = %s", got)
+	}
+	if rec.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatal("a first request is not a replay")
+	}
+	if got := wantRefund(t, b.do(get("/api/v1/refunds/"+r.ID)), http.StatusOK); got != r {
+		t.Fatalf("GET = %+v, want %+v", got, r)
+	}
+	// An upper-case spelling of the refund id is the same refund.
+	if got := wantRefund(t, b.do(get("/api/v1/refunds/"+strings.ToUpper(r.ID))), http.StatusOK); got.ID != r.ID {
+		t.Fatalf("GET upper-case = %+v", got)
+	}
+
+	// 409: 600 of 1000 refunded, 401 more would exceed; 400 fits.
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":401}`)), http.StatusConflict, "")
+	wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":400}`, "Idempotency-Key", "rest")), http.StatusCreated)
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`)), http.StatusConflict, "")
+
+	// 409: the payment is not Completed.
+	open := wantPayment(t, b.do(post(createPath("o-open"), `{"amount":1000,"currency":"EUR"}`)), http.StatusCreated)
+	wantProblem(t, b.do(post(refundsPath(open.ID), `{"amount":100}`)), http.StatusConflict, "")
+
+	// 422: the amount, before anything else is looked at.
+	for _, body := range []string{`{"amount":0}`, `{"amount":-5}`, `{"amount":"100"}`, `{"amount":1.5}`, `{"amount":1e3}`,
+		`{"amount":1000000000000}`, `{"amount":null}`, `{}`} {
+		wantProblem(t, b.do(post(refundsPath(p.ID), body)), http.StatusUnprocessableEntity, "amount")
+	}
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1,"currency":"EUR"}`)), http.StatusUnprocessableEntity, "currency")
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1,"amount":2}`)), http.StatusUnprocessableEntity, "amount")
+	// 400 / 415: not JSON.
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":`)), http.StatusBadRequest, "")
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`, "Content-Type", "text/plain")), http.StatusUnsupportedMediaType, "")
+
+	// 404: no such payment (a UUID nobody has, or not an id at all) and no such refund.
+	wantProblem(t, b.do(post(refundsPath("00000000-0000-0000-0000-000000000000"), `{"amount":100}`)), http.StatusNotFound, "")
+	wantProblem(t, b.do(post(refundsPath("not-a-payment"), `{"amount":100}`, "Idempotency-Key", "k404")), http.StatusNotFound, "")
+	wantProblem(t, b.do(get("/api/v1/refunds/00000000-0000-0000-0000-000000000000")), http.StatusNotFound, "")
+	wantProblem(t, b.do(get("/api/v1/refunds/nope")), http.StatusNotFound, "")
+
+	// 401 before anything.
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`, "Authorization", "")), http.StatusUnauthorized, "")
+	wantProblem(t, b.do(get("/api/v1/refunds/"+r.ID, "Authorization", "")), http.StatusUnauthorized, "")
+
+	if n := b.refunds(t); n != 2 {
+		t.Fatalf("refunds = %d, want 2", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 2 {
+		t.Fatalf("gateway refunds = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT coalesce(sum(amount), 0)::int FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1000 {
+		t.Fatalf("refunded in the ledger = %d", n)
+	}
+}
+
+// The gateway refuses: the answer is a 201 with a Failed refund (the gateway did answer), and a
+// Failed refund does not count against the amount.
+func TestAPIRefundFailedAtGatewayIs201(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-refused", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Definitive, 1)
+	if r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":1000}`)), http.StatusCreated); r.Status != "Failed" {
+		t.Fatalf("refused refund = %+v", r)
+	}
+	if r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":1000}`, "Idempotency-Key", "try-again")), http.StatusCreated); r.Status != "Succeeded" {
+		t.Fatalf("second refund = %+v", r)
+	}
+}
+
+// 202 when the gateway's answer is lost; the patrol settles it; the key's replay then tells the
+// current state (Succeeded) with the first status (202) and Idempotent-Replayed. The same key
+// with another body is 422 and changes nothing.
+func TestAPIRefundPendingReplayShowsCurrentState(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-pending", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+	c := post(refundsPath(p.ID), `{"amount":250}`, "Idempotency-Key", "refund-1")
+	first := wantRefund(t, b.do(c), http.StatusAccepted)
+	if first.Status != "Pending" || first.Amount != 250 {
+		t.Fatalf("first = %+v", first)
+	}
+	if r := wantRefund(t, b.do(get("/api/v1/refunds/"+first.ID)), http.StatusOK); r.Status != "Pending" {
+		t.Fatalf("GET before the patrol = %+v", r)
+	}
+
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.DriveRefunds(context.Background()); err != nil || n != 1 {
+		t.Fatalf("patrol = %d %v", n, err)
+	}
+
+	rec := b.do(post(refundsPath(p.ID), "{ \"amount\" : 250 }", "Idempotency-Key", "refund-1")) // canonical body
+	r := wantRefund(t, rec, http.StatusAccepted)
+	if r.ID != first.ID || r.Status != "Succeeded" || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay = %+v %v", r, rec.Header())
+	}
+	if r := wantRefund(t, b.do(get("/api/v1/refunds/"+first.ID)), http.StatusOK); r.Status != "Succeeded" {
+		t.Fatalf("GET after the patrol = %+v", r)
+	}
+
+	// Another body, or the same body for another payment, with the key: 422.
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":251}`, "Idempotency-Key", "refund-1")), http.StatusUnprocessableEntity, "Idempotency-Key")
+	other := b.completedPayment(t, "o-other", 1000)
+	wantProblem(t, b.do(post(refundsPath(other.ID), `{"amount":250}`, "Idempotency-Key", "refund-1")), http.StatusUnprocessableEntity, "Idempotency-Key")
+	// A key used for a create is not a refund's key either.
+	wantPayment(t, b.do(post(createPath("o-keyed"), `{"amount":1,"currency":"EUR"}`, "Idempotency-Key", "shared")), http.StatusCreated)
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`, "Idempotency-Key", "shared")), http.StatusUnprocessableEntity, "Idempotency-Key")
+	// Still its own replay.
+	rec = b.do(c)
+	if r := wantRefund(t, rec, http.StatusAccepted); r.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after 422s = %+v", r)
+	}
+
+	if n := b.refunds(t); n != 1 {
+		t.Fatalf("refunds = %d", n)
+	}
+	if n := b.gw.KeyCalls(fakegw.OpRefund, first.ID); n != 2 {
+		t.Fatalf("gateway refund calls with the refund's key = %d, want 2 (lost answer + patrol)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+}
+
+// No key: three quick retries are one intent → one refund and one gateway call; the same amount
+// in a later window is a new intent (a second partial refund), and another amount is another
+// intent at once.
+func TestAPIRefundWithoutKeyRetriesAreOneRefund(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-retries", 1000)
+	c := post(refundsPath(p.ID), `{"amount":300}`)
+	first := wantRefund(t, b.do(c), http.StatusCreated)
+	for i := range 3 {
+		b.clock.Advance(5 * time.Second)
+		rec := b.do(c)
+		if r := wantRefund(t, rec, http.StatusCreated); r.ID != first.ID || r.Status != "Succeeded" || rec.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry %d = %+v %v", i+1, r, rec.Header())
+		}
+	}
+	if n := b.refunds(t); n != 1 {
+		t.Fatalf("refunds after retries = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refund calls after retries = %d", n)
+	}
+
+	if r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":200}`)), http.StatusCreated); r.ID == first.ID {
+		t.Fatal("another amount is another intent")
+	}
+	b.clock.Advance(10 * time.Minute)
+	if r := wantRefund(t, b.do(c), http.StatusCreated); r.ID == first.ID {
+		t.Fatal("a later window is a new intent")
+	}
+	if n := b.refunds(t); n != 3 {
+		t.Fatalf("refunds = %d, want 3", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 3 {
+		t.Fatalf("gateway refund calls = %d, want 3", n)
+	}
+}
+
+// Failures before any effect do not burn the key: a 409 (not Completed yet), a 404 and a 422
+// leave it free, and the same key then serves the request that works.
+func TestAPIRefundFailuresBeforeEffectDoNotBurnTheKey(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := wantPayment(t, b.do(post(createPath("o-later"), `{"amount":1000,"currency":"EUR"}`)), http.StatusCreated)
+	c := post(refundsPath(p.ID), `{"amount":100}`, "Idempotency-Key", "k")
+	wantProblem(t, b.do(c), http.StatusConflict, "")
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":0}`, "Idempotency-Key", "k")), http.StatusUnprocessableEntity, "amount")
+	wantProblem(t, b.do(post(refundsPath("00000000-0000-0000-0000-000000000000"), `{"amount":100}`, "Idempotency-Key", "k")), http.StatusNotFound, "")
+	if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE kind = 'key'`); n != 0 {
+		t.Fatalf("keys after failures = %d", n)
+	}
+
+	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewaySucceeded)
+	wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/check", "")), http.StatusOK)
+	rec := b.do(c)
+	if r := wantRefund(t, rec, http.StatusCreated); r.Status != "Succeeded" || rec.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("after capture = %+v %v", r, rec.Header())
+	}
+}
+
+// While the key's first request is at the gateway, the same request gets 409 + Retry-After
+// (with a key and without one). A request that died there (its lock went stale) is taken over
+// by the same request, which finds the refund the dead one claimed: one refund, asked at the
+// gateway twice with the same key, one ledger entry.
+func TestAPIRefundInFlightAndTakeover(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-inflight", 1000)
+	gate := b.gw.Hold(fakegw.OpRefund)
+	defer gate.Open()
+
+	c := post(refundsPath(p.ID), `{"amount":700}`, "Idempotency-Key", "slow")
+	dead := b.goDo(b.e, c)
+	refundID := mustWait(t, gate.Arrived(), "the first request at the gateway")
+	rec := b.do(c)
+	wantProblem(t, rec, http.StatusConflict, "")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Fatal("409 without Retry-After")
+	}
+
+	keyless := post(refundsPath(p.ID), `{"amount":50}`)
+	firstKeyless := b.goDo(b.e, keyless)
+	keylessID := mustWait(t, gate.Arrived(), "the keyless request at the gateway")
+	rec = b.do(keyless)
+	wantProblem(t, rec, http.StatusConflict, "")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Fatal("409 without Retry-After")
+	}
+
+	b.clock.Advance(payments.StaleAfterFor(0) + time.Second)
+	takeover := b.goDo(b.e, c)
+	if again := mustWait(t, gate.Arrived(), "the takeover at the gateway"); again != refundID {
+		t.Fatalf("the takeover asked the gateway for refund %s, the first request for %s", again, refundID)
+	}
+	gate.Open()
+	for name, ch := range map[string]<-chan *httptest.ResponseRecorder{"first": dead, "takeover": takeover} {
+		if r := wantRefund(t, mustWait(t, ch, name), http.StatusCreated); r.ID != refundID || r.Status != "Succeeded" {
+			t.Fatalf("%s = %+v, want refund %s", name, r, refundID)
+		}
+	}
+	if r := wantRefund(t, mustWait(t, firstKeyless, "keyless"), http.StatusCreated); r.ID != keylessID {
+		t.Fatalf("keyless = %+v", r)
+	}
+	rec = b.do(c)
+	if r := wantRefund(t, rec, http.StatusCreated); r.ID != refundID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after the takeover = %+v", r)
+	}
+	if n := b.refunds(t); n != 2 {
+		t.Fatalf("refunds = %d, want 2", n)
+	}
+	if n := b.gw.KeyCalls(fakegw.OpRefund, refundID); n != 2 {
+		t.Fatalf("gateway calls for the taken-over refund = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+}
