@@ -82,11 +82,17 @@ func createdStatus(res payments.CreateResult) int {
 }
 
 func writeCreated(c echo.Context, status int, s payments.Session, replayed bool) error {
-	c.Response().Header().Set(echo.HeaderLocation, paymentLocation(s.ID))
+	return writeResource(c, status, paymentLocation(s.ID), toPaymentJSON(s), replayed)
+}
+
+// writeResource answers with a resource the request created (or replays): its Location, and
+// Idempotent-Replayed when an idempotency key's earlier request created it.
+func writeResource(c echo.Context, status int, location string, body any, replayed bool) error {
+	c.Response().Header().Set(echo.HeaderLocation, location)
 	if replayed {
 		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	}
-	return writeJSON(c, status, toPaymentJSON(s))
+	return writeJSON(c, status, body)
 }
 
 // replay answers a completed key with the current state of the session it created (never a

@@ -105,11 +105,7 @@ func refundStatus(r payments.Refund) int {
 }
 
 func writeRefund(c echo.Context, status int, r payments.Refund, replayed bool) error {
-	c.Response().Header().Set(echo.HeaderLocation, refundLocation(r.ID))
-	if replayed {
-		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
-	}
-	return writeJSON(c, status, toRefundJSON(r))
+	return writeResource(c, status, refundLocation(r.ID), toRefundJSON(r), replayed)
 }
 
 // replayRefund answers a completed key with the current state of the refund it created. A client
