@@ -70,7 +70,7 @@ func (a *API) CreateRefund(c echo.Context) error {
 	}
 
 	res, err := a.svc.CreateRefund(ctx, actor(c), payments.RefundInput{
-		PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir),
+		PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir, slot),
 	})
 	if err != nil {
 		a.giveUpKey(c, ir, slot.Token, err)
@@ -138,7 +138,8 @@ func refundIntentKey(paymentID string, amount int64, now time.Time, window time.
 
 // refundRequestKey names the idempotency slot a refund request holds, for the core's refunds
 // (request_key, unique per payment): whoever holds the slot — the first request or one that
-// took it over — finds the same refund.
-func refundRequestKey(ir payments.IdempotencyRequest) string {
-	return ir.ClientID + "/" + string(ir.Kind) + "/" + ir.Key
+// took it over — finds the same refund; a key reused after it expired (a new Since) is a new
+// request and gets a new refund.
+func refundRequestKey(ir payments.IdempotencyRequest, slot payments.Slot) string {
+	return ir.ClientID + "/" + string(ir.Kind) + "/" + ir.Key + "/" + slot.Since.UTC().Format(time.RFC3339Nano)
 }

@@ -322,3 +322,20 @@ func TestAPIRefundInFlightAndTakeover(t *testing.T) {
 		t.Fatalf("ledger entries = %d", n)
 	}
 }
+
+// A key reused after its 30 days is a new request: on the same payment, with another amount, it
+// creates a new refund (the old one belongs to the key's first use), not a 409.
+func TestAPIRefundKeyReusedAfterExpiryIsNewRequest(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-reuse", 1000)
+	first := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":100}`, "Idempotency-Key", "monthly")), http.StatusCreated)
+	b.clock.Advance(31 * 24 * time.Hour)
+	second := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":200}`, "Idempotency-Key", "monthly")), http.StatusCreated)
+	if second.ID == first.ID || second.Amount != 200 {
+		t.Fatalf("reused key after expiry = %+v, first %+v", second, first)
+	}
+	if n := b.refunds(t); n != 2 {
+		t.Fatalf("refunds = %d, want 2", n)
+	}
+}

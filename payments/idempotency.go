@@ -173,6 +173,10 @@ type Slot struct {
 	ResourceID   string
 	ResponseCode int
 	CompletedAt  time.Time
+	// Since is when this use of the key began (the row's created_at): a key reused after it
+	// expired is a new use with a new Since, so effects bound to (key, Since) are not confused
+	// with the old use's.
+	Since time.Time
 }
 
 func (x *Idempotency) lockNamespace(k IdempotencyKind) LockNamespace {
@@ -238,7 +242,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				RETURNING lock_token::text`,
 				r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)).Scan(&got)
 			if err == nil {
-				out = Slot{Token: got}
+				out = Slot{Token: got, Since: now.Truncate(time.Microsecond)}
 				x.afterRead(ctx, r)
 				return nil
 			}
@@ -253,10 +257,11 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				responseCode *int
 				completedAt  *time.Time
 				expiresAt    time.Time
+				since        time.Time
 			)
 			err = tx.QueryRow(ctx, `SELECT fingerprint, lock_token::text, locked_until, resource_id::text, response_code,
-				completed_at, expires_at FROM idempotency_keys WHERE client_id = $1 AND kind = $2 AND key = $3 FOR UPDATE`,
-				r.ClientID, string(r.Kind), r.Key).Scan(&fp, &holder, &lockedTill, &resourceID, &responseCode, &completedAt, &expiresAt)
+				completed_at, expires_at, created_at FROM idempotency_keys WHERE client_id = $1 AND kind = $2 AND key = $3 FOR UPDATE`,
+				r.ClientID, string(r.Kind), r.Key).Scan(&fp, &holder, &lockedTill, &resourceID, &responseCode, &completedAt, &expiresAt, &since)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // reaped under us: insert again
 			}
@@ -273,12 +278,12 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 					r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)); err != nil {
 					return dbError("idempotency: renew", err, "")
 				}
-				out = Slot{Token: token}
+				out = Slot{Token: token, Since: now.Truncate(time.Microsecond)}
 				return nil
 			case !bytes.Equal(fp, r.Fingerprint):
 				return Invalid("Idempotency-Key", "this Idempotency-Key was already used with another request (method, path or body differ); use a new key for a new request")
 			case completedAt != nil:
-				out = Slot{Done: true, ResourceID: deref(resourceID), CompletedAt: *completedAt}
+				out = Slot{Done: true, ResourceID: deref(resourceID), CompletedAt: *completedAt, Since: since}
 				if responseCode != nil {
 					out.ResponseCode = *responseCode
 				}
@@ -292,7 +297,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, token, lockedUntil); err != nil {
 				return dbError("idempotency: take over", err, "")
 			}
-			out = Slot{Token: token, TookOver: holder != nil}
+			out = Slot{Token: token, TookOver: holder != nil, Since: since}
 			return nil
 		}
 		return fmt.Errorf("idempotency: key %q vanished twice while acquiring", r.Key)
