@@ -198,12 +198,13 @@ func (s *Service) housekeep(ctx context.Context) {
 }
 
 // RunSweeper runs the patrol every interval until ctx ends, then releases this replica's leases:
-// due sessions (SweepOnce), undelivered customer messages, pending refunds, and every
-// HousekeepingEvery the reapers.
+// due sessions (SweepOnce), undelivered customer messages, pending refunds, every
+// HousekeepingEvery the reapers, and every ReconcileEvery a reconciliation run (reconcile.go) if
+// this replica leads it; on shutdown it also gives up that leadership.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var lastHousekeeping time.Time
+	var lastHousekeeping, lastReconcile time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			s.housekeep(ctx)
@@ -218,12 +219,17 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		if _, err := s.DriveRefunds(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("refunds", "err", err)
 		}
+		if now := s.cfg.Clock.Now(); now.Sub(lastReconcile) >= ReconcileEvery {
+			s.reconcileRound(ctx) // only the leader compares; the others try for the leader row
+			lastReconcile = now
+		}
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := s.ReleaseLeases(rctx); err != nil {
 				s.log.Error("sweep: release leases on shutdown", "err", err)
 			}
+			s.releaseLeadershipOnShutdown(rctx)
 			cancel()
 			return
 		case <-t.C:

@@ -1,0 +1,462 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Reconciliation (design.md, "Beyond the seeds"): one replica at a time walks the sessions that
+// changed recently, asks the gateway what it holds under each session's reference, and compares.
+//
+//   - A succeeded/authorized gateway payment for a Failed or Canceled session (a late payment
+//     whose webhook was lost) → a late_payment case. No money moves.
+//   - Several gateway payments under one reference → a duplicate_gateway_payment case.
+//   - A Completed session whose gateway payment is not succeeded → a gateway_mismatch case.
+//   - An active session the gateway has moved on (settled, authorized, found) → applied through
+//     applyGatewayPayment, the path Check and the sweeper use, under the order → session locks.
+//     Reconciliation never writes money state itself.
+//
+// One runner: a TTL row in maintenance_leaders, taken and renewed by one atomic upsert with the
+// service clock's time. Leadership only keeps replicas from doing the same work twice; it is not
+// what keeps money right — every effect above is idempotent (guarded transitions, one open case
+// per session and kind), so a leader deposed in the middle of a session (it stalled past its TTL)
+// can at worst ask the gateway about that one session again. The leader renews its row after each
+// session in the same transaction that moves the cursor, so a deposed leader cannot move the
+// cursor and stops at once.
+//
+// The walk is a keyset scan in (updated_at, id) order over one pass window
+// (pass start - Lookback, pass start], Batch sessions per run, with the position persisted in
+// reconcile_cursors: a long history is spread over runs, and a new leader carries on where the
+// old one stopped. Sessions changed during a pass move past the window's end and are seen again in
+// the next pass, so every session changed within the lookback is compared at least once a pass.
+//
+// The reference gateway has no list-all endpoint (gateway-api.md), so reconciliation starts from
+// our sessions and asks by reference; a gateway payment whose reference is no session of ours is
+// not found this way (webhooks record those as unknown_payment).
+
+// ReconcileConfig tunes reconciliation. Zero fields take DefaultReconcileConfig's values.
+type ReconcileConfig struct {
+	// Lookback: sessions updated within it (from the pass start) are compared.
+	Lookback time.Duration
+	// Batch: sessions compared per run (one gateway find each, sometimes a status call too).
+	Batch int
+	// LeaderTTL: how long leadership lasts without renewal. A replica that dies holding it is
+	// replaced after this long; it must exceed the time one session takes (a gateway timeout or
+	// two) plus the clock skew between replicas.
+	LeaderTTL time.Duration
+	// MaxFailures: runs in a row that may fail on the same session (gateway down, lock timeout)
+	// before it is skipped until the next pass.
+	MaxFailures int
+}
+
+// DefaultReconcileConfig is what ReconcileOnce and the patrol use.
+var DefaultReconcileConfig = ReconcileConfig{
+	Lookback:    7 * 24 * time.Hour,
+	Batch:       100,
+	LeaderTTL:   5 * time.Minute,
+	MaxFailures: 3,
+}
+
+// ReconcileEvery is how often (by the service clock) each replica's patrol tries to reconcile:
+// the leader runs one batch, the others find the leader row taken and do nothing else.
+const ReconcileEvery = time.Minute
+
+func (c ReconcileConfig) withDefaults() ReconcileConfig {
+	d := DefaultReconcileConfig
+	if c.Lookback <= 0 {
+		c.Lookback = d.Lookback
+	}
+	if c.Batch <= 0 {
+		c.Batch = d.Batch
+	}
+	if c.LeaderTTL <= 0 {
+		c.LeaderTTL = d.LeaderTTL
+	}
+	if c.MaxFailures <= 0 {
+		c.MaxFailures = d.MaxFailures
+	}
+	return c
+}
+
+// ReconcileReport says what one run did.
+type ReconcileReport struct {
+	// Leader: this replica holds the job and ran. false: another replica (LeaderID) holds it
+	// and nothing was compared.
+	Leader   bool
+	LeaderID string
+	// Checked: sessions compared with the gateway.
+	Checked int
+	// Findings (a finding already open as a case is counted again; the case is not).
+	LatePayments int // late_payment: money at the gateway for a Failed/Canceled session
+	Duplicates   int // duplicate_gateway_payment: several gateway payments for one session
+	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, or a payment it lost
+	Driven       int // active sessions moved through the normal apply path
+	// Errors: sessions this run could not finish (gateway or database); the run stops at the
+	// first and the next run retries it, up to MaxFailures runs, then Skipped counts it.
+	Errors  int
+	Skipped int
+	// PassDone: the run reached the end of the pass; the next run starts a new one.
+	PassDone bool
+	// LostLeadership: another replica took the job over during the run (this one had stalled
+	// past its TTL); the run stopped without moving the cursor.
+	LostLeadership bool
+}
+
+// reconcileJob names the job in maintenance_leaders and reconcile_cursors: one per gateway, as
+// sessions are compared with the gateway that holds them.
+func (s *Service) reconcileJob() string { return "reconcile:" + s.gw.Name() }
+
+// ReconcileOnce runs one reconciliation batch with DefaultReconcileConfig if this replica is (or
+// becomes) the leader; see ReconcileOnceWith.
+func (s *Service) ReconcileOnce(ctx context.Context) (ReconcileReport, error) {
+	return s.ReconcileOnceWith(ctx, ReconcileConfig{})
+}
+
+// ReconcileOnceWith takes or renews the reconciliation leadership and, as leader, compares one
+// batch of sessions (from the persisted cursor) with the gateway. Another replica's live
+// leadership is not an error: the report says Leader=false.
+func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (ReconcileReport, error) {
+	cfg = cfg.withDefaults()
+	var rep ReconcileReport
+	if s.gw == nil {
+		return rep, errors.New("reconcile: no gateway configured")
+	}
+	if s.cfg.ReplicaID == "" {
+		return rep, errors.New("reconcile: the service has no ReplicaID to lead with")
+	}
+	job := s.reconcileJob()
+	owner, err := s.elect(ctx, s.db, job, cfg.LeaderTTL)
+	if err != nil {
+		return rep, err
+	}
+	rep.LeaderID = owner
+	rep.Leader = owner == s.cfg.ReplicaID
+	if !rep.Leader {
+		return rep, nil
+	}
+	cur, err := s.readCursor(ctx, job)
+	if err != nil {
+		return rep, err
+	}
+	if cur.passStartedAt == nil {
+		now := s.cfg.Clock.Now()
+		cur.passStartedAt = &now
+	}
+	batch, err := s.reconcileBatch(ctx, cur, cfg)
+	if err != nil {
+		return rep, err
+	}
+	for _, sess := range batch {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		next := cur
+		serr := s.reconcileSession(ctx, sess, &rep)
+		if serr != nil && ctx.Err() != nil {
+			return rep, ctx.Err() // shutting down: not the session's fault, nothing to count
+		}
+		if serr != nil {
+			rep.Errors++
+			next.failures++
+			if next.failures < cfg.MaxFailures {
+				s.log.Warn("reconcile: session not compared; will retry", "session", sess.ID, "failures", next.failures, "err", serr)
+				if ok, err := s.advance(ctx, job, cfg, next); err != nil || !ok {
+					rep.LostLeadership = !ok && err == nil
+					return rep, err
+				}
+				return rep, nil
+			}
+			s.log.Error("reconcile: session skipped until the next pass", "session", sess.ID, "failures", next.failures, "err", serr)
+			rep.Skipped++
+		}
+		next.afterUpdatedAt, next.afterID, next.failures = &sess.UpdatedAt, sess.ID, 0
+		ok, err := s.advance(ctx, job, cfg, next)
+		if err != nil {
+			return rep, err
+		}
+		if !ok {
+			rep.LostLeadership = true
+			return rep, nil
+		}
+		cur = next
+		if serr != nil {
+			return rep, nil // skipped after repeated failures: the gateway is probably down; stop here
+		}
+	}
+	if len(batch) < cfg.Batch {
+		// Nothing left in this pass's window: the next run starts a new pass.
+		done := reconcileCursor{passes: cur.passes + 1}
+		ok, err := s.advance(ctx, job, cfg, done)
+		if err != nil {
+			return rep, err
+		}
+		rep.PassDone, rep.LostLeadership = ok, !ok
+	}
+	return rep, nil
+}
+
+// elect takes the job for this replica if it is free or expired, or renews it if this replica
+// holds it, in one statement, and returns the owner after it. The time comes from the service
+// clock. A row held by another replica is left as it is.
+func (s *Service) elect(ctx context.Context, q querier, job string, ttl time.Duration) (string, error) {
+	now := s.cfg.Clock.Now()
+	var owner string
+	err := q.QueryRow(ctx, `
+		INSERT INTO maintenance_leaders AS l (job, owner, elected_at, until) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (job) DO UPDATE SET
+			owner = excluded.owner,
+			elected_at = CASE WHEN l.owner = excluded.owner THEN l.elected_at ELSE excluded.elected_at END,
+			until = excluded.until
+		WHERE l.owner = excluded.owner OR l.until <= excluded.elected_at
+		RETURNING owner`, job, s.cfg.ReplicaID, now, now.Add(ttl)).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Someone else leads. Who, for the report (the row may vanish meanwhile: then nobody).
+		err = q.QueryRow(ctx, `SELECT owner FROM maintenance_leaders WHERE job = $1`, job).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", nil
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("reconcile: elect: %w", err)
+	}
+	return owner, nil
+}
+
+// ReleaseLeadership gives up every maintenance job this replica leads (graceful shutdown), so
+// another replica takes over at its next try instead of after the TTL. Cursors stay.
+func (s *Service) ReleaseLeadership(ctx context.Context) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM maintenance_leaders WHERE owner = $1`, s.cfg.ReplicaID); err != nil {
+		return fmt.Errorf("release leadership: %w", err)
+	}
+	return nil
+}
+
+// reconcileCursor is a row of reconcile_cursors. passStartedAt nil: no pass under way.
+type reconcileCursor struct {
+	passStartedAt  *time.Time
+	afterUpdatedAt *time.Time
+	afterID        string
+	failures       int
+	passes         int64
+}
+
+func (s *Service) readCursor(ctx context.Context, job string) (reconcileCursor, error) {
+	var c reconcileCursor
+	var afterID *string
+	err := s.db.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO reconcile_cursors (job, updated_at, updated_by) VALUES ($1, $2, $3)
+			ON CONFLICT (job) DO NOTHING
+			RETURNING pass_started_at, after_updated_at, after_id::text, failures, passes
+		)
+		SELECT * FROM ins
+		UNION ALL
+		SELECT pass_started_at, after_updated_at, after_id::text, failures, passes FROM reconcile_cursors WHERE job = $1
+		LIMIT 1`, job, s.cfg.Clock.Now(), s.cfg.ReplicaID).
+		Scan(&c.passStartedAt, &c.afterUpdatedAt, &afterID, &c.failures, &c.passes)
+	if err != nil {
+		return c, fmt.Errorf("reconcile: read cursor: %w", err)
+	}
+	if afterID != nil {
+		c.afterID = *afterID
+	}
+	return c, nil
+}
+
+// advance renews this replica's leadership and, only if that succeeded, stores the cursor, in one
+// transaction: the leader row stays locked until the cursor is written, so a replica trying to
+// take over either waits and finds the lease renewed, or took it before and this returns false.
+func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, c reconcileCursor) (bool, error) {
+	ctx = context.WithoutCancel(ctx) // the session was compared: record it
+	mine := false
+	err := s.inTx(ctx, "reconcile: advance", func(tx pgx.Tx) error {
+		owner, err := s.elect(ctx, tx, job, cfg.LeaderTTL)
+		if err != nil {
+			return err
+		}
+		if mine = owner == s.cfg.ReplicaID; !mine {
+			return nil
+		}
+		var afterID any
+		if c.afterID != "" {
+			afterID = c.afterID
+		}
+		_, err = tx.Exec(ctx, `UPDATE reconcile_cursors SET pass_started_at = $2, after_updated_at = $3, after_id = $4,
+			failures = $5, passes = $6, updated_at = $7, updated_by = $8 WHERE job = $1`,
+			job, c.passStartedAt, c.afterUpdatedAt, afterID, c.failures, c.passes, s.cfg.Clock.Now(), s.cfg.ReplicaID)
+		if err != nil {
+			return fmt.Errorf("reconcile: advance: %w", err)
+		}
+		return nil
+	})
+	return mine && err == nil, err
+}
+
+// reconcileBatch reads the next sessions of the pass after the cursor. Registering sessions
+// younger than RegisterGrace are left to the Create that is registering them.
+func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg ReconcileConfig) ([]Session, error) {
+	start := *c.passStartedAt
+	var afterID any
+	if c.afterID != "" {
+		afterID = c.afterID
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+		WHERE gateway = $1 AND updated_at > $2 AND updated_at <= $3
+		  AND (updated_at, id) > (coalesce($4::timestamptz, '-infinity'), coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
+		  AND NOT (status = 'Registering' AND created_at > $6)
+		ORDER BY updated_at, id
+		LIMIT $7`,
+		s.gw.Name(), start.Add(-cfg.Lookback), start, c.afterUpdatedAt, afterID,
+		s.cfg.Clock.Now().Add(-s.cfg.RegisterGrace), cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: batch: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: batch: %w", err)
+	}
+	return out, nil
+}
+
+// reconcileSession compares one session with what the gateway holds under its reference and acts
+// on the difference (see the top of this file). An error means the session was not compared to
+// the end; everything it did is idempotent, so doing it again is safe.
+func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *ReconcileReport) error {
+	actor := Actor{Kind: ActorSystem, ID: "reconcile:" + s.cfg.ReplicaID}
+	started := time.Now()
+	found, err := s.gw.FindByReference(ctx, sess.Reference())
+	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
+	if err != nil {
+		return err
+	}
+	// Our own payment: the one the session is attached to, asked for by id when the search does
+	// not list it (a search index may lag; GET by id is the gateway's word). Failed and Canceled
+	// sessions are judged by what the search lists: only money under our reference matters there.
+	var own GatewayPayment
+	haveOwn := false
+	if sess.Status.Active() || sess.Status == StatusCompleted {
+		for _, gp := range found {
+			if gp.ID == sess.GatewayPaymentID {
+				own, haveOwn = gp, true
+			}
+		}
+		switch {
+		case !haveOwn && sess.GatewayPaymentID != "":
+			started := time.Now()
+			gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
+			s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+			if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
+				// The gateway lost the payment we attached: flagged (active) and a case, as Check does.
+				if _, err := s.flagMissingAtGateway(ctx, sess, err); err != nil {
+					return err
+				}
+				rep.Mismatches++
+				rep.Checked++
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			own, haveOwn = gp, true
+			found = append(found, gp)
+		case !haveOwn && len(found) > 0:
+			// No id attached yet (the registration's answer was lost): what Check would pick.
+			own, haveOwn = pickPayment(found), true
+		}
+	}
+
+	if len(found) > 1 {
+		if err := s.reconcileCase(ctx, sess, CaseDuplicatePayment, fmt.Sprintf(
+			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found))); err != nil {
+			return err
+		}
+		rep.Duplicates++
+	}
+	switch {
+	case sess.Status == StatusFailed || sess.Status == StatusCanceled:
+		var paid []GatewayPayment
+		for _, gp := range found {
+			if gp.Status == GatewaySucceeded || gp.Status == GatewayAuthorized {
+				paid = append(paid, gp)
+			}
+		}
+		if len(paid) > 0 {
+			if err := s.reconcileCase(ctx, sess, CaseLatePayment, fmt.Sprintf(
+				"reconciliation: the gateway holds money for a %s session (its webhook never arrived): %s", sess.Status, describePayments(paid))); err != nil {
+				return err
+			}
+			rep.LatePayments++
+		}
+	case sess.Status == StatusCompleted:
+		if haveOwn && own.Status != GatewaySucceeded {
+			if err := s.reconcileCase(ctx, sess, CaseGatewayMismatch, fmt.Sprintf(
+				"reconciliation: the gateway says %s for the Completed session's payment %s", own.Status, own.ID)); err != nil {
+				return err
+			}
+			rep.Mismatches++
+		}
+	case sess.Status.Active():
+		// Whatever the normal path would make of this answer, it makes of it now: a guarded
+		// transition under the order → session locks, the ledger entry with Completed, a case
+		// where the answer contradicts us. decide is only the filter for "anything to do".
+		if haveOwn && decide(sess.Status, own.Status, false) != (outcome{}) {
+			after, err := s.applyGatewayPayment(ctx, actor, sess.ID, own, "reconciliation: the gateway says "+string(own.Status))
+			if err != nil {
+				return err
+			}
+			if after.Status != sess.Status {
+				rep.Driven++
+			}
+		}
+	}
+	rep.Checked++
+	return nil
+}
+
+// reconcileCase opens a finance case (at most one open per session and kind) for what the
+// gateway said. Only the finance row is written, so no order or session lock is needed.
+func (s *Service) reconcileCase(ctx context.Context, sess Session, kind, detail string) error {
+	ctx = context.WithoutCancel(ctx) // the gateway has spoken: record it
+	return s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
+		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now())
+	})
+}
+
+func describePayments(ps []GatewayPayment) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s (%s, %d %s)", p.ID, p.Status, p.Amount, p.Currency)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// reconcileRound is the patrol's call: one run, logged.
+func (s *Service) reconcileRound(ctx context.Context) {
+	if s.gw == nil || s.cfg.ReplicaID == "" {
+		return
+	}
+	rep, err := s.ReconcileOnce(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("reconcile", "err", err)
+		}
+		return
+	}
+	if rep.Leader && (rep.Checked > 0 || rep.Errors > 0 || rep.LostLeadership) {
+		s.log.Info("reconcile", "checked", rep.Checked, "late_payments", rep.LatePayments, "duplicates", rep.Duplicates,
+			"mismatches", rep.Mismatches, "driven", rep.Driven, "errors", rep.Errors, "skipped", rep.Skipped,
+			"pass_done", rep.PassDone, "lost_leadership", rep.LostLeadership)
+	}
+}
+
+// releaseLeadershipOnShutdown is the patrol's last act beside ReleaseLeases.
+func (s *Service) releaseLeadershipOnShutdown(ctx context.Context) {
+	if err := s.ReleaseLeadership(ctx); err != nil {
+		s.log.Error("reconcile: release leadership on shutdown", "err", err)
+	}
+}
