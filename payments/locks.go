@@ -17,8 +17,6 @@ const (
 	LockIdempotencyKey LockNamespace = 1002
 	// LockIntentKey serialises acquisition of one derived business-intent key.
 	LockIntentKey LockNamespace = 1003
-	// LockReconcile lets one replica at a time run reconciliation (pg_try_advisory_xact_lock).
-	LockReconcile LockNamespace = 1004
 )
 
 // LockNamespaceNames names each namespace for people (console, docs).
@@ -26,5 +24,4 @@ var LockNamespaceNames = map[LockNamespace]string{
 	LockCreateOrder:    "create-order",
 	LockIdempotencyKey: "idempotency-key",
 	LockIntentKey:      "intent-key",
-	LockReconcile:      "reconcile",
 }
