@@ -98,7 +98,7 @@ $(TESTPG): FORCE
 test: deps-test check-generated vet $(TESTPG)
 	STRIPE_MOCK_BIN="$(STRIPE_MOCK_BIN)" CHROMIUM_BIN="$(CHROMIUM_BIN)" \
 	PGBOUNCER_BIN="$$( [ -x "$(PGBOUNCER_BIN)" ] && echo "$(PGBOUNCER_BIN)" || command -v pgbouncer )" \
-	  $(TESTPG) -- $(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
+	  $(TESTPG) -- $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 
 ## bench: benchmarks only (no tests), on a throwaway cluster. Reports, never assertions.
 bench: deps $(TESTPG)
