@@ -98,6 +98,9 @@ type Config struct {
 	CodeSecret []byte
 	// ReturnURL builds the URL the gateway sends the customer back to after paying.
 	ReturnURL func(s Session) string
+	// PublicBaseURL (PUBLIC_BASE_URL, no trailing slash) makes signed checkout links absolute
+	// (CheckoutURL); unset, they are paths.
+	PublicBaseURL string
 	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
