@@ -18,13 +18,17 @@ import (
 
 // Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
 //
-//	GET  /checkout/:order_id?amount=1999&currency=EUR   the order's state; Pay when payable
-//	POST /checkout/:order_id                            one Pay click (intent key in the form)
-//	GET  /checkout/:order_id/return                     back from the gateway: Check, show the result
+//	GET  /checkout/:order_id?amount=1999&currency=EUR&sig=…   the order's state; Pay when payable
+//	POST /checkout/:order_id                                  one Pay click (intent key in the form)
+//	GET  /checkout/:order_id/return                           back from the gateway: Check, show the result
 //
-// The shop links customers to the first with the amount in minor units. The gateway sends
-// them back to the order's page (ReturnURL: PUBLIC_BASE_URL + /checkout/{order_id}) or to
-// /return; both ask the gateway about an active session before showing it.
+// The shop links customers to the first with a signed checkout link (payments/checkout_link.go,
+// made by POST /api/v1/orders/{order_id}/checkout-links): the amount and currency in the URL are
+// what the customer could edit, so the page offers them only under a valid sig, and the Pay
+// click is verified again. Without a link, an order with earlier payments offers its last
+// payment's amount and currency (a retry after a decline). The gateway sends customers back to
+// the order's page (ReturnURL: PUBLIC_BASE_URL + /checkout/{order_id}) or to /return; both ask
+// the gateway about an active session before showing it.
 type Checkout struct {
 	svc        *payments.Service
 	staleAfter time.Duration
@@ -56,7 +60,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&sig=][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -160,22 +164,39 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 				}
 			}
 		}
-		amount, okAmount := parseMinorAmount(c.QueryParam("amount"))
-		currency := strings.ToUpper(c.QueryParam("currency"))
-		if (!okAmount || len(currency) != 3) && latest != nil {
-			amount, currency, okAmount = latest.Amount, latest.Currency, true
-		}
-		if !okAmount || len(currency) != 3 {
-			v.State = views.CheckoutNoAmount
+		amount, currency, sig, ok := h.payable(c, orderID, latest)
+		if !ok {
+			v.State = views.CheckoutBadLink
 			if status == http.StatusOK {
 				status = http.StatusBadRequest
 			}
 			break
 		}
-		v.State, v.Amount, v.Currency, v.Intent = views.CheckoutPay, amount, currency, uuid.NewString()
+		v.State, v.Amount, v.Currency, v.Sig, v.Intent = views.CheckoutPay, amount, currency, sig, uuid.NewString()
 		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
 	}
 	return render.HTML(c, status, views.Checkout(v))
+}
+
+// payable is what the Pay form may offer for an order with no active session: the amount and
+// currency of a checkout link whose signature matches (and that sig, for the form to carry),
+// or, when the URL names no link at all, the order's last payment's (latest, nil when none).
+// A link that does not verify is never replaced by the last payment's amount: the customer
+// would see another amount than the link they followed, and a changed link is worth saying so.
+func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (amount int64, currency, sig string, ok bool) {
+	q := c.QueryParams()
+	if q.Has("amount") || q.Has("currency") || q.Has("sig") {
+		n, okAmount := parseMinorAmount(q.Get("amount"))
+		cur, s := strings.ToUpper(q.Get("currency")), q.Get("sig")
+		if okAmount && h.svc.VerifyCheckoutLink(orderID, n, cur, s) {
+			return n, cur, s, true
+		}
+		return 0, "", "", false
+	}
+	if latest != nil {
+		return latest.Amount, latest.Currency, "", true
+	}
+	return 0, "", "", false
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

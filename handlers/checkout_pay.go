@@ -15,6 +15,11 @@ import (
 // reaches the same session and at most one registration at the gateway
 // (payments.CheckoutPay). Success goes to the gateway's payment page; a click whose first
 // request is still running goes to the order's page, which follows it.
+//
+// The form's amount and currency are the customer's to edit, so they are checked before
+// anything is created: the form's sig must sign them (the checkout link they came from), or
+// they must be the order's last payment's (the page's retry form after a decline). Otherwise
+// 422 and nothing is written.
 func (h *Checkout) Pay(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -27,6 +32,16 @@ func (h *Checkout) Pay(c echo.Context) error {
 	}
 	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
 		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
+	if !h.svc.VerifyCheckoutLink(id, in.Amount, in.Currency, c.FormValue("sig")) {
+		retry, err := h.isLastPayment(c, in)
+		if err != nil {
+			return err
+		}
+		if !retry {
+			return h.show(c, id, false, http.StatusUnprocessableEntity,
+				"This payment form was changed: its amount or currency is not what the shop asked for, so nothing was started. Please go back to the shop and start the payment again.")
+		}
+	}
 	res, err := h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
 	follow := "/checkout/" + url.PathEscape(id) + "?intent=" + url.QueryEscape(key)
 	switch code := payments.ErrorCode(err); {
@@ -47,4 +62,20 @@ func (h *Checkout) Pay(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 	}
 	return c.Redirect(http.StatusSeeOther, follow)
+}
+
+// isLastPayment reports whether in has the amount and currency of the order's last payment:
+// what the page offers, without a link, to retry after a decline.
+func (h *Checkout) isLastPayment(c echo.Context, in payments.CreateInput) (bool, error) {
+	_, sessions, err := h.svc.GetOrder(c.Request().Context(), in.OrderID)
+	switch {
+	case payments.ErrorCode(err) == payments.ENOTFOUND:
+		return false, nil
+	case err != nil:
+		return false, err
+	case len(sessions) == 0:
+		return false, nil
+	}
+	last := sessions[len(sessions)-1]
+	return last.Amount == in.Amount && last.Currency == in.Currency, nil
 }

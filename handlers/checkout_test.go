@@ -2,15 +2,38 @@ package handlers_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/google/uuid"
 
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
+
+// link is the signed checkout link of an order (what the shop gets from the API), as a path.
+func (b *consoleBench) link(t testing.TB, order string, amount int64, currency string) string {
+	t.Helper()
+	l, err := b.svc.CheckoutLink(context.Background(), order, amount, currency)
+	if err != nil {
+		t.Fatalf("checkout link %s %d %s: %v", order, amount, currency, err)
+	}
+	return l.Path()
+}
+
+// noPayForm asserts that a checkout page answers status with the bad-link state and no Pay form.
+func noPayForm(t *testing.T, a *agent, path string, status int) *goquery.Document {
+	t.Helper()
+	doc := page(t, a.get(path), status)
+	if doc.Find(testid("checkout-form")).Length() != 0 {
+		t.Fatalf("%s offers a Pay form", path)
+	}
+	return doc
+}
 
 // payForm reads the Pay form of a checkout page.
 func payForm(t *testing.T, a *agent, path string) (action string, form url.Values) {
@@ -32,14 +55,16 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t) // a customer: no staff session
 
-	doc := page(t, a.get("/checkout/o-shop-1?amount=1999&currency=EUR"), http.StatusOK)
+	link := b.link(t, "o-shop-1", 1999, "EUR")
+	doc := page(t, a.get(link), http.StatusOK)
 	wantText(t, doc, "checkout-pay", "Pay 19.99 EUR")
-	action, form := payForm(t, a, "/checkout/o-shop-1?amount=1999&currency=EUR&contact=cust@example.com")
-	if form.Get("intent") == "" || form.Get("csrf_token") == "" || form.Get("contact") != "cust@example.com" {
+	action, form := payForm(t, a, link+"&contact=cust@example.com")
+	if form.Get("intent") == "" || form.Get("csrf_token") == "" || form.Get("contact") != "cust@example.com" ||
+		form.Get("sig") == "" || form.Get("amount") != "1999" || form.Get("currency") != "EUR" {
 		t.Fatalf("form fields %v", form)
 	}
 	// Every render embeds a fresh intent key: one key per Pay click.
-	_, form2 := payForm(t, a, "/checkout/o-shop-1?amount=1999&currency=EUR")
+	_, form2 := payForm(t, a, link)
 	if form2.Get("intent") == form.Get("intent") {
 		t.Fatal("two renders share an intent key")
 	}
@@ -71,14 +96,18 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	if err := b.pool.QueryRow(context.Background(), `SELECT customer_contact FROM payment_sessions WHERE order_id = 'o-shop-1'`).Scan(&contact); err != nil || contact != "cust@example.com" {
 		t.Fatalf("contact %q %v", contact, err)
 	}
-	// The same key with another amount is another request: refused.
+	// The same click with another amount: its sig does not sign it, and it is not the order's
+	// last payment's amount either. Refused, nothing new.
 	tampered := url.Values{}
 	for k, v := range form {
 		tampered[k] = v
 	}
 	tampered.Set("amount", "1")
 	doc = page(t, a.post(action, tampered), http.StatusUnprocessableEntity)
-	wantText(t, doc, "checkout-notice", "another order or amount")
+	wantText(t, doc, "checkout-notice", "was changed")
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-shop-1'`); n != 1 || b.gw.Calls(fakegw.OpRegister) != 1 {
+		t.Fatalf("%d sessions, %d registrations after a changed form; want 1 and 1", n, b.gw.Calls(fakegw.OpRegister))
+	}
 
 	// Back on the order's page before paying: the way to the gateway's page again.
 	doc = page(t, a.get("/checkout/o-shop-1"), http.StatusOK)
@@ -94,10 +123,14 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	doc = page(t, a.get("/checkout/o-shop-1/return"), http.StatusOK)
 	wantText(t, doc, "checkout-paid", "Paid")
 	wantText(t, doc, "checkout-status", "Completed")
-	// A paid order offers no Pay form, whatever the link says.
-	doc = page(t, a.get("/checkout/o-shop-1?amount=1999&currency=EUR"), http.StatusOK)
+	// A paid order offers no Pay form, whatever the link says (even its own signed link), and
+	// gets no new link.
+	doc = page(t, a.get(link), http.StatusOK)
 	if doc.Find(testid("checkout-form")).Length() != 0 {
 		t.Fatal("a paid order offers Pay")
+	}
+	if _, err := b.svc.CheckoutLink(context.Background(), "o-shop-1", 1999, "EUR"); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("a link for a paid order: %v, want a conflict", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = 'o-shop-1'`); n != 1 {
 		t.Fatalf("%d ledger entries", n)
@@ -109,8 +142,8 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	// A link without amount for an order never seen: nothing to pay.
-	doc := page(t, a.get("/checkout/o-new"), http.StatusBadRequest)
-	wantText(t, doc, "checkout-no-amount", "incomplete")
+	doc := noPayForm(t, a, "/checkout/o-new", http.StatusBadRequest)
+	wantText(t, doc, "checkout-bad-link", "incomplete or was changed")
 	if rec := a.get("/checkout/bad%20id"); rec.Code != http.StatusNotFound {
 		t.Fatalf("bad order id: %d", rec.Code)
 	}
@@ -118,7 +151,7 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	// The gateway refuses the registration: the session fails. The same click again shows that
 	// session (no second registration); a new click (new key) may try again.
 	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
-	action, form := payForm(t, a, "/checkout/o-fail?amount=500&currency=EUR")
+	action, form := payForm(t, a, b.link(t, "o-fail", 500, "EUR"))
 	rec := a.post(action, form)
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("Pay: %d %s", rec.Code, rec.Body)
@@ -130,10 +163,24 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	if b.gw.Calls(fakegw.OpRegister) != 1 {
 		t.Fatalf("the same click registered %d times", b.gw.Calls(fakegw.OpRegister))
 	}
-	// The order's page now offers a fresh try with the last amount, even without the query.
+	// The order's page now offers a fresh try with the last amount, without a link (it is the
+	// gateway's way back too). That form carries no sig: the POST finds the amount and currency
+	// are the last payment's.
 	action, form2 := payForm(t, a, "/checkout/o-fail")
-	if form2.Get("amount") != "500" || form2.Get("intent") == form.Get("intent") {
+	if form2.Get("amount") != "500" || form2.Get("currency") != "EUR" || form2.Get("intent") == form.Get("intent") || form2.Has("sig") {
 		t.Fatalf("retry form %v", form2)
+	}
+	// A changed link is not quietly replaced by the last amount: it says it was changed.
+	noPayForm(t, a, "/checkout/o-fail?amount=1&currency=EUR", http.StatusBadRequest)
+	// Nor does the retry form pay another amount.
+	other := url.Values{}
+	for k, v := range form2 {
+		other[k] = v
+	}
+	other.Set("amount", "499")
+	page(t, a.post(action, other), http.StatusUnprocessableEntity)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-fail'`); n != 1 || b.gw.Calls(fakegw.OpRegister) != 1 {
+		t.Fatalf("%d sessions, %d registrations after a changed retry form; want 1 and 1", n, b.gw.Calls(fakegw.OpRegister))
 	}
 	rec = a.post(action, form2)
 	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location")[0] == '/' {
@@ -142,4 +189,132 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-fail'`); n != 2 || b.gw.Calls(fakegw.OpRegister) != 2 {
 		t.Fatalf("%d sessions, %d registrations; want 2 and 2", n, b.gw.Calls(fakegw.OpRegister))
 	}
+}
+
+// TestCheckoutLinksAreSigned: the page offers Pay only for the amount and currency a valid
+// checkout link signs; an unsigned link or one changed in any part (order, amount, currency,
+// sig) is a 400 page saying so, with no form.
+func TestCheckoutLinksAreSigned(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	link := b.link(t, "o-signed", 1999, "EUR")
+	sig := mustQuery(t, link).Get("sig")
+	if len(sig) != 64 {
+		t.Fatalf("sig %q in %s, want 64 hex digits", sig, link)
+	}
+
+	for _, bad := range []string{
+		"/checkout/o-signed?amount=1999&currency=EUR",                       // unsigned: today's link
+		"/checkout/o-signed?amount=1&currency=EUR&sig=" + sig,               // amount changed
+		"/checkout/o-signed?amount=1999&currency=JPY&sig=" + sig,            // currency changed
+		"/checkout/o-other?amount=1999&currency=EUR&sig=" + sig,             // another order
+		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + sig[:63] + "0", // sig changed
+		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + sig[:62],       // sig cut
+		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + strings.Repeat("zz", 32),
+		"/checkout/o-signed?amount=01999.0&currency=EUR&sig=" + sig,
+		"/checkout/o-signed?sig=" + sig,
+	} {
+		doc := noPayForm(t, a, bad, http.StatusBadRequest)
+		wantText(t, doc, "checkout-bad-link", "incomplete or was changed")
+	}
+	// A link signed under another secret (another installation) is not ours.
+	foreign := payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock, CodeSecret: []byte("another-secret")})
+	fl, err := foreign.CheckoutLink(context.Background(), "o-signed", 1999, "EUR")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noPayForm(t, a, fl.Path(), http.StatusBadRequest)
+
+	// The valid link: the Pay form, with the sig hidden in it.
+	action, form := payForm(t, a, link)
+	if form.Get("sig") != sig || form.Get("amount") != "1999" || form.Get("currency") != "EUR" || action != "/checkout/o-signed" {
+		t.Fatalf("form %s %v", action, form)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("pages wrote %d sessions, %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+
+	// Links are made under the service secret only when there is one: NewService's stand-in
+	// secret is public, so a service without CodeSecret neither makes nor accepts links.
+	unset := payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock})
+	if _, err := unset.CheckoutLink(context.Background(), "o-signed", 1999, "EUR"); payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("link without a secret: %v, want EUNAVAIL", err)
+	}
+	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", sig) {
+		t.Fatal("a service without a secret accepts a link")
+	}
+	// Input is validated like Create's.
+	for _, in := range []struct {
+		order    string
+		amount   int64
+		currency string
+		field    string
+	}{{"bad id", 1, "EUR", "order_id"}, {"o", 0, "EUR", "amount"}, {"o", 1, "eur", "currency"}} {
+		var pe *payments.Error
+		if _, err := b.svc.CheckoutLink(context.Background(), in.order, in.amount, in.currency); !errors.As(err, &pe) || pe.Field != in.field {
+			t.Errorf("link %v: %v, want invalid %s", in, err, in.field)
+		}
+	}
+}
+
+// TestCheckoutPayRefusesChangedForm: the Pay POST verifies the form's amount and currency again
+// (its sig, or the order's last payment): a form edited in the browser is a 422 with a readable
+// message, and nothing is created, neither a session nor a registration at the gateway.
+func TestCheckoutPayRefusesChangedForm(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	action, form := payForm(t, a, b.link(t, "o-edit", 1999, "EUR"))
+
+	for _, change := range []func(url.Values){
+		func(f url.Values) { f.Set("amount", "1") },
+		func(f url.Values) { f.Set("currency", "JPY") },
+		func(f url.Values) { f.Del("sig") },
+		func(f url.Values) { f.Set("sig", "") },
+		func(f url.Values) { f.Set("amount", "1"); f.Del("sig") },
+	} {
+		changed := url.Values{}
+		for k, v := range form {
+			changed[k] = append([]string(nil), v...)
+		}
+		changed.Set("intent", uuid.NewString()) // a fresh click each time
+		change(changed)
+		doc := page(t, a.post(action, changed), http.StatusUnprocessableEntity)
+		wantText(t, doc, "checkout-notice", "was changed")
+		if doc.Find(testid("checkout-form")).Length() != 0 {
+			t.Fatal("a refused form is answered with a Pay form")
+		}
+	}
+	// Another order's form with this sig.
+	other := url.Values{}
+	for k, v := range form {
+		other[k] = v
+	}
+	page(t, a.post("/checkout/o-edit-2", other), http.StatusUnprocessableEntity)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("%d sessions, %d registrations after changed forms; want 0 and 0", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	if n := b.count(t, `SELECT count(*) FROM checkout_intents`); n != 0 {
+		t.Fatalf("%d intent keys taken by changed forms", n)
+	}
+
+	// The form as the page rendered it pays.
+	rec := a.post(action, form)
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location")[0] == '/' {
+		t.Fatalf("Pay: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	var amount int64
+	if err := b.pool.QueryRow(context.Background(), `SELECT amount FROM payment_sessions WHERE order_id = 'o-edit'`).Scan(&amount); err != nil || amount != 1999 {
+		t.Fatalf("session amount %d %v", amount, err)
+	}
+}
+
+func mustQuery(t testing.TB, link string) url.Values {
+	t.Helper()
+	u, err := url.Parse(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Query()
 }

@@ -126,7 +126,7 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 
 	ctx := newBrowser(t)
 	within(t, ctx, 20*time.Second,
-		chromedp.Navigate(srv.URL+"/checkout/o-double?amount=1999&currency=EUR"),
+		chromedp.Navigate(srv.URL+b.link(t, "o-double", 1999, "EUR")), // the shop's signed link
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-pay"]`)),
 	)
 	xy, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
