@@ -301,6 +301,32 @@ func parseCreate(r *http.Request, orderID string) (createRequest, error) {
 	return createRequest{Input: in, Key: key, Path: path, Fingerprint: payments.Fingerprint(http.MethodPost, path, canon)}, nil
 }
 
+// parseCheckoutLink decodes and validates POST /api/v1/orders/{order_id}/checkout-links
+// {"amount","currency"}: create's rules for the fields it shares. It touches nothing but the
+// request.
+func parseCheckoutLink(r *http.Request, orderID string) (payments.CreateInput, error) {
+	fields, err := readJSONObject(r, true)
+	if err != nil {
+		return payments.CreateInput{}, err
+	}
+	if err := onlyFields(fields, "amount", "currency"); err != nil {
+		return payments.CreateInput{}, err
+	}
+	amount, err := amountField(fields, "amount")
+	if err != nil {
+		return payments.CreateInput{}, err
+	}
+	currency, err := requiredString(fields, "currency")
+	if err != nil {
+		return payments.CreateInput{}, err
+	}
+	in := payments.CreateInput{OrderID: orderID, Amount: amount, Currency: currency}
+	if err := in.Validate(); err != nil {
+		return payments.CreateInput{}, err
+	}
+	return in, nil
+}
+
 // refundRequest is a decoded, validated POST /api/v1/payments/{id}/refunds.
 type refundRequest struct {
 	// PaymentID is the path's payment id in canonical form (lower-case UUID), so that two

@@ -31,6 +31,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/api/openapi.json", handlers.OpenAPI)
 	v1 := e.Group("/api/v1")
 	v1.POST("/orders/:order_id/payments", api.CreatePayment, api.Authenticate)
+	v1.POST("/orders/:order_id/checkout-links", api.CreateCheckoutLink, api.Authenticate)
 	v1.GET("/orders/:order_id", api.GetOrder, api.Authenticate)
 	v1.GET("/payments/:id", api.GetPayment, api.Authenticate)
 	v1.POST("/payments/:id/check", api.CheckPayment, api.Authenticate)

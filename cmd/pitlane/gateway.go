@@ -74,6 +74,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		ReplicaID:  cfg.ReplicaID,
 		CodeSecret: cfg.SecretKey,
 		ReturnURL:  returnURL(cfg.PublicBaseURL),
+		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
+		PublicBaseURL: cfg.PublicBaseURL,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}
