@@ -162,6 +162,42 @@ func printDemo(ctx context.Context, w io.Writer, svc *payments.Service) {
 	}
 }
 
+// The banner's signed checkout link is for a fresh order: the first of demo-2001, demo-2002, …
+// that pitlane has not seen (one paid or tried in an earlier run is passed over), 25.00 EUR. It
+// is what a shop gets from POST /api/v1/orders/{order_id}/checkout-links; making it writes
+// nothing.
+const (
+	demoLinkFirst    = 2001
+	demoLinkLast     = 2099
+	demoLinkAmount   = 2500
+	demoLinkCurrency = "EUR"
+)
+
+// printCheckoutLink writes the demo checkout link, or why there is none.
+func printCheckoutLink(ctx context.Context, w io.Writer, svc *payments.Service) {
+	for n := demoLinkFirst; n <= demoLinkLast; n++ {
+		id := fmt.Sprintf("demo-%d", n)
+		_, _, err := svc.GetOrder(ctx, id)
+		if err == nil {
+			continue
+		}
+		if payments.ErrorCode(err) != payments.ENOTFOUND {
+			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
+			return
+		}
+		l, err := svc.CheckoutLink(ctx, id, demoLinkAmount, demoLinkCurrency)
+		if err != nil {
+			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
+			return
+		}
+		fmt.Fprintf(w, "  checkout link (signed; the customer's page of a fresh order %s, %s %s):\n    %s\n",
+			id, minor(demoLinkAmount), demoLinkCurrency, svc.CheckoutURL(l))
+		return
+	}
+	fmt.Fprintf(w, "  checkout link: demo-%d…demo-%d all have payments; make one with POST /api/v1/orders/{order_id}/checkout-links\n",
+		demoLinkFirst, demoLinkLast)
+}
+
 func minor(amount int64) string { return fmt.Sprintf("%d.%02d", amount/100, amount%100) }
 
 // demoStaff are the console logins `pitlane dev` creates and prints: one per role. They exist

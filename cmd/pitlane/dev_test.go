@@ -67,6 +67,8 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 		t.Errorf("banner does not say the demo was seeded or where to pay:\n%s", text)
 	}
 
+	checkDevCheckoutLink(t, client, console, banner)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -111,6 +113,39 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 	}
 	if ledger != 1 {
 		t.Errorf("demo order %s has %d PaymentReceived entries, want 1", demoCompleted, ledger)
+	}
+}
+
+// checkDevCheckoutLink: the banner's signed checkout link is for the fresh order demo-2001 on
+// this server, and opens the Pay form for 25.00 EUR; the same link with the amount changed does not.
+func checkDevCheckoutLink(t *testing.T, client *http.Client, console string, banner []string) {
+	t.Helper()
+	var link string
+	for i, line := range banner {
+		if strings.HasPrefix(line, "checkout link (signed;") && i+1 < len(banner) {
+			link = banner[i+1]
+		}
+	}
+	want := strings.TrimSuffix(console, "/") + "/checkout/demo-2001?amount=2500&currency=EUR&sig="
+	if !strings.HasPrefix(link, want) || !strings.Contains(strings.Join(banner, "\n"), "demo-2001, 25.00 EUR") {
+		t.Fatalf("banner checkout link %q, want it to start %q:\n%s", link, want, strings.Join(banner, "\n"))
+	}
+	get := func(u string) (int, string) {
+		t.Helper()
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(link); code != http.StatusOK || !strings.Contains(body, `data-testid="checkout-form"`) ||
+		!strings.Contains(body, `name="sig"`) || !strings.Contains(body, "25.00 EUR") {
+		t.Errorf("GET %s = %d without the signed Pay form for 25.00 EUR:\n%s", link, code, body)
+	}
+	if code, body := get(strings.Replace(link, "amount=2500", "amount=1", 1)); code != http.StatusBadRequest || strings.Contains(body, `data-testid="checkout-form"`) {
+		t.Errorf("the demo link with its amount changed = %d (want 400, no Pay form)", code)
 	}
 }
 

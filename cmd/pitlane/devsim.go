@@ -163,6 +163,7 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 		printDemo(ctx, w, d.svc)
 	}
 	if d.svc != nil {
+		printCheckoutLink(ctx, w, d.svc)
 		if d.staffErr != nil {
 			fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
 		} else {
