@@ -2,15 +2,11 @@ package handlers
 
 import (
 	"net/http"
-	"regexp"
 
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
 )
-
-// orderIDRe is the contract's order id: 1-64 characters of [A-Za-z0-9._:-].
-var orderIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 type orderJSON struct {
 	OrderID  string        `json:"order_id"`
@@ -22,7 +18,7 @@ type orderJSON struct {
 // payment first); 404 for an order pitlane has never seen.
 func (a *API) GetOrder(c echo.Context) error {
 	orderID := pathParam(c, "order_id")
-	if !orderIDRe.MatchString(orderID) {
+	if !payments.ValidOrderID(orderID) {
 		// Not an order id pitlane could have (and not one to send to the database as text:
 		// invalid UTF-8 would be a database error, not a 404).
 		return payments.Errorf(payments.ENOTFOUND, "order %q not found", orderID)

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -44,8 +43,6 @@ func NewCheckout(svc *payments.Service, idem payments.IdempotencyConfig, log *sl
 	return &Checkout{svc: svc, staleAfter: idem.StaleAfter, log: log}
 }
 
-var checkoutOrderRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
 // customer is the actor of every change the checkout causes.
 var customer = payments.Actor{Kind: payments.ActorCustomer, ID: "checkout"}
 
@@ -54,7 +51,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 		return "", &payments.Error{Code: payments.EUNAVAIL, Message: "payments are not available right now"}
 	}
 	id := c.Param("order_id")
-	if !checkoutOrderRe.MatchString(id) {
+	if !payments.ValidOrderID(id) {
 		return "", notFound("order")
 	}
 	return id, nil

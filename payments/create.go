@@ -16,6 +16,10 @@ var (
 	currencyRe = regexp.MustCompile(`^[A-Z]{3}$`)
 )
 
+// ValidOrderID reports whether id is an order id of the contract: 1-64 characters of
+// [A-Za-z0-9._:-]. The one place that rule lives (API, checkout and Create use it).
+func ValidOrderID(id string) bool { return orderIDRe.MatchString(id) }
+
 // MaxAmount is the exclusive upper bound of an amount in minor units (contract: < 10^12).
 const MaxAmount int64 = 1_000_000_000_000
 
@@ -29,7 +33,7 @@ type CreateInput struct {
 
 // Validate checks the input against the contract and names the field at fault.
 func (in CreateInput) Validate() error {
-	if !orderIDRe.MatchString(in.OrderID) {
+	if !ValidOrderID(in.OrderID) {
 		return Invalid("order_id", "order_id must be 1-64 characters of A-Z a-z 0-9 . _ : -")
 	}
 	if in.Amount <= 0 || in.Amount >= MaxAmount {
