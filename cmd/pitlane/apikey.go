@@ -25,20 +25,11 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 	default:
 		return Usagef(usage)
 	}
-	cfg, err := env.Config()
+	svc, closeDB, err := adminService(ctx, env, "apikey")
 	if err != nil {
 		return err
 	}
-	if err := cfg.RequireDatabase("apikey"); err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	// Only the API-client methods are used: no gateway is needed.
-	svc := payments.NewService(pool, payments.Config{ReplicaID: cfg.ReplicaID})
+	defer closeDB()
 
 	switch sub {
 	case "create":

@@ -12,6 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for goose
 
 	"pitlane/migrations"
+	"pitlane/payments"
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
@@ -58,4 +59,22 @@ func derivedSecret(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
 	mac := hmac.New(sha256.New, []byte("pitlane fallback secret v1"))
 	mac.Write([]byte(sysid + "/" + dboid))
 	return []byte(hex.EncodeToString(mac.Sum(nil))), nil
+}
+
+// adminService is what the admin commands (apikey, user) work with: the configuration's
+// database, required, and a core service with no gateway (they touch no payment). close gives
+// the pool back.
+func adminService(ctx context.Context, env *Env, command string) (svc *payments.Service, close func(), err error) {
+	cfg, err := env.Config()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.RequireDatabase(command); err != nil {
+		return nil, nil, err
+	}
+	pool, err := openPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	return payments.NewService(pool, payments.Config{ReplicaID: cfg.ReplicaID}), pool.Close, nil
 }

@@ -43,19 +43,11 @@ func runUser(ctx context.Context, env *Env, args []string) error {
 	if err := payments.ValidateStaffUser(addr, payments.Role(*role), password); err != nil {
 		return Usagef("user create: %s", payments.ErrorMessage(err))
 	}
-	cfg, err := env.Config()
+	svc, closeDB, err := adminService(ctx, env, "user")
 	if err != nil {
 		return err
 	}
-	if err := cfg.RequireDatabase("user"); err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	svc := payments.NewService(pool, payments.Config{ReplicaID: cfg.ReplicaID})
+	defer closeDB()
 	u, err := svc.CreateStaffUser(ctx, addr, payments.Role(*role), password)
 	if err != nil {
 		if payments.ErrorCode(err) == payments.ECONFLICT {
