@@ -104,14 +104,25 @@ type Config struct {
 	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
-	// Sweeper settings: batch size, lease length, backoff schedule (see sweeper.go).
-	SweepBatch    int
+	// GatewayTimeout is the per-call timeout of the gateway adapter (GATEWAY_TIMEOUT, default
+	// 10s). The patrol's lease and every "may still be in flight" grace derive from it.
+	GatewayTimeout time.Duration
+	// SweepConcurrency is how many drives one replica's patrol runs at once (SWEEP_CONCURRENCY,
+	// default 16): the size of its worker pool and so the fetch limit of its claims (patrol.go).
+	SweepConcurrency int
+	// LeaseDuration is how long a claim holds a session, refund or message (default
+	// LeaseFor(GatewayTimeout): several gateway timeouts, so one drive always fits).
 	LeaseDuration time.Duration
-	Backoff       []time.Duration
-	// RegisterGrace is how long after a claim the sweeper leaves a Registering session alone,
-	// so it never races the Create that is still registering it.
+	// Backoff is the schedule of looks (sweeper.go); refunds follow it too.
+	Backoff []time.Duration
+	// RegisterGrace is how long work that called the gateway may still be in flight: the
+	// sweeper leaves a Registering session (and the patrol a fresh Pending refund) alone this
+	// long after its claim, and a webhook delivery holds its event this long, so none of them
+	// races the request still doing it. Default StaleAfterFor(GatewayTimeout).
 	RegisterGrace time.Duration
-	Hooks         Hooks
+	// Version names the running build in the patrol's heartbeat (default: from the build info).
+	Version string
+	Hooks   Hooks
 }
 
 // Service is the locking core. It is safe for concurrent use; all coordination between
@@ -121,6 +132,9 @@ type Service struct {
 	gw  Gateway
 	cfg Config
 	log *slog.Logger
+	// patrol is this replica's patrol: its back-off and what it drives right now (bounded by
+	// SweepConcurrency). Coordination with other replicas happens in PostgreSQL (leases).
+	patrol *patrolState
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -143,24 +157,30 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 	if cfg.CodeAttempts == 0 {
 		cfg.CodeAttempts = 5
 	}
-	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = 100
+	if cfg.GatewayTimeout <= 0 {
+		cfg.GatewayTimeout = defaultGatewayTimeout
 	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = time.Minute
+	if cfg.SweepConcurrency <= 0 {
+		cfg.SweepConcurrency = DefaultSweepConcurrency
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = LeaseFor(cfg.GatewayTimeout)
 	}
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff
 	}
-	if cfg.RegisterGrace == 0 {
-		cfg.RegisterGrace = 30 * time.Second
+	if cfg.RegisterGrace <= 0 {
+		cfg.RegisterGrace = StaleAfterFor(cfg.GatewayTimeout)
+	}
+	if cfg.Version == "" {
+		cfg.Version = buildVersion()
 	}
 	if len(cfg.CodeSecret) == 0 {
 		// A service without a configured secret still hashes codes; they just do not survive
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, patrol: newPatrolState(cfg.Clock.Now())}
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -355,6 +375,20 @@ func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID stri
 	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
 		return Session{}, dbError("lock order", err, "order %q not found", orderID)
 	}
+	// A patrol drive carries its lease in ctx: the session is then locked only while the row still
+	// carries the drive's token (patrol.go). Under this row lock the token cannot change before
+	// commit, so everything this transaction writes is written by the lease holder or not at all.
+	if token, leased := leaseOf(ctx, sessionID); leased {
+		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+			WHERE id = $1 AND lease_token = $2 FOR UPDATE`, sessionID, token))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Session{}, ErrLeaseLost
+		}
+		if err != nil {
+			return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
+		}
+		return sess, nil
+	}
 	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID))
 	if err != nil {
 		return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
@@ -380,6 +414,7 @@ func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string,
 	if sessionID != "" {
 		sid = sessionID
 	}
+	roundOf(ctx).count(err) // the patrol's back-pressure (patrol.go)
 	latency := time.Since(started).Milliseconds()
 	if _, lerr := s.db.Exec(context.WithoutCancel(ctx), `INSERT INTO gateway_calls
 		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
