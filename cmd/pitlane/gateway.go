@@ -76,6 +76,9 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		ReturnURL:  returnURL(cfg.PublicBaseURL),
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
+		// The patrol's width, and the lease and in-flight graces derived from the gateway timeout.
+		SweepConcurrency: cfg.SweepConcurrency,
+		GatewayTimeout:   cfg.GatewayTimeout,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

@@ -43,6 +43,7 @@ type Config struct {
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// SecretKey (SECRET_KEY) keys the HMACs of one-time codes and CSRF tokens; every replica
 	// must use the same one. nil when unset: `dev` then persists a generated one in
 	// .pitlane/secret, `serve` derives one from the database (see cmd/pitlane).
@@ -125,6 +126,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
 		return c, err
 	}
+	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {
+		return c, err
+	}
 	if v := getenv("SECRET_KEY"); v != "" {
 		if len(v) < MinSecretKeyLen {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
@@ -195,6 +199,24 @@ func duration(getenv func(string) string, name string, def time.Duration) (time.
 		return 0, errorf(name, "must be positive, got %s", v)
 	}
 	return d, nil
+}
+
+// MaxSweepConcurrency bounds SWEEP_CONCURRENCY: each drive may hold a database connection for
+// its short transactions, and far more than the pool or the gateway's rate limit allows only
+// queues the drives somewhere else.
+const MaxSweepConcurrency = 1024
+
+// count reads a positive integer of at most maxN.
+func count(getenv func(string) string, name string, def, maxN int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxN {
+		return 0, errorf(name, "must be a whole number from 1 to %d, got %q", maxN, v)
+	}
+	return n, nil
 }
 
 func checkHTTPURL(v string) error {

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
 		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second ||
-		c.NotifyWebhookURL != "" || c.SecretKey != nil {
+		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil {
 		t.Errorf("defaults: %+v", c)
 	}
 	if !strings.HasSuffix(c.ReplicaID, "-"+strconv.Itoa(os.Getpid())) {
@@ -44,13 +44,14 @@ func TestValues(t *testing.T) {
 		"NOTIFY_WEBHOOK_URL": "https://notify.example/hook",
 		"REPLICA_ID":         "replica-a",
 		"SWEEP_INTERVAL":     "250ms",
+		"SWEEP_CONCURRENCY":  "64",
 		"SECRET_KEY":         strings.Repeat("k", 32),
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
-		c.SweepInterval != 250*time.Millisecond || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
+		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
 		t.Errorf("values: %+v", c)
 	}
 	if err := c.RequireDatabase("serve"); err != nil {
@@ -82,6 +83,9 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"REPLICA_ID", strings.Repeat("r", 129)},
 		{"SWEEP_INTERVAL", "often"},
 		{"SWEEP_INTERVAL", "0"},
+		{"SWEEP_CONCURRENCY", "0"},
+		{"SWEEP_CONCURRENCY", "many"},
+		{"SWEEP_CONCURRENCY", "100000"},
 		{"SECRET_KEY", "short"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
