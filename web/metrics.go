@@ -25,9 +25,9 @@ import (
 //   - Sessions by status, the sweepers' backlog (due sessions, how overdue the oldest is, leases
 //     held), open finance cases, unprocessed webhook events: read from the database at scrape
 //     time (payments.Service.Stats) with a short timeout; pitlane_stats_up says whether that
-//     worked. These are of the whole database, the same on every replica. (A per-replica count
-//     of sweeper rounds needs a callback from payments.Service.RunSweeper, which has none yet;
-//     the backlog is what an alert wants anyway: a stalled sweeper shows as a growing overdue age.)
+//     worked. These are of the whole database, the same on every replica.
+//   - Each replica's patrol (heartbeat, last sweep, back-off, leases in flight): from the
+//     heartbeat rows every patrol writes each round (metrics_patrol.go).
 type Metrics struct {
 	Registry *prometheus.Registry
 

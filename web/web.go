@@ -54,6 +54,9 @@ func New(d Deps) *echo.Echo {
 		if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
 			d.Logger.Warn("metrics: database counts not registered", "err", err)
 		}
+		if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
+			d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
+		}
 	}
 
 	// Order matters: the request id first so every later line carries it; metrics outside the
