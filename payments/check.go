@@ -27,6 +27,11 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 	if err != nil {
 		return Session{}, err
 	}
+	return s.check(ctx, actor, sess)
+}
+
+// check is Check of a session the caller has just read (the patrol's claim returns it).
+func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will

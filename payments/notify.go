@@ -121,11 +121,13 @@ func (s *Service) outboxSource() patrolSource {
 				if err := rows.Scan(&id, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token); err != nil {
 					return err
 				}
-				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), run: func(ctx context.Context) bool {
+				// The delivery's record is its release (deliver's guarded UPDATEs).
+				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, run: func(ctx context.Context) bool {
 					ctx = withLease(ctx, outboxLeaseID(id), token)
 					dctx, cancel := s.driveContext(ctx)
 					defer cancel()
-					return !s.deliver(dctx, id, m)
+					s.deliver(dctx, id, m)
+					return false
 				}})
 			}
 			return rows.Err()

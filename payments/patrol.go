@@ -97,32 +97,92 @@ func (s *Service) sessionLeaseHolds(ctx context.Context, id string) error {
 	return nil
 }
 
-// releaseLeased is the one release of a leased row of table (payment_sessions or refunds), in
-// the caller's transaction: it clears the lease only while the row carries token (a guarded
-// UPDATE) and records the look, with the next one on the schedule — or, when the schedule ran
-// out after looks, flags the row with the reason exhausted gives (exhausted opens the finance
-// case). A settled row gets no next look. released=false: another claim holds the row.
-func (s *Service) releaseLeased(ctx context.Context, tx pgx.Tx, table, id, token string, looks int, settled bool,
-	now time.Time, exhausted func(looks int) (string, error)) (released bool, err error) {
-	next, flag, reason := any(nil), any(nil), any(nil)
-	switch {
-	case settled:
-	case looks >= len(s.cfg.Backoff):
-		r, err := exhausted(looks)
+// leaseTable is a table whose rows the patrol leases, schedules and flags (sessions, refunds).
+type leaseTable struct {
+	name      string // the table
+	settled   string // SQL over row t: it needs no next look (a final state)
+	sessionID string // SQL over row t: the session a finance case names
+	caseKind  string // the case opened when the schedule runs out
+	reason    string // SQL over row t as it was before the release: why it is flagged
+}
+
+var (
+	sessionLeases = leaseTable{name: "payment_sessions", settled: `t.status IN ('Completed', 'Failed', 'Canceled')`,
+		sessionID: `t.id`, caseKind: CaseSweepExhausted,
+		reason: `format('no final answer from the gateway after %s looks; still %s', t.check_attempts + 1, t.status)`}
+	refundLeases = leaseTable{name: "refunds", settled: `t.status <> 'Pending'`,
+		sessionID: `t.session_id`, caseKind: CaseRefundUnsettled,
+		reason: `format('refund %s: no final answer from the gateway after %s looks; still Pending', t.id, t.check_attempts + 1)`}
+)
+
+// heldLease is a lease a finished drive gives back.
+type heldLease struct{ id, token string }
+
+// releaseBatch is the one release of leased rows: in one short transaction, one guarded UPDATE
+// gives back every lease whose row still carries its token (… WHERE lease_token = token; a row
+// another claim took over is left to its new holder) and records the look with the next one on
+// the schedule (Backoff) — or, when the schedule ran out, flags the row and opens the table's
+// finance case. A settled row gets no next look. The producer releases the drives that finished
+// together, as River's completer does, instead of one transaction per drive. It returns how many
+// leases were no longer held.
+func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease) (lost int, err error) {
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	ctx = context.WithoutCancel(ctx) // the drives are done: their looks must be recorded
+	now := s.cfg.Clock.Now()
+	ids, tokens := make([]string, len(leases)), make([]string, len(leases))
+	for i, l := range leases {
+		ids[i], tokens[i] = l.id, l.token
+	}
+	steps := make([]float64, len(s.cfg.Backoff))
+	for i, d := range s.cfg.Backoff {
+		steps[i] = d.Seconds()
+	}
+	err = s.inTx(ctx, tbl.name+": release", func(tx pgx.Tx) error {
+		// In SET, t.* is the row before the update; in RETURNING, after it. Arrays are 1-based:
+		// after n looks (n = old check_attempts + 1) the next step is Backoff[n], element n + 1.
+		rows, err := tx.Query(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
+				check_attempts = t.check_attempts + 1,
+				next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL OR t.check_attempts + 1 >= $3 THEN NULL
+					ELSE $4::timestamptz + make_interval(secs => ($5::float8[])[t.check_attempts + 2]) END,
+				flagged_at = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flagged_at, $4) ELSE t.flagged_at END,
+				flag_reason = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flag_reason, `+tbl.reason+`) ELSE t.flag_reason END
+			FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+			WHERE t.id = r.id AND t.lease_token = r.token
+			RETURNING t.id::text, `+tbl.sessionID+`::text, t.order_id, NOT (`+tbl.settled+`) AND t.check_attempts >= $3, coalesce(t.flag_reason, '')`,
+			ids, tokens, len(s.cfg.Backoff), now, steps)
 		if err != nil {
-			return false, err
+			return fmt.Errorf("%s: release: %w", tbl.name, err)
 		}
-		flag, reason = now, r
-	default:
-		next = now.Add(s.cfg.Backoff[looks])
-	}
-	tag, err := tx.Exec(ctx, `UPDATE `+table+` SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
-		check_attempts = $3, next_check_at = $4, flagged_at = coalesce($5, flagged_at), flag_reason = coalesce($6, flag_reason)
-		WHERE id = $1 AND lease_token = $2`, id, token, looks, next, flag, reason)
-	if err != nil {
-		return false, fmt.Errorf("%s: release: %w", table, err)
-	}
-	return tag.RowsAffected() == 1, nil
+		type exhausted struct{ id, sessionID, orderID, reason string }
+		var flagged []exhausted
+		n := 0
+		for rows.Next() {
+			var e exhausted
+			var out bool
+			if err := rows.Scan(&e.id, &e.sessionID, &e.orderID, &out, &e.reason); err != nil {
+				rows.Close()
+				return fmt.Errorf("%s: release: %w", tbl.name, err)
+			}
+			n++
+			if out {
+				flagged = append(flagged, e)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("%s: release: %w", tbl.name, err)
+		}
+		lost = len(leases) - n
+		for _, e := range flagged {
+			if err := openCase(ctx, tx, e.sessionID, e.orderID, tbl.caseKind, e.reason, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return lost, err
 }
 
 // roundStats counts what the drives of one round did at the gateway.
@@ -155,11 +215,12 @@ func (r *roundStats) failing(minCalls int64) bool {
 	return calls >= minCalls && calls > 0 && float64(failed) >= BackoffFailShare*float64(calls)
 }
 
-// patrolJob is one leased row: run drives it and gives the lease back (only while it holds);
-// it reports whether it found its lease lost.
+// patrolJob is one leased row.
 type patrolJob struct {
-	id  string
-	run func(ctx context.Context) (lost bool)
+	id, token string
+	// run drives the row. release=true: the producer gives the lease back (releaseBatch);
+	// false: the drive found its lease lost (it does nothing further), or gave it back itself.
+	run func(ctx context.Context) (release bool)
 }
 
 // patrolSource is one kind of work the patrol drives.
@@ -167,8 +228,18 @@ type patrolSource struct {
 	kind string
 	// claim leases up to limit due rows to this replica in one short transaction.
 	claim func(ctx context.Context, limit int) ([]patrolJob, error)
+	// leases is the table the producer releases the source's finished drives into (nil: the
+	// drives release themselves).
+	leases *leaseTable
 	// gateway: its drives call the gateway (they count for back-pressure and stop in a back-off).
 	gateway bool
+}
+
+// finishedDrive is what a worker reports to the producer.
+type finishedDrive struct {
+	source  int
+	lease   heldLease
+	release bool
 }
 
 // patrolState is this replica's patrol: back-off, what it drives now, totals for the heartbeat.
@@ -198,13 +269,6 @@ type RoundReport struct {
 	// BackingOff: after this round the patrol backs off until BackoffUntil.
 	BackingOff   bool
 	BackoffUntil time.Time
-}
-
-func (r *RoundReport) finished(lost bool) {
-	r.Driven++
-	if lost {
-		r.Lost++
-	}
 }
 
 // PatrolStatus is this replica's patrol as it is now.
@@ -247,10 +311,34 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	probeSize, probeSent := max(1, width/4), 0
 	stats := &roundStats{}
 	dctx := context.WithValue(ctx, roundCtxKey{}, stats)
-	done := make(chan bool, width) // true: that drive found its lease lost
 	var rep RoundReport
-	var firstErr error
 	inFlight := 0
+	done := make(chan finishedDrive, width)
+	toRelease := make([][]heldLease, len(sources))
+	finished := func(f finishedDrive) {
+		rep.Driven++
+		inFlight--
+		switch {
+		case f.release:
+			toRelease[f.source] = append(toRelease[f.source], f.lease)
+		case sources[f.source].leases != nil:
+			rep.Lost++ // the drive found its lease taken over
+		}
+	}
+	release := func() {
+		for i, ls := range toRelease {
+			if len(ls) == 0 || sources[i].leases == nil {
+				continue
+			}
+			lost, err := s.releaseBatch(ctx, *sources[i].leases, ls)
+			if err != nil {
+				s.log.Error("patrol: release", "kind", sources[i].kind, "err", err)
+			}
+			rep.Lost += lost
+			toRelease[i] = ls[:0]
+		}
+	}
+	var firstErr error
 	exhausted := make([]bool, len(sources))
 	next := 0
 	stopFetching := false
@@ -317,9 +405,9 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 				inFlight++
 				p.inFlight.Add(1)
 				go func() {
-					lost := false
-					defer func() { p.inFlight.Add(-1); done <- lost }()
-					lost = j.run(dctx)
+					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
+					defer func() { p.inFlight.Add(-1); done <- f }()
+					f.release = j.run(dctx)
 				}()
 			}
 			free -= len(jobs)
@@ -330,18 +418,17 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		if inFlight == 0 {
 			break
 		}
-		rep.finished(<-done)
-		inFlight--
-	drain: // take every drive that finished meanwhile, so the next claim asks for all free workers
+		finished(<-done)
+	drain: // take every drive that finished meanwhile: one release, then one claim for all of them
 		for inFlight > 0 {
 			select {
-			case lost := <-done:
-				rep.finished(lost)
-				inFlight--
+			case f := <-done:
+				finished(f)
 			default:
 				break drain
 			}
 		}
+		release()
 	}
 	rep.Calls, rep.Failed = int(stats.calls.Load()), int(stats.failed.Load())
 	rep.Skipped = backingOff

@@ -558,3 +558,28 @@ func TestLeaseAndGraceDeriveFromGatewayTimeout(t *testing.T) {
 	st.Open()
 	mustWait(t, swept, "the round")
 }
+
+// Every transaction of the core bounds its lock waits (BEGIN and SET LOCAL lock_timeout go in one
+// round trip): a Check that finds the order locked by someone else gives up with EUNAVAIL.
+func TestTransactionsBoundLockWaits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.LockTimeout = 100 * time.Millisecond })
+	ctx := context.Background()
+	s := b.registered(t, "o-locked", 100)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'o-locked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
+	if _, err := b.svc.Check(ctx, api, s.ID); payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("Check behind a held order lock = %v, want EUNAVAIL (lock_timeout)", err)
+	}
+	var lockTimeout string
+	if err := b.pool.QueryRow(ctx, `SHOW lock_timeout`).Scan(&lockTimeout); err != nil || lockTimeout != "0" {
+		t.Fatalf("lock_timeout leaked out of the transaction onto the pool's session: %q %v", lockTimeout, err)
+	}
+}

@@ -256,15 +256,16 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 
 // DriveRefunds is one round of the patrol over Pending refunds (patrol.go): the same pool, lease
 // and back-off as sessions. Each due refund is leased (SKIP LOCKED, a fresh token), asked about
-// without ever refunding twice (askRefund), and released with the next step of the sweeper's
-// schedule — or, when the schedule ran out, flagged with a refund_unsettled case for finance.
+// without ever refunding twice (askRefund), and released (releaseBatch) with the next step of
+// the sweeper's schedule — or, when the schedule ran out, flagged with a refund_unsettled case
+// for finance.
 func (s *Service) DriveRefunds(ctx context.Context) (int, error) {
 	rep, err := s.runRound(ctx, []patrolSource{s.refundSource()}, nil, 0)
 	return rep.Driven, err
 }
 
 func (s *Service) refundSource() patrolSource {
-	return patrolSource{kind: "refund", gateway: true, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+	return patrolSource{kind: "refund", gateway: true, leases: &refundLeases, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
 		now := s.cfg.Clock.Now()
 		type leased struct {
 			r     Refund
@@ -298,57 +299,28 @@ func (s *Service) refundSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(due))
 		for i, d := range due {
-			jobs[i] = patrolJob{id: d.r.ID, run: func(ctx context.Context) bool { return s.driveRefundLeased(ctx, d.r, d.token) }}
+			jobs[i] = patrolJob{id: d.r.ID, token: d.token, run: func(ctx context.Context) bool { return s.driveRefundLeased(ctx, d.r, d.token) }}
 		}
 		return jobs, nil
 	}}
 }
 
-// driveRefundLeased drives one leased refund and releases it (see sessions' driveLeased).
-func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) (lost bool) {
+// driveRefundLeased drives one leased refund; like sessions' driveLeased, it reports whether its
+// lease is to be given back (by releaseBatch, with the next step of the schedule).
+func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) (release bool) {
 	ctx = withLease(ctx, r.ID, token)
 	dctx, cancel := s.driveContext(ctx)
+	defer cancel()
 	sess, err := s.Get(dctx, r.PaymentID)
 	if err == nil {
 		_, err = s.driveRefund(dctx, sess, r)
 	}
-	cancel()
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("refund: lease lost during the drive; leaving it to its new holder", "refund", r.ID)
-		return true
+		return false
 	}
 	if err != nil {
 		s.log.Info("refund: not settled this round", "refund", r.ID, "err", err)
 	}
-	released, err := s.releaseRefund(ctx, r.ID, token)
-	if err != nil {
-		s.log.Error("refund: release", "refund", r.ID, "err", err)
-	}
-	return err == nil && !released
-}
-
-// releaseRefund gives a refund's lease back with the next step of the schedule, or flags it
-// and opens a refund_unsettled case when the schedule ran out; only while the token holds.
-func (s *Service) releaseRefund(ctx context.Context, id, token string) (released bool, err error) {
-	ctx = context.WithoutCancel(ctx)
-	now := s.cfg.Clock.Now()
-	err = s.inTx(ctx, "refund: release", func(tx pgx.Tx) error {
-		var status, sessionID, orderID string
-		var attempts int
-		err := tx.QueryRow(ctx, `SELECT status, check_attempts, session_id::text, order_id FROM refunds
-			WHERE id = $1 AND lease_token = $2 FOR UPDATE`, id, token).Scan(&status, &attempts, &sessionID, &orderID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // taken over: the new holder owns the schedule
-		}
-		if err != nil {
-			return fmt.Errorf("refund: release: %w", err)
-		}
-		released, err = s.releaseLeased(ctx, tx, "refunds", id, token, attempts+1, status != RefundPending, now,
-			func(looks int) (string, error) {
-				r := fmt.Sprintf("refund %s: no final answer from the gateway after %d looks; still Pending", id, looks)
-				return r, openCase(ctx, tx, sessionID, orderID, CaseRefundUnsettled, r, now)
-			})
-		return err
-	})
-	return released, err
+	return true
 }

@@ -296,14 +296,14 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// BEGIN and SET LOCAL go in one round trip (one simple-protocol query of two statements):
+	// every transaction of the core pays for it, the patrol's many small ones most of all.
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
+		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())})
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", op, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())); err != nil {
-		return fmt.Errorf("%s: lock_timeout: %w", op, err)
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -32,14 +32,14 @@ func (s *Service) SweepOnce(ctx context.Context) (int, error) {
 // sessionSource is the patrol's work on sessions: due active sessions, not flagged, whose lease
 // (if any) ran out.
 func (s *Service) sessionSource() patrolSource {
-	return patrolSource{kind: "session", gateway: true, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+	return patrolSource{kind: "session", gateway: true, leases: &sessionLeases, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
 		claimed, err := s.claimDue(ctx, limit)
 		if err != nil {
 			return nil, err
 		}
 		jobs := make([]patrolJob, len(claimed))
 		for i, c := range claimed {
-			jobs[i] = patrolJob{id: c.sess.ID, run: func(ctx context.Context) bool { return s.driveLeased(ctx, c.sess, c.token) }}
+			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, run: func(ctx context.Context) bool { return s.driveLeased(ctx, c.sess, c.token) }}
 		}
 		return jobs, nil
 	}}
@@ -93,26 +93,23 @@ type withTrailing struct {
 
 func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w.extra...)...) }
 
-// driveLeased drives one claimed session under its lease and gives the lease back with the next
-// step of the schedule — unless the drive found the lease taken over, in which case it does
-// nothing further: the new holder owns the session and its schedule.
-func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (lost bool) {
+// driveLeased drives one claimed session under its lease. It reports whether the lease is to be
+// given back (with the next step of the schedule, by the producer's releaseBatch): not when the
+// drive found the lease taken over, in which case it does nothing further — the new holder owns
+// the session and its schedule.
+func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (release bool) {
 	ctx = withLease(ctx, sess.ID, token)
 	dctx, cancel := s.driveContext(ctx)
 	err := s.drive(dctx, sess)
 	cancel()
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("sweep: lease lost during the drive; leaving the session to its new holder", "session", sess.ID)
-		return true
+		return false
 	}
 	if err != nil {
 		s.log.Info("sweep: session not settled this round", "session", sess.ID, "status", sess.Status, "err", err)
 	}
-	released, err := s.release(ctx, sess.ID, token)
-	if err != nil {
-		s.log.Error("sweep: release", "session", sess.ID, "err", err)
-	}
-	return err == nil && !released
+	return true
 }
 
 // drive moves one leased session as far as the gateway's word allows. Before anything that acts
@@ -128,7 +125,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 			return fmt.Errorf("sweep: reverse operation: %w", err)
 		}
 		if !pending {
-			_, err = s.Check(ctx, actor, sess.ID)
+			_, err = s.check(ctx, actor, sess)
 			return err
 		}
 		if err = s.sessionLeaseHolds(ctx, sess.ID); err != nil {
@@ -138,7 +135,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		return err
 	case StatusRegistering, StatusUnknown:
 		if sess.GatewayPaymentID != "" {
-			_, err = s.Check(ctx, actor, sess.ID)
+			_, err = s.check(ctx, actor, sess)
 			return err
 		}
 		// Recover a registration whose answer never came: look it up by our reference first
@@ -172,37 +169,9 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered again with the same key")
 		return err
 	default:
-		_, err = s.Check(ctx, actor, sess.ID)
+		_, err = s.check(ctx, actor, sess)
 		return err
 	}
-}
-
-// release gives the lease back and schedules the next look, or flags the session for finance
-// when the schedule ran out — only while the row still carries the drive's token (a guarded
-// UPDATE); released=false when another claim has taken the session over meanwhile.
-func (s *Service) release(ctx context.Context, id, token string) (released bool, err error) {
-	ctx = context.WithoutCancel(ctx)
-	now := s.cfg.Clock.Now()
-	err = s.inTx(ctx, "sweep: release", func(tx pgx.Tx) error {
-		var status string
-		var attempts int
-		var orderID string
-		err := tx.QueryRow(ctx, `SELECT status, check_attempts, order_id FROM payment_sessions WHERE id = $1 AND lease_token = $2 FOR UPDATE`,
-			id, token).Scan(&status, &attempts, &orderID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // taken over after the lease ran out: the new holder owns the schedule now
-		}
-		if err != nil {
-			return fmt.Errorf("sweep: release: %w", err)
-		}
-		released, err = s.releaseLeased(ctx, tx, "payment_sessions", id, token, attempts+1, Status(status).Terminal(), now,
-			func(looks int) (string, error) {
-				r := fmt.Sprintf("no final answer from the gateway after %d looks; still %s", looks, status)
-				return r, openCase(ctx, tx, id, orderID, CaseSweepExhausted, r, now)
-			})
-		return err
-	})
-	return released, err
 }
 
 // HousekeepingEvery is how often (by the service clock) a replica's patrol also reaps expired
