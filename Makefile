@@ -46,14 +46,14 @@ endef
 # The same search as internal/pgrunner: initdb on PATH or in Debian's versioned directory.
 HAVE_PG = command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
 
-.PHONY: help run test build deps deps-test generate check-generated vet bench polygon clean
+.PHONY: help run test build deps deps-test generate check-generated vet bench bench-go polygon clean
 
 help:
 	@echo "make run       start pitlane dev (private PostgreSQL + console) after installing what is missing"
 	@echo "make test      install test dependencies, check generated code, vet, run all tests on a throwaway cluster"
 	@echo "make build     build bin/pitlane"
 	@echo "make generate  regenerate templ code (commit the result)"
-	@echo "make bench     run the benchmarks against a throwaway cluster"
+	@echo "make bench     every figure beside its anchor (internal/bench; BENCH_SCALE=small for a quick run)"
 
 ## deps: PostgreSQL server binaries (what `make run` needs).
 deps:
@@ -100,8 +100,14 @@ test: deps-test check-generated vet $(TESTPG)
 	PGBOUNCER_BIN="$$( [ -x "$(PGBOUNCER_BIN)" ] && echo "$(PGBOUNCER_BIN)" || command -v pgbouncer )" \
 	  $(TESTPG) -- $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 
-## bench: benchmarks only (no tests), on a throwaway cluster. Reports, never assertions.
-bench: deps $(TESTPG)
+## bench: the benchmark program (internal/bench) at full size: every figure beside its anchor on
+## its own private PostgreSQL, a table, and .pitlane/bench/report.json. Reports, never assertions.
+## BENCH_SCALE=small for a quick run; `make test` runs it small once (TestBenchSmall).
+## bench-go: the go test -bench lines of the packages, on a throwaway cluster.
+bench: deps
+	$(GO) run ./internal/bench
+
+bench-go: deps $(TESTPG)
 	$(TESTPG) -- $(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) $(PKGS)
 
 ## polygon: the concurrency proving ground at full size (make test runs the same scenarios small):

@@ -27,7 +27,7 @@ type patrolCollector struct {
 	log     *slog.Logger
 
 	beat, sweep, inFlight, backingOff, backoffUntil, failed, calls, driven, info *prometheus.Desc
-	selfBackingOff, selfInFlight                                                *prometheus.Desc
+	selfBackingOff, selfInFlight                                                 *prometheus.Desc
 }
 
 func newPatrolCollector(svc *payments.Service, log *slog.Logger) *patrolCollector {
