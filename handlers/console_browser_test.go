@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -182,7 +183,7 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 // counts change in place through htmx polling, without a page load.
 func TestBrowserDashboardLiveUpdate(t *testing.T) {
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.payment(t, "o-live", 1999)
 	srv := httptest.NewServer(b.e)
 	defer srv.Close()

@@ -10,7 +10,7 @@ import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
 import (
-	"pitlane/payments"
+	"pitlane/access"
 	"pitlane/static"
 )
 
@@ -28,18 +28,18 @@ type Page struct {
 // NavItem is one entry of the console's top navigation, shown to roles with Perm.
 type NavItem struct {
 	Key, Label, Href string
-	Perm             payments.Permission
+	Perm             access.Permission
 }
 
 // Nav is the console's navigation.
 var Nav = []NavItem{
-	{Key: "dashboard", Label: "Dashboard", Href: "/", Perm: payments.PermView},
-	{Key: "payments", Label: "Payments", Href: "/payments", Perm: payments.PermView},
-	{Key: "finance", Label: "Finance", Href: "/finance", Perm: payments.PermFinance},
-	{Key: "locks", Label: "Locks", Href: "/locks", Perm: payments.PermView},
-	{Key: "outbox", Label: "Outbox", Href: "/outbox", Perm: payments.PermAdmin},
-	{Key: "users", Label: "Users", Href: "/admin/users", Perm: payments.PermAdmin},
-	{Key: "audit", Label: "Audit", Href: "/admin/audit", Perm: payments.PermAdmin},
+	{Key: "dashboard", Label: "Dashboard", Href: "/", Perm: access.PermView},
+	{Key: "payments", Label: "Payments", Href: "/payments", Perm: access.PermView},
+	{Key: "finance", Label: "Finance", Href: "/finance", Perm: access.PermFinance},
+	{Key: "locks", Label: "Locks", Href: "/locks", Perm: access.PermView},
+	{Key: "outbox", Label: "Outbox", Href: "/outbox", Perm: access.PermAdmin},
+	{Key: "users", Label: "Users", Href: "/admin/users", Perm: access.PermAdmin},
+	{Key: "audit", Label: "Audit", Href: "/admin/audit", Perm: access.PermAdmin},
 }
 
 // Layout wraps every console page.
