@@ -1,18 +1,22 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"pitlane/internal/config"
+	"pitlane/internal/testdb"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/web"
@@ -236,4 +240,73 @@ func TestServeWithoutGatewayExitsTwo(t *testing.T) {
 			t.Errorf("%v: stderr %q, want one line starting %q", tc.env, got, tc.want)
 		}
 	}
+}
+
+// TestDevSeedsSharedDatabaseOnlyWithDemo: with DATABASE_URL set (a database that may be shared)
+// dev seeds no demo logins (with their printed passwords) and no demo orders, and says so; with
+// --demo it seeds them.
+func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, demo := range []bool{false, true} {
+		args := []string{"dev", "--dir", t.TempDir()}
+		if demo {
+			args = append(args, "--demo")
+		}
+		banner := runDevUntilReady(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		text := strings.Join(banner, "\n")
+		users, orders := count(`SELECT count(*) FROM staff_users`), count(`SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`)
+		if !demo {
+			if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
+				t.Fatalf("without --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+			}
+			continue
+		}
+		if users != len(demoStaff) || orders != len(demoOrders) || !strings.Contains(text, "demo-pass") || strings.Contains(text, "none seeded") {
+			t.Fatalf("with --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+		}
+	}
+}
+
+// runDevUntilReady runs `pitlane dev` as a process until it printed its banner, then stops it
+// (SIGTERM) and requires a clean exit. It returns the banner's lines.
+func runDevUntilReady(t *testing.T, env map[string]string, args ...string) []string {
+	t.Helper()
+	cmd := pitlane(env, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var banner []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		banner = append(banner, line)
+		if strings.HasPrefix(line, "Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("dev: %v; stderr: %s", err, stderr.String())
+	}
+	return banner
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
 
+	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
 )
@@ -28,6 +30,9 @@ import (
 const mainEnv = "PITLANE_TEST_MAIN"
 
 func TestMain(m *testing.M) {
+	// Password hashes in tests need not be slow (each hash carries its cost, so verification is
+	// the same code path); bcrypt at the real cost takes seconds under -race.
+	access.DefaultPasswordCost = bcrypt.MinCost
 	if os.Getenv(mainEnv) == "1" {
 		if os.Getenv("PITLANE_TEST_GATE") == "1" {
 			os.Stdout.WriteString("gate\n")
