@@ -190,7 +190,7 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 				got = c.FormValue(views.CSRFField)
 			}
 			if token == "" || !hmac.Equal([]byte(got), []byte(token)) {
-				return echo.NewHTTPError(http.StatusForbidden,
+				return payments.Errorf(payments.EFORBIDDEN,
 					"The form expired or did not come from this site (CSRF check failed). Go back, reload the page and try again.")
 			}
 			return next(c)
