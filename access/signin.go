@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/crypto/bcrypt"
@@ -59,7 +60,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		if !ok {
 			wait := s.bucketWait(ctx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
 			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", Message: fmt.Sprintf(
-				"too many failed sign-ins from your network; try again in %d minutes", int(wait.Minutes())+1)}
+				"too many failed sign-ins from your network; try again in %s", wait.Round(time.Second))}
 			return errRollback
 		}
 		if ok, err = takeBucket(ctx, tx, scopeGlobal, "", s.Limits.GlobalBurst, s.Limits.GlobalWindow, now); err != nil {

@@ -26,7 +26,7 @@ func (a *API) Authenticate(scope access.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if a.access == nil {
-				return a.ready()
+				return &payments.Error{Code: payments.EUNAVAIL, Message: "API keys cannot be checked: this replica has no database configured"}
 			}
 			h := c.Request().Header.Get(echo.HeaderAuthorization)
 			scheme, key, ok := strings.Cut(h, " ")
