@@ -17,6 +17,11 @@ const (
 	EBUSY     = "busy"        // the same work is in flight elsewhere; retry later → 409 + Retry-After
 	EUNAVAIL  = "unavailable" // a lock or dependency timed out → 503
 	EINTERNAL = "internal"    // a bug or an unexpected failure → 500, logged
+
+	// A gateway webhook that cannot be accepted (WebhookVerifier). Both are refusals before
+	// anything is written; the gateway redelivers, and a forger learns nothing more.
+	EMALFORMED    = "malformed"     // a signature header or event body that cannot be read → 400
+	EBADSIGNATURE = "bad_signature" // no signature matches a configured secret, or it is stale → 401
 )
 
 // Error is the one error type of the domain: a code for machines and a message for people.

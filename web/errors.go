@@ -37,6 +37,9 @@ var domainStatus = map[string]int{
 	payments.EBUSY:     http.StatusConflict,
 	payments.EUNAVAIL:  http.StatusServiceUnavailable,
 	payments.EINTERNAL: http.StatusInternalServerError,
+
+	payments.EMALFORMED:    http.StatusBadRequest,
+	payments.EBADSIGNATURE: http.StatusUnauthorized,
 }
 
 // retryAfterSeconds is sent with EBUSY (the same work is running elsewhere) and EUNAVAIL: long

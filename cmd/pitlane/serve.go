@@ -97,7 +97,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	}
 
 	metrics := web.NewMetrics()
-	svc, err := newService(cfg, pool, logger, metrics)
+	svc, verifier, err := newService(cfg, pool, logger, metrics)
 	if err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
@@ -120,7 +120,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		SecureCookies: strings.HasPrefix(cfg.PublicBaseURL, "https://"),
 		Payments:      svc,
 		Idempotency:   payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
-		Webhooks:      handlers.WebhookConfig{Scheme: cfg.Gateway, Secret: cfg.GatewayWebhookSecret},
+		Webhooks:      handlers.WebhookConfig{Verifier: verifier},
 		Metrics:       metrics,
 	})
 	srv := &http.Server{
