@@ -107,7 +107,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("no payment gateway configured: the API and the webhook receiver answer 503 and no sweeper runs", "reason", err.Error())
 		svc = nil
 	}
-	if cfg.GatewayWebhookSecret == "" && svc != nil {
+	if verifier == nil && svc != nil {
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
