@@ -84,7 +84,7 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	case rep.LostLeadership:
 		return fmt.Errorf("reconcile: stopped: another replica took the lease over (this run had stalled past its %s TTL)", payments.DefaultReconcileConfig.LeaderTTL)
 	case !rep.PassDone:
-		return fmt.Errorf("reconcile: stopped after %d failures in a row (is the gateway down?); run it again", rep.Errors)
+		return fmt.Errorf("reconcile: stopped after %d failures in a row (is the gateway down?); run it again", payments.DefaultReconcileConfig.MaxFailures)
 	case rep.Errors > 0:
 		return fmt.Errorf("reconcile: %d sessions could not be compared; run it again", rep.Errors)
 	}
