@@ -20,6 +20,11 @@ const (
 
 	EUNAUTHENTICATED = "unauthenticated" // no credentials, or ones nobody issued → 401
 	EFORBIDDEN       = "forbidden"       // known caller, not allowed (revoked key, scope, role) → 403
+
+	// A gateway webhook that cannot be accepted (WebhookVerifier). Both are refusals before
+	// anything is written; the gateway redelivers, and a forger learns nothing more.
+	EMALFORMED    = "malformed"     // a signature header or event body that cannot be read → 400
+	EBADSIGNATURE = "bad_signature" // no signature matches a configured secret, or it is stale → 401
 )
 
 // Error is the one error type of the domain: a code for machines and a message for people.

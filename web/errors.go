@@ -40,6 +40,9 @@ var domainStatus = map[string]int{
 
 	payments.EUNAUTHENTICATED: http.StatusUnauthorized,
 	payments.EFORBIDDEN:       http.StatusForbidden,
+
+	payments.EMALFORMED:    http.StatusBadRequest,
+	payments.EBADSIGNATURE: http.StatusUnauthorized,
 }
 
 // retryAfterSeconds is sent with EBUSY (the same work is running elsewhere) and EUNAVAIL: long

@@ -47,7 +47,7 @@ type Deps struct {
 	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
 	// (payments.StaleAfterFor). Zero values are the defaults.
 	Idempotency payments.IdempotencyConfig
-	// Webhooks configures the gateway webhook receiver (signature scheme and secret).
+	// Webhooks configures the gateway webhook receiver (the gateway adapter's verifier).
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics

@@ -178,7 +178,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		return cfg
 	}
 
-	gw, err := buildGateway(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123", "GATEWAY_URL": "http://127.0.0.1:12111"}), logger)
+	gw, _, err := buildGateway(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123", "GATEWAY_URL": "http://127.0.0.1:12111"}), logger, "serve")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		t.Errorf("GATEWAY=stripe built %T (%s), want the Stripe adapter", gw, gw.Name())
 	}
 
-	gw, err = buildGateway(load(map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090", "GATEWAY_API_KEY": "k"}), logger)
+	gw, _, err = buildGateway(load(map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090", "GATEWAY_API_KEY": "k"}), logger, "serve")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 	}
 
 	// The service sees the adapter's name through the metrics decorator: session rows record it.
-	svc, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
+	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		{map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090"}, "GATEWAY_API_KEY"},
 		{map[string]string{"GATEWAY": "stripe"}, "GATEWAY_API_KEY"},
 	} {
-		_, err := buildGateway(load(tc.env), logger)
+		_, _, err := buildGateway(load(tc.env), logger, "serve")
 		cerr, ok := err.(*config.Error)
 		if !ok || cerr.Var != tc.want {
 			t.Errorf("%v: error %v, want a configuration error naming %s", tc.env, err, tc.want)

@@ -54,16 +54,18 @@ func startDevSimulator(cfg *config.Config, logger *slog.Logger) (*devSimulator, 
 	if cfg.GatewayAPIKey == "" {
 		cfg.GatewayAPIKey = gatewaysim.DefaultAPIKey
 	}
-	if cfg.GatewayWebhookSecret == "" {
+	if len(cfg.WebhookSecrets()) == 0 {
 		m := hmac.New(sha256.New, cfg.SecretKey)
 		m.Write([]byte("pitlane dev gateway webhook secret"))
 		cfg.GatewayWebhookSecret = "whsec_dev_" + hex.EncodeToString(m.Sum(nil))[:32]
 	}
 	base := "http://" + ln.Addr().String()
 	sim := gatewaysim.New(gatewaysim.Options{
-		APIKey:        cfg.GatewayAPIKey,
-		WebhookURL:    cfg.PublicBaseURL + "/webhooks/gateway",
-		WebhookSecret: cfg.GatewayWebhookSecret,
+		APIKey:     cfg.GatewayAPIKey,
+		WebhookURL: cfg.PublicBaseURL + "/webhooks/gateway",
+		// A configured list (a rotation being tried out): the simulator signs with the first;
+		// the receiver accepts any of them.
+		WebhookSecret: cfg.WebhookSecrets()[0],
 		CaptureDelay:  devSimCaptureDelay,
 		ExpireAfter:   devSimExpireAfter,
 		PublicURL:     base,

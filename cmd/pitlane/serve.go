@@ -141,7 +141,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	}
 
 	metrics := web.NewMetrics()
-	svc, err := newService(cfg, pool, logger, metrics)
+	svc, verifier, err := newService(cfg, pool, logger, metrics)
 	if err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
@@ -151,7 +151,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("no payment gateway configured: the API and the webhook receiver answer 503 and no sweeper runs", "reason", err.Error())
 		svc = nil
 	}
-	if cfg.GatewayWebhookSecret == "" && svc != nil {
+	if verifier == nil && svc != nil {
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
@@ -169,7 +169,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Payments:         svc,
 		Access:           access.New(pool, nil), // built whatever the gateway: the console signs people in anyway
 		Idempotency:      payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
-		Webhooks:         handlers.WebhookConfig{Scheme: cfg.Gateway, Secret: cfg.GatewayWebhookSecret},
+		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
 		Metrics:          metrics,
 		MetricsElsewhere: cfg.MetricsAddr != "",
 	})

@@ -38,7 +38,7 @@ type Config struct {
 	Gateway              string        // GATEWAY: GatewayRefgw (default) or GatewayStripe
 	GatewayURL           string        // GATEWAY_URL
 	GatewayAPIKey        string        // GATEWAY_API_KEY
-	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET
+	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET: one secret or a comma-separated list (WebhookSecrets)
 	GatewayTimeout       time.Duration // GATEWAY_TIMEOUT, default 10s
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
@@ -185,6 +185,21 @@ func (c Config) RequireDatabase(command string) error {
 		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
 	}
 	return nil
+}
+
+// WebhookSecrets splits GATEWAY_WEBHOOK_SECRET into its secrets: a comma-separated list, so
+// that during a rotation the old and the new secret both verify (the receiver accepts a
+// signature under any of them; order does not matter). Spaces around entries and empty entries
+// are dropped, so a secret itself can contain neither a comma nor leading or trailing spaces.
+// nil when unset.
+func (c Config) WebhookSecrets() []string {
+	var out []string
+	for s := range strings.SplitSeq(c.GatewayWebhookSecret, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // LoadOrCreateSecret returns the secret stored at path, creating a random one (mode 0600) on

@@ -137,3 +137,25 @@ func TestLoadOrCreateSecretPersists(t *testing.T) {
 		t.Fatal("a too-short stored secret was accepted")
 	}
 }
+
+func TestWebhookSecretsIsACommaSeparatedList(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw  string
+		want []string
+	}{
+		{"", nil},
+		{"whsec_one", []string{"whsec_one"}},
+		{"whsec_old,whsec_new", []string{"whsec_old", "whsec_new"}},
+		{" whsec_old , whsec_new ,", []string{"whsec_old", "whsec_new"}},
+		{",,", nil},
+	} {
+		c, err := Load(env(map[string]string{"GATEWAY_WEBHOOK_SECRET": tc.raw}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.WebhookSecrets(); strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("%q: %q, want %q", tc.raw, got, tc.want)
+		}
+	}
+}
