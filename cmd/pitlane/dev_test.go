@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -262,7 +263,10 @@ func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
 		if demo {
 			args = append(args, "--demo")
 		}
-		banner := runDevUntilReady(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		banner, stop := startDev(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
 		text := strings.Join(banner, "\n")
 		users, orders := count(`SELECT count(*) FROM staff_users`), count(`SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`)
 		if !demo {
@@ -277,9 +281,9 @@ func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
 	}
 }
 
-// runDevUntilReady runs `pitlane dev` as a process until it printed its banner, then stops it
-// (SIGTERM) and requires a clean exit. It returns the banner's lines.
-func runDevUntilReady(t *testing.T, env map[string]string, args ...string) []string {
+// startDev runs `pitlane dev` as a process until it printed its banner (up to "Ctrl-C …") and
+// returns the banner's lines; stop sends SIGTERM and requires a clean exit.
+func startDev(t *testing.T, env map[string]string, args ...string) (banner []string, stop func() error) {
 	t.Helper()
 	cmd := pitlane(env, args...)
 	var stderr bytes.Buffer
@@ -292,7 +296,6 @@ func runDevUntilReady(t *testing.T, env map[string]string, args ...string) []str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	var banner []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -302,11 +305,13 @@ func runDevUntilReady(t *testing.T, env map[string]string, args ...string) []str
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	return banner, func() error {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("dev after SIGTERM: %w; stderr: %s", err, stderr.String())
+		}
+		return nil
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("dev: %v; stderr: %s", err, stderr.String())
-	}
-	return banner
 }

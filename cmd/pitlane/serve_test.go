@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -27,19 +26,7 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urls := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func(u string) { urls <- u })
-	}()
-	var base string
-	select {
-	case base = <-urls:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
+	base, stop := startRun(t, cfg, pool)
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	status := func(req *http.Request) int {
@@ -72,8 +59,7 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= cfg.GatewayTimeout || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes != maxHeaderBytes {
 		t.Errorf("server limits: %+v", srv)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run after cancel: %v", err)
 	}
 	if c, err := net.DialTimeout("tcp", metricsAddr, time.Second); err == nil {
