@@ -344,6 +344,12 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	stopFetching := false
 	swept := false
 	lastBeat := time.Now()
+	var tick <-chan time.Time // nil (never) without a beat
+	if beat != nil {
+		t := time.NewTicker(beatEvery)
+		defer t.Stop()
+		tick = t.C
+	}
 
 	for {
 		if ctx.Err() != nil {
@@ -415,11 +421,19 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 				probeSent += len(jobs)
 			}
 		}
+		// Release after the claim: the drives just started need not wait for it, and the rows
+		// released here are not due again this round (their next look is in the future).
+		release()
 		if inFlight == 0 {
 			break
 		}
-		finished(<-done)
-	drain: // take every drive that finished meanwhile: one release, then one claim for all of them
+		select {
+		case f := <-done:
+			finished(f)
+		case <-tick:
+			continue // drives are slow (the gateway hangs): still beat on time
+		}
+	drain: // take every drive that finished meanwhile: one claim, then one release for all of them
 		for inFlight > 0 {
 			select {
 			case f := <-done:
@@ -428,7 +442,6 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 				break drain
 			}
 		}
-		release()
 	}
 	rep.Calls, rep.Failed = int(stats.calls.Load()), int(stats.failed.Load())
 	rep.Skipped = backingOff
