@@ -23,7 +23,8 @@ import (
 //   - A lease per row: (lease_owner, lease_until, lease_token) with a fresh uuid token per claim.
 //     The drive carries its token in its context; every apply transaction locks its row only
 //     while the row still carries that token (lockOrderAndSession, the refund and outbox
-//     updates), and the release is a guarded UPDATE … WHERE lease_token = $token. A drive that
+//     updates), and the release — of all drives finished since the producer last woke, in one
+//     statement (releaseBatch) — is a guarded UPDATE … WHERE lease_token = token. A drive that
 //     finds its lease lost does nothing further. The lease is LeaseFor(GATEWAY_TIMEOUT) long and
 //     the drive's context ends a gateway timeout before it, so an honest drive always fits.
 //   - Back-pressure: every gateway call a drive makes is counted into its round

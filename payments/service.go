@@ -331,33 +331,40 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 	if len(from) == 0 {
 		return Session{}, Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
-	var prev string
-	// FOR UPDATE: the timeline's from_status must be the state the UPDATE below replaces. Callers
-	// already hold the order then session locks, so this takes nothing new and keeps the order.
-	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1 FOR UPDATE`, id).Scan(&prev); err != nil {
-		return Session{}, dbError("transition: read", err, "payment %q not found", id)
-	}
 	next := p.nextCheckAt
 	clear := p.clearNextCheck || to.Terminal()
+	// One statement: the guarded UPDATE and the timeline event that names the state it replaced
+	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
+	// state the UPDATE sees). No row: the edge is not allowed from the current state (or there is
+	// no such payment), and nothing was written.
 	sess, err := scanSession(tx.QueryRow(ctx, `
-		UPDATE payment_sessions SET
-			status = $2,
-			gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
-			confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
-			next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
-			updated_at = $7
-		WHERE id = $1 AND status = ANY($8)
-		RETURNING `+sessionColumns,
-		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from))
+		WITH prev AS (SELECT status FROM payment_sessions WHERE id = $1),
+		upd AS (
+			UPDATE payment_sessions SET
+				status = $2,
+				gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
+				confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
+				next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
+				updated_at = $7
+			WHERE id = $1 AND status = ANY($8)
+			RETURNING `+sessionColumns+`
+		),
+		ev AS (
+			INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+			SELECT $1, prev.status, $2, $9, $10, $11, $7 FROM prev, upd
+		)
+		SELECT upd.* FROM upd`,
+		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
+		string(actor.Kind), actor.ID, reason))
 	if errors.Is(err, pgx.ErrNoRows) {
+		var prev string
+		if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
+			return Session{}, dbError("transition: read", err, "payment %q not found", id)
+		}
 		return Session{}, &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
 	}
 	if err != nil {
 		return Session{}, dbError("transition", err, "")
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, prev, string(to), string(actor.Kind), actor.ID, reason, now); err != nil {
-		return Session{}, fmt.Errorf("transition: event: %w", err)
 	}
 	if to.Terminal() && to != StatusCompleted {
 		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = NULL, updated_at = $3
