@@ -41,7 +41,7 @@ const (
 var drainLatencies = []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond}
 
 func sweeperDrain(ctx context.Context, env *Env) ([]Figure, error) {
-	n := env.Size(300, 10000)
+	n := env.Size(200, 10000)
 	latencies := drainLatencies
 	if v := env.Getenv("BENCH_LATENCIES"); v != "" { // e.g. "0" or "0,200": only these (profiling)
 		latencies = nil
