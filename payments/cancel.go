@@ -55,7 +55,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 			FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, sessionID).Scan(&contact); err != nil {
 			return fmt.Errorf("request cancel: contact: %w", err)
 		}
-		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID,
+		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID, Secret: code,
 			Text: fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
 				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))}
 		outboxID, err = enqueue(ctx, tx, msg, now)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,19 @@ type Message struct {
 	Text      string `json:"text"`
 	OrderID   string `json:"order_id"`
 	PaymentID string `json:"payment_id"`
+	// Secret is the part of Text that must not outlive its delivery (a one-time code): the
+	// outbox keeps Text until the message is delivered (it is retried from there) and then only
+	// Text with Secret replaced (the contract: codes are never stored in clear after delivery).
+	Secret string `json:"-"`
+}
+
+// redactedText is the message's text as the outbox keeps it once delivered.
+func (m Message) redactedText() *string {
+	if m.Secret == "" {
+		return nil
+	}
+	s := strings.ReplaceAll(m.Text, m.Secret, "[redacted]")
+	return &s
 }
 
 // Notifier delivers a message outside pitlane. Every message is also kept in the outbox table,
@@ -65,8 +79,8 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 	if m.PaymentID != "" {
 		pid = m.PaymentID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, order_id, payment_id, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), $5, $6) RETURNING id`, m.Kind, m.To, m.Text, m.OrderID, pid, now).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, order_id, payment_id, created_at, delivered_body)
+		VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.OrderID, pid, now, m.redactedText()).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %w", err)
 	}
@@ -141,7 +155,9 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 		}
 		return
 	}
-	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL WHERE id = $1`, outboxID, now); uerr != nil {
+	// Delivered: the body loses its secret (delivered_body is the body without it, when it had one).
+	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
+		body = coalesce(delivered_body, body), delivered_body = NULL WHERE id = $1`, outboxID, now); uerr != nil {
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
 }
