@@ -77,10 +77,14 @@ func tracingBench(t *testing.T) (*pgxpool.Pool, *tracedGateway, config.Config, s
 	return pool, gw, cfg, apiKey
 }
 
-// createPayment creates a payment through the API of a running server and returns its id.
-func createPayment(t *testing.T, base, apiKey, orderID string, body string) string {
+// createPayment creates a payment through the API of a running server and returns its id. A
+// caller's traceparent goes with the request when one is given.
+func createPayment(t *testing.T, base, apiKey, orderID, body, traceparent string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/orders/"+orderID+"/payments", strings.NewReader(body))
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "trace-test-"+orderID)
@@ -112,7 +116,7 @@ func TestTraceFromAPIToGateway(t *testing.T) {
 	rec := telemetrytest.New(t)
 	var logs syncBuffer
 	base, stop := startServeWith(t, cfg, pool, slog.New(slog.NewJSONHandler(&logs, nil)), serveOptions{tracing: rec})
-	id := createPayment(t, base, apiKey, "trace-order-1", `{"amount":4217,"currency":"EUR","customer_contact":"trace.customer@example.com"}`)
+	id := createPayment(t, base, apiKey, "trace-order-1", `{"amount":4217,"currency":"EUR","customer_contact":"trace.customer@example.com"}`, "")
 	if err := stop(); err != nil { // every span has ended once the server stopped
 		t.Fatal(err)
 	}
@@ -163,13 +167,13 @@ func TestTraceFromAPIToGateway(t *testing.T) {
 
 // TestNoTraceWithoutEndpoint: the server as `serve` builds it with OTEL_EXPORTER_OTLP_ENDPOINT
 // unset traces nothing: the gateway gets no traceparent (a span that records nothing has no
-// trace to name), and the request log names none.
+// trace to name), not even when the API's caller sent one, and the request log names none.
 func TestNoTraceWithoutEndpoint(t *testing.T) {
 	t.Parallel()
 	pool, gw, cfg, apiKey := tracingBench(t)
 	var logs syncBuffer
 	base, stop := startServeWith(t, cfg, pool, slog.New(slog.NewJSONHandler(&logs, nil)), serveOptions{})
-	createPayment(t, base, apiKey, "untraced-1", `{"amount":100,"currency":"EUR"}`)
+	createPayment(t, base, apiKey, "untraced-1", `{"amount":100,"currency":"EUR"}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
