@@ -13,7 +13,7 @@ const (
 	CaseLatePayment        = "late_payment"              // the gateway took money for a Failed/Canceled session
 	CaseCancelLostRace     = "cancel_lost_race"          // a cancel was requested but the payment succeeded first
 	CaseUnexpectedReversal = "unexpected_reversal"       // the gateway reversed a payment we did not ask to reverse
-	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session or its id
+	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session, its id, or its amount or currency
 	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
 	CaseSweepExhausted     = "sweep_exhausted"           // the sweeper's schedule ran out without a final answer
 )
@@ -57,16 +57,8 @@ func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause 
 		if err != nil {
 			return err
 		}
-		out = cur
-		if cur.Status.Terminal() {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
-		}
-		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = coalesce(flagged_at, $2),
-			flag_reason = coalesce(flag_reason, $3), next_check_at = NULL WHERE id = $1 RETURNING `+sessionColumns, sess.ID, now, reason))
-		if err != nil {
-			return dbError("flag missing payment", err, "")
-		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
+		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, reason, now)
+		return err
 	})
 	return out, err
 }
@@ -199,6 +191,10 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 		if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
 			return openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 				fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
+		}
+		if mismatch := answerMismatch(cur, gp); mismatch != "" {
+			out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
+			return err
 		}
 		patch := sessionPatch{}
 		if cur.GatewayPaymentID == "" && gp.ID != "" {

@@ -51,6 +51,8 @@ type Gateway struct {
 	gates      map[string]*Gate
 	ignoreKeys bool
 	now        func() time.Time
+	// refundAmount, when not 0, is what refund answers say was refunded (MisreportRefunds).
+	refundAmount int64
 }
 
 // New returns an empty fake gateway.
@@ -137,6 +139,24 @@ func (g *Gateway) SetStatus(id string, st payments.GatewayStatus) {
 			p.DeclineCode = "card_declined"
 		}
 	}
+}
+
+// SetAmount makes the gateway report another amount and currency for a payment (a gateway that
+// captured less, or in another currency, than the session asked for).
+func (g *Gateway) SetAmount(id string, amount int64, currency string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p, ok := g.payments[id]; ok {
+		p.Amount, p.Currency = amount, currency
+	}
+}
+
+// MisreportRefunds makes every later refund answer say amount instead of the amount asked for
+// (0: answer truthfully again).
+func (g *Gateway) MisreportRefunds(amount int64) {
+	g.mu.Lock()
+	g.refundAmount = amount
+	g.mu.Unlock()
 }
 
 // SetStatusByReference moves every payment carrying ref.
@@ -361,6 +381,9 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	p, ok := g.payments[id]
 	if !ok || p.Status != payments.GatewaySucceeded {
 		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
+	}
+	if g.refundAmount != 0 {
+		amount = g.refundAmount
 	}
 	return payments.GatewayRefund{ID: "rf_" + key, PaymentID: id, Amount: amount, Status: "succeeded"}, nil
 }
