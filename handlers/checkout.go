@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
 //
-//	GET  /checkout/:order_id?amount=1999&currency=EUR&sig=…   the order's state; Pay when payable
+//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&sig=…   the order's state; Pay when payable
 //	POST /checkout/:order_id                                  one Pay click (intent key in the form)
 //	GET  /checkout/:order_id/return                           back from the gateway: Check, show the result
 //
@@ -57,7 +58,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&sig=][&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&exp=&sig=][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -161,39 +162,71 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 				}
 			}
 		}
-		amount, currency, sig, ok := h.payable(c, orderID, latest)
-		if !ok {
-			v.State = views.CheckoutBadLink
-			if status == http.StatusOK {
-				status = http.StatusBadRequest
-			}
+		pay, err := h.payable(c, orderID, latest)
+		if err != nil {
+			v.State, status = refusedLink(err, status)
 			break
 		}
-		v.State, v.Amount, v.Currency, v.Sig, v.Intent = views.CheckoutPay, amount, currency, sig, uuid.NewString()
+		v.State, v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = views.CheckoutPay, pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
 		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
 	}
 	return render.HTML(c, status, views.Checkout(v))
 }
 
+// payOffer is what a Pay form pays: an amount and currency, and the link's sig and exp that
+// signed them ("" and 0 for the retry of the order's last payment).
+type payOffer struct {
+	amount   int64
+	currency string
+	sig      string
+	exp      int64
+}
+
 // payable is what the Pay form may offer for an order with no active session: the amount and
-// currency of a checkout link whose signature matches (and that sig, for the form to carry),
-// or, when the URL names no link at all, the order's last payment's (latest, nil when none).
-// A link that does not verify is never replaced by the last payment's amount: the customer
-// would see another amount than the link they followed, and a changed link is worth saying so.
-func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (amount int64, currency, sig string, ok bool) {
+// currency of a checkout link whose signature matches and that has not expired (and its sig and
+// exp, for the form to carry), or, when the URL names no link at all, the order's last
+// payment's (latest, nil when none). A link that does not verify is never replaced by the last
+// payment's amount: the customer would see another amount than the link they followed, and a
+// changed link is worth saying so. The error is VerifyCheckoutLink's (EEXPIRED: an expired
+// link) or EINVALID.
+func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (payOffer, error) {
 	q := c.QueryParams()
-	if q.Has("amount") || q.Has("currency") || q.Has("sig") {
-		n, okAmount := parseMinorAmount(q.Get("amount"))
-		cur, s := strings.ToUpper(q.Get("currency")), q.Get("sig")
-		if okAmount && h.svc.VerifyCheckoutLink(orderID, n, cur, s) {
-			return n, cur, s, true
-		}
-		return 0, "", "", false
+	if q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") {
+		return h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
 	}
 	if latest != nil {
-		return latest.Amount, latest.Currency, "", true
+		return payOffer{amount: latest.Amount, currency: latest.Currency}, nil
 	}
-	return 0, "", "", false
+	return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
+}
+
+// verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form) and
+// verifies them.
+func (h *Checkout) verifiedOffer(orderID, amount, currency, exp, sig string) (payOffer, error) {
+	n, ok := parseMinorAmount(amount)
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if !ok || err != nil {
+		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete or was changed")
+	}
+	cur := strings.ToUpper(currency)
+	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, sig); err != nil {
+		return payOffer{}, err
+	}
+	return payOffer{amount: n, currency: cur, sig: sig, exp: e}, nil
+}
+
+// refusedLink is the page state and status for a link that pays nothing: expired → 410 (the
+// link was genuine, its time is up), anything else → 400 (incomplete or changed). A status other
+// than 200 chosen by the caller (a refused Pay POST) is kept.
+func refusedLink(err error, status int) (string, int) {
+	state, refused := views.CheckoutBadLink, http.StatusBadRequest
+	if payments.ErrorCode(err) == payments.EEXPIRED {
+		state, refused = views.CheckoutExpired, http.StatusGone
+	}
+	if status == http.StatusOK {
+		status = refused
+	}
+	return state, status
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

@@ -43,9 +43,9 @@ type Config struct {
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
-	// SecretKey (SECRET_KEY) keys the HMACs of one-time codes and CSRF tokens; every replica
-	// must use the same one. nil when unset: `dev` then persists a generated one in
-	// .pitlane/secret, `serve` derives one from the database (see cmd/pitlane).
+	// SecretKey (SECRET_KEY) keys the HMACs of checkout links, one-time codes and CSRF tokens;
+	// every replica must use the same one. nil when unset: `dev` then persists a generated one
+	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
 }
 
@@ -138,6 +138,17 @@ func Load(getenv func(string) string) (Config, error) {
 func (c Config) RequireDatabase(command string) error {
 	if c.DatabaseURL == "" {
 		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
+	}
+	return nil
+}
+
+// RequireSecret reports an unset SECRET_KEY for commands that serve other people: without one
+// there is nothing to sign checkout links, one-time codes and CSRF tokens with that an attacker
+// could not know or compute (a key derived from database identifiers is readable by any
+// database user).
+func (c Config) RequireSecret(command string) error {
+	if len(c.SecretKey) == 0 {
+		return errorf("SECRET_KEY", "required by `pitlane %s`: at least %d characters, the same on every replica (e.g. `openssl rand -hex 32`; `pitlane dev` generates one)", command, MinSecretKeyLen)
 	}
 	return nil
 }
