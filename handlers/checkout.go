@@ -92,9 +92,9 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	}
 	if it.InFlight(h.svc.Now()) {
 		c.Response().Header().Set("Cache-Control", "no-store")
-		return true, render.HTML(c, http.StatusOK, views.Checkout(views.CheckoutView{
-			OrderID: orderID, State: views.CheckoutConfirming, RefreshURL: c.Request().URL.RequestURI(),
-		}))
+		v := views.CheckoutView{OrderID: orderID, State: views.CheckoutConfirming}
+		v.RefreshURL, v.RefreshAfter = nextLook(c.Request().URL)
+		return true, render.HTML(c, http.StatusOK, views.Checkout(v))
 	}
 	if it.SessionID == "" {
 		return false, nil
@@ -109,8 +109,10 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	return false, nil
 }
 
-// show renders the order's state. check: ask the gateway about the active session first
-// (always on return; on the plain page unless the session is still being registered).
+// show renders the order's state. check: have the gateway asked about the active session first
+// (always on return; on the plain page unless the session is still being registered) — at most
+// once per payments.PageLookEvery for the session, whoever loads the page how often
+// (CheckFromPage); in between the page shows what the database knows.
 func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, notice string) error {
 	ctx := c.Request().Context()
 	c.Response().Header().Set("Cache-Control", "no-store")
@@ -120,7 +122,7 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	}
 	active := findSession(sessions, order.ActiveSessionID)
 	if active != nil && (check || active.Status != payments.StatusRegistering) {
-		if _, cerr := h.svc.Check(ctx, customer, active.ID); cerr != nil {
+		if _, _, cerr := h.svc.CheckFromPage(ctx, customer, active.ID); cerr != nil {
 			if payments.ErrorCode(cerr) == payments.EINTERNAL {
 				return cerr
 			}
@@ -146,7 +148,10 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 		case active.Status == payments.StatusCanceling:
 			v.State = views.CheckoutCanceling
 		default: // Registering, Unknown, Authorized: the gateway's word is awaited
-			v.State, v.RefreshURL = views.CheckoutConfirming, self
+			v.State = views.CheckoutConfirming
+			u := *c.Request().URL
+			u.Path, u.RawPath, u.RawQuery = self, "", url.Values{lookParam: {c.QueryParam(lookParam)}}.Encode()
+			v.RefreshURL, v.RefreshAfter = nextLook(&u)
 		}
 	default:
 		var latest *payments.Session
@@ -227,6 +232,30 @@ func refusedLink(err error, status int) (string, int) {
 		status = refused
 	}
 	return state, status
+}
+
+// lookParam counts, in the URL a waiting page refreshes to, how often it has looked already.
+const lookParam = "look"
+
+// maxRefreshAfter caps the waiting page's refresh interval.
+const maxRefreshAfter = 30 * time.Second
+
+// nextLook is where and when a waiting page looks again: the same URL with its look count one
+// higher, after an interval that doubles with each look (1 s, 2 s, 4 s … up to 30 s). A customer
+// who leaves the page open costs a few requests a minute, not one a second; the gateway is asked
+// at most every payments.PageLookEvery anyway.
+func nextLook(cur *url.URL) (string, time.Duration) {
+	q := cur.Query()
+	n, err := strconv.Atoi(q.Get(lookParam))
+	if err != nil || n < 0 {
+		n = 0
+	}
+	n = min(n, 10)
+	after := min(time.Second<<n, maxRefreshAfter)
+	q.Set(lookParam, strconv.Itoa(n+1))
+	u := *cur
+	u.RawQuery = q.Encode()
+	return u.RequestURI(), after
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

@@ -122,6 +122,7 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.gw.SetStatus(gpID, payments.GatewaySucceeded)
+	b.clock.Advance(payments.PageLookEvery) // the page above asked the gateway; pages ask at most every 5 s
 	doc = page(t, a.get("/checkout/o-shop-1/return"), http.StatusOK)
 	wantText(t, doc, "checkout-paid", "Paid")
 	wantText(t, doc, "checkout-status", "Completed")
