@@ -103,7 +103,7 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	if sess.Status == payments.StatusRegistered && sess.ConfirmationURL != "" {
+	if sess.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(sess.ConfirmationURL) {
 		return true, c.Redirect(http.StatusSeeOther, sess.ConfirmationURL)
 	}
 	return false, nil
@@ -143,7 +143,7 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	case active != nil:
 		v.Session = active
 		switch {
-		case active.Status == payments.StatusRegistered && active.ConfirmationURL != "":
+		case active.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(active.ConfirmationURL):
 			v.State = views.CheckoutContinue
 		case active.Status == payments.StatusCanceling:
 			v.State = views.CheckoutCanceling

@@ -66,7 +66,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 		return h.show(c, id, false, status, payments.ErrorMessage(err))
 	}
 	s := res.Session
-	if s.Status == payments.StatusRegistered && s.ConfirmationURL != "" {
+	if s.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
 		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 	}
 	return c.Redirect(http.StatusSeeOther, follow)

@@ -10,12 +10,13 @@ import (
 
 // Finance case kinds.
 const (
-	CaseLatePayment        = "late_payment"              // the gateway took money for a Failed/Canceled session
-	CaseCancelLostRace     = "cancel_lost_race"          // a cancel was requested but the payment succeeded first
-	CaseUnexpectedReversal = "unexpected_reversal"       // the gateway reversed a payment we did not ask to reverse
-	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session, its id, or its amount or currency
-	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
-	CaseSweepExhausted     = "sweep_exhausted"           // the sweeper's schedule ran out without a final answer
+	CaseLatePayment        = "late_payment"               // the gateway took money for a Failed/Canceled session
+	CaseCancelLostRace     = "cancel_lost_race"           // a cancel was requested but the payment succeeded first
+	CaseUnexpectedReversal = "unexpected_reversal"        // the gateway reversed a payment we did not ask to reverse
+	CaseGatewayMismatch    = "gateway_mismatch"           // the gateway contradicts a Completed session, its id, or its amount or currency
+	CaseDuplicatePayment   = "duplicate_gateway_payment"  // one session, several gateway payments
+	CaseSweepExhausted     = "sweep_exhausted"            // the sweeper's schedule ran out without a final answer
+	CaseUntrustedURL       = "untrusted_confirmation_url" // the gateway sent a payment page URL we do not send customers to
 )
 
 // Check asks the gateway about a session and applies the answer exactly once (design.md, "The
@@ -197,9 +198,13 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			return err
 		}
 		patch := sessionPatch{}
+		untrusted := ""
 		if cur.GatewayPaymentID == "" && gp.ID != "" {
 			patch.gatewayPaymentID = gp.ID
 			patch.confirmationURL = gp.ConfirmationURL
+			if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
+				patch.confirmationURL = "" // never stored, so never rendered nor redirected to
+			}
 		}
 		var asked bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).Scan(&asked); err != nil {
@@ -235,6 +240,11 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			out.GatewayPaymentID = patch.gatewayPaymentID
 			if patch.confirmationURL != "" {
 				out.ConfirmationURL = patch.confirmationURL
+			}
+		}
+		if untrusted != "" {
+			if out, err = flagForFinance(ctx, tx, out, CaseUntrustedURL, untrusted, now); err != nil {
+				return err
 			}
 		}
 		if oc.caseKind != "" {

@@ -3,6 +3,9 @@ package payments
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,4 +69,67 @@ func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
 		return fmt.Sprintf("the gateway's refund %s is for %d, refund %s asked for %d %s; nothing applied", orNone(gr.ID), gr.Amount, r.ID, r.Amount, r.Currency)
 	}
 	return ""
+}
+
+// The gateway's confirmation_url is where a customer is sent (a redirect, a link) to pay. It is
+// the gateway's word, not ours: a compromised or broken gateway answer could name a
+// javascript: URL (script on our page) or a look-alike site over plain http. So it is checked
+// when the answer is applied, and a URL that fails is never stored (and so never rendered or
+// redirected to); the session is flagged and an untrusted_confirmation_url case opens. Pages
+// check again before using a stored one (TrustedConfirmationURL), for rows from before the rule.
+
+// confirmationURLProblem says why raw may not be sent to customers ("" when it may): only an
+// absolute https URL, or one on the configured gateway's own origin (GatewayURL: dev's simulator
+// serves its payment pages over http), without user info.
+func (s *Service) confirmationURLProblem(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err == nil && u.Host != "" && u.User == nil && u.Scheme == "https":
+		return ""
+	case err == nil && u.Host != "" && u.User == nil && s.onGatewayOrigin(u):
+		return ""
+	}
+	if len(raw) > 200 {
+		raw = raw[:200] + "…"
+	}
+	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", raw)
+}
+
+// TrustedConfirmationURL reports whether raw may be shown to a customer or redirected to.
+func (s *Service) TrustedConfirmationURL(raw string) bool {
+	return raw != "" && s.confirmationURLProblem(raw) == ""
+}
+
+// onGatewayOrigin reports whether u has the scheme, host and port of Config.GatewayURL. Loopback
+// names are one host (the simulator may be configured as 127.0.0.1 and answer as localhost).
+func (s *Service) onGatewayOrigin(u *url.URL) bool {
+	if s.cfg.GatewayURL == "" {
+		return false
+	}
+	g, err := url.Parse(s.cfg.GatewayURL)
+	if err != nil || g.Host == "" || !strings.EqualFold(g.Scheme, u.Scheme) || port(g) != port(u) {
+		return false
+	}
+	return strings.EqualFold(g.Hostname(), u.Hostname()) || (loopback(g.Hostname()) && loopback(u.Hostname()))
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
+}
+
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

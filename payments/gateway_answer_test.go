@@ -129,3 +129,52 @@ func TestRefundAnswerForAnotherAmountIsNeverApplied(t *testing.T) {
 		t.Fatalf("cases = %d", n)
 	}
 }
+
+// The gateway's confirmation_url is stored (and so ever shown or redirected to) only when it is
+// https, or on the configured gateway's own origin. Anything else — a javascript: URL, plain
+// http elsewhere, user info, a relative URL — is dropped: the answer's state still applies, the
+// session is flagged and one untrusted_confirmation_url case opens. The main before this change
+// stored whatever the gateway said.
+func TestConfirmationURLMustBeHTTPSOrTheGatewaysOrigin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url   string
+		trust bool
+	}{
+		{"https://pay.example.com/p/1", true},
+		{"http://127.0.0.1:8090/pay/1", true}, // GatewayURL's origin
+		{"http://localhost:8090/pay/1", true}, // the same loopback origin
+		{"javascript:alert(document.cookie)", false},
+		{"JavaScript:alert(1)//https://pay.example.com", false},
+		{"http://evil.example/pay/1", false},
+		{"http://127.0.0.1:8091/pay/1", false}, // another port
+		{"https://user:pw@evil.example/pay", false},
+		{"data:text/html,<script>alert(1)</script>", false},
+		{"//evil.example/pay", false},
+		{"/pay/1", false},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t, func(c *payments.Config) { c.GatewayURL = "http://127.0.0.1:8090" })
+			b.gw.SetConfirmationURL(tc.url)
+			res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-url", Amount: 100, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := res.Session
+			if s.Status != payments.StatusRegistered || s.GatewayPaymentID == "" {
+				t.Fatalf("session %+v: the answer's state must still apply", s)
+			}
+			cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
+			if tc.trust {
+				if s.ConfirmationURL != tc.url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(tc.url) {
+					t.Fatalf("trusted URL: session %+v, %d cases", s, cases)
+				}
+				return
+			}
+			if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(tc.url) {
+				t.Fatalf("untrusted URL: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
+			}
+		})
+	}
+}

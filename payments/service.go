@@ -101,6 +101,9 @@ type Config struct {
 	// PublicBaseURL (PUBLIC_BASE_URL, no trailing slash) makes signed checkout links absolute
 	// (CheckoutURL); unset, they are paths.
 	PublicBaseURL string
+	// GatewayURL (GATEWAY_URL) is the configured gateway's base URL: a confirmation_url on its
+	// own origin is trusted even over plain http (dev's simulator); any other must be https.
+	GatewayURL string
 	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int

@@ -53,6 +53,8 @@ type Gateway struct {
 	now        func() time.Time
 	// refundAmount, when not 0, is what refund answers say was refunded (MisreportRefunds).
 	refundAmount int64
+	// confirmationURL, when set, is the confirmation_url of later registrations.
+	confirmationURL string
 }
 
 // New returns an empty fake gateway.
@@ -156,6 +158,14 @@ func (g *Gateway) SetAmount(id string, amount int64, currency string) {
 func (g *Gateway) MisreportRefunds(amount int64) {
 	g.mu.Lock()
 	g.refundAmount = amount
+	g.mu.Unlock()
+}
+
+// SetConfirmationURL makes later registrations answer u as their confirmation_url (a gateway
+// sending customers somewhere it should not); "" restores https://fake.gateway/pay/{id}.
+func (g *Gateway) SetConfirmationURL(u string) {
+	g.mu.Lock()
+	g.confirmationURL = u
 	g.mu.Unlock()
 }
 
@@ -283,6 +293,9 @@ func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (p
 	id := fmt.Sprintf("gp_fake_%d", g.seq)
 	p := &payments.GatewayPayment{ID: id, Status: payments.GatewayPending, Amount: req.Amount, Currency: req.Currency,
 		Reference: req.Reference, ConfirmationURL: "https://fake.gateway/pay/" + id, Created: g.now().Add(time.Duration(g.seq) * time.Second)}
+	if g.confirmationURL != "" {
+		p.ConfirmationURL = g.confirmationURL
+	}
 	g.payments[id] = p
 	g.byKey[req.IdempotencyKey] = id
 	if f == LostAnswer {
