@@ -66,6 +66,7 @@ deps-test:
 	$(HAVE_PG) || missing="$$missing postgresql"; \
 	[ -x "$(CHROMIUM_BIN)" ] || missing="$$missing chromium"; \
 	[ -x "$(PGBOUNCER_BIN)" ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	$(call apt_install,$$missing)
 	@if [ ! -x "$(STRIPE_MOCK_BIN)" ]; then \
 	  echo "make: installing stripe-mock $(STRIPE_MOCK_VERSION) into $(BIN)"; \

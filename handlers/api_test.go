@@ -36,7 +36,7 @@ func TestAPIAuthentication(t *testing.T) {
 
 	// A known key works (404: the payment does not exist), then revoked → 403.
 	wantProblem(t, b.do(get(path)), http.StatusNotFound, "")
-	if _, err := b.svc.RevokeAPIClient(context.Background(), b.client.KeyPrefix); err != nil {
+	if _, err := b.access.RevokeAPIClient(context.Background(), b.client.KeyPrefix); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(get(path)), http.StatusForbidden, "")

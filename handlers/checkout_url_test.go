@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"pitlane/payments"
+	"pitlane/access"
 )
 
 // A javascript: confirmation_url never reaches a page as a link or a redirect: a gateway that
@@ -41,7 +41,7 @@ func TestJavascriptConfirmationURLIsNeverRenderedOrFollowed(t *testing.T) {
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "javascript:") {
 		t.Fatalf("checkout page = %d, renders the URL:\n%s", rec.Code, rec.Body)
 	}
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	sup := b.agent(t)
 	sup.login("sup@example.com")
 	rec = sup.get("/payments/" + s.ID)

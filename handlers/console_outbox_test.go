@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/web"
 )
@@ -28,9 +29,9 @@ func TestOutboxPageShowsDeliveredCodesRedacted(t *testing.T) {
 	n := okNotifier{got: make(chan payments.Message, 1)}
 	svc := payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-n",
 		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second, Notifier: n})
-	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-n", Payments: svc,
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-n", Payments: svc, Access: b.access,
 		SecretKey: []byte("console-test-secret-console-test-secret")})
-	b.user(t, "adm@example.com", payments.RoleAdmin)
+	b.user(t, "adm@example.com", access.RoleAdmin)
 	adm := newAgent(t, e)
 	adm.login("adm@example.com")
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -55,7 +56,7 @@ func TestDatabaseOutageIs503AndRecovers(t *testing.T) {
 	}
 	p := wantPayment(t, b.do(post(createPath("o-before"), `{"amount":100,"currency":"EUR"}`)), http.StatusCreated)
 	staff := newAgent(t, b.e)
-	if _, err := b.svc.CreateStaffUser(context.Background(), "sup@example.com", payments.RoleSupport, testPassword); err != nil {
+	if _, err := b.access.CreateUser(context.Background(), payments.Staff{}, "sup@example.com", access.RoleSupport, testPassword); err != nil {
 		t.Fatal(err)
 	}
 	staff.login("sup@example.com")

@@ -23,6 +23,14 @@ const (
 	EBUSY     = "busy"        // the same work is in flight elsewhere; retry later → 409 + Retry-After
 	EUNAVAIL  = "unavailable" // a lock or dependency timed out, the database is unreachable → 503 + Retry-After
 	EINTERNAL = "internal"    // a bug or an unexpected failure → 500, logged
+
+	EUNAUTHENTICATED = "unauthenticated" // no credentials, or ones nobody issued → 401
+	EFORBIDDEN       = "forbidden"       // known caller, not allowed (revoked key, scope, role) → 403
+
+	// A gateway webhook that cannot be accepted (WebhookVerifier). Both are refusals before
+	// anything is written; the gateway redelivers, and a forger learns nothing more.
+	EMALFORMED    = "malformed"     // a signature header or event body that cannot be read → 400
+	EBADSIGNATURE = "bad_signature" // no signature matches a configured secret, or it is stale → 401
 )
 
 // Error is the one error type of the domain: a code for machines and a message for people.
@@ -138,4 +146,12 @@ func DatabaseUnavailable(err error) bool {
 	}
 	var oe *net.OpError
 	return errors.As(err, &oe)
+}
+
+// DBError translates a database error at the one edge for packages beside the core too
+// (package access): no rows → ENOTFOUND with the message (when notFoundFormat is set), a lock
+// wait past lock_timeout or a database outage → EUNAVAIL, the core's constraints → their codes, anything else wrapped
+// with the operation's name.
+func DBError(op string, err error, notFoundFormat string, args ...any) error {
+	return dbError(op, err, notFoundFormat, args...)
 }

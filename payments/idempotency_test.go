@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -35,9 +36,9 @@ func waitAdvisoryWaiters(t *testing.T, pool *pgxpool.Pool, ns payments.LockNames
 	t.Fatalf("no %d backends ever waited for an advisory lock of namespace %d", n, ns)
 }
 
-func newClient(t *testing.T, b *bench, name string) payments.APIClient {
+func newClient(t *testing.T, b *bench, name string) access.APIClient {
 	t.Helper()
-	c, _, err := b.svc.CreateAPIClient(context.Background(), name)
+	c, _, err := access.New(b.pool, b.clock).CreateAPIClient(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}

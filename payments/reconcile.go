@@ -39,6 +39,13 @@ import (
 // The reference gateway has no list-all endpoint (gateway-api.md), so reconciliation starts from
 // our sessions and asks by reference; a gateway payment whose reference is no session of ours is
 // not found this way (webhooks record those as unknown_payment).
+//
+// On demand (`pitlane reconcile --since 24h`, ReconcileSince), one run compares every session
+// changed within the window, from its own in-memory position (the patrol's cursor is not moved),
+// under the same lease. Because the patrol's leader keeps the row between its runs, the row also
+// says whether a run is under way (running_until, set with every take or renewal and cleared when
+// a run ends): an on-demand run takes the row over from a leader that is between runs, never from
+// one that is running, and gives it back when it ends, so the patrol's next try takes it again.
 
 // ReconcileConfig tunes reconciliation. Zero fields take DefaultReconcileConfig's values.
 type ReconcileConfig struct {
@@ -95,7 +102,7 @@ type ReconcileReport struct {
 	// Findings (a finding already open as a case is counted again; the case is not).
 	LatePayments int // late_payment: money at the gateway for a Failed/Canceled session
 	Duplicates   int // duplicate_gateway_payment: several gateway payments for one session
-	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, or a payment it lost
+	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, a payment it lost, or one for another amount or currency
 	Driven       int // active sessions moved through the normal apply path
 	// Errors: sessions this run could not finish (gateway or database); the run stops at the
 	// first and the next run retries it, up to MaxFailures runs, then Skipped counts it.
@@ -106,6 +113,47 @@ type ReconcileReport struct {
 	// LostLeadership: another replica took the job over during the run (this one had stalled
 	// past its TTL); the run stopped without moving the cursor.
 	LostLeadership bool
+	// Findings: what the run found, one entry per difference, driven session or failure, in
+	// the order the sessions were compared (bounded by the run's sessions).
+	Findings []ReconcileFinding
+	// Since, CasesOpened: ReconcileSince only. Since is the start of the window compared;
+	// CasesOpened are the finance cases opened on the compared sessions while the run ran,
+	// by reconciliation itself or by the apply path it drove (a case already open is not
+	// opened again, and so not listed).
+	Since       time.Time
+	CasesOpened []FinanceCase
+}
+
+// Kinds of ReconcileFinding besides the finance case kinds (CaseLatePayment,
+// CaseDuplicatePayment, CaseGatewayMismatch).
+const (
+	FindingDriven = "driven" // an active session the gateway had moved on, applied through Check's path
+	FindingError  = "error"  // the session could not be compared (gateway or database); Detail says why
+)
+
+// ReconcileFinding is one thing a reconciliation run found about one session.
+type ReconcileFinding struct {
+	SessionID string
+	OrderID   string
+	Kind      string // a finance case kind, FindingDriven or FindingError
+	Detail    string
+}
+
+// found records a finding and counts it under its kind.
+func (r *ReconcileReport) found(sess Session, kind, detail string) {
+	switch kind {
+	case CaseLatePayment:
+		r.LatePayments++
+	case CaseDuplicatePayment:
+		r.Duplicates++
+	case CaseGatewayMismatch:
+		r.Mismatches++
+	case FindingDriven:
+		r.Driven++
+	case FindingError:
+		r.Errors++
+	}
+	r.Findings = append(r.Findings, ReconcileFinding{SessionID: sess.ID, OrderID: sess.OrderID, Kind: kind, Detail: detail})
 }
 
 // reconcileJob names the job in maintenance_leaders and reconcile_cursors: one per gateway, as
@@ -123,23 +171,11 @@ func (s *Service) ReconcileOnce(ctx context.Context) (ReconcileReport, error) {
 // leadership is not an error: the report says Leader=false.
 func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (ReconcileReport, error) {
 	cfg = cfg.withDefaults()
-	var rep ReconcileReport
-	if s.gw == nil {
-		return rep, errors.New("reconcile: no gateway configured")
-	}
-	if s.cfg.ReplicaID == "" {
-		return rep, errors.New("reconcile: the service has no ReplicaID to lead with")
-	}
-	job := s.reconcileJob()
-	owner, err := s.elect(ctx, s.db, job, cfg.LeaderTTL)
-	if err != nil {
+	job, rep, err := s.startRun(ctx, cfg.LeaderTTL, false)
+	if err != nil || !rep.Leader {
 		return rep, err
 	}
-	rep.LeaderID = owner
-	rep.Leader = owner == s.cfg.ReplicaID
-	if !rep.Leader {
-		return rep, nil
-	}
+	defer s.endRun(ctx, job)
 	cur, err := s.readCursor(ctx, job)
 	if err != nil {
 		return rep, err
@@ -162,7 +198,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 			return rep, ctx.Err() // shutting down: not the session's fault, nothing to count
 		}
 		if serr != nil {
-			rep.Errors++
+			rep.found(sess, FindingError, serr.Error())
 			next.failures++
 			if next.failures < cfg.MaxFailures {
 				s.log.Warn("reconcile: session not compared; will retry", "session", sess.ID, "failures", next.failures, "err", serr)
@@ -201,20 +237,146 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 	return rep, nil
 }
 
+// ReconcileSince is the on-demand run (`pitlane reconcile --since D`): it compares every session
+// of this gateway updated within since (up to now), under the patrol's one-runner lease, and
+// reports what it found and which finance cases were opened.
+//
+// The lease: taken if it is free or expired, or if its holder is between runs (a patrol's leader
+// keeps the row between its runs); refused (Leader false, LeaderID the holder, nothing compared)
+// while another replica is running. It is renewed after every session, like the patrol's, and
+// given back at the end, so the patrol's next try takes it again at once. The patrol's cursor is
+// not moved: this run walks its own window, Batch sessions per read, and the patrol's pass goes
+// on where it was.
+//
+// A session that cannot be compared (gateway down, lock timeout) is reported as a FindingError
+// and the run moves on; after cfg.MaxFailures failures in a row it stops (the gateway is
+// probably down), with PassDone false. Everything a run does is idempotent, so running it again
+// is always safe.
+func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg ReconcileConfig) (ReconcileReport, error) {
+	cfg = cfg.withDefaults()
+	if since <= 0 {
+		return ReconcileReport{}, Invalid("since", "the window must be positive, got %s", since)
+	}
+	job, rep, err := s.startRun(ctx, cfg.LeaderTTL, true)
+	if err != nil || !rep.Leader {
+		return rep, err
+	}
+	defer func() {
+		if _, err := s.db.Exec(context.WithoutCancel(ctx), `DELETE FROM maintenance_leaders WHERE job = $1 AND owner = $2`,
+			job, s.cfg.ReplicaID); err != nil {
+			s.log.Warn("reconcile: give the lease back", "job", job, "err", err)
+		}
+	}()
+
+	// Cases are listed by id above the highest one before the run: ids only grow, so every case
+	// opened from here on has a higher one.
+	var highWater int64
+	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM finance_cases`).Scan(&highWater); err != nil {
+		return rep, fmt.Errorf("reconcile: cases before the run: %w", err)
+	}
+	now := s.cfg.Clock.Now()
+	rep.Since = now.Add(-since)
+	cfg.Lookback = since
+	cur := reconcileCursor{passStartedAt: &now}
+	var compared []string
+	inARow := 0
+walk:
+	for {
+		batch, err := s.reconcileBatch(ctx, cur, cfg)
+		if err != nil {
+			return rep, err
+		}
+		for _, sess := range batch {
+			serr := s.reconcileSession(ctx, sess, &rep)
+			if serr != nil && ctx.Err() != nil {
+				return rep, ctx.Err() // interrupted: not the session's fault
+			}
+			compared = append(compared, sess.ID)
+			if serr != nil {
+				rep.found(sess, FindingError, serr.Error())
+				if inARow++; inARow >= cfg.MaxFailures {
+					break walk
+				}
+			} else {
+				inARow = 0
+			}
+			cur.afterUpdatedAt, cur.afterID = &sess.UpdatedAt, sess.ID
+			owner, err := s.elect(ctx, s.db, job, cfg.LeaderTTL, true)
+			if err != nil {
+				return rep, err
+			}
+			if owner != s.cfg.ReplicaID {
+				rep.LostLeadership = true
+				break walk
+			}
+		}
+		if len(batch) < cfg.Batch {
+			rep.PassDone = true
+			break
+		}
+	}
+	rep.CasesOpened, err = s.casesOpened(context.WithoutCancel(ctx), highWater, compared)
+	return rep, err
+}
+
+// casesOpened lists the finance cases with an id above highWater on the given sessions.
+func (s *Service) casesOpened(ctx context.Context, highWater int64, sessionIDs []string) ([]FinanceCase, error) {
+	if len(sessionIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, session_id::text, coalesce(order_id, ''), kind, detail, created_at
+		FROM finance_cases WHERE id > $1 AND session_id = ANY($2::uuid[]) ORDER BY id`, highWater, sessionIDs)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: cases opened: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FinanceCase, error) {
+		var c FinanceCase
+		err := r.Scan(&c.ID, &c.SessionID, &c.OrderID, &c.Kind, &c.Detail, &c.CreatedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: cases opened: %w", err)
+	}
+	return out, nil
+}
+
+// startRun takes (or renews) the reconciliation lease for a run, onDemand as elect's
+// preemptIdle. The report says whether this replica leads now and, if not, who does.
+func (s *Service) startRun(ctx context.Context, ttl time.Duration, onDemand bool) (string, ReconcileReport, error) {
+	var rep ReconcileReport
+	if s.gw == nil {
+		return "", rep, errors.New("reconcile: no gateway configured")
+	}
+	if s.cfg.ReplicaID == "" {
+		return "", rep, errors.New("reconcile: the service has no ReplicaID to lead with")
+	}
+	job := s.reconcileJob()
+	owner, err := s.elect(ctx, s.db, job, ttl, onDemand)
+	if err != nil {
+		return job, rep, err
+	}
+	rep.LeaderID, rep.Leader = owner, owner == s.cfg.ReplicaID
+	return job, rep, nil
+}
+
 // elect takes the job for this replica if it is free or expired, or renews it if this replica
-// holds it, in one statement, and returns the owner after it. The time comes from the service
-// clock. A row held by another replica is left as it is.
-func (s *Service) elect(ctx context.Context, q querier, job string, ttl time.Duration) (string, error) {
+// holds it, in one statement, and returns the owner after it; either way the row is marked as
+// running (running_until, the same TTL): elect is called only to run, or to go on running. The
+// time comes from the service clock. A row held by another replica is left as it is, unless
+// preemptIdle (an on-demand run) and that replica is between runs.
+func (s *Service) elect(ctx context.Context, q querier, job string, ttl time.Duration, preemptIdle bool) (string, error) {
 	now := s.cfg.Clock.Now()
 	var owner string
 	err := q.QueryRow(ctx, `
-		INSERT INTO maintenance_leaders AS l (job, owner, elected_at, until) VALUES ($1, $2, $3, $4)
+		INSERT INTO maintenance_leaders AS l (job, owner, elected_at, until, running_until) VALUES ($1, $2, $3, $4, $4)
 		ON CONFLICT (job) DO UPDATE SET
 			owner = excluded.owner,
 			elected_at = CASE WHEN l.owner = excluded.owner THEN l.elected_at ELSE excluded.elected_at END,
-			until = excluded.until
+			until = excluded.until,
+			running_until = excluded.running_until
 		WHERE l.owner = excluded.owner OR l.until <= excluded.elected_at
-		RETURNING owner`, job, s.cfg.ReplicaID, now, now.Add(ttl)).Scan(&owner)
+			OR ($5 AND coalesce(l.running_until, '-infinity') <= excluded.elected_at)
+		RETURNING owner`, job, s.cfg.ReplicaID, now, now.Add(ttl), preemptIdle).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Someone else leads. Who, for the report (the row may vanish meanwhile: then nobody).
 		err = q.QueryRow(ctx, `SELECT owner FROM maintenance_leaders WHERE job = $1`, job).Scan(&owner)
@@ -226,6 +388,16 @@ func (s *Service) elect(ctx context.Context, q querier, job string, ttl time.Dur
 		return "", fmt.Errorf("reconcile: elect: %w", err)
 	}
 	return owner, nil
+}
+
+// endRun marks this replica's run of job over (running_until cleared), keeping the row: the
+// patrol's leader stays leader between its runs, but an on-demand run may now take the row.
+// If it fails, running_until expires with the lease.
+func (s *Service) endRun(ctx context.Context, job string) {
+	if _, err := s.db.Exec(context.WithoutCancel(ctx), `UPDATE maintenance_leaders SET running_until = NULL WHERE job = $1 AND owner = $2`,
+		job, s.cfg.ReplicaID); err != nil {
+		s.log.Warn("reconcile: mark the run over", "job", job, "err", err)
+	}
 }
 
 // ReleaseLeadership gives up every maintenance job this replica leads (graceful shutdown), so
@@ -276,7 +448,7 @@ func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, 
 	ctx = context.WithoutCancel(ctx) // the session was compared: record it
 	mine := false
 	err := s.inTx(ctx, "reconcile: advance", func(tx pgx.Tx) error {
-		owner, err := s.elect(ctx, tx, job, cfg.LeaderTTL)
+		owner, err := s.elect(ctx, tx, job, cfg.LeaderTTL, false)
 		if err != nil {
 			return err
 		}
@@ -353,10 +525,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
 			if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 				// The gateway lost the payment we attached: flagged (active) and a case, as Check does.
-				if _, err := s.flagMissingAtGateway(ctx, sess, err); err != nil {
-					return err
+				if _, ferr := s.flagMissingAtGateway(ctx, sess, err); ferr != nil {
+					return ferr
 				}
-				rep.Mismatches++
+				rep.found(sess, CaseGatewayMismatch, fmt.Sprintf("reconciliation: the gateway has no payment %s", sess.GatewayPaymentID))
 				rep.Checked++
 				return nil
 			}
@@ -372,11 +544,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	}
 
 	if len(found) > 1 {
-		if err := s.reconcileCase(ctx, sess, CaseDuplicatePayment, fmt.Sprintf(
+		if err := s.reconcileCase(ctx, sess, rep, CaseDuplicatePayment, fmt.Sprintf(
 			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found))); err != nil {
 			return err
 		}
-		rep.Duplicates++
 	}
 	switch {
 	case sess.Status == StatusFailed || sess.Status == StatusCanceled:
@@ -387,11 +558,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			}
 		}
 		if len(paid) > 0 {
-			if err := s.reconcileCase(ctx, sess, CaseLatePayment, fmt.Sprintf(
+			if err := s.reconcileCase(ctx, sess, rep, CaseLatePayment, fmt.Sprintf(
 				"reconciliation: the gateway holds money for a %s session (its webhook never arrived): %s", sess.Status, describePayments(paid))); err != nil {
 				return err
 			}
-			rep.LatePayments++
 		}
 	case sess.Status == StatusCompleted:
 		detail := ""
@@ -402,10 +572,9 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			detail = "reconciliation: " + answerMismatch(sess, own)
 		}
 		if detail != "" {
-			if err := s.reconcileCase(ctx, sess, CaseGatewayMismatch, detail); err != nil {
+			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail); err != nil {
 				return err
 			}
-			rep.Mismatches++
 		}
 	case sess.Status.Active():
 		// Whatever the normal path would make of this answer, it makes of it now: a guarded
@@ -418,10 +587,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 				return err
 			}
 			if after.Status != sess.Status {
-				rep.Driven++
+				rep.found(sess, FindingDriven, fmt.Sprintf("%s → %s: the gateway says %s for %s", sess.Status, after.Status, own.Status, own.ID))
 			}
-			if answerMismatch(sess, own) != "" {
-				rep.Mismatches++
+			if mismatch := answerMismatch(sess, own); mismatch != "" {
+				rep.found(sess, CaseGatewayMismatch, "reconciliation: "+mismatch)
 			}
 		}
 	}
@@ -430,12 +599,17 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 }
 
 // reconcileCase opens a finance case (at most one open per session and kind) for what the
-// gateway said. Only the finance row is written, so no order or session lock is needed.
-func (s *Service) reconcileCase(ctx context.Context, sess Session, kind, detail string) error {
+// gateway said, and records the finding. Only the finance row is written, so no order or
+// session lock is needed.
+func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *ReconcileReport, kind, detail string) error {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: record it
-	return s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
+	if err := s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
 		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now())
-	})
+	}); err != nil {
+		return err
+	}
+	rep.found(sess, kind, detail)
+	return nil
 }
 
 func describePayments(ps []GatewayPayment) string {

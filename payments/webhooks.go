@@ -20,6 +20,26 @@ type GatewayEvent struct {
 	Reference string // our reference as the event carries it; "" when it does not (Stripe)
 }
 
+// WebhookVerifier checks one delivery of a gateway's signed webhook and reads the event out of
+// it. Each gateway adapter implements it for its own signature scheme (refgw: Gateway-Signature,
+// stripegw: Stripe-Signature), and cmd builds it beside the Gateway from the same settings, so
+// the HTTP receiver names no gateway: it hands over the header the verifier names, the raw body
+// and the time, and gets an event or a refusal.
+//
+// A verifier holds every secret configured (GATEWAY_WEBHOOK_SECRET is a comma-separated list): a
+// signature under any of them is accepted, so the old and the new secret both verify while a
+// secret is being rotated.
+type WebhookVerifier interface {
+	// SignatureHeader names the HTTP header the gateway signs its deliveries in.
+	SignatureHeader() string
+	// VerifyEvent verifies header (the value of SignatureHeader, "" when absent) over the raw
+	// body at now, then reads the event. It must be given the body byte for byte as received.
+	// Refusals are domain errors: EMALFORMED for a missing or unreadable header or an event
+	// that cannot be read, EBADSIGNATURE when no signature matches any secret or the signature
+	// is older (or newer) than the gateway's tolerance.
+	VerifyEvent(header string, body []byte, now time.Time) (GatewayEvent, error)
+}
+
 // EventOutcome is what became of one delivery of an event.
 type EventOutcome string
 

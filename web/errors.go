@@ -39,6 +39,12 @@ var domainStatus = map[string]int{
 	payments.EBUSY:     http.StatusConflict,
 	payments.EUNAVAIL:  http.StatusServiceUnavailable,
 	payments.EINTERNAL: http.StatusInternalServerError,
+
+	payments.EUNAUTHENTICATED: http.StatusUnauthorized,
+	payments.EFORBIDDEN:       http.StatusForbidden,
+
+	payments.EMALFORMED:    http.StatusBadRequest,
+	payments.EBADSIGNATURE: http.StatusUnauthorized,
 }
 
 // retryAfterSeconds is sent with EBUSY (the same work is running elsewhere) and EUNAVAIL: long
@@ -91,7 +97,7 @@ func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
 		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
 			attrs := []slog.Attr{
 				slog.String("method", req.Method),
-				slog.String("uri", req.RequestURI),
+				slog.String("uri", redactedURI(req.URL)),
 				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
 				slog.String("error", err.Error()),
 			}

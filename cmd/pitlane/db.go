@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for goose
 
+	"pitlane/access"
 	"pitlane/migrations"
-	"pitlane/payments"
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
@@ -41,10 +41,10 @@ func migrate(ctx context.Context, url string) (int, error) {
 	return migrations.Up(ctx, db)
 }
 
-// adminService is what the admin commands (apikey, user) work with: the configuration's
-// database, required, and a core service with no gateway (they touch no payment). close gives
-// the pool back.
-func adminService(ctx context.Context, env *Env, command string) (svc *payments.Service, close func(), err error) {
+// openAccess is what the admin commands (apikey, user) work with: the configuration's database,
+// required, and the access rules over it (no payment service: they touch no payment, and need no
+// gateway). close gives the pool back.
+func openAccess(ctx context.Context, env *Env, command string) (acc *access.Service, close func(), err error) {
 	cfg, err := env.Config()
 	if err != nil {
 		return nil, nil, err
@@ -56,5 +56,5 @@ func adminService(ctx context.Context, env *Env, command string) (svc *payments.
 	if err != nil {
 		return nil, nil, err
 	}
-	return payments.NewService(pool, payments.Config{ReplicaID: cfg.ReplicaID}), pool.Close, nil
+	return access.New(pool, nil), pool.Close, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
@@ -202,21 +203,22 @@ func printCheckoutLink(ctx context.Context, w io.Writer, svc *payments.Service) 
 func minor(amount int64) string { return fmt.Sprintf("%d.%02d", amount/100, amount%100) }
 
 // demoStaff are the console logins `pitlane dev` creates and prints: one per role. They exist
-// only in a development database; serve never creates users (pitlane user create does).
+// only in dev's private database (or one named with --demo); serve never creates users
+// (pitlane user create does).
 var demoStaff = []struct {
 	email    string
-	role     payments.Role
+	role     access.Role
 	password string
 }{
-	{"support@pitlane.dev", payments.RoleSupport, "support-demo-pass"},
-	{"finance@pitlane.dev", payments.RoleFinance, "finance-demo-pass"},
-	{"admin@pitlane.dev", payments.RoleAdmin, "admin-demo-pass"},
+	{"support@pitlane.dev", access.RoleSupport, "support-demo-pass"},
+	{"finance@pitlane.dev", access.RoleFinance, "finance-demo-pass"},
+	{"admin@pitlane.dev", access.RoleAdmin, "admin-demo-pass"},
 }
 
 // seedStaff creates the demo logins that do not exist yet (an existing user keeps its password).
-func seedStaff(ctx context.Context, svc *payments.Service) error {
+func seedStaff(ctx context.Context, acc *access.Service) error {
 	for _, u := range demoStaff {
-		if _, err := svc.EnsureStaffUser(ctx, u.email, u.role, u.password); err != nil {
+		if _, err := acc.EnsureUser(ctx, payments.Staff{Email: "dev-demo"}, u.email, u.role, u.password); err != nil {
 			return fmt.Errorf("demo login %s: %w", u.email, err)
 		}
 	}

@@ -1,18 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"pitlane/internal/config"
+	"pitlane/internal/testdb"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/web"
@@ -174,7 +179,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		return cfg
 	}
 
-	gw, err := buildGateway(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123", "GATEWAY_URL": "http://127.0.0.1:12111"}), logger)
+	gw, _, err := buildGateway(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123", "GATEWAY_URL": "http://127.0.0.1:12111"}), logger, "serve")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +187,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		t.Errorf("GATEWAY=stripe built %T (%s), want the Stripe adapter", gw, gw.Name())
 	}
 
-	gw, err = buildGateway(load(map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090", "GATEWAY_API_KEY": "k"}), logger)
+	gw, _, err = buildGateway(load(map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090", "GATEWAY_API_KEY": "k"}), logger, "serve")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +196,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 	}
 
 	// The service sees the adapter's name through the metrics decorator: session rows record it.
-	svc, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
+	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +212,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 		{map[string]string{"GATEWAY_URL": "http://127.0.0.1:8090"}, "GATEWAY_API_KEY"},
 		{map[string]string{"GATEWAY": "stripe"}, "GATEWAY_API_KEY"},
 	} {
-		_, err := buildGateway(load(tc.env), logger)
+		_, _, err := buildGateway(load(tc.env), logger, "serve")
 		cerr, ok := err.(*config.Error)
 		if !ok || cerr.Var != tc.want {
 			t.Errorf("%v: error %v, want a configuration error naming %s", tc.env, err, tc.want)
@@ -253,5 +258,78 @@ func TestServeWithoutSecretKeyExitsTwo(t *testing.T) {
 	}
 	if got := stderr.String(); !strings.HasPrefix(got, "pitlane serve: SECRET_KEY: ") || strings.Count(got, "\n") != 1 {
 		t.Errorf("stderr %q, want one line naming SECRET_KEY", got)
+	}
+}
+
+// TestDevSeedsSharedDatabaseOnlyWithDemo: with DATABASE_URL set (a database that may be shared)
+// dev seeds no demo logins (with their printed passwords) and no demo orders, and says so; with
+// --demo it seeds them.
+func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, demo := range []bool{false, true} {
+		args := []string{"dev", "--dir", t.TempDir()}
+		if demo {
+			args = append(args, "--demo")
+		}
+		banner, stop := startDev(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(banner, "\n")
+		users, orders := count(`SELECT count(*) FROM staff_users`), count(`SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`)
+		if !demo {
+			if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
+				t.Fatalf("without --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+			}
+			continue
+		}
+		if users != len(demoStaff) || orders != len(demoOrders) || !strings.Contains(text, "demo-pass") || strings.Contains(text, "none seeded") {
+			t.Fatalf("with --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+		}
+	}
+}
+
+// startDev runs `pitlane dev` as a process until it printed its banner (up to "Ctrl-C …") and
+// returns the banner's lines; stop sends SIGTERM and requires a clean exit.
+func startDev(t *testing.T, env map[string]string, args ...string) (banner []string, stop func() error) {
+	t.Helper()
+	cmd := pitlane(env, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		banner = append(banner, line)
+		if strings.HasPrefix(line, "Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return banner, func() error {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("dev after SIGTERM: %w; stderr: %s", err, stderr.String())
+		}
+		return nil
 	}
 }

@@ -36,37 +36,52 @@ func checkGateway(cfg config.Config, command string) error {
 	return nil
 }
 
-// buildGateway builds the adapter GATEWAY names from the settings.
-func buildGateway(cfg config.Config, logger *slog.Logger) (payments.Gateway, error) {
-	if err := checkGateway(cfg, "serve"); err != nil {
-		return nil, err
+// buildGateway builds the adapter GATEWAY names from the settings (command names the command
+// in a configuration error), and that adapter's webhook verifier over every secret of
+// GATEWAY_WEBHOOK_SECRET. The verifier is nil when no secret is configured: the receiver then
+// refuses every event.
+func buildGateway(cfg config.Config, logger *slog.Logger, command string) (payments.Gateway, payments.WebhookVerifier, error) {
+	if err := checkGateway(cfg, command); err != nil {
+		return nil, nil, err
 	}
+	var (
+		gw          payments.Gateway
+		newVerifier func(secrets []string) (payments.WebhookVerifier, error)
+		err         error
+	)
 	switch cfg.Gateway {
 	case config.GatewayStripe:
-		gw, err := stripegw.New(stripegw.Options{SecretKey: cfg.GatewayAPIKey, BaseURL: cfg.GatewayURL, Timeout: cfg.GatewayTimeout,
+		gw, err = stripegw.New(stripegw.Options{SecretKey: cfg.GatewayAPIKey, BaseURL: cfg.GatewayURL, Timeout: cfg.GatewayTimeout,
 			Logger: logger.With("component", "stripe")})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		return gw, nil
+		newVerifier = func(secrets []string) (payments.WebhookVerifier, error) { return stripegw.NewWebhookVerifier(secrets) }
 	default:
-		gw, err := refgw.New(refgw.Options{BaseURL: cfg.GatewayURL, APIKey: cfg.GatewayAPIKey, Timeout: cfg.GatewayTimeout})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		return gw, nil
+		gw, err = refgw.New(refgw.Options{BaseURL: cfg.GatewayURL, APIKey: cfg.GatewayAPIKey, Timeout: cfg.GatewayTimeout})
+		newVerifier = func(secrets []string) (payments.WebhookVerifier, error) { return refgw.NewWebhookVerifier(secrets) }
 	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: %w", err)
+	}
+	secrets := cfg.WebhookSecrets()
+	if len(secrets) == 0 {
+		return gw, nil, nil
+	}
+	verifier, err := newVerifier(secrets)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: %w", err)
+	}
+	return gw, verifier, nil
 }
 
-// newService builds the locking core over the configured gateway, measured into metrics.
-func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metrics *web.Metrics) (*payments.Service, error) {
-	gw, err := buildGateway(cfg, logger)
+// newService builds the locking core over the configured gateway, measured into metrics, and
+// returns the gateway's webhook verifier with it (nil without GATEWAY_WEBHOOK_SECRET).
+func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metrics *web.Metrics) (*payments.Service, payments.WebhookVerifier, error) {
+	gw, verifier, err := buildGateway(cfg, logger, "serve")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	measured, err := gwmetrics.Wrap(gw, metrics.Registry)
 	if err != nil {
-		return nil, fmt.Errorf("gateway metrics: %w", err)
+		return nil, nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	pcfg := payments.Config{
 		Gateway:    measured,
@@ -82,7 +97,7 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}
 	}
-	return payments.NewService(pool, pcfg), nil
+	return payments.NewService(pool, pcfg), verifier, nil
 }
 
 // returnURL is where the gateway sends the customer after paying: the order's checkout page.

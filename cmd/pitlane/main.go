@@ -35,6 +35,7 @@ var commands = []command{
 	{"apikey", "create NAME | revoke ID|PREFIX | list: API clients (create prints the key once)", runApikey},
 	{"gatewaysim", "the reference-gateway simulator on its own (--addr :8090), with fault injection", runGatewaysim},
 	{"user", "create --email E --role support|finance|admin: a console user (password on stdin)", runUser},
+	{"reconcile", "[--since 24h]: compare recent sessions with the gateway now, under the patrol's lease (exit 75: another replica runs)", runReconcile},
 }
 
 // Env is what a command may touch of the outside world; tests substitute all of it.
@@ -54,6 +55,16 @@ type UsageError struct{ Msg string }
 
 func (u *UsageError) Error() string { return u.Msg }
 
+// ExitError is a failure with an exit status of its own, which its command documents (e.g.
+// reconcile's ExitLeaseHeld); printed as one line like every error.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
 // Usagef builds a UsageError.
 func Usagef(format string, args ...any) error { return &UsageError{Msg: fmt.Sprintf(format, args...)} }
 
@@ -64,7 +75,7 @@ func main() {
 }
 
 // Main runs one command and returns the process exit code: 0 success, 2 bad usage or
-// configuration (one line on stderr), 1 any other failure.
+// configuration (one line on stderr), 1 any other failure, or an ExitError's own code.
 func Main(args []string, env *Env) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(env.Stderr)
@@ -98,6 +109,10 @@ func Main(args []string, env *Env) int {
 		return 0
 	}
 	fmt.Fprintf(env.Stderr, "pitlane %s: %s\n", cmd.name, oneLine(err.Error()))
+	var xerr *ExitError
+	if errors.As(err, &xerr) {
+		return xerr.Code
+	}
 	var cerr *config.Error
 	var uerr *UsageError
 	if errors.As(err, &cerr) || errors.As(err, &uerr) {

@@ -38,11 +38,17 @@ type Config struct {
 	Gateway              string        // GATEWAY: GatewayRefgw (default) or GatewayStripe
 	GatewayURL           string        // GATEWAY_URL
 	GatewayAPIKey        string        // GATEWAY_API_KEY
-	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET
+	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET: one secret or a comma-separated list (WebhookSecrets)
 	GatewayTimeout       time.Duration // GATEWAY_TIMEOUT, default 10s
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
+	// whose X-Forwarded-For names the client. Empty: the peer is the client.
+	TrustedProxies []*net.IPNet
+	// MetricsAddr (METRICS_ADDR, host:port) serves /metrics on a listener of its own instead of
+	// HTTP_ADDR, so operators can keep it off the public port. "" keeps it on HTTP_ADDR.
+	MetricsAddr string
 	// SecretKey (SECRET_KEY) keys the HMACs of checkout links, one-time codes and CSRF tokens;
 	// every replica must use the same one. nil when unset: `dev` then persists a generated one
 	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
@@ -125,6 +131,16 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
 		return c, err
 	}
+	if c.TrustedProxies, err = parseProxies(getenv("TRUSTED_PROXIES")); err != nil {
+		return c, err
+	}
+	if c.MetricsAddr = getenv("METRICS_ADDR"); c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return c, errorf("METRICS_ADDR", "%q is not host:port (e.g. 127.0.0.1:9090)", c.MetricsAddr)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return c, errorf("METRICS_ADDR", "%q has no valid port number", c.MetricsAddr)
+		}
+	}
 	if v := getenv("SECRET_KEY"); v != "" {
 		if len(v) < MinSecretKeyLen {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
@@ -132,6 +148,35 @@ func Load(getenv func(string) string) (Config, error) {
 		c.SecretKey = []byte(v)
 	}
 	return c, nil
+}
+
+// parseProxies reads TRUSTED_PROXIES: addresses (a single host) or CIDR ranges, comma-separated.
+func parseProxies(v string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, errorf("TRUSTED_PROXIES", "%q is neither an IP address nor a CIDR range (e.g. 10.0.0.0/8)", item)
+			}
+			bits := 128
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, errorf("TRUSTED_PROXIES", "%q is neither an IP address nor a CIDR range (e.g. 10.0.0.0/8)", item)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // RequireDatabase reports an unset DATABASE_URL for commands that cannot run without one.
@@ -151,6 +196,21 @@ func (c Config) RequireSecret(command string) error {
 		return errorf("SECRET_KEY", "required by `pitlane %s`: at least %d characters, the same on every replica (e.g. `openssl rand -hex 32`; `pitlane dev` generates one)", command, MinSecretKeyLen)
 	}
 	return nil
+}
+
+// WebhookSecrets splits GATEWAY_WEBHOOK_SECRET into its secrets: a comma-separated list, so
+// that during a rotation the old and the new secret both verify (the receiver accepts a
+// signature under any of them; order does not matter). Spaces around entries and empty entries
+// are dropped, so a secret itself can contain neither a comma nor leading or trailing spaces.
+// nil when unset.
+func (c Config) WebhookSecrets() []string {
+	var out []string
+	for s := range strings.SplitSeq(c.GatewayWebhookSecret, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // LoadOrCreateSecret returns the secret stored at path, creating a random one (mode 0600) on

@@ -5,17 +5,19 @@
 package pgbouncer
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,69 +46,99 @@ func Bin() (string, error) {
 // prepared statements, as pgbouncer 1.18 in transaction mode requires). Stopped at cleanup.
 func Start(t testing.TB, upstream string, poolSize int) string {
 	t.Helper()
-	bin, err := Bin()
+	through, err := StartWith(t, upstream, map[string]string{"default_pool_size": strconv.Itoa(poolSize)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return through
+}
+
+// defaults are the [pgbouncer] settings of Start: transaction pooling, as pitlane is deployed.
+var defaults = map[string]string{
+	"pool_mode":                 "transaction",
+	"default_pool_size":         "3",
+	"max_client_conn":           "500",
+	"server_reset_query":        "",
+	"ignore_startup_parameters": "extra_float_digits,search_path",
+}
+
+// Site are the [pgbouncer] settings StartWith always sets itself, whatever settings says:
+// where it listens, how clients authenticate (any user, the test database's own credentials
+// upstream) and where it writes its log and pid. Everything else comes from settings.
+var Site = []string{"listen_addr", "listen_port", "unix_socket_dir", "auth_type", "auth_file", "auth_query", "auth_user",
+	"logfile", "pidfile", "admin_users", "stats_users"}
+
+// StartWith runs pgbouncer in front of the database at upstream with the given [pgbouncer]
+// settings over Start's defaults (the Site keys excepted), and returns a URL through it with
+// default_query_exec_mode=exec. A configuration pgbouncer refuses (it exits at start: an unknown
+// key, a bad value) or one it does not serve with is an error carrying pgbouncer's own words.
+// Stopped at cleanup.
+func StartWith(t testing.TB, upstream string, settings map[string]string) (string, error) {
+	t.Helper()
+	bin, err := Bin()
+	if err != nil {
+		return "", err
+	}
 	u, err := url.Parse(upstream)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	pw, _ := u.User.Password()
 	db := strings.TrimPrefix(u.Path, "/")
 	dir, err := os.MkdirTemp("", "pgbouncer-*")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	port := freePort(t)
-	ini := fmt.Sprintf(`[databases]
-%s = host=%s port=%s dbname=%s user=%s password=%s
 
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %d
-unix_socket_dir =
-auth_type = any
-pool_mode = transaction
-default_pool_size = %d
-max_client_conn = 500
-server_reset_query =
-ignore_startup_parameters = extra_float_digits,search_path
-logfile = %s
-pidfile = %s
-`, db, u.Hostname(), u.Port(), db, u.User.Username(), pw, port, poolSize,
-		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	merged := maps.Clone(defaults)
+	maps.Copy(merged, settings)
+	for _, k := range Site {
+		delete(merged, k)
+	}
+	maps.Copy(merged, map[string]string{
+		"listen_addr":     "127.0.0.1",
+		"listen_port":     strconv.Itoa(port),
+		"unix_socket_dir": "",
+		"auth_type":       "any",
+		"logfile":         filepath.Join(dir, "pgbouncer.log"),
+		"pidfile":         filepath.Join(dir, "pgbouncer.pid"),
+	})
+	var ini strings.Builder
+	fmt.Fprintf(&ini, "[databases]\n%s = host=%s port=%s dbname=%s user=%s password=%s\n\n[pgbouncer]\n",
+		db, u.Hostname(), u.Port(), db, u.User.Username(), pw)
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
+		fmt.Fprintf(&ini, "%s = %s\n", k, merged[k])
+	}
 	cfg := filepath.Join(dir, "pgbouncer.ini")
-	if err := os.WriteFile(cfg, []byte(ini), 0o600); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(cfg, []byte(ini.String()), 0o600); err != nil {
+		return "", err
 	}
 	cmd := exec.Command(bin, cfg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if os.Geteuid() == 0 { // pgbouncer refuses to run as root
 		pu, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("pgbouncer must not run as root and there is no postgres user: %v", err)
+			return "", fmt.Errorf("pgbouncer must not run as root and there is no postgres user: %w", err)
 		}
 		uid, _ := strconv.Atoi(pu.Uid)
 		gid, _ := strconv.Atoi(pu.Gid)
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := chownAll(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 	}
-	stderr, _ := cmd.StderrPipe()
+	var stderr lockedTail
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start pgbouncer: %v", err)
+		return "", fmt.Errorf("start pgbouncer: %w", err)
 	}
-	go func() { // drain
-		s := bufio.NewScanner(stderr)
-		for s.Scan() {
-		}
-	}()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
-		_, _ = cmd.Process.Wait()
+		<-exited
 	})
 	through := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&default_query_exec_mode=exec", u.User.Username(), pw, port, db)
 	deadline := time.Now().Add(20 * time.Second)
@@ -119,15 +151,41 @@ pidfile = %s
 		}
 		cancel()
 		if err == nil {
-			return through
+			return through, nil
+		}
+		select {
+		case <-exited:
+			return "", fmt.Errorf("pgbouncer exited at start (refused its configuration?): %s", strings.TrimSpace(stderr.String()))
+		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			t.Fatalf("pgbouncer did not accept connections: %v\n%s", err, log)
+			return "", fmt.Errorf("pgbouncer did not accept connections: %w\n%s", err, log)
 		}
 		time.Sleep(50 * time.Millisecond) // polling an external process's start-up
-
 	}
+}
+
+// lockedTail keeps the last few KiB a process wrote, for an error message.
+type lockedTail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *lockedTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if over := len(l.buf) - 4096; over > 0 {
+		l.buf = l.buf[over:]
+	}
+	return len(p), nil
+}
+
+func (l *lockedTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
 }
 
 func chownAll(dir string, uid, gid int) error {

@@ -219,8 +219,12 @@ func TestSimulatorWebhooksSettleSessions(t *testing.T) {
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { receiver.ServeHTTP(w, r) }))
 	t.Cleanup(front.Close)
 	b := newBench(t, options{webhookURL: front.URL + "/webhooks/gateway"})
+	verifier, err := refgw.NewWebhookVerifier([]string{webhookSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
 	receiver = web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-e2e", Payments: b.svc,
-		Webhooks: handlers.WebhookConfig{Scheme: handlers.WebhookSchemeRefgw, Secret: webhookSecret}})
+		Webhooks: handlers.WebhookConfig{Verifier: verifier}})
 	b.sim.SetWebhookFaults(gatewaysim.WebhookFaults{Duplicate: 3, Reorder: true})
 
 	paid := b.create(t, "e2e-webhook-paid")

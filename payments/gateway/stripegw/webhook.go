@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
+
+	"pitlane/payments"
 )
 
 // WebhookTolerance is how far a Stripe-Signature timestamp may be from now.
@@ -17,8 +20,11 @@ const WebhookTolerance = 300 * time.Second
 const SignatureHeader = "Stripe-Signature"
 
 var (
-	// ErrWebhookSignature: the Stripe-Signature header is missing, malformed, or none of its v1
-	// signatures matches the body under the secret.
+	// ErrWebhookMalformed: the Stripe-Signature header is missing or cannot be read (no t=, two
+	// t=, no v1 entry, an entry without '='), or a validly signed body is not an event.
+	ErrWebhookMalformed = errors.New("stripe webhook: malformed delivery")
+	// ErrWebhookSignature: none of the header's v1 signatures matches the body under any of the
+	// secrets.
 	ErrWebhookSignature = errors.New("stripe webhook: signature verification failed")
 	// ErrWebhookStale: the signature is valid but its timestamp is more than WebhookTolerance
 	// away from now (a replayed delivery, or a clock far off).
@@ -38,43 +44,63 @@ type Event struct {
 	Created         time.Time
 }
 
-// ParseWebhook verifies a Stripe webhook delivery and extracts the event.
+// ParseWebhook verifies a Stripe webhook delivery against any of secrets and extracts the event.
 //
 // The signature is checked by stripe-go (webhook.ConstructEventWithOptions: HMAC-SHA256 over
-// "<t>.<raw body>", any of several v1 signatures, constant-time comparison). Its own timestamp
+// "<t>.<raw body>", any of several v1 signatures, constant-time comparison), once per secret
+// until one matches: during a rotation of the endpoint's signing secret Stripe signs with both
+// (two v1 entries) and pitlane holds both, and either side may move first. Its own timestamp
 // check is switched off and done here instead, against now, because stripe-go reads the wall
 // clock and pitlane injects its clock; the rule is the same 300 s, applied in both directions
 // (a timestamp from the future is as suspicious as an old one). The event's API version is not
 // required to match stripe-go's: only the ids are read, and those do not change between versions.
 //
+// The header is read here first, so that what cannot be a signature at all (ErrWebhookMalformed)
+// is told apart from a signature that does not match (ErrWebhookSignature).
+//
 // payload must be the raw request body, byte for byte.
-func ParseWebhook(payload []byte, sigHeader string, secret string, now time.Time) (Event, error) {
-	if secret == "" {
+func ParseWebhook(payload []byte, sigHeader string, secrets []string, now time.Time) (Event, error) {
+	var usable []string
+	for _, s := range secrets {
+		if s != "" {
+			usable = append(usable, s)
+		}
+	}
+	if len(usable) == 0 {
 		return Event{}, errors.New("stripe webhook: no signing secret configured")
 	}
-	ev, err := webhook.ConstructEventWithOptions(payload, sigHeader, secret, webhook.ConstructEventOptions{
-		IgnoreTolerance:          true,
-		IgnoreAPIVersionMismatch: true,
-	})
+	signedAt, err := readSignatureHeader(sigHeader)
 	if err != nil {
-		if errors.Is(err, webhook.ErrNotSigned) || errors.Is(err, webhook.ErrInvalidHeader) || errors.Is(err, webhook.ErrNoValidSignature) {
-			return Event{}, fmt.Errorf("%w: %w", ErrWebhookSignature, err)
+		return Event{}, err
+	}
+	var ev stripe.Event
+	for _, secret := range usable {
+		ev, err = webhook.ConstructEventWithOptions(payload, sigHeader, secret, webhook.ConstructEventOptions{
+			IgnoreTolerance:          true,
+			IgnoreAPIVersionMismatch: true,
+		})
+		if !errors.Is(err, webhook.ErrNoValidSignature) {
+			break
 		}
-		return Event{}, fmt.Errorf("stripe webhook: %w", err)
+	}
+	switch {
+	case errors.Is(err, webhook.ErrNoValidSignature):
+		return Event{}, fmt.Errorf("%w: %w", ErrWebhookSignature, err)
+	case errors.Is(err, webhook.ErrNotSigned) || errors.Is(err, webhook.ErrInvalidHeader):
+		return Event{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
+	case err != nil:
+		// The signature matched (stripe-go checks it before decoding): a signed body that is
+		// not an event.
+		return Event{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
 	}
 
-	// The header parsed and a signature matched, so t= is present and authenticated (it is part
-	// of the signed string).
-	signedAt, ok := signatureTime(sigHeader)
-	if !ok {
-		return Event{}, fmt.Errorf("%w: no timestamp", ErrWebhookSignature)
-	}
+	// A signature matched, so t= is authenticated (it is part of the signed string).
 	if d := now.Sub(signedAt); d > WebhookTolerance || d < -WebhookTolerance {
 		return Event{}, fmt.Errorf("%w: signed at %s, now %s", ErrWebhookStale, signedAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 
 	if ev.ID == "" {
-		return Event{}, errors.New("stripe webhook: event without id")
+		return Event{}, fmt.Errorf("%w: event without id", ErrWebhookMalformed)
 	}
 	out := Event{ID: ev.ID, Type: string(ev.Type)}
 	if ev.Created != 0 {
@@ -93,25 +119,86 @@ func ParseWebhook(payload []byte, sigHeader string, secret string, now time.Time
 	return out, nil
 }
 
-// signatureTime reads t= from a Stripe-Signature header ("t=1495999758,v1=…,v0=…"). A header
-// with more than one t= is refused: stripe-go verifies against the last one, and a check here
-// that read a different one could be fooled into accepting a replayed old signature under a
-// fresh-looking timestamp.
-func signatureTime(header string) (time.Time, bool) {
+// readSignatureHeader reads a Stripe-Signature header ("t=1495999758,v1=…,v1=…,v0=…") far enough
+// to know it could carry a signature: exactly one t= with an integer, at least one v1= entry,
+// every entry a key=value pair. It returns the timestamp. A header with more than one t= is
+// refused: stripe-go verifies against the last one, and a tolerance check here that read a
+// different one could be fooled into accepting a replayed old signature under a fresh-looking
+// timestamp.
+func readSignatureHeader(header string) (time.Time, error) {
+	if header == "" {
+		return time.Time{}, fmt.Errorf("%w: no %s header", ErrWebhookMalformed, SignatureHeader)
+	}
 	var (
 		at    time.Time
 		found bool
+		v1    int
 	)
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, ok := strings.Cut(part, "=")
-		if !ok || k != "t" {
-			continue
+		if !ok {
+			return time.Time{}, fmt.Errorf("%w: entry %q has no '='", ErrWebhookMalformed, part)
 		}
-		sec, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || found {
-			return time.Time{}, false
+		switch k {
+		case "t":
+			sec, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || found {
+				return time.Time{}, fmt.Errorf("%w: a bad or second timestamp", ErrWebhookMalformed)
+			}
+			at, found = time.Unix(sec, 0), true
+		case "v1":
+			v1++
 		}
-		at, found = time.Unix(sec, 0), true
 	}
-	return at, found
+	if !found {
+		return time.Time{}, fmt.Errorf("%w: no timestamp", ErrWebhookMalformed)
+	}
+	if v1 == 0 {
+		return time.Time{}, fmt.Errorf("%w: no v1 signature", ErrWebhookMalformed)
+	}
+	return at, nil
+}
+
+// WebhookVerifier verifies Stripe's webhook deliveries (Stripe-Signature) under the endpoint's
+// signing secrets: payments.WebhookVerifier for GATEWAY=stripe.
+type WebhookVerifier struct {
+	secrets []string
+}
+
+var _ payments.WebhookVerifier = (*WebhookVerifier)(nil)
+
+// NewWebhookVerifier builds a verifier that accepts a signature under any of secrets (whsec_…;
+// during a rotation, the old and the new one). Empty entries are ignored; at least one is needed.
+func NewWebhookVerifier(secrets []string) (*WebhookVerifier, error) {
+	v := &WebhookVerifier{}
+	for _, s := range secrets {
+		if s != "" {
+			v.secrets = append(v.secrets, s)
+		}
+	}
+	if len(v.secrets) == 0 {
+		return nil, errors.New("stripe: a webhook verifier needs at least one signing secret (GATEWAY_WEBHOOK_SECRET)")
+	}
+	return v, nil
+}
+
+// SignatureHeader implements payments.WebhookVerifier: Stripe-Signature.
+func (v *WebhookVerifier) SignatureHeader() string { return SignatureHeader }
+
+// VerifyEvent implements payments.WebhookVerifier through ParseWebhook. A Stripe event names
+// only the PaymentIntent, never our reference: the core asks Stripe for it when no session has
+// that id yet.
+func (v *WebhookVerifier) VerifyEvent(header string, body []byte, now time.Time) (payments.GatewayEvent, error) {
+	ev, err := ParseWebhook(body, header, v.secrets, now)
+	switch {
+	case errors.Is(err, ErrWebhookStale):
+		return payments.GatewayEvent{}, &payments.Error{Code: payments.EBADSIGNATURE, Message: "signature timestamp outside the 300 s tolerance", Err: err}
+	case errors.Is(err, ErrWebhookSignature):
+		return payments.GatewayEvent{}, &payments.Error{Code: payments.EBADSIGNATURE, Message: "signature does not match", Err: err}
+	case errors.Is(err, ErrWebhookMalformed):
+		return payments.GatewayEvent{}, &payments.Error{Code: payments.EMALFORMED, Message: "the delivery could not be read (" + SignatureHeader + " header or event)", Err: err}
+	case err != nil:
+		return payments.GatewayEvent{}, &payments.Error{Code: payments.EINTERNAL, Message: "verify webhook", Err: err}
+	}
+	return payments.GatewayEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentIntentID}, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
+
+	"pitlane/payments"
 )
 
 const whSecret = "whsec_test_pitlane"
@@ -30,7 +32,7 @@ func TestParseWebhook(t *testing.T) {
 
 	t.Run("good", func(t *testing.T) {
 		t.Parallel()
-		ev, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(-10*time.Second), whSecret), whSecret, whNow)
+		ev, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(-10*time.Second), whSecret), []string{whSecret}, whNow)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +44,7 @@ func TestParseWebhook(t *testing.T) {
 
 	t.Run("exactly at the tolerance is accepted", func(t *testing.T) {
 		t.Parallel()
-		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(-300*time.Second), whSecret), whSecret, whNow); err != nil {
+		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(-300*time.Second), whSecret), []string{whSecret}, whNow); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -50,7 +52,7 @@ func TestParseWebhook(t *testing.T) {
 	t.Run("charge event names its payment intent", func(t *testing.T) {
 		t.Parallel()
 		body := `{"id":"evt_2","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_456"}}}`
-		ev, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), whSecret, whNow)
+		ev, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), []string{whSecret}, whNow)
 		if err != nil || ev.PaymentIntentID != "pi_456" || ev.ID != "evt_2" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -59,7 +61,7 @@ func TestParseWebhook(t *testing.T) {
 	t.Run("event about no payment intent", func(t *testing.T) {
 		t.Parallel()
 		body := `{"id":"evt_3","object":"event","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}`
-		ev, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), whSecret, whNow)
+		ev, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), []string{whSecret}, whNow)
 		if err != nil || ev.PaymentIntentID != "" || ev.ID != "evt_3" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -70,7 +72,7 @@ func TestParseWebhook(t *testing.T) {
 		good := hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), whSecret))
 		bad := hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), "whsec_old"))
 		header := fmt.Sprintf("t=%d,v1=%s,v1=%s", whNow.Unix(), bad, good)
-		if _, err := ParseWebhook([]byte(piEvent), header, whSecret, whNow); err != nil {
+		if _, err := ParseWebhook([]byte(piEvent), header, []string{whSecret}, whNow); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -83,21 +85,22 @@ func TestParseWebhook(t *testing.T) {
 	}{
 		{"wrong secret", piEvent, signed(piEvent, whNow, "whsec_someone_else"), ErrWebhookSignature},
 		{"one flipped body byte", flipByte(piEvent), signed(piEvent, whNow, whSecret), ErrWebhookSignature},
-		{"no header", piEvent, "", ErrWebhookSignature},
-		{"garbage header", piEvent, "garbage", ErrWebhookSignature},
-		{"v0 only", piEvent, fmt.Sprintf("t=%d,v0=%s", whNow.Unix(), hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), whSecret))), ErrWebhookSignature},
+		{"no header", piEvent, "", ErrWebhookMalformed},
+		{"garbage header", piEvent, "garbage", ErrWebhookMalformed},
+		{"no timestamp", piEvent, "v1=" + hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), whSecret)), ErrWebhookMalformed},
+		{"v0 only", piEvent, fmt.Sprintf("t=%d,v0=%s", whNow.Unix(), hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), whSecret))), ErrWebhookMalformed},
 		{"stale: 301 s old", piEvent, signed(piEvent, whNow.Add(-301*time.Second), whSecret), ErrWebhookStale},
 		{"stale: days late", piEvent, signed(piEvent, whNow.Add(-72*time.Hour), whSecret), ErrWebhookStale},
 		{"from the future", piEvent, signed(piEvent, whNow.Add(301*time.Second), whSecret), ErrWebhookStale},
 		// A replayed old delivery with a fresh t= put in front: stripe-go verifies the last t=, so
 		// the tolerance check must not read another one.
 		{"replay with a second, fresh timestamp", piEvent,
-			fmt.Sprintf("t=%d,", whNow.Unix()) + signed(piEvent, whNow.Add(-time.Hour), whSecret), ErrWebhookSignature},
+			fmt.Sprintf("t=%d,", whNow.Unix()) + signed(piEvent, whNow.Add(-time.Hour), whSecret), ErrWebhookMalformed},
 	}
 	for _, tc := range refusals {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			t.Parallel()
-			ev, err := ParseWebhook([]byte(tc.payload), tc.header, whSecret, whNow)
+			ev, err := ParseWebhook([]byte(tc.payload), tc.header, []string{whSecret}, whNow)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %+v, %v; want %v", ev, err, tc.want)
 			}
@@ -110,7 +113,7 @@ func TestParseWebhook(t *testing.T) {
 	t.Run("refused: valid signature over a body that is not an event", func(t *testing.T) {
 		t.Parallel()
 		for _, body := range []string{`not json`, `{"object":"event","type":"x"}`} {
-			if _, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), whSecret, whNow); err == nil {
+			if _, err := ParseWebhook([]byte(body), signed(body, whNow, whSecret), []string{whSecret}, whNow); err == nil {
 				t.Fatalf("%q accepted", body)
 			}
 		}
@@ -118,7 +121,7 @@ func TestParseWebhook(t *testing.T) {
 
 	t.Run("refused: no secret configured", func(t *testing.T) {
 		t.Parallel()
-		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow, ""), "", whNow); err == nil {
+		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow, ""), []string{""}, whNow); err == nil {
 			t.Fatal("accepted with an empty secret")
 		}
 	})
@@ -128,4 +131,53 @@ func flipByte(s string) string {
 	b := []byte(s)
 	b[len(b)/2] ^= 0x01
 	return string(b)
+}
+
+// TestWebhookVerifierRotation: with GATEWAY_WEBHOOK_SECRET "old,new" a delivery signed with
+// either verifies (alone, or both in one header as Stripe sends them while an endpoint's secret
+// is rolled), one signed with a third does not; stale and unreadable deliveries are refused with
+// their own domain codes (401 and 400 at the receiver).
+func TestWebhookVerifierRotation(t *testing.T) {
+	t.Parallel()
+	v, err := NewWebhookVerifier([]string{"whsec_old", "whsec_new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.SignatureHeader() != "Stripe-Signature" {
+		t.Fatalf("header %q", v.SignatureHeader())
+	}
+	sig := func(secret string) string {
+		return hex.EncodeToString(webhook.ComputeSignature(whNow, []byte(piEvent), secret))
+	}
+	want := payments.GatewayEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pi_123"}
+	for name, header := range map[string]string{
+		"old secret":          signed(piEvent, whNow, "whsec_old"),
+		"new secret":          signed(piEvent, whNow, "whsec_new"),
+		"both in one header":  fmt.Sprintf("t=%d,v1=%s,v1=%s", whNow.Unix(), sig("whsec_new"), sig("whsec_old")),
+		"a third and the old": fmt.Sprintf("t=%d,v1=%s,v1=%s", whNow.Unix(), sig("whsec_third"), sig("whsec_old")),
+	} {
+		ev, err := v.VerifyEvent(header, []byte(piEvent), whNow)
+		if err != nil || ev != want {
+			t.Errorf("%s: %+v %v; want %+v", name, ev, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		name, header string
+		code         string
+	}{
+		{"a third secret", signed(piEvent, whNow, "whsec_third"), payments.EBADSIGNATURE},
+		{"stale: 301 s old", signed(piEvent, whNow.Add(-301*time.Second), "whsec_new"), payments.EBADSIGNATURE},
+		{"from the future", signed(piEvent, whNow.Add(301*time.Second), "whsec_old"), payments.EBADSIGNATURE},
+		{"no header", "", payments.EMALFORMED},
+		{"garbage header", "garbage", payments.EMALFORMED},
+		{"no v1", fmt.Sprintf("t=%d", whNow.Unix()), payments.EMALFORMED},
+	} {
+		ev, err := v.VerifyEvent(tc.header, []byte(piEvent), whNow)
+		if payments.ErrorCode(err) != tc.code || ev != (payments.GatewayEvent{}) {
+			t.Errorf("%s: %+v %v; want %s", tc.name, ev, err, tc.code)
+		}
+	}
+	if _, err := NewWebhookVerifier([]string{"", ""}); err == nil {
+		t.Error("a verifier without a secret")
+	}
 }

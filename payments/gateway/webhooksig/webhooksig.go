@@ -3,9 +3,11 @@
 //
 //	Gateway-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>
 //
-// The simulator signs with it and pitlane's webhook receiver verifies with it, so both sides of
-// the contract share one definition of the scheme. The signature covers the raw body bytes: a
-// receiver must verify before decoding, never over a re-encoded body.
+// The simulator signs with it and refgw's WebhookVerifier (pitlane's receiving adapter) verifies
+// with it, so both sides of the contract share one definition of the scheme. It stays a package
+// of its own, depending on nothing of pitlane, so the simulator, a stand-in for any gateway, need
+// not import pitlane's client to sign. The signature covers the raw body bytes: a receiver must
+// verify before decoding, never over a re-encoded body.
 package webhooksig
 
 import (
