@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,19 +19,9 @@ type Message struct {
 	Text      string `json:"text"`
 	OrderID   string `json:"order_id"`
 	PaymentID string `json:"payment_id"`
-	// Secret is the part of Text that must not outlive its delivery (a one-time code): the
-	// outbox keeps Text until the message is delivered (it is retried from there) and then only
-	// Text with Secret replaced (the contract: codes are never stored in clear after delivery).
-	Secret string `json:"-"`
-}
-
-// redactedText is the message's text as the outbox keeps it once delivered.
-func (m Message) redactedText() *string {
-	if m.Secret == "" {
-		return nil
-	}
-	s := strings.ReplaceAll(m.Text, m.Secret, "[redacted]")
-	return &s
+	// Redacted is Text without its secret (a one-time code), what the outbox keeps once the
+	// message is delivered; "" when Text holds nothing secret. Never sent.
+	Redacted string `json:"-"`
 }
 
 // Notifier delivers a message outside pitlane. Every message is also kept in the outbox table,
@@ -79,8 +68,8 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 	if m.PaymentID != "" {
 		pid = m.PaymentID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, order_id, payment_id, created_at, delivered_body)
-		VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.OrderID, pid, now, m.redactedText()).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, created_at)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, now).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %w", err)
 	}
@@ -141,6 +130,8 @@ func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 
 // deliver hands one outbox message to the Notifier (when configured) and records the result.
 // Failures stay in the outbox with the error; the message text is never logged (it may hold a code).
+// A delivered message keeps only its redacted text: the code reached the customer, and the
+// outbox (which admins read) must not hold it in clear any longer.
 func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 	if s.cfg.Notifier == nil {
 		return
@@ -155,9 +146,8 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 		}
 		return
 	}
-	// Delivered: the body loses its secret (delivered_body is the body without it, when it had one).
 	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
-		body = coalesce(delivered_body, body), delivered_body = NULL WHERE id = $1`, outboxID, now); uerr != nil {
+		body = coalesce(redacted_body, body) WHERE id = $1`, outboxID, now); uerr != nil {
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
 }

@@ -201,7 +201,9 @@ func TestInvalidSettingsExitTwoWithOneLine(t *testing.T) {
 func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	cfg, err := config.Load(func(k string) string { return map[string]string{"HTTP_ADDR": "127.0.0.1:0"}[k] })
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32)}[k]
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,8 +73,8 @@ func debugLogger(jsonOut, textOut io.Writer) *slog.Logger {
 // line the commands printed to stderr, no gateway call's recorded detail and no delivered
 // outbox message may carry any of those secrets.
 //
-// Before this test the delivered cancel message kept its code in the outbox for good (the
-// contract says codes are never stored in clear after delivery); outbox.delivered_body fixes it.
+// The delivered cancel message is checked too: the contract says codes are never stored in clear
+// after delivery (outbox.redacted_body). Without that redaction this test fails on the outbox.
 func TestLogsCarryNoSecrets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -38,6 +38,9 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err := checkGateway(cfg, "serve"); err != nil {
 		return err
 	}
+	if err := cfg.RequireSecret("serve"); err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -126,12 +129,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		cfg.PublicBaseURL = "http://" + ln.Addr().String()
 	}
 
-	if len(cfg.SecretKey) == 0 {
-		if cfg.SecretKey, err = derivedSecret(ctx, pool); err != nil {
-			ln.Close()
-			return err
-		}
-		logger.Warn("SECRET_KEY is unset: using a key derived from the database's identity; set SECRET_KEY (e.g. `openssl rand -hex 32`) in production")
+	if err := cfg.RequireSecret("serve"); err != nil { // serve and dev check it first; this is for direct callers
+		ln.Close()
+		return err
 	}
 
 	if opts.prepare != nil {

@@ -65,7 +65,7 @@ func tracingBench(t *testing.T) (*pgxpool.Pool, *tracedGateway, config.Config, s
 	pool := testdb.New(t)
 	gw := newTracedGateway(t)
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "GATEWAY_URL": gw.url, "GATEWAY_API_KEY": "gw-test-key"}[k]
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "GATEWAY_URL": gw.url, "GATEWAY_API_KEY": "gw-test-key", "SECRET_KEY": strings.Repeat("s", 32)}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
