@@ -151,7 +151,9 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 		fmt.Fprintf(w, `<!doctype html><title>gateway</title><h1 id="gateway-page">Payment page %s</h1>`, strings.TrimPrefix(r.URL.Path, "/pay/"))
 	}))
 	defer gwPages.Close()
-	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL})
+	// The pages are served over plain http: trusted as the configured gateway's own origin.
+	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL},
+		func(c *payments.Config) { c.GatewayURL = gwPages.URL })
 	counter := &posts{h: e, done: make(chan int, 10)}
 	srv := httptest.NewServer(counter)
 	defer srv.Close()

@@ -57,10 +57,15 @@ func newConsoleBench(t testing.TB) *consoleBench {
 	return b
 }
 
-// replica builds another server over a pool of the same database (another replica).
-func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway) (*payments.Service, *echo.Echo) {
-	svc := payments.NewService(pool, payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
-		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+// replica builds another server over a pool of the same database (another replica); mod
+// adjusts its core's configuration.
+func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway, mod ...func(*payments.Config)) (*payments.Service, *echo.Echo) {
+	cfg := payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	svc := payments.NewService(pool, cfg)
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
 		SecretKey: []byte("console-test-secret-console-test-secret")})
 	return svc, e

@@ -10,12 +10,13 @@ import (
 
 // Finance case kinds.
 const (
-	CaseLatePayment        = "late_payment"              // the gateway took money for a Failed/Canceled session
-	CaseCancelLostRace     = "cancel_lost_race"          // a cancel was requested but the payment succeeded first
-	CaseUnexpectedReversal = "unexpected_reversal"       // the gateway reversed a payment we did not ask to reverse
-	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session or its id
-	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
-	CaseSweepExhausted     = "sweep_exhausted"           // the sweeper's schedule ran out without a final answer
+	CaseLatePayment        = "late_payment"               // the gateway took money for a Failed/Canceled session
+	CaseCancelLostRace     = "cancel_lost_race"           // a cancel was requested but the payment succeeded first
+	CaseUnexpectedReversal = "unexpected_reversal"        // the gateway reversed a payment we did not ask to reverse
+	CaseGatewayMismatch    = "gateway_mismatch"           // the gateway contradicts a Completed session, its id, or its amount or currency
+	CaseDuplicatePayment   = "duplicate_gateway_payment"  // one session, several gateway payments
+	CaseSweepExhausted     = "sweep_exhausted"            // the sweeper's schedule ran out without a final answer
+	CaseUntrustedURL       = "untrusted_confirmation_url" // the gateway sent a payment page URL we do not send customers to
 )
 
 // Check asks the gateway about a session and applies the answer exactly once (design.md, "The
@@ -23,6 +24,8 @@ const (
 // applied in one short transaction under the order and session row locks, so a second
 // concurrent Check waits, re-reads the applied state and does nothing.
 func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, error) {
+	ctx, span := s.startSpan(ctx, "payments.check", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
@@ -32,6 +35,7 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 
 // check is Check of a session the caller has just read (the patrol's claim returns it).
 func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	ctx = traceSession(ctx, sess)
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will
@@ -62,16 +66,8 @@ func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause 
 		if err != nil {
 			return err
 		}
-		out = cur
-		if cur.Status.Terminal() {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
-		}
-		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = coalesce(flagged_at, $2),
-			flag_reason = coalesce(flag_reason, $3), next_check_at = NULL WHERE id = $1 RETURNING `+sessionColumns, sess.ID, now, reason))
-		if err != nil {
-			return dbError("flag missing payment", err, "")
-		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
+		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, reason, now)
+		return err
 	})
 	return out, err
 }
@@ -186,10 +182,13 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // same transaction; an answer already applied writes nothing.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id string, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	ctx, span := s.startSpan(ctx, "payments.apply", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
 	err = s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {
@@ -205,10 +204,18 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			return openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 				fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
 		}
+		if mismatch := answerMismatch(cur, gp); mismatch != "" {
+			out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
+			return err
+		}
 		patch := sessionPatch{}
+		untrusted := ""
 		if cur.GatewayPaymentID == "" && gp.ID != "" {
 			patch.gatewayPaymentID = gp.ID
 			patch.confirmationURL = gp.ConfirmationURL
+			if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
+				patch.confirmationURL = "" // never stored, so never rendered nor redirected to
+			}
 		}
 		var asked bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).Scan(&asked); err != nil {
@@ -244,6 +251,11 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			out.GatewayPaymentID = patch.gatewayPaymentID
 			if patch.confirmationURL != "" {
 				out.ConfirmationURL = patch.confirmationURL
+			}
+		}
+		if untrusted != "" {
+			if out, err = flagForFinance(ctx, tx, out, CaseUntrustedURL, untrusted, now); err != nil {
+				return err
 			}
 		}
 		if oc.caseKind != "" {

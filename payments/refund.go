@@ -89,10 +89,13 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 	if in.RequestKey == "" {
 		in.RequestKey = uuid.NewString()
 	}
+	ctx, span := s.startSpan(ctx, "payments.refund", in.PaymentID, "")
+	defer span.End()
 	sess, err := s.Get(ctx, in.PaymentID)
 	if err != nil {
 		return RefundResult{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Refund
 	var created bool
@@ -191,10 +194,18 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 // writes the one RefundIssued entry; a refusal of the refund request fails it; pending records
 // the gateway's refund id (so the next look reads it instead of asking again).
 func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
+	ctx, span := s.startSpan(ctx, "payments.refund.drive", sess.ID, sess.OrderID)
+	defer span.End()
 	gr, sent, gerr := s.askRefund(ctx, sess, r)
 	status := ""
 	detail := ""
+	mismatch := ""
+	if gerr == nil {
+		mismatch = refundAnswerMismatch(sess, r, gr) // gateway_answer.go
+	}
 	switch {
+	case mismatch != "":
+		// never applied: it stays Pending and finance gets a gateway_mismatch case
 	case gerr == nil && gr.Status == "succeeded":
 		status = RefundSucceeded
 	case gerr == nil && gr.Status == "failed":
@@ -230,6 +241,9 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		out = cur
 		if cur.Status != RefundPending {
 			return nil // applied already (the patrol or a concurrent request got there first)
+		}
+		if mismatch != "" {
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
 		}
 		if status == "" {
 			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = coalesce(nullif($2, ''), gateway_refund_id), updated_at = $3

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ActorKind says who caused a change (timeline, audit).
@@ -101,6 +102,9 @@ type Config struct {
 	// PublicBaseURL (PUBLIC_BASE_URL, no trailing slash) makes signed checkout links absolute
 	// (CheckoutURL); unset, they are paths.
 	PublicBaseURL string
+	// GatewayURL (GATEWAY_URL) is the configured gateway's base URL: a confirmation_url on its
+	// own origin is trusted even over plain http (dev's simulator); any other must be https.
+	GatewayURL string
 	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
@@ -123,15 +127,18 @@ type Config struct {
 	// Version names the running build in the patrol's heartbeat (default: from the build info).
 	Version string
 	Hooks   Hooks
+	// TracerProvider makes the spans of core operations (tracing.go). Nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the locking core. It is safe for concurrent use; all coordination between
 // goroutines and replicas happens in PostgreSQL.
 type Service struct {
-	db  *pgxpool.Pool
-	gw  Gateway
-	cfg Config
-	log *slog.Logger
+	db     *pgxpool.Pool
+	gw     Gateway
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
 	// patrol is this replica's patrol: its back-off and what it drives right now (bounded by
 	// SweepConcurrency). Coordination with other replicas happens in PostgreSQL (leases).
 	patrol *patrolState
@@ -180,7 +187,8 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, patrol: newPatrolState(cfg.Clock.Now())}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
+		patrol: newPatrolState(cfg.Clock.Now())}
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -270,11 +278,15 @@ func (s *Service) GetOrder(ctx context.Context, orderID string) (Order, []Sessio
 }
 
 // dbError is the one edge where database errors become domain errors: no rows → ENOTFOUND
-// (with the given message), a lock timeout → EUNAVAIL, a violation of the one-active-session
-// index → ECONFLICT. Constraint names, never message texts, decide.
+// (with the given message), a lock timeout or a database outage (DatabaseUnavailable) →
+// EUNAVAIL, a violation of the one-active-session index → ECONFLICT. Constraint names and
+// SQLSTATEs, never message texts, decide.
 func dbError(op string, err error, notFoundFormat string, args ...any) error {
 	if errors.Is(err, pgx.ErrNoRows) && notFoundFormat != "" {
 		return Errorf(ENOTFOUND, notFoundFormat, args...)
+	}
+	if DatabaseUnavailable(err) {
+		return &Error{Code: EUNAVAIL, Message: unavailableMessage, Err: fmt.Errorf("%s: %w", op, err)}
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -295,13 +307,14 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
-func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
+	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL go in one round trip (one simple-protocol query of two statements):
 	// every transaction of the core pays for it, the patrol's many small ones most of all.
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
 		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())})
 	if err != nil {
-		return fmt.Errorf("%s: begin: %w", op, err)
+		return dbError(op+": begin", err, "")
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if err := fn(tx); err != nil {

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,9 +13,8 @@ import (
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
-// lazily), so with SECRET_KEY set a replica that starts before its database is reachable comes
-// up unready (/readyz) instead of crash-looping; without SECRET_KEY, run needs the database
-// at start to derive the key.
+// lazily), so a replica that starts before its database is reachable comes up unready (/readyz)
+// instead of crash-looping.
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -43,22 +39,6 @@ func migrate(ctx context.Context, url string) (int, error) {
 		return 0, fmt.Errorf("connect to database: %w", err)
 	}
 	return migrations.Up(ctx, db)
-}
-
-// derivedSecret is the fallback when SECRET_KEY is unset: a key derived from the identity of
-// the database (cluster system identifier and database oid), so that every replica on the same
-// database agrees without configuration, and a logical dump alone does not reveal it. It is
-// weaker than a real secret (anyone with SQL access can recompute it); serve warns.
-func derivedSecret(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
-	var sysid, dboid string
-	err := pool.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()),
-		(SELECT oid::text FROM pg_database WHERE datname = current_database())`).Scan(&sysid, &dboid)
-	if err != nil {
-		return nil, fmt.Errorf("SECRET_KEY is unset and no key could be derived from the database (%w); set SECRET_KEY", err)
-	}
-	mac := hmac.New(sha256.New, []byte("pitlane fallback secret v1"))
-	mac.Write([]byte(sysid + "/" + dboid))
-	return []byte(hex.EncodeToString(mac.Sum(nil))), nil
 }
 
 // openAccess is what the admin commands (apikey, user) work with: the configuration's database,

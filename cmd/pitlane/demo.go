@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"pitlane/access"
 	"pitlane/internal/config"
@@ -93,7 +94,7 @@ func seedDemoOrder(ctx context.Context, cfg config.Config, svc *payments.Service
 		// reads it from the message, as the customer would read it out to support.
 		codes := &codeCatcher{}
 		seedSvc := payments.NewService(svc.DB(), payments.Config{Gateway: svc.Gateway(), ReplicaID: cfg.ReplicaID,
-			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), Notifier: codes})
+			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), GatewayURL: cfg.GatewayURL, Notifier: codes})
 		ch, err := seedSvc.RequestCancel(ctx, demoActor, res.Session.ID)
 		if err != nil {
 			return err
@@ -186,13 +187,13 @@ func printCheckoutLink(ctx context.Context, w io.Writer, svc *payments.Service) 
 			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
 			return
 		}
-		l, err := svc.CheckoutLink(ctx, id, demoLinkAmount, demoLinkCurrency)
+		l, err := svc.CheckoutLink(ctx, id, demoLinkAmount, demoLinkCurrency, 0) // the default lifetime
 		if err != nil {
 			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
 			return
 		}
-		fmt.Fprintf(w, "  checkout link (signed; the customer's page of a fresh order %s, %s %s):\n    %s\n",
-			id, minor(demoLinkAmount), demoLinkCurrency, svc.CheckoutURL(l))
+		fmt.Fprintf(w, "  checkout link (signed, valid until %s; the customer's page of a fresh order %s, %s %s):\n    %s\n",
+			l.ExpiresAt.UTC().Format(time.DateOnly), id, minor(demoLinkAmount), demoLinkCurrency, svc.CheckoutURL(l))
 		return
 	}
 	fmt.Fprintf(w, "  checkout link: demo-%d…demo-%d all have payments; make one with POST /api/v1/orders/{order_id}/checkout-links\n",

@@ -127,11 +127,11 @@ func checkDevCheckoutLink(t *testing.T, client *http.Client, console string, ban
 	t.Helper()
 	var link string
 	for i, line := range banner {
-		if strings.HasPrefix(line, "checkout link (signed;") && i+1 < len(banner) {
+		if strings.HasPrefix(line, "checkout link (signed,") && i+1 < len(banner) {
 			link = banner[i+1]
 		}
 	}
-	want := strings.TrimSuffix(console, "/") + "/checkout/demo-2001?amount=2500&currency=EUR&sig="
+	want := strings.TrimSuffix(console, "/") + "/checkout/demo-2001?amount=2500&currency=EUR&exp="
 	if !strings.HasPrefix(link, want) || !strings.Contains(strings.Join(banner, "\n"), "demo-2001, 25.00 EUR") {
 		t.Fatalf("banner checkout link %q, want it to start %q:\n%s", link, want, strings.Join(banner, "\n"))
 	}
@@ -196,7 +196,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 	}
 
 	// The service sees the adapter's name through the metrics decorator: session rows record it.
-	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics())
+	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +240,24 @@ func TestServeWithoutGatewayExitsTwo(t *testing.T) {
 		if got := stderr.String(); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 1 {
 			t.Errorf("%v: stderr %q, want one line starting %q", tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestServeWithoutSecretKeyExitsTwo: serve refuses to start without SECRET_KEY (exit 2, one line
+// naming it): checkout links, one-time codes and CSRF tokens are never signed with a key an
+// attacker could compute. The main before this change derived one from database identifiers.
+// dev keeps generating its own (TestDevStartsPrivateDatabaseAndStopsIt).
+func TestServeWithoutSecretKeyExitsTwo(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}
+	var stdout, stderr strings.Builder
+	e := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.DiscardHandler)}
+	if code := Main([]string{"serve"}, e); code != 2 {
+		t.Errorf("exit %d, want 2 (stderr %q)", code, stderr.String())
+	}
+	if got := stderr.String(); !strings.HasPrefix(got, "pitlane serve: SECRET_KEY: ") || strings.Count(got, "\n") != 1 {
+		t.Errorf("stderr %q, want one line naming SECRET_KEY", got)
 	}
 }
 

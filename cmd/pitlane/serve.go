@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"pitlane/access"
 	"pitlane/handlers"
@@ -35,6 +36,9 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if err := checkGateway(cfg, "serve"); err != nil {
+		return err
+	}
+	if err := cfg.RequireSecret("serve"); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
@@ -105,6 +109,8 @@ type serveOptions struct {
 	prepare func(ctx context.Context, cfg *config.Config) (stop func(), err error)
 	// started runs once the server serves and the sweeper runs (dev seeds its demo data).
 	started func(ctx context.Context, cfg config.Config, svc *payments.Service) error
+	// tracing replaces the tracer provider built from OTEL_* (tests: an in-memory exporter).
+	tracing trace.TracerProvider
 }
 
 // serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
@@ -123,12 +129,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		cfg.PublicBaseURL = "http://" + ln.Addr().String()
 	}
 
-	if len(cfg.SecretKey) == 0 {
-		if cfg.SecretKey, err = derivedSecret(ctx, pool); err != nil {
-			ln.Close()
-			return err
-		}
-		logger.Warn("SECRET_KEY is unset: using a key derived from the database's identity; set SECRET_KEY (e.g. `openssl rand -hex 32`) in production")
+	if err := cfg.RequireSecret("serve"); err != nil { // serve and dev check it first; this is for direct callers
+		ln.Close()
+		return err
 	}
 
 	if opts.prepare != nil {
@@ -140,8 +143,15 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		defer stop()
 	}
 
+	tp, stopTracing, err := startTracing(ctx, cfg, logger, opts.tracing)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopTracing() // deferred before the server and the sweeper stop: runs after them
+
 	metrics := web.NewMetrics()
-	svc, verifier, err := newService(cfg, pool, logger, metrics)
+	svc, verifier, err := newService(cfg, pool, logger, metrics, tp)
 	if err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
@@ -172,6 +182,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
 		Metrics:          metrics,
 		MetricsElsewhere: cfg.MetricsAddr != "",
+		TracerProvider:   tp,
 	})
 	srv := httpServer(e, cfg, logger)
 

@@ -50,10 +50,13 @@ type Config struct {
 	// MetricsAddr (METRICS_ADDR, host:port) serves /metrics on a listener of its own instead of
 	// HTTP_ADDR, so operators can keep it off the public port. "" keeps it on HTTP_ADDR.
 	MetricsAddr string
-	// SecretKey (SECRET_KEY) keys the HMACs of one-time codes and CSRF tokens; every replica
-	// must use the same one. nil when unset: `dev` then persists a generated one in
-	// .pitlane/secret, `serve` derives one from the database (see cmd/pitlane).
+	// SecretKey (SECRET_KEY) keys the HMACs of checkout links, one-time codes and CSRF tokens;
+	// every replica must use the same one. nil when unset: `dev` then persists a generated one
+	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
+	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
+	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
+	OTLPTracesEndpoint string
 }
 
 // Error is a configuration error: which variable, and what is wrong with it.
@@ -151,6 +154,9 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.SecretKey = []byte(v)
 	}
+	if c.OTLPTracesEndpoint, err = tracesEndpoint(getenv); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -187,6 +193,17 @@ func parseProxies(v string) ([]*net.IPNet, error) {
 func (c Config) RequireDatabase(command string) error {
 	if c.DatabaseURL == "" {
 		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
+	}
+	return nil
+}
+
+// RequireSecret reports an unset SECRET_KEY for commands that serve other people: without one
+// there is nothing to sign checkout links, one-time codes and CSRF tokens with that an attacker
+// could not know or compute (a key derived from database identifiers is readable by any
+// database user).
+func (c Config) RequireSecret(command string) error {
+	if len(c.SecretKey) == 0 {
+		return errorf("SECRET_KEY", "required by `pitlane %s`: at least %d characters, the same on every replica (e.g. `openssl rand -hex 32`; `pitlane dev` generates one)", command, MinSecretKeyLen)
 	}
 	return nil
 }

@@ -61,6 +61,10 @@ type Gateway struct {
 	refundKey     map[string]string                  // refund id → the key it was made with (its metadata)
 	refundOutcome string                             // status of new refunds: succeeded (default) or pending
 	keyRetention  time.Duration
+	// refundAmount, when not 0, is what refund answers say was refunded (MisreportRefunds).
+	refundAmount int64
+	// confirmationURL, when set, is the confirmation_url of later registrations.
+	confirmationURL string
 
 	latency     time.Duration
 	outage      bool
@@ -227,6 +231,32 @@ func (g *Gateway) SetStatus(id string, st payments.GatewayStatus) {
 	}
 }
 
+// SetAmount makes the gateway report another amount and currency for a payment (a gateway that
+// captured less, or in another currency, than the session asked for).
+func (g *Gateway) SetAmount(id string, amount int64, currency string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p, ok := g.payments[id]; ok {
+		p.Amount, p.Currency = amount, currency
+	}
+}
+
+// MisreportRefunds makes every later refund answer say amount instead of the amount asked for
+// (0: answer truthfully again).
+func (g *Gateway) MisreportRefunds(amount int64) {
+	g.mu.Lock()
+	g.refundAmount = amount
+	g.mu.Unlock()
+}
+
+// SetConfirmationURL makes later registrations answer u as their confirmation_url (a gateway
+// sending customers somewhere it should not); "" restores https://fake.gateway/pay/{id}.
+func (g *Gateway) SetConfirmationURL(u string) {
+	g.mu.Lock()
+	g.confirmationURL = u
+	g.mu.Unlock()
+}
+
 // SetStatusByReference moves every payment carrying ref.
 func (g *Gateway) SetStatusByReference(ref string, st payments.GatewayStatus) {
 	g.mu.Lock()
@@ -371,6 +401,9 @@ func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (p
 	id := fmt.Sprintf("gp_fake_%d", g.seq)
 	p := &payments.GatewayPayment{ID: id, Status: payments.GatewayPending, Amount: req.Amount, Currency: req.Currency,
 		Reference: req.Reference, ConfirmationURL: "https://fake.gateway/pay/" + id, Created: g.now().Add(time.Duration(g.seq) * time.Second)}
+	if g.confirmationURL != "" {
+		p.ConfirmationURL = g.confirmationURL
+	}
 	g.payments[id] = p
 	g.byKey[req.IdempotencyKey] = id
 	if f == LostAnswer {
@@ -477,6 +510,9 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 		return *g.refunds[rid], nil
 	}
 	g.seq++
+	if g.refundAmount != 0 {
+		amount = g.refundAmount
+	}
 	r := &payments.GatewayRefund{ID: fmt.Sprintf("rf_fake_%d", g.seq), PaymentID: id, Amount: amount, Status: g.refundOutcome}
 	g.refunds[r.ID] = r
 	g.refundByKey[key] = r.ID
