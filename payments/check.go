@@ -78,7 +78,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	if sess.GatewayPaymentID != "" {
 		started := time.Now()
 		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
-		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		s.logGatewayAnswer(ctx, sess.ID, "status", "", started, err, "gateway says "+string(gp.Status))
 		if err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -86,7 +86,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	}
 	started := time.Now()
 	found, err := s.gw.FindByReference(ctx, sess.Reference())
-	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
+	s.logGatewayAnswer(ctx, sess.ID, "find", "", started, err, fmt.Sprintf("%d payment(s) with our reference", len(found)))
 	if err != nil {
 		return GatewayPayment{}, false, err
 	}
