@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,15 +68,12 @@ const MaxResolutionLength = 2000
 // ticket 123"), and audits it in the same transaction. ECONFLICT when it was already resolved.
 // Finance rows come last in the lock order, and this touches no other row.
 func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note string) (FinanceCase, error) {
-	note = strings.TrimSpace(note)
-	if note == "" {
-		return FinanceCase{}, Invalid("note", "say how the case was resolved")
-	}
-	if len(note) > MaxResolutionLength {
-		return FinanceCase{}, Invalid("note", "the note must be at most %d characters", MaxResolutionLength)
+	note, err := requiredText("note", note, "say how the case was resolved", MaxResolutionLength)
+	if err != nil {
+		return FinanceCase{}, err
 	}
 	now := s.cfg.Clock.Now()
-	err := s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
+	err = s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
 		var kind string
 		err := tx.QueryRow(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
 			WHERE id = $1 AND resolved_at IS NULL RETURNING kind`, id, now, by.Email, note).Scan(&kind)

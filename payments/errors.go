@@ -18,6 +18,8 @@ const (
 	EUNAVAIL  = "unavailable" // a lock or dependency timed out → 503
 	EINTERNAL = "internal"    // a bug or an unexpected failure → 500, logged
 
+	EFORBIDDEN = "forbidden" // known caller, not allowed (revoked key, scope, role) → 403
+
 	// A gateway webhook that cannot be accepted (WebhookVerifier). Both are refusals before
 	// anything is written; the gateway redelivers, and a forger learns nothing more.
 	EMALFORMED    = "malformed"     // a signature header or event body that cannot be read → 400

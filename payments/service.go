@@ -270,6 +270,10 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "accounting_entries_one_payment_received":
 			return &Error{Code: ECONFLICT, Message: "the order already has a PaymentReceived entry", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "resolution_proposals_one_open":
+			return &Error{Code: ECONFLICT, Message: "a proposal for this payment already waits for approval", Err: err}
+		case pe.Code == "23514" && pe.ConstraintName == "resolution_proposals_four_eyes":
+			return &Error{Code: EFORBIDDEN, Message: errSelfApproval.Message, Err: err}
 		case pe.Code == "40P01":
 			// A deadlock is a bug in the lock order, not a retry case: report it loudly.
 			return fmt.Errorf("%s: DEADLOCK (lock order violated): %w", op, err)

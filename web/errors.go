@@ -38,6 +38,8 @@ var domainStatus = map[string]int{
 	payments.EUNAVAIL:  http.StatusServiceUnavailable,
 	payments.EINTERNAL: http.StatusInternalServerError,
 
+	payments.EFORBIDDEN: http.StatusForbidden,
+
 	payments.EMALFORMED:    http.StatusBadRequest,
 	payments.EBADSIGNATURE: http.StatusUnauthorized,
 }
