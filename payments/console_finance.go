@@ -196,27 +196,3 @@ func (s *Service) ledgerEntries(ctx context.Context, where string, args ...any) 
 	}
 	return out, nil
 }
-
-// Ledger returns the newest entries and the totals per currency over the whole ledger.
-func (s *Service) Ledger(ctx context.Context) ([]LedgerEntry, []LedgerTotal, error) {
-	entries, err := s.ledgerEntries(ctx, `true`)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := s.db.Query(ctx, `SELECT currency,
-		coalesce(sum(amount) FILTER (WHERE entry_type = 'PaymentReceived'), 0)::bigint,
-		coalesce(sum(abs(amount)) FILTER (WHERE entry_type = 'RefundIssued'), 0)::bigint, -- whatever sign refunds are written with
-		count(*) FROM accounting_entries GROUP BY currency ORDER BY currency`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ledger totals: %w", err)
-	}
-	totals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerTotal, error) {
-		var t LedgerTotal
-		err := r.Scan(&t.Currency, &t.Received, &t.Refunded, &t.Entries)
-		return t, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("ledger totals: %w", err)
-	}
-	return entries, totals, nil
-}
