@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -19,18 +20,20 @@ import (
 // Errors are returned, never written: web's one error handler turns them into
 // application/problem+json with the status of their domain code.
 type API struct {
-	svc  *payments.Service
-	idem *payments.Idempotency
-	log  *slog.Logger
+	svc    *payments.Service
+	access *access.Service
+	idem   *payments.Idempotency
+	log    *slog.Logger
 }
 
 // NewAPI builds the API handlers. svc nil: every call answers 503 (a server without the core
-// wired still has the routes, so its surface never depends on configuration).
-func NewAPI(svc *payments.Service, idem payments.IdempotencyConfig, log *slog.Logger) *API {
+// wired still has the routes, so its surface never depends on configuration); acc (the API
+// keys) nil: likewise.
+func NewAPI(svc *payments.Service, acc *access.Service, idem payments.IdempotencyConfig, log *slog.Logger) *API {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &API{svc: svc, log: log}
+	a := &API{svc: svc, access: acc, log: log}
 	if svc != nil {
 		a.idem = payments.NewIdempotency(svc, idem)
 	}

@@ -3,18 +3,21 @@ package handlers_test
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
 
 type checkoutLink struct {
-	URL      string `json:"url"`
-	OrderID  string `json:"order_id"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
+	URL       string    `json:"url"`
+	OrderID   string    `json:"order_id"`
+	Amount    int64     `json:"amount"`
+	Currency  string    `json:"currency"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 func linksPath(order string) string { return "/api/v1/orders/" + order + "/checkout-links" }
@@ -39,7 +42,14 @@ func TestAPICheckoutLinks(t *testing.T) {
 	if err != nil || u.Query().Get("amount") != "2500" || u.Query().Get("currency") != "EUR" || len(u.Query().Get("sig")) != 64 {
 		t.Fatalf("url %q: %v", l.URL, err)
 	}
-	// The same input, the same link (a signature, not a row).
+	if !l.ExpiresAt.Equal(b.clock.Now().Add(7*24*time.Hour)) || u.Query().Get("exp") != strconv.FormatInt(l.ExpiresAt.Unix(), 10) {
+		t.Fatalf("link %+v: want expires_at 7 days on, signed in exp", l)
+	}
+	// A lifetime of the shop's choosing: expires_in seconds.
+	if short := decode[checkoutLink](t, b.do(post(linksPath("o-link"), `{"amount":2500,"currency":"EUR","expires_in":3600}`))); !short.ExpiresAt.Equal(b.clock.Now().Add(time.Hour)) {
+		t.Fatalf("one-hour link %+v", short)
+	}
+	// The same input at the same moment, the same link (a signature, not a row).
 	if again := decode[checkoutLink](t, b.do(post(linksPath("o-link"), `{"currency":"EUR", "amount":2500}`))); again.URL != l.URL {
 		t.Fatalf("second link %q, want %q", again.URL, l.URL)
 	}
@@ -70,6 +80,10 @@ func TestAPICheckoutLinks(t *testing.T) {
 		{"o-link", `{"amount":2500,"currency":"EUR","customer_contact":"a@b.c"}`, "customer_contact"},
 		{"o-link", `{"amount":2500,"currency":"EUR","sig":"x"}`, "sig"},
 		{"o-link", `{"amount":2500,"currency":"EUR","amount":1}`, "amount"},
+		{"o-link", `{"amount":2500,"currency":"EUR","expires_in":59}`, "expires_in"},
+		{"o-link", `{"amount":2500,"currency":"EUR","expires_in":2592001}`, "expires_in"},
+		{"o-link", `{"amount":2500,"currency":"EUR","expires_in":"3600"}`, "expires_in"},
+		{"o-link", `{"amount":2500,"currency":"EUR","expires_in":36.5}`, "expires_in"},
 		{"o%20link", `{"amount":2500,"currency":"EUR"}`, "order_id"},
 	} {
 		wantProblem(t, b.do(post(linksPath(tc.order), tc.body)), http.StatusUnprocessableEntity, tc.field)

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -301,30 +302,48 @@ func parseCreate(r *http.Request, orderID string) (createRequest, error) {
 	return createRequest{Input: in, Key: key, Path: path, Fingerprint: payments.Fingerprint(http.MethodPost, path, canon)}, nil
 }
 
+// checkoutLinkRequest is a decoded, validated POST /api/v1/orders/{order_id}/checkout-links.
+type checkoutLinkRequest struct {
+	Input payments.CreateInput
+	// TTL is the link's lifetime from "expires_in" (seconds); 0 when absent (the default).
+	TTL time.Duration
+}
+
 // parseCheckoutLink decodes and validates POST /api/v1/orders/{order_id}/checkout-links
-// {"amount","currency"}: create's rules for the fields it shares. It touches nothing but the
-// request.
-func parseCheckoutLink(r *http.Request, orderID string) (payments.CreateInput, error) {
+// {"amount","currency","expires_in"?}: create's rules for the fields it shares; expires_in is a
+// JSON integer of seconds within the core's bounds (payments.MinCheckoutLinkTTL …
+// MaxCheckoutLinkTTL). It touches nothing but the request.
+func parseCheckoutLink(r *http.Request, orderID string) (checkoutLinkRequest, error) {
 	fields, err := readJSONObject(r, true)
 	if err != nil {
-		return payments.CreateInput{}, err
+		return checkoutLinkRequest{}, err
 	}
-	if err := onlyFields(fields, "amount", "currency"); err != nil {
-		return payments.CreateInput{}, err
+	if err := onlyFields(fields, "amount", "currency", "expires_in"); err != nil {
+		return checkoutLinkRequest{}, err
 	}
 	amount, err := amountField(fields, "amount")
 	if err != nil {
-		return payments.CreateInput{}, err
+		return checkoutLinkRequest{}, err
 	}
 	currency, err := requiredString(fields, "currency")
 	if err != nil {
-		return payments.CreateInput{}, err
+		return checkoutLinkRequest{}, err
 	}
 	in := payments.CreateInput{OrderID: orderID, Amount: amount, Currency: currency}
 	if err := in.Validate(); err != nil {
-		return payments.CreateInput{}, err
+		return checkoutLinkRequest{}, err
 	}
-	return in, nil
+	var ttl time.Duration
+	if raw, ok := fields["expires_in"]; ok && jsonKind(raw) != "null" {
+		lit := string(bytes.TrimSpace(raw))
+		n, err := strconv.ParseInt(lit, 10, 64)
+		lo, hi := int64(payments.MinCheckoutLinkTTL/time.Second), int64(payments.MaxCheckoutLinkTTL/time.Second)
+		if jsonKind(raw) != "number" || !jsonIntegerRe.MatchString(lit) || err != nil || n < lo || n > hi {
+			return checkoutLinkRequest{}, payments.Invalid("expires_in", "expires_in must be an integer number of seconds from %d to %d", lo, hi)
+		}
+		ttl = time.Duration(n) * time.Second
+	}
+	return checkoutLinkRequest{Input: in, TTL: ttl}, nil
 }
 
 // refundRequest is a decoded, validated POST /api/v1/payments/{id}/refunds.

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/goleak"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -34,8 +35,9 @@ type apiBench struct {
 	gw     *fakegw.Gateway
 	clock  *payments.ManualClock
 	svc    *payments.Service
+	access *access.Service
 	e      *echo.Echo
-	client payments.APIClient
+	client access.APIClient
 	key    string
 }
 
@@ -48,9 +50,10 @@ func newAPIBench(t testing.TB, opts ...benchOpt) *apiBench {
 	t.Helper()
 	url := testdb.NewURL(t)
 	b := &apiBench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(t0)}
+	b.access = access.New(b.pool, b.clock)
 	b.svc, b.e = b.server(t, b.pool, "replica-a", opts...)
 	var err error
-	if b.client, b.key, err = b.svc.CreateAPIClient(context.Background(), "shop"); err != nil {
+	if b.client, b.key, err = b.access.CreateAPIClient(context.Background(), "shop"); err != nil {
 		t.Fatal(err)
 	}
 	return b

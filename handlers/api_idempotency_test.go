@@ -156,7 +156,7 @@ func TestAPIFailuresBeforeEffectDoNotBurnTheKey(t *testing.T) {
 func TestAPIKeysOfOneClientInvisibleToAnother(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	_, keyB, err := b.svc.CreateAPIClient(context.Background(), "other shop")
+	_, keyB, err := b.access.CreateAPIClient(context.Background(), "other shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +300,109 @@ func TestAPIIntentInFlight(t *testing.T) {
 	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
 		t.Fatalf("registrations = %d", n)
 	}
+}
+
+// No key, across a clock boundary: a Create at 12:04:59 that the bank declines and its retry at
+// 12:05:01 are one intent: the declined session back, not a second payment (the main before this
+// change started a new intent at 12:05:00). Five quiet minutes later the retry is a new attempt.
+func TestAPIKeylessCreateAcrossAClockBoundaryIsOneIntent(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	c := post(createPath("o-boundary"), `{"amount":1500,"currency":"EUR"}`)
+	b.clock.Set(t0.Add(4*time.Minute + 59*time.Second))
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorSystem}, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(2 * time.Second)
+	if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != first.ID || p.Status != "Failed" {
+		t.Fatalf("retry at 12:05:01 = %+v, want the declined session", p)
+	}
+	b.clock.Advance(5 * time.Minute)
+	if p := wantPayment(t, b.do(c), http.StatusCreated); p.ID == first.ID {
+		t.Fatal("five quiet minutes later: still the declined session")
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Fatalf("registrations = %d, want 2", n)
+	}
+}
+
+// Identical keyless Creates for one order never get 409 (contract: "Keyless requests"). The
+// interleaving that gave [201, 409]: the first request holds the intent and is inside its claim,
+// parked right after reading "no active session" (AfterClaimRead, the per-order advisory lock
+// held); the duplicate arrives. It must wait for the claim (seen waiting in pg_locks), then get
+// the first's session with 200. One session, one registration.
+func TestAPIKeylessIdenticalCreatesNeverConflict(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newAPIBench(t, benchOpt{core: func(c *payments.Config) { c.Hooks.AfterClaimRead = p.hook }})
+	t.Cleanup(func() { // a failed run must not leave a request parked holding a connection
+		for range 4 {
+			p.release <- struct{}{}
+		}
+	})
+	c := post(createPath("o-burst"), `{"amount":1500,"currency":"EUR"}`)
+	first := b.goDo(b.e, c)
+	mustWait(t, p.arrived, "the first request inside its claim")
+	// The negative control: what the main's rule (answer from what is visible now: an active
+	// session with these parameters, else 409) says at this very point.
+	if got := naiveInFlightAnswer(t, b, "o-burst", 1500, "EUR"); got != http.StatusConflict {
+		t.Fatalf("the naive rule at the parked point = %d; the interleaving is not the one that gave 409", got)
+	}
+	second := b.goDo(b.e, c)
+	waitBlockedOrAnswered(t, b, second)
+	p.release <- struct{}{}
+	mustWait(t, p.arrived, "the duplicate reads the claimed session")
+	p.release <- struct{}{}
+	r1 := wantPayment(t, mustWait(t, first, "first"), http.StatusCreated)
+	r2 := wantPayment(t, mustWait(t, second, "duplicate"), http.StatusOK)
+	if r1.ID != r2.ID {
+		t.Fatalf("two sessions: %s and %s", r1.ID, r2.ID)
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// naiveInFlightAnswer is the main's rule for a keyless duplicate whose intent is still held: the
+// active session with the same parameters if one is visible (200), otherwise 409.
+func naiveInFlightAnswer(t *testing.T, b *apiBench, order string, amount int64, currency string) int {
+	t.Helper()
+	_, sessions, err := b.svc.GetOrder(context.Background(), order)
+	if err != nil && payments.ErrorCode(err) != payments.ENOTFOUND {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if s.Status.Active() && s.Amount == amount && s.Currency == currency {
+			return http.StatusOK
+		}
+	}
+	return http.StatusConflict
+}
+
+// waitBlockedOrAnswered waits until a backend of the bench's database waits for a lock, failing at
+// once if the request answers first (it did not wait for the claim).
+func waitBlockedOrAnswered(t *testing.T, b *apiBench, rec <-chan *httptest.ResponseRecorder) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case r := <-rec:
+			t.Fatalf("the duplicate answered %d without waiting for the claim: %s", r.Code, r.Body)
+		default:
+		}
+		var waiting int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+	}
+	t.Fatal("the duplicate never waited for a lock")
 }

@@ -1,8 +1,7 @@
 package handlers
 
 import (
-	"fmt"
-	"log/slog"
+	"context"
 	"net/http"
 	"time"
 
@@ -34,56 +33,44 @@ func refundLocation(id string) string { return refundsPath + id }
 //	poll Location); 409 the payment is not Completed or the refunds would exceed the amount
 //	received; 422 amount invalid; 404 no such payment. Location: /api/v1/refunds/{id}.
 //
-// Idempotency is create's protocol (api_create.go): validation first; with an Idempotency-Key
-// the key is acquired for this client and a completed key replays the refund it created AS IT
-// IS NOW with the first answer's status and Idempotent-Replayed: true; without one, an intent
-// key (payment, amount, 5-minute window) is acquired the same way. Failures without effect
-// (404, 409, 422) release the key; an uncertain one abandons it to the same request.
+// Idempotency is create's (payments.Idempotency.Run): validation first; with an Idempotency-Key
+// a completed key replays the refund it created AS IT IS NOW with the first answer's status and
+// Idempotent-Replayed: true; without one, the intent (payment, amount; 5 minutes sliding from
+// the last identical request) is the key. Failures without effect (404, 409, 422) release the
+// key; an uncertain one abandons it to the same request. While the key's (or intent's) first
+// request still runs: 409 + Retry-After.
 //
-// The core binds the refund to RequestKey, derived from the key slot (client, kind, key): a
-// request that takes the slot over after its first holder died or gave up finds the refund the
-// first one claimed instead of making a second.
+// The core binds the refund to RequestKey, derived from the key slot (client, kind, key, the
+// use's start): a request that takes the slot over after its first holder died or gave up finds
+// the refund the first one claimed instead of making a second.
 func (a *API) CreateRefund(c echo.Context) error {
 	req, err := parseRefund(c.Request(), pathParam(c, "id"))
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	client := ClientFrom(c)
-	ir := payments.IdempotencyRequest{ClientID: client.ID, Method: http.MethodPost, Path: req.Path}
+	ir := payments.IdempotencyRequest{ClientID: ClientFrom(c).ID, Method: http.MethodPost, Path: req.Path}
 	if req.Key != "" {
 		ir.Kind, ir.Key, ir.Fingerprint = payments.IdempotencyClientKey, req.Key, req.Fingerprint
 	} else {
 		// As for create: the intent is the operation, so its fingerprint is the intent key.
-		ir.Kind = payments.IdempotencyIntentKey
-		ir.Key = refundIntentKey(req.PaymentID, req.Amount, a.svc.Now(), a.idem.Config().IntentWindow)
+		ir.Kind, ir.Key = payments.IdempotencyIntentKey, payments.RefundIntentKey(req.PaymentID, req.Amount)
 		ir.Fingerprint = payments.Fingerprint(http.MethodPost, req.Path, []byte(ir.Key))
 	}
-
-	slot, err := a.idem.Acquire(ctx, ir)
-	if err != nil {
-		// EBUSY (the same key's request still runs, intent or not): 409 + Retry-After.
-		return err
-	}
-	if slot.Done {
-		return a.replayRefund(c, ir, slot)
-	}
-
-	res, err := a.svc.CreateRefund(ctx, actor(c), payments.RefundInput{
-		PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir, slot),
+	var refund payments.Refund
+	out, err := a.idem.Run(c.Request().Context(), ir, func(ctx context.Context, slot payments.Slot) (string, int, error) {
+		res, err := a.svc.CreateRefund(ctx, actor(c), payments.RefundInput{
+			PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir, slot),
+		})
+		refund = res.Refund
+		return res.Refund.ID, refundStatus(res.Refund), err
 	})
 	if err != nil {
-		a.giveUpKey(c, ir, slot.Token, err)
 		return err
 	}
-	status := refundStatus(res.Refund)
-	if err := a.idem.Complete(detached(c), ir, slot.Token, res.Refund.ID, status); err != nil {
-		// The refund exists and the client gets its answer; a retry after the key goes stale
-		// takes it over and finds this refund through its RequestKey.
-		a.log.Warn("idempotency: completing key failed", slog.String("client", client.ID),
-			slog.String("kind", string(ir.Kind)), slog.String("refund", res.Refund.ID), slog.String("error", err.Error()))
+	if out.Replayed {
+		return a.replayRefund(c, ir, out)
 	}
-	return writeRefund(c, status, res.Refund, false)
+	return writeRefund(c, out.Status, refund, false)
 }
 
 // GetRefund: GET /api/v1/refunds/{id} → 200 the refund as it is now; 404.
@@ -112,28 +99,16 @@ func writeRefund(c echo.Context, status int, r payments.Refund, replayed bool) e
 // key keeps its first status code (a 202 stays 202 even after the patrol settled the refund:
 // the body says Succeeded). An intent replay — the client asked for no key semantics — gets the
 // status the refund's current state calls for: 201 once the gateway answered, 202 while Pending.
-func (a *API) replayRefund(c echo.Context, ir payments.IdempotencyRequest, slot payments.Slot) error {
-	r, err := a.svc.GetRefund(c.Request().Context(), slot.ResourceID)
+func (a *API) replayRefund(c echo.Context, ir payments.IdempotencyRequest, out payments.Outcome) error {
+	r, err := a.svc.GetRefund(c.Request().Context(), out.ResourceID)
 	if err != nil {
 		return err
 	}
-	status := slot.ResponseCode
+	status := out.Status
 	if ir.Kind == payments.IdempotencyIntentKey || (status != http.StatusCreated && status != http.StatusAccepted) {
 		status = refundStatus(r)
 	}
 	return writeRefund(c, status, r, true)
-}
-
-// refundIntentKey is the business-intent key of a refund without an Idempotency-Key: the same
-// payment and amount within one window of the service clock are one intent (a burst of
-// retries); the next window is a new intent (a second partial refund of the same amount later
-// on is a real request). The "refund/" prefix keeps it apart from create's "create/" keys in the
-// client's intent namespace; the client is the row's scope.
-func refundIntentKey(paymentID string, amount int64, now time.Time, window time.Duration) string {
-	if window <= 0 {
-		window = payments.DefaultIntentWindow
-	}
-	return fmt.Sprintf("refund/%s/%d/%s", paymentID, amount, now.UTC().Truncate(window).Format(time.RFC3339))
 }
 
 // refundRequestKey names the idempotency slot a refund request holds, for the core's refunds

@@ -206,8 +206,8 @@ func TestAPIRefundPendingReplayShowsCurrentState(t *testing.T) {
 }
 
 // No key: three quick retries are one intent → one refund and one gateway call; the same amount
-// in a later window is a new intent (a second partial refund), and another amount is another
-// intent at once.
+// after 5 minutes of silence is a new intent (a second partial refund), and another amount is
+// another intent at once.
 func TestAPIRefundWithoutKeyRetriesAreOneRefund(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
@@ -233,7 +233,7 @@ func TestAPIRefundWithoutKeyRetriesAreOneRefund(t *testing.T) {
 	}
 	b.clock.Advance(10 * time.Minute)
 	if r := wantRefund(t, b.do(c), http.StatusCreated); r.ID == first.ID {
-		t.Fatal("a later window is a new intent")
+		t.Fatal("the same amount after 5 quiet minutes is a new intent")
 	}
 	if n := b.refunds(t); n != 3 {
 		t.Fatalf("refunds = %d, want 3", n)
@@ -334,6 +334,36 @@ func TestAPIRefundKeyReusedAfterExpiryIsNewRequest(t *testing.T) {
 	second := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":200}`, "Idempotency-Key", "monthly")), http.StatusCreated)
 	if second.ID == first.ID || second.Amount != 200 {
 		t.Fatalf("reused key after expiry = %+v, first %+v", second, first)
+	}
+	if n := b.refunds(t); n != 2 {
+		t.Fatalf("refunds = %d, want 2", n)
+	}
+}
+
+// No key, across a clock boundary: a refund at 12:04:59 and its retry at 12:05:01 are one refund
+// (the main before this change cut intents at 5-minute marks of the clock and refunded twice),
+// and so is every retry within 5 minutes of the one before; one refund, one gateway call. The
+// other side of the rule: 5 minutes after the last identical request, the same amount is a new
+// refund.
+func TestAPIKeylessRefundAcrossAClockBoundaryIsOneRefund(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-boundary", 1000)
+	c := post(refundsPath(p.ID), `{"amount":300}`)
+	b.clock.Set(t0.Add(4*time.Minute + 59*time.Second)) // 12:04:59
+	first := wantRefund(t, b.do(c), http.StatusCreated)
+	for _, step := range []time.Duration{2 * time.Second, 4*time.Minute + 59*time.Second, 4*time.Minute + 59*time.Second} {
+		b.clock.Advance(step) // 12:05:01, 12:10:00, 12:14:59
+		if r := wantRefund(t, b.do(c), http.StatusCreated); r.ID != first.ID {
+			t.Fatalf("retry at %s = a new refund %s", b.clock.Now().Format("15:04:05"), r.ID)
+		}
+	}
+	if n, calls := b.refunds(t), b.gw.Calls(fakegw.OpRefund); n != 1 || calls != 1 {
+		t.Fatalf("refunds = %d, gateway calls = %d; want 1 and 1", n, calls)
+	}
+	b.clock.Advance(5 * time.Minute) // 12:19:59: five quiet minutes
+	if r := wantRefund(t, b.do(c), http.StatusCreated); r.ID == first.ID {
+		t.Fatal("five minutes after the last identical request: the same refund again")
 	}
 	if n := b.refunds(t); n != 2 {
 		t.Fatalf("refunds = %d, want 2", n)

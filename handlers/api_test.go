@@ -36,7 +36,7 @@ func TestAPIAuthentication(t *testing.T) {
 
 	// A known key works (404: the payment does not exist), then revoked → 403.
 	wantProblem(t, b.do(get(path)), http.StatusNotFound, "")
-	if _, err := b.svc.RevokeAPIClient(context.Background(), b.client.KeyPrefix); err != nil {
+	if _, err := b.access.RevokeAPIClient(context.Background(), b.client.KeyPrefix); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(get(path)), http.StatusForbidden, "")
@@ -323,6 +323,75 @@ func TestAPICancelCodeRules(t *testing.T) {
 	wantProblem(t, b.do(confirm(ch, code)), http.StatusConflict, "")
 	// 404: a challenge that is not this payment's.
 	wantProblem(t, b.do(confirm("00000000-0000-0000-0000-000000000000", code)), http.StatusNotFound, "")
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Fatalf("reverses = %d, want 0", n)
+	}
+}
+
+// The contract's one-time code limits over HTTP: an earlier challenge answers 410 once a new code
+// was sent; the fourth code request within an hour answers 429 with Retry-After (seconds until
+// the first request leaves the hour); the tenth wrong guess locks the payment's codes: 429 with
+// Retry-After, for the right code too.
+func TestAPICodeLimits(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := wantPayment(t, b.do(post(createPath("o-limits"), `{"amount":500,"currency":"USD"}`)), http.StatusCreated)
+	request := func() *httptest.ResponseRecorder { return b.do(post("/api/v1/payments/"+p.ID+"/cancel", "")) }
+	challenge := func(t *testing.T) (string, string) {
+		t.Helper()
+		rec := request()
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("cancel = %d %s", rec.Code, rec.Body)
+		}
+		return decode[struct {
+			ChallengeID string `json:"challenge_id"`
+		}](t, rec).ChallengeID, b.lastCode(t, p.ID)
+	}
+	confirm := func(challenge, code string) call {
+		return post("/api/v1/payments/"+p.ID+"/cancel/confirm", `{"challenge_id":"`+challenge+`","code":"`+code+`"}`)
+	}
+	other := func(code string) string {
+		if code == "000000" {
+			return "111111"
+		}
+		return "000000"
+	}
+
+	first, firstCode := challenge(t)
+	b.clock.Advance(5 * time.Minute)
+	second, secondCode := challenge(t)
+	wantProblem(t, b.do(confirm(first, firstCode)), http.StatusGone, "")
+	for range 4 {
+		if rec := b.do(confirm(second, other(secondCode))); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("wrong code = %d %s", rec.Code, rec.Body)
+		}
+	}
+	b.clock.Advance(5 * time.Minute)
+	third, thirdCode := challenge(t)
+	rec := request()
+	wantProblem(t, rec, http.StatusTooManyRequests, "")
+	if got := rec.Header().Get("Retry-After"); got != "3000" {
+		t.Fatalf("Retry-After = %q, want 3000 (50 minutes)", got)
+	}
+	for range 4 {
+		if rec := b.do(confirm(third, other(thirdCode))); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("wrong code = %d %s", rec.Code, rec.Body)
+		}
+	}
+	// 8 wrong so far; the third code locks at its fifth attempt, so the last two budget units
+	// are spent after a fourth code an hour after the first.
+	b.clock.Advance(time.Hour)
+	fourth, fourthCode := challenge(t)
+	for range 2 {
+		if rec := b.do(confirm(fourth, other(fourthCode))); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("wrong code = %d %s", rec.Code, rec.Body)
+		}
+	}
+	rec = b.do(confirm(fourth, fourthCode))
+	wantProblem(t, rec, http.StatusTooManyRequests, "")
+	if got := rec.Header().Get("Retry-After"); got == "" || got == "1" {
+		t.Fatalf("Retry-After = %q, want the hours until the first wrong guess is a day old", got)
+	}
 	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
 		t.Fatalf("reverses = %d, want 0", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
 //
-//	GET  /checkout/:order_id?amount=1999&currency=EUR&sig=…   the order's state; Pay when payable
+//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&sig=…   the order's state; Pay when payable
 //	POST /checkout/:order_id                                  one Pay click (intent key in the form)
 //	GET  /checkout/:order_id/return                           back from the gateway: Check, show the result
 //
@@ -57,7 +58,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&sig=][&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&exp=&sig=][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -91,9 +92,9 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	}
 	if it.InFlight(h.svc.Now()) {
 		c.Response().Header().Set("Cache-Control", "no-store")
-		return true, render.HTML(c, http.StatusOK, views.Checkout(views.CheckoutView{
-			OrderID: orderID, State: views.CheckoutConfirming, RefreshURL: c.Request().URL.RequestURI(),
-		}))
+		v := views.CheckoutView{OrderID: orderID, State: views.CheckoutConfirming}
+		v.RefreshURL, v.RefreshAfter = nextLook(c.Request().URL)
+		return true, render.HTML(c, http.StatusOK, views.Checkout(v))
 	}
 	if it.SessionID == "" {
 		return false, nil
@@ -102,14 +103,16 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	if sess.Status == payments.StatusRegistered && sess.ConfirmationURL != "" {
+	if sess.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(sess.ConfirmationURL) {
 		return true, c.Redirect(http.StatusSeeOther, sess.ConfirmationURL)
 	}
 	return false, nil
 }
 
-// show renders the order's state. check: ask the gateway about the active session first
-// (always on return; on the plain page unless the session is still being registered).
+// show renders the order's state. check: have the gateway asked about the active session first
+// (always on return; on the plain page unless the session is still being registered) — at most
+// once per payments.PageLookEvery for the session, whoever loads the page how often
+// (CheckFromPage); in between the page shows what the database knows.
 func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, notice string) error {
 	ctx := c.Request().Context()
 	c.Response().Header().Set("Cache-Control", "no-store")
@@ -119,7 +122,7 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	}
 	active := findSession(sessions, order.ActiveSessionID)
 	if active != nil && (check || active.Status != payments.StatusRegistering) {
-		if _, cerr := h.svc.Check(ctx, customer, active.ID); cerr != nil {
+		if _, _, cerr := h.svc.CheckFromPage(ctx, customer, active.ID); cerr != nil {
 			if payments.ErrorCode(cerr) == payments.EINTERNAL {
 				return cerr
 			}
@@ -140,12 +143,15 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	case active != nil:
 		v.Session = active
 		switch {
-		case active.Status == payments.StatusRegistered && active.ConfirmationURL != "":
+		case active.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(active.ConfirmationURL):
 			v.State = views.CheckoutContinue
 		case active.Status == payments.StatusCanceling:
 			v.State = views.CheckoutCanceling
 		default: // Registering, Unknown, Authorized: the gateway's word is awaited
-			v.State, v.RefreshURL = views.CheckoutConfirming, self
+			v.State = views.CheckoutConfirming
+			u := *c.Request().URL
+			u.Path, u.RawPath, u.RawQuery = self, "", url.Values{lookParam: {c.QueryParam(lookParam)}}.Encode()
+			v.RefreshURL, v.RefreshAfter = nextLook(&u)
 		}
 	default:
 		var latest *payments.Session
@@ -161,39 +167,95 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 				}
 			}
 		}
-		amount, currency, sig, ok := h.payable(c, orderID, latest)
-		if !ok {
-			v.State = views.CheckoutBadLink
-			if status == http.StatusOK {
-				status = http.StatusBadRequest
-			}
+		pay, err := h.payable(c, orderID, latest)
+		if err != nil {
+			v.State, status = refusedLink(err, status)
 			break
 		}
-		v.State, v.Amount, v.Currency, v.Sig, v.Intent = views.CheckoutPay, amount, currency, sig, uuid.NewString()
+		v.State, v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = views.CheckoutPay, pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
 		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
 	}
 	return render.HTML(c, status, views.Checkout(v))
 }
 
+// payOffer is what a Pay form pays: an amount and currency, and the link's sig and exp that
+// signed them ("" and 0 for the retry of the order's last payment).
+type payOffer struct {
+	amount   int64
+	currency string
+	sig      string
+	exp      int64
+}
+
 // payable is what the Pay form may offer for an order with no active session: the amount and
-// currency of a checkout link whose signature matches (and that sig, for the form to carry),
-// or, when the URL names no link at all, the order's last payment's (latest, nil when none).
-// A link that does not verify is never replaced by the last payment's amount: the customer
-// would see another amount than the link they followed, and a changed link is worth saying so.
-func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (amount int64, currency, sig string, ok bool) {
+// currency of a checkout link whose signature matches and that has not expired (and its sig and
+// exp, for the form to carry), or, when the URL names no link at all, the order's last
+// payment's (latest, nil when none). A link that does not verify is never replaced by the last
+// payment's amount: the customer would see another amount than the link they followed, and a
+// changed link is worth saying so. The error is VerifyCheckoutLink's (EEXPIRED: an expired
+// link) or EINVALID.
+func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (payOffer, error) {
 	q := c.QueryParams()
-	if q.Has("amount") || q.Has("currency") || q.Has("sig") {
-		n, okAmount := parseMinorAmount(q.Get("amount"))
-		cur, s := strings.ToUpper(q.Get("currency")), q.Get("sig")
-		if okAmount && h.svc.VerifyCheckoutLink(orderID, n, cur, s) {
-			return n, cur, s, true
-		}
-		return 0, "", "", false
+	if q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") {
+		return h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
 	}
 	if latest != nil {
-		return latest.Amount, latest.Currency, "", true
+		return payOffer{amount: latest.Amount, currency: latest.Currency}, nil
 	}
-	return 0, "", "", false
+	return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
+}
+
+// verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form) and
+// verifies them.
+func (h *Checkout) verifiedOffer(orderID, amount, currency, exp, sig string) (payOffer, error) {
+	n, ok := parseMinorAmount(amount)
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if !ok || err != nil {
+		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete or was changed")
+	}
+	cur := strings.ToUpper(currency)
+	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, sig); err != nil {
+		return payOffer{}, err
+	}
+	return payOffer{amount: n, currency: cur, sig: sig, exp: e}, nil
+}
+
+// refusedLink is the page state and status for a link that pays nothing: expired → 410 (the
+// link was genuine, its time is up), anything else → 400 (incomplete or changed). A status other
+// than 200 chosen by the caller (a refused Pay POST) is kept.
+func refusedLink(err error, status int) (string, int) {
+	state, refused := views.CheckoutBadLink, http.StatusBadRequest
+	if payments.ErrorCode(err) == payments.EEXPIRED {
+		state, refused = views.CheckoutExpired, http.StatusGone
+	}
+	if status == http.StatusOK {
+		status = refused
+	}
+	return state, status
+}
+
+// lookParam counts, in the URL a waiting page refreshes to, how often it has looked already.
+const lookParam = "look"
+
+// maxRefreshAfter caps the waiting page's refresh interval.
+const maxRefreshAfter = 30 * time.Second
+
+// nextLook is where and when a waiting page looks again: the same URL with its look count one
+// higher, after an interval that doubles with each look (1 s, 2 s, 4 s … up to 30 s). A customer
+// who leaves the page open costs a few requests a minute, not one a second; the gateway is asked
+// at most every payments.PageLookEvery anyway.
+func nextLook(cur *url.URL) (string, time.Duration) {
+	q := cur.Query()
+	n, err := strconv.Atoi(q.Get(lookParam))
+	if err != nil || n < 0 {
+		n = 0
+	}
+	n = min(n, 10)
+	after := min(time.Second<<n, maxRefreshAfter)
+	q.Set(lookParam, strconv.Itoa(n+1))
+	u := *cur
+	u.RawQuery = q.Encode()
+	return u.RequestURI(), after
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

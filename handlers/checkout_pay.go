@@ -8,6 +8,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
+	"pitlane/views"
+	"pitlane/web/render"
 )
 
 // Pay: POST /checkout/:order_id, one Pay click. The form carries the intent key the page
@@ -32,7 +34,13 @@ func (h *Checkout) Pay(c echo.Context) error {
 	}
 	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
 		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
-	if !h.svc.VerifyCheckoutLink(id, in.Amount, in.Currency, c.FormValue("sig")) {
+	_, verr := h.verifiedOffer(id, c.FormValue("amount"), c.FormValue("currency"), c.FormValue("exp"), c.FormValue("sig"))
+	if payments.ErrorCode(verr) == payments.EEXPIRED {
+		// A form rendered from a link that has expired since: the link's time is up for the
+		// click too (nothing is created), whatever the amount.
+		return h.refuse(c, id, verr)
+	}
+	if verr != nil {
 		retry, err := h.isLastPayment(c, in)
 		if err != nil {
 			return err
@@ -58,10 +66,17 @@ func (h *Checkout) Pay(c echo.Context) error {
 		return h.show(c, id, false, status, payments.ErrorMessage(err))
 	}
 	s := res.Session
-	if s.Status == payments.StatusRegistered && s.ConfirmationURL != "" {
+	if s.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
 		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 	}
 	return c.Redirect(http.StatusSeeOther, follow)
+}
+
+// refuse answers a Pay click whose link pays nothing with the refusal page (refusedLink).
+func (h *Checkout) refuse(c echo.Context, orderID string, err error) error {
+	state, status := refusedLink(err, http.StatusOK)
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return render.HTML(c, status, views.Checkout(views.CheckoutView{OrderID: orderID, State: state}))
 }
 
 // isLastPayment reports whether in has the amount and currency of the order's last payment:

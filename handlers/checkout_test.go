@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/google/uuid"
@@ -18,7 +20,7 @@ import (
 // link is the signed checkout link of an order (what the shop gets from the API), as a path.
 func (b *consoleBench) link(t testing.TB, order string, amount int64, currency string) string {
 	t.Helper()
-	l, err := b.svc.CheckoutLink(context.Background(), order, amount, currency)
+	l, err := b.svc.CheckoutLink(context.Background(), order, amount, currency, 0)
 	if err != nil {
 		t.Fatalf("checkout link %s %d %s: %v", order, amount, currency, err)
 	}
@@ -120,6 +122,7 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.gw.SetStatus(gpID, payments.GatewaySucceeded)
+	b.clock.Advance(payments.PageLookEvery) // the page above asked the gateway; pages ask at most every 5 s
 	doc = page(t, a.get("/checkout/o-shop-1/return"), http.StatusOK)
 	wantText(t, doc, "checkout-paid", "Paid")
 	wantText(t, doc, "checkout-status", "Completed")
@@ -129,7 +132,7 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	if doc.Find(testid("checkout-form")).Length() != 0 {
 		t.Fatal("a paid order offers Pay")
 	}
-	if _, err := b.svc.CheckoutLink(context.Background(), "o-shop-1", 1999, "EUR"); payments.ErrorCode(err) != payments.ECONFLICT {
+	if _, err := b.svc.CheckoutLink(context.Background(), "o-shop-1", 1999, "EUR", 0); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("a link for a paid order: %v, want a conflict", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = 'o-shop-1'`); n != 1 {
@@ -199,20 +202,27 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	link := b.link(t, "o-signed", 1999, "EUR")
-	sig := mustQuery(t, link).Get("sig")
+	sig, e := mustQuery(t, link).Get("sig"), mustQuery(t, link).Get("exp")
 	if len(sig) != 64 {
 		t.Fatalf("sig %q in %s, want 64 hex digits", sig, link)
 	}
+	exp, err := strconv.ParseInt(e, 10, 64)
+	if err != nil {
+		t.Fatalf("exp %q in %s", e, link)
+	}
+	later := strconv.FormatInt(exp+86400, 10)
 
 	for _, bad := range []string{
-		"/checkout/o-signed?amount=1999&currency=EUR",                       // unsigned: today's link
-		"/checkout/o-signed?amount=1&currency=EUR&sig=" + sig,               // amount changed
-		"/checkout/o-signed?amount=1999&currency=JPY&sig=" + sig,            // currency changed
-		"/checkout/o-other?amount=1999&currency=EUR&sig=" + sig,             // another order
-		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + sig[:63] + "0", // sig changed
-		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + sig[:62],       // sig cut
-		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + strings.Repeat("zz", 32),
-		"/checkout/o-signed?amount=01999.0&currency=EUR&sig=" + sig,
+		"/checkout/o-signed?amount=1999&currency=EUR",                                     // unsigned
+		"/checkout/o-signed?amount=1999&currency=EUR&sig=" + sig,                          // no expiry
+		"/checkout/o-signed?amount=1&currency=EUR&exp=" + e + "&sig=" + sig,               // amount changed
+		"/checkout/o-signed?amount=1999&currency=JPY&exp=" + e + "&sig=" + sig,            // currency changed
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + later + "&sig=" + sig,        // expiry moved on
+		"/checkout/o-other?amount=1999&currency=EUR&exp=" + e + "&sig=" + sig,             // another order
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&sig=" + sig[:63] + "0", // sig changed
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&sig=" + sig[:62],       // sig cut
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&sig=" + strings.Repeat("zz", 32),
+		"/checkout/o-signed?amount=01999.0&currency=EUR&exp=" + e + "&sig=" + sig,
 		"/checkout/o-signed?sig=" + sig,
 	} {
 		doc := noPayForm(t, a, bad, http.StatusBadRequest)
@@ -220,7 +230,7 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	}
 	// A link signed under another secret (another installation) is not ours.
 	foreign := payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock, CodeSecret: []byte("another-secret")})
-	fl, err := foreign.CheckoutLink(context.Background(), "o-signed", 1999, "EUR")
+	fl, err := foreign.CheckoutLink(context.Background(), "o-signed", 1999, "EUR", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +248,10 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	// Links are made under the service secret only when there is one: NewService's stand-in
 	// secret is public, so a service without CodeSecret neither makes nor accepts links.
 	unset := payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock})
-	if _, err := unset.CheckoutLink(context.Background(), "o-signed", 1999, "EUR"); payments.ErrorCode(err) != payments.EUNAVAIL {
+	if _, err := unset.CheckoutLink(context.Background(), "o-signed", 1999, "EUR", 0); payments.ErrorCode(err) != payments.EUNAVAIL {
 		t.Fatalf("link without a secret: %v, want EUNAVAIL", err)
 	}
-	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", sig) {
+	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", exp, sig) == nil {
 		t.Fatal("a service without a secret accepts a link")
 	}
 	// Input is validated like Create's.
@@ -252,7 +262,7 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 		field    string
 	}{{"bad id", 1, "EUR", "order_id"}, {"o", 0, "EUR", "amount"}, {"o", 1, "eur", "currency"}} {
 		var pe *payments.Error
-		if _, err := b.svc.CheckoutLink(context.Background(), in.order, in.amount, in.currency); !errors.As(err, &pe) || pe.Field != in.field {
+		if _, err := b.svc.CheckoutLink(context.Background(), in.order, in.amount, in.currency, 0); !errors.As(err, &pe) || pe.Field != in.field {
 			t.Errorf("link %v: %v, want invalid %s", in, err, in.field)
 		}
 	}
@@ -317,4 +327,45 @@ func mustQuery(t testing.TB, link string) url.Values {
 		t.Fatal(err)
 	}
 	return u.Query()
+}
+
+// TestCheckoutLinksExpire: a link works until its expiry (7 days by default), which its signature
+// covers; after it, the page is the refusal page with 410 and no Pay form, and a Pay form
+// rendered before the expiry but clicked after it creates nothing (410). The main before this
+// change signed no expiry: a link worked forever.
+func TestCheckoutLinksExpire(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	l, err := b.svc.CheckoutLink(context.Background(), "o-expiring", 1999, "EUR", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := b.clock.Now().Add(7 * 24 * time.Hour); !l.ExpiresAt.Equal(want) {
+		t.Fatalf("expires at %s, want %s (7 days)", l.ExpiresAt, want)
+	}
+	b.clock.Advance(7*24*time.Hour - time.Second)
+	action, form := payForm(t, a, l.Path())
+	if form.Get("exp") != strconv.FormatInt(l.ExpiresAt.Unix(), 10) {
+		t.Fatalf("the Pay form does not carry the expiry: %v", form)
+	}
+	b.clock.Advance(time.Second)
+	doc := noPayForm(t, a, l.Path(), http.StatusGone)
+	wantText(t, doc, "checkout-expired", "expired")
+	doc = page(t, a.post(action, form), http.StatusGone)
+	wantText(t, doc, "checkout-expired", "expired")
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("an expired link created %d sessions, %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	// A lifetime of the shop's choosing, within bounds.
+	short, err := b.svc.CheckoutLink(context.Background(), "o-expiring", 1999, "EUR", time.Hour)
+	if err != nil || !short.ExpiresAt.Equal(b.clock.Now().Add(time.Hour)) {
+		t.Fatalf("one-hour link = %+v %v", short, err)
+	}
+	for _, ttl := range []time.Duration{time.Second, 31 * 24 * time.Hour} {
+		var pe *payments.Error
+		if _, err := b.svc.CheckoutLink(context.Background(), "o-expiring", 1999, "EUR", ttl); !errors.As(err, &pe) || pe.Field != "expires_in" {
+			t.Errorf("lifetime %s = %v, want invalid expires_in", ttl, err)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/auth"
@@ -21,22 +22,31 @@ import (
 // transaction as the change.
 type Console struct {
 	svc       *payments.Service
+	access    *access.Service
 	auth      *auth.Manager
 	log       *slog.Logger
 	replicaID string
 }
 
-// NewConsole builds the console handlers. svc nil: pages answer 503 (the routes exist anyway).
-func NewConsole(svc *payments.Service, am *auth.Manager, replicaID string, log *slog.Logger) *Console {
+// NewConsole builds the console handlers. svc nil: payment pages answer 503 (the routes exist
+// anyway); signing in and the users page need only acc, so they work whatever the gateway does.
+func NewConsole(svc *payments.Service, acc *access.Service, am *auth.Manager, replicaID string, log *slog.Logger) *Console {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Console{svc: svc, auth: am, log: log, replicaID: replicaID}
+	return &Console{svc: svc, access: acc, auth: am, log: log, replicaID: replicaID}
 }
 
 func (h *Console) ready() error {
 	if h.svc == nil {
 		return &payments.Error{Code: payments.EUNAVAIL, Message: "the payment service is not configured on this replica"}
+	}
+	return nil
+}
+
+func (h *Console) accessReady() error {
+	if h.access == nil {
+		return &payments.Error{Code: payments.EUNAVAIL, Message: "the console needs the database, which this replica is not configured with"}
 	}
 	return nil
 }

@@ -24,18 +24,6 @@ func (h *Console) Outbox(c echo.Context) error {
 	return render.HTML(c, http.StatusOK, views.Outbox(views.OutboxView{Page: h.page(c, "Outbox", "outbox"), Messages: msgs}))
 }
 
-// Users: GET /admin/users.
-func (h *Console) Users(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
-	users, err := h.svc.ListStaffUsers(c.Request().Context())
-	if err != nil {
-		return err
-	}
-	return render.HTML(c, http.StatusOK, views.Users(views.UsersView{Page: h.page(c, "Users", "users"), Users: users}))
-}
-
 // Audit: GET /admin/audit[?actor=…&target=…].
 func (h *Console) Audit(c echo.Context) error {
 	if err := h.ready(); err != nil {

@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -56,6 +59,35 @@ func newBrowser(t *testing.T) context.Context {
 		t.Fatalf("start Chromium: %v", err)
 	}
 	return ctx
+}
+
+// watchCSP collects what the browser says about the Content-Security-Policy from now on (the
+// server sends "self only": an inline script or style, or htmx injecting one, is refused and
+// reported on the console). The returned func gives what was collected so far.
+func watchCSP(t *testing.T, ctx context.Context) func() []string {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	messages := chromedp.Console(cctx)
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if strings.Contains(m.Text, "Content Security Policy") || strings.Contains(m.Text, "Content-Security-Policy") {
+				mu.Lock()
+				got = append(got, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 }
 
 // within runs browser actions with a deadline (the browser itself lives on).
@@ -144,12 +176,15 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 		fmt.Fprintf(w, `<!doctype html><title>gateway</title><h1 id="gateway-page">Payment page %s</h1>`, strings.TrimPrefix(r.URL.Path, "/pay/"))
 	}))
 	defer gwPages.Close()
-	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL})
+	// The pages are served over plain http: trusted as the configured gateway's own origin.
+	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL},
+		func(c *payments.Config) { c.GatewayURL = gwPages.URL })
 	counter := &posts{h: e, prefix: "/checkout/", done: make(chan int, 10)}
 	srv := httptest.NewServer(counter)
 	defer srv.Close()
 
 	ctx := newBrowser(t)
+	csp := watchCSP(t, ctx)
 	within(t, ctx, 20*time.Second,
 		chromedp.Navigate(srv.URL+b.link(t, "o-double", 1999, "EUR")), // the shop's signed link
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-pay"]`)),
@@ -186,18 +221,22 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 	}
 	// The first request finished too (on its own context, though the browser dropped it).
 	mustWaitC(t, counter.done, "the first Pay request")
+	if v := csp(); len(v) > 0 {
+		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
+	}
 }
 
 // TestBrowserDashboardLiveUpdate: a payment completes while staff look at the dashboard; the
 // counts change in place through htmx polling, without a page load.
 func TestBrowserDashboardLiveUpdate(t *testing.T) {
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.payment(t, "o-live", 1999)
 	srv := httptest.NewServer(b.e)
 	defer srv.Close()
 
 	ctx := newBrowser(t)
+	csp := watchCSP(t, ctx)
 	within(t, ctx, 20*time.Second,
 		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="login-form"]`)),
@@ -226,6 +265,10 @@ func TestBrowserDashboardLiveUpdate(t *testing.T) {
 	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.pitlaneMarker)`))
 	if err != nil || marker != "no reload" {
 		t.Fatalf("the page was reloaded instead of swapped (marker %q, %v)", marker, err)
+	}
+	// The sign-in page, the dashboard and its htmx polls ran under the policy without a refusal.
+	if v := csp(); len(v) > 0 {
+		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -65,7 +66,7 @@ func browserText(t *testing.T, ctx context.Context, testid string) string {
 // finishes after the browser dropped it. One status call per payment, each Completed once.
 func TestBrowserWorkbenchBulkCheck(t *testing.T) {
 	b := newConsoleBench(t)
-	b.user(t, "fin@example.com", payments.RoleFinance)
+	b.user(t, "fin@example.com", access.RoleFinance)
 	var sessions []payments.Session
 	for _, o := range []string{"o-stuck-1", "o-stuck-2", "o-stuck-3"} {
 		s := b.payment(t, o, 2500)
@@ -130,8 +131,8 @@ func TestBrowserWorkbenchBulkCheck(t *testing.T) {
 // ledger.
 func TestBrowserFourEyesResolution(t *testing.T) {
 	b := newConsoleBench(t)
-	b.user(t, "fin@example.com", payments.RoleFinance)
-	b.user(t, "adm@example.com", payments.RoleAdmin)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "adm@example.com", access.RoleAdmin)
 	s := b.payment(t, "o-by-hand", 4200)
 	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out',
 		next_check_at = NULL, check_attempts = 17 WHERE id = $1`, s.ID, consoleT0); err != nil {

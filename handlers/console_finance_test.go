@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -16,9 +17,9 @@ import (
 // flagged, the gateway having captured it), one too young to be stuck.
 func stuckBench(t *testing.T) (b *consoleBench, unknown, flagged, young payments.Session) {
 	b = newConsoleBench(t)
-	b.user(t, "fin@example.com", payments.RoleFinance)
-	b.user(t, "fin2@example.com", payments.RoleFinance)
-	b.user(t, "adm@example.com", payments.RoleAdmin)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	b.user(t, "adm@example.com", access.RoleAdmin)
 	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
 	unknown = b.payment(t, "o-unknown", 5000)
 	flagged = b.payment(t, "o-flagged", 1200)
@@ -184,7 +185,7 @@ func TestResolutionPages(t *testing.T) {
 func TestLedgerCSVExport(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "fin@example.com", payments.RoleFinance)
+	b.user(t, "fin@example.com", access.RoleFinance)
 	ctx := context.Background()
 	for i, o := range []struct {
 		order    string

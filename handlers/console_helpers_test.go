@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -29,7 +30,7 @@ import (
 func init() {
 	// Sign-ins in tests need not be slow: the cost is stored in each hash, so verification is
 	// the same code path.
-	payments.PasswordCost = bcrypt.MinCost
+	access.DefaultPasswordCost = bcrypt.MinCost
 }
 
 var consoleT0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -38,34 +39,41 @@ const testPassword = "correct horse battery"
 
 // consoleBench is one database, a fake gateway, a manual clock, a service and a server.
 type consoleBench struct {
-	url   string
-	pool  *pgxpool.Pool
-	gw    *fakegw.Gateway
-	clock *payments.ManualClock
-	svc   *payments.Service
-	e     *echo.Echo
+	url    string
+	pool   *pgxpool.Pool
+	gw     *fakegw.Gateway
+	clock  *payments.ManualClock
+	svc    *payments.Service
+	access *access.Service
+	e      *echo.Echo
 }
 
 func newConsoleBench(t testing.TB) *consoleBench {
 	t.Helper()
 	url := testdb.NewURL(t)
 	b := &consoleBench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(consoleT0)}
+	b.access = access.New(b.pool, b.clock)
 	b.svc, b.e = b.replica(b.pool, "replica-a", b.gw)
 	return b
 }
 
-// replica builds another server over a pool of the same database (another replica).
-func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway) (*payments.Service, *echo.Echo) {
-	svc := payments.NewService(pool, payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
-		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
-	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc,
+// replica builds another server over a pool of the same database (another replica); mod
+// adjusts its core's configuration.
+func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway, mod ...func(*payments.Config)) (*payments.Service, *echo.Echo) {
+	cfg := payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	svc := payments.NewService(pool, cfg)
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
 		SecretKey: []byte("console-test-secret-console-test-secret")})
 	return svc, e
 }
 
-func (b *consoleBench) user(t testing.TB, email string, role payments.Role) {
+func (b *consoleBench) user(t testing.TB, email string, role access.Role) {
 	t.Helper()
-	if _, err := b.svc.CreateStaffUser(context.Background(), email, role, testPassword); err != nil {
+	if _, err := b.access.CreateUser(context.Background(), payments.Staff{Email: "cli:test"}, email, role, testPassword); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -22,8 +23,8 @@ var outboxCodeRe = regexp.MustCompile(`is (\d{6})\.`)
 func TestConsoleStartAndCancel(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
-	b.user(t, "adm@example.com", payments.RoleAdmin)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "adm@example.com", access.RoleAdmin)
 	sup, adm := b.agent(t), b.agent(t)
 	sup.login("sup@example.com")
 	adm.login("adm@example.com")
@@ -128,8 +129,8 @@ func TestConsoleStartAndCancel(t *testing.T) {
 func TestConsoleCheck(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
-	b.user(t, "fin@example.com", payments.RoleFinance)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "fin@example.com", access.RoleFinance)
 	s := b.payment(t, "o-7", 1999)
 	sup := b.agent(t)
 	sup.login("sup@example.com")
@@ -190,7 +191,7 @@ func TestConsoleCheck(t *testing.T) {
 func TestFinanceCasesAndFlagged(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "fin@example.com", payments.RoleFinance)
+	b.user(t, "fin@example.com", access.RoleFinance)
 	ctx := context.Background()
 	s := b.payment(t, "o-late", 1250)
 	flagged := b.payment(t, "o-stuck", 300)
@@ -269,7 +270,7 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 func TestLocksPage(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.payment(t, "o-1", 100)
 	ctx := context.Background()
 	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-z', lease_until = $2 WHERE id = $1`,
@@ -321,7 +322,7 @@ func TestLocksPage(t *testing.T) {
 func TestDashboardCountsAndFragment(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.payment(t, "o-d1", 100)
 	b.payment(t, "o-d2", 200)
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
@@ -355,8 +356,8 @@ func TestDashboardCountsAndFragment(t *testing.T) {
 func TestAdminPages(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	b.user(t, "adm@example.com", payments.RoleAdmin)
-	b.user(t, "sup@example.com", payments.RoleSupport)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	b.user(t, "sup@example.com", access.RoleSupport)
 	adm := b.agent(t)
 	adm.login("adm@example.com")
 	doc := page(t, adm.get("/admin/users"), http.StatusOK)

@@ -5,7 +5,7 @@
 // Postgres table locker serialises them through a lock row with a lease (not a session-level
 // advisory lock, so it also works through pgbouncer in transaction mode), and every replica
 // after the first finds nothing pending. Files are numbered by range so parallel work does not
-// collide: 000xx core, 001xx gateways and webhooks, 002xx API, 003xx console.
+// collide: 000xx core, 001xx gateways and webhooks, 002xx API, 003xx console, 004xx access.
 package migrations
 
 import (

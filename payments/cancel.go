@@ -14,8 +14,24 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Limits of one-time codes per payment (contract: "one-time code limits"). They are rows in
+// PostgreSQL counted under the order → session locks, so every replica spends one budget:
+//
+//   - a new code replaces the earlier ones (they answer EEXPIRED, 410): asking again never
+//     leaves several codes to guess at;
+//   - at most CodeRequestsPerHour code requests per payment per hour (then ELOCKED, 429, with
+//     Retry-After): a customer's phone is not flooded, and requests do not buy guesses;
+//   - at most CodeGuessesPerDay wrong guesses per payment per 24 hours across all its codes
+//     (then ELOCKED for everything code-confirmed on that payment, the right code included, until
+//     the oldest guess is a day old; a staff member must act meanwhile).
+const (
+	CodeRequestsPerHour = 3
+	CodeGuessesPerDay   = 10
+)
+
 // Challenge is a pending one-time cancel code. The code itself is only ever in the message to
-// the customer; the database keeps HMAC(secret, challenge id || code).
+// the customer (and in the outbox until it is delivered); the database keeps
+// HMAC(secret, challenge id || code).
 type Challenge struct {
 	ID        string
 	SessionID string
@@ -45,6 +61,14 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
+		if err := s.codeRequestAllowed(ctx, tx, sessionID, now); err != nil {
+			return err
+		}
+		// The new code replaces every earlier one still open: only one code can be guessed at.
+		if _, err := tx.Exec(ctx, `UPDATE cancel_challenges SET superseded_at = $2
+			WHERE session_id = $1 AND consumed_at IS NULL AND superseded_at IS NULL`, sessionID, now); err != nil {
+			return fmt.Errorf("request cancel: supersede: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO cancel_challenges (id, session_id, code_hash, expires_at, max_attempts, requested_by, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`, ch.ID, sessionID, s.codeHash(ch.ID, code), ch.ExpiresAt,
 			s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
@@ -55,9 +79,12 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 			FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, sessionID).Scan(&contact); err != nil {
 			return fmt.Errorf("request cancel: contact: %w", err)
 		}
+		text := func(code string) string {
+			return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
+				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
+		}
 		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID,
-			Text: fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
-				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))}
+			Text: text(code), Redacted: text(redactedCode)}
 		outboxID, err = enqueue(ctx, tx, msg, now)
 		return err
 	})
@@ -93,11 +120,13 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	// so probing the format tells an attacker nothing and buys nothing.
 	now := s.cfg.Clock.Now()
 	var (
-		res       ConfirmResult
-		wrong     bool
-		left      int
-		opID      string
-		newCancel bool
+		res   ConfirmResult
+		wrong bool
+		left  int
+		// budgetSpent: this wrong guess used the payment's last one of the day
+		budgetSpent bool
+		opID        string
+		newCancel   bool
 	)
 	err = s.inTx(ctx, "confirm cancel", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
@@ -108,15 +137,16 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 			h(ctx, sessionID)
 		}
 		var (
-			hash        []byte
-			expiresAt   time.Time
-			attempts    int
-			maxAttempts int
-			consumedAt  *time.Time
+			hash         []byte
+			expiresAt    time.Time
+			attempts     int
+			maxAttempts  int
+			consumedAt   *time.Time
+			supersededAt *time.Time
 		)
-		err = tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at
+		err = tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at
 			FROM cancel_challenges WHERE id = $1 AND session_id = $2 FOR UPDATE`, challengeID, sessionID).
-			Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt)
+			Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
 		}
@@ -132,8 +162,17 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 			res = ConfirmResult{Session: cur, Replayed: true}
 			return nil
 		}
+		if supersededAt != nil {
+			return Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
+		}
 		if !expiresAt.After(now) {
 			return Errorf(EEXPIRED, "the code has expired; request a new one")
+		}
+		// The payment's guess budget first: once it is spent, no code (not even the right one)
+		// is tried, so guessing on and on never pays.
+		guessesLeft, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
+		if err != nil {
+			return err
 		}
 		if attempts >= maxAttempts {
 			return Errorf(ELOCKED, "too many wrong codes; request a new one")
@@ -151,6 +190,13 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		}
 		if !consumed {
 			wrong = true
+			if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at) VALUES ($1, $2, $3)`,
+				sessionID, challengeID, now); err != nil {
+				return fmt.Errorf("confirm cancel: count wrong guess: %w", err)
+			}
+			if guessesLeft-1 < left {
+				left, budgetSpent = guessesLeft-1, guessesLeft-1 <= 0
+			}
 			return nil // commit the attempt
 		}
 		if !cur.Status.Cancelable() {
@@ -179,6 +225,9 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		return ConfirmResult{}, err
 	}
 	if wrong {
+		if budgetSpent {
+			return ConfirmResult{}, &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked, a staff member can help", CodeGuessesPerDay)}
+		}
 		if left <= 0 {
 			return ConfirmResult{}, &Error{Code: EWRONG, Message: "wrong code; no attempts left, request a new one"}
 		}
@@ -274,6 +323,52 @@ func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess S
 		return err
 	})
 	return out, err
+}
+
+// redactedCode stands for the code in the outbox once the message was delivered.
+const redactedCode = "••••••"
+
+// codeRequestAllowed enforces the per-payment limits on asking for a new code, in the caller's
+// transaction under the order → session locks (so two replicas cannot both take the last
+// request): at most CodeRequestsPerHour challenges created within the hour before now, and none
+// while the payment's guess budget is spent. ELOCKED carries when asking makes sense again.
+func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) error {
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM cancel_challenges
+		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
+		return fmt.Errorf("request cancel: count requests: %w", err)
+	}
+	if n >= CodeRequestsPerHour {
+		wait := oldest.Add(time.Hour).Sub(now)
+		return &Error{Code: ELOCKED, RetryAfter: wait,
+			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, roundUp(wait))}
+	}
+	_, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
+	return err
+}
+
+// codeGuessesLeft returns how many wrong guesses the payment may still make within the 24 hours
+// before now, or ELOCKED (with when the oldest counted guess lapses) when none. The caller holds
+// the order → session locks and writes its own wrong guess in the same transaction.
+func (s *Service) codeGuessesLeft(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) (int, error) {
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM code_wrong_guesses
+		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-24*time.Hour)).Scan(&n, &oldest); err != nil {
+		return 0, fmt.Errorf("one-time code: count wrong guesses: %w", err)
+	}
+	if n >= CodeGuessesPerDay {
+		wait := oldest.Add(24 * time.Hour).Sub(now)
+		return 0, &Error{Code: ELOCKED, RetryAfter: wait,
+			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a staff member can help meanwhile", CodeGuessesPerDay, roundUp(wait))}
+	}
+	return CodeGuessesPerDay - n, nil
+}
+
+// roundUp writes a wait for people: whole minutes, at least one.
+func roundUp(d time.Duration) time.Duration {
+	return max(d.Round(time.Minute), time.Minute)
 }
 
 // codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump

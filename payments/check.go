@@ -10,12 +10,13 @@ import (
 
 // Finance case kinds.
 const (
-	CaseLatePayment        = "late_payment"              // the gateway took money for a Failed/Canceled session
-	CaseCancelLostRace     = "cancel_lost_race"          // a cancel was requested but the payment succeeded first
-	CaseUnexpectedReversal = "unexpected_reversal"       // the gateway reversed a payment we did not ask to reverse
-	CaseGatewayMismatch    = "gateway_mismatch"          // the gateway contradicts a Completed session or its id
-	CaseDuplicatePayment   = "duplicate_gateway_payment" // one session, several gateway payments
-	CaseSweepExhausted     = "sweep_exhausted"           // the sweeper's schedule ran out without a final answer
+	CaseLatePayment        = "late_payment"               // the gateway took money for a Failed/Canceled session
+	CaseCancelLostRace     = "cancel_lost_race"           // a cancel was requested but the payment succeeded first
+	CaseUnexpectedReversal = "unexpected_reversal"        // the gateway reversed a payment we did not ask to reverse
+	CaseGatewayMismatch    = "gateway_mismatch"           // the gateway contradicts a Completed session, its id, or its amount or currency
+	CaseDuplicatePayment   = "duplicate_gateway_payment"  // one session, several gateway payments
+	CaseSweepExhausted     = "sweep_exhausted"            // the sweeper's schedule ran out without a final answer
+	CaseUntrustedURL       = "untrusted_confirmation_url" // the gateway sent a payment page URL we do not send customers to
 )
 
 // Check asks the gateway about a session and applies the answer exactly once (design.md, "The
@@ -65,16 +66,8 @@ func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause 
 		if err != nil {
 			return err
 		}
-		out = cur
-		if cur.Status.Terminal() {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
-		}
-		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = coalesce(flagged_at, $2),
-			flag_reason = coalesce(flag_reason, $3), next_check_at = NULL WHERE id = $1 RETURNING `+sessionColumns, sess.ID, now, reason))
-		if err != nil {
-			return dbError("flag missing payment", err, "")
-		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, reason, now)
+		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, reason, now)
+		return err
 	})
 	return out, err
 }
@@ -216,10 +209,18 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			return openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 				fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
 		}
+		if mismatch := answerMismatch(cur, gp); mismatch != "" {
+			out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
+			return err
+		}
 		patch := sessionPatch{}
+		untrusted := ""
 		if cur.GatewayPaymentID == "" && gp.ID != "" {
 			patch.gatewayPaymentID = gp.ID
 			patch.confirmationURL = gp.ConfirmationURL
+			if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
+				patch.confirmationURL = "" // never stored, so never rendered nor redirected to
+			}
 		}
 		var asked bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).Scan(&asked); err != nil {
@@ -255,6 +256,11 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			out.GatewayPaymentID = patch.gatewayPaymentID
 			if patch.confirmationURL != "" {
 				out.ConfirmationURL = patch.confirmationURL
+			}
+		}
+		if untrusted != "" {
+			if out, err = flagForFinance(ctx, tx, out, CaseUntrustedURL, untrusted, now); err != nil {
+				return err
 			}
 		}
 		if oc.caseKind != "" {

@@ -9,48 +9,61 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Checkout links: what a shop sends its customer to pay an order's first payment,
 //
-//	/checkout/{order_id}?amount=1999&currency=EUR&sig=<64 hex>
+//	/checkout/{order_id}?amount=1999&currency=EUR&exp=1767225600&sig=<64 hex>
 //
 // The checkout page offers Pay for the amount and currency of a link only when sig is
-// HMAC-SHA256(link key, "checkout-link/v1" 0 order_id 0 amount 0 currency), so a customer who
-// edits the URL (1 cent instead of 19.99) gets no Pay form. The link key is derived from the
-// service secret (HMAC(secret, "pitlane checkout-link key v1")), so a link signature and a
-// one-time code hash (codeHash) are never values of the same function, whatever their inputs.
-// The message is unambiguous: order ids and currencies cannot hold a 0 byte and the amount is
-// decimal. A link carries no expiry: it names an order and what it costs, like the shop's own
-// order page; an order that is already paid offers no Pay form whatever the link says.
+// HMAC-SHA256(link key, "checkout-link/v2" 0 order_id 0 amount 0 currency 0 exp), so a customer
+// who edits the URL (1 cent instead of 19.99, or a later expiry) gets no Pay form. exp is when
+// the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was made unless the shop
+// asked for another lifetime): a link forwarded, leaked or found in a browser history a month
+// later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
+// secret (HMAC(secret, "pitlane checkout-link key v1")), so a link signature and a one-time code
+// hash (codeHash) are never values of the same function, whatever their inputs. The message is
+// unambiguous: order ids and currencies cannot hold a 0 byte and the numbers are decimal. An
+// order that is already paid offers no Pay form whatever the link says.
 //
 // Nothing is stored: any replica with the same secret verifies any link (SECRET_KEY must be the
 // same on every replica, as for CSRF tokens and cancel codes).
 
-const checkoutLinkDomain = "checkout-link/v1"
+// Lifetimes of checkout links (the API call's "expires_in" chooses within the bounds).
+const (
+	DefaultCheckoutLinkTTL = 7 * 24 * time.Hour
+	MinCheckoutLinkTTL     = time.Minute
+	MaxCheckoutLinkTTL     = 30 * 24 * time.Hour
+)
+
+const checkoutLinkDomain = "checkout-link/v2"
 
 // unsetCodeSecret is NewService's stand-in when Config.CodeSecret is empty. It is public (it is
 // in this source), so links are neither made nor accepted under it: a forgeable signature would
 // be the 1-cent checkout again.
 var unsetCodeSecret = []byte("pitlane-unset-secret")
 
-// CheckoutLink is a signed checkout link for one order, amount and currency.
+// CheckoutLink is a signed checkout link for one order, amount and currency, valid until
+// ExpiresAt (whole seconds).
 type CheckoutLink struct {
-	OrderID  string
-	Amount   int64
-	Currency string
-	Sig      string // hex HMAC-SHA256, see above
+	OrderID   string
+	Amount    int64
+	Currency  string
+	ExpiresAt time.Time
+	Sig       string // hex HMAC-SHA256, see above
 }
 
-// Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&sig=….
+// Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&exp=…&sig=….
 func (l CheckoutLink) Path() string {
 	q := url.Values{}
 	q.Set("amount", strconv.FormatInt(l.Amount, 10))
 	q.Set("currency", l.Currency)
+	q.Set("exp", strconv.FormatInt(l.ExpiresAt.Unix(), 10))
 	q.Set("sig", l.Sig)
-	// Encode sorts the keys: amount, currency, sig.
+	// Encode sorts the keys: amount, currency, exp, sig.
 	return "/checkout/" + url.PathEscape(l.OrderID) + "?" + q.Encode()
 }
 
@@ -60,11 +73,20 @@ func (s *Service) CheckoutURL(l CheckoutLink) string {
 }
 
 // CheckoutLink signs a link for the order's payment of amount in currency (validated like
-// Create's input). An order that is already paid gets none (ECONFLICT); an order pitlane has
-// not seen yet is the usual case. It writes nothing.
-func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64, currency string) (CheckoutLink, error) {
+// Create's input), valid for ttl from now (0: DefaultCheckoutLinkTTL; otherwise between
+// MinCheckoutLinkTTL and MaxCheckoutLinkTTL, else EINVALID naming "expires_in"). An order that is
+// already paid gets none (ECONFLICT); an order pitlane has not seen yet is the usual case. It
+// writes nothing.
+func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64, currency string, ttl time.Duration) (CheckoutLink, error) {
 	if err := (CreateInput{OrderID: orderID, Amount: amount, Currency: currency}).Validate(); err != nil {
 		return CheckoutLink{}, err
+	}
+	if ttl == 0 {
+		ttl = DefaultCheckoutLinkTTL
+	}
+	if ttl < MinCheckoutLinkTTL || ttl > MaxCheckoutLinkTTL {
+		return CheckoutLink{}, Invalid("expires_in", "expires_in must be between %d and %d seconds",
+			int64(MinCheckoutLinkTTL/time.Second), int64(MaxCheckoutLinkTTL/time.Second))
 	}
 	key, err := s.checkoutLinkKey()
 	if err != nil {
@@ -79,23 +101,29 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 	case status == OrderPaid:
 		return CheckoutLink{}, Errorf(ECONFLICT, "order %s is already paid", orderID)
 	}
-	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency,
-		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency))}, nil
+	exp := s.cfg.Clock.Now().Add(ttl).Truncate(time.Second)
+	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp,
+		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix()))}, nil
 }
 
-// VerifyCheckoutLink reports whether sig is the signature of the link (order, amount, currency),
-// compared in constant time. Any malformed sig, and every sig on a service without a secret,
-// is false.
-func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency, sig string) bool {
+// VerifyCheckoutLink checks a link (order, amount, currency, exp in Unix seconds, sig) now: nil
+// when sig signs it (compared in constant time) and it has not expired; EEXPIRED when it is a
+// genuine link whose time is up; EINVALID for anything else (any malformed sig, and every sig on
+// a service without a secret).
+func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency string, exp int64, sig string) error {
+	invalid := Invalid("sig", "this payment link is incomplete or was changed")
 	key, err := s.checkoutLinkKey()
 	if err != nil || len(sig) != 2*sha256.Size {
-		return false
+		return invalid
 	}
 	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return false
+	if err != nil || !hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp)) {
+		return invalid
 	}
-	return hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency))
+	if !time.Unix(exp, 0).After(s.cfg.Clock.Now()) {
+		return Errorf(EEXPIRED, "this payment link has expired; ask the shop for a new one")
+	}
+	return nil
 }
 
 // checkoutLinkKey derives the link key from the service secret (domain separation from the
@@ -109,7 +137,7 @@ func (s *Service) checkoutLinkKey() ([]byte, error) {
 	return m.Sum(nil), nil
 }
 
-func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string) []byte {
+func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, exp int64) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(checkoutLinkDomain))
 	m.Write([]byte{0})
@@ -118,5 +146,7 @@ func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string) 
 	m.Write([]byte(strconv.FormatInt(amount, 10)))
 	m.Write([]byte{0})
 	m.Write([]byte(currency))
+	m.Write([]byte{0})
+	m.Write([]byte(strconv.FormatInt(exp, 10)))
 	return m.Sum(nil)
 }

@@ -92,7 +92,7 @@ func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note stri
 		if err != nil {
 			return fmt.Errorf("resolve case: %w", err)
 		}
-		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditCaseResolve,
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditCaseResolve,
 			Target: CaseTarget(id), Detail: kind + ": " + note}, now)
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		if err != nil {
 			return dbError("retry flagged", err, "")
 		}
-		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditFlagRetry,
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditFlagRetry,
 			Target: id, Detail: "flag cleared (" + reason + "); due now"}, now)
 	})
 	return out, err

@@ -3,6 +3,12 @@ package payments
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Error codes of the domain. The web layer maps them to HTTP status in exactly one place
@@ -15,10 +21,11 @@ const (
 	ELOCKED   = "locked"      // attempts used up → 429
 	EWRONG    = "wrong_code"  // a one-time code that does not match → 422
 	EBUSY     = "busy"        // the same work is in flight elsewhere; retry later → 409 + Retry-After
-	EUNAVAIL  = "unavailable" // a lock or dependency timed out → 503
+	EUNAVAIL  = "unavailable" // a lock or dependency timed out, the database is unreachable → 503 + Retry-After
 	EINTERNAL = "internal"    // a bug or an unexpected failure → 500, logged
 
-	EFORBIDDEN = "forbidden" // known caller, not allowed (revoked key, scope, role) → 403
+	EUNAUTHENTICATED = "unauthenticated" // no credentials, or ones nobody issued → 401
+	EFORBIDDEN       = "forbidden"       // known caller, not allowed (revoked key, scope, role) → 403
 
 	// A gateway webhook that cannot be accepted (WebhookVerifier). Both are refusals before
 	// anything is written; the gateway redelivers, and a forger learns nothing more.
@@ -31,7 +38,11 @@ type Error struct {
 	Code    string
 	Message string
 	Field   string // for EINVALID: which input field
-	Err     error  // wrapped cause, if any
+	// RetryAfter, when positive, is how long the caller should wait before asking again: a
+	// limit that lapses at a known time (ELOCKED: the code budget of a payment). The web layer
+	// sends it as Retry-After; without it EBUSY and EUNAVAIL get a short default there.
+	RetryAfter time.Duration
+	Err        error // wrapped cause, if any
 }
 
 func (e *Error) Error() string {
@@ -53,7 +64,9 @@ func Invalid(field, format string, args ...any) *Error {
 	return &Error{Code: EINVALID, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// ErrorCode returns the code of the first domain error in err's chain, EINTERNAL otherwise.
+// ErrorCode returns the code of the first domain error in err's chain; EUNAVAIL for a database
+// outage that reached the caller without passing dbError (a failed connect in a middleware, a
+// query wrapped with %w on its way up); EINTERNAL otherwise.
 func ErrorCode(err error) string {
 	if err == nil {
 		return ""
@@ -62,8 +75,14 @@ func ErrorCode(err error) string {
 	if errors.As(err, &e) {
 		return e.Code
 	}
+	if DatabaseUnavailable(err) {
+		return EUNAVAIL
+	}
 	return EINTERNAL
 }
+
+// unavailableMessage is what a client is told about a database outage.
+const unavailableMessage = "the service cannot reach its database right now; try again shortly"
 
 // ErrorMessage returns the human message of a domain error, or a generic one for internal errors
 // (whose details must not leak to clients).
@@ -72,5 +91,67 @@ func ErrorMessage(err error) string {
 	if errors.As(err, &e) && e.Code != EINTERNAL {
 		return e.Message
 	}
+	if e == nil && DatabaseUnavailable(err) {
+		return unavailableMessage
+	}
 	return "internal error"
+}
+
+// RetryAfter returns the RetryAfter of the first domain error in err's chain (0: none said).
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// DatabaseUnavailable reports whether err says the database could not be reached or went away
+// mid-request — nothing about the request itself, so asking again shortly is the right answer
+// (503 + Retry-After), never a 500:
+//
+//   - a connection that could not be made (pgconn.ConnectError: refused, DNS, "the database
+//     system is starting up / shutting down", too many connections at connect time);
+//   - SQLSTATE class 08 (connection exception), 57P01 admin_shutdown (a backend terminated by
+//     pg_terminate_backend or a fast shutdown), 57P02 crash_shutdown, 57P03 cannot_connect_now,
+//     53300 too_many_connections;
+//   - the socket failing under a query: connection reset or refused, a broken pipe, an
+//     unexpected EOF, a connection pgx had already closed, any other socket error.
+//
+// What is not an outage stays what it was: a statement or lock timeout, a constraint, a bug.
+func DatabaseUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ge *GatewayError
+	if errors.As(err, &ge) {
+		return false // the gateway's network trouble is not the database's
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case len(pe.Code) == 5 && pe.Code[:2] == "08",
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe)
+}
+
+// DBError translates a database error at the one edge for packages beside the core too
+// (package access): no rows → ENOTFOUND with the message (when notFoundFormat is set), a lock
+// wait past lock_timeout or a database outage → EUNAVAIL, the core's constraints → their codes, anything else wrapped
+// with the operation's name.
+func DBError(op string, err error, notFoundFormat string, args ...any) error {
+	return dbError(op, err, notFoundFormat, args...)
 }

@@ -14,7 +14,7 @@ import (
 	"pitlane/payments/gateway/fakegw"
 )
 
-var financeStaff = payments.Staff{Email: "fin@example.com", Role: payments.RoleFinance}
+var financeStaff = payments.Staff{Email: "fin@example.com", Role: "finance"}
 
 // createIn creates a session (Registered unless the gateway is told otherwise) for currency.
 func (b *bench) createIn(t *testing.T, orderID string, amount int64, currency string) payments.Session {
@@ -208,7 +208,7 @@ func TestCheckNowTwoConcurrentBulkChecksAskOncePerSession(t *testing.T) {
 	other := b.service(b.pool, "replica-b") // the second click, maybe on another replica
 	first := goCheckNow(b.svc, financeStaff, list)
 	mustWait(t, claim.arrived, "the first check holds its claim, uncommitted")
-	second := goCheckNow(other, payments.Staff{Email: "fin2@example.com", Role: payments.RoleFinance}, list)
+	second := goCheckNow(other, payments.Staff{Email: "fin2@example.com", Role: "finance"}, list)
 	waitLockWaiters(t, b.pool, 1) // the second claim waits for the first's rows
 	claim.let(1)
 	r1, r2 := mustWait(t, first, "first check"), mustWait(t, second, "second check")

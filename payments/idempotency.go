@@ -18,15 +18,15 @@ import (
 // of one Pay click carries the same key. Keys live in PostgreSQL (table idempotency_keys), never in
 // a cache, for 30 days — longer than any client's retry window — and a reaper deletes them after.
 //
-// Protocol for one request (the API handler drives it):
+// Protocol for one request — Run is its one owner; the API handlers call Run with their effect:
 //
-//  1. Validate and authenticate first: a request refused before Acquire never touches its key.
+//  1. Validate and authenticate first: a request refused before Run never touches its key.
 //  2. Acquire: one short transaction under pg_advisory_xact_lock(ns, hashtext(client/key)):
 //     INSERT … ON CONFLICT DO NOTHING RETURNING; on conflict read the row FOR UPDATE and decide:
 //     another request (fingerprint differs) → EINVALID (422); completed → replay its resource as it
 //     is NOW; in flight and its lock not yet stale → EBUSY (409 + Retry-After); in flight but stale
 //     (its request died) or abandoned → take it over. No lock is held after this transaction.
-//  3. Do the work (Create: its own claim transaction, then the gateway, no key lock held).
+//  3. Do the work (the effect: Create's claim transaction then the gateway, no key lock held).
 //  4. Complete (resource id + response code), or Release when the work failed before any effect
 //     (the key is not burnt: the client may fix the request and use it again), or Abandon when
 //     the outcome is uncertain (the row stays bound to this request and the same request may
@@ -37,6 +37,11 @@ import (
 // short transactions), so the default is 2 × GATEWAY_TIMEOUT + 10 s (StaleAfterFor). A slow
 // request that loses its lock to a takeover finds Complete refused (ErrIdempotencyLockLost); it
 // still answers its client, and the taker-over's Create finds the same session.
+//
+// Intent keys (requests without an Idempotency-Key) slide: each identical request keeps the
+// intent alive for IntentWindow from itself (its row's expires_at moves), so a burst of retries
+// is one intent however it falls on the clock, and the same operation after IntentWindow of
+// silence is a new intent. No clock boundary splits a burst.
 
 // IdempotencyKind separates client keys from derived business-intent keys in one table.
 type IdempotencyKind string
@@ -52,7 +57,6 @@ const (
 const (
 	DefaultIdempotencyTTL   = 30 * 24 * time.Hour
 	DefaultIntentWindow     = 5 * time.Minute
-	DefaultIntentTTL        = 24 * time.Hour
 	defaultGatewayTimeout   = 10 * time.Second
 	idempotencyStaleMargin  = 10 * time.Second
 	DefaultReapBatch        = 1000
@@ -86,11 +90,10 @@ type IdempotencyConfig struct {
 	StaleAfter time.Duration
 	// TTL of client keys (default 30 days).
 	TTL time.Duration
-	// IntentWindow: requests for the same (client, order, amount, currency) within one window are
-	// one intent (default 5 minutes). IntentTTL: how long intent rows are kept (default 1 day;
-	// nobody looks one up after its window, the rest is for people reading the table).
+	// IntentWindow: a request without a key is the same intent as an identical one of the same
+	// client within IntentWindow before it (default 5 minutes). The window slides: every
+	// identical request extends it, and an intent row lives exactly that long.
 	IntentWindow time.Duration
-	IntentTTL    time.Duration
 	Hooks        IdempotencyHooks
 }
 
@@ -111,9 +114,6 @@ func NewIdempotency(svc *Service, cfg IdempotencyConfig) *Idempotency {
 	if cfg.IntentWindow <= 0 {
 		cfg.IntentWindow = DefaultIntentWindow
 	}
-	if cfg.IntentTTL <= 0 {
-		cfg.IntentTTL = DefaultIntentTTL
-	}
 	return &Idempotency{svc: svc, cfg: cfg}
 }
 
@@ -130,6 +130,12 @@ type IdempotencyRequest struct {
 	// Fingerprint identifies the request (Fingerprint(method, path, canonical body)); the same
 	// key with another fingerprint is refused.
 	Fingerprint []byte
+	// BusyRunsEffect: for an intent key whose first request still runs, Run runs the effect
+	// anyway, without the key, instead of answering EBUSY. Only for an effect that is itself
+	// idempotent for the business operation: Create, whose per-order claim answers "same
+	// parameters → this session", so identical keyless Creates arriving together all get the one
+	// session (200/201/202), never a 409 (contract: "Keyless requests").
+	BusyRunsEffect bool
 }
 
 // Fingerprint is SHA-256 over method, path and the canonical body, with separators that cannot
@@ -144,21 +150,19 @@ func Fingerprint(method, path string, canonicalBody []byte) []byte {
 	return h.Sum(nil)
 }
 
-// IntentKey derives the business-intent key of a Create: the same order, amount and currency
-// within one window of the injected clock are one intent (a series of quick retries, double
-// clicks on a hung page); the next window is a new intent (an honest new attempt after a
-// decline). The client is the row's scope, not part of the string.
-func IntentKey(orderID string, amount int64, currency string, now time.Time, window time.Duration) string {
-	if window <= 0 {
-		window = DefaultIntentWindow
-	}
-	start := now.UTC().Truncate(window)
-	return fmt.Sprintf("create/%s/%d/%s/%s", orderID, amount, currency, start.Format(time.RFC3339))
+// IntentKey derives the business-intent key of a Create without an Idempotency-Key: the same
+// order, amount and currency. Whether a request is the same intent as an earlier one is decided
+// by time, in Acquire (the window slides with each request), not by the string. The client is
+// the row's scope, not part of the string.
+func IntentKey(orderID string, amount int64, currency string) string {
+	return fmt.Sprintf("create/%s/%d/%s", orderID, amount, currency)
 }
 
-// IntentKey derives the intent key with this store's window and the service clock.
-func (x *Idempotency) IntentKey(orderID string, amount int64, currency string) string {
-	return IntentKey(orderID, amount, currency, x.svc.cfg.Clock.Now(), x.cfg.IntentWindow)
+// RefundIntentKey is the business-intent key of a refund without an Idempotency-Key: the same
+// payment and amount. The "refund/" prefix keeps it apart from Create's keys in the client's
+// intent namespace.
+func RefundIntentKey(paymentID string, amount int64) string {
+	return fmt.Sprintf("refund/%s/%d", paymentID, amount)
 }
 
 // Slot is Acquire's answer when the request may go on.
@@ -222,9 +226,10 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	now := x.svc.cfg.Clock.Now()
 	ttl := x.cfg.TTL
 	if r.Kind == IdempotencyIntentKey {
-		ttl = x.cfg.IntentTTL
+		ttl = x.cfg.IntentWindow // and every identical request moves it on (slide, below)
 	}
 	var out Slot
+	busy := false
 	err := x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
 		if err := x.lock(ctx, tx, r); err != nil {
 			return err
@@ -269,6 +274,14 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				return dbError("idempotency: read", err, "")
 			}
 			x.afterRead(ctx, r)
+			if r.Kind == IdempotencyIntentKey && expiresAt.After(now) {
+				// The window slides: this identical request keeps the intent alive for another
+				// IntentWindow, whatever it is answered (replay, busy, takeover).
+				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET expires_at = $4
+					WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, now.Add(ttl)); err != nil {
+					return dbError("idempotency: slide", err, "")
+				}
+			}
 			switch {
 			case !expiresAt.After(now):
 				// Expired but not reaped yet: as good as absent. Start it afresh.
@@ -289,7 +302,8 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				}
 				return nil
 			case holder != nil && lockedTill != nil && lockedTill.After(now):
-				return Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
+				busy = true // committed: the slide above must stay
+				return nil
 			}
 			// Held by a request that died (lock stale) or that gave up with an uncertain outcome:
 			// the same request takes it over.
@@ -305,6 +319,9 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	if err != nil {
 		return Slot{}, err
 	}
+	if busy {
+		return Slot{}, Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
+	}
 	return out, nil
 }
 
@@ -319,6 +336,73 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Effect is the work of one idempotent request, run by Run once the request holds its key (or,
+// with BusyRunsEffect, without it: then slot is the zero Slot). It returns the id of the
+// resource it created or found and the response code the key remembers for replays.
+type Effect func(ctx context.Context, slot Slot) (resourceID string, status int, err error)
+
+// Outcome is what Run did for a request.
+type Outcome struct {
+	ResourceID string
+	// Status: the effect's, or for a replay the first request's (0 when it was not recorded).
+	Status int
+	// Replayed: the key's earlier request created ResourceID and nothing ran now; answer the
+	// resource as it is now.
+	Replayed bool
+}
+
+// Run is the idempotency protocol's one owner (see the top of this file): acquire the key; a
+// completed key is a replay; otherwise run the effect with no lock held and then complete the
+// key with its result, or give the key up by the rule of giveUp. Errors are the effect's, or
+// Acquire's (EINVALID: the key was used with another request; EBUSY: its request still runs).
+//
+// Completing after the effect is bookkeeping on a detached context: the effect happened, and the
+// client gets its answer even when the key cannot be completed (its lock went stale and another
+// request took it over; that one finds the same resource through the core's own rules).
+func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effect) (Outcome, error) {
+	slot, err := x.Acquire(ctx, r)
+	if err != nil {
+		if ErrorCode(err) == EBUSY && r.Kind == IdempotencyIntentKey && r.BusyRunsEffect {
+			id, status, err := effect(ctx, Slot{})
+			return Outcome{ResourceID: id, Status: status}, err
+		}
+		return Outcome{}, err
+	}
+	if slot.Done {
+		return Outcome{ResourceID: slot.ResourceID, Status: slot.ResponseCode, Replayed: true}, nil
+	}
+	id, status, err := effect(ctx, slot)
+	if err != nil {
+		x.giveUp(ctx, r, slot.Token, err)
+		return Outcome{}, err
+	}
+	if cerr := x.Complete(context.WithoutCancel(ctx), r, slot.Token, id, status); cerr != nil {
+		x.svc.log.Warn("idempotency: completing key failed", "client", r.ClientID, "kind", string(r.Kind),
+			"resource", id, "err", cerr)
+	}
+	return Outcome{ResourceID: id, Status: status}, nil
+}
+
+// giveUp lets go of a key after the effect failed. Failures that by their code had no effect
+// (invalid input, not found, a conflict, busy) release the key, so the client can use it again
+// for a corrected request; anything else (a database outage or lock timeout mid-way, an internal
+// error) may have had an effect, so the key stays bound to this request and is abandoned for the
+// same request to take over at once (running the effect again is safe: Create's per-order claim
+// finds the session it made, a refund's RequestKey finds the refund).
+func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, token string, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	switch ErrorCode(cause) {
+	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
+		err = x.Release(ctx, r, token)
+	default:
+		err = x.Abandon(ctx, r, token)
+	}
+	if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
+		x.svc.log.Warn("idempotency: giving up key failed", "client", r.ClientID, "kind", string(r.Kind), "err", err)
+	}
 }
 
 // Complete records what the key's request did: the resource it created or found and the response

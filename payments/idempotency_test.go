@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -35,9 +36,9 @@ func waitAdvisoryWaiters(t *testing.T, pool *pgxpool.Pool, ns payments.LockNames
 	t.Fatalf("no %d backends ever waited for an advisory lock of namespace %d", n, ns)
 }
 
-func newClient(t *testing.T, b *bench, name string) payments.APIClient {
+func newClient(t *testing.T, b *bench, name string) access.APIClient {
 	t.Helper()
-	c, _, err := b.svc.CreateAPIClient(context.Background(), name)
+	c, _, err := access.New(b.pool, b.clock).CreateAPIClient(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,27 +285,150 @@ func TestReapIdempotencyKeys(t *testing.T) {
 	}
 }
 
-func TestIntentKeyWindows(t *testing.T) {
+func TestIntentKeys(t *testing.T) {
 	t.Parallel()
-	at := func(s string) time.Time {
-		v, err := time.Parse(time.RFC3339, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	k := func(now time.Time) string { return payments.IntentKey("o-1", 1999, "EUR", now, 5*time.Minute) }
-	if k(at("2026-11-30T12:00:00Z")) != k(at("2026-11-30T12:04:59Z")) {
-		t.Fatal("one window, two keys")
-	}
-	if k(at("2026-11-30T12:04:59Z")) == k(at("2026-11-30T12:05:00Z")) {
-		t.Fatal("two windows, one key")
-	}
-	if k(at("2026-11-30T12:00:00Z")) == payments.IntentKey("o-1", 2000, "EUR", at("2026-11-30T12:00:00Z"), 5*time.Minute) {
+	if payments.IntentKey("o-1", 1999, "EUR") == payments.IntentKey("o-1", 2000, "EUR") {
 		t.Fatal("another amount is another intent")
+	}
+	if payments.RefundIntentKey("p", 100) == payments.RefundIntentKey("p", 101) ||
+		payments.RefundIntentKey("o-1", 1999) == payments.IntentKey("o-1", 1999, "EUR") {
+		t.Fatal("refund intents")
 	}
 	if !bytes.Equal(payments.Fingerprint("POST", "/a", []byte("{}")), payments.Fingerprint("POST", "/a", []byte("{}"))) ||
 		bytes.Equal(payments.Fingerprint("POST", "/a", []byte("{}")), payments.Fingerprint("POST", "/b", []byte("{}"))) {
 		t.Fatal("fingerprint")
+	}
+}
+
+func intentReq(client, key string) payments.IdempotencyRequest {
+	r := idemReq(client, key, key)
+	r.Kind = payments.IdempotencyIntentKey
+	return r
+}
+
+// An intent's window slides: a request at 12:04:59 and its retry at 12:05:01 are one intent (the
+// truncated 5-minute windows of the main before this change split them: a second refund), and so
+// is a chain of retries each within 5 minutes of the one before; 5 minutes of silence end it,
+// and the next request is a new use of the intent (a new Since).
+func TestIntentWindowSlides(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	r := intentReq(cl.ID, payments.RefundIntentKey(uuid.NewString(), 100))
+	b.clock.Set(t0.Add(4*time.Minute + 59*time.Second)) // 12:04:59
+	first, err := x.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Complete(ctx, r, first.Token, uuid.NewString(), 201); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Duration{2 * time.Second, 4*time.Minute + 58*time.Second, 4*time.Minute + 59*time.Second} {
+		b.clock.Advance(at) // 12:05:01, 12:09:59, 12:14:58: each within 5 minutes of the one before
+		s, err := x.Acquire(ctx, r)
+		if err != nil || !s.Done || !s.Since.Equal(first.Since) {
+			t.Fatalf("retry at %s = %+v %v, want the first use replayed", b.clock.Now().Format("15:04:05"), s, err)
+		}
+	}
+	b.clock.Advance(5 * time.Minute) // 12:19:58: five minutes after the last retry
+	s, err := x.Acquire(ctx, r)
+	if err != nil || s.Done || s.Token == "" || s.Since.Equal(first.Since) {
+		t.Fatalf("after 5 minutes of silence = %+v %v, want a new use of the intent", s, err)
+	}
+	// A client key does not slide: it lives its TTL from its first use.
+	ck := idemReq(cl.ID, "k", `{}`)
+	s, err = x.Acquire(ctx, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Complete(ctx, ck, s.Token, uuid.NewString(), 201); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(payments.DefaultIdempotencyTTL - time.Minute)
+	if s, err := x.Acquire(ctx, ck); err != nil || !s.Done {
+		t.Fatalf("client key before its TTL = %+v %v", s, err)
+	}
+	b.clock.Advance(time.Minute)
+	if s, err := x.Acquire(ctx, ck); err != nil || s.Done {
+		t.Fatalf("client key at its TTL = %+v %v, want a new use", s, err)
+	}
+}
+
+// Run owns the protocol: a completed key replays without running the effect; an effect's failure
+// without effect (ECONFLICT, EINVALID, ENOTFOUND, EBUSY) releases the key, so a corrected request
+// may use it; an uncertain one (a database error, EUNAVAIL) abandons it, bound to its request,
+// which may take it over at once.
+func TestIdempotencyRunOwnsTheProtocol(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	ran := 0
+	effect := func(id string, status int, err error) payments.Effect {
+		return func(context.Context, payments.Slot) (string, int, error) {
+			ran++
+			return id, status, err
+		}
+	}
+	rid := uuid.NewString()
+
+	// Released: the same key then serves another request.
+	first, other := idemReq(cl.ID, "released", `{"amount":1}`), idemReq(cl.ID, "released", `{"amount":2}`)
+	if _, err := x.Run(ctx, first, effect("", 0, payments.Errorf(payments.ECONFLICT, "no"))); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("run = %v", err)
+	}
+	out, err := x.Run(ctx, other, effect(rid, 201, nil))
+	if err != nil || out.Replayed || out.ResourceID != rid || out.Status != 201 {
+		t.Fatalf("another request after a release = %+v %v", out, err)
+	}
+	// Completed: replayed, the effect does not run again.
+	before := ran
+	out, err = x.Run(ctx, other, effect("x", 200, nil))
+	if err != nil || !out.Replayed || out.ResourceID != rid || out.Status != 201 || ran != before {
+		t.Fatalf("replay = %+v %v (effect ran %d more)", out, err, ran-before)
+	}
+
+	// Abandoned: another request is refused (422), the same one runs again at once.
+	same, changed := idemReq(cl.ID, "abandoned", `{"amount":1}`), idemReq(cl.ID, "abandoned", `{"amount":3}`)
+	if _, err := x.Run(ctx, same, effect("", 0, &payments.Error{Code: payments.EUNAVAIL, Message: "db down"})); payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("run = %v", err)
+	}
+	if _, err := x.Run(ctx, changed, effect(rid, 201, nil)); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("another request after an abandon = %v, want invalid", err)
+	}
+	if _, err := x.Run(ctx, same, effect("", 0, errors.New("internal"))); payments.ErrorCode(err) != payments.EINTERNAL {
+		t.Fatalf("the same request again = %v", err)
+	}
+	out, err = x.Run(ctx, same, effect(rid, 202, nil))
+	if err != nil || out.Replayed || out.Status != 202 {
+		t.Fatalf("the same request a third time = %+v %v", out, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE key = 'abandoned' AND completed_at IS NOT NULL`); n != 1 {
+		t.Fatalf("completed rows = %d", n)
+	}
+
+	// Busy: a client key answers EBUSY; an intent with BusyRunsEffect runs the effect without it.
+	held := idemReq(cl.ID, "held", `{}`)
+	if _, err := x.Acquire(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	before = ran
+	if _, err := x.Run(ctx, held, effect(rid, 200, nil)); payments.ErrorCode(err) != payments.EBUSY || ran != before {
+		t.Fatalf("busy client key = %v (effect ran %d)", err, ran-before)
+	}
+	intent := intentReq(cl.ID, "create/o/1/EUR")
+	if _, err := x.Acquire(ctx, intent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Run(ctx, intent, effect(rid, 200, nil)); payments.ErrorCode(err) != payments.EBUSY {
+		t.Fatalf("busy intent without BusyRunsEffect = %v", err)
+	}
+	intent.BusyRunsEffect = true
+	out, err = x.Run(ctx, intent, effect(rid, 200, nil))
+	if err != nil || out.Replayed || out.ResourceID != rid || out.Status != 200 {
+		t.Fatalf("busy intent with BusyRunsEffect = %+v %v", out, err)
 	}
 }

@@ -19,6 +19,9 @@ type Message struct {
 	Text      string `json:"text"`
 	OrderID   string `json:"order_id"`
 	PaymentID string `json:"payment_id"`
+	// Redacted is Text without its secret (a one-time code), what the outbox keeps once the
+	// message is delivered; "" when Text holds nothing secret. Never sent.
+	Redacted string `json:"-"`
 }
 
 // Notifier delivers a message outside pitlane. Every message is also kept in the outbox table,
@@ -65,8 +68,8 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 	if m.PaymentID != "" {
 		pid = m.PaymentID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, order_id, payment_id, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), $5, $6) RETURNING id`, m.Kind, m.To, m.Text, m.OrderID, pid, now).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, created_at)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, now).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %w", err)
 	}
@@ -127,6 +130,8 @@ func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 
 // deliver hands one outbox message to the Notifier (when configured) and records the result.
 // Failures stay in the outbox with the error; the message text is never logged (it may hold a code).
+// A delivered message keeps only its redacted text: the code reached the customer, and the
+// outbox (which admins read) must not hold it in clear any longer.
 func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 	if s.cfg.Notifier == nil {
 		return
@@ -141,7 +146,8 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
 		}
 		return
 	}
-	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL WHERE id = $1`, outboxID, now); uerr != nil {
+	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
+		body = coalesce(redacted_body, body) WHERE id = $1`, outboxID, now); uerr != nil {
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
 }

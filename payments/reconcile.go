@@ -16,7 +16,8 @@ import (
 //   - A succeeded/authorized gateway payment for a Failed or Canceled session (a late payment
 //     whose webhook was lost) → a late_payment case. No money moves.
 //   - Several gateway payments under one reference → a duplicate_gateway_payment case.
-//   - A Completed session whose gateway payment is not succeeded → a gateway_mismatch case.
+//   - A Completed session whose gateway payment is not succeeded, or is for another amount or
+//     currency → a gateway_mismatch case.
 //   - An active session the gateway has moved on (settled, authorized, found) → applied through
 //     applyGatewayPayment, the path Check and the sweeper use, under the order → session locks.
 //     Reconciliation never writes money state itself.
@@ -101,7 +102,7 @@ type ReconcileReport struct {
 	// Findings (a finding already open as a case is counted again; the case is not).
 	LatePayments int // late_payment: money at the gateway for a Failed/Canceled session
 	Duplicates   int // duplicate_gateway_payment: several gateway payments for one session
-	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, or a payment it lost
+	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, a payment it lost, or one for another amount or currency
 	Driven       int // active sessions moved through the normal apply path
 	// Errors: sessions this run could not finish (gateway or database); the run stops at the
 	// first and the next run retries it, up to MaxFailures runs, then Skipped counts it.
@@ -563,23 +564,33 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			}
 		}
 	case sess.Status == StatusCompleted:
-		if haveOwn && own.Status != GatewaySucceeded {
-			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, fmt.Sprintf(
-				"reconciliation: the gateway says %s for the Completed session's payment %s", own.Status, own.ID)); err != nil {
+		detail := ""
+		switch {
+		case haveOwn && own.Status != GatewaySucceeded:
+			detail = fmt.Sprintf("reconciliation: the gateway says %s for the Completed session's payment %s", own.Status, own.ID)
+		case haveOwn && answerMismatch(sess, own) != "":
+			detail = "reconciliation: " + answerMismatch(sess, own)
+		}
+		if detail != "" {
+			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail); err != nil {
 				return err
 			}
 		}
 	case sess.Status.Active():
 		// Whatever the normal path would make of this answer, it makes of it now: a guarded
 		// transition under the order → session locks, the ledger entry with Completed, a case
-		// where the answer contradicts us. decide is only the filter for "anything to do".
-		if haveOwn && decide(sess.Status, own.Status, false) != (outcome{}) {
+		// where the answer contradicts us, a flag and a case where its amount or currency is not
+		// the session's. decide and answerMismatch are only the filter for "anything to do".
+		if haveOwn && (decide(sess.Status, own.Status, false) != (outcome{}) || answerMismatch(sess, own) != "") {
 			after, err := s.applyGatewayPayment(ctx, actor, sess.ID, own, "reconciliation: the gateway says "+string(own.Status))
 			if err != nil {
 				return err
 			}
 			if after.Status != sess.Status {
 				rep.found(sess, FindingDriven, fmt.Sprintf("%s → %s: the gateway says %s for %s", sess.Status, after.Status, own.Status, own.ID))
+			}
+			if mismatch := answerMismatch(sess, own); mismatch != "" {
+				rep.found(sess, CaseGatewayMismatch, "reconciliation: "+mismatch)
 			}
 		}
 	}

@@ -149,7 +149,13 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, gerr)
 	status := ""
 	detail := ""
+	mismatch := ""
+	if gerr == nil {
+		mismatch = refundAnswerMismatch(sess, r, gr) // gateway_answer.go
+	}
 	switch {
+	case mismatch != "":
+		// never applied: it stays Pending and finance gets a gateway_mismatch case
 	case gerr == nil && gr.Status == "succeeded":
 		status = RefundSucceeded
 	case gerr == nil && gr.Status == "failed":
@@ -175,6 +181,9 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		out = cur
 		if cur.Status != RefundPending {
 			return nil // applied already (the patrol or a concurrent request got there first)
+		}
+		if mismatch != "" {
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
 		}
 		if status == "" {
 			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = coalesce(nullif($2, ''), gateway_refund_id), updated_at = $3

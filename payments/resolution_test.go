@@ -14,9 +14,9 @@ import (
 )
 
 var (
-	fin1 = payments.Staff{Email: "fin1@example.com", Role: payments.RoleFinance}
-	fin2 = payments.Staff{Email: "fin2@example.com", Role: payments.RoleFinance}
-	adm  = payments.Staff{Email: "adm@example.com", Role: payments.RoleAdmin}
+	fin1 = payments.Staff{Email: "fin1@example.com", Role: "finance"}
+	fin2 = payments.Staff{Email: "fin2@example.com", Role: "finance"}
+	adm  = payments.Staff{Email: "adm@example.com", Role: "admin"}
 )
 
 // flagged creates a Registered session and flags it as the patrol does when its schedule runs

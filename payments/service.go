@@ -106,6 +106,9 @@ type Config struct {
 	// PublicBaseURL (PUBLIC_BASE_URL, no trailing slash) makes signed checkout links absolute
 	// (CheckoutURL); unset, they are paths.
 	PublicBaseURL string
+	// GatewayURL (GATEWAY_URL) is the configured gateway's base URL: a confirmation_url on its
+	// own origin is trusted even over plain http (dev's simulator); any other must be https.
+	GatewayURL string
 	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
@@ -255,11 +258,15 @@ func (s *Service) GetOrder(ctx context.Context, orderID string) (Order, []Sessio
 }
 
 // dbError is the one edge where database errors become domain errors: no rows → ENOTFOUND
-// (with the given message), a lock timeout → EUNAVAIL, a violation of the one-active-session
-// index → ECONFLICT. Constraint names, never message texts, decide.
+// (with the given message), a lock timeout or a database outage (DatabaseUnavailable) →
+// EUNAVAIL, a violation of the one-active-session index → ECONFLICT. Constraint names and
+// SQLSTATEs, never message texts, decide.
 func dbError(op string, err error, notFoundFormat string, args ...any) error {
 	if errors.Is(err, pgx.ErrNoRows) && notFoundFormat != "" {
 		return Errorf(ENOTFOUND, notFoundFormat, args...)
+	}
+	if DatabaseUnavailable(err) {
+		return &Error{Code: EUNAVAIL, Message: unavailableMessage, Err: fmt.Errorf("%s: %w", op, err)}
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -287,7 +294,7 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return fmt.Errorf("%s: begin: %w", op, err)
+		return dbError(op+": begin", err, "")
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Audit actions: what a staff member (or the command line) did. The audit log is append-only.
@@ -14,6 +15,9 @@ const (
 	AuditLoginFailed   = "auth.login_failed"
 	AuditLogout        = "auth.logout"
 	AuditUserCreate    = "user.create"
+	AuditUserDisable   = "user.disable"
+	AuditUserRole      = "user.role"
+	AuditUserPassword  = "user.password"
 	AuditPaymentCreate = "payment.create"
 	AuditPaymentCheck  = "payment.check"
 	AuditCancelRequest = "payment.cancel_request"
@@ -21,6 +25,16 @@ const (
 	AuditCaseResolve   = "case.resolve"
 	AuditFlagRetry     = "session.retry_now"
 )
+
+// Staff is who did something in the console, for the audit log and the timeline (package
+// access owns users and roles; the core only records who acted).
+type Staff struct {
+	Email string
+	Role  string
+}
+
+// Actor is the staff user as the core's actor.
+func (s Staff) Actor() Actor { return Actor{Kind: ActorStaff, ID: s.Email} }
 
 // AuditEntry is one row of the audit log.
 type AuditEntry struct {
@@ -41,7 +55,18 @@ func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
 	return recordAudit(context.WithoutCancel(ctx), s.db, e, s.cfg.Clock.Now())
 }
 
-func recordAudit(ctx context.Context, q querier, e AuditEntry, now time.Time) error {
+// Execer is what AppendAudit writes through: a pool or a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// AppendAudit appends one entry through q, so that a package beside the core (access: user
+// changes) writes its entry in the same transaction as the change it records.
+func AppendAudit(ctx context.Context, q Execer, e AuditEntry, at time.Time) error {
+	return recordAudit(ctx, q, e, at)
+}
+
+func recordAudit(ctx context.Context, q Execer, e AuditEntry, now time.Time) error {
 	if _, err := q.Exec(ctx, `INSERT INTO audit_log (at, actor, role, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6)`,
 		now, e.Actor, e.Role, e.Action, e.Target, e.Detail); err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)

@@ -181,7 +181,7 @@ func (s *Service) ReleaseLeases(ctx context.Context) error {
 }
 
 // HousekeepingEvery is how often (by the service clock) a replica's patrol also reaps expired
-// idempotency keys and console leftovers (sessions, sign-in throttles, checkout intents). Every
+// idempotency keys and old checkout intents. Every
 // replica may do it: the deletes are batched and skip rows another replica holds.
 const HousekeepingEvery = 5 * time.Minute
 
@@ -192,8 +192,8 @@ func (s *Service) housekeep(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("reaped idempotency keys", "count", n)
 	}
-	if _, err := s.ReapConsole(ctx); err != nil {
-		s.log.Error("reap console", "err", err)
+	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
+		s.log.Error("reap checkout intents", "err", err)
 	}
 }
 

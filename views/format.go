@@ -7,6 +7,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -75,3 +76,9 @@ func StatusClass(s payments.Status) string {
 
 // PaymentURL is the console page of a payment.
 func PaymentURL(id string) templ.SafeURL { return templ.SafeURL("/payments/" + id) }
+
+// userAction is where an admin's form for user u posts (action: disable, role, password); the
+// id is a number we issued.
+func userAction(u access.User, action string) templ.SafeURL {
+	return templ.SafeURL(fmt.Sprintf("/admin/users/%d/%s", u.ID, action))
+}

@@ -3,7 +3,7 @@ package views
 import (
 	"context"
 
-	"pitlane/payments"
+	"pitlane/access"
 )
 
 // Viewer is who looks at a page: the signed-in staff user (empty for customers and the sign-in
@@ -12,7 +12,7 @@ import (
 // there, so no page has to pass it down by hand.
 type Viewer struct {
 	Email string
-	Role  payments.Role
+	Role  access.Role
 	CSRF  string
 }
 
@@ -20,7 +20,7 @@ type Viewer struct {
 func (v Viewer) SignedIn() bool { return v.Email != "" }
 
 // Can reports whether the viewer's role has permission p (false when nobody is signed in).
-func (v Viewer) Can(p payments.Permission) bool { return v.SignedIn() && v.Role.Can(p) }
+func (v Viewer) Can(p access.Permission) bool { return v.SignedIn() && v.Role.Can(p) }
 
 type viewerKey struct{}
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -38,7 +40,8 @@ var domainStatus = map[string]int{
 	payments.EUNAVAIL:  http.StatusServiceUnavailable,
 	payments.EINTERNAL: http.StatusInternalServerError,
 
-	payments.EFORBIDDEN: http.StatusForbidden,
+	payments.EUNAUTHENTICATED: http.StatusUnauthorized,
+	payments.EFORBIDDEN:       http.StatusForbidden,
 
 	payments.EMALFORMED:    http.StatusBadRequest,
 	payments.EBADSIGNATURE: http.StatusUnauthorized,
@@ -94,7 +97,7 @@ func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
 		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
 			attrs := []slog.Attr{
 				slog.String("method", req.Method),
-				slog.String("uri", req.RequestURI),
+				slog.String("uri", redactedURI(req.URL)),
 				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
 				slog.String("error", err.Error()),
 			}
@@ -108,8 +111,8 @@ func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
 			}
 			log.LogAttrs(req.Context(), level, "internal error", attrs...)
 		}
-		if p.Code == payments.EBUSY || p.Status == http.StatusServiceUnavailable {
-			c.Response().Header().Set("Retry-After", retryAfterSeconds)
+		if ra := retryAfter(err, p); ra != "" {
+			c.Response().Header().Set("Retry-After", ra)
 		}
 
 		var werr error
@@ -127,6 +130,20 @@ func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
 			log.Error("writing error response", slog.String("error", werr.Error()))
 		}
 	}
+}
+
+// retryAfter is the Retry-After value for an error: the domain error's own RetryAfter when it
+// names one (a limit that lapses at a known time, e.g. a payment's one-time code budget), in
+// whole seconds rounded up; the short default for EBUSY and every 503 (a database outage, a lock
+// timeout); "" otherwise.
+func retryAfter(err error, p Problem) string {
+	if d := payments.RetryAfter(err); d > 0 {
+		return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+	}
+	if p.Code == payments.EBUSY || p.Status == http.StatusServiceUnavailable {
+		return retryAfterSeconds
+	}
+	return ""
 }
 
 // machinePath: clients that read JSON, not people.

@@ -19,13 +19,18 @@ import (
 // build several servers) and the instruments the wiring reports to. GET /metrics serves it.
 //
 // What is measured where:
-//   - HTTP requests by route and status: middleware here.
+//   - HTTP requests by method, route and status: middleware here. Every label value is bounded:
+//     a method outside the standard ones is "other", a path no route matches is "unmatched",
+//     so made-up requests cannot grow the series (contract: "Label values never come from
+//     unbounded client input").
 //   - Gateway calls by operation and outcome: a decorator around the Gateway
 //     (payments/gateway/gwmetrics), registered on Registry by the wiring.
 //   - Sessions by status, the sweepers' backlog (due sessions, how overdue the oldest is, leases
 //     held), open finance cases, unprocessed webhook events: read from the database at scrape
-//     time (payments.Service.Stats) with a short timeout; pitlane_stats_up says whether that
-//     worked. These are of the whole database, the same on every replica. (A per-replica count
+//     time with a short timeout, through payments.Service.CachedStats: counted at most once per
+//     statsMaxAge across all replicas' scrapes, the others read the stored counts;
+//     pitlane_stats_up says whether that worked. These are of the whole database, the same on
+//     every replica. (A per-replica count
 //     of sweeper rounds needs a callback from payments.Service.RunSweeper, which has none yet;
 //     the backlog is what an alert wants anyway: a stalled sweeper shows as a growing overdue age.)
 type Metrics struct {
@@ -58,6 +63,15 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// Router serves GET /metrics alone, for a listener of its own (METRICS_ADDR; web.Deps
+// MetricsElsewhere then keeps it off the public router).
+func (m *Metrics) Router(log *slog.Logger) *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.GET("/metrics", m.handler(log))
+	return e
+}
+
 // handler serves the registry in the Prometheus text format (or OpenMetrics when asked).
 func (m *Metrics) handler(log *slog.Logger) echo.HandlerFunc {
 	h := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{
@@ -88,7 +102,7 @@ func (m *Metrics) middleware() echo.MiddlewareFunc {
 					status = he.Code
 				}
 			}
-			method := c.Request().Method
+			method := methodLabel(c.Request().Method)
 			m.httpRequests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
 			m.httpDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
 			return err
@@ -96,7 +110,22 @@ func (m *Metrics) middleware() echo.MiddlewareFunc {
 	}
 }
 
-// statsCollector reads payments.Service.Stats at scrape time.
+// methodLabel bounds the method label: the standard methods as they are, anything else (a client
+// may send any token as a method) "other".
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+// statsMaxAge is how old the database counts of a scrape may be: Prometheus scrapes every few
+// seconds per replica, and a count a few seconds old is as good for an alert.
+const statsMaxAge = 5 * time.Second
+
+// statsCollector reads payments.Service.CachedStats at scrape time.
 type statsCollector struct {
 	svc     *payments.Service
 	timeout time.Duration
@@ -135,7 +164,7 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	st, err := s.svc.Stats(ctx)
+	st, err := s.svc.CachedStats(ctx, statsMaxAge)
 	if err != nil {
 		s.log.Warn("metrics: database counts unavailable", "err", err)
 		ch <- prometheus.MustNewConstMetric(s.up, prometheus.GaugeValue, 0)

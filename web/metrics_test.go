@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -122,4 +123,55 @@ func unreachablePool(t *testing.T) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// TestMetricsLabelsAreBounded: 300 requests with made-up methods and paths (what a scanner
+// sends) add a handful of series, not one per request: an unknown method is "other", a path no
+// route matches is "unmatched". Before, the method label was the raw method and /metrics grew by
+// hundreds of KB.
+func TestMetricsLabelsAreBounded(t *testing.T) {
+	t.Parallel()
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler)})
+	scrape := func() string { return do(e, http.MethodGet, "/metrics").Body.String() }
+	// Every route and label a scrape itself adds is there before the baseline.
+	do(e, http.MethodGet, "/no/such/page")
+	do(e, "BREW", "/healthz")
+	scrape()
+	before := scrape()
+
+	rnd := rand.New(rand.NewPCG(11, 11))
+	word := func(n int) string {
+		const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+		b := make([]byte, 1+rnd.IntN(n))
+		for i := range b {
+			b[i] = letters[rnd.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	paths := []string{"/healthz", "/api/v1/payments/", "/static/", "/checkout/", "/", "/admin/"}
+	junk := func() {
+		for range 300 {
+			method := strings.ToUpper(word(12))
+			path := paths[rnd.IntN(len(paths))] + word(20)
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, httptest.NewRequest(method, path+"?"+word(8)+"="+word(8), nil))
+		}
+	}
+	junk()
+	after := scrape()
+	t.Logf("/metrics: %d bytes before, %d after 300 made-up requests", len(before), len(after))
+	// A few new series: method "other" on the routes whose patterns the paths hit (405) and
+	// unmatched (404), each a counter and a histogram.
+	if grew := len(after) - len(before); grew > 8<<10 {
+		t.Fatalf("/metrics grew by %d bytes after 300 made-up requests, want a few KiB:\n%s", grew, after)
+	}
+	// And no more for 300 others: the series are bounded, only their counts move.
+	junk()
+	again := scrape()
+	if grew := len(again) - len(after); grew > 512 {
+		t.Fatalf("/metrics grew by %d more bytes after 300 more made-up requests, want only counts changing:\n%s", grew, again)
+	}
+	if strings.Contains(after, `method="BREW"`) || !strings.Contains(after, `method="other"`) {
+		t.Fatalf("an unknown method is a label value of its own:\n%s", after)
+	}
 }

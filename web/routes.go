@@ -4,8 +4,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"pitlane/access"
 	"pitlane/handlers"
-	"pitlane/payments"
 	"pitlane/static"
 	"pitlane/web/auth"
 )
@@ -18,40 +18,46 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/readyz", health.Readyz)
 
 	e.GET("/static/*", echo.WrapHandler(static.Handler()))
-	e.GET("/metrics", d.Metrics.handler(d.Logger))
+	if !d.MetricsElsewhere {
+		e.GET("/metrics", d.Metrics.handler(d.Logger))
+	}
 
 	// The gateway's signed events (contract: pitlane-api.md "Webhook receiver"). No session,
 	// CSRF or body-reading middleware may run before it: the signature covers the raw body.
 	e.POST("/webhooks/gateway", handlers.NewWebhooks(d.Payments, d.Webhooks, d.Logger).Receive)
 
 	// JSON API (contract: shared/contracts/pitlane-api.md). Every /api/v1 call needs a bearer
-	// API key; the document describing them does not. Errors become problem+json in errors.go.
+	// API key with the scope its route names (the OpenAPI document lists the same scopes); the
+	// document describing them needs none. Errors become problem+json in errors.go.
 	// Authentication is per route, not group middleware, so an unknown path stays a plain 404.
-	api := handlers.NewAPI(d.Payments, d.Idempotency, d.Logger)
+	api := handlers.NewAPI(d.Payments, d.Access, d.Idempotency, d.Logger)
+	read := api.Authenticate(access.ScopePaymentsRead)
+	write := api.Authenticate(access.ScopePaymentsWrite)
+	refund := api.Authenticate(access.ScopeRefundsWrite)
 	e.GET("/api/openapi.json", handlers.OpenAPI)
 	v1 := e.Group("/api/v1")
-	v1.POST("/orders/:order_id/payments", api.CreatePayment, api.Authenticate)
-	v1.POST("/orders/:order_id/checkout-links", api.CreateCheckoutLink, api.Authenticate)
-	v1.GET("/orders/:order_id", api.GetOrder, api.Authenticate)
-	v1.GET("/payments/:id", api.GetPayment, api.Authenticate)
-	v1.POST("/payments/:id/check", api.CheckPayment, api.Authenticate)
-	v1.POST("/payments/:id/cancel", api.CancelPayment, api.Authenticate)
-	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, api.Authenticate)
-	v1.POST("/payments/:id/refunds", api.CreateRefund, api.Authenticate)
-	v1.GET("/refunds/:id", api.GetRefund, api.Authenticate)
+	v1.POST("/orders/:order_id/payments", api.CreatePayment, write)
+	v1.POST("/orders/:order_id/checkout-links", api.CreateCheckoutLink, write)
+	v1.GET("/orders/:order_id", api.GetOrder, read)
+	v1.GET("/payments/:id", api.GetPayment, read)
+	v1.POST("/payments/:id/check", api.CheckPayment, write)
+	v1.POST("/payments/:id/cancel", api.CancelPayment, write)
+	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, write)
+	v1.POST("/payments/:id/refunds", api.CreateRefund, refund)
+	v1.GET("/refunds/:id", api.GetRefund, read)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token
-	// (per session when signed in, cookie-bound otherwise). Roles: payments.Role.Can.
-	am := auth.New(auth.Config{DB: d.DB, Payments: d.Payments, Secret: d.SecretKey, Secure: d.SecureCookies, Logger: d.Logger})
+	// (per session when signed in, cookie-bound otherwise). Roles: access.Role.Can.
+	am := auth.New(auth.Config{DB: d.DB, Access: d.Access, Secret: d.SecretKey, Secure: d.SecureCookies, Logger: d.Logger})
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
 		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF()}, m...)
 	}
-	con := handlers.NewConsole(d.Payments, am, d.ReplicaID, d.Logger)
-	view, operate := am.Require(payments.PermView), am.Require(payments.PermOperate)
-	finance, resolve, admin := am.Require(payments.PermFinance), am.Require(payments.PermResolve), am.Require(payments.PermAdmin)
+	con := handlers.NewConsole(d.Payments, d.Access, am, d.ReplicaID, d.Logger)
+	view, operate := am.Require(access.PermView), am.Require(access.PermOperate)
+	finance, resolve, admin := am.Require(access.PermFinance), am.Require(access.PermResolve), am.Require(access.PermAdmin)
 	e.GET("/login", con.LoginPage, pages()...)
 	e.POST("/login", con.Login, pages()...)
 	e.POST("/logout", con.Logout, pages()...)
@@ -80,6 +86,9 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/locks", con.Locks, pages(view)...)
 	e.GET("/outbox", con.Outbox, pages(admin)...)
 	e.GET("/admin/users", con.Users, pages(admin)...)
+	e.POST("/admin/users/:id/disable", con.DisableUser, pages(admin)...)
+	e.POST("/admin/users/:id/role", con.SetUserRole, pages(admin)...)
+	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)
 
 	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.Logger)

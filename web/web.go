@@ -4,11 +4,14 @@ package web
 
 import (
 	"log/slog"
+	"net"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"pitlane/access"
 	"pitlane/handlers"
 	"pitlane/payments"
 )
@@ -26,6 +29,19 @@ type Deps struct {
 	SecretKey []byte
 	// SecureCookies marks the console's cookies Secure: set it when PUBLIC_BASE_URL is https.
 	SecureCookies bool
+	// HSTS sends Strict-Transport-Security on every response: set it when PUBLIC_BASE_URL is
+	// https (browsers then never try plain http on this host again).
+	HSTS bool
+	// TrustedProxies (TRUSTED_PROXIES) are the peers whose X-Forwarded-For is believed when the
+	// client's address is needed (sign-in throttle, logs). Empty: the peer's own address, and
+	// X-Forwarded-For is ignored, whoever sends it.
+	TrustedProxies []*net.IPNet
+	// Access is who may do what (staff users, API keys, sign-in throttle). Nil with a DB: New
+	// builds one on DB with the clock of Payments (the system clock without Payments).
+	Access *access.Service
+	// MetricsElsewhere: /metrics is served on its own listener (METRICS_ADDR, MetricsHandler),
+	// not on this router.
+	MetricsElsewhere bool
 	// Payments is the locking core the JSON API drives. Nil: /api/v1 answers 503.
 	Payments *payments.Service
 	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
@@ -47,6 +63,8 @@ func New(d Deps) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
 
+	e.IPExtractor = ipExtractor(d.TrustedProxies)
+
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
 	}
@@ -55,10 +73,19 @@ func New(d Deps) *echo.Echo {
 			d.Logger.Warn("metrics: database counts not registered", "err", err)
 		}
 	}
+	if d.Access == nil && d.DB != nil {
+		var clock payments.Clock
+		if d.Payments != nil {
+			clock = clockFunc(d.Payments.Now)
+		}
+		d.Access = access.New(d.DB, clock)
+	}
 
-	// Order matters: the request id first so every later line carries it; metrics outside the
-	// logger, whose HandleError has made the response by the time they look at its status; the
-	// logger outside recovery so a panic is logged as the 500 it becomes.
+	// Order matters: security headers first, so every answer carries them (errors, 404s, static
+	// files); the request id next so every later line carries it; metrics outside the logger,
+	// whose HandleError has made the response by the time they look at its status; the logger
+	// outside recovery so a panic is logged as the 500 it becomes.
+	e.Use(securityHeaders(d.HSTS))
 	e.Use(middleware.RequestID())
 	e.Use(d.Metrics.middleware())
 	e.Use(requestLogger(d.Logger))
@@ -66,4 +93,24 @@ func New(d Deps) *echo.Echo {
 
 	routes(e, d)
 	return e
+}
+
+// clockFunc adapts a time source to payments.Clock.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+// ipExtractor is how c.RealIP() finds the client: X-Forwarded-For only when the peer is one of
+// the trusted proxies (walking the header from the right past trusted hops), the peer's address
+// otherwise. Echo's default trusts X-Forwarded-For from anyone, which would let a client name
+// its own address to the sign-in throttle.
+func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }

@@ -163,6 +163,8 @@ func TestErrorHandlerMapsDomainCodes(t *testing.T) {
 		{payments.EBUSY, 409, true},
 		{payments.EUNAVAIL, 503, true},
 		{payments.EINTERNAL, 500, false},
+		{payments.EUNAUTHENTICATED, 401, false},
+		{payments.EFORBIDDEN, 403, false},
 	}
 	for _, tc := range cases {
 		err := fmt.Errorf("handler: %w", &payments.Error{Code: tc.code, Message: "message for " + tc.code, Field: "amount"})

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
-	"pitlane/payments"
 )
 
 func apikeyMain(env map[string]string, args ...string) (code int, stdout, stderr string) {
@@ -31,31 +31,48 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(key, "pl_") || !strings.Contains(stderr, "shown only now") {
 		t.Fatalf("create: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
-	svc := payments.NewService(testdb.Pool(t, url), payments.Config{})
+	svc := access.New(testdb.Pool(t, url), nil)
 	c, err := svc.AuthenticateAPIKey(context.Background(), key)
-	if err != nil || c.Name != "shop backend" {
+	if err != nil || c.Name != "shop backend" || access.JoinScopes(c.Scopes) != "payments:read,payments:write,refunds:write" {
 		t.Fatalf("the printed key: %+v %v", c, err)
 	}
 
+	// A key with fewer scopes (--scopes before or after the name).
+	code, out, stderr = apikeyMain(env, "apikey", "create", "--scopes", "refunds:write,payments:read", "refunder")
+	readOnly := strings.TrimSpace(out)
+	if code != 0 || !strings.Contains(stderr, "scopes payments:read,refunds:write") {
+		t.Fatalf("create --scopes: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if r, err := svc.AuthenticateAPIKey(context.Background(), readOnly); err != nil || r.Allows(access.ScopePaymentsWrite) ||
+		!r.Allows(access.ScopeRefundsWrite) || !r.Allows(access.ScopePaymentsRead) {
+		t.Fatalf("the scoped key: %+v %v", r, err)
+	}
+
 	code, out, _ = apikeyMain(env, "apikey", "list")
-	if code != 0 || !strings.Contains(out, c.KeyPrefix) || !strings.Contains(out, "active") || strings.Contains(out, key) {
+	if code != 0 || !strings.Contains(out, c.KeyPrefix) || !strings.Contains(out, "active") || strings.Contains(out, key) ||
+		!strings.Contains(out, "\tpayments:read,payments:write,refunds:write\tshop backend\n") ||
+		!strings.Contains(out, "\tpayments:read,refunds:write\trefunder\n") {
 		t.Fatalf("list: exit %d %q", code, out)
 	}
 	code, out, stderr = apikeyMain(env, "apikey", "revoke", c.KeyPrefix)
 	if code != 0 || !strings.Contains(out, "revoked") {
 		t.Fatalf("revoke: exit %d %q %q", code, out, stderr)
 	}
-	if _, err := svc.AuthenticateAPIKey(context.Background(), key); !errors.Is(err, payments.ErrRevoked) {
+	if _, err := svc.AuthenticateAPIKey(context.Background(), key); !errors.Is(err, access.ErrRevoked) {
 		t.Fatalf("after revoke: %v", err)
 	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "pl_ffffffffffff"); code != 1 || !strings.Contains(stderr, "no API client") {
 		t.Fatalf("revoke unknown: exit %d %q", code, stderr)
 	}
 
-	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate", "x"}} {
+	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate", "x"},
+		{"apikey", "create", "x", "--scopes"}, {"apikey", "create", "--scopes", "payments:read"}} {
 		if code, _, stderr := apikeyMain(env, args...); code != 2 || !strings.Contains(stderr, "usage: pitlane apikey") {
 			t.Errorf("%v: exit %d %q, want 2 and the usage", args, code, stderr)
 		}
+	}
+	if code, _, stderr := apikeyMain(env, "apikey", "create", "x", "--scopes", "payments:delete"); code != 2 || !strings.Contains(stderr, "unknown scope") {
+		t.Errorf("create with an unknown scope: exit %d %q", code, stderr)
 	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "nonsense"); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Errorf("revoke nonsense: exit %d %q", code, stderr)

@@ -2,23 +2,19 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for goose
 
+	"pitlane/access"
 	"pitlane/migrations"
-	"pitlane/payments"
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
-// lazily), so with SECRET_KEY set a replica that starts before its database is reachable comes
-// up unready (/readyz) instead of crash-looping; without SECRET_KEY, run needs the database
-// at start to derive the key.
+// lazily), so a replica that starts before its database is reachable comes up unready (/readyz)
+// instead of crash-looping.
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -45,26 +41,10 @@ func migrate(ctx context.Context, url string) (int, error) {
 	return migrations.Up(ctx, db)
 }
 
-// derivedSecret is the fallback when SECRET_KEY is unset: a key derived from the identity of
-// the database (cluster system identifier and database oid), so that every replica on the same
-// database agrees without configuration, and a logical dump alone does not reveal it. It is
-// weaker than a real secret (anyone with SQL access can recompute it); serve warns.
-func derivedSecret(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
-	var sysid, dboid string
-	err := pool.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()),
-		(SELECT oid::text FROM pg_database WHERE datname = current_database())`).Scan(&sysid, &dboid)
-	if err != nil {
-		return nil, fmt.Errorf("SECRET_KEY is unset and no key could be derived from the database (%w); set SECRET_KEY", err)
-	}
-	mac := hmac.New(sha256.New, []byte("pitlane fallback secret v1"))
-	mac.Write([]byte(sysid + "/" + dboid))
-	return []byte(hex.EncodeToString(mac.Sum(nil))), nil
-}
-
-// adminService is what the admin commands (apikey, user) work with: the configuration's
-// database, required, and a core service with no gateway (they touch no payment). close gives
-// the pool back.
-func adminService(ctx context.Context, env *Env, command string) (svc *payments.Service, close func(), err error) {
+// openAccess is what the admin commands (apikey, user) work with: the configuration's database,
+// required, and the access rules over it (no payment service: they touch no payment, and need no
+// gateway). close gives the pool back.
+func openAccess(ctx context.Context, env *Env, command string) (acc *access.Service, close func(), err error) {
 	cfg, err := env.Config()
 	if err != nil {
 		return nil, nil, err
@@ -76,5 +56,5 @@ func adminService(ctx context.Context, env *Env, command string) (svc *payments.
 	if err != nil {
 		return nil, nil, err
 	}
-	return payments.NewService(pool, payments.Config{ReplicaID: cfg.ReplicaID}), pool.Close, nil
+	return access.New(pool, nil), pool.Close, nil
 }

@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
+	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
@@ -92,7 +94,7 @@ func seedDemoOrder(ctx context.Context, cfg config.Config, svc *payments.Service
 		// reads it from the message, as the customer would read it out to support.
 		codes := &codeCatcher{}
 		seedSvc := payments.NewService(svc.DB(), payments.Config{Gateway: svc.Gateway(), ReplicaID: cfg.ReplicaID,
-			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), Notifier: codes})
+			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), GatewayURL: cfg.GatewayURL, Notifier: codes})
 		ch, err := seedSvc.RequestCancel(ctx, demoActor, res.Session.ID)
 		if err != nil {
 			return err
@@ -185,13 +187,13 @@ func printCheckoutLink(ctx context.Context, w io.Writer, svc *payments.Service) 
 			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
 			return
 		}
-		l, err := svc.CheckoutLink(ctx, id, demoLinkAmount, demoLinkCurrency)
+		l, err := svc.CheckoutLink(ctx, id, demoLinkAmount, demoLinkCurrency, 0) // the default lifetime
 		if err != nil {
 			fmt.Fprintf(w, "  checkout link: failed: %s\n", oneLine(payments.ErrorMessage(err)))
 			return
 		}
-		fmt.Fprintf(w, "  checkout link (signed; the customer's page of a fresh order %s, %s %s):\n    %s\n",
-			id, minor(demoLinkAmount), demoLinkCurrency, svc.CheckoutURL(l))
+		fmt.Fprintf(w, "  checkout link (signed, valid until %s; the customer's page of a fresh order %s, %s %s):\n    %s\n",
+			l.ExpiresAt.UTC().Format(time.DateOnly), id, minor(demoLinkAmount), demoLinkCurrency, svc.CheckoutURL(l))
 		return
 	}
 	fmt.Fprintf(w, "  checkout link: demo-%d…demo-%d all have payments; make one with POST /api/v1/orders/{order_id}/checkout-links\n",
@@ -201,21 +203,22 @@ func printCheckoutLink(ctx context.Context, w io.Writer, svc *payments.Service) 
 func minor(amount int64) string { return fmt.Sprintf("%d.%02d", amount/100, amount%100) }
 
 // demoStaff are the console logins `pitlane dev` creates and prints: one per role. They exist
-// only in a development database; serve never creates users (pitlane user create does).
+// only in dev's private database (or one named with --demo); serve never creates users
+// (pitlane user create does).
 var demoStaff = []struct {
 	email    string
-	role     payments.Role
+	role     access.Role
 	password string
 }{
-	{"support@pitlane.dev", payments.RoleSupport, "support-demo-pass"},
-	{"finance@pitlane.dev", payments.RoleFinance, "finance-demo-pass"},
-	{"admin@pitlane.dev", payments.RoleAdmin, "admin-demo-pass"},
+	{"support@pitlane.dev", access.RoleSupport, "support-demo-pass"},
+	{"finance@pitlane.dev", access.RoleFinance, "finance-demo-pass"},
+	{"admin@pitlane.dev", access.RoleAdmin, "admin-demo-pass"},
 }
 
 // seedStaff creates the demo logins that do not exist yet (an existing user keeps its password).
-func seedStaff(ctx context.Context, svc *payments.Service) error {
+func seedStaff(ctx context.Context, acc *access.Service) error {
 	for _, u := range demoStaff {
-		if _, err := svc.EnsureStaffUser(ctx, u.email, u.role, u.password); err != nil {
+		if _, err := acc.EnsureUser(ctx, payments.Staff{Email: "dev-demo"}, u.email, u.role, u.password); err != nil {
 			return fmt.Errorf("demo login %s: %w", u.email, err)
 		}
 	}

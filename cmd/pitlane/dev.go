@@ -17,13 +17,19 @@ const devDatabase = "pitlane"
 
 // runDev: `pitlane dev`, the newcomer's one command. With DATABASE_URL unset it runs a private
 // PostgreSQL whose data lives in .pitlane/pg (so demo data survives a restart), applies the
-// migrations and serves. Ctrl-C stops the server, then the database.
+// migrations, seeds demo orders and demo staff logins (whose passwords it prints) and serves.
+// Ctrl-C stops the server, then the database.
+//
+// With DATABASE_URL set, the database may be shared (a team's staging database): dev seeds
+// nothing there, no demo accounts with printed passwords above all, unless --demo says to, and
+// its banner says which it did.
 func runDev(ctx context.Context, env *Env, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", ".pitlane", "where dev keeps its PostgreSQL data, log and secret")
+	demo := fs.Bool("demo", false, "with DATABASE_URL: seed demo users and orders into that database too")
 	if err := fs.Parse(args); err != nil {
-		return Usagef("dev: %v (usage: pitlane dev [--dir .pitlane])", err)
+		return Usagef("dev: %v (usage: pitlane dev [--dir .pitlane] [--demo])", err)
 	}
 	if fs.NArg() > 0 {
 		return Usagef("dev takes no positional arguments")
@@ -39,7 +45,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 
 	dbNote := "DATABASE_URL" // a configured URL may hold a password: not printed
-	if cfg.DatabaseURL == "" {
+	private := cfg.DatabaseURL == ""
+	if private {
 		fmt.Fprintf(env.Stderr, "dev: starting a private PostgreSQL in %s\n", filepath.Join(*dir, "pg"))
 		cluster, err := pgrunner.Start(ctx, pgrunner.Dev(filepath.Join(*dir, "pg")))
 		if err != nil {
@@ -80,7 +87,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 
 	// The gateway: the in-process simulator (and its demo orders) unless GATEWAY/GATEWAY_URL
 	// name another one.
-	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg)}
+	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: private || *demo}
 	return serveWith(ctx, cfg, pool, env.Logger, serveOptions{
 		prepare: d.prepare,
 		started: d.started,

@@ -1,18 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"pitlane/internal/config"
+	"pitlane/internal/testdb"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/web"
@@ -122,11 +127,11 @@ func checkDevCheckoutLink(t *testing.T, client *http.Client, console string, ban
 	t.Helper()
 	var link string
 	for i, line := range banner {
-		if strings.HasPrefix(line, "checkout link (signed;") && i+1 < len(banner) {
+		if strings.HasPrefix(line, "checkout link (signed,") && i+1 < len(banner) {
 			link = banner[i+1]
 		}
 	}
-	want := strings.TrimSuffix(console, "/") + "/checkout/demo-2001?amount=2500&currency=EUR&sig="
+	want := strings.TrimSuffix(console, "/") + "/checkout/demo-2001?amount=2500&currency=EUR&exp="
 	if !strings.HasPrefix(link, want) || !strings.Contains(strings.Join(banner, "\n"), "demo-2001, 25.00 EUR") {
 		t.Fatalf("banner checkout link %q, want it to start %q:\n%s", link, want, strings.Join(banner, "\n"))
 	}
@@ -235,5 +240,96 @@ func TestServeWithoutGatewayExitsTwo(t *testing.T) {
 		if got := stderr.String(); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 1 {
 			t.Errorf("%v: stderr %q, want one line starting %q", tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestServeWithoutSecretKeyExitsTwo: serve refuses to start without SECRET_KEY (exit 2, one line
+// naming it): checkout links, one-time codes and CSRF tokens are never signed with a key an
+// attacker could compute. The main before this change derived one from database identifiers.
+// dev keeps generating its own (TestDevStartsPrivateDatabaseAndStopsIt).
+func TestServeWithoutSecretKeyExitsTwo(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}
+	var stdout, stderr strings.Builder
+	e := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.DiscardHandler)}
+	if code := Main([]string{"serve"}, e); code != 2 {
+		t.Errorf("exit %d, want 2 (stderr %q)", code, stderr.String())
+	}
+	if got := stderr.String(); !strings.HasPrefix(got, "pitlane serve: SECRET_KEY: ") || strings.Count(got, "\n") != 1 {
+		t.Errorf("stderr %q, want one line naming SECRET_KEY", got)
+	}
+}
+
+// TestDevSeedsSharedDatabaseOnlyWithDemo: with DATABASE_URL set (a database that may be shared)
+// dev seeds no demo logins (with their printed passwords) and no demo orders, and says so; with
+// --demo it seeds them.
+func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, demo := range []bool{false, true} {
+		args := []string{"dev", "--dir", t.TempDir()}
+		if demo {
+			args = append(args, "--demo")
+		}
+		banner, stop := startDev(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(banner, "\n")
+		users, orders := count(`SELECT count(*) FROM staff_users`), count(`SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`)
+		if !demo {
+			if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
+				t.Fatalf("without --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+			}
+			continue
+		}
+		if users != len(demoStaff) || orders != len(demoOrders) || !strings.Contains(text, "demo-pass") || strings.Contains(text, "none seeded") {
+			t.Fatalf("with --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+		}
+	}
+}
+
+// startDev runs `pitlane dev` as a process until it printed its banner (up to "Ctrl-C …") and
+// returns the banner's lines; stop sends SIGTERM and requires a clean exit.
+func startDev(t *testing.T, env map[string]string, args ...string) (banner []string, stop func() error) {
+	t.Helper()
+	cmd := pitlane(env, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		banner = append(banner, line)
+		if strings.HasPrefix(line, "Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return banner, func() error {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("dev after SIGTERM: %w; stderr: %s", err, stderr.String())
+		}
+		return nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
@@ -110,6 +111,8 @@ func listenNear(addr string, offset int) (net.Listener, error) {
 type devStart struct {
 	logger  *slog.Logger
 	withSim bool
+	// seed: demo orders and logins go into the database (dev's private one, or --demo).
+	seed bool
 
 	sim      *devSimulator
 	cfg      config.Config // as the server runs with it
@@ -129,11 +132,14 @@ func (d *devStart) prepare(_ context.Context, cfg *config.Config) (func(), error
 	return stop, err
 }
 
-// started seeds the demo orders (serveOptions.started). A failure is reported, not fatal: the
-// server runs without them.
+// started seeds the demo logins and orders (serveOptions.started) when dev may. A failure is
+// reported, not fatal: the server runs without them.
 func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments.Service) error {
 	d.cfg, d.svc = cfg, svc
-	d.staffErr = seedStaff(ctx, svc)
+	if !d.seed {
+		return nil
+	}
+	d.staffErr = seedStaff(ctx, access.New(svc.DB(), nil))
 	if d.sim == nil {
 		return d.staffErr
 	}
@@ -153,7 +159,10 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 	case d.svc != nil:
 		fmt.Fprintf(w, "  gateway:  %s\n", d.cfg.Gateway)
 	}
-	if d.sim != nil && d.svc != nil {
+	if !d.seed {
+		fmt.Fprintf(w, "  demo data: none seeded: DATABASE_URL names a database of its own (run `pitlane dev --demo` to seed demo orders and demo staff logins into it)\n")
+	}
+	if d.seed && d.sim != nil && d.svc != nil {
 		note := "already present"
 		switch {
 		case d.seedErr != nil:
@@ -166,9 +175,11 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 	}
 	if d.svc != nil {
 		printCheckoutLink(ctx, w, d.svc)
-		if d.staffErr != nil {
+		switch {
+		case !d.seed:
+		case d.staffErr != nil:
 			fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
-		} else {
+		default:
 			printStaff(w)
 		}
 	}

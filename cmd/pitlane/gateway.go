@@ -91,6 +91,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		ReturnURL:  returnURL(cfg.PublicBaseURL),
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
+		// The gateway's own origin may serve payment pages over http (dev's simulator).
+		GatewayURL: cfg.GatewayURL,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

@@ -11,13 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
 
+	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
 )
@@ -28,6 +30,9 @@ import (
 const mainEnv = "PITLANE_TEST_MAIN"
 
 func TestMain(m *testing.M) {
+	// Password hashes in tests need not be slow (each hash carries its cost, so verification is
+	// the same code path); bcrypt at the real cost takes seconds under -race.
+	access.DefaultPasswordCost = bcrypt.MinCost
 	if os.Getenv(mainEnv) == "1" {
 		if os.Getenv("PITLANE_TEST_GATE") == "1" {
 			os.Stdout.WriteString("gate\n")
@@ -196,23 +201,13 @@ func TestInvalidSettingsExitTwoWithOneLine(t *testing.T) {
 func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	cfg, err := config.Load(func(k string) string { return map[string]string{"HTTP_ADDR": "127.0.0.1:0"}[k] })
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32)}[k]
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urls := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func(u string) { urls <- u })
-	}()
-	var base string
-	select {
-	case base = <-urls:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
+	base, stop := startRun(t, cfg, pool)
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get(base + "/readyz")
 	if err != nil {
@@ -223,9 +218,30 @@ func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 		t.Fatalf("/readyz = %d", resp.StatusCode)
 	}
 	client.CloseIdleConnections()
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run after cancel: %v", err)
+	}
+}
+
+// startRun runs the server process (run) until stop, which cancels it and returns what run
+// returned. base is the URL run announced once it listened.
+func startRun(t *testing.T, cfg config.Config, pool *pgxpool.Pool) (base string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func(u string) { urls <- u })
+	}()
+	select {
+	case base = <-urls:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	return base, func() error {
+		cancel()
+		return <-done
 	}
 }
 
@@ -241,37 +257,19 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	_ = os.Chmod(dir, 0o755) // the postgres OS user must reach it when we are root
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 
-	cmd := pitlane(map[string]string{"HTTP_ADDR": "127.0.0.1:0"}, "dev", "--dir", filepath.Join(dir, ".pitlane"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	sc := bufio.NewScanner(out)
+	banner, stop := startDev(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0"}, "dev", "--dir", filepath.Join(dir, ".pitlane"))
 	var console, dbURL string
-	var banner []string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		banner = append(banner, line)
+	for _, line := range banner {
 		if v, ok := strings.CutPrefix(line, "console:"); ok {
 			console = strings.TrimSpace(v)
 		}
 		if v, ok := strings.CutPrefix(line, "database:"); ok {
 			dbURL = strings.Fields(v)[0]
 		}
-		if strings.HasPrefix(line, "Ctrl-C") {
-			break
-		}
 	}
 	if console == "" || dbURL == "" {
-		t.Fatalf("dev printed no console/database URL; stderr: %s", stderr.String())
+		t.Fatalf("dev printed no console/database URL:\n%s", strings.Join(banner, "\n"))
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get(strings.TrimSuffix(console, "/") + "/readyz")
@@ -288,11 +286,8 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 		t.Errorf("dev did not persist its secret: %v", err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("dev after SIGTERM: %v; stderr: %s", err, stderr.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

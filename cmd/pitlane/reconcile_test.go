@@ -44,7 +44,7 @@ func newReconcileBench(t *testing.T) *reconcileBench {
 	t.Cleanup(gw.CloseIdleConnections)
 	b.gw = gw
 	b.svc = payments.NewService(b.pool, payments.Config{Gateway: gw, ReplicaID: "replica-b", CodeSecret: []byte("test-secret"),
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), GatewayURL: srv.URL})
 	b.env = map[string]string{"DATABASE_URL": b.url, "GATEWAY_URL": srv.URL, "GATEWAY_API_KEY": "sim-key", "REPLICA_ID": "ops-host"}
 	return b
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/access"
 	"pitlane/handlers"
 	"pitlane/internal/config"
 	"pitlane/payments"
@@ -36,6 +37,9 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err := checkGateway(cfg, "serve"); err != nil {
 		return err
 	}
+	if err := cfg.RequireSecret("serve"); err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -49,6 +53,49 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 // URL once the listener is bound, so a caller that prints it never advertises a dead address.
 func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, ready func(url string)) error {
 	return serveWith(ctx, cfg, pool, logger, serveOptions{ready: ready})
+}
+
+// httpServer is the server every listener of ours runs: bounded time to send the headers and
+// the body (a slow client cannot hold a connection and a goroutine forever), to write the
+// answer (long enough for a request that calls the gateway a few times, each bounded by
+// GATEWAY_TIMEOUT), to keep an idle connection, and bounded header size (the default is 1 MiB;
+// nothing of ours needs more than a few KiB).
+func httpServer(h http.Handler, cfg config.Config, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      3*cfg.GatewayTimeout + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// maxHeaderBytes bounds a request's header block (cookies, a bearer key, the CSRF header).
+const maxHeaderBytes = 64 << 10
+
+// serveMetrics serves /metrics on METRICS_ADDR (its own listener, so operators can keep it off
+// the public port); stop shuts it down.
+func serveMetrics(cfg config.Config, metrics *web.Metrics, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+	}
+	srv := httpServer(metrics.Router(logger), cfg, logger)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Warn("metrics listener shutdown", "err", err)
+		}
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("metrics listener", "err", err)
+		}
+	}, nil
 }
 
 // serveOptions are the points where dev hooks into the server process.
@@ -79,12 +126,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		cfg.PublicBaseURL = "http://" + ln.Addr().String()
 	}
 
-	if len(cfg.SecretKey) == 0 {
-		if cfg.SecretKey, err = derivedSecret(ctx, pool); err != nil {
-			ln.Close()
-			return err
-		}
-		logger.Warn("SECRET_KEY is unset: using a key derived from the database's identity; set SECRET_KEY (e.g. `openssl rand -hex 32`) in production")
+	if err := cfg.RequireSecret("serve"); err != nil { // serve and dev check it first; this is for direct callers
+		ln.Close()
+		return err
 	}
 
 	if opts.prepare != nil {
@@ -111,28 +155,37 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
+	https := strings.HasPrefix(cfg.PublicBaseURL, "https://")
 	e := web.New(web.Deps{
 		Logger:    logger,
 		DB:        pool,
 		ReplicaID: cfg.ReplicaID,
 		SecretKey: cfg.SecretKey,
-		// Cookies marked Secure only reach an https origin: set exactly when browsers use one.
-		SecureCookies: strings.HasPrefix(cfg.PublicBaseURL, "https://"),
-		Payments:      svc,
-		Idempotency:   payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
-		Webhooks:      handlers.WebhookConfig{Verifier: verifier},
-		Metrics:       metrics,
+		// Cookies marked Secure only reach an https origin, and HSTS only makes sense on one:
+		// set exactly when browsers use one.
+		SecureCookies:    https,
+		HSTS:             https,
+		TrustedProxies:   cfg.TrustedProxies,
+		Payments:         svc,
+		Access:           access.New(pool, nil), // built whatever the gateway: the console signs people in anyway
+		Idempotency:      payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
+		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
+		Metrics:          metrics,
+		MetricsElsewhere: cfg.MetricsAddr != "",
 	})
-	srv := &http.Server{
-		Handler:           e,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := httpServer(e, cfg, logger)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("serving", "url", cfg.PublicBaseURL, "addr", ln.Addr().String(), "replica", cfg.ReplicaID)
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg, metrics, logger)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		defer stop()
+	}
 
 	// The sweeper stops after the HTTP server (requests in flight may still be creating sessions
 	// it would look after) and gives back its leases on the way out.

@@ -54,6 +54,12 @@ func TestUserCreate(t *testing.T) {
 		{"", []string{"user", "create", "--email", "bo@example.com", "--role", "admin"}, "no password on standard input"},
 		{pw, []string{"user", "create", "--role", "admin"}, "usage: pitlane user create"},
 		{pw, []string{"user", "delete"}, "usage: pitlane user create"},
+		{pw, []string{"user", "disable"}, "usage: pitlane user create"},
+		{pw, []string{"user", "role", "bo@example.com"}, "usage: pitlane user create"},
+		{pw, []string{"user", "role", "bo@example.com", "boss"}, "role must be one of"},
+		{pw, []string{"user", "disable", "not-an-email"}, "not a plain email"},
+		{"short\n", []string{"user", "password", "bo@example.com"}, "at least 12 characters"},
+		{"", []string{"user", "password", "bo@example.com"}, "no password on standard input"},
 	} {
 		code, _, stderr := runMain(tc.stdin, map[string]string{}, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
@@ -68,5 +74,63 @@ func TestUserCreate(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM staff_users`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d users, want 1 (%v)", n, err)
+	}
+}
+
+// TestUserDisableRolePassword: the contract's offboarding and changes from the command line,
+// each audited as the OS user; the last admin is kept; an unknown email exits 1.
+func TestUserDisableRolePassword(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	const pw = "a long enough password"
+	for _, u := range [][]string{{"root@example.com", "admin"}, {"ana@example.com", "support"}} {
+		if code, _, stderr := runMain(pw+"\n", env, "user", "create", "--email", u[0], "--role", u[1]); code != 0 {
+			t.Fatalf("create %s: %d %s", u[0], code, stderr)
+		}
+	}
+	pool := testdb.Pool(t, url)
+	var epoch int
+	row := func(email string) (role string, disabled bool) {
+		t.Helper()
+		if err := pool.QueryRow(context.Background(), `SELECT role, disabled_at IS NOT NULL, session_epoch FROM staff_users WHERE email = $1`, email).
+			Scan(&role, &disabled, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		return role, disabled
+	}
+	audited := func(action string) int {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com' AND actor LIKE 'cli%'`, action).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	code, out, stderr := runMain("", env, "user", "role", "Ana@Example.com", "finance")
+	if role, _ := row("ana@example.com"); code != 0 || role != "finance" || !strings.Contains(out, "ana@example.com is now finance") || audited("user.role") != 1 {
+		t.Fatalf("role: exit %d %q %q, role %s", code, out, stderr, role)
+	}
+	code, out, stderr = runMain("another long password\n", env, "user", "password", "ana@example.com")
+	if code != 0 || !strings.Contains(out, "sessions are ended") || audited("user.password") != 1 {
+		t.Fatalf("password: exit %d %q %q", code, out, stderr)
+	}
+	if row("ana@example.com"); epoch != 1 {
+		t.Fatalf("session epoch %d after a new password, want 1", epoch)
+	}
+	code, out, stderr = runMain("", env, "user", "disable", "ana@example.com")
+	if _, disabled := row("ana@example.com"); code != 0 || !disabled || !strings.Contains(out, "disabled ana@example.com") || audited("user.disable") != 1 {
+		t.Fatalf("disable: exit %d %q %q", code, out, stderr)
+	}
+
+	// The last admin stays; an unknown user is an error of its own. Both exit 1 with one line.
+	for _, args := range [][]string{{"user", "disable", "root@example.com"}, {"user", "role", "root@example.com", "support"}} {
+		code, _, stderr := runMain("", env, args...)
+		if role, disabled := row("root@example.com"); code != 1 || !strings.Contains(stderr, "last admin") || role != "admin" || disabled {
+			t.Errorf("%v: exit %d %q", args, code, stderr)
+		}
+	}
+	if code, _, stderr := runMain("", env, "user", "disable", "nobody@example.com"); code != 1 || !strings.Contains(stderr, "no staff user") {
+		t.Errorf("unknown user: exit %d %q", code, stderr)
 	}
 }

@@ -43,9 +43,15 @@ type Config struct {
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
-	// SecretKey (SECRET_KEY) keys the HMACs of one-time codes and CSRF tokens; every replica
-	// must use the same one. nil when unset: `dev` then persists a generated one in
-	// .pitlane/secret, `serve` derives one from the database (see cmd/pitlane).
+	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
+	// whose X-Forwarded-For names the client. Empty: the peer is the client.
+	TrustedProxies []*net.IPNet
+	// MetricsAddr (METRICS_ADDR, host:port) serves /metrics on a listener of its own instead of
+	// HTTP_ADDR, so operators can keep it off the public port. "" keeps it on HTTP_ADDR.
+	MetricsAddr string
+	// SecretKey (SECRET_KEY) keys the HMACs of checkout links, one-time codes and CSRF tokens;
+	// every replica must use the same one. nil when unset: `dev` then persists a generated one
+	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
 }
 
@@ -125,6 +131,16 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
 		return c, err
 	}
+	if c.TrustedProxies, err = parseProxies(getenv("TRUSTED_PROXIES")); err != nil {
+		return c, err
+	}
+	if c.MetricsAddr = getenv("METRICS_ADDR"); c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return c, errorf("METRICS_ADDR", "%q is not host:port (e.g. 127.0.0.1:9090)", c.MetricsAddr)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return c, errorf("METRICS_ADDR", "%q has no valid port number", c.MetricsAddr)
+		}
+	}
 	if v := getenv("SECRET_KEY"); v != "" {
 		if len(v) < MinSecretKeyLen {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
@@ -134,10 +150,50 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// parseProxies reads TRUSTED_PROXIES: addresses (a single host) or CIDR ranges, comma-separated.
+func parseProxies(v string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, errorf("TRUSTED_PROXIES", "%q is neither an IP address nor a CIDR range (e.g. 10.0.0.0/8)", item)
+			}
+			bits := 128
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, errorf("TRUSTED_PROXIES", "%q is neither an IP address nor a CIDR range (e.g. 10.0.0.0/8)", item)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // RequireDatabase reports an unset DATABASE_URL for commands that cannot run without one.
 func (c Config) RequireDatabase(command string) error {
 	if c.DatabaseURL == "" {
 		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
+	}
+	return nil
+}
+
+// RequireSecret reports an unset SECRET_KEY for commands that serve other people: without one
+// there is nothing to sign checkout links, one-time codes and CSRF tokens with that an attacker
+// could not know or compute (a key derived from database identifiers is readable by any
+// database user).
+func (c Config) RequireSecret(command string) error {
+	if len(c.SecretKey) == 0 {
+		return errorf("SECRET_KEY", "required by `pitlane %s`: at least %d characters, the same on every replica (e.g. `openssl rand -hex 32`; `pitlane dev` generates one)", command, MinSecretKeyLen)
 	}
 	return nil
 }

@@ -45,9 +45,18 @@ func TestValues(t *testing.T) {
 		"REPLICA_ID":         "replica-a",
 		"SWEEP_INTERVAL":     "250ms",
 		"SECRET_KEY":         strings.Repeat("k", 32),
+		"TRUSTED_PROXIES":    "10.0.0.0/8, 192.168.1.7,fd00::/8",
+		"METRICS_ADDR":       "127.0.0.1:9091",
 	}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var proxies []string
+	for _, n := range c.TrustedProxies {
+		proxies = append(proxies, n.String())
+	}
+	if strings.Join(proxies, " ") != "10.0.0.0/8 192.168.1.7/32 fd00::/8" || c.MetricsAddr != "127.0.0.1:9091" {
+		t.Errorf("TRUSTED_PROXIES %v, METRICS_ADDR %q", proxies, c.MetricsAddr)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
 		c.SweepInterval != 250*time.Millisecond || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
@@ -83,6 +92,9 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"SWEEP_INTERVAL", "often"},
 		{"SWEEP_INTERVAL", "0"},
 		{"SECRET_KEY", "short"},
+		{"TRUSTED_PROXIES", "10.0.0.0/33"},
+		{"TRUSTED_PROXIES", "proxy.internal"},
+		{"METRICS_ADDR", "9090"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
 		var cerr *Error

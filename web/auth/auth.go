@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/views"
 )
@@ -29,6 +30,7 @@ import (
 // Session keys.
 const (
 	keyEmail      = "email"
+	keyEpoch      = "epoch" // the user's session epoch at sign-in (access.User.SessionEpoch)
 	keyCSRF       = "csrf"
 	keyFlash      = "flash"
 	keyFlashError = "flash_error"
@@ -49,8 +51,8 @@ const SessionLifetime = 12 * time.Hour
 type Config struct {
 	// DB holds the sessions table. Nil: nobody can sign in; console pages answer 503.
 	DB *pgxpool.Pool
-	// Payments holds the staff users. Nil: like a nil DB.
-	Payments *payments.Service
+	// Access holds the staff users. Nil: like a nil DB.
+	Access *access.Service
 	// Secret keys the CSRF tokens of visitors without a session (the same on every replica).
 	Secret []byte
 	// Secure marks cookies Secure (set it when the console is served over https).
@@ -61,7 +63,8 @@ type Config struct {
 // Manager is the console's sessions, CSRF protection and role checks.
 type Manager struct {
 	sm     *scs.SessionManager // nil when there is no database
-	svc    *payments.Service
+	db     *pgxpool.Pool
+	access *access.Service
 	secret []byte
 	secure bool
 	log    *slog.Logger
@@ -69,7 +72,7 @@ type Manager struct {
 
 // New builds the manager.
 func New(cfg Config) *Manager {
-	m := &Manager{svc: cfg.Payments, secret: cfg.Secret, secure: cfg.Secure, log: cfg.Logger}
+	m := &Manager{db: cfg.DB, access: cfg.Access, secret: cfg.Secret, secure: cfg.Secure, log: cfg.Logger}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -79,10 +82,11 @@ func New(cfg Config) *Manager {
 		m.secret = make([]byte, 32)
 		_, _ = rand.Read(m.secret)
 	}
-	if cfg.DB != nil && cfg.Payments != nil {
+	if cfg.DB != nil && cfg.Access != nil {
 		// Built by hand rather than with scs.New(): New installs an in-memory store whose
 		// cleanup goroutine would run forever beside the PostgreSQL store we use. pgxstore's
-		// own cleanup goroutine is off too (interval 0); SignIn deletes expired rows instead.
+		// own cleanup goroutine is off too (interval 0); SignIn deletes expired rows instead
+		// (ReapSessions): this package owns the store, so it owns its reaper.
 		m.sm = &scs.SessionManager{
 			Lifetime: SessionLifetime,
 			Store:    pgxstore.NewWithCleanupInterval(cfg.DB, 0),
@@ -186,7 +190,7 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 				got = c.FormValue(views.CSRFField)
 			}
 			if token == "" || !hmac.Equal([]byte(got), []byte(token)) {
-				return echo.NewHTTPError(http.StatusForbidden,
+				return payments.Errorf(payments.EFORBIDDEN,
 					"The form expired or did not come from this site (CSRF check failed). Go back, reload the page and try again.")
 			}
 			return next(c)
@@ -238,9 +242,10 @@ func Staff(c echo.Context) payments.Staff {
 
 // Require lets a request through only for a signed-in, enabled staff user whose role has
 // permission p. Nobody signed in: to the sign-in page (htmx requests get HX-Redirect). Wrong
-// role: 403. The user is read from the database on every request, so disabling a user or
-// changing a role takes effect at once on every replica.
-func (m *Manager) Require(p payments.Permission) echo.MiddlewareFunc {
+// role: EFORBIDDEN (403). The user is read from the database on every request, so disabling a
+// user, changing a role or a password (which ends the sessions signed in under the old one)
+// takes effect at once on every replica.
+func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if err := m.ready(); err != nil {
@@ -253,8 +258,8 @@ func (m *Manager) Require(p payments.Permission) echo.MiddlewareFunc {
 			if email == "" {
 				return m.toSignIn(c)
 			}
-			u, err := m.svc.StaffUser(ctx, email)
-			if payments.ErrorCode(err) == payments.ENOTFOUND || (err == nil && u.DisabledAt != nil) {
+			u, err := m.access.User(ctx, email)
+			if payments.ErrorCode(err) == payments.ENOTFOUND || (err == nil && (u.Disabled() || u.SessionEpoch != m.sm.GetInt(ctx, keyEpoch))) {
 				if err := m.sm.Destroy(ctx); err != nil {
 					return fmt.Errorf("end session of a removed user: %w", err)
 				}
@@ -266,9 +271,9 @@ func (m *Manager) Require(p payments.Permission) echo.MiddlewareFunc {
 			v := views.ViewerFrom(ctx)
 			v.Email, v.Role = u.Email, u.Role
 			c.SetRequest(req.WithContext(views.WithViewer(ctx, v)))
-			c.Set(staffKey, payments.Staff{Email: u.Email, Role: u.Role})
+			c.Set(staffKey, u.Staff())
 			if !u.Role.Can(p) {
-				return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot open this page or do this.", u.Role))
+				return payments.Errorf(payments.EFORBIDDEN, "Your role (%s) cannot open this page or do this.", u.Role)
 			}
 			return next(c)
 		}
@@ -302,10 +307,10 @@ func LocalPath(next string) string {
 }
 
 // SignIn starts the staff user's session: a new session token (RenewToken, so a token planted
-// before sign-in is worthless after it) and a new CSRF token. Expired sessions of anyone (and
-// other leftovers, payments.ReapConsole) are deleted on the way: pgxstore's cleanup goroutine
-// is off.
-func (m *Manager) SignIn(c echo.Context, u payments.StaffUser) error {
+// before sign-in is worthless after it), the user's session epoch and a new CSRF token. Expired
+// sessions of anyone (ReapSessions: pgxstore's cleanup goroutine is off) and dead sign-in
+// throttle rows are deleted on the way.
+func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	if err := m.ready(); err != nil {
 		return err
 	}
@@ -314,11 +319,28 @@ func (m *Manager) SignIn(c echo.Context, u payments.StaffUser) error {
 		return fmt.Errorf("sign in: renew token: %w", err)
 	}
 	m.sm.Put(ctx, keyEmail, u.Email)
+	m.sm.Put(ctx, keyEpoch, u.SessionEpoch)
 	m.sm.Put(ctx, keyCSRF, randomToken())
-	if _, err := m.svc.ReapConsole(ctx); err != nil {
-		m.log.Warn("reap expired console rows", "err", err)
+	if _, err := m.ReapSessions(ctx); err != nil {
+		m.log.Warn("reap expired sessions", "err", err)
+	}
+	if _, err := m.access.ReapThrottle(ctx, 1000); err != nil {
+		m.log.Warn("reap sign-in throttle", "err", err)
 	}
 	return nil
+}
+
+// ReapSessions deletes one bounded batch of expired sessions. pgxstore compares expiry with
+// the database's clock, so this does too.
+func (m *Manager) ReapSessions(ctx context.Context) (int64, error) {
+	if m.db == nil {
+		return 0, nil
+	}
+	tag, err := m.db.Exec(ctx, `DELETE FROM sessions WHERE token IN (SELECT token FROM sessions WHERE expiry < now() LIMIT 1000)`)
+	if err != nil {
+		return 0, fmt.Errorf("reap sessions: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // SignOut ends the staff user's session: a new token (the signed-in one is deleted from the

@@ -61,7 +61,7 @@ func newBench(t *testing.T, opts options) *bench {
 	}
 	t.Cleanup(b.gw.CloseIdleConnections)
 	b.svc = payments.NewService(b.pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-e2e",
-		CodeSecret: []byte("e2e-secret"), LockTimeout: 10 * time.Second})
+		CodeSecret: []byte("e2e-secret"), LockTimeout: 10 * time.Second, GatewayURL: srv.URL})
 	return b
 }
 

@@ -51,6 +51,10 @@ type Gateway struct {
 	gates      map[string]*Gate
 	ignoreKeys bool
 	now        func() time.Time
+	// refundAmount, when not 0, is what refund answers say was refunded (MisreportRefunds).
+	refundAmount int64
+	// confirmationURL, when set, is the confirmation_url of later registrations.
+	confirmationURL string
 }
 
 // New returns an empty fake gateway.
@@ -137,6 +141,32 @@ func (g *Gateway) SetStatus(id string, st payments.GatewayStatus) {
 			p.DeclineCode = "card_declined"
 		}
 	}
+}
+
+// SetAmount makes the gateway report another amount and currency for a payment (a gateway that
+// captured less, or in another currency, than the session asked for).
+func (g *Gateway) SetAmount(id string, amount int64, currency string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p, ok := g.payments[id]; ok {
+		p.Amount, p.Currency = amount, currency
+	}
+}
+
+// MisreportRefunds makes every later refund answer say amount instead of the amount asked for
+// (0: answer truthfully again).
+func (g *Gateway) MisreportRefunds(amount int64) {
+	g.mu.Lock()
+	g.refundAmount = amount
+	g.mu.Unlock()
+}
+
+// SetConfirmationURL makes later registrations answer u as their confirmation_url (a gateway
+// sending customers somewhere it should not); "" restores https://fake.gateway/pay/{id}.
+func (g *Gateway) SetConfirmationURL(u string) {
+	g.mu.Lock()
+	g.confirmationURL = u
+	g.mu.Unlock()
 }
 
 // SetStatusByReference moves every payment carrying ref.
@@ -263,6 +293,9 @@ func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (p
 	id := fmt.Sprintf("gp_fake_%d", g.seq)
 	p := &payments.GatewayPayment{ID: id, Status: payments.GatewayPending, Amount: req.Amount, Currency: req.Currency,
 		Reference: req.Reference, ConfirmationURL: "https://fake.gateway/pay/" + id, Created: g.now().Add(time.Duration(g.seq) * time.Second)}
+	if g.confirmationURL != "" {
+		p.ConfirmationURL = g.confirmationURL
+	}
 	g.payments[id] = p
 	g.byKey[req.IdempotencyKey] = id
 	if f == LostAnswer {
@@ -361,6 +394,9 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	p, ok := g.payments[id]
 	if !ok || p.Status != payments.GatewaySucceeded {
 		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
+	}
+	if g.refundAmount != 0 {
+		amount = g.refundAmount
 	}
 	return payments.GatewayRefund{ID: "rf_" + key, PaymentID: id, Amount: amount, Status: "succeeded"}, nil
 }

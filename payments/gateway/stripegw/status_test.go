@@ -65,6 +65,17 @@ func TestPaymentOf(t *testing.T) {
 		t.Fatalf("paymentOf = %+v\nwant        %+v", p, want)
 	}
 
+	// A succeeded intent is worth what Stripe received, not what it asked for: a partial capture
+	// of 1999 that took 100 says 100, so the core refuses to complete a 1999 session with it.
+	p = paymentOf(decode(`{"id":"pi_6","object":"payment_intent","status":"succeeded","amount":1999,"amount_received":100,"currency":"eur"}`))
+	if p.Status != payments.GatewaySucceeded || p.Amount != 100 || p.Currency != "EUR" {
+		t.Fatalf("partially captured = %+v, want succeeded 100 EUR", p)
+	}
+	p = paymentOf(decode(`{"id":"pi_7","object":"payment_intent","status":"succeeded","amount":1999,"amount_received":1999,"currency":"usd"}`))
+	if p.Amount != 1999 || p.Currency != "USD" {
+		t.Fatalf("captured = %+v, want 1999 USD", p)
+	}
+
 	// A declined attempt leaves the intent open for another card: pending, with the reason.
 	p = paymentOf(decode(`{"id":"pi_2","object":"payment_intent","status":"requires_payment_method","amount":5,"currency":"usd",
 		"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds"}}`))

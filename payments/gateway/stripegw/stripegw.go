@@ -278,6 +278,11 @@ func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey s
 }
 
 // paymentOf translates a PaymentIntent into what the core reads.
+//
+// Amount is what the core compares with the session before applying anything (a mismatch is a
+// finance case, never a success): for a succeeded PaymentIntent it is amount_received, the money
+// Stripe actually took (a partial capture takes less than amount); otherwise amount, what the
+// payment is for. Stripe writes currencies in lower case; the contract's are upper case.
 func paymentOf(pi *stripe.PaymentIntent) payments.GatewayPayment {
 	p := payments.GatewayPayment{
 		ID:        pi.ID,
@@ -285,6 +290,9 @@ func paymentOf(pi *stripe.PaymentIntent) payments.GatewayPayment {
 		Amount:    pi.Amount,
 		Currency:  strings.ToUpper(string(pi.Currency)),
 		Reference: pi.Metadata[MetadataReference],
+	}
+	if p.Status == payments.GatewaySucceeded {
+		p.Amount = pi.AmountReceived
 	}
 	if pi.Created != 0 {
 		p.Created = time.Unix(pi.Created, 0).UTC()

@@ -1,4 +1,4 @@
-package payments
+package access
 
 import (
 	"context"
@@ -9,13 +9,64 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"pitlane/payments"
 )
+
+// Scope is what an API key may call (contract: pitlane apikey create NAME [--scopes S,…]).
+// Routes name the scope they need (web/routes.go); a key without it gets 403.
+type Scope string
+
+const (
+	// ScopePaymentsRead: read payments, orders and refunds.
+	ScopePaymentsRead Scope = "payments:read"
+	// ScopePaymentsWrite: create, check and cancel payments, make checkout links.
+	ScopePaymentsWrite Scope = "payments:write"
+	// ScopeRefundsWrite: refund payments (money leaves: a key of its own for the few who may).
+	ScopeRefundsWrite Scope = "refunds:write"
+)
+
+// Scopes are all scopes, in the order they are listed; a key made without naming any has all.
+var Scopes = []Scope{ScopePaymentsRead, ScopePaymentsWrite, ScopeRefundsWrite}
+
+// ParseScopes reads a comma-separated list of scopes ("" is all of them), in Scopes order
+// without repeats; an unknown name is EINVALID naming the known ones.
+func ParseScopes(list string) ([]Scope, error) {
+	if strings.TrimSpace(list) == "" {
+		return slices.Clone(Scopes), nil
+	}
+	want := map[Scope]bool{}
+	for _, name := range strings.Split(list, ",") {
+		sc := Scope(strings.TrimSpace(name))
+		if !slices.Contains(Scopes, sc) {
+			return nil, payments.Invalid("scopes", "unknown scope %q (scopes: payments:read, payments:write, refunds:write)", string(sc))
+		}
+		want[sc] = true
+	}
+	var out []Scope
+	for _, sc := range Scopes {
+		if want[sc] {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// JoinScopes is the comma-separated form ParseScopes reads.
+func JoinScopes(scopes []Scope) string {
+	names := make([]string, len(scopes))
+	for i, sc := range scopes {
+		names[i] = string(sc)
+	}
+	return strings.Join(names, ",")
+}
 
 // APIClient is a caller of the JSON API (a shop backend). Its key is never stored: only the
 // key's SHA-256 and its non-secret prefix.
@@ -23,12 +74,24 @@ type APIClient struct {
 	ID        string
 	Name      string
 	KeyPrefix string // "pl_" + 12 hex digits: shown in lists, used to find the row
+	Scopes    []Scope
 	CreatedAt time.Time
 	RevokedAt *time.Time
 }
 
 // Revoked reports whether the client's key no longer works.
 func (c APIClient) Revoked() bool { return c.RevokedAt != nil }
+
+// Allows reports whether the client's key has the scope.
+func (c APIClient) Allows(sc Scope) bool { return slices.Contains(c.Scopes, sc) }
+
+// Authorize is EFORBIDDEN unless the client's key has the scope.
+func (c APIClient) Authorize(sc Scope) error {
+	if !c.Allows(sc) {
+		return payments.Errorf(payments.EFORBIDDEN, "this API key lacks the scope %s (it has %s)", sc, JoinScopes(c.Scopes))
+	}
+	return nil
+}
 
 // API keys look like pl_<12 hex prefix>_<64 hex secret>. The prefix is random too (48 bits, unique
 // in the table) so that it can be shown and searched without revealing anything; the secret part
@@ -45,10 +108,10 @@ var (
 )
 
 // ErrUnauthenticated and ErrRevoked are what AuthenticateAPIKey says about a key it does not
-// accept; the web layer answers 401 and 403.
+// accept: EUNAUTHENTICATED (401) and EFORBIDDEN (403).
 var (
-	ErrUnauthenticated = errors.New("unknown API key")
-	ErrRevoked         = errors.New("API key revoked")
+	ErrUnauthenticated = &payments.Error{Code: payments.EUNAUTHENTICATED, Message: "the API key is not valid"}
+	ErrRevoked         = &payments.Error{Code: payments.EFORBIDDEN, Message: "the API key was revoked"}
 )
 
 func hashAPIKey(key string) []byte {
@@ -64,22 +127,32 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-const apiClientColumns = `id::text, name, key_prefix, created_at, revoked_at`
+const apiClientColumns = `id::text, name, key_prefix, scopes, created_at, revoked_at`
 
-func scanAPIClient(row pgx.Row) (APIClient, error) {
+func scanAPIClient(row pgx.Row, extra ...any) (APIClient, error) {
 	var c APIClient
-	err := row.Scan(&c.ID, &c.Name, &c.KeyPrefix, &c.CreatedAt, &c.RevokedAt)
+	var scopes []string
+	err := row.Scan(append([]any{&c.ID, &c.Name, &c.KeyPrefix, &scopes, &c.CreatedAt, &c.RevokedAt}, extra...)...)
+	for _, sc := range scopes {
+		c.Scopes = append(c.Scopes, Scope(sc))
+	}
 	return c, err
 }
 
-// CreateAPIClient registers a client and returns it with its key. The key exists only in this
-// return value: print it once; it cannot be shown again.
-func (s *Service) CreateAPIClient(ctx context.Context, name string) (APIClient, string, error) {
+// CreateAPIClient registers a client whose key has the given scopes (none given: all of them)
+// and returns it with its key. The key exists only in this return value: print it once; it
+// cannot be shown again.
+func (s *Service) CreateAPIClient(ctx context.Context, name string, scopes ...Scope) (APIClient, string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
-		return APIClient{}, "", Invalid("name", "the client name must be 1-200 characters")
+		return APIClient{}, "", payments.Invalid("name", "the client name must be 1-200 characters")
 	}
-	now := s.cfg.Clock.Now()
+	scopes, err := ParseScopes(JoinScopes(scopes))
+	if err != nil {
+		return APIClient{}, "", err
+	}
+	names := strings.Split(JoinScopes(scopes), ",")
+	now := s.clock.Now()
 	for range 5 { // a prefix collision (48 random bits) is astronomically rare; try again
 		prefixHex, err := randomHex(apiKeyPrefixHex)
 		if err != nil {
@@ -91,8 +164,8 @@ func (s *Service) CreateAPIClient(ctx context.Context, name string) (APIClient, 
 		}
 		prefix := "pl_" + prefixHex
 		key := prefix + "_" + secret
-		c, err := scanAPIClient(s.db.QueryRow(ctx, `INSERT INTO api_clients (id, name, key_prefix, key_hash, created_at)
-			VALUES ($1, $2, $3, $4, $5) RETURNING `+apiClientColumns, uuid.NewString(), name, prefix, hashAPIKey(key), now))
+		c, err := scanAPIClient(s.db.QueryRow(ctx, `INSERT INTO api_clients (id, name, key_prefix, key_hash, scopes, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+apiClientColumns, uuid.NewString(), name, prefix, hashAPIKey(key), names, now))
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "api_clients_key_prefix_key" {
 			continue
@@ -115,9 +188,7 @@ func (s *Service) AuthenticateAPIKey(ctx context.Context, key string) (APIClient
 		return APIClient{}, ErrUnauthenticated
 	}
 	var stored []byte
-	var c APIClient
-	err := s.db.QueryRow(ctx, `SELECT `+apiClientColumns+`, key_hash FROM api_clients WHERE key_prefix = $1`, m[1]).
-		Scan(&c.ID, &c.Name, &c.KeyPrefix, &c.CreatedAt, &c.RevokedAt, &stored)
+	c, err := scanAPIClient(s.db.QueryRow(ctx, `SELECT `+apiClientColumns+`, key_hash FROM api_clients WHERE key_prefix = $1`, m[1]), &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Hash anyway so an unknown prefix costs the same as a wrong secret.
 		subtle.ConstantTimeCompare(hashAPIKey(key), make([]byte, sha256.Size))
@@ -140,17 +211,17 @@ func (s *Service) AuthenticateAPIKey(ctx context.Context, key string) (APIClient
 func (s *Service) RevokeAPIClient(ctx context.Context, idOrPrefix string) (APIClient, error) {
 	var where string
 	switch {
-	case validUUID(idOrPrefix):
+	case uuid.Validate(idOrPrefix) == nil && len(idOrPrefix) == 36:
 		where = `id = $1::uuid`
 	case apiKeyPrefixRe.MatchString(idOrPrefix):
 		where = `key_prefix = $1`
 	default:
-		return APIClient{}, Invalid("client", "name a client by its id (a UUID) or its key prefix (pl_ and 12 hex digits)")
+		return APIClient{}, payments.Invalid("client", "name a client by its id (a UUID) or its key prefix (pl_ and 12 hex digits)")
 	}
 	c, err := scanAPIClient(s.db.QueryRow(ctx, `UPDATE api_clients SET revoked_at = coalesce(revoked_at, $2)
-		WHERE `+where+` RETURNING `+apiClientColumns, idOrPrefix, s.cfg.Clock.Now()))
+		WHERE `+where+` RETURNING `+apiClientColumns, idOrPrefix, s.clock.Now()))
 	if err != nil {
-		return APIClient{}, dbError("revoke api client", err, "no API client %q", idOrPrefix)
+		return APIClient{}, payments.DBError("revoke api client", err, "no API client %q", idOrPrefix)
 	}
 	return c, nil
 }

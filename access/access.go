@@ -1,0 +1,95 @@
+// Package access decides who may do what: staff users of the console with their roles and
+// permissions, API clients with their keys and scopes, and the sign-in throttle in front of
+// passwords. It sits beside the locking core (package payments) and needs no gateway, so the
+// console signs people in whatever the gateway does, and the admin commands (pitlane user,
+// pitlane apikey) work with nothing but the database.
+//
+// Errors are the core's one error type (payments.Error with its codes), so the web layer maps
+// them to HTTP in its one place. Every rule about time takes the injected clock.
+package access
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/crypto/bcrypt"
+
+	"pitlane/payments"
+)
+
+// DefaultPasswordCost is the bcrypt cost of new password hashes (each hash carries its cost, so
+// changing it affects only new ones). Test binaries lower it in TestMain; a Service copies it
+// when it is built.
+var DefaultPasswordCost = 12
+
+// lockTimeout bounds every lock wait of this package's transactions: they are short, so a
+// longer wait means something is stuck and the caller should hear EUNAVAIL.
+const lockTimeout = 5 * time.Second
+
+// Service is the access rules over the database. Safe for concurrent use; what replicas must
+// agree on (throttle counts, users, keys) lives in PostgreSQL only.
+type Service struct {
+	db    *pgxpool.Pool
+	clock payments.Clock
+
+	// PasswordCost is the bcrypt cost of new hashes and of the dummy hash compared for unknown
+	// emails. Set it before the service is used.
+	PasswordCost int
+	// Limits of the sign-in throttle. Set them before the service is used.
+	Limits Limits
+
+	dummyOnce sync.Once
+	dummy     []byte
+	dummyErr  error
+}
+
+// New builds the access service over a pool. clock nil: the system clock.
+func New(db *pgxpool.Pool, clock payments.Clock) *Service {
+	if clock == nil {
+		clock = payments.SystemClock{}
+	}
+	return &Service{db: db, clock: clock, PasswordCost: DefaultPasswordCost, Limits: DefaultLimits}
+}
+
+// Now is the service clock's time.
+func (s *Service) Now() time.Time { return s.clock.Now() }
+
+// dummyHash is what an unknown email's password is compared against: a real bcrypt hash of the
+// configured cost, made once (it costs as much as a sign-in), so that an unknown email takes as
+// long as a known one with a wrong password.
+func (s *Service) dummyHash() ([]byte, error) {
+	s.dummyOnce.Do(func() {
+		s.dummy, s.dummyErr = bcrypt.GenerateFromPassword([]byte("pitlane: no such user"), s.PasswordCost)
+	})
+	return s.dummy, s.dummyErr
+}
+
+// inTx runs fn in a short READ COMMITTED transaction with a bounded lock wait. As in the core, a
+// commit error is an unknown outcome for the caller to read back, never to repeat blindly.
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", op, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("%s: lock_timeout: %w", op, err)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return payments.DBError(op+": commit", err, "")
+	}
+	return nil
+}
+
+// RecordAudit appends one entry to the audit log (sign-ins and sign-outs, the command line).
+// It outlives a canceled request: the action it records already happened.
+func (s *Service) RecordAudit(ctx context.Context, e payments.AuditEntry) error {
+	return payments.AppendAudit(context.WithoutCancel(ctx), s.db, e, s.clock.Now())
+}

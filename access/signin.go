@@ -1,0 +1,147 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/crypto/bcrypt"
+
+	"pitlane/payments"
+)
+
+// Attempt is one sign-in: what the form sent and where it came from.
+type Attempt struct {
+	Email    string
+	Password string
+	// Address is the client's address as the web layer determined it (X-Forwarded-For only
+	// from TRUSTED_PROXIES); the throttle counts per AddressKey of it.
+	Address string
+	// UserAgent goes into the audit entry of a successful sign-in.
+	UserAgent string
+}
+
+// errWrongLogin is SignIn's answer to a wrong password, an unknown email and a disabled user
+// alike (EWRONG → 422). The other refusals are ELOCKED (→ 429).
+var errWrongLogin = &payments.Error{Code: payments.EWRONG, Field: "password", Message: "wrong email or password"}
+
+// reapPerFailure is how many dead throttle rows each failed sign-in deletes on its way out.
+const reapPerFailure = 10
+
+// SignIn checks an email and password behind the throttle (see Limits) and returns the user.
+//
+// Nothing in its answer or its timing tells whether an email exists: an unknown email, a wrong
+// password and a disabled user get the same EWRONG after the same work (the same throttle
+// statements, one bcrypt comparison at the configured cost, against a dummy hash when there is
+// no user), and a lockout counts unknown emails too. What differs is invisible to the caller:
+// the audit log records failures of real accounts only (failures of made-up emails are counted
+// per address, not written down one by one).
+func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
+	email := NormalizeEmail(a.Email)
+	if len(email) > 254 {
+		email = email[:254]
+	}
+	now := s.clock.Now()
+	addr := AddressKey(a.Address)
+
+	// 1. Take the attempt's units: address, global, account (this order everywhere, so the
+	// rows are locked in one order). A refusal rolls back what was taken: a throttled attempt
+	// costs nothing and writes nothing.
+	var refusal error
+	var failures int // this attempt's place in the account's run of failures, if it fails
+	err := s.inTx(ctx, "sign in: throttle", func(tx pgx.Tx) error {
+		ok, err := takeBucket(ctx, tx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			wait := s.bucketWait(ctx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
+			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", Message: fmt.Sprintf(
+				"too many failed sign-ins from your network; try again in %s", wait.Round(time.Second))}
+			return errRollback
+		}
+		if ok, err = takeBucket(ctx, tx, scopeGlobal, "", s.Limits.GlobalBurst, s.Limits.GlobalWindow, now); err != nil {
+			return err
+		}
+		if !ok {
+			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email",
+				Message: "too many sign-in attempts right now; try again in a minute"}
+			return errRollback
+		}
+		var locked bool
+		failures, locked, err = s.countAccountFailure(ctx, tx, email, now)
+		if err != nil {
+			return err
+		}
+		if locked {
+			refusal = s.accountLockedError(ctx, email)
+			return errRollback
+		}
+		return nil
+	})
+	if refusal != nil {
+		return User{}, refusal
+	}
+	if err != nil {
+		return User{}, err
+	}
+
+	// 2. Judge the password with no transaction open (bcrypt is the slow part).
+	var hash string
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+`, password_hash FROM staff_users WHERE email = $1`, email), &hash)
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return User{}, fmt.Errorf("sign in: %w", err)
+	}
+	if !found {
+		dummy, err := s.dummyHash()
+		if err != nil {
+			return User{}, fmt.Errorf("sign in: dummy hash: %w", err)
+		}
+		hash = string(dummy)
+	}
+	match := bcrypt.CompareHashAndPassword([]byte(hash), []byte(a.Password)) == nil
+
+	// 3a. Signed in: give the address and global units back (only the attempt's own: signing in
+	// to one's own account must not wash away one's failures on others), clear the account's count.
+	if match && found && !u.Disabled() {
+		err := s.inTx(ctx, "sign in: success", func(tx pgx.Tx) error {
+			if err := giveBack(ctx, tx, scopeAddress, addr); err != nil {
+				return err
+			}
+			if err := giveBack(ctx, tx, scopeGlobal, ""); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email); err != nil {
+				return fmt.Errorf("sign in: clear throttle: %w", err)
+			}
+			return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: u.Email, Role: string(u.Role), Action: payments.AuditLogin,
+				Target: u.Email, Detail: strings.TrimSpace("from " + a.Address + " " + strings.TrimSpace(a.UserAgent))}, now)
+		})
+		if err != nil {
+			return User{}, err
+		}
+		return u, nil
+	}
+
+	// 3b. Refused: the failure is already counted. A real account's failures are audited.
+	if found {
+		if err := s.RecordAudit(ctx, payments.AuditEntry{Actor: u.Email, Action: payments.AuditLoginFailed, Target: u.Email,
+			Detail: "from " + a.Address}); err != nil {
+			return User{}, err
+		}
+	}
+	if _, err := s.ReapThrottle(ctx, reapPerFailure); err != nil {
+		return User{}, err
+	}
+	if failures >= s.Limits.AccountFailures { // this failure set the lock
+		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow))
+	}
+	return User{}, errWrongLogin
+}
+
+// errRollback ends a transaction without committing and without being an error to the caller.
+var errRollback = errors.New("rollback")

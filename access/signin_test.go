@@ -1,0 +1,254 @@
+package access_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+func attempt(email, password, addr string) access.Attempt {
+	return access.Attempt{Email: email, Password: password, Address: addr}
+}
+
+// TestSignInThrottleIsSerialised: ten parallel guesses for one email. Each takes its place in the
+// count before its password is looked at (one atomic upsert), so exactly AccountFailures-1 get
+// "wrong" and the rest "locked": no guess slips through between another's check and its count.
+func TestSignInThrottleIsSerialised(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.user(t, "dee@example.com", access.RoleSupport)
+	const n = 10
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := b.acc.SignIn(context.Background(), attempt("dee@example.com", "guess guess guess", "192.0.2.1"))
+			errs <- err
+		}()
+	}
+	got := map[string]int{}
+	for range n {
+		got[payments.ErrorCode(<-errs)]++
+	}
+	max := access.DefaultLimits.AccountFailures
+	if got[payments.EWRONG] != max-1 || got[payments.ELOCKED] != n-max+1 {
+		t.Fatalf("outcomes %v, want %d wrong and %d locked", got, max-1, n-max+1)
+	}
+}
+
+// TestSignInSprayFromOneAddress: one address tries a password against 40 different emails (a few
+// of them real). Throttled per email only, every try would be judged; per address, the attempts
+// after AddressBurst are refused without looking at the password, whatever the email. Other
+// addresses are not affected, a success does not wash the address's failures away, and the
+// bucket drains with time.
+func TestSignInSprayFromOneAddress(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "ana@example.com", access.RoleAdmin)
+	b.user(t, "bo@example.com", access.RoleSupport)
+	burst := access.DefaultLimits.AddressBurst
+	firstRefused := 0
+	for i := 1; i <= 40; i++ {
+		email := fmt.Sprintf("staff%02d@example.com", i)
+		if i%10 == 0 {
+			email = "ana@example.com"
+		}
+		_, err := b.acc.SignIn(ctx, attempt(email, "Summer2026!!", "203.0.113.9"))
+		if payments.ErrorCode(err) == payments.ELOCKED && firstRefused == 0 {
+			firstRefused = i
+			if !strings.Contains(payments.ErrorMessage(err), "from your network") {
+				t.Errorf("refusal %q does not say it is the address", payments.ErrorMessage(err))
+			}
+		}
+		if firstRefused != 0 && payments.ErrorCode(err) != payments.ELOCKED {
+			t.Fatalf("attempt %d after the refusal: %v", i, err)
+		}
+	}
+	if firstRefused != burst+1 {
+		t.Fatalf("first refusal at attempt %d, want %d (AddressBurst+1)", firstRefused, burst+1)
+	}
+	// The right password from the throttled address is refused too; from another address it works.
+	if _, err := b.acc.SignIn(ctx, attempt("bo@example.com", testPassword, "203.0.113.9")); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("right password from the throttled address: %v", err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("bo@example.com", testPassword, "198.51.100.4")); err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	// Nothing of the refused attempts was written: no throttle row for their emails.
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle WHERE email = 'staff39@example.com'`); n != 0 {
+		t.Errorf("a refused attempt wrote a throttle row")
+	}
+
+	// The bucket drains: one unit per AddressWindow/AddressBurst.
+	b.clock.Advance(access.DefaultLimits.AddressWindow / time.Duration(burst))
+	if _, err := b.acc.SignIn(ctx, attempt("bo@example.com", testPassword, "203.0.113.9")); err != nil {
+		t.Fatalf("after one unit drained: %v", err)
+	}
+	// A success gives back its own unit only: the next failure fills the bucket again.
+	if _, err := b.acc.SignIn(ctx, attempt("bo@example.com", "wrong wrong wrong", "203.0.113.9")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("failure after the success: %v", err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("bo@example.com", testPassword, "203.0.113.9")); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("a success washed the address's failures away: %v", err)
+	}
+
+	// IPv6: one /64 is one address.
+	for i := range burst {
+		b.acc.SignIn(ctx, attempt(fmt.Sprintf("v6-%d@example.com", i), "wrong wrong wrong", fmt.Sprintf("2001:db8:1:2::%x", i+1))) //nolint:errcheck
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "2001:db8:1:2:ffff::1")); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("another address of the same /64: %v, want throttled", err)
+	}
+}
+
+// TestSignInGlobalCeiling: many addresses together meet one ceiling.
+func TestSignInGlobalCeiling(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.acc.Limits.GlobalBurst = 5
+	b.user(t, "ana@example.com", access.RoleAdmin)
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := b.acc.SignIn(ctx, attempt(fmt.Sprintf("x%d@example.com", i), "guess guess guess", fmt.Sprintf("198.51.100.%d", i+1))); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+	_, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.77"))
+	if payments.ErrorCode(err) != payments.ELOCKED || !strings.Contains(payments.ErrorMessage(err), "right now") {
+		t.Fatalf("over the ceiling: %v", err)
+	}
+	b.clock.Advance(access.DefaultLimits.GlobalWindow)
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.77")); err != nil {
+		t.Fatalf("a window later: %v", err)
+	}
+}
+
+// TestSignInTimingTellsNothing: the median time of a sign-in with an unknown email is within a
+// factor of 2 of a known email with a wrong password, at a real bcrypt cost. (A ratio of
+// medians, measured interleaved so that load on the machine hits both alike; not a time bound.)
+// With the dummy hash at bcrypt's minimum cost, as before, the unknown email is several times
+// faster.
+func TestSignInTimingTellsNothing(t *testing.T) {
+	b := newBench(t)
+	ctx := context.Background()
+	b.acc.PasswordCost = 8 // 16 times the minimum: enough for the difference to show, cheap under -race
+	b.acc.Limits.AccountFailures = 1000
+	b.acc.Limits.AddressBurst = 1000
+	b.user(t, "ana@example.com", access.RoleSupport)
+
+	const n = 5
+	var known, unknown []time.Duration
+	measure := func(email string) time.Duration {
+		start := time.Now()
+		_, err := b.acc.SignIn(ctx, attempt(email, "wrong wrong wrong", "192.0.2.1"))
+		d := time.Since(start)
+		if payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("%s: %v", email, err)
+		}
+		return d
+	}
+	measure("warm-up@example.com") // the dummy hash is made on first use
+	for i := range n {
+		known = append(known, measure("ana@example.com"))
+		unknown = append(unknown, measure(fmt.Sprintf("nobody%d@example.com", i)))
+	}
+	median := func(ds []time.Duration) time.Duration { slices.Sort(ds); return ds[len(ds)/2] }
+	k, u := median(known), median(unknown)
+	t.Logf("median sign-in: known email, wrong password %v; unknown email %v", k, u)
+	if u*2 < k || k*2 < u {
+		t.Fatalf("unknown email %v vs known email %v: more than a factor of 2 apart", u, k)
+	}
+}
+
+// TestSignInRowsStayBounded: a long run of failures with made-up emails from ever new addresses
+// (under the ceilings) leaves only the rows that still count: each failure reaps a few dead
+// ones. And none of them is written to the audit log; a real account's failure is.
+func TestSignInRowsStayBounded(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "ana@example.com", access.RoleSupport)
+	step := access.DefaultLimits.AccountWindow / 5 // five failures per window
+	for i := range 60 {
+		_, err := b.acc.SignIn(ctx, attempt(fmt.Sprintf("made-up-%d@example.com", i), "guess guess guess", fmt.Sprintf("10.%d.%d.1", i/250, i%250)))
+		if payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		b.clock.Advance(step)
+	}
+	// Live: the failures of the last window (5) and their buckets (5), plus the global bucket.
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle`); n > 7 {
+		t.Errorf("%d per-email throttle rows after 60 made-up emails, want about 5", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM login_buckets`); n > 8 {
+		t.Errorf("%d buckets after 60 addresses, want about 6", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1`, payments.AuditLoginFailed); n != 0 {
+		t.Errorf("%d audit rows for made-up emails, want 0", n)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", "guess guess guess", "10.9.9.9")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com'`, payments.AuditLoginFailed); n != 1 {
+		t.Errorf("a real account's failure: %d audit rows, want 1", n)
+	}
+}
+
+// TestSignInLockoutAndDisabled: five failures lock an email (known or not) for the window, even
+// against the right password; a disabled user gets the wrong-password answer.
+func TestSignInLockoutAndDisabled(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "ana@example.com", access.RoleSupport)
+	for _, email := range []string{"ana@example.com", "nobody@example.com"} {
+		for i := 1; i <= access.DefaultLimits.AccountFailures; i++ {
+			_, err := b.acc.SignIn(ctx, attempt(email, "guess guess guess", fmt.Sprintf("192.0.2.%d", i)))
+			want := payments.EWRONG
+			if i == access.DefaultLimits.AccountFailures {
+				want = payments.ELOCKED
+			}
+			if payments.ErrorCode(err) != want {
+				t.Fatalf("%s attempt %d: %v, want %s", email, i, err, want)
+			}
+		}
+		if _, err := b.acc.SignIn(ctx, attempt(email, testPassword, "198.51.100.1")); payments.ErrorCode(err) != payments.ELOCKED {
+			t.Fatalf("%s locked, right password: %v", email, err)
+		}
+	}
+	b.clock.Advance(access.DefaultLimits.AccountWindow)
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "198.51.100.1")); err != nil {
+		t.Fatalf("after the lock: %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle WHERE email = 'ana@example.com'`); n != 0 {
+		t.Errorf("a successful sign-in left %d throttle rows", n)
+	}
+	if _, err := b.acc.DisableUser(ctx, cli, "ana@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "198.51.100.1")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("disabled user: %v, want the wrong-password answer", err)
+	}
+}
+
+func TestAddressKey(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"192.0.2.1":             "192.0.2.1",
+		"::ffff:192.0.2.1":      "192.0.2.1",
+		"2001:db8:1:2:3:4:5:6":  "2001:db8:1:2::/64",
+		"fe80::1%eth0":          "fe80::/64",
+		"":                      "unknown",
+		"not an address at all": "unknown",
+	} {
+		if got := access.AddressKey(in); got != want {
+			t.Errorf("AddressKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,333 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/crypto/bcrypt"
+
+	"pitlane/payments"
+)
+
+// Role is what a staff user may do in the console (design.md, "Who uses it").
+type Role string
+
+const (
+	// RoleSupport looks payments up, starts them for customers, checks and cancels them.
+	RoleSupport Role = "support"
+	// RoleFinance reads everything, works the finance pages and resolves cases; it moves no payment.
+	RoleFinance Role = "finance"
+	// RoleAdmin does everything, and alone sees the outbox (it holds cancel codes), users and audit.
+	RoleAdmin Role = "admin"
+)
+
+// Roles in display order.
+var Roles = []Role{RoleSupport, RoleFinance, RoleAdmin}
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r == RoleSupport || r == RoleFinance || r == RoleAdmin }
+
+// Permission is one thing a console page or action needs.
+type Permission string
+
+const (
+	// PermView: dashboard, payments and their details, leases and locks (nothing secret).
+	PermView Permission = "view"
+	// PermOperate: start a payment, Check it, request and confirm a cancel.
+	PermOperate Permission = "operate"
+	// PermFinance: finance pages (open cases, flagged sessions, ledger).
+	PermFinance Permission = "finance"
+	// PermResolve: resolve a finance case, send a flagged session back to the patrol.
+	PermResolve Permission = "resolve"
+	// PermAdmin: the outbox (message bodies contain one-time cancel codes), users, audit log.
+	PermAdmin Permission = "admin"
+)
+
+// Permissions in the order the docs list them.
+var Permissions = []Permission{PermView, PermOperate, PermFinance, PermResolve, PermAdmin}
+
+// rolePermissions is THE roles matrix; pages and actions ask Role.Can, never the role name.
+var rolePermissions = map[Role][]Permission{
+	RoleSupport: {PermView, PermOperate},
+	RoleFinance: {PermView, PermFinance, PermResolve},
+	RoleAdmin:   {PermView, PermOperate, PermFinance, PermResolve, PermAdmin},
+}
+
+// Can reports whether the role has permission p.
+func (r Role) Can(p Permission) bool {
+	for _, q := range rolePermissions[r] {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// User is a person who signs in to the console.
+type User struct {
+	ID         int64
+	Email      string
+	Role       Role
+	CreatedAt  time.Time
+	DisabledAt *time.Time
+	// SessionEpoch changes with the password: a console session signed in under another epoch
+	// is over.
+	SessionEpoch int
+}
+
+// Disabled reports whether the user may no longer sign in.
+func (u User) Disabled() bool { return u.DisabledAt != nil }
+
+// Staff is the user as the core records who acted.
+func (u User) Staff() payments.Staff { return payments.Staff{Email: u.Email, Role: string(u.Role)} }
+
+// Password rules. bcrypt reads at most 72 bytes; a longer password would be silently cut, so it
+// is refused instead.
+const (
+	MinPasswordLength = 12
+	MaxPasswordBytes  = 72
+)
+
+// NormalizeEmail is the form emails are stored and looked up in.
+func NormalizeEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// ValidateEmail checks that email is one plain address.
+func ValidateEmail(email string) error {
+	addr, err := mail.ParseAddress(email)
+	if err != nil || addr.Address != email || addr.Name != "" || len(email) > 254 {
+		return payments.Invalid("email", "email %q is not a plain email address", email)
+	}
+	return nil
+}
+
+// ValidateRole checks that role is one of Roles.
+func ValidateRole(role Role) error {
+	if !role.Valid() {
+		return payments.Invalid("role", "role must be one of support, finance, admin")
+	}
+	return nil
+}
+
+// ValidatePassword checks a new password's length.
+func ValidatePassword(password string) error {
+	if len([]rune(password)) < MinPasswordLength {
+		return payments.Invalid("password", "the password must be at least %d characters", MinPasswordLength)
+	}
+	if len(password) > MaxPasswordBytes {
+		return payments.Invalid("password", "the password must be at most %d bytes", MaxPasswordBytes)
+	}
+	return nil
+}
+
+// ValidateUser checks a new user's email, role and password and names the field at fault.
+func ValidateUser(email string, role Role, password string) error {
+	if err := ValidateEmail(email); err != nil {
+		return err
+	}
+	if err := ValidateRole(role); err != nil {
+		return err
+	}
+	return ValidatePassword(password)
+}
+
+const userColumns = `id, email, role, created_at, disabled_at, session_epoch`
+
+func scanUser(row pgx.Row, extra ...any) (User, error) {
+	var u User
+	var role string
+	err := row.Scan(append([]any{&u.ID, &u.Email, &role, &u.CreatedAt, &u.DisabledAt, &u.SessionEpoch}, extra...)...)
+	u.Role = Role(role)
+	return u, err
+}
+
+// CreateUser adds a console user (the password is stored as a bcrypt hash only) and records
+// who did it in the audit log, in the same transaction. ECONFLICT when the email is taken.
+func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email string, role Role, password string) (User, error) {
+	email = NormalizeEmail(email)
+	if err := ValidateUser(email, role, password); err != nil {
+		return User{}, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.PasswordCost)
+	if err != nil {
+		return User{}, fmt.Errorf("create user: hash: %w", err)
+	}
+	now := s.clock.Now()
+	var u User
+	err = s.inTx(ctx, "create user", func(tx pgx.Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
+			VALUES ($1, $2, $3, $4) RETURNING `+userColumns, email, string(role), string(hash), now))
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "staff_users_email_key" {
+				return &payments.Error{Code: payments.ECONFLICT, Field: "email", Message: fmt.Sprintf("a staff user %s already exists", email), Err: err}
+			}
+			return payments.DBError("create user", err, "")
+		}
+		return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: by.Email, Role: by.Role, Action: payments.AuditUserCreate,
+			Target: u.Email, Detail: "role " + string(u.Role)}, now)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// EnsureUser creates the user unless the email exists already (then it changes nothing): for
+// the demo logins `pitlane dev` prints on every start.
+func (s *Service) EnsureUser(ctx context.Context, by payments.Staff, email string, role Role, password string) (created bool, err error) {
+	_, err = s.CreateUser(ctx, by, email, role, password)
+	if payments.ErrorCode(err) == payments.ECONFLICT {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// User returns the user with this email (ENOTFOUND when there is none).
+func (s *Service) User(ctx context.Context, email string) (User, error) {
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1`, NormalizeEmail(email)))
+	if err != nil {
+		return User{}, payments.DBError("get user", err, "no staff user %s", email)
+	}
+	return u, nil
+}
+
+// UserByID returns the user with this id (ENOTFOUND when there is none).
+func (s *Service) UserByID(ctx context.Context, id int64) (User, error) {
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE id = $1`, id))
+	if err != nil {
+		return User{}, payments.DBError("get user", err, "no staff user #%d", id)
+	}
+	return u, nil
+}
+
+// ListUsers returns every console user, by email.
+func (s *Service) ListUsers(ctx context.Context) ([]User, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+userColumns+` FROM staff_users ORDER BY email`)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return users, nil
+}
+
+// DisableUser offboards a user: they cannot sign in, and their sessions end at their next
+// request (the console reads the user on every request). Disabling twice keeps the first time.
+// The last enabled admin cannot be disabled (ECONFLICT): someone must be able to manage users.
+func (s *Service) DisableUser(ctx context.Context, by payments.Staff, email string) (User, error) {
+	return s.changeUser(ctx, by, email, userChange{disable: true})
+}
+
+// SetRole gives the user another role, effective at their next request. The last enabled admin
+// keeps theirs (ECONFLICT).
+func (s *Service) SetRole(ctx context.Context, by payments.Staff, email string, role Role) (User, error) {
+	if err := ValidateRole(role); err != nil {
+		return User{}, err
+	}
+	return s.changeUser(ctx, by, email, userChange{role: role})
+}
+
+// SetPassword replaces the user's password, ends their console sessions (whoever knew the old
+// password is out) and lifts a sign-in lockout of their email.
+func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, password string) (User, error) {
+	if err := ValidatePassword(password); err != nil {
+		return User{}, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.PasswordCost)
+	if err != nil {
+		return User{}, fmt.Errorf("set password: hash: %w", err)
+	}
+	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash)})
+}
+
+// userChange is one of the changes changeUser applies.
+type userChange struct {
+	disable      bool
+	role         Role   // "" keeps the role
+	passwordHash string // "" keeps the password
+}
+
+// changeUser applies one change with its audit entry in one transaction.
+//
+// The last-admin rule needs the set of enabled admins to stay put while it is judged: two admins
+// disabling each other at the same moment must not both succeed. So the statement locks the
+// target row and every enabled admin's row, in id order (the same order for every caller: no
+// deadlock). A concurrent change that waits on one of those rows re-reads it after the other
+// commits (READ COMMITTED re-checks the WHERE of a locked row), so a just-disabled admin no
+// longer counts.
+func (s *Service) changeUser(ctx context.Context, by payments.Staff, email string, ch userChange) (User, error) {
+	email = NormalizeEmail(email)
+	now := s.clock.Now()
+	var out User
+	err := s.inTx(ctx, "change user", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+userColumns+` FROM staff_users
+			WHERE email = $1 OR (role = 'admin' AND disabled_at IS NULL) ORDER BY id FOR UPDATE`, email)
+		if err != nil {
+			return payments.DBError("change user: lock", err, "")
+		}
+		locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+		if err != nil {
+			return payments.DBError("change user: lock", err, "")
+		}
+		var target *User
+		admins := 0
+		for i, u := range locked {
+			if u.Email == email {
+				target = &locked[i]
+			}
+			if u.Role == RoleAdmin && !u.Disabled() {
+				admins++
+			}
+		}
+		if target == nil {
+			return payments.Errorf(payments.ENOTFOUND, "no staff user %s", email)
+		}
+		removesAdmin := target.Role == RoleAdmin && !target.Disabled() && (ch.disable || (ch.role != "" && ch.role != RoleAdmin))
+		if removesAdmin && admins <= 1 {
+			return &payments.Error{Code: payments.ECONFLICT, Field: "email",
+				Message: fmt.Sprintf("%s is the last admin: make another admin first", email)}
+		}
+
+		var action, detail string
+		switch {
+		case ch.disable:
+			action, detail = payments.AuditUserDisable, "disabled"
+			if target.Disabled() {
+				detail = "already disabled"
+			}
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = coalesce(disabled_at, $2)
+				WHERE id = $1 RETURNING `+userColumns, target.ID, now))
+		case ch.role != "":
+			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET role = $2 WHERE id = $1 RETURNING `+userColumns,
+				target.ID, string(ch.role)))
+		case ch.passwordHash != "":
+			action, detail = payments.AuditUserPassword, "password replaced; sessions ended"
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET password_hash = $2, session_epoch = session_epoch + 1
+				WHERE id = $1 RETURNING `+userColumns, target.ID, ch.passwordHash))
+			if err == nil {
+				_, err = tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email)
+			}
+		default:
+			return errors.New("change user: no change")
+		}
+		if err != nil {
+			return payments.DBError("change user: "+action, err, "")
+		}
+		return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: by.Email, Role: by.Role, Action: action,
+			Target: out.Email, Detail: detail}, now)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,212 @@
+package access_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+// TestUserChanges: disable, another role, a new password: each audited in its transaction, with
+// what the contract promises (a disabled user cannot sign in; a new password ends sessions,
+// which the console sees as a new session epoch, and lifts a lockout).
+func TestUserChanges(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "root@example.com", access.RoleAdmin)
+	ana := b.user(t, "ana@example.com", access.RoleSupport)
+	by := payments.Staff{Email: "root@example.com", Role: "admin"}
+	audits := func(action string) int {
+		return b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com' AND actor = 'root@example.com'`, action)
+	}
+
+	u, err := b.acc.SetRole(ctx, by, "Ana@Example.com", access.RoleFinance)
+	if err != nil || u.Role != access.RoleFinance || audits(payments.AuditUserRole) != 1 {
+		t.Fatalf("role: %+v %v, %d audit rows", u, err, audits(payments.AuditUserRole))
+	}
+	if _, err := b.acc.SetRole(ctx, by, "ana@example.com", "boss"); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("unknown role: %v", err)
+	}
+
+	// Lock her out, then give her a new password: the lock is lifted, the old password is dead,
+	// the session epoch moved on.
+	for range access.DefaultLimits.AccountFailures {
+		b.acc.SignIn(ctx, attempt("ana@example.com", "guess guess guess", "192.0.2.1")) //nolint:errcheck
+	}
+	if _, err := b.acc.SetPassword(ctx, by, "ana@example.com", "short"); payments.ErrorCode(err) != payments.EINVALID {
+		t.Fatalf("short password: %v", err)
+	}
+	u, err = b.acc.SetPassword(ctx, by, "ana@example.com", "a brand new password")
+	if err != nil || u.SessionEpoch != ana.SessionEpoch+1 || audits(payments.AuditUserPassword) != 1 {
+		t.Fatalf("password: %+v %v", u, err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "198.51.100.1")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("the old password: %v", err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", "a brand new password", "198.51.100.1")); err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE detail LIKE '%brand new%'`); n != 0 {
+		t.Fatal("the password is in the audit log")
+	}
+
+	u, err = b.acc.DisableUser(ctx, by, "ana@example.com")
+	if err != nil || !u.Disabled() || audits(payments.AuditUserDisable) != 1 {
+		t.Fatalf("disable: %+v %v", u, err)
+	}
+	first := *u.DisabledAt
+	b.clock.Advance(time.Hour)
+	if u, err = b.acc.DisableUser(ctx, by, "ana@example.com"); err != nil || !u.DisabledAt.Equal(first) {
+		t.Fatalf("disable twice: %+v %v (the first time stays)", u, err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", "a brand new password", "198.51.100.1")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("disabled user signed in: %v", err)
+	}
+	for _, f := range []func() error{
+		func() error { _, err := b.acc.DisableUser(ctx, by, "nobody@example.com"); return err },
+		func() error { _, err := b.acc.SetRole(ctx, by, "nobody@example.com", access.RoleAdmin); return err },
+		func() error {
+			_, err := b.acc.SetPassword(ctx, by, "nobody@example.com", "long enough password")
+			return err
+		},
+	} {
+		if err := f(); payments.ErrorCode(err) != payments.ENOTFOUND {
+			t.Errorf("unknown user: %v", err)
+		}
+	}
+}
+
+// TestLastAdmin: the last enabled admin can be neither disabled nor given another role; with a
+// second admin either can go; a disabled admin does not count.
+func TestLastAdmin(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "a1@example.com", access.RoleAdmin)
+	b.user(t, "s1@example.com", access.RoleSupport)
+	if _, err := b.acc.DisableUser(ctx, cli, "a1@example.com"); payments.ErrorCode(err) != payments.ECONFLICT ||
+		!strings.Contains(payments.ErrorMessage(err), "last admin") {
+		t.Fatalf("disable the last admin: %v", err)
+	}
+	if _, err := b.acc.SetRole(ctx, cli, "a1@example.com", access.RoleSupport); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("demote the last admin: %v", err)
+	}
+	if _, err := b.acc.SetRole(ctx, cli, "a1@example.com", access.RoleAdmin); err != nil {
+		t.Fatalf("the last admin stays admin: %v", err)
+	}
+	if _, err := b.acc.SetRole(ctx, cli, "s1@example.com", access.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acc.DisableUser(ctx, cli, "a1@example.com"); err != nil {
+		t.Fatalf("with another admin: %v", err)
+	}
+	if _, err := b.acc.DisableUser(ctx, cli, "s1@example.com"); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("the remaining admin (the other is disabled): %v", err)
+	}
+}
+
+// TestLastAdminRace: two admins disable each other at the same moment. Both statements are made
+// to wait on the admins' rows (a third transaction holds them) and are released together: the
+// row locks serialise them, and the second sees the first's change, so exactly one succeeds and
+// one admin remains.
+//
+// Negative control: the naive rule (count the enabled admins, then update, no lock) under the
+// same meeting point lets both through and leaves no admin.
+func TestLastAdminRace(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "a1@example.com", access.RoleAdmin)
+	b.user(t, "a2@example.com", access.RoleAdmin)
+
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT id FROM staff_users WHERE role = 'admin' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, email := range []string{"a1@example.com", "a2@example.com"} {
+		by := payments.Staff{Email: map[string]string{"a1@example.com": "a2@example.com", "a2@example.com": "a1@example.com"}[email], Role: "admin"}
+		go func() {
+			_, err := b.acc.DisableUser(ctx, by, email)
+			errs <- err
+		}()
+	}
+	waitLockWaiters(t, b, 2)
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for range 2 {
+		got[payments.ErrorCode(<-errs)]++
+	}
+	if got[""] != 1 || got[payments.ECONFLICT] != 1 {
+		t.Fatalf("outcomes %v, want one success and one conflict", got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM staff_users WHERE role = 'admin' AND disabled_at IS NULL`); n != 1 {
+		t.Fatalf("%d enabled admins left, want 1", n)
+	}
+
+	// Negative control.
+	c := newBench(t)
+	c.user(t, "a1@example.com", access.RoleAdmin)
+	c.user(t, "a2@example.com", access.RoleAdmin)
+	var counted sync.WaitGroup
+	counted.Add(2)
+	done := make(chan error, 2)
+	for _, email := range []string{"a1@example.com", "a2@example.com"} {
+		go func() {
+			tx, err := c.pool.Begin(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			var admins int
+			err = tx.QueryRow(ctx, `SELECT count(*) FROM staff_users WHERE role = 'admin' AND disabled_at IS NULL`).Scan(&admins)
+			counted.Done()
+			counted.Wait() // both have counted before either writes
+			if err == nil && admins > 1 {
+				_, err = tx.Exec(ctx, `UPDATE staff_users SET disabled_at = now() WHERE email = $1`, email)
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.count(t, `SELECT count(*) FROM staff_users WHERE role = 'admin' AND disabled_at IS NULL`); n != 0 {
+		t.Fatalf("negative control: the naive rule left %d admins; the meeting point did not happen", n)
+	}
+}
+
+// waitLockWaiters waits until n backends wait for a row lock (pg_locks not granted): how the
+// test knows both changes are blocked exactly where the rule says they must be.
+func waitLockWaiters(t *testing.T, b *bench, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting int
+		if err := b.pool.QueryRow(context.Background(),
+			`SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatalf("pg_locks: %v", err)
+		}
+		if waiting >= n {
+			return
+		}
+	}
+	t.Fatalf("no %d backends ever waited for a lock", n)
+}

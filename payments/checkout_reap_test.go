@@ -1,0 +1,29 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pitlane/payments"
+)
+
+func TestReapCheckoutIntents(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	if _, err := b.pool.Exec(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, created_at) VALUES ($1, 'o', 1, 'EUR', $3), ($2, 'o', 1, 'EUR', $4)`,
+		uuid.NewString(), uuid.NewString(), now.Add(-payments.CheckoutIntentRetention-time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.svc.ReapCheckoutIntents(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("reaped %d, %v; want 1", n, err)
+	}
+	if got := b.count(t, `SELECT count(*) FROM checkout_intents`); got != 1 {
+		t.Errorf("%d checkout intents left, want 1", got)
+	}
+}

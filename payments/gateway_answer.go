@@ -1,0 +1,135 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What a gateway's answer must satisfy before any of it is applied (design.md, "Idempotency":
+// a gateway's answer is applied only when its amount and currency equal the session's).
+//
+// Every path that applies a gateway payment — Check, a register answer, the sweeper, a webhook
+// hint, reconciliation, a cancel's reverse — ends in applyGatewayPayment, which calls
+// answerMismatch under the order → session locks before decide. A mismatch is never applied:
+// not as success, not as anything. The session stays in its state, is flagged (the sweeper stops
+// driving it; the console lists it for finance) and one gateway_mismatch case opens. The gateway
+// said "succeeded" for 1.00 on a 99.00 session: booking 99.00 would be wrong, booking 1.00 would
+// make a 99.00 order Paid; only a person can tell which of us is mistaken.
+
+// answerMismatch says why gp cannot be applied to the session cur ("" when it can): its amount or
+// currency differs from the session's. Currencies compare as the contract writes them (three
+// upper-case letters); adapters normalise (Stripe's are lower-case).
+func answerMismatch(cur Session, gp GatewayPayment) string {
+	if gp.Amount == cur.Amount && gp.Currency == cur.Currency {
+		return ""
+	}
+	return fmt.Sprintf("the gateway's payment %s (%s) is for %d %s, the session is for %d %s; nothing applied",
+		orNone(gp.ID), gp.Status, gp.Amount, orNone(gp.Currency), cur.Amount, cur.Currency)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// flagForFinance flags a session for finance and opens a case of kind, in the caller's
+// transaction (which holds the order → session locks). A terminal session is not flagged (nothing
+// drives it any more); the case is the finding. The flag keeps the first reason; the sweeper
+// skips flagged sessions.
+func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason string, now time.Time) (Session, error) {
+	out := cur
+	if !cur.Status.Terminal() {
+		var err error
+		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = coalesce(flagged_at, $2),
+			flag_reason = coalesce(flag_reason, $3), next_check_at = NULL WHERE id = $1 RETURNING `+sessionColumns, cur.ID, now, reason))
+		if err != nil {
+			return cur, dbError("flag for finance", err, "")
+		}
+	}
+	return out, openCase(ctx, tx, cur.ID, cur.OrderID, kind, reason, now)
+}
+
+// refundAnswerMismatch says why a gateway's refund answer cannot be applied to refund r of the
+// session's payment ("" when it can): it names another gateway payment, or another amount. A
+// refund answer is the gateway's word about money leaving; like a payment answer it is applied
+// only when it is about what we asked.
+func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
+	switch {
+	case gr.PaymentID != "" && gr.PaymentID != sess.GatewayPaymentID:
+		return fmt.Sprintf("the gateway's refund %s is of payment %s, not the session's %s; nothing applied", orNone(gr.ID), gr.PaymentID, sess.GatewayPaymentID)
+	case gr.Amount != r.Amount:
+		return fmt.Sprintf("the gateway's refund %s is for %d, refund %s asked for %d %s; nothing applied", orNone(gr.ID), gr.Amount, r.ID, r.Amount, r.Currency)
+	}
+	return ""
+}
+
+// The gateway's confirmation_url is where a customer is sent (a redirect, a link) to pay. It is
+// the gateway's word, not ours: a compromised or broken gateway answer could name a
+// javascript: URL (script on our page) or a look-alike site over plain http. So it is checked
+// when the answer is applied, and a URL that fails is never stored (and so never rendered or
+// redirected to); the session is flagged and an untrusted_confirmation_url case opens. Pages
+// check again before using a stored one (TrustedConfirmationURL), for rows from before the rule.
+
+// confirmationURLProblem says why raw may not be sent to customers ("" when it may): only an
+// absolute https URL, or one on the configured gateway's own origin (GatewayURL: dev's simulator
+// serves its payment pages over http), without user info.
+func (s *Service) confirmationURLProblem(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err == nil && u.Host != "" && u.User == nil && u.Scheme == "https":
+		return ""
+	case err == nil && u.Host != "" && u.User == nil && s.onGatewayOrigin(u):
+		return ""
+	}
+	if len(raw) > 200 {
+		raw = raw[:200] + "…"
+	}
+	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", raw)
+}
+
+// TrustedConfirmationURL reports whether raw may be shown to a customer or redirected to.
+func (s *Service) TrustedConfirmationURL(raw string) bool {
+	return raw != "" && s.confirmationURLProblem(raw) == ""
+}
+
+// onGatewayOrigin reports whether u has the scheme, host and port of Config.GatewayURL. Loopback
+// names are one host (the simulator may be configured as 127.0.0.1 and answer as localhost).
+func (s *Service) onGatewayOrigin(u *url.URL) bool {
+	if s.cfg.GatewayURL == "" {
+		return false
+	}
+	g, err := url.Parse(s.cfg.GatewayURL)
+	if err != nil || g.Host == "" || !strings.EqualFold(g.Scheme, u.Scheme) || port(g) != port(u) {
+		return false
+	}
+	return strings.EqualFold(g.Hostname(), u.Hostname()) || (loopback(g.Hostname()) && loopback(u.Hostname()))
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
+}
+
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,180 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+)
+
+// afterMismatch asserts what a gateway answer for another amount or currency must leave: the
+// session in the state it had, flagged, exactly one open gateway_mismatch case, no ledger entry
+// and the order still awaiting payment.
+func (b *bench) afterMismatch(t *testing.T, sess payments.Session, want payments.Status) {
+	t.Helper()
+	got, err := b.plain.Get(context.Background(), sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != want {
+		t.Fatalf("status = %s, want %s (a mismatched answer moved the session)", got.Status, want)
+	}
+	if got.FlaggedAt == nil || got.FlagReason == "" {
+		t.Fatalf("session not flagged: %+v", got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, sess.ID); n != 1 {
+		t.Fatalf("gateway_mismatch cases = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = $1`, sess.OrderID); n != 0 {
+		t.Fatalf("ledger entries = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE order_id = $1 AND status = 'AwaitingPayment'`, sess.OrderID); n != 1 {
+		t.Fatal("the order is no longer awaiting payment")
+	}
+}
+
+// The gateway says "succeeded" — for 1.00 on a 99.00 session, or for 99.00 in another currency.
+// Every path that applies a gateway payment (Check, the sweeper's drive, a webhook hint,
+// reconciliation) refuses it: no Completed, no PaymentReceived, a flag and one case. Without the
+// comparison each of these completes the payment and books 99.00 (fails on the main before it).
+func TestGatewayAnswerForAnotherAmountIsNeverApplied(t *testing.T) {
+	t.Parallel()
+	paths := map[string]func(t *testing.T, b *bench, s payments.Session){
+		"check": func(t *testing.T, b *bench, s payments.Session) {
+			if _, err := b.svc.Check(context.Background(), api, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"sweeper": func(t *testing.T, b *bench, s payments.Session) {
+			b.clock.Advance(time.Minute)
+			if n, err := b.svc.SweepOnce(context.Background()); err != nil || n != 1 {
+				t.Fatalf("sweep = %d %v", n, err)
+			}
+		},
+		"webhook hint": func(t *testing.T, b *bench, s payments.Session) {
+			if _, err := b.svc.ApplyGatewayHint(context.Background(), payments.Actor{Kind: payments.ActorWebhook, ID: "evt_1"}, s.GatewayPaymentID, ""); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"reconciliation": func(t *testing.T, b *bench, s payments.Session) {
+			b.clock.Advance(time.Minute)
+			if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.Checked != 1 || rep.Mismatches != 1 {
+				t.Fatalf("reconcile = %+v", rep)
+			}
+		},
+	}
+	answers := []struct {
+		name     string
+		amount   int64
+		currency string
+	}{{"amount", 100, "EUR"}, {"currency", 9900, "USD"}}
+	for name, apply := range paths {
+		for _, a := range answers {
+			t.Run(name+"/"+a.name, func(t *testing.T) {
+				t.Parallel()
+				b := newBench(t)
+				s := b.registered(t, "o-mismatch", 9900)
+				b.gw.SetAmount(s.GatewayPaymentID, a.amount, a.currency)
+				b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+				apply(t, b, s)
+				b.afterMismatch(t, s, payments.StatusRegistered)
+				// Asked again (a webhook redelivery, the next Check): still nothing applied, still one case.
+				if _, err := b.svc.Check(context.Background(), api, s.ID); err != nil {
+					t.Fatal(err)
+				}
+				b.afterMismatch(t, s, payments.StatusRegistered)
+			})
+		}
+	}
+}
+
+// A Completed session whose gateway payment turns out to be for another amount (reconciliation
+// compares it) gets a gateway_mismatch case; the ledger is not touched again.
+func TestReconcileCompletedForAnotherAmountOpensCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.completed(t, "o-done", 9900)
+	b.gw.SetAmount(s.GatewayPaymentID, 100, "EUR")
+	b.clock.Advance(time.Minute)
+	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.Mismatches != 1 {
+		t.Fatalf("reconcile = %+v", rep)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Fatalf("cases = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = $1`, s.OrderID); n != 1 {
+		t.Fatalf("ledger entries = %d, want the one PaymentReceived", n)
+	}
+}
+
+// A refund answer for another amount than the refund asked for is not booked: the refund stays
+// Pending, no RefundIssued entry, one gateway_mismatch case.
+func TestRefundAnswerForAnotherAmountIsNeverApplied(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.completed(t, "o-refund-mismatch", 1000)
+	b.gw.MisreportRefunds(999)
+	r, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v, want Pending", r.Refund)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Fatalf("cases = %d", n)
+	}
+}
+
+// The gateway's confirmation_url is stored (and so ever shown or redirected to) only when it is
+// https, or on the configured gateway's own origin. Anything else — a javascript: URL, plain
+// http elsewhere, user info, a relative URL — is dropped: the answer's state still applies, the
+// session is flagged and one untrusted_confirmation_url case opens. The main before this change
+// stored whatever the gateway said.
+func TestConfirmationURLMustBeHTTPSOrTheGatewaysOrigin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url   string
+		trust bool
+	}{
+		{"https://pay.example.com/p/1", true},
+		{"http://127.0.0.1:8090/pay/1", true}, // GatewayURL's origin
+		{"http://localhost:8090/pay/1", true}, // the same loopback origin
+		{"javascript:alert(document.cookie)", false},
+		{"JavaScript:alert(1)//https://pay.example.com", false},
+		{"http://evil.example/pay/1", false},
+		{"http://127.0.0.1:8091/pay/1", false}, // another port
+		{"https://user:pw@evil.example/pay", false},
+		{"data:text/html,<script>alert(1)</script>", false},
+		{"//evil.example/pay", false},
+		{"/pay/1", false},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t, func(c *payments.Config) { c.GatewayURL = "http://127.0.0.1:8090" })
+			b.gw.SetConfirmationURL(tc.url)
+			res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-url", Amount: 100, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := res.Session
+			if s.Status != payments.StatusRegistered || s.GatewayPaymentID == "" {
+				t.Fatalf("session %+v: the answer's state must still apply", s)
+			}
+			cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
+			if tc.trust {
+				if s.ConfirmationURL != tc.url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(tc.url) {
+					t.Fatalf("trusted URL: session %+v, %d cases", s, cases)
+				}
+				return
+			}
+			if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(tc.url) {
+				t.Fatalf("untrusted URL: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CachedStats returns Stats as counted at most maxAge ago (by the service clock) by whichever
+// replica counted last, so that the scrapes of every replica's /metrics within maxAge cost one
+// count between them, not one each. The scrape that finds the stored counts too old claims the
+// row (a guarded UPDATE that skips a row another scrape holds), counts and stores in the same
+// transaction; a scrape that arrives meanwhile gets the previous counts at once instead of
+// waiting.
+func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats, error) {
+	now := s.cfg.Clock.Now()
+	var st Stats
+	counted := false
+	err := s.inTx(ctx, "cached stats", func(tx pgx.Tx) error {
+		var claimed bool
+		err := tx.QueryRow(ctx, `UPDATE stats_cache SET refreshed_at = $1
+			WHERE id = (SELECT id FROM stats_cache WHERE id = 1 AND refreshed_at <= $2 FOR UPDATE SKIP LOCKED)
+			RETURNING true`, now, now.Add(-maxAge)).Scan(&claimed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // fresh enough, or being counted right now: read what is stored
+		}
+		if err != nil {
+			return fmt.Errorf("cached stats: claim: %w", err)
+		}
+		if st, err = s.Stats(ctx); err != nil {
+			return err
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("cached stats: encode: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE stats_cache SET stats = $1 WHERE id = 1`, b); err != nil {
+			return fmt.Errorf("cached stats: store: %w", err)
+		}
+		counted = true
+		return nil
+	})
+	if err != nil || counted {
+		return st, err
+	}
+	var b []byte
+	if err := s.db.QueryRow(ctx, `SELECT stats FROM stats_cache WHERE id = 1`).Scan(&b); err != nil {
+		return Stats{}, fmt.Errorf("cached stats: read: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return Stats{}, fmt.Errorf("cached stats: decode: %w", err)
+	}
+	if st.Sessions == nil {
+		return Stats{}, errors.New("cached stats: not counted yet (the first count is running)")
+	}
+	return st, nil
+}
