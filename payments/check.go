@@ -24,10 +24,13 @@ const (
 // applied in one short transaction under the order and session row locks, so a second
 // concurrent Check waits, re-reads the applied state and does nothing.
 func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, error) {
+	ctx, span := s.startSpan(ctx, "payments.check", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will
@@ -190,10 +193,13 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // same transaction; an answer already applied writes nothing.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id string, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	ctx, span := s.startSpan(ctx, "payments.apply", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
 	err = s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {

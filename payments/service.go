@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ActorKind says who caused a change (timeline, audit).
@@ -120,15 +121,18 @@ type Config struct {
 	// so it never races the Create that is still registering it.
 	RegisterGrace time.Duration
 	Hooks         Hooks
+	// TracerProvider makes the spans of core operations (tracing.go). Nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the locking core. It is safe for concurrent use; all coordination between
 // goroutines and replicas happens in PostgreSQL.
 type Service struct {
-	db  *pgxpool.Pool
-	gw  Gateway
-	cfg Config
-	log *slog.Logger
+	db     *pgxpool.Pool
+	gw     Gateway
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -168,7 +172,7 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider)}
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -291,7 +295,8 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
-func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
+	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return dbError(op+": begin", err, "")

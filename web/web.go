@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"pitlane/access"
 	"pitlane/handlers"
@@ -51,6 +52,9 @@ type Deps struct {
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics
+	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
+	// provider, a no-op unless the process installed one.
+	TracerProvider trace.TracerProvider
 }
 
 // New builds the Echo instance with middleware, error handler and routes.
@@ -87,6 +91,7 @@ func New(d Deps) *echo.Echo {
 	// outside recovery so a panic is logged as the 500 it becomes.
 	e.Use(securityHeaders(d.HSTS))
 	e.Use(middleware.RequestID())
+	e.Use(tracing(d.TracerProvider)) // outside the logger: its span is in the request's log line
 	e.Use(d.Metrics.middleware())
 	e.Use(requestLogger(d.Logger))
 	e.Use(recoverer())

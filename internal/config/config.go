@@ -53,6 +53,9 @@ type Config struct {
 	// every replica must use the same one. nil when unset: `dev` then persists a generated one
 	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
+	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
+	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
+	OTLPTracesEndpoint string
 }
 
 // Error is a configuration error: which variable, and what is wrong with it.
@@ -146,6 +149,9 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
 		c.SecretKey = []byte(v)
+	}
+	if c.OTLPTracesEndpoint, err = tracesEndpoint(getenv); err != nil {
+		return c, err
 	}
 	return c, nil
 }
