@@ -338,6 +338,8 @@ type CheckNowResult struct {
 // promises one look, and a browser that dropped the request (the first half of a double click)
 // must not waste it.
 func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]CheckNowResult, error) {
+	ctx, span := s.startSpan(ctx, "payments.check_now", "", "")
+	defer span.End()
 	ids = uniqueIDs(ids)
 	if len(ids) == 0 {
 		return nil, Invalid("id", "select at least one payment to check")

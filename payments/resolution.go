@@ -223,6 +223,8 @@ func (s *Service) SettleCandidate(ctx context.Context, sessionID string) (Settle
 // session, audited in the same transaction. It changes no session: the order and session locks
 // only make the eligibility it checks the one a concurrent Check or approval leaves behind.
 func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalInput) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.propose", in.SessionID, "")
+	defer span.End()
 	in, err := in.validate()
 	if err != nil {
 		return Resolution{}, err
@@ -298,10 +300,13 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 // proposer (checked here, by the guard of the UPDATE, and by the schema). Of two concurrent
 // approvals the second waits for the order lock and then finds the proposal approved.
 func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.approve", "", "")
+	defer span.End()
 	p, err := getResolution(ctx, s.db, id)
 	if err != nil {
 		return Resolution{}, err
 	}
+	ctx = traceSession(ctx, Session{ID: p.SessionID, OrderID: p.OrderID})
 	if p.Pending() && p.ProposedBy == by.Email {
 		return Resolution{}, errSelfApproval
 	}
@@ -361,6 +366,8 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 // so it takes no order or session lock; a concurrent approval holding them reaches the
 // proposal row after this or finds it rejected.
 func (s *Service) RejectResolution(ctx context.Context, by Staff, id int64, note string) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.reject", "", "")
+	defer span.End()
 	note, err := requiredText("note", note, "say why the proposal is rejected", MaxReasonLength)
 	if err != nil {
 		return Resolution{}, err

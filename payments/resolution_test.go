@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/internal/telemetry/telemetrytest"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -378,5 +380,35 @@ func TestResolutionNaiveDoubleApprovalAppliesTwice(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 2 {
 		t.Fatalf("naive: %d ledger entries, want 2 (the bug)", n)
+	}
+}
+
+// Finance's operations are spans like the core's: a bulk check with a check per claimed session
+// below it (the detached work keeps the trace), and an approval naming its session and order.
+func TestFinanceOperationsAreSpans(t *testing.T) {
+	t.Parallel()
+	b, rec := tracedBench(t)
+	s := b.flagged(t, "o-traced", 100)
+	b.clock.Advance(time.Hour)
+
+	ctx, root := rootSpan(rec)
+	if _, err := b.svc.CheckNow(ctx, fin1, []string{s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	spans := rec.Trace(root.SpanContext().TraceID())
+	if !telemetrytest.ChildOf(telemetrytest.One(t, spans, "payments.check"), telemetrytest.One(t, spans, "payments.check_now")) {
+		t.Error("payments.check is not a child of payments.check_now")
+	}
+
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+	ctx, root = rootSpan(rec)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	approve := telemetrytest.One(t, rec.Trace(root.SpanContext().TraceID()), "payments.resolution.approve")
+	if telemetrytest.Attr(approve, payments.AttrSessionID) != s.ID || telemetrytest.Attr(approve, payments.AttrOrderID) != "o-traced" {
+		t.Errorf("payments.resolution.approve attributes: %v", approve.Attributes)
 	}
 }
