@@ -46,6 +46,14 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 		return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the payment is unchanged", Err: err}
 	}
 	if !found {
+		if sess.Status == StatusCompleted {
+			// Completed by people (four-eyes resolution) before the gateway's id was known, and
+			// the gateway has nothing under our reference: a contradiction for finance.
+			return sess, s.inTx(ctx, "completed without gateway payment", func(tx pgx.Tx) error {
+				return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
+					"the gateway has no payment with reference "+sess.Reference()+" for a Completed session", s.cfg.Clock.Now())
+			})
+		}
 		return sess, nil
 	}
 	if h := s.cfg.Hooks.AfterGatewayStatus; h != nil {
@@ -79,7 +87,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	if sess.GatewayPaymentID != "" {
 		started := time.Now()
 		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
-		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		s.logGatewayAnswer(ctx, sess.ID, "status", "", started, err, "gateway says "+string(gp.Status))
 		if err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -87,7 +95,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	}
 	started := time.Now()
 	found, err := s.gw.FindByReference(ctx, sess.Reference())
-	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
+	s.logGatewayAnswer(ctx, sess.ID, "find", "", started, err, fmt.Sprintf("%d payment(s) with our reference", len(found)))
 	if err != nil {
 		return GatewayPayment{}, false, err
 	}
@@ -137,10 +145,18 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 		if cur == StatusRegistering || cur == StatusUnknown {
 			return outcome{to: StatusRegistered}
 		}
+		if cur == StatusCompleted {
+			// What the gateway says when asked is the truth now, and no captured payment goes
+			// back to pending: a Completed session (settled by people, say) the gateway never
+			// captured is money we booked and may not have (reconciliation says the same).
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says pending for a Completed session"}
+		}
 	case GatewayAuthorized:
 		switch cur {
 		case StatusRegistering, StatusRegistered, StatusUnknown:
 			return outcome{to: StatusAuthorized}
+		case StatusCompleted:
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says authorized (not captured) for a Completed session"}
 		case StatusFailed, StatusCanceled:
 			return outcome{caseKind: CaseLatePayment, caseDetail: "gateway authorized a payment for a " + string(cur) + " session"}
 		}

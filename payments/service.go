@@ -83,6 +83,11 @@ type Hooks struct {
 	AfterCancelLock func(ctx context.Context, sessionID string)
 	// AfterSweepClaim runs after a sweeper committed its claim of due sessions.
 	AfterSweepClaim func(ctx context.Context, ids []string)
+	// AfterCheckNowClaim runs inside CheckNow's claim transaction, after the claim statement and
+	// before the commit, with the sessions it claimed.
+	AfterCheckNowClaim func(ctx context.Context, ids []string)
+	// AfterResolutionLock runs inside ApproveResolution once the order and session rows are locked.
+	AfterResolutionLock func(ctx context.Context, sessionID string)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
@@ -297,6 +302,10 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "accounting_entries_one_payment_received":
 			return &Error{Code: ECONFLICT, Message: "the order already has a PaymentReceived entry", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "resolution_proposals_one_open":
+			return &Error{Code: ECONFLICT, Message: "a proposal for this payment already waits for approval", Err: err}
+		case pe.Code == "23514" && pe.ConstraintName == "resolution_proposals_four_eyes":
+			return &Error{Code: EFORBIDDEN, Message: errSelfApproval.Message, Err: err}
 		case pe.Code == "40P01":
 			// A deadlock is a bug in the lock order, not a retry case: report it loudly.
 			return fmt.Errorf("%s: DEADLOCK (lock order violated): %w", op, err)
@@ -419,9 +428,16 @@ func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID stri
 // logGatewayCall records one gateway call outside any transaction (it must survive a rollback of
 // whatever follows: the call happened).
 func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string, started time.Time, err error) {
+	s.logGatewayAnswer(ctx, sessionID, op, key, started, err, "")
+}
+
+// logGatewayAnswer is logGatewayCall with what the gateway answered ("gateway says pending"),
+// kept as the detail of a call that succeeded: the finance workbench shows each stuck session's
+// last answer.
+func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key string, started time.Time, err error, answer string) {
 	outcome := "ok"
 	status := 0
-	detail := ""
+	detail := answer
 	if err != nil {
 		outcome = string(FailureOf(err))
 		var ge *GatewayError
