@@ -122,22 +122,6 @@ func injectAxe(t *testing.T, ctx context.Context) {
 	}
 }
 
-// screenshot saves the whole page as .pitlane/screenshots/<name>.png.
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	dir := filepath.Join(repoRoot(t), ".pitlane", "screenshots")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // setViewport makes the tab a phone (mobile: the page's viewport meta counts) or a desktop window.
 func setViewport(t *testing.T, ctx context.Context, vp viewport) {
 	t.Helper()
@@ -183,7 +167,7 @@ func checkPage(t *testing.T, ctx context.Context, vp viewport, name string) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`)); err != nil {
 		t.Fatal(err)
 	}
-	screenshot(t, ctx, "checkout-"+name+"-"+vp.name)
+	screenshot(t, ctx, "checkout-"+name+"-"+vp.name+".png") // console_finance_browser_test.go
 }
 
 // checkFocusOrder tabs through the page from the top: the keyboard must reach every link and

@@ -292,6 +292,14 @@ func TestRoles(t *testing.T) {
 		{"POST", "/payments/" + s.ID + "/check", redirect, no, redirect},
 		{"POST", "/finance/cases/1/resolve", no, redirect, redirect},
 		{"POST", "/finance/flagged/" + s.ID + "/retry", no, redirect, redirect},
+		{"GET", "/finance/stuck", no, ok, ok},
+		{"GET", "/finance/resolutions", no, ok, ok},
+		{"GET", "/finance/resolutions/new?session=" + s.ID, no, ok, ok},
+		{"GET", "/finance/ledger.csv", no, ok, ok},
+		{"POST", "/finance/stuck/check", no, redirect, redirect},
+		{"POST", "/finance/resolutions", no, http.StatusNotFound, http.StatusNotFound}, // no such payment
+		{"POST", "/finance/resolutions/1/approve", no, redirect, redirect},
+		{"POST", "/finance/resolutions/1/reject", no, redirect, redirect},
 	}
 	for _, r := range rules {
 		for _, who := range []struct {

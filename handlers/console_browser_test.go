@@ -102,6 +102,30 @@ func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromed
 	}
 }
 
+// handClick returns a click on the button with the data-testid as a hand makes one: press and
+// release at the button's place, with the click count given, so a double click is click(1) and,
+// a moment later when the first request is on its way, click(2). (Two clicks within the same
+// instant are merged by the browser before any request leaves: that case needs no server.)
+func handClick(t *testing.T, ctx context.Context, testid string) func(n int) {
+	t.Helper()
+	xy, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const b = document.querySelector('[data-testid="`+testid+`"]');
+		b.scrollIntoView({block: "center"});
+		const r = b.getBoundingClientRect();
+		return [r.x + r.width / 2, r.y + r.height / 2];
+	})()`))
+	if err != nil || len(xy) != 2 {
+		t.Fatalf("position of %s: %v %v", testid, xy, err)
+	}
+	return func(n int) {
+		t.Helper()
+		within(t, ctx, 10*time.Second,
+			chromedp.MouseEvent(chromedp.MousePressed, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
+			chromedp.MouseEvent(chromedp.MouseReleased, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
+		)
+	}
+}
+
 // pageGateway is the fake gateway with payment pages a browser can open.
 type pageGateway struct {
 	*fakegw.Gateway
@@ -116,9 +140,10 @@ func (g pageGateway) Register(ctx context.Context, req payments.RegisterRequest)
 	return gp, err
 }
 
-// posts counts the checkout POSTs that arrive and reports each one's status when it is done.
+// posts counts the POSTs under prefix that arrive and reports each one's status when it is done.
 type posts struct {
 	h       http.Handler
+	prefix  string
 	arrived atomic.Int32
 	done    chan int
 }
@@ -131,7 +156,7 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
 
 func (p *posts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/checkout/") {
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, p.prefix) {
 		p.h.ServeHTTP(w, r)
 		return
 	}
@@ -154,7 +179,7 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 	// The pages are served over plain http: trusted as the configured gateway's own origin.
 	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL},
 		func(c *payments.Config) { c.GatewayURL = gwPages.URL })
-	counter := &posts{h: e, done: make(chan int, 10)}
+	counter := &posts{h: e, prefix: "/checkout/", done: make(chan int, 10)}
 	srv := httptest.NewServer(counter)
 	defer srv.Close()
 
@@ -164,25 +189,10 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 		chromedp.Navigate(srv.URL+b.link(t, "o-double", 1999, "EUR")), // the shop's signed link
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-pay"]`)),
 	)
-	xy, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
-		const r = document.querySelector('[data-testid="checkout-pay"]').getBoundingClientRect();
-		return [r.x + r.width / 2, r.y + r.height / 2];
-	})()`))
-	if err != nil || len(xy) != 2 {
-		t.Fatalf("button position: %v %v", xy, err)
-	}
+	click := handClick(t, ctx, "checkout-pay")
 
 	gate := b.gw.Hold(fakegw.OpRegister)
 	defer gate.Open()
-	// A double click as a hand makes it: press/release, and the second press/release (click
-	// count 2) a moment later, when the first request is on its way. (Two clicks within the same
-	// instant are merged by the browser before any request leaves: that case needs no server.)
-	click := func(n int) {
-		within(t, ctx, 10*time.Second,
-			chromedp.MouseEvent(chromedp.MousePressed, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
-			chromedp.MouseEvent(chromedp.MouseReleased, xy[0], xy[1], chromedp.ButtonLeft, chromedp.ClickCount(n)),
-		)
-	}
 	click(1)
 	mustWaitC(t, gate.Arrived(), "the first Pay request at the gateway")
 	click(2)

@@ -10,9 +10,9 @@ import (
 	"pitlane/web/render"
 )
 
-// Finance: GET /finance, the finance area starts at its cases.
+// Finance: GET /finance, the finance area starts at its workbench (stuck money).
 func (h *Console) Finance(c echo.Context) error {
-	return c.Redirect(http.StatusSeeOther, "/finance/cases")
+	return c.Redirect(http.StatusSeeOther, "/finance/stuck")
 }
 
 // Cases: GET /finance/cases[?all=1].

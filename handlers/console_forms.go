@@ -3,8 +3,10 @@ package handlers
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"pitlane/payments"
+	"pitlane/views"
 )
 
 // Form decoding of the console and the checkout, in one place.
@@ -62,4 +64,44 @@ func (f newPaymentForm) input() (payments.CreateInput, error) {
 	}
 	in.Amount = amount
 	return in, in.Validate()
+}
+
+// stuckFilter reads the finance workbench's filter from the query string.
+func stuckFilter(state, currency, flagged, age, sort, after string) (payments.StuckFilter, error) {
+	f := payments.StuckFilter{Status: payments.Status(state), Currency: currency, Flagged: payments.FlagFilter(flagged),
+		Sort: payments.StuckSort(sort), After: after}
+	if age = strings.TrimSpace(age); age != "" {
+		d, err := time.ParseDuration(age)
+		if err != nil || d < 0 {
+			return f, payments.Invalid("age", "age must be a duration like 24h")
+		}
+		f.MinAge = d
+	}
+	return f, nil
+}
+
+// ledgerFilter reads the ledger's filter: dates as YYYY-MM-DD in UTC, both days included.
+func ledgerFilter(f views.LedgerFilterForm) (payments.LedgerFilter, error) {
+	out := payments.LedgerFilter{Currency: f.Currency, Type: f.Type}
+	day := func(field, s string) (time.Time, error) {
+		if s = strings.TrimSpace(s); s == "" {
+			return time.Time{}, nil
+		}
+		t, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			return t, payments.Invalid(field, "%s must be a date like 2026-11-30", field)
+		}
+		return t, nil
+	}
+	var err error
+	if out.From, err = day("from", f.From); err != nil {
+		return out, err
+	}
+	if out.To, err = day("to", f.To); err != nil {
+		return out, err
+	}
+	if !out.To.IsZero() {
+		out.To = out.To.AddDate(0, 0, 1) // the last day included
+	}
+	return out.Validate()
 }

@@ -41,10 +41,13 @@ type Challenge struct {
 // RequestCancel creates a one-time code for canceling a session and sends it to the customer.
 // Refused (ECONFLICT) for Completed, Failed and Canceled sessions.
 func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID string) (Challenge, error) {
+	ctx, span := s.startSpan(ctx, "payments.cancel.request", sessionID, "")
+	defer span.End()
 	sess, err := s.Get(ctx, sessionID)
 	if err != nil {
 		return Challenge{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	code, err := newCode()
 	if err != nil {
 		return Challenge{}, fmt.Errorf("request cancel: code: %w", err)
@@ -109,10 +112,13 @@ type ConfirmResult struct {
 // idempotency key) and move the session to Canceling. Only after commit is the gateway asked.
 // The same code again finds the code consumed and the operation existing, and creates nothing.
 func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, challengeID, code string) (ConfirmResult, error) {
+	ctx, span := s.startSpan(ctx, "payments.cancel.confirm", sessionID, "")
+	defer span.End()
 	sess, err := s.Get(ctx, sessionID)
 	if err != nil {
 		return ConfirmResult{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	if !validUUID(challengeID) {
 		return ConfirmResult{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
 	}
@@ -254,6 +260,8 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 // succeeded → Completed (the payment won the race) and a finance case; no answer → it stays
 // Canceling for the sweeper, which repeats this with the same key.
 func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	ctx, span := s.startSpan(ctx, "payments.cancel.reverse", sess.ID, sess.OrderID)
+	defer span.End()
 	var opID string
 	if err := s.db.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID); err != nil {
 		return sess, dbError("reverse: operation", err, "no reverse operation for payment %s", sess.ID)

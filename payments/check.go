@@ -24,10 +24,13 @@ const (
 // applied in one short transaction under the order and session row locks, so a second
 // concurrent Check waits, re-reads the applied state and does nothing.
 func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, error) {
+	ctx, span := s.startSpan(ctx, "payments.check", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will
@@ -38,6 +41,14 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 		return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the payment is unchanged", Err: err}
 	}
 	if !found {
+		if sess.Status == StatusCompleted {
+			// Completed by people (four-eyes resolution) before the gateway's id was known, and
+			// the gateway has nothing under our reference: a contradiction for finance.
+			return sess, s.inTx(ctx, "completed without gateway payment", func(tx pgx.Tx) error {
+				return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
+					"the gateway has no payment with reference "+sess.Reference()+" for a Completed session", s.cfg.Clock.Now())
+			})
+		}
 		return sess, nil
 	}
 	if h := s.cfg.Hooks.AfterGatewayStatus; h != nil {
@@ -71,7 +82,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	if sess.GatewayPaymentID != "" {
 		started := time.Now()
 		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
-		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		s.logGatewayAnswer(ctx, sess.ID, "status", "", started, err, "gateway says "+string(gp.Status))
 		if err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -79,7 +90,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	}
 	started := time.Now()
 	found, err := s.gw.FindByReference(ctx, sess.Reference())
-	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
+	s.logGatewayAnswer(ctx, sess.ID, "find", "", started, err, fmt.Sprintf("%d payment(s) with our reference", len(found)))
 	if err != nil {
 		return GatewayPayment{}, false, err
 	}
@@ -129,10 +140,18 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 		if cur == StatusRegistering || cur == StatusUnknown {
 			return outcome{to: StatusRegistered}
 		}
+		if cur == StatusCompleted {
+			// What the gateway says when asked is the truth now, and no captured payment goes
+			// back to pending: a Completed session (settled by people, say) the gateway never
+			// captured is money we booked and may not have (reconciliation says the same).
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says pending for a Completed session"}
+		}
 	case GatewayAuthorized:
 		switch cur {
 		case StatusRegistering, StatusRegistered, StatusUnknown:
 			return outcome{to: StatusAuthorized}
+		case StatusCompleted:
+			return outcome{caseKind: CaseGatewayMismatch, caseDetail: "gateway says authorized (not captured) for a Completed session"}
 		case StatusFailed, StatusCanceled:
 			return outcome{caseKind: CaseLatePayment, caseDetail: "gateway authorized a payment for a " + string(cur) + " session"}
 		}
@@ -174,10 +193,13 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // same transaction; an answer already applied writes nothing.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id string, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	ctx, span := s.startSpan(ctx, "payments.apply", id, "")
+	defer span.End()
 	sess, err := s.Get(ctx, id)
 	if err != nil {
 		return Session{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
 	err = s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,15 +68,12 @@ const MaxResolutionLength = 2000
 // ticket 123"), and audits it in the same transaction. ECONFLICT when it was already resolved.
 // Finance rows come last in the lock order, and this touches no other row.
 func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note string) (FinanceCase, error) {
-	note = strings.TrimSpace(note)
-	if note == "" {
-		return FinanceCase{}, Invalid("note", "say how the case was resolved")
-	}
-	if len(note) > MaxResolutionLength {
-		return FinanceCase{}, Invalid("note", "the note must be at most %d characters", MaxResolutionLength)
+	note, err := requiredText("note", note, "say how the case was resolved", MaxResolutionLength)
+	if err != nil {
+		return FinanceCase{}, err
 	}
 	now := s.cfg.Clock.Now()
-	err := s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
+	err = s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
 		var kind string
 		err := tx.QueryRow(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
 			WHERE id = $1 AND resolved_at IS NULL RETURNING kind`, id, now, by.Email, note).Scan(&kind)
@@ -199,28 +195,4 @@ func (s *Service) ledgerEntries(ctx context.Context, where string, args ...any) 
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	return out, nil
-}
-
-// Ledger returns the newest entries and the totals per currency over the whole ledger.
-func (s *Service) Ledger(ctx context.Context) ([]LedgerEntry, []LedgerTotal, error) {
-	entries, err := s.ledgerEntries(ctx, `true`)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := s.db.Query(ctx, `SELECT currency,
-		coalesce(sum(amount) FILTER (WHERE entry_type = 'PaymentReceived'), 0)::bigint,
-		coalesce(sum(abs(amount)) FILTER (WHERE entry_type = 'RefundIssued'), 0)::bigint, -- whatever sign refunds are written with
-		count(*) FROM accounting_entries GROUP BY currency ORDER BY currency`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ledger totals: %w", err)
-	}
-	totals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerTotal, error) {
-		var t LedgerTotal
-		err := r.Scan(&t.Currency, &t.Received, &t.Refunded, &t.Entries)
-		return t, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("ledger totals: %w", err)
-	}
-	return entries, totals, nil
 }

@@ -63,6 +63,8 @@ type CreateResult struct {
 // idempotency key and reference derived from the session id, so a repeat after a lost answer
 // cannot create a second gateway payment and a concurrent Create never waits for the gateway.
 func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (CreateResult, error) {
+	ctx, span := s.startSpan(ctx, "payments.create", "", in.OrderID)
+	defer span.End()
 	if err := in.Validate(); err != nil {
 		return CreateResult{}, err
 	}
@@ -70,6 +72,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	if err != nil {
 		return CreateResult{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	if !created {
 		return CreateResult{Session: sess}, nil
 	}
@@ -84,6 +87,8 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 }
 
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
+	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
+	defer span.End()
 	now := s.cfg.Clock.Now()
 	var out Session
 	var created bool
@@ -144,6 +149,7 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	if err != nil {
 		return Session{}, false, err
 	}
+	span.SetAttributes(AttrSessionID.String(out.ID))
 	return out, created, nil
 }
 
@@ -151,6 +157,8 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 // answer: Registered (ok), Unknown (the gateway may have acted), Failed (a definitive refusal).
 // Not sent leaves it Registering for the sweeper: certain nothing happened, safe to repeat.
 func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Session, error) {
+	ctx, span := s.startSpan(ctx, "payments.register", sess.ID, sess.OrderID)
+	defer span.End()
 	req := RegisterRequest{
 		IdempotencyKey: sess.ID,
 		Reference:      sess.Reference(),

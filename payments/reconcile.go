@@ -500,6 +500,8 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 // on the difference (see the top of this file). An error means the session was not compared to
 // the end; everything it did is idempotent, so doing it again is safe.
 func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *ReconcileReport) error {
+	ctx, span := s.startSpan(ctx, "payments.reconcile", sess.ID, sess.OrderID)
+	defer span.End()
 	actor := Actor{Kind: ActorSystem, ID: "reconcile:" + s.cfg.ReplicaID}
 	started := time.Now()
 	found, err := s.gw.FindByReference(ctx, sess.Reference())

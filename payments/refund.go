@@ -81,10 +81,13 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 	if in.RequestKey == "" {
 		in.RequestKey = uuid.NewString()
 	}
+	ctx, span := s.startSpan(ctx, "payments.refund", in.PaymentID, "")
+	defer span.End()
 	sess, err := s.Get(ctx, in.PaymentID)
 	if err != nil {
 		return RefundResult{}, err
 	}
+	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Refund
 	var created bool
@@ -144,6 +147,8 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 // driveRefund asks the gateway to refund with the refund's own id as the key and applies the
 // answer. A repeat with the same key returns the gateway's refund as it is now.
 func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
+	ctx, span := s.startSpan(ctx, "payments.refund.drive", sess.ID, sess.OrderID)
+	defer span.End()
 	started := time.Now()
 	gr, gerr := s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount)
 	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, gerr)

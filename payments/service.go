@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ActorKind says who caused a change (timeline, audit).
@@ -82,6 +83,11 @@ type Hooks struct {
 	AfterCancelLock func(ctx context.Context, sessionID string)
 	// AfterSweepClaim runs after a sweeper committed its claim of due sessions.
 	AfterSweepClaim func(ctx context.Context, ids []string)
+	// AfterCheckNowClaim runs inside CheckNow's claim transaction, after the claim statement and
+	// before the commit, with the sessions it claimed.
+	AfterCheckNowClaim func(ctx context.Context, ids []string)
+	// AfterResolutionLock runs inside ApproveResolution once the order and session rows are locked.
+	AfterResolutionLock func(ctx context.Context, sessionID string)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
@@ -115,15 +121,18 @@ type Config struct {
 	// so it never races the Create that is still registering it.
 	RegisterGrace time.Duration
 	Hooks         Hooks
+	// TracerProvider makes the spans of core operations (tracing.go). Nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the locking core. It is safe for concurrent use; all coordination between
 // goroutines and replicas happens in PostgreSQL.
 type Service struct {
-	db  *pgxpool.Pool
-	gw  Gateway
-	cfg Config
-	log *slog.Logger
+	db     *pgxpool.Pool
+	gw     Gateway
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -163,7 +172,7 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider)}
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -272,6 +281,10 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "accounting_entries_one_payment_received":
 			return &Error{Code: ECONFLICT, Message: "the order already has a PaymentReceived entry", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "resolution_proposals_one_open":
+			return &Error{Code: ECONFLICT, Message: "a proposal for this payment already waits for approval", Err: err}
+		case pe.Code == "23514" && pe.ConstraintName == "resolution_proposals_four_eyes":
+			return &Error{Code: EFORBIDDEN, Message: errSelfApproval.Message, Err: err}
 		case pe.Code == "40P01":
 			// A deadlock is a bug in the lock order, not a retry case: report it loudly.
 			return fmt.Errorf("%s: DEADLOCK (lock order violated): %w", op, err)
@@ -282,7 +295,8 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
-func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
+	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return dbError(op+": begin", err, "")
@@ -372,9 +386,16 @@ func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID stri
 // logGatewayCall records one gateway call outside any transaction (it must survive a rollback of
 // whatever follows: the call happened).
 func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string, started time.Time, err error) {
+	s.logGatewayAnswer(ctx, sessionID, op, key, started, err, "")
+}
+
+// logGatewayAnswer is logGatewayCall with what the gateway answered ("gateway says pending"),
+// kept as the detail of a call that succeeded: the finance workbench shows each stuck session's
+// last answer.
+func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key string, started time.Time, err error, answer string) {
 	outcome := "ok"
 	status := 0
-	detail := ""
+	detail := answer
 	if err != nil {
 		outcome = string(FailureOf(err))
 		var ge *GatewayError

@@ -91,6 +91,9 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 		return EventResult{}, Invalid("id", "the event has no id")
 	}
 	ctx = context.WithoutCancel(ctx) // the gateway may hang up; what we started must be recorded
+	ctx, span := s.startSpan(ctx, "payments.webhook", "", "")
+	defer span.End()
+	span.SetAttributes(attrEventID.String(ev.ID), attrEventType.String(ev.Type))
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString()
 	var (

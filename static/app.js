@@ -9,3 +9,15 @@ document.addEventListener("htmx:configRequest", function (e) {
     e.detail.headers["X-CSRF-Token"] = meta.content;
   }
 });
+
+// A "select all" box ticks every row box of its form (the finance workbench). Without
+// JavaScript each row is ticked by hand; the form works the same.
+document.addEventListener("change", function (e) {
+  var box = e.target;
+  if (!box.classList || !box.classList.contains("select-all") || !box.form) {
+    return;
+  }
+  box.form.querySelectorAll('input[type="checkbox"][name="id"]').forEach(function (row) {
+    row.checked = box.checked;
+  });
+});

@@ -2,7 +2,6 @@ package views
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,20 +14,7 @@ import (
 // Money shows an amount in minor units as people read it: Money(1999, "EUR") = "19.99 EUR",
 // Money(500, "JPY") = "500 JPY", Money(1500, "KWD") = "1.500 KWD".
 func Money(amount int64, currency string) string {
-	digits := payments.MinorUnitDigits(currency)
-	sign := ""
-	u := uint64(amount)
-	if amount < 0 {
-		sign, u = "-", uint64(-amount)
-	}
-	s := strconv.FormatUint(u, 10)
-	if digits > 0 {
-		if len(s) <= digits {
-			s = strings.Repeat("0", digits-len(s)+1) + s
-		}
-		s = s[:len(s)-digits] + "." + s[len(s)-digits:]
-	}
-	return strings.TrimSpace(sign + s + " " + currency)
+	return strings.TrimSpace(payments.FormatMinor(amount, currency) + " " + currency)
 }
 
 // When shows a time in UTC to the second.
@@ -72,12 +58,7 @@ func Relative(now, t time.Time) string {
 }
 
 // Short is the head of an id, enough to tell payments apart in a list.
-func Short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
+func Short(id string) string { return payments.Short(id) }
 
 // StatusClass is the CSS class of a status badge.
 func StatusClass(s payments.Status) string {

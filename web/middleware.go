@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // requestLogger writes one structured line per request. The error itself is handed to the
@@ -33,7 +34,7 @@ func requestLogger(log *slog.Logger) echo.MiddlewareFunc {
 			if v.Status >= 500 {
 				level = slog.LevelWarn // the error handler has logged the cause at ERROR
 			}
-			log.LogAttrs(context.Background(), level, "http request",
+			attrs := []slog.Attr{
 				slog.String("method", v.Method),
 				slog.String("uri", redactedURI(c.Request().URL)),
 				slog.Int("status", v.Status),
@@ -41,7 +42,13 @@ func requestLogger(log *slog.Logger) echo.MiddlewareFunc {
 				slog.Int64("bytes", v.ResponseSize),
 				slog.String("remote_ip", v.RemoteIP),
 				slog.String("request_id", v.RequestID),
-			)
+			}
+			// With tracing on, the line names its trace: from a slow or failed request in the
+			// log straight to where its time went.
+			if sc := trace.SpanContextFromContext(c.Request().Context()); sc.IsSampled() {
+				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+			}
+			log.LogAttrs(context.Background(), level, "http request", attrs...)
 			return nil
 		},
 	})

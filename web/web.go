@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"pitlane/access"
 	"pitlane/handlers"
@@ -54,6 +55,9 @@ type Deps struct {
 	// MerchantName (MERCHANT_NAME) is whom customers pay, shown on every checkout page and the
 	// checkout's error pages. "": handlers.DefaultMerchantName.
 	MerchantName string
+	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
+	// provider, a no-op unless the process installed one.
+	TracerProvider trace.TracerProvider
 }
 
 // New builds the Echo instance with middleware, error handler and routes.
@@ -90,6 +94,7 @@ func New(d Deps) *echo.Echo {
 	// outside recovery so a panic is logged as the 500 it becomes.
 	e.Use(securityHeaders(d.HSTS))
 	e.Use(middleware.RequestID())
+	e.Use(tracing(d.TracerProvider)) // outside the logger: its span is in the request's log line
 	e.Use(d.Metrics.middleware())
 	e.Use(requestLogger(d.Logger))
 	e.Use(recoverer())

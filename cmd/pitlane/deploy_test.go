@@ -216,9 +216,9 @@ func TestDeploySystemdUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const releaseBound = 5 * time.Second // RunSweeper's bound on giving leases back
-	if need := shutdownGrace + defaults.GatewayTimeout + releaseBound; stop <= need {
-		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + GATEWAY_TIMEOUT %s + lease release %s)",
-			stop, need, shutdownGrace, defaults.GatewayTimeout, releaseBound)
+	if need := shutdownGrace + defaults.GatewayTimeout + releaseBound + tracingFlushTimeout; stop <= need {
+		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + GATEWAY_TIMEOUT %s + lease release %s + last spans %s)",
+			stop, need, shutdownGrace, defaults.GatewayTimeout, releaseBound, tracingFlushTimeout)
 	}
 
 	// systemd's own reading of the unit, with ExecStart pointing at a binary that exists here.

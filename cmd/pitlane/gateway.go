@@ -3,13 +3,16 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"pitlane/internal/config"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gwmetrics"
+	"pitlane/payments/gateway/gwtrace"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/web"
@@ -52,10 +55,10 @@ func buildGateway(cfg config.Config, logger *slog.Logger, command string) (payme
 	switch cfg.Gateway {
 	case config.GatewayStripe:
 		gw, err = stripegw.New(stripegw.Options{SecretKey: cfg.GatewayAPIKey, BaseURL: cfg.GatewayURL, Timeout: cfg.GatewayTimeout,
-			Logger: logger.With("component", "stripe")})
+			Logger: logger.With("component", "stripe"), HTTPClient: tracedClient()})
 		newVerifier = func(secrets []string) (payments.WebhookVerifier, error) { return stripegw.NewWebhookVerifier(secrets) }
 	default:
-		gw, err = refgw.New(refgw.Options{BaseURL: cfg.GatewayURL, APIKey: cfg.GatewayAPIKey, Timeout: cfg.GatewayTimeout})
+		gw, err = refgw.New(refgw.Options{BaseURL: cfg.GatewayURL, APIKey: cfg.GatewayAPIKey, Timeout: cfg.GatewayTimeout, HTTPClient: tracedClient()})
 		newVerifier = func(secrets []string) (payments.WebhookVerifier, error) { return refgw.NewWebhookVerifier(secrets) }
 	}
 	if err != nil {
@@ -72,9 +75,10 @@ func buildGateway(cfg config.Config, logger *slog.Logger, command string) (payme
 	return gw, verifier, nil
 }
 
-// newService builds the locking core over the configured gateway, measured into metrics, and
-// returns the gateway's webhook verifier with it (nil without GATEWAY_WEBHOOK_SECRET).
-func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metrics *web.Metrics) (*payments.Service, payments.WebhookVerifier, error) {
+// newService builds the locking core over the configured gateway, measured into metrics and
+// traced into tp, and returns the gateway's webhook verifier with it (nil without
+// GATEWAY_WEBHOOK_SECRET).
+func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metrics *web.Metrics, tp trace.TracerProvider) (*payments.Service, payments.WebhookVerifier, error) {
 	gw, verifier, err := buildGateway(cfg, logger, "serve")
 	if err != nil {
 		return nil, nil, err
@@ -84,11 +88,12 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		return nil, nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	pcfg := payments.Config{
-		Gateway:    measured,
-		Logger:     logger.With("component", "payments"),
-		ReplicaID:  cfg.ReplicaID,
-		CodeSecret: cfg.SecretKey,
-		ReturnURL:  returnURL(cfg.PublicBaseURL),
+		Gateway:        gwtrace.Wrap(measured, tp),
+		TracerProvider: tp,
+		Logger:         logger.With("component", "payments"),
+		ReplicaID:      cfg.ReplicaID,
+		CodeSecret:     cfg.SecretKey,
+		ReturnURL:      returnURL(cfg.PublicBaseURL),
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
@@ -99,6 +104,10 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 	}
 	return payments.NewService(pool, pcfg), verifier, nil
 }
+
+// tracedClient is the adapters' HTTP client: it sends the trace context of each gateway call in
+// the traceparent header (nothing when tracing is off).
+func tracedClient() *http.Client { return &http.Client{Transport: gwtrace.Transport(nil)} }
 
 // returnURL is where the gateway sends the customer after paying: the order's checkout page.
 func returnURL(publicBase string) func(payments.Session) string {

@@ -227,12 +227,19 @@ func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 // returned. base is the URL run announced once it listened.
 func startRun(t *testing.T, cfg config.Config, pool *pgxpool.Pool) (base string, stop func() error) {
 	t.Helper()
+	return startServeWith(t, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})
+}
+
+// startServeWith is startRun with a logger and options of the test's (opts.ready is set here).
+func startServeWith(t *testing.T, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts serveOptions) (base string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
+	opts.ready = func(u string) { urls <- u }
 	go func() {
-		done <- run(ctx, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func(u string) { urls <- u })
+		done <- serveWith(ctx, cfg, pool, logger, opts)
 	}()
 	select {
 	case base = <-urls:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"pitlane/access"
 	"pitlane/handlers"
@@ -108,6 +109,8 @@ type serveOptions struct {
 	prepare func(ctx context.Context, cfg *config.Config) (stop func(), err error)
 	// started runs once the server serves and the sweeper runs (dev seeds its demo data).
 	started func(ctx context.Context, cfg config.Config, svc *payments.Service) error
+	// tracing replaces the tracer provider built from OTEL_* (tests: an in-memory exporter).
+	tracing trace.TracerProvider
 }
 
 // serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
@@ -140,8 +143,15 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		defer stop()
 	}
 
+	tp, stopTracing, err := startTracing(ctx, cfg, logger, opts.tracing)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopTracing() // deferred before the server and the sweeper stop: runs after them
+
 	metrics := web.NewMetrics()
-	svc, verifier, err := newService(cfg, pool, logger, metrics)
+	svc, verifier, err := newService(cfg, pool, logger, metrics, tp)
 	if err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
@@ -176,6 +186,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Metrics:          metrics,
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		MerchantName:     cfg.Merchant(),
+		TracerProvider:   tp,
 	})
 	srv := httpServer(e, cfg, logger)
 

@@ -57,6 +57,9 @@ type Config struct {
 	// MerchantName (MERCHANT_NAME) is whom customers pay: every checkout page shows it. "" when
 	// unset: see Merchant for what is shown then; `dev` sets DevMerchantName.
 	MerchantName string
+	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
+	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
+	OTLPTracesEndpoint string
 }
 
 // DevMerchantName is the merchant `pitlane dev` shows on its checkout pages unless MERCHANT_NAME
@@ -177,6 +180,9 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
 		c.SecretKey = []byte(v)
+	}
+	if c.OTLPTracesEndpoint, err = tracesEndpoint(getenv); err != nil {
+		return c, err
 	}
 	return c, nil
 }

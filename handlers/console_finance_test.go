@@ -1,0 +1,256 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/csv"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"pitlane/access"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// stuckBench: a finance user and an admin, two stuck payments (one Unknown, one Registered and
+// flagged, the gateway having captured it), one too young to be stuck.
+func stuckBench(t *testing.T) (b *consoleBench, unknown, flagged, young payments.Session) {
+	b = newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	unknown = b.payment(t, "o-unknown", 5000)
+	flagged = b.payment(t, "o-flagged", 1200)
+	b.gw.SetStatus(flagged.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out',
+		next_check_at = NULL, check_attempts = 17 WHERE id = $1`, flagged.ID, consoleT0); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(payments.SettleWithin)
+	young = b.payment(t, "o-young", 700)
+	return b, unknown, flagged, young
+}
+
+// TestStuckMoneyPage: the workbench lists the stuck payments with their totals, filters them,
+// serves its live part to htmx, and "Check now" (one row, or the ticked ones) asks the gateway
+// once per payment: a second click within the cooldown asks nothing and says so.
+func TestStuckMoneyPage(t *testing.T) {
+	t.Parallel()
+	b, unknown, flagged, young := stuckBench(t)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+
+	doc := page(t, fin.get("/finance/stuck"), http.StatusOK)
+	rows := doc.Find(testid("stuck-row"))
+	if rows.Length() != 2 || doc.Find(`[data-testid="stuck-row"][data-id="`+young.ID+`"]`).Length() != 0 {
+		t.Fatalf("%d stuck rows:\n%s", rows.Length(), text(doc, "stuck-table"))
+	}
+	frow := doc.Find(`[data-testid="stuck-row"][data-id="` + flagged.ID + `"]`)
+	for id, want := range map[string]string{"stuck-status": "Registered", "stuck-attempts": "17", "stuck-flag": "schedule ran out",
+		"stuck-amount": "12.00 EUR", "stuck-age": "15m", "stuck-last-call": "register: ok"} {
+		if got := strings.TrimSpace(frow.Find(testid(id)).Text()); !strings.Contains(got, want) {
+			t.Errorf("flagged row %s = %q, want %q", id, got, want)
+		}
+	}
+	if got := doc.Find(`[data-testid="stuck-total"][data-state="Unknown"] [data-testid="stuck-total-amount"]`).Text(); got != "50.00 EUR" {
+		t.Errorf("Unknown EUR total = %q", got)
+	}
+	if doc.Find(testid("stuck-propose")).Length() != 2 {
+		t.Error("a flagged and an Unknown payment are both settleable by hand")
+	}
+	doc = page(t, fin.get("/finance/stuck?state=Unknown&sort=amount&age=1h"), http.StatusOK)
+	wantText(t, doc, "stuck-none", "Nothing is stuck")
+	doc = page(t, fin.get("/finance/stuck?state=Unknown"), http.StatusOK)
+	if rows := doc.Find(testid("stuck-row")); rows.Length() != 1 || rows.AttrOr("data-id", "") != unknown.ID {
+		t.Fatalf("state filter: %d rows", rows.Length())
+	}
+	page(t, fin.get("/finance/stuck?currency=EURO"), http.StatusUnprocessableEntity)
+	rec := fin.get("/finance/stuck", "HX-Request", "true")
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "<html") || !strings.Contains(rec.Body.String(), `id="stuck-live"`) {
+		t.Fatalf("htmx: %d %s", rec.Code, rec.Body)
+	}
+
+	// Check now on one row: the flagged payment is Completed; back to the same filtered page.
+	back := "/finance/stuck?flagged=yes"
+	rec = fin.post("/finance/stuck/check", url.Values{"one": {flagged.ID}, "id": {unknown.ID}, "back": {back}})
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != back {
+		t.Fatalf("check one: %d %s", rec.Code, rec.Header().Get("Location"))
+	}
+	doc = page(t, fin.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "Checked 1, skipped 0. "+flagged.ID[:8]+": Registered → Completed")
+	if n := b.gw.PaymentCalls(fakegw.OpStatus, flagged.GatewayPaymentID); n != 1 {
+		t.Fatalf("status calls = %d", n)
+	}
+	// The ticked rows, twice (the second within the cooldown): one look each.
+	form := url.Values{"id": {unknown.ID, flagged.ID}, "back": {"https://evil.example/"}}
+	rec = fin.post("/finance/stuck/check", form)
+	if rec.Header().Get("Location") != "/finance/stuck" {
+		t.Fatalf("redirect to %q", rec.Header().Get("Location"))
+	}
+	doc = page(t, fin.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "Checked 1, skipped 1")
+	wantText(t, doc, "flash", "already Completed")
+	doc = page(t, fin.follow(fin.post("/finance/stuck/check", form)), http.StatusOK)
+	wantText(t, doc, "flash", "Checked 0, skipped 2")
+	wantText(t, doc, "flash", "being checked by fin@example.com")
+	if n := b.gw.Calls(fakegw.OpFind); n != 1 {
+		t.Fatalf("find calls for the Unknown payment = %d, want 1", n)
+	}
+	doc = page(t, fin.follow(fin.post("/finance/stuck/check", url.Values{})), http.StatusOK)
+	wantText(t, doc, "flash-error", "select at least one payment")
+	if n := b.audits(t, payments.AuditPaymentCheck, ""); n != 2 {
+		t.Fatalf("audited checks = %d, want 2", n)
+	}
+}
+
+// TestResolutionPages: propose through the form (a refusal shows the form again with the
+// reason), the proposer's approval is refused with a readable message, a second person
+// approves: Completed, one ledger entry. A rejection needs a note.
+func TestResolutionPages(t *testing.T) {
+	t.Parallel()
+	b, unknown, flagged, young := stuckBench(t)
+	fin, fin2, adm := b.agent(t), b.agent(t), b.agent(t)
+	fin.login("fin@example.com")
+	fin2.login("fin2@example.com")
+	adm.login("adm@example.com")
+
+	doc := page(t, fin.get("/finance/resolutions/new?session="+young.ID), http.StatusOK)
+	wantText(t, doc, "propose-not-settleable", "Registered")
+	if doc.Find(testid("propose-form")).Length() != 0 {
+		t.Fatal("a payment on schedule offers a proposal form")
+	}
+	doc = page(t, fin.get("/finance/resolutions/new?session="+flagged.ID), http.StatusOK)
+	wantText(t, doc, "propose-why", "flagged: schedule ran out")
+	if doc.Find(testid("propose-outcome-Canceled")).Length() != 0 || doc.Find(testid("propose-outcome-Completed")).Length() != 1 {
+		t.Fatal("a Registered payment must offer Completed and Failed, not Canceled")
+	}
+	doc = page(t, fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"}, "reason": {"paid"}}), http.StatusUnprocessableEntity)
+	if f, _ := doc.Find(testid("propose-error")).Attr("data-field"); f != "evidence" {
+		t.Fatalf("error field %q: %s", f, text(doc, "propose-error"))
+	}
+	if v := doc.Find(testid("propose-reason")).Text(); v != "paid" {
+		t.Errorf("the form lost the reason: %q", v)
+	}
+	page(t, fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Canceled"}, "reason": {"r"}, "evidence": {"e"}}), http.StatusConflict)
+	rec := fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"},
+		"reason": {"the gateway captured it"}, "evidence": {"dashboard screenshot, ticket FIN-9"}})
+	if loc := rec.Header().Get("Location"); !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
+		t.Fatalf("propose → %d %s %s", rec.Code, loc, rec.Body)
+	}
+	proposal := strings.TrimPrefix(rec.Header().Get("Location"), "/finance/resolutions#proposal-")
+	doc = page(t, fin.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "A second finance or admin user must approve it")
+	wantText(t, doc, "resolution-own", "You proposed this")
+	action, _ := doc.Find(`[data-testid="resolution-row"][data-id="` + proposal + `"] [data-testid="approve-form"]`).Attr("action")
+
+	doc = page(t, fin.follow(fin.post(action, nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "you proposed this outcome: a second finance or admin user must approve it")
+	doc = page(t, fin2.get("/finance/resolutions"), http.StatusOK)
+	if doc.Find(testid("resolution-own")).Length() != 0 {
+		t.Error("a second person is told they proposed it")
+	}
+	doc = page(t, fin2.follow(fin2.post(action, nil)), http.StatusOK)
+	wantText(t, doc, "flash", "is Completed")
+	wantText(t, doc, "resolutions-decided", "approved")
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1 AND entry_type = 'PaymentReceived'`, flagged.ID); n != 1 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+	doc = page(t, adm.follow(adm.post(action, nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "already approved by fin2@example.com")
+
+	// A rejection: the note is required; the payment stays as it was.
+	rec = fin.post("/finance/resolutions", url.Values{"session": {unknown.ID}, "outcome": {"Failed"}, "reason": {"r"}, "evidence": {"e"}})
+	doc = page(t, fin.follow(rec), http.StatusOK)
+	reject, _ := doc.Find(`[data-testid="resolution-row"][data-session="` + unknown.ID + `"] [data-testid="reject-form"]`).Attr("action")
+	doc = page(t, adm.follow(adm.post(reject, url.Values{"note": {" "}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "say why the proposal is rejected")
+	doc = page(t, adm.follow(adm.post(reject, url.Values{"note": {"the bank shows nothing yet"}})), http.StatusOK)
+	wantText(t, doc, "flash", "rejected")
+	if s, _ := b.svc.Get(context.Background(), unknown.ID); s.Status != payments.StatusUnknown {
+		t.Fatalf("rejected proposal changed the payment: %s", s.Status)
+	}
+	for action, want := range map[string]int{payments.AuditResolutionPropose: 2, payments.AuditResolutionApprove: 1, payments.AuditResolutionReject: 1} {
+		if n := b.audits(t, action, ""); n != want {
+			t.Errorf("%s audited %d times, want %d", action, n, want)
+		}
+	}
+	page(t, fin.get("/finance/resolutions/new?session=nope"), http.StatusNotFound)
+	page(t, adm.post("/finance/resolutions/x/approve", nil), http.StatusNotFound)
+}
+
+// TestLedgerCSVExport: the trial balance per currency under a filter, and the CSV of the same
+// entries, streamed (flushed as it goes), formula-safe, audited; a bad filter sends nothing.
+func TestLedgerCSVExport(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	ctx := context.Background()
+	for i, o := range []struct {
+		order    string
+		amount   int64
+		currency string
+	}{{"-A1", 1999, "EUR"}, {"o-usd", 500, "USD"}, {"o-eur", 1, "EUR"}} {
+		s, err := b.svc.Create(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, payments.CreateInput{OrderID: o.order, Amount: o.amount, Currency: o.currency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.gw.SetStatus(s.Session.GatewayPaymentID, payments.GatewaySucceeded)
+		if _, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.Session.ID); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 { // volume for the stream: refunds booked straight into the ledger
+			if _, err := b.pool.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+				SELECT '-A1', $1, 'RefundIssued', 1, 'EUR', $2 FROM generate_series(1, 1200)`, s.Session.ID, consoleT0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+
+	doc := page(t, fin.get("/finance/ledger?currency=EUR&from=2026-11-30&to=2026-11-30"), http.StatusOK)
+	wantText(t, doc, "total-received", "20.00 EUR")
+	wantText(t, doc, "total-refunded", "12.00 EUR")
+	wantText(t, doc, "total-net", "8.00 EUR")
+	if doc.Find(testid("total-row")).Length() != 1 {
+		t.Fatal("the currency filter shows other currencies")
+	}
+	href, _ := doc.Find(testid("ledger-export")).Attr("href")
+	if href != "/finance/ledger.csv?currency=EUR&from=2026-11-30&to=2026-11-30" {
+		t.Fatalf("export link %q", href)
+	}
+	doc = page(t, fin.get("/finance/ledger?from=2026-12-01"), http.StatusOK)
+	wantText(t, doc, "ledger-empty", "No entries")
+
+	rec := fin.get(href)
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/csv; charset=utf-8" ||
+		!strings.HasPrefix(rec.Header().Get("Content-Disposition"), "attachment;") || !rec.Flushed {
+		t.Fatalf("csv: %d %v flushed=%v", rec.Code, rec.Header(), rec.Flushed)
+	}
+	recs, err := csv.NewReader(strings.NewReader(rec.Body.String())).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1+2+1200 || strings.Join(recs[0], ",") != "id,created_at,entry_type,order_id,payment_id,refund_id,currency,amount_minor,amount" {
+		t.Fatalf("%d records, header %v", len(recs), recs[0])
+	}
+	first := recs[1]
+	if first[2] != "PaymentReceived" || first[3] != "'-A1" || first[6] != "EUR" || first[7] != "1999" || first[8] != "19.99" {
+		t.Fatalf("first entry = %v", first)
+	}
+	rec = fin.get("/finance/ledger.csv?type=RefundIssued&currency=USD")
+	if recs, _ := csv.NewReader(strings.NewReader(rec.Body.String())).ReadAll(); len(recs) != 1 {
+		t.Fatalf("USD refunds: %v", recs)
+	}
+	if rec := fin.get("/finance/ledger.csv?from=30.11.2026"); rec.Code != http.StatusUnprocessableEntity || strings.Contains(rec.Body.String(), "entry_type") {
+		t.Fatalf("bad date: %d %s", rec.Code, rec.Body)
+	}
+	if n := b.audits(t, payments.AuditLedgerExport, "ledger"); n != 2 {
+		t.Fatalf("exports audited %d times, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND detail LIKE 'rows 1202,%'`, payments.AuditLedgerExport); n != 1 {
+		t.Fatal("the export's audit entry lacks its row count")
+	}
+}

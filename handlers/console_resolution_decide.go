@@ -1,0 +1,64 @@
+package handlers
+
+import (
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/views"
+)
+
+// resolutionID reads the proposal id of the path; a malformed one is the same 404 as an unknown.
+func resolutionID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil {
+		return 0, notFound("proposal")
+	}
+	return id, nil
+}
+
+// ApproveResolution: POST /finance/resolutions/:id/approve. The second pair of eyes: the outcome
+// is applied through the one transition function with the ledger rules, audited, in one
+// transaction (payments.ApproveResolution). The proposer is refused with a readable message.
+func (h *Console) ApproveResolution(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id, err := resolutionID(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.svc.ApproveResolution(c.Request().Context(), st, id)
+	msg := ""
+	if err == nil {
+		msg = "Proposal " + r.Target() + " approved: payment " + views.Short(r.SessionID) + " of order " + r.OrderID +
+			" is " + string(r.SessionStatus) + "."
+	}
+	return h.done(c, "/finance/resolutions", msg, err)
+}
+
+// RejectResolution: POST /finance/resolutions/:id/reject with a note (required). Nothing
+// changes but the proposal; audited in the same transaction.
+func (h *Console) RejectResolution(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id, err := resolutionID(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.svc.RejectResolution(c.Request().Context(), st, id, c.FormValue("note"))
+	msg := ""
+	if err == nil {
+		msg = "Proposal " + r.Target() + " rejected; payment " + views.Short(r.SessionID) + " is unchanged."
+	}
+	return h.done(c, "/finance/resolutions", msg, err)
+}

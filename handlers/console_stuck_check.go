@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+)
+
+// CheckStuck: POST /finance/stuck/check with the ticked rows (id=…, repeated) or one row's
+// button (one=…). payments.CheckNow claims the payments before asking the gateway, so a double
+// click (two POSTs) asks once per payment; the second POST reports who is checking. Back to the
+// same page of the workbench, with what happened as the flash.
+func (h *Console) CheckStuck(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	back := c.FormValue("back")
+	if !strings.HasPrefix(back, "/finance/stuck") {
+		back = "/finance/stuck" // never a redirect elsewhere
+	}
+	form, err := c.FormParams()
+	if err != nil {
+		return err
+	}
+	ids := form["id"]
+	if one := c.FormValue("one"); one != "" {
+		ids = []string{one}
+	}
+	res, err := h.svc.CheckNow(c.Request().Context(), st, ids)
+	if err != nil {
+		return h.done(c, back, "", err)
+	}
+	msg, failed := checkNowSummary(res)
+	h.auth.Flash(c, !failed, msg)
+	return h.done(c, back, "", nil)
+}
+
+// checkNowSummary says in one line what "Check now" did with each payment (the first ten).
+func checkNowSummary(res []payments.CheckNowResult) (string, bool) {
+	var checked, skipped int
+	failed := false
+	var parts []string
+	for i, r := range res {
+		var part string
+		switch {
+		case r.Skipped != "":
+			skipped++
+			part = "skipped, " + r.Skipped
+		case r.Err != nil:
+			checked++
+			failed = true
+			part = payments.ErrorMessage(r.Err)
+		default:
+			checked++
+			part = string(r.Before) + " → " + string(r.After)
+		}
+		if i < 10 {
+			parts = append(parts, views.Short(r.SessionID)+": "+part)
+		}
+	}
+	if len(res) > 10 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(res)-10))
+	}
+	return fmt.Sprintf("Checked %d, skipped %d. %s.", checked, skipped, strings.Join(parts, "; ")), failed
+}

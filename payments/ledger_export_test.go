@@ -1,0 +1,102 @@
+package payments_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+)
+
+// ledgerDay books a completed payment of amount in currency on day d (t0 + d days), and a
+// refund of refund when it is > 0.
+func (b *bench) ledgerDay(t *testing.T, d int, order string, amount int64, currency string, refund int64) {
+	t.Helper()
+	ctx := context.Background()
+	b.clock.Set(t0.Add(time.Duration(d) * 24 * time.Hour))
+	s := b.createIn(t, order, amount, currency)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if s, err := b.plain.Check(ctx, api, s.ID); err != nil || s.Status != payments.StatusCompleted {
+		t.Fatalf("complete %s: %s %v", order, s.Status, err)
+	}
+	if refund > 0 {
+		if _, err := b.plain.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: refund, RequestKey: order + "-refund"}); err != nil {
+			t.Fatalf("refund %s: %v", order, err)
+		}
+	}
+}
+
+// The export streams every entry under the filter, oldest first, with the refund it books; the
+// trial balance sums received − refunded per currency over the same dates and currency.
+func TestLedgerExportAndTrialBalance(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.ledgerDay(t, 0, "o-l1", 1000, "EUR", 0)
+	b.ledgerDay(t, 1, "o-l2", 2500, "EUR", 500)
+	b.ledgerDay(t, 1, "o-l3", 700, "USD", 0)
+	b.ledgerDay(t, 3, "o-l4", 900, "EUR", 900)
+
+	export := func(f payments.LedgerFilter) []string {
+		t.Helper()
+		var got []string
+		n, err := b.svc.ExportLedger(ctx, f, func(e payments.ExportedEntry) error {
+			s := e.OrderID + ":" + e.Type
+			if e.RefundID != "" {
+				s += ":refund"
+			}
+			got = append(got, s)
+			return nil
+		})
+		if err != nil || n != len(got) {
+			t.Fatalf("export %+v: %d %v", f, n, err)
+		}
+		return got
+	}
+	all := []string{"o-l1:PaymentReceived", "o-l2:PaymentReceived", "o-l2:RefundIssued:refund", "o-l3:PaymentReceived",
+		"o-l4:PaymentReceived", "o-l4:RefundIssued:refund"}
+	if got := export(payments.LedgerFilter{}); !slices.Equal(got, all) {
+		t.Fatalf("export all = %v", got)
+	}
+	day1 := payments.LedgerFilter{From: t0.Add(24 * time.Hour), To: t0.Add(48 * time.Hour)}
+	if got := export(day1); !slices.Equal(got, all[1:4]) {
+		t.Fatalf("export day 1 = %v", got)
+	}
+	if got := export(payments.LedgerFilter{Currency: "eur", Type: payments.EntryRefundIssued}); !slices.Equal(got, []string{all[2], all[5]}) {
+		t.Fatalf("export EUR refunds = %v", got)
+	}
+
+	tb, err := b.svc.TrialBalance(ctx, payments.LedgerFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []payments.LedgerTotal{{Currency: "EUR", Received: 4400, Refunded: 1400, Entries: 5}, {Currency: "USD", Received: 700, Entries: 1}}
+	if !slices.Equal(tb, want) || tb[0].Net() != 3000 {
+		t.Fatalf("trial balance = %+v, want %+v", tb, want)
+	}
+	// The entry-type filter does not halve a trial balance: both sides always count.
+	tb, err = b.svc.TrialBalance(ctx, payments.LedgerFilter{From: day1.From, To: day1.To, Currency: "EUR", Type: payments.EntryPaymentReceived})
+	if err != nil || !slices.Equal(tb, []payments.LedgerTotal{{Currency: "EUR", Received: 2500, Refunded: 500, Entries: 2}}) {
+		t.Fatalf("trial balance of EUR on day 1 = %+v %v", tb, err)
+	}
+
+	for _, bad := range []payments.LedgerFilter{{Currency: "EU"}, {Type: "Payout"}, {From: day1.To, To: day1.From}} {
+		if _, err := b.svc.ExportLedger(ctx, bad, func(payments.ExportedEntry) error { return nil }); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("export %+v: %v, want invalid", bad, err)
+		}
+	}
+}
+
+func TestFormatMinor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		amount   int64
+		currency string
+		want     string
+	}{{1999, "EUR", "19.99"}, {5, "EUR", "0.05"}, {-5, "EUR", "-0.05"}, {500, "JPY", "500"}, {1500, "KWD", "1.500"}} {
+		if got := payments.FormatMinor(c.amount, c.currency); got != c.want {
+			t.Errorf("FormatMinor(%d, %s) = %q, want %q", c.amount, c.currency, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,434 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Four-eyes manual resolution: a session the gateway will not settle (flagged by the patrol,
+// Unknown, or contradicted by the gateway) is settled by people. One finance user proposes an
+// outcome with a reason and evidence; a second finance or admin user approves it. The approved
+// outcome goes through applyTransition and the ledger rules like every other path, in the
+// approval's transaction.
+//
+// Which outcomes, from where (the transitions table decides; no edge was added for people):
+//   - Completed from any active state: the money arrived (evidence: the gateway's dashboard, a
+//     bank statement). completeOrder writes the one PaymentReceived entry; the order's
+//     AwaitingPayment guard and the unique index keep it at one.
+//   - Failed from any active state: no money was taken and none will be.
+//   - Canceled only from Canceling: Canceled means "reversed at the gateway", which needs the
+//     reverse operation a consumed cancel code created. A session without one that took no money
+//     is Failed; one that took money is Completed and then refunded. Letting people skip the
+//     reverse would make "Canceled" mean two things.
+//
+// After approval the gateway may still speak (a webhook, reconciliation, a Check from the
+// payment page); decide() turns any contradiction into a finance case and never changes the
+// settled status, so nothing changes silently. The session's open cases are resolved by the
+// approval, so such a later contradiction opens a fresh case instead of being swallowed by the
+// one-open-case-per-kind index.
+
+// Resolution proposal states: proposed → approved | rejected, by guarded UPDATEs only.
+const (
+	ResolutionProposed = "proposed"
+	ResolutionApproved = "approved"
+	ResolutionRejected = "rejected"
+)
+
+// Audit actions of finance's own work (beside those in staff_audit.go).
+const (
+	AuditResolutionPropose = "resolution.propose"
+	AuditResolutionApprove = "resolution.approve"
+	AuditResolutionReject  = "resolution.reject"
+	AuditLedgerExport      = "ledger.export"
+)
+
+// ResolutionOutcomes are the outcomes finance may propose.
+var ResolutionOutcomes = []Status{StatusCompleted, StatusFailed, StatusCanceled}
+
+// Bounds of a proposal's texts.
+const (
+	MaxReasonLength   = 2000
+	MaxEvidenceLength = 4000
+)
+
+// errSelfApproval is the refusal of approving one's own proposal.
+var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outcome: a second finance or admin user must approve it"}
+
+// Resolution is one proposal with its session's money and current status.
+type Resolution struct {
+	ID               int64
+	SessionID        string
+	OrderID          string
+	Outcome          Status
+	StatusAtProposal Status
+	Reason           string
+	Evidence         string
+	State            string
+	ProposedBy       string
+	ProposedAt       time.Time
+	DecidedBy        string
+	DecidedAt        *time.Time
+	DecisionNote     string
+	Amount           int64
+	Currency         string
+	SessionStatus    Status
+}
+
+// Pending reports whether the proposal waits for a decision.
+func (r Resolution) Pending() bool { return r.State == ResolutionProposed }
+
+// Target is how the proposal is named in messages.
+func (r Resolution) Target() string { return "#" + strconv.FormatInt(r.ID, 10) }
+
+// ProposalInput is what finance proposes.
+type ProposalInput struct {
+	SessionID string
+	Outcome   Status
+	Reason    string
+	Evidence  string
+}
+
+// Settleable says why a session may be settled by hand ("" when it may not): it is active, and
+// the patrol gave up on it (flagged), or we do not know whether the gateway has it (Unknown),
+// or the gateway contradicted it (an open gateway_mismatch case).
+func Settleable(s Session, mismatch bool) string {
+	if !s.Status.Active() {
+		return ""
+	}
+	switch {
+	case s.FlaggedAt != nil:
+		return "flagged: " + s.FlagReason
+	case s.Status == StatusUnknown:
+		return "Unknown: the gateway never confirmed the registration"
+	case mismatch:
+		return "the gateway's answer does not match (open gateway_mismatch case)"
+	}
+	return ""
+}
+
+// OutcomeRefusal says why outcome cannot be proposed for a session in cur ("" when it can).
+func OutcomeRefusal(cur, outcome Status) string {
+	switch {
+	case outcome != StatusCompleted && outcome != StatusFailed && outcome != StatusCanceled:
+		return "the outcome must be Completed, Failed or Canceled"
+	case outcome == StatusCanceled && cur != StatusCanceling:
+		return "only a Canceling payment (its reverse requested with the customer's code) can be marked Canceled; " +
+			"mark it Failed if no money was taken, or Completed and refund it if money was taken"
+	case !CanTransition(cur, outcome):
+		return fmt.Sprintf("a %s payment cannot become %s", cur, outcome)
+	}
+	return ""
+}
+
+// requiredText trims a text people must write (a note, a reason) and refuses it empty, with
+// missing as the message, or longer than max.
+func requiredText(field, s, missing string, max int) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", Invalid(field, "%s", missing)
+	}
+	if len(s) > max {
+		return "", Invalid(field, "the %s must be at most %d characters", field, max)
+	}
+	return s, nil
+}
+
+func (in ProposalInput) validate() (ProposalInput, error) {
+	if in.Outcome != StatusCompleted && in.Outcome != StatusFailed && in.Outcome != StatusCanceled {
+		return in, Invalid("outcome", "choose Completed, Failed or Canceled")
+	}
+	var err error
+	if in.Reason, err = requiredText("reason", in.Reason, "say why this outcome is right", MaxReasonLength); err != nil {
+		return in, err
+	}
+	in.Evidence, err = requiredText("evidence", in.Evidence, "give the evidence (gateway dashboard, bank statement, ticket)", MaxEvidenceLength)
+	return in, err
+}
+
+const resolutionColumns = `rp.id, rp.session_id::text, rp.order_id, rp.outcome, rp.status_at_proposal, rp.reason, rp.evidence,
+	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
+	ps.amount, ps.currency, ps.status`
+
+func scanResolution(row pgx.Row) (Resolution, error) {
+	var r Resolution
+	var outcome, at, cur string
+	err := row.Scan(&r.ID, &r.SessionID, &r.OrderID, &outcome, &at, &r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
+		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur)
+	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
+	return r, err
+}
+
+func getResolution(ctx context.Context, q querier, id int64) (Resolution, error) {
+	r, err := scanResolution(q.QueryRow(ctx, `SELECT `+resolutionColumns+`
+		FROM resolution_proposals rp JOIN payment_sessions ps ON ps.id = rp.session_id WHERE rp.id = $1`, id))
+	if err != nil {
+		return Resolution{}, dbError("get proposal", err, "proposal %d not found", id)
+	}
+	return r, nil
+}
+
+// hasOpenMismatch reports whether a gateway_mismatch case is open for the session.
+func hasOpenMismatch(ctx context.Context, q querier, sessionID string) (bool, error) {
+	var open bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL)`,
+		sessionID, CaseGatewayMismatch).Scan(&open)
+	if err != nil {
+		return false, fmt.Errorf("open mismatch: %w", err)
+	}
+	return open, nil
+}
+
+// SettleCandidate is a session as the proposal form shows it: why it may be settled by hand
+// ("" when it may not) and the proposal already waiting for it.
+type SettleCandidate struct {
+	Session  Session
+	Why      string
+	Pending  *Resolution
+	Outcomes []Status // the outcomes its state allows
+}
+
+// SettleCandidate reads what the proposal form needs about a session.
+func (s *Service) SettleCandidate(ctx context.Context, sessionID string) (SettleCandidate, error) {
+	sess, err := s.Get(ctx, sessionID)
+	if err != nil {
+		return SettleCandidate{}, err
+	}
+	mismatch, err := hasOpenMismatch(ctx, s.db, sess.ID)
+	if err != nil {
+		return SettleCandidate{}, err
+	}
+	c := SettleCandidate{Session: sess, Why: Settleable(sess, mismatch)}
+	for _, o := range ResolutionOutcomes {
+		if OutcomeRefusal(sess.Status, o) == "" {
+			c.Outcomes = append(c.Outcomes, o)
+		}
+	}
+	pending, err := s.ListResolutions(ctx, ResolutionFilter{SessionID: sess.ID, State: ResolutionProposed})
+	if err != nil {
+		return SettleCandidate{}, err
+	}
+	if len(pending) > 0 {
+		c.Pending = &pending[0]
+	}
+	return c, nil
+}
+
+// ProposeResolution records finance's proposed outcome for a flagged, Unknown or mismatched
+// session, audited in the same transaction. It changes no session: the order and session locks
+// only make the eligibility it checks the one a concurrent Check or approval leaves behind.
+func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalInput) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.propose", in.SessionID, "")
+	defer span.End()
+	in, err := in.validate()
+	if err != nil {
+		return Resolution{}, err
+	}
+	sess, err := s.Get(ctx, in.SessionID)
+	if err != nil {
+		return Resolution{}, err
+	}
+	now := s.cfg.Clock.Now()
+	var id int64
+	err = s.inTx(ctx, "propose resolution", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
+		if err != nil {
+			return err
+		}
+		if !cur.Status.Active() {
+			return Errorf(ECONFLICT, "payment %s is %s already: there is nothing to settle", Short(cur.ID), cur.Status)
+		}
+		if Settleable(cur, mismatch) == "" {
+			return Errorf(ECONFLICT, "only flagged, Unknown or mismatched payments are settled by hand; %s is %s and the patrol still looks at it",
+				Short(cur.ID), cur.Status)
+		}
+		if why := OutcomeRefusal(cur.Status, in.Outcome); why != "" {
+			return &Error{Code: ECONFLICT, Field: "outcome", Message: why}
+		}
+		var waiting int64
+		var waitingBy string
+		err = tx.QueryRow(ctx, `SELECT id, proposed_by FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`, cur.ID).Scan(&waiting, &waitingBy)
+		if err == nil {
+			return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("propose resolution: read pending: %w", err)
+		}
+		// The unique index resolution_proposals_one_open is the last line behind this read.
+		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, outcome, status_at_proposal, reason, evidence, proposed_by, proposed_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+			cur.ID, cur.OrderID, string(in.Outcome), string(cur.Status), in.Reason, in.Evidence, by.Email, now).Scan(&id); err != nil {
+			return dbError("propose resolution", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionPropose, Target: cur.ID,
+			Detail: fmt.Sprintf("#%d %s → %s: %s", id, cur.Status, in.Outcome, in.Reason)}, now)
+	})
+	if err != nil {
+		return Resolution{}, err
+	}
+	return getResolution(ctx, s.db, id)
+}
+
+// explainDecided turns a guarded UPDATE that found no proposal in state proposed into the
+// reason: unknown, decided already, or (approval) one's own.
+func explainDecided(ctx context.Context, q querier, id int64, by Staff, approving bool) error {
+	r, err := getResolution(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	if r.State != ResolutionProposed {
+		return Errorf(ECONFLICT, "proposal #%d was already %s by %s", id, r.State, r.DecidedBy)
+	}
+	if approving && r.ProposedBy == by.Email {
+		return errSelfApproval
+	}
+	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
+}
+
+// ApproveResolution applies a proposal: the outcome through applyTransition (Completed with the
+// order's one PaymentReceived entry), the session's open cases resolved, the approval audited —
+// one transaction under the order → session → finance lock order. The approver must not be the
+// proposer (checked here, by the guard of the UPDATE, and by the schema). Of two concurrent
+// approvals the second waits for the order lock and then finds the proposal approved.
+func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.approve", "", "")
+	defer span.End()
+	p, err := getResolution(ctx, s.db, id)
+	if err != nil {
+		return Resolution{}, err
+	}
+	ctx = traceSession(ctx, Session{ID: p.SessionID, OrderID: p.OrderID})
+	if p.Pending() && p.ProposedBy == by.Email {
+		return Resolution{}, errSelfApproval
+	}
+	now := s.cfg.Clock.Now()
+	err = s.inTx(ctx, "approve resolution", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
+		if err != nil {
+			return err
+		}
+		if h := s.cfg.Hooks.AfterResolutionLock; h != nil {
+			h(ctx, p.SessionID)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
+			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2`, id, by.Email, now)
+		if err != nil {
+			return dbError("approve resolution", err, "")
+		}
+		if tag.RowsAffected() != 1 {
+			return explainDecided(ctx, tx, id, by, true)
+		}
+		if cur.Status != p.StatusAtProposal {
+			return Errorf(ECONFLICT, "payment %s moved from %s to %s since the proposal; its evidence may be stale: reject it and propose again",
+				Short(cur.ID), p.StatusAtProposal, cur.Status)
+		}
+		reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
+		sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
+		if err != nil {
+			return err
+		}
+		switch p.Outcome {
+		case StatusCompleted:
+			if err := completeOrder(ctx, tx, sess, now); err != nil {
+				return err
+			}
+		case StatusCanceled:
+			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', detail = $2, updated_at = $3
+				WHERE session_id = $1 AND status = 'Pending'`, cur.ID, fmt.Sprintf("confirmed by people: resolution #%d", id), now); err != nil {
+				return fmt.Errorf("approve resolution: reverse: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+			WHERE session_id = $1 AND resolved_at IS NULL`, cur.ID, now, by.Email,
+			fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy)); err != nil {
+			return fmt.Errorf("approve resolution: cases: %w", err)
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+			Detail: fmt.Sprintf("#%d %s → %s (proposed by %s): %s", id, cur.Status, p.Outcome, p.ProposedBy, p.Reason)}, now)
+	})
+	if err != nil {
+		return Resolution{}, err
+	}
+	return getResolution(ctx, s.db, id)
+}
+
+// RejectResolution closes a proposal without effect, with a note (required). The proposer may
+// reject their own (a withdrawal needs no second pair of eyes). Only the proposal row changes,
+// so it takes no order or session lock; a concurrent approval holding them reaches the
+// proposal row after this or finds it rejected.
+func (s *Service) RejectResolution(ctx context.Context, by Staff, id int64, note string) (Resolution, error) {
+	ctx, span := s.startSpan(ctx, "payments.resolution.reject", "", "")
+	defer span.End()
+	note, err := requiredText("note", note, "say why the proposal is rejected", MaxReasonLength)
+	if err != nil {
+		return Resolution{}, err
+	}
+	now := s.cfg.Clock.Now()
+	err = s.inTx(ctx, "reject resolution", func(tx pgx.Tx) error {
+		var sessionID string
+		err := tx.QueryRow(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4
+			WHERE id = $1 AND state = 'proposed' RETURNING session_id::text`, id, by.Email, now, note).Scan(&sessionID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return explainDecided(ctx, tx, id, by, false)
+		}
+		if err != nil {
+			return dbError("reject resolution", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionReject, Target: sessionID,
+			Detail: fmt.Sprintf("#%d: %s", id, note)}, now)
+	})
+	if err != nil {
+		return Resolution{}, err
+	}
+	return getResolution(ctx, s.db, id)
+}
+
+// ResolutionFilter narrows ListResolutions. Zero values: every proposal, newest first, 100 rows.
+type ResolutionFilter struct {
+	State     string
+	SessionID string
+	Limit     int
+}
+
+// ListResolutions returns proposals newest first.
+func (s *Service) ListResolutions(ctx context.Context, f ResolutionFilter) ([]Resolution, error) {
+	if f.Limit <= 0 || f.Limit > 500 {
+		f.Limit = 100
+	}
+	var sessionID any
+	if f.SessionID != "" {
+		if !validUUID(f.SessionID) {
+			return nil, nil
+		}
+		sessionID = f.SessionID
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+resolutionColumns+`
+		FROM resolution_proposals rp JOIN payment_sessions ps ON ps.id = rp.session_id
+		WHERE ($1 = '' OR rp.state = $1) AND ($2::uuid IS NULL OR rp.session_id = $2::uuid)
+		ORDER BY rp.proposed_at DESC, rp.id DESC LIMIT $3`, f.State, sessionID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list proposals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Resolution, error) { return scanResolution(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list proposals: %w", err)
+	}
+	return out, nil
+}
+
+// Short is the head of an id, as messages to people name payments.
+func Short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -1,0 +1,414 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/telemetry/telemetrytest"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+var (
+	fin1 = payments.Staff{Email: "fin1@example.com", Role: "finance"}
+	fin2 = payments.Staff{Email: "fin2@example.com", Role: "finance"}
+	adm  = payments.Staff{Email: "adm@example.com", Role: "admin"}
+)
+
+// flagged creates a Registered session and flags it as the patrol does when its schedule runs
+// out (with the sweep_exhausted case).
+func (b *bench) flagged(t *testing.T, orderID string, amount int64) payments.Session {
+	t.Helper()
+	s := b.registered(t, orderID, amount)
+	b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`, s.ID, b.clock.Now())
+	b.exec(t, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at) VALUES ($1, $2, 'sweep_exhausted', 'x', $3)`, s.ID, orderID, b.clock.Now())
+	s, err := b.svc.Get(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (b *bench) propose(t *testing.T, by payments.Staff, id string, outcome payments.Status) payments.Resolution {
+	t.Helper()
+	r, err := b.svc.ProposeResolution(context.Background(), by, payments.ProposalInput{SessionID: id, Outcome: outcome,
+		Reason: "the customer's bank shows the charge", Evidence: "gateway dashboard: captured, ticket FIN-7"})
+	if err != nil {
+		t.Fatalf("propose %s: %v", outcome, err)
+	}
+	return r
+}
+
+func wantCode(t *testing.T, err error, code, msg string) {
+	t.Helper()
+	if payments.ErrorCode(err) != code || !strings.Contains(payments.ErrorMessage(err), msg) {
+		t.Fatalf("err = %v, want %s containing %q", err, code, msg)
+	}
+}
+
+// Propose → the proposer cannot approve → a second person approves → Completed through the one
+// transition, the order Paid, exactly one PaymentReceived entry, the session's cases resolved,
+// both steps audited. When the gateway later says something else, a case opens and nothing
+// changes.
+func TestResolutionFourEyesCompleted(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-4eyes", 4200)
+
+	p := b.propose(t, fin1, s.ID, payments.StatusCompleted)
+	if p.State != payments.ResolutionProposed || p.StatusAtProposal != payments.StatusRegistered || p.Amount != 4200 {
+		t.Fatalf("proposal = %+v", p)
+	}
+	_, err := b.svc.ApproveResolution(ctx, fin1, p.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "a second finance or admin user must approve")
+	if cur, _ := b.svc.Get(ctx, s.ID); cur.Status != payments.StatusRegistered {
+		t.Fatalf("self-approval changed the payment: %s", cur.Status)
+	}
+
+	a, err := b.svc.ApproveResolution(ctx, adm, p.ID)
+	if err != nil || a.State != payments.ResolutionApproved || a.DecidedBy != adm.Email || a.SessionStatus != payments.StatusCompleted {
+		t.Fatalf("approve = %+v, %v", a, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = 'o-4eyes' AND entry_type = 'PaymentReceived' AND amount = 4200`); n != 1 {
+		t.Fatalf("PaymentReceived entries = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE order_id = 'o-4eyes' AND status = 'Paid' AND paid_session_id = $1`, s.ID); n != 1 {
+		t.Fatal("order not Paid")
+	}
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status = 'Completed'
+		AND actor_kind = 'staff' AND actor_id = $2 AND reason LIKE 'four-eyes resolution #%proposed by fin1@example.com%'`, s.ID, adm.Email); n != 1 {
+		t.Fatal("no timeline event of the approval")
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 0 {
+		t.Fatalf("%d cases still open after the approval", n)
+	}
+	for action, who := range map[string]string{payments.AuditResolutionPropose: fin1.Email, payments.AuditResolutionApprove: adm.Email} {
+		if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = $2 AND target = $3`, action, who, s.ID); n != 1 {
+			t.Errorf("%s audited %d times", action, n)
+		}
+	}
+	_, err = b.svc.ApproveResolution(ctx, fin2, p.ID)
+	wantCode(t, err, payments.ECONFLICT, "already approved by adm@example.com")
+
+	// The gateway disagrees later (a webhook, reconciliation, a Check): a case, no change.
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+	after, err := b.svc.Check(ctx, api, s.ID)
+	if err != nil || after.Status != payments.StatusCompleted {
+		t.Fatalf("check after approval: %s %v", after.Status, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Fatalf("open gateway_mismatch cases = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE order_id = 'o-4eyes'`); n != 1 {
+		t.Fatalf("ledger entries after the contradiction = %d", n)
+	}
+}
+
+// Every settled outcome, contradicted later by the gateway, opens the case decide() names and
+// changes no status or money.
+func TestResolutionGatewayLaterSaysOtherwise(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		outcome payments.Status
+		setup   func(b *bench, t *testing.T) payments.Session
+		gateway func(b *bench, s payments.Session)
+		kind    string
+	}{
+		{"failed, then paid", payments.StatusFailed,
+			func(b *bench, t *testing.T) payments.Session { return b.flagged(t, "o-late", 100) },
+			func(b *bench, s payments.Session) { b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) },
+			payments.CaseLatePayment},
+		{"completed, gateway still pending", payments.StatusCompleted,
+			func(b *bench, t *testing.T) payments.Session { return b.flagged(t, "o-pending", 100) },
+			func(*bench, payments.Session) {}, // the fake's payment stays pending
+			payments.CaseGatewayMismatch},
+		{"completed without a gateway payment", payments.StatusCompleted,
+			func(b *bench, t *testing.T) payments.Session {
+				b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // Unknown; the gateway has nothing
+				r, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-nogw", Amount: 100, Currency: "EUR"})
+				if err != nil || r.Session.Status != payments.StatusUnknown {
+					t.Fatalf("setup: %+v %v", r.Session, err)
+				}
+				return r.Session
+			},
+			func(*bench, payments.Session) {},
+			payments.CaseGatewayMismatch},
+		{"canceled, then paid", payments.StatusCanceled,
+			func(b *bench, t *testing.T) payments.Session {
+				s := b.registered(t, "o-cancel-stuck", 100)
+				ch, err := b.plain.RequestCancel(ctx, api, s.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+				if res, err := b.plain.ConfirmCancel(ctx, api, s.ID, ch.ID, b.lastCode(t, s.ID)); err != nil || res.Session.Status != payments.StatusCanceling {
+					t.Fatalf("setup: %+v %v", res.Session, err)
+				}
+				b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'reverse never confirmed' WHERE id = $1`, s.ID, b.clock.Now())
+				return s
+			},
+			func(b *bench, s payments.Session) { b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) },
+			payments.CaseLatePayment},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			s := c.setup(b, t)
+			p := b.propose(t, fin1, s.ID, c.outcome)
+			if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+				t.Fatal(err)
+			}
+			entries := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID)
+			c.gateway(b, s)
+			after, err := b.svc.Check(ctx, api, s.ID)
+			if err != nil || after.Status != c.outcome {
+				t.Fatalf("check after approval: %s %v", after.Status, err)
+			}
+			if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`, s.ID, c.kind); n != 1 {
+				t.Fatalf("open %s cases = %d, want 1", c.kind, n)
+			}
+			if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != entries {
+				t.Fatalf("ledger entries %d → %d", entries, n)
+			}
+			if c.outcome == payments.StatusCanceled {
+				if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1 AND status = 'Succeeded' AND detail LIKE 'confirmed by people%'`, s.ID); n != 1 {
+					t.Fatal("the reverse was not marked confirmed")
+				}
+			}
+		})
+	}
+}
+
+// What may be proposed, and what is refused with a readable reason.
+func TestResolutionRefusals(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	in := func(id string, o payments.Status) payments.ProposalInput {
+		return payments.ProposalInput{SessionID: id, Outcome: o, Reason: "r", Evidence: "e"}
+	}
+
+	fresh := b.registered(t, "o-fresh", 100)
+	_, err := b.svc.ProposeResolution(ctx, fin1, in(fresh.ID, payments.StatusFailed))
+	wantCode(t, err, payments.ECONFLICT, "only flagged, Unknown or mismatched payments are settled by hand")
+	// An open gateway_mismatch case makes it settleable.
+	b.exec(t, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at) VALUES ($1, 'o-fresh', 'gateway_mismatch', 'x', $2)`, fresh.ID, b.clock.Now())
+	_, err = b.svc.ProposeResolution(ctx, fin1, in(fresh.ID, payments.StatusCanceled))
+	wantCode(t, err, payments.ECONFLICT, "only a Canceling payment")
+	for _, bad := range []payments.ProposalInput{
+		{SessionID: fresh.ID, Outcome: payments.StatusAuthorized, Reason: "r", Evidence: "e"},
+		{SessionID: fresh.ID, Outcome: payments.StatusFailed, Reason: "  ", Evidence: "e"},
+		{SessionID: fresh.ID, Outcome: payments.StatusFailed, Reason: "r", Evidence: ""},
+		{SessionID: fresh.ID, Outcome: payments.StatusFailed, Reason: strings.Repeat("x", payments.MaxReasonLength+1), Evidence: "e"},
+	} {
+		if _, err := b.svc.ProposeResolution(ctx, fin1, bad); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("%+v: %v, want invalid", bad, err)
+		}
+	}
+	p := b.propose(t, fin1, fresh.ID, payments.StatusFailed)
+	_, err = b.svc.ProposeResolution(ctx, fin2, in(fresh.ID, payments.StatusCompleted))
+	wantCode(t, err, payments.ECONFLICT, "already waits for approval")
+
+	// Reject needs a note; the proposer may withdraw their own; a decided proposal stays decided.
+	_, err = b.svc.RejectResolution(ctx, fin2, p.ID, " ")
+	wantCode(t, err, payments.EINVALID, "say why")
+	r, err := b.svc.RejectResolution(ctx, fin1, p.ID, "wrong session, withdrawn")
+	if err != nil || r.State != payments.ResolutionRejected || r.DecisionNote != "wrong session, withdrawn" {
+		t.Fatalf("reject = %+v %v", r, err)
+	}
+	_, err = b.svc.ApproveResolution(ctx, fin2, p.ID)
+	wantCode(t, err, payments.ECONFLICT, "already rejected by fin1@example.com")
+	_, err = b.svc.RejectResolution(ctx, fin2, p.ID, "again")
+	wantCode(t, err, payments.ECONFLICT, "already rejected")
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2`, payments.AuditResolutionReject, fresh.ID); n != 1 {
+		t.Fatalf("rejections audited %d times", n)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, 999999); payments.ErrorCode(err) != payments.ENOTFOUND {
+		t.Fatalf("unknown proposal: %v", err)
+	}
+
+	// Stale evidence: proposed while Unknown, the gateway then found the registration; the
+	// approval is refused and changes nothing.
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-stale", Amount: 100, Currency: "EUR"})
+	if err != nil || r0.Session.Status != payments.StatusUnknown {
+		t.Fatalf("setup: %+v %v", r0.Session, err)
+	}
+	stale := b.propose(t, fin1, r0.Session.ID, payments.StatusFailed)
+	if s, err := b.plain.Check(ctx, api, r0.Session.ID); err != nil || s.Status != payments.StatusRegistered {
+		t.Fatalf("check: %s %v", s.Status, err)
+	}
+	_, err = b.svc.ApproveResolution(ctx, fin2, stale.ID)
+	wantCode(t, err, payments.ECONFLICT, "moved from Unknown to Registered since the proposal")
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, stale.ID); n != 1 {
+		t.Fatal("a refused approval changed the proposal")
+	}
+
+	// A settled payment has nothing to settle.
+	done := b.registered(t, "o-done", 100)
+	b.gw.SetStatus(done.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.plain.Check(ctx, api, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.ProposeResolution(ctx, fin1, in(done.ID, payments.StatusFailed))
+	wantCode(t, err, payments.ECONFLICT, "is Completed already")
+
+	// Four eyes is a schema fact too: no path may store an approval by the proposer.
+	_, err = b.pool.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = proposed_by, decided_at = now() WHERE id = $1`, stale.ID)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.ConstraintName != "resolution_proposals_four_eyes" {
+		t.Fatalf("self-approval by SQL: %v", err)
+	}
+}
+
+type approveOut struct {
+	r   payments.Resolution
+	err error
+}
+
+func goApprove(svc *payments.Service, by payments.Staff, id int64) <-chan approveOut {
+	ch := make(chan approveOut, 1)
+	go func() {
+		r, err := svc.ApproveResolution(context.Background(), by, id)
+		ch <- approveOut{r, err}
+	}()
+	return ch
+}
+
+// Two people approve the same proposal at the same moment: the first holds the order and
+// session locks (parked), the second is seen waiting for them, then the first commits. One
+// approval, one Completed transition, one PaymentReceived entry; the second is told who
+// approved.
+func TestResolutionDoubleApprovalAppliesOnce(t *testing.T) {
+	t.Parallel()
+	locked := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterResolutionLock = locked.hook })
+	s := b.flagged(t, "o-double-approve", 990)
+	p := b.propose(t, fin1, s.ID, payments.StatusCompleted)
+	other := b.service(b.pool, "replica-b")
+
+	first := goApprove(b.svc, adm, p.ID)
+	mustWait(t, locked.arrived, "the first approval holds the locks")
+	second := goApprove(other, fin2, p.ID)
+	waitLockWaiters(t, b.pool, 1)
+	locked.let(1)
+	r1, r2 := mustWait(t, first, "first approval"), mustWait(t, second, "second approval")
+	if r1.err != nil || r1.r.State != payments.ResolutionApproved {
+		t.Fatalf("first = %+v %v", r1.r, r1.err)
+	}
+	wantCode(t, r2.err, payments.ECONFLICT, "already approved by adm@example.com")
+	for sql, want := range map[string]int{
+		`SELECT count(*) FROM accounting_entries WHERE session_id = $1`:                          1,
+		`SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status = 'Completed'`:  1,
+		`SELECT count(*) FROM audit_log WHERE target = $1 AND action = 'resolution.approve'`:     1,
+		`SELECT count(*) FROM resolution_proposals WHERE session_id = $1 AND state = 'approved'`: 1,
+	} {
+		if n := b.count(t, sql, s.ID); n != want {
+			t.Errorf("%s = %d, want %d", sql, n, want)
+		}
+	}
+}
+
+// naiveApprove is an approval without locks or guards: read the proposal, then write. The
+// negative control.
+func naiveApprove(ctx context.Context, pool *pgxpool.Pool, by payments.Staff, id int64, afterRead func(context.Context, string)) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var state, sessionID, outcome string
+	if err := tx.QueryRow(ctx, `SELECT state, session_id::text, outcome FROM resolution_proposals WHERE id = $1`, id).
+		Scan(&state, &sessionID, &outcome); err != nil {
+		return err
+	}
+	afterRead(ctx, sessionID)
+	if state != payments.ResolutionProposed {
+		return nil
+	}
+	for _, st := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = now() WHERE id = $1`, []any{id, by.Email}},
+		{`UPDATE payment_sessions SET status = $2 WHERE id = $1`, []any{sessionID, outcome}},
+		{`INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, created_at)
+			VALUES ($1, 'Registered', $2, 'staff', $3, now())`, []any{sessionID, outcome, by.Email}},
+		{`INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+			SELECT order_id, id, 'PaymentReceived', amount, currency, now() FROM payment_sessions WHERE id = $1`, []any{sessionID}},
+	} {
+		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// The negative control: two naive approvals that both read "proposed" before either writes
+// apply the outcome twice (two Completed events, two PaymentReceived entries once the last line
+// of defence, the unique index, is out of the way).
+func TestResolutionNaiveDoubleApprovalAppliesTwice(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.flagged(t, "o-naive-approve", 990)
+	p := b.propose(t, fin1, s.ID, payments.StatusCompleted)
+	b.exec(t, `DROP INDEX accounting_entries_one_payment_received`)
+	park := newParker()
+	errs := make(chan error, 2)
+	for _, by := range []payments.Staff{adm, fin2} {
+		go func() { errs <- naiveApprove(context.Background(), b.pool, by, p.ID, park.hook) }()
+	}
+	mustWait(t, park.arrived, "naive read 1")
+	mustWait(t, park.arrived, "naive read 2")
+	park.let(2)
+	for range 2 {
+		if err := mustWait(t, errs, "naive approval"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status = 'Completed'`, s.ID); n != 2 {
+		t.Fatalf("naive: %d Completed events, want 2 (the bug)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 2 {
+		t.Fatalf("naive: %d ledger entries, want 2 (the bug)", n)
+	}
+}
+
+// Finance's operations are spans like the core's: a bulk check with a check per claimed session
+// below it (the detached work keeps the trace), and an approval naming its session and order.
+func TestFinanceOperationsAreSpans(t *testing.T) {
+	t.Parallel()
+	b, rec := tracedBench(t)
+	s := b.flagged(t, "o-traced", 100)
+	b.clock.Advance(time.Hour)
+
+	ctx, root := rootSpan(rec)
+	if _, err := b.svc.CheckNow(ctx, fin1, []string{s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	spans := rec.Trace(root.SpanContext().TraceID())
+	if !telemetrytest.ChildOf(telemetrytest.One(t, spans, "payments.check"), telemetrytest.One(t, spans, "payments.check_now")) {
+		t.Error("payments.check is not a child of payments.check_now")
+	}
+
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+	ctx, root = rootSpan(rec)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	approve := telemetrytest.One(t, rec.Trace(root.SpanContext().TraceID()), "payments.resolution.approve")
+	if telemetrytest.Attr(approve, payments.AttrSessionID) != s.ID || telemetrytest.Attr(approve, payments.AttrOrderID) != "o-traced" {
+		t.Errorf("payments.resolution.approve attributes: %v", approve.Attributes)
+	}
+}
