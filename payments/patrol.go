@@ -126,7 +126,12 @@ type heldLease struct{ id, token string }
 // finance case. A settled row gets no next look. The producer releases the drives that finished
 // together, as River's completer does, instead of one transaction per drive. It returns how many
 // leases were no longer held.
-func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease) (lost int, err error) {
+//
+// interrupted: the drives were cut by this replica's shutdown, so their look did not happen. The
+// rows are given back due now, their schedule and attempts untouched: another replica's next
+// round drives them at once, instead of after the lease would have run out (six gateway timeouts)
+// or after the next step of a schedule the cut look never earned.
+func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease, interrupted bool) (lost int, err error) {
 	if len(leases) == 0 {
 		return 0, nil
 	}
@@ -139,6 +144,9 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 	steps := make([]float64, len(s.cfg.Backoff))
 	for i, d := range s.cfg.Backoff {
 		steps[i] = d.Seconds()
+	}
+	if interrupted {
+		return s.releaseInterrupted(ctx, tbl, ids, tokens, now)
 	}
 	err = s.inTx(ctx, tbl.name+": release", func(tx pgx.Tx) error {
 		// In SET, t.* is the row before the update; in RETURNING, after it. Arrays are 1-based:
@@ -184,6 +192,20 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 		return nil
 	})
 	return lost, err
+}
+
+// releaseInterrupted gives back the leases of drives cut by shutdown (releaseBatch): guarded by
+// token like every release; a row the cut drive settled after all needs no next look, every other
+// one is due now.
+func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now time.Time) (lost int, err error) {
+	tag, err := s.db.Exec(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
+			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE $3::timestamptz END
+		FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now)
+	if err != nil {
+		return 0, fmt.Errorf("%s: release on shutdown: %w", tbl.name, err)
+	}
+	return len(ids) - int(tag.RowsAffected()), nil
 }
 
 // roundStats counts what the drives of one round did at the gateway.
@@ -241,6 +263,9 @@ type finishedDrive struct {
 	source  int
 	lease   heldLease
 	release bool
+	// interrupted: the round's context ended (shutdown) by the time the drive returned, so it
+	// was cut at its gateway call (releaseBatch gives such rows back due now).
+	interrupted bool
 }
 
 // patrolState is this replica's patrol: back-off, what it drives now, totals for the heartbeat.
@@ -315,28 +340,35 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	var rep RoundReport
 	inFlight := 0
 	done := make(chan finishedDrive, width)
-	toRelease := make([][]heldLease, len(sources))
+	// Finished drives to release, per source: [0] looked, [1] cut by shutdown.
+	toRelease := make([][2][]heldLease, len(sources))
 	finished := func(f finishedDrive) {
 		rep.Driven++
 		inFlight--
 		switch {
 		case f.release:
-			toRelease[f.source] = append(toRelease[f.source], f.lease)
+			k := 0
+			if f.interrupted {
+				k = 1
+			}
+			toRelease[f.source][k] = append(toRelease[f.source][k], f.lease)
 		case sources[f.source].leases != nil:
 			rep.Lost++ // the drive found its lease taken over
 		}
 	}
 	release := func() {
-		for i, ls := range toRelease {
-			if len(ls) == 0 || sources[i].leases == nil {
-				continue
+		for i := range toRelease {
+			for k, ls := range toRelease[i] {
+				if len(ls) == 0 || sources[i].leases == nil {
+					continue
+				}
+				lost, err := s.releaseBatch(ctx, *sources[i].leases, ls, k == 1)
+				if err != nil {
+					s.log.Error("patrol: release", "kind", sources[i].kind, "err", err)
+				}
+				rep.Lost += lost
+				toRelease[i][k] = ls[:0]
 			}
-			lost, err := s.releaseBatch(ctx, *sources[i].leases, ls)
-			if err != nil {
-				s.log.Error("patrol: release", "kind", sources[i].kind, "err", err)
-			}
-			rep.Lost += lost
-			toRelease[i] = ls[:0]
 		}
 	}
 	var firstErr error
@@ -415,6 +447,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
 					defer func() { p.inFlight.Add(-1); done <- f }()
 					f.release = j.run(dctx)
+					f.interrupted = dctx.Err() != nil
 				}()
 			}
 			free -= len(jobs)

@@ -583,3 +583,38 @@ func TestTransactionsBoundLockWaits(t *testing.T) {
 		t.Fatalf("lock_timeout leaked out of the transaction onto the pool's session: %q %v", lockTimeout, err)
 	}
 }
+
+// A graceful shutdown gives the cut drives' sessions back due at once, their schedule untouched
+// (the cut look never happened): another replica's next round drives every one of them right
+// away, without the clock moving — not after the lease would have run out, nor after the next
+// step of the schedule. Before, the release recorded the cut drive as a look (attempts + 1, next
+// look Backoff[1] later) and replica-b's round found nothing due.
+func TestSweeperShutdownHandsSessionsOverAtOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	const n = 3
+	b.seedRegistered(t, n)
+	ctx := context.Background()
+	gate := b.gw.Hold(fakegw.OpStatus)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(rctx, time.Hour); close(done) }()
+	for range n {
+		mustWait(t, gate.Arrived(), "the drives' gateway calls")
+	}
+	cancel()
+	mustWait(t, done, "sweeper to stop")
+	b.gw.Unhold(fakegw.OpStatus)
+	gate.Open()
+	if got := b.count(t, `SELECT count(*) FROM payment_sessions WHERE lease_token IS NULL AND next_check_at = $1 AND check_attempts = 0`, t0); got != n {
+		t.Fatalf("%d of %d sessions given back due now with their schedule untouched", got, n)
+	}
+	other := b.service(b.pool, "replica-b")
+	driven, err := other.SweepOnce(ctx)
+	if err != nil || driven != n {
+		t.Fatalf("replica-b's next round drove %d (%v), want all %d at once", driven, err, n)
+	}
+	if got := b.gw.Calls(fakegw.OpStatus); got != 2*n {
+		t.Fatalf("%d status calls, want %d (the cut ones and replica-b's)", got, 2*n)
+	}
+}
