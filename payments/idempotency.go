@@ -95,7 +95,19 @@ type IdempotencyConfig struct {
 	// identical request extends it, and an intent row lives exactly that long.
 	IntentWindow time.Duration
 	Hooks        IdempotencyHooks
+	// OnConflict, when set, is told of every request refused because of its key (reason
+	// ConflictInProgress: 409, the key's first request still runs; ConflictReused: 422, the key
+	// was used with another request). The server counts them for its metrics
+	// (pitlane_idempotency_conflicts_total): a spike means a client retries too eagerly or
+	// reuses keys across requests.
+	OnConflict func(kind IdempotencyKind, reason string)
 }
+
+// Reasons given to IdempotencyConfig.OnConflict.
+const (
+	ConflictInProgress = "in_progress"
+	ConflictReused     = "reused"
+)
 
 // Idempotency is the key store over the service's database and clock.
 type Idempotency struct {
@@ -229,7 +241,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 		ttl = x.cfg.IntentWindow // and every identical request moves it on (slide, below)
 	}
 	var out Slot
-	busy := false
+	busy, reused := false, false
 	err := x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
 		if err := x.lock(ctx, tx, r); err != nil {
 			return err
@@ -294,6 +306,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				out = Slot{Token: token, Since: now.Truncate(time.Microsecond)}
 				return nil
 			case !bytes.Equal(fp, r.Fingerprint):
+				reused = true
 				return Invalid("Idempotency-Key", "this Idempotency-Key was already used with another request (method, path or body differ); use a new key for a new request")
 			case completedAt != nil:
 				out = Slot{Done: true, ResourceID: deref(resourceID), CompletedAt: *completedAt, Since: since}
@@ -317,12 +330,24 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 		return fmt.Errorf("idempotency: key %q vanished twice while acquiring", r.Key)
 	})
 	if err != nil {
+		if reused {
+			x.conflict(r, ConflictReused)
+		}
 		return Slot{}, err
 	}
 	if busy {
+		if r.Kind != IdempotencyIntentKey || !r.BusyRunsEffect { // otherwise Run answers it anyway
+			x.conflict(r, ConflictInProgress)
+		}
 		return Slot{}, Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
 	}
 	return out, nil
+}
+
+func (x *Idempotency) conflict(r IdempotencyRequest, reason string) {
+	if x.cfg.OnConflict != nil {
+		x.cfg.OnConflict(r.Kind, reason)
+	}
 }
 
 func (x *Idempotency) afterRead(ctx context.Context, r IdempotencyRequest) {

@@ -1,8 +1,11 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,7 +23,26 @@ type Stats struct {
 	LeasedSessions    int // sessions a sweeper holds right now
 	OpenCases         map[string]int
 	UnprocessedEvents int
+	// Stuck is the finance workbench's stuck money (active sessions older than SettleWithin,
+	// flagged or not) per currency, the largest amounts first: at most MaxStuckCurrencies
+	// currencies, the rest summed into one StuckOtherCurrencies entry, so a metric labelled by
+	// currency stays bounded whatever currencies the API was sent.
+	Stuck []StuckMoney
 }
+
+// StuckMoney is the stuck money in one currency.
+type StuckMoney struct {
+	Currency string
+	Sessions int
+	Amount   int64 // minor units
+}
+
+// MaxStuckCurrencies bounds Stats.Stuck; StuckOtherCurrencies names the rest (its amount mixes
+// currencies: a count to look at on the workbench, not a sum of money).
+const (
+	MaxStuckCurrencies   = 20
+	StuckOtherCurrencies = "other"
+)
 
 // Stats counts with aggregate queries (each a scan of an index or a small table); callers bound
 // the time with ctx. The counts are of the whole database, not of this replica.
@@ -82,5 +104,63 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	if oldest != nil && now.After(*oldest) {
 		st.OldestDue = now.Sub(*oldest)
 	}
+	if st.Stuck, err = s.stuckMoney(ctx, now); err != nil {
+		return Stats{}, err
+	}
 	return st, nil
+}
+
+// stuckMoney sums the workbench's stuck sessions per currency with the workbench's own totals
+// query (an index-only scan of the active sessions), so "stuck" means the same on the page, in
+// the metric and in its alert.
+func (s *Service) stuckMoney(ctx context.Context, now time.Time) ([]StuckMoney, error) {
+	f, err := StuckFilter{}.normalize()
+	if err != nil {
+		return nil, err
+	}
+	q, args := stuckTotalsSQL(f, now)
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("stats: stuck money: %w", err)
+	}
+	by := map[string]*StuckMoney{}
+	for rows.Next() {
+		var status, currency string
+		var n int
+		var amount int64
+		if err := rows.Scan(&status, &currency, &n, &amount); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("stats: stuck money: %w", err)
+		}
+		m := by[currency]
+		if m == nil {
+			m = &StuckMoney{Currency: currency}
+			by[currency] = m
+		}
+		m.Sessions += n
+		m.Amount += amount
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stats: stuck money: %w", err)
+	}
+	out := make([]StuckMoney, 0, len(by))
+	for _, m := range by {
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b StuckMoney) int {
+		if c := cmp.Compare(b.Amount, a.Amount); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Currency, b.Currency)
+	})
+	if len(out) > MaxStuckCurrencies {
+		rest := StuckMoney{Currency: StuckOtherCurrencies}
+		for _, m := range out[MaxStuckCurrencies:] {
+			rest.Sessions += m.Sessions
+			rest.Amount += m.Amount
+		}
+		out = append(out[:MaxStuckCurrencies], rest)
+	}
+	return out, nil
 }

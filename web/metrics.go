@@ -31,13 +31,18 @@ import (
 //     statsMaxAge across all replicas' scrapes, the others read the stored counts;
 //     pitlane_stats_up says whether that worked. These are of the whole database, the same on
 //     every replica.
+//   - Stuck money per currency (the finance workbench's sessions past their settle time; at most
+//     payments.MaxStuckCurrencies label values) comes from the same cached count.
+//   - Requests refused because of their idempotency key: a counter here, told by
+//     payments.IdempotencyConfig.OnConflict.
 //   - Each replica's patrol (heartbeat, last sweep, back-off, leases in flight): from the
 //     heartbeat rows every patrol writes each round (metrics_patrol.go).
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	httpRequests *prometheus.CounterVec
-	httpDuration *prometheus.HistogramVec
+	httpRequests  *prometheus.CounterVec
+	httpDuration  *prometheus.HistogramVec
+	idemConflicts *prometheus.CounterVec
 }
 
 // NewMetrics builds a registry with the Go runtime and process collectors and pitlane's own
@@ -54,13 +59,29 @@ func NewMetrics() *Metrics {
 			Help:    "HTTP request latency by method and route pattern.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"method", "route"}),
+		idemConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pitlane_idempotency_conflicts_total",
+			Help: "API requests refused because of their idempotency key: reason in_progress (409, the key's first request still runs) or reused (422, the key was used with another request); kind key (Idempotency-Key) or intent (derived from a keyless request).",
+		}, []string{"kind", "reason"}),
+	}
+	// Every label pair exists from the start (at 0), so rate() sees the first conflict.
+	for _, kind := range []payments.IdempotencyKind{payments.IdempotencyClientKey, payments.IdempotencyIntentKey} {
+		for _, reason := range []string{payments.ConflictInProgress, payments.ConflictReused} {
+			m.idemConflicts.WithLabelValues(string(kind), reason)
+		}
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpDuration,
+		m.httpRequests, m.httpDuration, m.idemConflicts,
 	)
 	return m
+}
+
+// idempotencyConflict counts one request refused because of its key (payments.IdempotencyConfig
+// OnConflict). Both labels come from constants of payments, never from the request.
+func (m *Metrics) idempotencyConflict(kind payments.IdempotencyKind, reason string) {
+	m.idemConflicts.WithLabelValues(string(kind), reason).Inc()
 }
 
 // Router serves GET /metrics alone, for a listener of its own (METRICS_ADDR; web.Deps
@@ -132,6 +153,7 @@ type statsCollector struct {
 	log     *slog.Logger
 
 	up, sessions, flagged, due, overdue, leased, cases, events *prometheus.Desc
+	stuckSessions, stuckAmount                                 *prometheus.Desc
 }
 
 func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector {
@@ -147,6 +169,10 @@ func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector 
 		leased:   prometheus.NewDesc("pitlane_sweeper_leased_sessions", "Sessions a sweeper holds a live lease on right now (whole database).", nil, nil),
 		cases:    prometheus.NewDesc("pitlane_finance_cases_open", "Open finance cases by kind (whole database).", []string{"kind"}, nil),
 		events:   prometheus.NewDesc("pitlane_webhook_events_unprocessed", "Verified webhook events not yet applied (whole database).", nil, nil),
+		stuckSessions: prometheus.NewDesc("pitlane_stuck_sessions",
+			"Stuck sessions (active longer than the expected settle time, the finance workbench's list) by currency; at most 20 currencies, the rest as \"other\" (whole database).", []string{"currency"}, nil),
+		stuckAmount: prometheus.NewDesc("pitlane_stuck_amount",
+			"The money of those sessions in the currency's minor units (cents), by currency; \"other\" mixes currencies (whole database).", []string{"currency"}, nil),
 	}
 }
 
@@ -159,6 +185,8 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.leased
 	ch <- s.cases
 	ch <- s.events
+	ch <- s.stuckSessions
+	ch <- s.stuckAmount
 }
 
 func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -182,4 +210,8 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(s.cases, prometheus.GaugeValue, float64(n), kind)
 	}
 	ch <- prometheus.MustNewConstMetric(s.events, prometheus.GaugeValue, float64(st.UnprocessedEvents))
+	for _, m := range st.Stuck {
+		ch <- prometheus.MustNewConstMetric(s.stuckSessions, prometheus.GaugeValue, float64(m.Sessions), m.Currency)
+		ch <- prometheus.MustNewConstMetric(s.stuckAmount, prometheus.GaugeValue, float64(m.Amount), m.Currency)
+	}
 }

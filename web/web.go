@@ -75,6 +75,9 @@ func New(d Deps) *echo.Echo {
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
 	}
+	if d.Idempotency.OnConflict == nil {
+		d.Idempotency.OnConflict = d.Metrics.idempotencyConflict
+	}
 	if d.Payments != nil {
 		if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
 			d.Logger.Warn("metrics: database counts not registered", "err", err)
