@@ -159,7 +159,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if err != nil {
 			return fmt.Errorf("confirm cancel: challenge: %w", err)
 		}
-		match := hmac.Equal(hash, s.codeHash(challengeID, code))
+		match := s.codeMatches(hash, challengeID, code)
 		if consumedAt != nil {
 			if !match {
 				return Errorf(EWRONG, "wrong code")
@@ -382,11 +382,26 @@ func roundUp(d time.Duration) time.Duration {
 // codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump
 // does not reveal codes, and bound to the challenge, so equal codes hash differently.
 func (s *Service) codeHash(challengeID, code string) []byte {
-	m := hmac.New(sha256.New, s.cfg.CodeSecret)
+	return codeHashUnder(s.cfg.CodeSecret, challengeID, code)
+}
+
+func codeHashUnder(secret []byte, challengeID, code string) []byte {
+	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(challengeID))
 	m.Write([]byte{0})
 	m.Write([]byte(code))
 	return m.Sum(nil)
+}
+
+// codeMatches reports whether code is the challenge's, whichever secret stored it: the current
+// one or a fallback (a code sent by a replica still on the old SECRET_KEY, or already on the new
+// one, while a rotation rolls out). Each comparison is constant-time.
+func (s *Service) codeMatches(stored []byte, challengeID, code string) bool {
+	match := hmac.Equal(stored, s.codeHash(challengeID, code))
+	for _, fb := range s.cfg.CodeSecretFallbacks {
+		match = hmac.Equal(stored, codeHashUnder(fb, challengeID, code)) || match
+	}
+	return match
 }
 
 // newCode returns a uniformly random 6-digit code from crypto/rand.

@@ -30,7 +30,8 @@ import (
 // order that is already paid offers no Pay form whatever the link says.
 //
 // Nothing is stored: any replica with the same secret verifies any link (SECRET_KEY must be the
-// same on every replica, as for CSRF tokens and cancel codes).
+// same on every replica, as for CSRF tokens and cancel codes; SECRET_KEY_FALLBACKS verify too,
+// which is how the secret rotates without breaking links in customers' hands).
 
 // Lifetimes of checkout links (the API call's "expires_in" chooses within the bounds).
 const (
@@ -117,7 +118,17 @@ func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency stri
 		return invalid
 	}
 	got, err := hex.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp)) {
+	if err != nil {
+		return invalid
+	}
+	// The current secret, then every fallback (SECRET_KEY_FALLBACKS): a link signed before a
+	// rotation keeps working for its lifetime, and one signed by a replica already on the new
+	// secret works on one that has it as a fallback.
+	valid := hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp))
+	for _, fb := range s.cfg.CodeSecretFallbacks {
+		valid = hmac.Equal(got, checkoutLinkMAC(linkKeyUnder(fb), orderID, amount, currency, exp)) || valid
+	}
+	if !valid {
 		return invalid
 	}
 	if !time.Unix(exp, 0).After(s.cfg.Clock.Now()) {
@@ -132,9 +143,13 @@ func (s *Service) checkoutLinkKey() ([]byte, error) {
 	if bytes.Equal(s.cfg.CodeSecret, unsetCodeSecret) {
 		return nil, &Error{Code: EUNAVAIL, Message: "checkout links need a secret (SECRET_KEY) on this replica"}
 	}
-	m := hmac.New(sha256.New, s.cfg.CodeSecret)
+	return linkKeyUnder(s.cfg.CodeSecret), nil
+}
+
+func linkKeyUnder(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("pitlane checkout-link key v1"))
-	return m.Sum(nil), nil
+	return m.Sum(nil)
 }
 
 func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, exp int64) []byte {

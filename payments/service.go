@@ -100,8 +100,11 @@ type Config struct {
 	ReplicaID string
 	// LockTimeout bounds every lock wait (SET LOCAL lock_timeout).
 	LockTimeout time.Duration
-	// CodeSecret keys the HMAC that one-time codes are stored as.
+	// CodeSecret keys the HMAC that one-time codes are stored as (and, derived, checkout links).
 	CodeSecret []byte
+	// CodeSecretFallbacks (SECRET_KEY_FALLBACKS) still verify one-time codes and checkout links
+	// made under them, and sign nothing: SECRET_KEY rotates without breaking what is in flight.
+	CodeSecretFallbacks [][]byte
 	// ReturnURL builds the URL the gateway sends the customer back to after paying.
 	ReturnURL func(s Session) string
 	// PublicBaseURL (PUBLIC_BASE_URL, no trailing slash) makes signed checkout links absolute

@@ -28,6 +28,8 @@ type Deps struct {
 	ReplicaID string
 	// SecretKey keys HMACs (CSRF tokens, one-time codes); the same on every replica.
 	SecretKey []byte
+	// SecretKeyFallbacks (SECRET_KEY_FALLBACKS) verify CSRF tokens made under them, sign none.
+	SecretKeyFallbacks [][]byte
 	// SecureCookies marks the console's cookies Secure: set it when PUBLIC_BASE_URL is https.
 	SecureCookies bool
 	// HSTS sends Strict-Transport-Security on every response: set it when PUBLIC_BASE_URL is

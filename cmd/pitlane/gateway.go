@@ -93,7 +93,9 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		Logger:         logger.With("component", "payments"),
 		ReplicaID:      cfg.ReplicaID,
 		CodeSecret:     cfg.SecretKey,
-		ReturnURL:      returnURL(cfg.PublicBaseURL),
+		// SECRET_KEY_FALLBACKS: codes and checkout links made under them still verify.
+		CodeSecretFallbacks: cfg.SecretKeyFallbacks,
+		ReturnURL:           returnURL(cfg.PublicBaseURL),
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).

@@ -174,6 +174,8 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		DB:        pool,
 		ReplicaID: cfg.ReplicaID,
 		SecretKey: cfg.SecretKey,
+		// Rotation: older (or, while rolling out, newer) secrets still verify, never sign.
+		SecretKeyFallbacks: cfg.SecretKeyFallbacks,
 		// Cookies marked Secure only reach an https origin, and HSTS only makes sense on one:
 		// set exactly when browsers use one.
 		SecureCookies:    https,

@@ -55,6 +55,12 @@ type Config struct {
 	// every replica must use the same one. nil when unset: `dev` then persists a generated one
 	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
+	// SecretKeyFallbacks (SECRET_KEY_FALLBACKS, comma-separated, each as long as SECRET_KEY must
+	// be) are older — or, while a rotation is being rolled out, newer — secrets that still VERIFY
+	// checkout links, one-time codes and CSRF tokens, but never sign anything: what makes
+	// rotating SECRET_KEY possible without breaking links and forms in flight
+	// (docs/operations.md, "Rotating SECRET_KEY"; the name follows Django's setting).
+	SecretKeyFallbacks [][]byte
 	// MerchantName (MERCHANT_NAME) is whom customers pay: every checkout page shows it. "" when
 	// unset: see Merchant for what is shown then; `dev` sets DevMerchantName.
 	MerchantName string
@@ -184,6 +190,15 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
 		c.SecretKey = []byte(v)
+	}
+	for _, v := range strings.Split(getenv("SECRET_KEY_FALLBACKS"), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if len(v) < MinSecretKeyLen {
+			return c, errorf("SECRET_KEY_FALLBACKS", "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
+		}
+		c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, []byte(v))
 	}
 	if c.OTLPTracesEndpoint, err = tracesEndpoint(getenv); err != nil {
 		return c, err

@@ -36,18 +36,19 @@ func TestDefaults(t *testing.T) {
 func TestValues(t *testing.T) {
 	t.Parallel()
 	c, err := Load(env(map[string]string{
-		"DATABASE_URL":       "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
-		"HTTP_ADDR":          ":9090",
-		"GATEWAY":            "stripe",
-		"GATEWAY_URL":        "http://127.0.0.1:12111",
-		"GATEWAY_TIMEOUT":    "1500ms",
-		"NOTIFY_WEBHOOK_URL": "https://notify.example/hook",
-		"REPLICA_ID":         "replica-a",
-		"SWEEP_INTERVAL":     "250ms",
-		"SWEEP_CONCURRENCY":  "64",
-		"SECRET_KEY":         strings.Repeat("k", 32),
-		"TRUSTED_PROXIES":    "10.0.0.0/8, 192.168.1.7,fd00::/8",
-		"METRICS_ADDR":       "127.0.0.1:9091",
+		"DATABASE_URL":         "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
+		"HTTP_ADDR":            ":9090",
+		"GATEWAY":              "stripe",
+		"GATEWAY_URL":          "http://127.0.0.1:12111",
+		"GATEWAY_TIMEOUT":      "1500ms",
+		"NOTIFY_WEBHOOK_URL":   "https://notify.example/hook",
+		"REPLICA_ID":           "replica-a",
+		"SWEEP_INTERVAL":       "250ms",
+		"SWEEP_CONCURRENCY":    "64",
+		"SECRET_KEY":           strings.Repeat("k", 32),
+		"SECRET_KEY_FALLBACKS": strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
+		"TRUSTED_PROXIES":      "10.0.0.0/8, 192.168.1.7,fd00::/8",
+		"METRICS_ADDR":         "127.0.0.1:9091",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,9 @@ func TestValues(t *testing.T) {
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
 		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
 		t.Errorf("values: %+v", c)
+	}
+	if len(c.SecretKeyFallbacks) != 2 || string(c.SecretKeyFallbacks[0]) != strings.Repeat("o", 32) || len(c.SecretKeyFallbacks[1]) != 40 {
+		t.Errorf("SECRET_KEY_FALLBACKS: %q", c.SecretKeyFallbacks)
 	}
 	if err := c.RequireDatabase("serve"); err != nil {
 		t.Error(err)
@@ -96,6 +100,7 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"SWEEP_CONCURRENCY", "many"},
 		{"SWEEP_CONCURRENCY", "100000"},
 		{"SECRET_KEY", "short"},
+		{"SECRET_KEY_FALLBACKS", strings.Repeat("o", 32) + ",short"},
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"TRUSTED_PROXIES", "proxy.internal"},
 		{"METRICS_ADDR", "9090"},

@@ -55,6 +55,9 @@ type Config struct {
 	Access *access.Service
 	// Secret keys the CSRF tokens of visitors without a session (the same on every replica).
 	Secret []byte
+	// SecretFallbacks (SECRET_KEY_FALLBACKS) still verify those tokens and sign none: a form
+	// rendered by a replica on the other side of a SECRET_KEY rotation posts fine.
+	SecretFallbacks [][]byte
 	// Secure marks cookies Secure (set it when the console is served over https).
 	Secure bool
 	Logger *slog.Logger
@@ -62,17 +65,18 @@ type Config struct {
 
 // Manager is the console's sessions, CSRF protection and role checks.
 type Manager struct {
-	sm     *scs.SessionManager // nil when there is no database
-	db     *pgxpool.Pool
-	access *access.Service
-	secret []byte
-	secure bool
-	log    *slog.Logger
+	sm        *scs.SessionManager // nil when there is no database
+	db        *pgxpool.Pool
+	access    *access.Service
+	secret    []byte
+	fallbacks [][]byte
+	secure    bool
+	log       *slog.Logger
 }
 
 // New builds the manager.
 func New(cfg Config) *Manager {
-	m := &Manager{db: cfg.DB, access: cfg.Access, secret: cfg.Secret, secure: cfg.Secure, log: cfg.Logger}
+	m := &Manager{db: cfg.DB, access: cfg.Access, secret: cfg.Secret, fallbacks: cfg.SecretFallbacks, secure: cfg.Secure, log: cfg.Logger}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -189,7 +193,7 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 			if got == "" {
 				got = c.FormValue(views.CSRFField)
 			}
-			if token == "" || !hmac.Equal([]byte(got), []byte(token)) {
+			if token == "" || !m.csrfAccepts(c, token, got) {
 				return payments.Errorf(payments.EFORBIDDEN,
 					"The form expired or did not come from this site (CSRF check failed). Go back, reload the page and try again.")
 			}
@@ -219,9 +223,32 @@ func (m *Manager) csrfToken(c echo.Context) string {
 		// The request itself carries no (valid) cookie: an unsafe request will fail the check
 		// below, and the page rendered now gets a token matching the new cookie.
 	}
-	mac := hmac.New(sha256.New, m.secret)
+	return cookieToken(m.secret, seed)
+}
+
+// cookieToken is the CSRF token bound to a visitor's cookie seed under a secret.
+func cookieToken(secret []byte, seed string) string {
+	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("pitlane csrf v1\x00" + seed))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// csrfAccepts reports whether got is the request's token: the one csrfToken made, or — for a
+// visitor without a session — the one a fallback secret makes from the same cookie (a form
+// rendered under the other side of a SECRET_KEY rotation). Constant-time comparisons.
+func (m *Manager) csrfAccepts(c echo.Context, token, got string) bool {
+	ok := hmac.Equal([]byte(got), []byte(token))
+	if ok || len(m.fallbacks) == 0 || m.signedInEmail(c.Request().Context()) != "" {
+		return ok
+	}
+	ck, err := c.Request().Cookie(CSRFCookie)
+	if err != nil || len(ck.Value) < 32 {
+		return false
+	}
+	for _, fb := range m.fallbacks {
+		ok = hmac.Equal([]byte(got), []byte(cookieToken(fb, ck.Value))) || ok
+	}
+	return ok
 }
 
 func randomToken() string {

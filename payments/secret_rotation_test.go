@@ -1,0 +1,81 @@
+package payments_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"pitlane/payments"
+)
+
+// TestSecretKeyRotation: SECRET_KEY rotates without breaking what is in customers' hands. Replicas
+// are rolled in three steps (docs/operations.md): the new secret added as a fallback everywhere,
+// then made current with the old one as the fallback, then — after the longest link lifetime —
+// the old one dropped. A checkout link and a one-time code made on either side of a step verify
+// on the other side; without the fallback (the negative controls) they do not.
+func TestSecretKeyRotation(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	oldKey, newKey := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	with := func(replica string, current []byte, fallbacks ...[]byte) *payments.Service {
+		return b.service(b.pool, replica, func(c *payments.Config) {
+			c.CodeSecret, c.CodeSecretFallbacks = current, fallbacks
+		})
+	}
+	before := with("before", oldKey)        // every replica before the rotation
+	step1 := with("step-1", oldKey, newKey) // the new secret verifies, the old one signs
+	step2 := with("step-2", newKey, oldKey) // the new secret signs, the old one verifies
+	afterward := with("after", newKey)      // the old secret gone
+	verify := func(on *payments.Service, l payments.CheckoutLink) error {
+		return on.VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Sig)
+	}
+	link := func(by *payments.Service, order string) payments.CheckoutLink {
+		t.Helper()
+		l, err := by.CheckoutLink(ctx, order, 1999, "EUR", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	// A link signed before the rotation works on a replica at step 2 (and at step 1).
+	old := link(before, "rot-1")
+	if err := verify(step2, old); err != nil {
+		t.Errorf("old link on a step-2 replica: %v", err)
+	}
+	if err := verify(step1, old); err != nil {
+		t.Errorf("old link on a step-1 replica: %v", err)
+	}
+	// A link signed at step 2 works on a replica still at step 1 (the rollout is rolling).
+	fresh := link(step2, "rot-2")
+	if err := verify(step1, fresh); err != nil {
+		t.Errorf("step-2 link on a step-1 replica: %v", err)
+	}
+	// Negative controls: without the fallback, neither works across the change.
+	if err := verify(afterward, old); payments.ErrorCode(err) != payments.EINVALID {
+		t.Errorf("old link after the old secret was dropped = %v, want EINVALID", err)
+	}
+	if err := verify(before, fresh); payments.ErrorCode(err) != payments.EINVALID {
+		t.Errorf("step-2 link on a replica that never heard of the new secret = %v, want EINVALID", err)
+	}
+	// A fallback verifies but never signs: step 1 still signs with the old secret.
+	if err := verify(before, link(step1, "rot-3")); err != nil {
+		t.Errorf("a step-1 link on a replica before the rotation: %v (step 1 must sign with the old secret)", err)
+	}
+
+	// A one-time code sent by a replica on the old secret is accepted by one at step 2.
+	sess := b.registered(t, "rot-code", 500)
+	ch, err := before.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	if _, err := afterward.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("code under the old secret on a replica without it = %v, want EWRONG (negative control)", err)
+	}
+	res, err := step2.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
+	if err != nil || res.Session.Status != payments.StatusCanceled {
+		t.Fatalf("code under the old secret on a step-2 replica = %+v %v, want canceled", res, err)
+	}
+}
