@@ -45,8 +45,12 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	return run(ctx, cfg, pool, env.Logger, nil)
+	err = run(ctx, cfg, pool, env.Logger, nil)
+	// Last: the server, the sweeper (its leases given back) and the tracer have stopped, so
+	// nothing uses a connection any more; Close ends each one with a Terminate message.
+	pool.Close()
+	env.Logger.Info("stopped: database pool closed", "replica", cfg.ReplicaID)
+	return err
 }
 
 // run is the server process shared by serve and dev: it listens on HTTP_ADDR, serves until ctx
