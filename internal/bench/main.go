@@ -48,6 +48,7 @@ type figure struct {
 // figures is the program, in the order it runs.
 var figures = []figure{
 	{"sweeper", sweeperDrain},
+	{"replicas", apiCreates},
 }
 
 // Env is what a figure gets: the scale, a log, and fresh databases on the run's cluster.
