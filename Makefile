@@ -27,6 +27,8 @@ AXE_VERSION := 4.14.1
 STRIPE_MOCK_BIN ?= $(BIN)/stripe-mock
 CHROMIUM_BIN    ?= /usr/bin/chromium
 PGBOUNCER_BIN   ?= /usr/sbin/pgbouncer
+# promtool (Debian's prometheus package) checks and unit-tests deploy/prometheus's alert rules.
+PROMTOOL_BIN    ?= /usr/bin/promtool
 AXE_JS          ?= $(BIN)/axe/node_modules/axe-core/axe.min.js
 
 # apt_install PACKAGES: as root install them (after one apt-get update), otherwise print the
@@ -71,6 +73,7 @@ deps-test:
 	[ -x "$(CHROMIUM_BIN)" ] || missing="$$missing chromium"; \
 	[ -x "$(PGBOUNCER_BIN)" ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	[ -x "$(PROMTOOL_BIN)" ] || command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	$(call apt_install,$$missing)
 	@if ! grep -qs '"version": "$(AXE_VERSION)"' "$(BIN)/axe/node_modules/axe-core/package.json"; then \
@@ -109,6 +112,7 @@ $(TESTPG): FORCE
 test: deps-test check-generated vet $(TESTPG)
 	STRIPE_MOCK_BIN="$(STRIPE_MOCK_BIN)" CHROMIUM_BIN="$(CHROMIUM_BIN)" AXE_JS="$(AXE_JS)" \
 	PGBOUNCER_BIN="$$( [ -x "$(PGBOUNCER_BIN)" ] && echo "$(PGBOUNCER_BIN)" || command -v pgbouncer )" \
+	PROMTOOL_BIN="$$( [ -x "$(PROMTOOL_BIN)" ] && echo "$(PROMTOOL_BIN)" || command -v promtool )" \
 	  $(TESTPG) -- $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 
 ## bench: the benchmark program (internal/bench) at full size: every figure beside its anchor on
