@@ -281,6 +281,7 @@ func TestRoles(t *testing.T) {
 		{"GET", "/payments", ok, ok, ok},
 		{"GET", "/payments/" + s.ID, ok, ok, ok},
 		{"GET", "/locks", ok, ok, ok},
+		{"GET", "/ops", ok, ok, ok},
 		{"GET", "/payments/new", ok, no, ok},
 		{"GET", "/finance/cases", no, ok, ok},
 		{"GET", "/finance/flagged", no, ok, ok},

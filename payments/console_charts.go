@@ -115,7 +115,7 @@ func (s *Service) OpsCharts(ctx context.Context) (OpsCharts, error) {
 	if backlogFrom.Before(from) {
 		from = backlogFrom
 	}
-	samples, err := s.OpsSamples(ctx, from, now.Add(time.Nanosecond))
+	samples, err := s.OpsSamples(ctx, from, now)
 	if err != nil {
 		return OpsCharts{}, err
 	}
@@ -134,12 +134,12 @@ func (s *Service) OpsCharts(ctx context.Context) (OpsCharts, error) {
 	return oc, nil
 }
 
-// opsSamplesSQL reads samples in [$1, $2): a range of the primary key.
+// opsSamplesSQL reads samples in [$1, $2]: a range of the primary key.
 const opsSamplesSQL = `SELECT at, taken_at, registering, registered, unknown, authorized, canceling, flagged, due, oldest_due_at, leased,
 	settled_since, completed, failed, canceled
-	FROM ops_samples WHERE at >= $1 AND at < $2 ORDER BY at`
+	FROM ops_samples WHERE at >= $1 AND at <= $2 ORDER BY at`
 
-// OpsSamples returns the samples of [from, to), oldest first.
+// OpsSamples returns the samples of [from, to], oldest first.
 func (s *Service) OpsSamples(ctx context.Context, from, to time.Time) ([]OpsSample, error) {
 	rows, err := s.db.Query(ctx, opsSamplesSQL, from, to)
 	if err != nil {
@@ -223,26 +223,27 @@ func BacklogBuckets(samples []OpsSample, from time.Time, step time.Duration, n i
 	})
 }
 
-// gatewayMinutesSQL counts the calls of [$1, $2) per minute and outcome, and the latency
+// gatewayMinutesSQL counts the calls of [$1, $2] per minute and outcome, and the latency
 // percentiles per minute (the grouping set without the outcome), through gateway_calls_created
 // (an index-only scan: created_at INCLUDE outcome, latency_ms).
 const gatewayMinutesSQL = `SELECT minute, outcome, GROUPING(outcome) = 1, count(*),
 	percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) FILTER (WHERE outcome <> 'not_sent'),
 	percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) FILTER (WHERE outcome <> 'not_sent')
 	FROM (SELECT date_bin('1 minute', created_at, $1::timestamptz) AS minute, outcome, latency_ms
-		FROM gateway_calls WHERE created_at >= $1 AND created_at < $2) c
+		FROM gateway_calls WHERE created_at >= $1 AND created_at <= $2) c
 	GROUP BY GROUPING SETS ((minute, outcome), (minute))
 	ORDER BY minute`
 
-// GatewayMinutes counts the gateway calls from from (a minute's start) to to, per minute and
-// outcome, with the median and 95th percentile latency of each minute. Every minute of the range
-// is in the result, empty ones included.
+// GatewayMinutes counts the gateway calls from from (a minute's start) up to and including to
+// (now: the minute under way is the last), per minute and outcome, with the median and 95th
+// percentile latency of each minute. Every minute of the range is in the result, empty ones
+// included.
 func (s *Service) GatewayMinutes(ctx context.Context, from, to time.Time) ([]GatewayMinute, error) {
-	n := int(to.Sub(from)/OpsGatewayMinute) + 1
-	if to.Sub(from)%OpsGatewayMinute == 0 {
-		n-- // to is a minute's start: that minute is not in the range
+	n := 0
+	if !to.Before(from) {
+		n = int(to.Sub(from)/OpsGatewayMinute) + 1
 	}
-	out := make([]GatewayMinute, max(n, 0))
+	out := make([]GatewayMinute, n)
 	for i := range out {
 		out[i] = GatewayMinute{Start: from.Add(time.Duration(i) * OpsGatewayMinute), Calls: map[GatewayOutcome]int{}}
 	}

@@ -19,7 +19,8 @@ import (
 // gateway's minutes and the sample's settled count must go through their created_at indexes.
 // Then it runs the sample statement under EXPLAIN ANALYZE when the minute's row exists: the
 // counts must never run (the NOT EXISTS guard is a one-time filter). make test fills 50 000
-// sessions and 300 000 events and calls; make polygon (PITLANE_SCALE=full) a million sessions.
+// sessions and 150 000 events and calls each; make polygon (PITLANE_SCALE=full) a million
+// sessions and three million of each.
 func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
 	t.Parallel()
 	n := 50_000
@@ -44,8 +45,8 @@ func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
 		FROM payment_sessions, generate_series(1, 3) k`,
 		`INSERT INTO gateway_calls (session_id, operation, outcome, latency_ms, created_at)
 		SELECT NULL, 'status', (ARRAY['ok', 'ok', 'ok', 'definitive', 'unknown', 'not_sent'])[1 + i % 6], i % 900,
-			$1::timestamptz - interval '3 days' + i * (interval '3 days' / ($2::int * 6))
-		FROM generate_series(1, $2::int * 6) i`,
+			$1::timestamptz - interval '3 days' + i * (interval '3 days' / ($2::int * 3))
+		FROM generate_series(1, $2::int * 3) i`,
 		`INSERT INTO ops_samples (at, taken_at, registering, registered, unknown, authorized, canceling, flagged, due, leased,
 			settled_since, completed, failed, canceled)
 		SELECT m, m, 1, 2, 3, 4, 5, 6, 7, 8, m - interval '1 minute', 9, 10, 11

@@ -201,7 +201,8 @@ func TestGatewayMinutes(t *testing.T) {
 	call(m.Add(7*time.Second), "not_sent", 0)
 	call(m.Add(59*time.Second), "not_sent", 0)
 	call(t0.Add(-59*time.Minute-time.Millisecond), "ok", 1) // 11:00:59.999: before the window
-	call(t0.Add(31*time.Second), "ok", 1)                   // after now
+	call(t0.Add(30*time.Second+time.Microsecond), "ok", 1)  // after now
+	call(t0.Add(30*time.Second), "ok", 7)                   // now: in
 	b.clock.Set(t0.Add(10 * time.Second))
 	b.completed(t, "o-now", 100) // a register and a status call at 12:00:10
 
@@ -226,8 +227,12 @@ func TestGatewayMinutes(t *testing.T) {
 	if g.P50 == nil || g.P95 == nil || math.Abs(*g.P50-percentileCont(sent, 0.5)) > 1e-9 || math.Abs(*g.P95-percentileCont(sent, 0.95)) > 1e-9 {
 		t.Fatalf("11:59 p50 %v p95 %v, want %v %v (not_sent calls left out)", g.P50, g.P95, percentileCont(sent, 0.5), percentileCont(sent, 0.95))
 	}
-	if now := got[59]; now.Total != 2 || now.Calls[payments.GatewayOK] != 2 || now.P50 == nil {
-		t.Fatalf("12:00 (the core's register and status): %+v", now)
+	if now := got[59]; now.Total != 3 || now.Calls[payments.GatewayOK] != 3 || now.P50 == nil {
+		t.Fatalf("12:00 (the core's register and status, and the call made now): %+v", now)
+	}
+	// A window ending on a minute's start has that minute (under way) as its last.
+	if got, err := b.svc.GatewayMinutes(ctx, from, t0); err != nil || len(got) != 60 || got[59].Total != 0 {
+		t.Fatalf("window to 12:00:00: %d minutes, %v", len(got), err)
 	}
 }
 
