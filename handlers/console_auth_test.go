@@ -334,9 +334,9 @@ func TestRoles(t *testing.T) {
 		a          *agent
 		hide, show []string
 	}{
-		{sup, []string{"nav-finance", "nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-locks"}},
-		{fin, []string{"nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-finance", "nav-locks"}},
-		{adm, nil, []string{"nav-payments", "nav-finance", "nav-locks", "nav-outbox", "nav-users", "nav-audit"}},
+		{sup, []string{"nav-finance", "nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-locks", "nav-ops"}},
+		{fin, []string{"nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-finance", "nav-locks", "nav-ops"}},
+		{adm, nil, []string{"nav-payments", "nav-finance", "nav-locks", "nav-ops", "nav-outbox", "nav-users", "nav-audit"}},
 	} {
 		doc := page(t, who.a.get("/"), http.StatusOK)
 		for _, id := range who.hide {
