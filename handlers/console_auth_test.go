@@ -281,6 +281,7 @@ func TestRoles(t *testing.T) {
 		{"GET", "/payments", ok, ok, ok},
 		{"GET", "/payments/" + s.ID, ok, ok, ok},
 		{"GET", "/locks", ok, ok, ok},
+		{"GET", "/ops", ok, ok, ok},
 		{"GET", "/payments/new", ok, no, ok},
 		{"GET", "/finance/cases", no, ok, ok},
 		{"GET", "/finance/flagged", no, ok, ok},
@@ -333,9 +334,9 @@ func TestRoles(t *testing.T) {
 		a          *agent
 		hide, show []string
 	}{
-		{sup, []string{"nav-finance", "nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-locks"}},
-		{fin, []string{"nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-finance", "nav-locks"}},
-		{adm, nil, []string{"nav-payments", "nav-finance", "nav-locks", "nav-outbox", "nav-users", "nav-audit"}},
+		{sup, []string{"nav-finance", "nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-locks", "nav-ops"}},
+		{fin, []string{"nav-outbox", "nav-users", "nav-audit"}, []string{"nav-payments", "nav-finance", "nav-locks", "nav-ops"}},
+		{adm, nil, []string{"nav-payments", "nav-finance", "nav-locks", "nav-ops", "nav-outbox", "nav-users", "nav-audit"}},
 	} {
 		doc := page(t, who.a.get("/"), http.StatusOK)
 		for _, id := range who.hide {

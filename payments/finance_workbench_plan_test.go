@@ -144,6 +144,13 @@ func fillSessions(t *testing.T, pool *pgxpool.Pool, n int, now time.Time) {
 // simple protocol: PREPARE's own $n must reach the server as written).
 func explain(t *testing.T, conn *pgx.Conn, sql string, args []any) map[string]any {
 	t.Helper()
+	return explainWith(t, conn, "FORMAT JSON", sql, args)
+}
+
+// explainWith is explain with EXPLAIN's options given ("ANALYZE, FORMAT JSON" runs the
+// statement: wrap a write in a transaction that is rolled back).
+func explainWith(t *testing.T, conn *pgx.Conn, options, sql string, args []any) map[string]any {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, "PREPARE stuck_plan AS "+sql, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("prepare: %v\n%s", err, sql)
@@ -158,12 +165,14 @@ func explain(t *testing.T, conn *pgx.Conn, sql string, args []any) map[string]an
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
 		case int, int64:
 			lits[i] = fmt.Sprint(v)
+		case time.Duration:
+			lits[i] = fmt.Sprintf("'%d microseconds'::interval", v.Microseconds())
 		default:
 			t.Fatalf("explain: no literal for %T", a)
 		}
 	}
 	var out string
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE stuck_plan("+strings.Join(lits, ", ")+")",
+	if err := conn.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE stuck_plan("+strings.Join(lits, ", ")+")",
 		pgx.QueryExecModeSimpleProtocol).Scan(&out); err != nil {
 		t.Fatalf("explain: %v\n%s", err, sql)
 	}

@@ -192,6 +192,9 @@ func (s *Service) housekeep(ctx context.Context) {
 	if _, err := s.db.Exec(ctx, `DELETE FROM sweeper_heartbeats WHERE beat_at < $1`, s.cfg.Clock.Now().Add(-HeartbeatRetention)); err != nil {
 		s.log.Error("reap heartbeats", "err", err)
 	}
+	if _, err := s.reapOpsSamples(ctx); err != nil {
+		s.log.Error("reap ops samples", "err", err)
+	}
 }
 
 // RunSweeper runs the patrol every interval until ctx ends: a round over due sessions, pending
@@ -203,7 +206,7 @@ func (s *Service) housekeep(ctx context.Context) {
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var lastHousekeeping, lastReconcile time.Time
+	var lastHousekeeping, lastReconcile, lastSample time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			s.housekeep(ctx)
@@ -211,6 +214,15 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		}
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
 			s.log.Error("patrol", "err", err)
+		}
+		// The Operations page's sample of this minute (ops_samples.go): tried once per minute per
+		// replica; the first replica in the minute writes it, the others find it written.
+		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {
+			if _, err := s.SampleOps(ctx); err == nil {
+				lastSample = now.Truncate(OpsSampleEvery)
+			} else if ctx.Err() == nil {
+				s.log.Error("ops sample", "err", err) // tried again next round
+			}
 		}
 		if now := s.cfg.Clock.Now(); now.Sub(lastReconcile) >= ReconcileEvery {
 			s.reconcileRound(ctx) // only the leader compares; the others try for the leader row

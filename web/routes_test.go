@@ -91,6 +91,7 @@ var routeRules = map[string]routeRule{
 	"POST /finance/resolutions/:id/approve": con(access.PermResolve),
 	"POST /finance/resolutions/:id/reject":  con(access.PermResolve),
 	"GET /locks":                            con(access.PermView),
+	"GET /ops":                              con(access.PermView),
 	"GET /outbox":                           con(access.PermAdmin),
 	"GET /admin/users":                      con(access.PermAdmin),
 	"POST /admin/users/:id/disable":         con(access.PermAdmin),

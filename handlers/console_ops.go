@@ -1,0 +1,27 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/views"
+	"pitlane/web/render"
+)
+
+// Ops: GET /ops, the Operations page — sessions by state, the gateway's calls and latency, the
+// sweeper's backlog and each replica's patrol, drawn as SVG on the server. An htmx request of
+// the same URL gets only the charts (the views.OpsLive fragment), for a live update.
+func (h *Console) Ops(c echo.Context) error {
+	if err := h.ready(); err != nil {
+		return err
+	}
+	oc, err := h.svc.OpsCharts(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Ops(views.OpsView{C: oc}), views.OpsLive)
+	}
+	return render.HTML(c, http.StatusOK, views.Ops(views.OpsView{Page: h.page(c, "Operations", "ops"), C: oc}))
+}

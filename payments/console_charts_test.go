@@ -1,0 +1,361 @@
+package payments_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// sampleAt sets the clock and samples as svc; it reports whether svc wrote the minute's row.
+func (b *bench) sampleAt(t *testing.T, svc *payments.Service, at time.Time) bool {
+	t.Helper()
+	b.clock.Set(at)
+	wrote, err := svc.SampleOps(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wrote
+}
+
+func (b *bench) samples(t *testing.T) []payments.OpsSample {
+	t.Helper()
+	s, err := b.svc.OpsSamples(context.Background(), t0.Add(-72*time.Hour), t0.Add(72*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// failedAt makes a Failed session through the core at the clock's time.
+func (b *bench) failedAt(t *testing.T, order string) {
+	t.Helper()
+	s := b.registered(t, order, 100)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+	if s, err := b.plain.Check(context.Background(), api, s.ID); err != nil || s.Status != payments.StatusFailed {
+		t.Fatalf("setup: %s %v", s.Status, err)
+	}
+}
+
+// TestSampleOpsOneRowPerMinute: two replicas sample the same minute; one row is written, by the
+// first. It holds the active sessions by state and the patrol's backlog as they are, and the
+// sessions settled since the previous sample — the minute before when there is none within an
+// hour, so one sample never reads a day of events.
+func TestSampleOpsOneRowPerMinute(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	other := b.service(b.pool, "replica-b")
+
+	b.clock.Set(t0.Add(-90 * time.Second)) // 11:58:30: settled before the first sample's minute
+	b.completed(t, "o-early", 100)
+	b.clock.Set(t0.Add(-30 * time.Second)) // 11:59:30: settled within it
+	b.completed(t, "o-paid", 100)
+	b.failedAt(t, "o-declined")
+	due := b.registered(t, "o-due", 100) // next look 11:59:35
+	leased := b.registered(t, "o-leased", 100)
+	b.exec(t, `UPDATE payment_sessions SET lease_owner = 'replica-b', lease_until = $2, lease_token = gen_random_uuid() WHERE id = $1`,
+		leased.ID, t0.Add(time.Minute))
+	flagged := b.registered(t, "o-flagged", 100)
+	b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'test' WHERE id = $1`, flagged.ID, t0.Add(-time.Hour))
+
+	if !b.sampleAt(t, b.svc, t0.Add(20*time.Second)) {
+		t.Fatal("replica-a did not write the first sample")
+	}
+	if b.sampleAt(t, other, t0.Add(30*time.Second)) || b.sampleAt(t, b.svc, t0.Add(59*time.Second)) {
+		t.Fatal("a second sample was written for the same minute")
+	}
+	if n := b.count(t, `SELECT count(*) FROM ops_samples WHERE taken_by = 'replica-a'`); n != 1 {
+		t.Fatalf("%d rows by replica-a", n)
+	}
+	s := b.samples(t)
+	if len(s) != 1 {
+		t.Fatalf("%d samples, want 1", len(s))
+	}
+	got := s[0]
+	if !got.At.Equal(t0) || !got.TakenAt.Equal(t0.Add(20*time.Second)) || !got.SettledSince.Equal(t0.Add(-time.Minute)) {
+		t.Fatalf("sample at %s taken %s settled since %s", got.At, got.TakenAt, got.SettledSince)
+	}
+	if got.Active[payments.StatusRegistered] != 3 || got.Active[payments.StatusUnknown] != 0 {
+		t.Fatalf("active: %v", got.Active)
+	}
+	if got.Settled[payments.StatusCompleted] != 1 || got.Settled[payments.StatusFailed] != 1 || got.Settled[payments.StatusCanceled] != 0 {
+		t.Fatalf("settled in [11:59, 12:00): %v (o-early settled at 11:58:30 must not count)", got.Settled)
+	}
+	if got.Due != 1 || got.Leased != 1 || got.Flagged != 1 || got.OldestDueAt == nil || !got.OldestDueAt.Equal(*due.NextCheckAt) {
+		t.Fatalf("backlog: due %d leased %d flagged %d oldest %v (want 1, 1, 1, %v)", got.Due, got.Leased, got.Flagged, got.OldestDueAt, due.NextCheckAt)
+	}
+
+	// The next minute, replica-b comes first; the settled count goes on where the last stopped.
+	b.clock.Set(t0.Add(50 * time.Second))
+	b.gw.SetStatus(due.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.plain.Check(context.Background(), api, due.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !b.sampleAt(t, other, t0.Add(70*time.Second)) {
+		t.Fatal("replica-b did not write the 12:01 sample")
+	}
+	// A gap of three minutes (no patrol ran): the next sample counts all of it.
+	b.clock.Set(t0.Add(3 * time.Minute))
+	b.failedAt(t, "o-in-the-gap")
+	if !b.sampleAt(t, b.svc, t0.Add(5*time.Minute+10*time.Second)) {
+		t.Fatal("no 12:05 sample")
+	}
+	// Two hours without a patrol: the first sample after counts its own minute before only.
+	b.clock.Set(t0.Add(time.Hour))
+	b.failedAt(t, "o-long-ago")
+	b.clock.Set(t0.Add(2*time.Hour + 9*time.Minute + 30*time.Second))
+	b.failedAt(t, "o-just-before")
+	if !b.sampleAt(t, b.svc, t0.Add(2*time.Hour+10*time.Minute)) {
+		t.Fatal("no 14:10 sample")
+	}
+	s = b.samples(t)
+	type row struct {
+		at, since       time.Duration
+		completed, fail int
+	}
+	var rows []row
+	for _, o := range s {
+		rows = append(rows, row{o.At.Sub(t0), o.SettledSince.Sub(t0), o.Settled[payments.StatusCompleted], o.Settled[payments.StatusFailed]})
+	}
+	want := []row{
+		{0, -time.Minute, 1, 1},
+		{time.Minute, 0, 1, 0},
+		{5 * time.Minute, time.Minute, 0, 1},
+		{2*time.Hour + 10*time.Minute, 2*time.Hour + 9*time.Minute, 0, 1},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("samples (at, since, completed, failed):\n got %v\nwant %v", rows, want)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ops_samples WHERE at = $1 AND taken_by = 'replica-b'`, t0.Add(time.Minute)); n != 1 {
+		t.Fatal("the 12:01 sample is not replica-b's")
+	}
+}
+
+// TestRunSweeperSamplesOps: the patrol's loop writes the minute's sample and its housekeeping
+// reaps samples past OpsSampleRetention. The loop is caught in its reconciliation (held at the
+// gateway), which comes after both.
+func TestRunSweeperSamplesOps(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.seedRegistered(t, 2)
+	old, kept := t0.Add(-payments.OpsSampleRetention-time.Hour), t0.Add(-payments.OpsSampleRetention+time.Hour)
+	b.sampleAt(t, b.plain, old)
+	b.sampleAt(t, b.plain, kept)
+	b.clock.Set(t0.Add(15 * time.Second))
+	gate := b.gw.Hold(fakegw.OpFind)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, time.Hour); close(done) }()
+	mustWait(t, gate.Arrived(), "the patrol's reconciliation")
+	var ats []time.Time
+	for _, s := range b.samples(t) {
+		ats = append(ats, s.At)
+	}
+	if !slices.EqualFunc(ats, []time.Time{kept, t0}, time.Time.Equal) {
+		t.Fatalf("samples at %v, want the kept one and this minute's (%s, %s)", ats, kept, t0)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ops_samples WHERE at = $1 AND taken_by = 'replica-a' AND registered = 2`, t0); n != 1 {
+		t.Fatal("this minute's sample is not the patrol's, or miscounted")
+	}
+	cancel()
+	gate.Open()
+	mustWait(t, done, "the patrol to stop")
+}
+
+// percentileCont is PostgreSQL's percentile_cont: linear interpolation between the two nearest
+// ranks of the sorted values.
+func percentileCont(vals []float64, p float64) float64 {
+	v := slices.Clone(vals)
+	slices.Sort(v)
+	pos := p * float64(len(v)-1)
+	lo := math.Floor(pos)
+	if lo == pos {
+		return v[int(lo)]
+	}
+	return v[int(lo)] + (pos-lo)*(v[int(lo)+1]-v[int(lo)])
+}
+
+// TestGatewayMinutes: calls per minute and outcome, and the latency percentiles of the calls
+// that reached the gateway, over exactly the window asked for; empty minutes are there, with no
+// percentile. Calls made through the core count in the minute they ended.
+func TestGatewayMinutes(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	call := func(at time.Time, outcome string, ms int) {
+		b.exec(t, `INSERT INTO gateway_calls (operation, outcome, latency_ms, created_at) VALUES ('status', $1, $2, $3)`, outcome, ms, at)
+	}
+	m := t0.Add(-time.Minute) // 11:59
+	sent := []float64{}
+	for _, ms := range []int{10, 20, 30, 40, 100} {
+		call(m.Add(time.Duration(ms)*time.Millisecond), "ok", ms)
+		sent = append(sent, float64(ms))
+	}
+	call(m.Add(5*time.Second), "unknown", 5000)
+	call(m.Add(6*time.Second), "definitive", 50)
+	sent = append(sent, 5000, 50)
+	call(m.Add(7*time.Second), "not_sent", 0)
+	call(m.Add(59*time.Second), "not_sent", 0)
+	call(t0.Add(-59*time.Minute-time.Millisecond), "ok", 1) // 11:00:59.999: before the window
+	call(t0.Add(30*time.Second+time.Microsecond), "ok", 1)  // after now
+	call(t0.Add(30*time.Second), "ok", 7)                   // now: in
+	b.clock.Set(t0.Add(10 * time.Second))
+	b.completed(t, "o-now", 100) // a register and a status call at 12:00:10
+
+	b.clock.Set(t0.Add(30 * time.Second))
+	from := t0.Add(-59 * time.Minute)
+	got, err := b.svc.GatewayMinutes(ctx, from, b.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 60 || !got[0].Start.Equal(from) || !got[59].Start.Equal(t0) {
+		t.Fatalf("%d minutes from %v", len(got), got[0].Start)
+	}
+	for i, g := range got[:58] {
+		if g.Total != 0 || g.P50 != nil || g.P95 != nil || len(g.Calls) != 0 {
+			t.Fatalf("minute %d (%s) should be empty: %+v", i, g.Start, g)
+		}
+	}
+	g := got[58]
+	if g.Total != 9 || g.Calls[payments.GatewayOK] != 5 || g.Calls["unknown"] != 1 || g.Calls["definitive"] != 1 || g.Calls["not_sent"] != 2 {
+		t.Fatalf("11:59: %+v", g)
+	}
+	if g.P50 == nil || g.P95 == nil || math.Abs(*g.P50-percentileCont(sent, 0.5)) > 1e-9 || math.Abs(*g.P95-percentileCont(sent, 0.95)) > 1e-9 {
+		t.Fatalf("11:59 p50 %v p95 %v, want %v %v (not_sent calls left out)", g.P50, g.P95, percentileCont(sent, 0.5), percentileCont(sent, 0.95))
+	}
+	if now := got[59]; now.Total != 3 || now.Calls[payments.GatewayOK] != 3 || now.P50 == nil {
+		t.Fatalf("12:00 (the core's register and status, and the call made now): %+v", now)
+	}
+	// A window ending on a minute's start has that minute (under way) as its last.
+	if got, err := b.svc.GatewayMinutes(ctx, from, t0); err != nil || len(got) != 60 || got[59].Total != 0 {
+		t.Fatalf("window to 12:00:00: %d minutes, %v", len(got), err)
+	}
+}
+
+// TestReplicaHealth: each replica's heartbeat with the sessions leased to it now (expired leases
+// and settled sessions are not), silent when it has not beaten for a minute, backing off when
+// its heartbeat says so.
+func TestReplicaHealth(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	other := b.service(b.pool, "replica-b")
+	b.clock.Set(t0.Add(-2 * time.Minute))
+	if _, err := other.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Set(t0)
+	lease := func(s payments.Session, owner string, until time.Time) {
+		b.exec(t, `UPDATE payment_sessions SET lease_owner = $2, lease_until = $3, lease_token = gen_random_uuid() WHERE id = $1`, s.ID, owner, until)
+	}
+	lease(b.registered(t, "o-1", 100), "replica-a", t0.Add(time.Minute))
+	lease(b.registered(t, "o-2", 100), "replica-a", t0.Add(time.Minute))
+	lease(b.registered(t, "o-3", 100), "replica-b", t0.Add(-time.Second)) // expired
+	lease(b.completed(t, "o-4", 100), "replica-b", t0.Add(time.Minute))   // settled
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `UPDATE sweeper_heartbeats SET backoff_until = $1, backoff_reason = 'the gateway failed 9 of 10 calls' WHERE replica_id = 'replica-a'`,
+		t0.Add(30*time.Second))
+	got, err := b.svc.ReplicaHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d replicas", len(got))
+	}
+	a, o := got[0], got[1]
+	if a.ReplicaID != "replica-a" || a.Leased != 2 || a.Silent || !a.BackingOff || a.Reason == "" || a.Concurrency != payments.DefaultSweepConcurrency || a.LastSweepAt == nil {
+		t.Fatalf("replica-a: %+v", a)
+	}
+	if o.ReplicaID != "replica-b" || o.Leased != 0 || !o.Silent || o.BackingOff {
+		t.Fatalf("replica-b: %+v", o)
+	}
+}
+
+// TestOpsCharts: the page's windows — 48 half hours and 96 quarter hours ending with the one
+// under way, 60 minutes ending with this one — folded from the samples.
+func TestOpsCharts(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.registered(t, "o-open", 100)
+	b.sampleAt(t, b.plain, t0.Add(-25*time.Hour)) // outside the day
+	b.sampleAt(t, b.plain, t0.Add(-23*time.Hour-20*time.Minute))
+	b.sampleAt(t, b.plain, t0.Add(-time.Minute))
+	b.completed(t, "o-paid", 100)
+	b.sampleAt(t, b.plain, t0.Add(time.Minute))
+	b.clock.Set(t0.Add(10*time.Minute + 5*time.Second))
+	oc, err := b.svc.OpsCharts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(oc.States) != 48 || !oc.States[47].Start.Equal(t0) || !oc.States[0].Start.Equal(t0.Add(-23*time.Hour-30*time.Minute)) {
+		t.Fatalf("state buckets: %d from %v to %v", len(oc.States), oc.States[0].Start, oc.States[len(oc.States)-1].Start)
+	}
+	if len(oc.Backlog) != 96 || !oc.Backlog[95].Start.Equal(t0) {
+		t.Fatalf("backlog buckets: %d, last %v", len(oc.Backlog), oc.Backlog[len(oc.Backlog)-1].Start)
+	}
+	if len(oc.Gateway) != 60 || !oc.Gateway[59].Start.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("gateway minutes: %d, last %v", len(oc.Gateway), oc.Gateway[len(oc.Gateway)-1].Start)
+	}
+	var sampled []int
+	for i, s := range oc.States {
+		if s.Sampled {
+			sampled = append(sampled, i)
+		}
+	}
+	if !slices.Equal(sampled, []int{0, 46, 47}) {
+		t.Fatalf("sampled state buckets %v, want [0 46 47]", sampled)
+	}
+	if last := oc.States[47]; last.Active[payments.StatusRegistered] != 1 || last.Settled[payments.StatusCompleted] != 1 {
+		t.Fatalf("the bucket under way: %+v", last)
+	}
+	if oc.States[46].Active[payments.StatusRegistered] != 1 || oc.Latest == nil || !oc.Latest.At.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("11:30 bucket %+v, latest %+v", oc.States[46], oc.Latest)
+	}
+}
+
+// TestStateAndBacklogBuckets: the folding itself — the last sample's stock, the summed flow,
+// the backlog's peaks, samples outside the buckets ignored.
+func TestStateAndBacklogBuckets(t *testing.T) {
+	t.Parallel()
+	sample := func(at time.Duration, registered, completed, due, leased int, waiting time.Duration) payments.OpsSample {
+		s := payments.OpsSample{At: t0.Add(at), TakenAt: t0.Add(at + 10*time.Second),
+			Active:  map[payments.Status]int{payments.StatusRegistered: registered},
+			Settled: map[payments.Status]int{payments.StatusCompleted: completed}, Due: due, Leased: leased, Flagged: registered}
+		if waiting > 0 {
+			d := s.TakenAt.Add(-waiting)
+			s.OldestDueAt = &d
+		}
+		return s
+	}
+	samples := []payments.OpsSample{
+		sample(-time.Minute, 50, 50, 50, 50, time.Hour), // before the first bucket
+		sample(0, 5, 2, 3, 1, 0),
+		sample(time.Minute, 7, 3, 9, 0, 40*time.Second),
+		sample(29*time.Minute, 4, 1, 2, 6, 10*time.Second),
+		sample(60*time.Minute, 1, 1, 0, 0, 0),
+		sample(90*time.Minute, 99, 99, 99, 99, 0), // after the last
+	}
+	st := payments.StateBuckets(samples, t0, 30*time.Minute, 3)
+	if !st[0].Sampled || st[0].Active[payments.StatusRegistered] != 4 || st[0].Settled[payments.StatusCompleted] != 6 {
+		t.Fatalf("bucket 0: %+v", st[0])
+	}
+	if st[1].Sampled || st[1].Active[payments.StatusRegistered] != 0 || !st[1].Start.Equal(t0.Add(30*time.Minute)) {
+		t.Fatalf("bucket 1: %+v", st[1])
+	}
+	if !st[2].Sampled || st[2].Active[payments.StatusRegistered] != 1 || st[2].Settled[payments.StatusCompleted] != 1 {
+		t.Fatalf("bucket 2: %+v", st[2])
+	}
+	bl := payments.BacklogBuckets(samples, t0, 30*time.Minute, 3)
+	if !bl[0].Sampled || bl[0].Due != 9 || bl[0].Leased != 6 || bl[0].Flagged != 4 || bl[0].OldestDue != 40*time.Second {
+		t.Fatalf("backlog 0: %+v", bl[0])
+	}
+	if bl[1].Sampled || bl[2].Due != 0 || !bl[2].Sampled {
+		t.Fatalf("backlog 1, 2: %+v %+v", bl[1], bl[2])
+	}
+}

@@ -1,0 +1,92 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The Operations page's history (migration 00350): one sample per minute of the sessions by
+// state and of the patrol's backlog, written by whichever replica's patrol comes first in the
+// minute. The page's charts of the last 24 h read at most 1 440 of these rows instead of
+// replaying session_events (millions of rows a day at a million sessions a day) on each view.
+
+// OpsSampleEvery is the samples' resolution: one row per minute, at most.
+const OpsSampleEvery = time.Minute
+
+// OpsSampleRetention: samples older than this are reaped by the patrol's housekeeping. The page
+// shows a day; three keep yesterday's comparison and a weekend's Monday morning question.
+const OpsSampleRetention = 3 * 24 * time.Hour
+
+// opsSampleLookback bounds how far back the previous sample is looked for when counting the
+// sessions settled since it: after a gap longer than this (no replica's patrol ran), the first
+// new sample counts the minute before it only, so one row never reads a day of events.
+const opsSampleLookback = time.Hour
+
+// opsSampleSQL writes the sample of minute $1 counted at $2 by replica $3 (SampleOps): the
+// settled sessions since the previous sample within $4, else since $1 - $5.
+var opsSampleSQL = `
+	INSERT INTO ops_samples (at, taken_at, taken_by, registering, registered, unknown, authorized, canceling,
+		flagged, due, oldest_due_at, leased, settled_since, completed, failed, canceled)
+	SELECT $1, $2, $3, a.registering, a.registered, a.unknown, a.authorized, a.canceling,
+		a.flagged, a.due, a.oldest_due_at, a.leased, p.since, e.completed, e.failed, e.canceled
+	FROM (
+		SELECT count(*) FILTER (WHERE status = 'Registering') AS registering,
+			count(*) FILTER (WHERE status = 'Registered') AS registered,
+			count(*) FILTER (WHERE status = 'Unknown') AS unknown,
+			count(*) FILTER (WHERE status = 'Authorized') AS authorized,
+			count(*) FILTER (WHERE status = 'Canceling') AS canceling,
+			count(*) FILTER (WHERE flagged_at IS NOT NULL) AS flagged,
+			-- the sweeper's claim predicate (claimDue), as Stats counts it
+			count(*) FILTER (WHERE next_check_at <= $2 AND flagged_at IS NULL AND (lease_until IS NULL OR lease_until <= $2)) AS due,
+			min(next_check_at) FILTER (WHERE next_check_at <= $2 AND flagged_at IS NULL AND (lease_until IS NULL OR lease_until <= $2)) AS oldest_due_at,
+			count(*) FILTER (WHERE lease_until > $2) AS leased
+		FROM payment_sessions WHERE ` + activeStatusSQL + `
+	) a,
+	(SELECT coalesce((SELECT max(at) FROM ops_samples WHERE at < $1 AND at >= $1::timestamptz - $4::interval),
+		$1::timestamptz - $5::interval) AS since) p,
+	LATERAL (
+		SELECT count(*) FILTER (WHERE to_status = 'Completed') AS completed,
+			count(*) FILTER (WHERE to_status = 'Failed') AS failed,
+			count(*) FILTER (WHERE to_status = 'Canceled') AS canceled
+		FROM session_events
+		WHERE created_at >= p.since AND created_at < $1 AND to_status IN ('Completed', 'Failed', 'Canceled')
+	) e
+	WHERE NOT EXISTS (SELECT 1 FROM ops_samples WHERE at = $1)
+	ON CONFLICT (at) DO NOTHING
+	RETURNING true`
+
+// SampleOps writes the sample of the current minute (by the service clock) unless one exists,
+// and reports whether this call wrote it. One statement, no transaction: when the minute's row
+// exists, its NOT EXISTS guard is a primary-key lookup and nothing is counted (PostgreSQL runs a
+// constant WHERE as a one-time filter before the counts); when two replicas sample the same
+// minute at the same instant both count — over the active sessions and a minute of events, a
+// few milliseconds — and ON CONFLICT keeps the first row.
+//
+// Every count is bounded: the active sessions through the partial indexes over active states
+// (migration 00310; the settled part of payment_sessions is never read), the settled ones from
+// session_events over [previous sample, this minute) through session_events_created.
+func (s *Service) SampleOps(ctx context.Context) (bool, error) {
+	now := s.cfg.Clock.Now()
+	at := now.Truncate(OpsSampleEvery)
+	err := s.db.QueryRow(ctx, opsSampleSQL, at, now, s.cfg.ReplicaID, opsSampleLookback, OpsSampleEvery).Scan(new(bool))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // this minute's sample exists (another replica, or this one, wrote it)
+	}
+	if err != nil {
+		return false, fmt.Errorf("ops sample: %w", err)
+	}
+	return true, nil
+}
+
+// reapOpsSamples deletes samples older than OpsSampleRetention (by the primary key's order).
+func (s *Service) reapOpsSamples(ctx context.Context) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM ops_samples WHERE at < $1`, s.cfg.Clock.Now().Add(-OpsSampleRetention))
+	if err != nil {
+		return 0, fmt.Errorf("reap ops samples: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

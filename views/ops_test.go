@@ -1,0 +1,269 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/a-h/templ"
+
+	"pitlane/payments"
+)
+
+var opsNow = time.Date(2026, 11, 30, 12, 10, 5, 0, time.UTC)
+
+func render(t *testing.T, c templ.Component) *goquery.Document {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := c.Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := goquery.NewDocumentFromReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// opsFixture is a day with three sampled half hours, two minutes of gateway calls and two
+// replicas, one of them silent.
+func opsFixture() payments.OpsCharts {
+	stateFrom := opsNow.Truncate(payments.OpsStateBucket).Add(-payments.OpsHistory + payments.OpsStateBucket)
+	sample := func(at time.Time, registered, unknown, completed, failed, due, leased int) payments.OpsSample {
+		oldest := at.Add(-40 * time.Second)
+		return payments.OpsSample{At: at, TakenAt: at.Add(5 * time.Second),
+			Active:  map[payments.Status]int{payments.StatusRegistered: registered, payments.StatusUnknown: unknown},
+			Settled: map[payments.Status]int{payments.StatusCompleted: completed, payments.StatusFailed: failed},
+			Due:     due, Leased: leased, Flagged: 1, OldestDueAt: &oldest}
+	}
+	samples := []payments.OpsSample{
+		sample(stateFrom, 4, 0, 10, 0, 2, 1),                  // bucket 0: two bars (Registered), one settled (Completed)
+		sample(opsNow.Add(-40*time.Minute), 7, 2, 3, 1, 0, 3), // bucket 46
+		sample(opsNow.Add(-time.Minute), 5, 1, 0, 0, 9, 2),    // bucket 47
+	}
+	backlogFrom := opsNow.Truncate(payments.OpsBacklogBucket).Add(-payments.OpsHistory + payments.OpsBacklogBucket)
+	gwFrom := opsNow.Truncate(time.Minute).Add(-59 * time.Minute)
+	gw := make([]payments.GatewayMinute, 60)
+	for i := range gw {
+		gw[i] = payments.GatewayMinute{Start: gwFrom.Add(time.Duration(i) * time.Minute), Calls: map[payments.GatewayOutcome]int{}}
+	}
+	gw[20].Calls = map[payments.GatewayOutcome]int{payments.GatewayOK: 40, "unknown": 3, "not_sent": 0}
+	gw[20].Total, gw[20].P50, gw[20].P95 = 43, ptr(35.0), ptr(480.0)
+	gw[59].Calls = map[payments.GatewayOutcome]int{payments.GatewayOK: 12, "definitive": 1, "not_sent": 2}
+	gw[59].Total, gw[59].P50, gw[59].P95 = 15, ptr(20.0), ptr(95.5)
+	swept := opsNow.Add(-3 * time.Second)
+	return payments.OpsCharts{
+		At:      opsNow,
+		States:  payments.StateBuckets(samples, stateFrom, payments.OpsStateBucket, 48),
+		Backlog: payments.BacklogBuckets(samples, backlogFrom, payments.OpsBacklogBucket, 96),
+		Gateway: gw,
+		Latest:  &samples[2],
+		Replicas: []payments.ReplicaHealth{
+			{Heartbeat: payments.Heartbeat{ReplicaID: "replica-a", Version: "v1.4.0+abc", Concurrency: 16, BeatAt: swept, LastSweepAt: &swept, InFlight: 4},
+				Leased: 4},
+			{Heartbeat: payments.Heartbeat{ReplicaID: "replica-b-with-a-rather-long-host-name-1234", Version: "v1.3.9", Concurrency: 8,
+				BeatAt: opsNow.Add(-5 * time.Minute)}, Silent: true},
+		},
+	}
+}
+
+// chartOf checks the accessible frame of a chart: an SVG with role img, labelled by its own
+// title and description (present, not empty), and no style attribute anywhere.
+func chartOf(t *testing.T, doc *goquery.Document, id string) *goquery.Selection {
+	t.Helper()
+	svg := doc.Find(fmt.Sprintf(`svg[data-testid=%q]`, id+"-svg"))
+	if svg.Length() != 1 {
+		t.Fatalf("%s: %d SVGs", id, svg.Length())
+	}
+	if role, _ := svg.Attr("role"); role != "img" {
+		t.Fatalf("%s: role %q", id, role)
+	}
+	labelled, _ := svg.Attr("aria-labelledby")
+	for _, ref := range strings.Fields(labelled) {
+		if txt := strings.TrimSpace(svg.Find("#" + ref).Text()); txt == "" {
+			t.Fatalf("%s: aria-labelledby names %q, which is missing or empty", id, ref)
+		}
+	}
+	if len(strings.Fields(labelled)) != 2 {
+		t.Fatalf("%s: aria-labelledby %q, want its title and description", id, labelled)
+	}
+	if n := doc.Find("[style]").Length(); n > 0 {
+		t.Fatalf("%d elements carry a style attribute (the CSP refuses them)", n)
+	}
+	return svg
+}
+
+func texts(s *goquery.Selection) []string {
+	var out []string
+	s.Each(func(_ int, e *goquery.Selection) { out = append(out, strings.TrimSpace(e.Text())) })
+	return out
+}
+
+func TestSessionsChartRendersBarsAndNumbers(t *testing.T) {
+	t.Parallel()
+	oc := opsFixture()
+	doc := render(t, SessionsChart(oc))
+	svg := chartOf(t, doc, "ops-sessions")
+	// Non-zero (bucket, state) values: bucket 0 Registered; 46 Registered, Unknown; 47 the same.
+	if n := svg.Find(`rect[data-testid="bar"]`).Length(); n != 5 {
+		t.Fatalf("%d bars, want 5", n)
+	}
+	if got := texts(svg.Find(`rect[data-testid="bar"] title`)); got[0] != "Registered, 12:30: 4" {
+		t.Fatalf("first bar's title %q", got[0])
+	}
+	// A label every 4 hours on the hour (the day starts at yesterday 12:30).
+	if got := strings.Join(texts(svg.Find(`[data-testid="x-tick"]`)), " "); got != "16:00 20:00 00:00 04:00 08:00 12:00" {
+		t.Fatalf("x labels %q", got)
+	}
+	if got := texts(svg.Find(`[data-testid="y-tick"]`)); got[0] != "0" || got[len(got)-1] != "10" {
+		t.Fatalf("y labels %v: want 0 … 10 (the tallest stack is 9)", got)
+	}
+	if got := texts(svg.Find(`[data-testid="y-unit"]`)); got[0] != "sessions" {
+		t.Fatalf("y unit %v", got)
+	}
+	if got := strings.Join(texts(doc.Find(`[data-testid="legend-key"]`)), ","); got != "Registering,Registered,Unknown,Authorized,Canceling" {
+		t.Fatalf("legend %q", got)
+	}
+	if desc := svg.Find("desc").Text(); !strings.Contains(desc, "At 12:09: 6 active (Registering 0, Registered 5, Unknown 1") {
+		t.Fatalf("description %q", desc)
+	}
+	rows := doc.Find(`[data-testid="sessions-table"] [data-testid="sessions-row"]`)
+	if rows.Length() != 3 || strings.Join(texts(rows.Eq(1).Find("th, td")), " ") != "11:30 0 7 2 0 0" {
+		t.Fatalf("table: %d rows, second %q", rows.Length(), texts(rows.Eq(1).Find("th, td")))
+	}
+}
+
+func TestSettledChart(t *testing.T) {
+	t.Parallel()
+	doc := render(t, SettledChart(opsFixture()))
+	svg := chartOf(t, doc, "ops-settled")
+	if n := svg.Find(`rect[data-testid="bar"]`).Length(); n != 3 { // 10 Completed; 3 Completed + 1 Failed
+		t.Fatalf("%d bars, want 3", n)
+	}
+	if desc := svg.Find("desc").Text(); !strings.Contains(desc, "13 Completed, 1 Failed, 0 Canceled in all") {
+		t.Fatalf("description %q", desc)
+	}
+}
+
+func TestGatewayChartBarsAndLatencyLines(t *testing.T) {
+	t.Parallel()
+	doc := render(t, GatewayChart(opsFixture()))
+	calls := chartOf(t, doc, "ops-gateway-calls")
+	if n := calls.Find(`rect[data-testid="bar"]`).Length(); n != 5 { // 40 ok, 3 unknown; 12 ok, 1 refused, 2 not sent
+		t.Fatalf("%d bars, want 5", n)
+	}
+	if got := strings.Join(texts(calls.Find(`[data-testid="x-tick"]`)), " "); got != "11:20 11:30 11:40 11:50 12:00 12:10" {
+		t.Fatalf("x labels %q", got)
+	}
+	lat := chartOf(t, doc, "ops-gateway-latency")
+	if n := lat.Find(`[data-testid="line"]`).Length(); n != 2 {
+		t.Fatalf("%d latency lines, want p50 and p95", n)
+	}
+	if n := lat.Find(`circle[data-testid="point"]`).Length(); n != 4 {
+		t.Fatalf("%d latency points, want 2 minutes × 2", n)
+	}
+	if d, _ := lat.Find("path").Eq(1).Attr("stroke-dasharray"); d != dashP95 {
+		t.Fatalf("p95 is not dashed: %q", d)
+	}
+	if got := texts(lat.Find(`circle[data-testid="point"] title`)); got[3] != "p95, 12:10: 95.5 ms" {
+		t.Fatalf("points %v", got)
+	}
+	if desc := lat.Find("desc").Text(); !strings.Contains(desc, "At 12:10: p50 20 ms, p95 95.5 ms") {
+		t.Fatalf("latency description %q", desc)
+	}
+	if desc := calls.Find("desc").Text(); !strings.Contains(desc, "58 calls (52 answered, 1 refused, 3 no answer, 2 not sent)") {
+		t.Fatalf("calls description %q", desc)
+	}
+	rows := doc.Find(`[data-testid="gateway-row"]`)
+	if rows.Length() != 2 || strings.Join(texts(rows.Eq(0).Find("th, td")), " ") != "11:31 40 0 3 0 35 ms 480 ms" {
+		t.Fatalf("table: %d rows, first %q", rows.Length(), texts(rows.Eq(0).Find("th, td")))
+	}
+}
+
+func TestBacklogChartLines(t *testing.T) {
+	t.Parallel()
+	doc := render(t, BacklogChart(opsFixture()))
+	svg := chartOf(t, doc, "ops-backlog")
+	if n := svg.Find(`[data-testid="line"]`).Length(); n != 3 {
+		t.Fatalf("%d lines, want due, leased, flagged", n)
+	}
+	if n := svg.Find(`circle[data-testid="point"]`).Length(); n != 9 {
+		t.Fatalf("%d points, want 3 sampled quarter hours × 3 lines", n)
+	}
+	// 96 quarter hours, a label every 4 hours: six labels.
+	if n := svg.Find(`[data-testid="x-tick"]`).Length(); n != 6 {
+		t.Fatalf("%d x labels", n)
+	}
+	if desc := svg.Find("desc").Text(); !strings.Contains(desc, "At 12:09: 9 due (the oldest waiting 45s), 2 leased, 1 flagged. Most due: 9 at 12:00.") {
+		t.Fatalf("description %q", desc)
+	}
+	if rows := doc.Find(`[data-testid="backlog-row"]`); rows.Length() != 3 {
+		t.Fatalf("%d table rows", rows.Length())
+	}
+}
+
+func TestReplicasChart(t *testing.T) {
+	t.Parallel()
+	doc := render(t, ReplicasChart(opsFixture()))
+	svg := chartOf(t, doc, "ops-replicas")
+	if got := strings.Join(texts(svg.Find(`[data-testid="replica-state"]`)), ","); got != "sweeping,silent" {
+		t.Fatalf("states %q", got)
+	}
+	names := texts(svg.Find(`[data-testid="replica-name"]`))
+	if names[0] != "replica-a" || names[1] != "replica-b-with-a-rather-lon…" {
+		t.Fatalf("names %q", names)
+	}
+	// 4 of 16 on a 360-unit track.
+	if w, _ := svg.Find(`[data-testid="replica-leased"]`).First().Attr("width"); w != "90" {
+		t.Fatalf("leased gauge width %s, want 90", w)
+	}
+	if d := texts(svg.Find(`[data-testid="replica-detail"]`))[0]; d != "4 of 16 sessions leased · v1.4.0+abc · swept 3s ago" {
+		t.Fatalf("detail %q", d)
+	}
+	rows := doc.Find(`[data-testid="replica-row"]`)
+	if rows.Length() != 2 || texts(rows.Eq(1).Find(`[data-testid="replica-row-state"]`))[0] != "silent" {
+		t.Fatalf("table rows %d", rows.Length())
+	}
+	if desc := svg.Find("desc").Text(); !strings.Contains(desc, "replica-b-with-a-rather-long-host-name-1234 silent") || !strings.Contains(desc, "last heartbeat 5m ago") {
+		t.Fatalf("description %q", desc)
+	}
+}
+
+// TestOpsPageEmpty: a fresh database — no sample, no call, no replica — draws every chart's
+// frame and says there is nothing yet, with no bar or point.
+func TestOpsPageEmpty(t *testing.T) {
+	t.Parallel()
+	oc := opsFixture()
+	oc.States = payments.StateBuckets(nil, oc.States[0].Start, payments.OpsStateBucket, 48)
+	oc.Backlog = payments.BacklogBuckets(nil, oc.Backlog[0].Start, payments.OpsBacklogBucket, 96)
+	for i := range oc.Gateway {
+		oc.Gateway[i] = payments.GatewayMinute{Start: oc.Gateway[i].Start, Calls: map[payments.GatewayOutcome]int{}}
+	}
+	oc.Latest, oc.Replicas = nil, nil
+	doc := render(t, Ops(OpsView{Page: Page{Title: "Operations", Nav: "ops"}, C: oc}))
+	for _, id := range []string{"ops-sessions", "ops-settled", "ops-gateway-calls", "ops-gateway-latency", "ops-backlog", "ops-replicas"} {
+		chartOf(t, doc, id)
+	}
+	if n := doc.Find(`[data-testid="bar"], [data-testid="point"]`).Length(); n != 0 {
+		t.Fatalf("%d bars or points on an empty page", n)
+	}
+	// The gateway's zero counts are figures (a quiet minute), not a missing sample.
+	if n := doc.Find(`[data-testid="chart-empty"]`).Length(); n != 5 {
+		t.Fatalf("%d empty notes, want 5 (sessions, settled, latency, backlog, replicas)", n)
+	}
+	// Every id on the page is unique (titles and descriptions are referenced by id).
+	seen := map[string]bool{}
+	doc.Find("[id]").Each(func(_ int, e *goquery.Selection) {
+		id, _ := e.Attr("id")
+		if seen[id] {
+			t.Errorf("id %q twice", id)
+		}
+		seen[id] = true
+	})
+}
