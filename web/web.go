@@ -14,6 +14,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/handlers"
+	"pitlane/live"
 	"pitlane/payments"
 )
 
@@ -52,6 +53,9 @@ type Deps struct {
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics
+	// Live is the replica's live hub (its listener runs in cmd/pitlane): the console's streams
+	// and the positions pages embed. Nil: the streams answer 503 and pages poll.
+	Live *live.Hub
 	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
 	// provider, a no-op unless the process installed one.
 	TracerProvider trace.TracerProvider
