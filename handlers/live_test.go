@@ -126,11 +126,41 @@ func TestLiveStreamRefreshesThePaymentPage(t *testing.T) {
 		t.Fatal("an htmx request without the live header got a fragment: an action's redirect would lose its page")
 	}
 
-	// The list pages answer their live refresh with their region alone too.
-	for path, id := range map[string]string{"/payments": "payments-live", "/": "dashboard-live", "/locks": "locks-live"} {
-		d := page(t, a.get(path, "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
-		if d.Find("#"+id).Length() != 1 || d.Find("nav").Length() != 0 {
-			t.Errorf("%s: live refresh is not the %s region alone", path, id)
+}
+
+// TestLiveRegionsOfEveryPage: every page that updates itself has one live region naming its
+// stream and the position the page was read at, and its live refresh (an htmx request of the
+// same URL) answers with that region alone: no layout, no navigation.
+func TestLiveRegionsOfEveryPage(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	a := b.agent(t)
+	a.login("adm@example.com")
+	s := b.payment(t, "o-regions", 1999)
+	for _, c := range []struct{ path, region, stream string }{
+		{"/", "dashboard-live", "/live/dashboard"},
+		{"/payments", "payments-live", "/live/payments"},
+		{"/payments/" + s.ID, "payment", "/live/payments/" + s.ID},
+		{"/locks", "locks-live", "/live/locks"},
+		{"/finance/stuck", "stuck-live", "/live/finance/stuck"},
+		{"/finance/cases", "cases-live", "/live/finance/cases"},
+		{"/finance/flagged", "flagged-live", "/live/finance/flagged"},
+		{"/finance/resolutions", "resolutions-live", "/live/finance/resolutions"},
+		{"/finance/ledger", "ledger-live", "/live/finance/ledger"},
+	} {
+		doc := page(t, a.get(c.path), http.StatusOK)
+		if n := doc.Find("[data-live]").Length(); n != 1 {
+			t.Errorf("%s: %d live regions, want 1", c.path, n)
+		}
+		region := doc.Find("#" + c.region)
+		stream, _ := region.Attr("data-live")
+		since, _ := region.Attr("data-live-since")
+		if stream != c.stream || since == "" {
+			t.Errorf("%s: region #%s streams %q since %q, want %s and a position", c.path, c.region, stream, since, c.stream)
+		}
+		frag := page(t, a.get(c.path, "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+		if frag.Find("#"+c.region).Length() != 1 || frag.Find("nav, header, form.search").Length() != 0 {
+			t.Errorf("%s: the live refresh is not the region #%s alone:\n%s", c.path, c.region, a.get(c.path, "HX-Request", "true", handlers.LiveHeader, "1").Body)
 		}
 	}
 }

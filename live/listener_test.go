@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"pitlane/internal/pgbouncer"
 	"pitlane/internal/testdb"
 	"pitlane/live"
 	"pitlane/payments"
@@ -198,4 +199,29 @@ func TestSlowSubscriberDoesNotBlockOthers(t *testing.T) {
 	if !ok || p.Changes != 5000 || p.Last.Session != "s-5000" {
 		t.Fatalf("the slow subscriber found %+v (%v), want 5000 changes folded", p, ok)
 	}
+}
+
+// TestLiveBehindPgbouncer: the deployment's shape. Replicas write through pgbouncer in
+// transaction mode (the triggers' NOTIFY goes out at each commit, whatever server connection ran
+// it), the listener connects directly (LISTEN_DATABASE_URL): a Create and a Check through
+// pgbouncer reach the page.
+func TestLiveBehindPgbouncer(t *testing.T) {
+	b := newBench(t)
+	b.listener(t)
+	through := pgbouncer.Start(t, b.url, 2)
+	gw := fakegw.New()
+	svc := payments.NewService(testdb.Pool(t, through), payments.Config{Gateway: gw, CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	list := b.subscribe(t, live.Topic{Page: live.PagePayments})
+	res, err := svc.Create(ctx, shop, payments.CreateInput{OrderID: "o-bounced", Amount: 1999, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, list, "the create through pgbouncer", func(p live.Pending) bool { return p.Last.Session == res.Session.ID && p.Last.Status == "Registered" })
+	gw.SetStatus(res.Session.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := svc.Check(ctx, shop, res.Session.ID); err != nil {
+		t.Fatal(err)
+	}
+	until(t, list, "the check through pgbouncer", func(p live.Pending) bool { return p.Last.Session == res.Session.ID && p.Last.Status == "Completed" })
 }

@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"pitlane/access"
 	"pitlane/internal/config"
@@ -88,5 +91,33 @@ func TestShutdownEndsLiveStreams(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the stream outlived the server")
+	}
+}
+
+// TestDeployListenURLIsDirect: the environment example sends DATABASE_URL through pgbouncer
+// (port 6432) and the live listener past it: LISTEN_DATABASE_URL is a URL pitlane accepts, on
+// PostgreSQL's own port, and it is what the listener uses.
+func TestDeployListenURLIsDirect(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../deploy/pitlane.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && (k == "DATABASE_URL" || k == "LISTEN_DATABASE_URL") {
+			vars[k] = v
+		}
+	}
+	cfg, err := config.Load(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen, err := pgx.ParseConfig(cfg.ListenURL())
+	if err != nil || cfg.ListenDatabaseURL == "" || listen.Port != 5432 {
+		t.Fatalf("the example's listener URL %q (%v): want LISTEN_DATABASE_URL set, on port 5432", cfg.ListenURL(), err)
+	}
+	if pool, _ := pgx.ParseConfig(cfg.DatabaseURL); pool == nil || pool.Port != 6432 {
+		t.Fatalf("the example's DATABASE_URL %q: want pgbouncer's port 6432", cfg.DatabaseURL)
 	}
 }
