@@ -81,6 +81,11 @@ func New(d Deps) *echo.Echo {
 			d.Logger.Warn("metrics: database counts not registered", "err", err)
 		}
 	}
+	if d.Live != nil {
+		if err := registerLive(d.Metrics.Registry, d.Live); err != nil {
+			d.Logger.Warn("metrics: live gauges not registered", "err", err)
+		}
+	}
 	if d.Access == nil && d.DB != nil {
 		var clock payments.Clock
 		if d.Payments != nil {
