@@ -103,7 +103,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/live/finance/resolutions", lv.Stream(live.PageResolutions), pages(finance)...)
 	e.GET("/live/finance/ledger", lv.Stream(live.PageLedger), pages(finance)...)
 
-	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.Logger)
+	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.MerchantName, d.Logger)
 	e.GET("/checkout/:order_id", checkout.Page, pages()...)
 	e.POST("/checkout/:order_id", checkout.Pay, pages()...)
 	e.GET("/checkout/:order_id/return", checkout.Return, pages()...)

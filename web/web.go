@@ -56,6 +56,9 @@ type Deps struct {
 	// Live is the replica's live hub (its listener runs in cmd/pitlane): the console's streams
 	// and the positions pages embed. Nil: the streams answer 503 and pages poll.
 	Live *live.Hub
+	// MerchantName (MERCHANT_NAME) is whom customers pay, shown on every checkout page and the
+	// checkout's error pages. "": handlers.DefaultMerchantName.
+	MerchantName string
 	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
 	// provider, a no-op unless the process installed one.
 	TracerProvider trace.TracerProvider
@@ -69,7 +72,7 @@ func New(d Deps) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
+	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID, handlers.MerchantName(d.MerchantName))
 
 	e.IPExtractor = ipExtractor(d.TrustedProxies)
 
@@ -79,6 +82,9 @@ func New(d Deps) *echo.Echo {
 	if d.Payments != nil {
 		if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
 			d.Logger.Warn("metrics: database counts not registered", "err", err)
+		}
+		if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
+			d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
 		}
 	}
 	if d.Live != nil {

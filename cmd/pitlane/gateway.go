@@ -98,6 +98,9 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
 		GatewayURL: cfg.GatewayURL,
+		// The patrol's width, and the lease and in-flight graces derived from the gateway timeout.
+		SweepConcurrency: cfg.SweepConcurrency,
+		GatewayTimeout:   cfg.GatewayTimeout,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

@@ -190,6 +190,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		<-listened
 	}()
 
+	if cfg.MerchantName == "" {
+		logger.Warn("MERCHANT_NAME is unset: checkout pages name the merchant by the public host", "merchant", cfg.Merchant())
+	}
 	https := strings.HasPrefix(cfg.PublicBaseURL, "https://")
 	e := web.New(web.Deps{
 		Logger:    logger,
@@ -207,6 +210,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
 		Metrics:          metrics,
 		MetricsElsewhere: cfg.MetricsAddr != "",
+		MerchantName:     cfg.Merchant(),
 		TracerProvider:   tp,
 		Live:             hub,
 	})
