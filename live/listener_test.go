@@ -225,3 +225,39 @@ func TestLiveBehindPgbouncer(t *testing.T) {
 	}
 	until(t, list, "the check through pgbouncer", func(p live.Pending) bool { return p.Last.Session == res.Session.ID && p.Last.Status == "Completed" })
 }
+
+// TestPatrolHeartbeatsNotifyTheDashboard: a replica's patrol row reaches the dashboard when it
+// arrives, when its sessions in flight change and when it leaves, but not when it only beats
+// (every round): that would be polling by another name.
+func TestPatrolHeartbeatsNotifyTheDashboard(t *testing.T) {
+	b := newBench(t)
+	b.listener(t)
+	pool := testdb.Pool(t, b.url)
+	ctx := context.Background()
+	dash := b.subscribe(t, live.Topic{Page: live.PageDashboard})
+	ledger := b.subscribe(t, live.Topic{Page: live.PageLedger}) // for markers
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// marker proves the listener has read past everything committed before it.
+	marker := func(id string) {
+		t.Helper()
+		exec(`SELECT pg_notify('pitlane_live', '{"k":"ledger","id":"` + id + `"}')`)
+		until(t, ledger, "marker "+id, func(p live.Pending) bool { return p.Last.Session == id })
+	}
+
+	exec(`INSERT INTO sweeper_heartbeats (replica_id, concurrency, started_at, beat_at) VALUES ('r-1', 4, now(), now())`)
+	until(t, dash, "the new replica", func(p live.Pending) bool { return p.Last.Kind == live.KindPatrol && p.Last.Session == "r-1" })
+	exec(`UPDATE sweeper_heartbeats SET beat_at = now() + interval '2 seconds' WHERE replica_id = 'r-1'`)
+	marker("after-beat")
+	if p, ok := dash.TryNext(); ok {
+		t.Fatalf("a beat alone reached the dashboard: %+v", p)
+	}
+	exec(`UPDATE sweeper_heartbeats SET in_flight = 3, last_sweep_at = now() WHERE replica_id = 'r-1'`)
+	until(t, dash, "sessions in flight", func(p live.Pending) bool { return p.Last.Kind == live.KindPatrol })
+	exec(`DELETE FROM sweeper_heartbeats WHERE replica_id = 'r-1'`)
+	until(t, dash, "the replica leaving", func(p live.Pending) bool { return p.Last.Kind == live.KindPatrol && p.Last.Session == "r-1" })
+}

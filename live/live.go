@@ -37,6 +37,7 @@ const (
 	KindResolution Kind = "resolution" // resolution_proposals
 	KindLedger     Kind = "ledger"     // accounting_entries
 	KindClaim      Kind = "claim"      // finance_check_claims ("Check now" in progress)
+	KindPatrol     Kind = "patrol"     // sweeper_heartbeats: a replica's patrol (Event.Session is the replica)
 )
 
 // Event is one notification: which kind of row changed, for which session and order, and the
@@ -78,7 +79,7 @@ const (
 // pageKinds is THE table of which changes each page shows. A page listed for a kind refreshes
 // on every event of it; the payment page only on events of its own session.
 var pageKinds = map[Page][]Kind{
-	PageDashboard:   {KindSession, KindCase},
+	PageDashboard:   {KindSession, KindCase, KindPatrol},
 	PagePayments:    {KindSession},
 	PagePayment:     {KindSession, KindCall, KindCancel, KindRefund, KindCase, KindResolution, KindLedger, KindClaim},
 	PageLocks:       {KindSession}, // leases; advisory locks notify nothing (see docs/console.md)

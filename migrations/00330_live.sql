@@ -7,8 +7,8 @@
 -- fixing data by hand), and a rolled-back transaction notifies nobody because PostgreSQL
 -- delivers notifications only at commit.
 --
--- One channel, a small JSON payload: {"k": kind, "id": session id, "o": order id, "s": the
--- session's status (kind "session" only)}. The kinds are live.Kind; the pages each kind
+-- One channel, a small JSON payload: {"k": kind, "id": session id (a patrol's: its replica),
+-- "o": order id, "s": the session's status (kind "session" only)}. The kinds are live.Kind; the pages each kind
 -- refreshes are live's pageKinds table. Identical payloads within one transaction are delivered
 -- once (PostgreSQL folds them), so a transaction that touches a session twice without changing
 -- its status notifies once.
@@ -21,8 +21,13 @@
 CREATE FUNCTION live_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     -- TG_ARGV[0]: the kind; TG_ARGV[1]: the column holding the session id.
-    r jsonb := to_jsonb(NEW);
+    r jsonb;
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        r := to_jsonb(OLD);
+    ELSE
+        r := to_jsonb(NEW);
+    END IF;
     PERFORM pg_notify('pitlane_live', json_strip_nulls(json_build_object(
         'k', TG_ARGV[0],
         'id', r ->> TG_ARGV[1],
@@ -59,8 +64,20 @@ CREATE TRIGGER accounting_entries_live AFTER INSERT ON accounting_entries
     FOR EACH ROW EXECUTE FUNCTION live_notify('ledger', 'session_id');
 CREATE TRIGGER finance_check_claims_live AFTER INSERT OR UPDATE ON finance_check_claims
     FOR EACH ROW EXECUTE FUNCTION live_notify('claim', 'session_id');
+-- The dashboard's patrol line per replica: a replica arriving or leaving, its first look, its
+-- sessions in flight, a back-off. Not its beat and last-look times, which move every round
+-- (SWEEP_INTERVAL): that would make every dashboard fetch itself every round, polling by
+-- another name; the line's "last look … ago" is as of the dashboard's last refresh.
+CREATE TRIGGER sweeper_heartbeats_live AFTER INSERT OR DELETE ON sweeper_heartbeats
+    FOR EACH ROW EXECUTE FUNCTION live_notify('patrol', 'replica_id');
+CREATE TRIGGER sweeper_heartbeats_live_update AFTER UPDATE ON sweeper_heartbeats
+    FOR EACH ROW WHEN ((OLD.in_flight, OLD.backoff_until, OLD.backoff_reason, OLD.version, OLD.started_at, OLD.last_sweep_at IS NULL)
+        IS DISTINCT FROM (NEW.in_flight, NEW.backoff_until, NEW.backoff_reason, NEW.version, NEW.started_at, NEW.last_sweep_at IS NULL))
+    EXECUTE FUNCTION live_notify('patrol', 'replica_id');
 
 -- +goose Down
+DROP TRIGGER sweeper_heartbeats_live_update ON sweeper_heartbeats;
+DROP TRIGGER sweeper_heartbeats_live ON sweeper_heartbeats;
 DROP TRIGGER finance_check_claims_live ON finance_check_claims;
 DROP TRIGGER accounting_entries_live ON accounting_entries;
 DROP TRIGGER resolution_proposals_live ON resolution_proposals;
