@@ -14,8 +14,9 @@ import (
 )
 
 // Console serves the staff console: one file per page or action (console_*.go), form decoding
-// in console_forms.go. Pages are server-rendered and work without JavaScript; htmx polls the
-// live parts (dashboard, locks) and swaps the payment block after an action.
+// in console_forms.go. Pages are server-rendered and work without JavaScript; their live
+// parts update themselves (live.go: a stream says when, static/live.js fetches the part again)
+// and htmx swaps the payment block after an action.
 //
 // Every action is audited: actions of the core (create, check, cancel) right after they return,
 // with their outcome; the console's own (resolve a case, retry a flagged session) in the same

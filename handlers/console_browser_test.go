@@ -155,6 +155,9 @@ type statusWriter struct {
 
 func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
 
+// Unwrap lets http.ResponseController reach the connection (flushes and deadlines of streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (p *posts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, p.prefix) {
 		p.h.ServeHTTP(w, r)
@@ -180,8 +183,7 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 	_, e := b.replica(b.pool, "replica-browser", pageGateway{Gateway: b.gw, base: gwPages.URL},
 		func(c *payments.Config) { c.GatewayURL = gwPages.URL })
 	counter := &posts{h: e, prefix: "/checkout/", done: make(chan int, 10)}
-	srv := httptest.NewServer(counter)
-	defer srv.Close()
+	srv := b.server(t, counter)
 
 	ctx := newBrowser(t)
 	csp := watchCSP(t, ctx)
@@ -227,13 +229,13 @@ func TestBrowserDoubleClickPay(t *testing.T) {
 }
 
 // TestBrowserDashboardLiveUpdate: a payment completes while staff look at the dashboard; the
-// counts change in place through htmx polling, without a page load.
+// counts change in place (the live stream says refresh, htmx swaps the fragment), without a page
+// load.
 func TestBrowserDashboardLiveUpdate(t *testing.T) {
 	b := newConsoleBench(t)
 	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.payment(t, "o-live", 1999)
-	srv := httptest.NewServer(b.e)
-	defer srv.Close()
+	srv := b.server(t, b.e)
 
 	ctx := newBrowser(t)
 	csp := watchCSP(t, ctx)
@@ -266,7 +268,8 @@ func TestBrowserDashboardLiveUpdate(t *testing.T) {
 	if err != nil || marker != "no reload" {
 		t.Fatalf("the page was reloaded instead of swapped (marker %q, %v)", marker, err)
 	}
-	// The sign-in page, the dashboard and its htmx polls ran under the policy without a refusal.
+	// The sign-in page, the dashboard, its stream and its refreshes ran under the policy without a
+	// refusal.
 	if v := csp(); len(v) > 0 {
 		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
 	}

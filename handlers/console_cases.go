@@ -15,7 +15,7 @@ func (h *Console) Finance(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/finance/stuck")
 }
 
-// Cases: GET /finance/cases[?all=1].
+// Cases: GET /finance/cases[?all=1]. An htmx request gets only the live list.
 func (h *Console) Cases(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err
@@ -24,6 +24,9 @@ func (h *Console) Cases(c echo.Context) error {
 	cases, err := h.svc.ListCases(c.Request().Context(), all)
 	if err != nil {
 		return err
+	}
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Cases(views.CasesView{All: all, Cases: cases}), views.CasesLive)
 	}
 	return render.HTML(c, http.StatusOK, views.Cases(views.CasesView{Page: h.page(c, "Finance cases", "finance"), All: all, Cases: cases}))
 }

@@ -9,8 +9,8 @@ import (
 	"pitlane/web/render"
 )
 
-// Dashboard: GET /, state counts, stuck sessions, open cases, leases. htmx polls the same URL
-// every two seconds and gets only the live fragment of the same component.
+// Dashboard: GET /, state counts, stuck sessions, open cases, leases. The live region's refresh
+// (an htmx request of the same URL) gets only the live fragment of the same component.
 func (h *Console) Dashboard(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err

@@ -3,7 +3,6 @@ package handlers_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,8 +75,7 @@ func TestBrowserWorkbenchBulkCheck(t *testing.T) {
 	}
 	b.clock.Advance(payments.SettleWithin)
 	counter := &posts{h: b.e, prefix: "/finance/stuck/check", done: make(chan int, 10)}
-	srv := httptest.NewServer(counter)
-	defer srv.Close()
+	srv := b.server(t, counter)
 
 	ctx := newBrowser(t)
 	within(t, ctx, 10*time.Second, chromedp.EmulateViewport(1280, 900)) // a desk's screen, for the pictures
@@ -139,8 +137,7 @@ func TestBrowserFourEyesResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.clock.Advance(payments.SettleWithin)
-	srv := httptest.NewServer(b.e)
-	defer srv.Close()
+	srv := b.server(t, b.e)
 
 	ctx := newBrowser(t)
 	within(t, ctx, 10*time.Second, chromedp.EmulateViewport(1280, 900)) // a desk's screen, for the pictures

@@ -9,7 +9,8 @@ import (
 	"pitlane/web/render"
 )
 
-// Flagged: GET /finance/flagged, sessions the patrol gave up on.
+// Flagged: GET /finance/flagged, sessions the patrol gave up on. An htmx request gets only the
+// live list.
 func (h *Console) Flagged(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err
@@ -17,6 +18,9 @@ func (h *Console) Flagged(c echo.Context) error {
 	list, err := h.svc.ListFlagged(c.Request().Context())
 	if err != nil {
 		return err
+	}
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Flagged(views.FlaggedView{Sessions: list}), views.FlaggedLive)
 	}
 	return render.HTML(c, http.StatusOK, views.Flagged(views.FlaggedView{Page: h.page(c, "Flagged sessions", "finance"), Sessions: list}))
 }

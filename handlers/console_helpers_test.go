@@ -19,6 +19,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/internal/testdb"
+	"pitlane/live"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/web"
@@ -48,6 +49,7 @@ type consoleBench struct {
 	clock  *payments.ManualClock
 	svc    *payments.Service
 	access *access.Service
+	hub    *live.Hub // the live listener every replica of the bench shares
 	e      *echo.Echo
 }
 
@@ -56,13 +58,56 @@ func newConsoleBench(t testing.TB) *consoleBench {
 	url := testdb.NewURL(t)
 	b := &consoleBench{url: url, pool: testdb.Pool(t, url), gw: fakegw.New(), clock: payments.NewManualClock(consoleT0)}
 	b.access = access.New(b.pool, b.clock)
+	b.hub = startHub(t, url, live.Config{})
 	b.svc, b.e = b.replica(b.pool, "replica-a", b.gw)
 	return b
+}
+
+// startHub runs a live hub's listener on the database at url until the test ends, and returns
+// once it listens.
+func startHub(t testing.TB, url string, cfg live.Config) *live.Hub {
+	t.Helper()
+	listening := make(chan struct{}, 1)
+	cfg.ConnString = url
+	if cfg.Name == "" {
+		cfg.Name = "test"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.OnListen = func(uint32) {
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	}
+	hub := live.New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		hub.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+	})
+	select {
+	case <-listening:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live listener never listened")
+	}
+	return hub
 }
 
 // replica builds another server over a pool of the same database (another replica); mod
 // adjusts its core's configuration.
 func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gateway, mod ...func(*payments.Config)) (*payments.Service, *echo.Echo) {
+	return b.replicaWith(pool, id, gw, b.hub, mod...)
+}
+
+// replicaWith is replica with a live hub of its own.
+func (b *consoleBench) replicaWith(pool *pgxpool.Pool, id string, gw payments.Gateway, hub *live.Hub, mod ...func(*payments.Config)) (*payments.Service, *echo.Echo) {
 	cfg := payments.Config{Gateway: gw, Clock: b.clock, ReplicaID: id,
 		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second}
 	for _, m := range mod {
@@ -70,8 +115,21 @@ func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gatewa
 	}
 	svc := payments.NewService(pool, cfg)
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
-		SecretKey: []byte("console-test-secret-console-test-secret"), MerchantName: testMerchant})
+		SecretKey: []byte("console-test-secret-console-test-secret"), MerchantName: testMerchant, Live: hub})
 	return svc, e
+}
+
+// server serves h (the bench's router, or a wrapper of it) over HTTP until the test ends. Its
+// live streams end first (the hub closes, as at a server's shutdown): httptest's Close waits for
+// every open request, and a browser's stream is one.
+func (b *consoleBench) server(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		b.hub.Close()
+		srv.Close()
+	})
+	return srv
 }
 
 func (b *consoleBench) user(t testing.TB, email string, role access.Role) {

@@ -10,7 +10,8 @@ import (
 )
 
 // Ledger: GET /finance/ledger?from=&to=&currency=&type=, the trial balance per currency and the
-// newest entries under the filter, with a link to the same entries as CSV.
+// newest entries under the filter, with a link to the same entries as CSV. An htmx request gets
+// only the live part (balance and entries).
 func (h *Console) Ledger(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err
@@ -29,8 +30,12 @@ func (h *Console) Ledger(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render.HTML(c, http.StatusOK, views.Ledger(views.LedgerView{Page: h.page(c, "Ledger", "finance"), Filter: form,
-		Entries: entries, Totals: totals}))
+	v := views.LedgerView{Filter: form, Entries: entries, Totals: totals}
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Ledger(v), views.LedgerLive)
+	}
+	v.Page = h.page(c, "Ledger", "finance")
+	return render.HTML(c, http.StatusOK, views.Ledger(v))
 }
 
 // ledgerForm is the ledger filter of the query string, as typed.

@@ -9,8 +9,9 @@ import (
 	"pitlane/web/render"
 )
 
-// Locks: GET /locks, patrol leases and the advisory locks held or awaited right now. htmx
-// polls the same URL every two seconds for the live fragment.
+// Locks: GET /locks, patrol leases and the advisory locks held or awaited right now. The live
+// region's refresh (on session changes, and every few seconds while visible: pg_locks notifies
+// nothing) gets only the live fragment.
 func (h *Console) Locks(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err

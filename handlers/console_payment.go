@@ -10,7 +10,9 @@ import (
 )
 
 // Payment: GET /payments/:id[?challenge=…], one payment with everything known about it; with
-// a challenge, the form to enter the customer's cancel code.
+// a challenge, the form to enter the customer's cancel code. A live refresh (static/live.js)
+// gets the payment block alone, without the layout (and without taking the flash meant for the
+// page an action redirects to).
 func (h *Console) Payment(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err
@@ -24,6 +26,9 @@ func (h *Console) Payment(c echo.Context) error {
 		if ch, ok := d.Challenge(id); ok {
 			v.Challenge = &ch
 		}
+	}
+	if liveRefresh(c) {
+		return render.Fragments(c, http.StatusOK, views.Payment(v), views.PageContent)
 	}
 	v.Page = h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
 	return render.HTML(c, http.StatusOK, views.Payment(v))

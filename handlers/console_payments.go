@@ -11,7 +11,8 @@ import (
 	"pitlane/web/render"
 )
 
-// Payments: GET /payments?q=…&status=…&before=…, the searchable list.
+// Payments: GET /payments?q=…&status=…&before=…, the searchable list. An htmx request (its live
+// region refreshing) gets only the results of the same component.
 func (h *Console) Payments(c echo.Context) error {
 	if err := h.ready(); err != nil {
 		return err
@@ -24,6 +25,9 @@ func (h *Console) Payments(c echo.Context) error {
 		return err
 	}
 	v.List = list
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Payments(v), views.PaymentsLive)
+	}
 	v.Page = h.page(c, "Payments", "payments")
 	return render.HTML(c, http.StatusOK, views.Payments(v))
 }

@@ -3,6 +3,8 @@ package views
 import (
 	"context"
 
+	"github.com/a-h/templ"
+
 	"pitlane/access"
 )
 
@@ -41,3 +43,23 @@ const (
 	CSRFField  = "csrf_token"
 	CSRFHeader = "X-CSRF-Token"
 )
+
+type liveKey struct{}
+
+// WithLive returns ctx carrying the live hub's position when the page was read (handlers.Live
+// marks every page request with it).
+func WithLive(ctx context.Context, since string) context.Context {
+	return context.WithValue(ctx, liveKey{}, since)
+}
+
+// LiveRegion is the attributes of a page's live region: the stream static/live.js opens for it,
+// and the position the page was read at (so the stream can say at once that something changed
+// in between). Without a position (live updates are off) the region is a plain part of the
+// page.
+func LiveRegion(ctx context.Context, stream string) templ.Attributes {
+	since, ok := ctx.Value(liveKey{}).(string)
+	if !ok {
+		return nil
+	}
+	return templ.Attributes{"data-live": stream, "data-live-since": since}
+}

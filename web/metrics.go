@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"pitlane/live"
 	"pitlane/payments"
 )
 
@@ -214,4 +216,31 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(s.stuckSessions, prometheus.GaugeValue, float64(m.Sessions), m.Currency)
 		ch <- prometheus.MustNewConstMetric(s.stuckAmount, prometheus.GaugeValue, float64(m.Amount), m.Currency)
 	}
+}
+
+// registerLive reports this replica's live listener and its streams: an alert on the listener
+// being down for long (pages poll meanwhile; see docs/operations.md).
+func registerLive(reg *prometheus.Registry, hub *live.Hub) error {
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pitlane_live_listener_up",
+		Help: "1 while this replica's live listener LISTENs on its connection, 0 while it reconnects (pages poll meanwhile).",
+	}, func() float64 {
+		if hub.Up() {
+			return 1
+		}
+		return 0
+	})
+	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pitlane_live_streams",
+		Help: "Live console streams (pages open in a browser) served by this replica.",
+	}, func() float64 {
+		n, _ := hub.Stats()
+		return float64(n)
+	})
+	for _, c := range []prometheus.Collector{up, streams} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register live gauges: %w", err)
+		}
+	}
+	return nil
 }

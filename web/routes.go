@@ -6,6 +6,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/handlers"
+	"pitlane/live"
 	"pitlane/static"
 	"pitlane/web/auth"
 )
@@ -52,8 +53,9 @@ func routes(e *echo.Echo, d Deps) {
 	am := auth.New(auth.Config{DB: d.DB, Access: d.Access, Secret: d.SecretKey, SecretFallbacks: d.SecretKeyFallbacks, Secure: d.SecureCookies, Logger: d.Logger})
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
+	lv := handlers.NewLive(d.Live, d.Logger)
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
-		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF()}, m...)
+		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
 	}
 	con := handlers.NewConsole(d.Payments, d.Access, am, d.ReplicaID, d.Logger)
 	view, operate := am.Require(access.PermView), am.Require(access.PermOperate)
@@ -91,6 +93,16 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/admin/users/:id/role", con.SetUserRole, pages(admin)...)
 	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)
+	// Live streams (server-sent events): each behind the role check of the page it feeds.
+	e.GET("/live/dashboard", lv.Stream(live.PageDashboard), pages(view)...)
+	e.GET("/live/payments", lv.Stream(live.PagePayments), pages(view)...)
+	e.GET("/live/payments/:id", lv.Payment, pages(view)...)
+	e.GET("/live/locks", lv.Stream(live.PageLocks), pages(view)...)
+	e.GET("/live/finance/stuck", lv.Stream(live.PageStuck), pages(finance)...)
+	e.GET("/live/finance/cases", lv.Stream(live.PageCases), pages(finance)...)
+	e.GET("/live/finance/flagged", lv.Stream(live.PageFlagged), pages(finance)...)
+	e.GET("/live/finance/resolutions", lv.Stream(live.PageResolutions), pages(finance)...)
+	e.GET("/live/finance/ledger", lv.Stream(live.PageLedger), pages(finance)...)
 
 	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.MerchantName, d.Logger)
 	e.GET("/checkout/:order_id", checkout.Page, pages()...)

@@ -14,6 +14,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/handlers"
+	"pitlane/live"
 	"pitlane/payments"
 )
 
@@ -54,6 +55,9 @@ type Deps struct {
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics
+	// Live is the replica's live hub (its listener runs in cmd/pitlane): the console's streams
+	// and the positions pages embed. Nil: the streams answer 503 and pages poll.
+	Live *live.Hub
 	// MerchantName (MERCHANT_NAME) is whom customers pay, shown on every checkout page and the
 	// checkout's error pages. "": handlers.DefaultMerchantName.
 	MerchantName string
@@ -86,6 +90,11 @@ func New(d Deps) *echo.Echo {
 		}
 		if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
 			d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
+		}
+	}
+	if d.Live != nil {
+		if err := registerLive(d.Metrics.Registry, d.Live); err != nil {
+			d.Logger.Warn("metrics: live gauges not registered", "err", err)
 		}
 	}
 	if d.Access == nil && d.DB != nil {

@@ -16,6 +16,7 @@ import (
 	"pitlane/access"
 	"pitlane/handlers"
 	"pitlane/internal/config"
+	"pitlane/live"
 	"pitlane/payments"
 	"pitlane/web"
 )
@@ -75,6 +76,15 @@ func httpServer(h http.Handler, cfg config.Config, logger *slog.Logger) *http.Se
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// listenURL is where the live listener connects: LISTEN_DATABASE_URL or DATABASE_URL, or the
+// pool's own connection string when the caller built the pool without either (tests).
+func listenURL(cfg config.Config, pool *pgxpool.Pool) string {
+	if u := cfg.ListenURL(); u != "" {
+		return u
+	}
+	return pool.Config().ConnString()
 }
 
 // maxHeaderBytes bounds a request's header block (cookies, a bearer key, the CSRF header).
@@ -169,6 +179,21 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
+	// The live console's listener: one per replica, on a connection of its own (LISTEN does not
+	// survive pgbouncer's transaction mode: LISTEN_DATABASE_URL points past it). It stops after
+	// the HTTP server; its streams end when shutdown starts (RegisterOnShutdown below).
+	hub := live.New(live.Config{ConnString: listenURL(cfg, pool), Name: cfg.ReplicaID, Logger: logger})
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		hub.Run(liveCtx)
+	}()
+	defer func() {
+		stopLive()
+		<-listened
+	}()
+
 	if cfg.MerchantName == "" {
 		logger.Warn("MERCHANT_NAME is unset: checkout pages name the merchant by the public host", "merchant", cfg.Merchant())
 	}
@@ -193,8 +218,12 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		MerchantName:     cfg.Merchant(),
 		TracerProvider:   tp,
+		Live:             hub,
 	})
 	srv := httpServer(e, cfg, logger)
+	// Shutdown waits for connections to go idle, which a live stream never does by itself:
+	// closing the hub ends every stream (the browsers reconnect elsewhere) and refuses new ones.
+	srv.RegisterOnShutdown(hub.Close)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

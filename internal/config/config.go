@@ -34,6 +34,7 @@ const MinSecretKeyLen = 32
 // Config is the process configuration. Field comments name the variable.
 type Config struct {
 	DatabaseURL          string        // DATABASE_URL; "" means unset (dev then starts a private cluster)
+	ListenDatabaseURL    string        // LISTEN_DATABASE_URL: the live listener's direct connection; "": DATABASE_URL (ListenURL)
 	HTTPAddr             string        // HTTP_ADDR, default 127.0.0.1:8080
 	PublicBaseURL        string        // PUBLIC_BASE_URL without a trailing slash, default http://+HTTP_ADDR
 	Gateway              string        // GATEWAY: GatewayRefgw (default) or GatewayStripe
@@ -121,6 +122,11 @@ func Load(getenv func(string) string) (Config, error) {
 		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 			// pgx masks the password in its message.
 			return c, errorf("DATABASE_URL", "not a valid PostgreSQL URL: %s", oneLine(err.Error()))
+		}
+	}
+	if c.ListenDatabaseURL = getenv("LISTEN_DATABASE_URL"); c.ListenDatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(c.ListenDatabaseURL); err != nil {
+			return c, errorf("LISTEN_DATABASE_URL", "not a valid PostgreSQL URL: %s", oneLine(err.Error()))
 		}
 	}
 	host, port, err := net.SplitHostPort(c.HTTPAddr)
@@ -241,6 +247,15 @@ func (c Config) RequireDatabase(command string) error {
 		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
 	}
 	return nil
+}
+
+// ListenURL is the connection the live console's listener uses: LISTEN_DATABASE_URL, or
+// DATABASE_URL when that is unset (right when DATABASE_URL reaches PostgreSQL directly).
+func (c Config) ListenURL() string {
+	if c.ListenDatabaseURL != "" {
+		return c.ListenDatabaseURL
+	}
+	return c.DatabaseURL
 }
 
 // RequireSecret reports an unset SECRET_KEY for commands that serve other people: without one

@@ -76,11 +76,27 @@ func TestValues(t *testing.T) {
 	}
 }
 
+// TestListenURL: the live listener connects to LISTEN_DATABASE_URL when set (past pgbouncer),
+// else to DATABASE_URL.
+func TestListenURL(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": "postgres://u:p@pgbouncer:6432/pitlane?default_query_exec_mode=exec"}
+	c, err := Load(env(vars))
+	if err != nil || c.ListenURL() != vars["DATABASE_URL"] {
+		t.Errorf("without LISTEN_DATABASE_URL: %q, %v; want DATABASE_URL", c.ListenURL(), err)
+	}
+	vars["LISTEN_DATABASE_URL"] = "postgres://u:p@db:5432/pitlane"
+	if c, err = Load(env(vars)); err != nil || c.ListenURL() != vars["LISTEN_DATABASE_URL"] {
+		t.Errorf("with LISTEN_DATABASE_URL: %q, %v", c.ListenURL(), err)
+	}
+}
+
 func TestValidationErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, value string }{
 		{"DATABASE_URL", "postgres://u:hunter2@db:notaport/x"},
 		{"DATABASE_URL", "postgres://db/x?sslmode=bogus"},
+		{"LISTEN_DATABASE_URL", "postgres://u:hunter2@db:notaport/x"},
 		{"HTTP_ADDR", "8080"},
 		{"HTTP_ADDR", "127.0.0.1:http"},
 		{"HTTP_ADDR", "127.0.0.1:70000"},

@@ -1,0 +1,144 @@
+package handlers
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"pitlane/live"
+	"pitlane/payments"
+	"pitlane/views"
+)
+
+// Live serves the console's live streams (server-sent events): each tells one page to fetch its
+// live fragment again when something it shows changed (package live hears PostgreSQL's
+// notifications and fans them out). static/live.js opens the stream of a page's live region
+// and, while the stream is down, polls instead. The routes sit behind the same sign-in and role
+// checks as the pages they feed; what a stream carries is only "refresh" and a position.
+type Live struct {
+	hub *live.Hub
+	log *slog.Logger
+}
+
+// NewLive builds the stream handlers over the replica's hub (nil: the streams answer 503 and
+// pages poll).
+func NewLive(hub *live.Hub, log *slog.Logger) *Live {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Live{hub: hub, log: log}
+}
+
+// Mark puts the hub's position into the request before the page reads what it shows, so the
+// page's live region can tell its stream where it stands: a change between the read and the
+// stream's start is then a refresh at once rather than lost.
+func (h *Live) Mark(next echo.HandlerFunc) echo.HandlerFunc {
+	if h.hub == nil {
+		return next
+	}
+	return func(c echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(views.WithLive(r.Context(), h.hub.Position().String())))
+		return next(c)
+	}
+}
+
+// Stream: GET /live/<page>, the stream of one page (dashboard, payments list, locks, a finance
+// page).
+func (h *Live) Stream(page live.Page) echo.HandlerFunc {
+	return func(c echo.Context) error { return h.serve(c, live.Topic{Page: page}) }
+}
+
+// Payment: GET /live/payments/:id, the stream of one payment's page.
+func (h *Live) Payment(c echo.Context) error {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return notFound("payment")
+	}
+	return h.serve(c, live.Topic{Page: live.PagePayment, Session: id.String()})
+}
+
+// LiveHeader marks the requests static/live.js makes to refresh a page's live region.
+const LiveHeader = "X-Pitlane-Live"
+
+// liveRefresh reports whether the request refreshes a live region (rather than, say, htmx
+// following an action's redirect to the same page).
+func liveRefresh(c echo.Context) bool {
+	c.Response().Header().Add("Vary", LiveHeader)
+	return htmx(c) && c.Request().Header.Get(LiveHeader) == "1"
+}
+
+// writeWait bounds each write of a stream: a browser that does not take a few bytes within it is
+// stuck, and its stream ends (the subscription with it) instead of holding a goroutine.
+const writeWait = 10 * time.Second
+
+// retryMillis is how soon a browser reconnects after a stream ended (lifetime, shutdown).
+const retryMillis = "2000"
+
+func (h *Live) serve(c echo.Context, t live.Topic) error {
+	if h.hub == nil {
+		return &payments.Error{Code: payments.EUNAVAIL, Message: "live updates are off on this replica"}
+	}
+	// A reconnecting EventSource sends the last id it saw; a new one, the page's position.
+	since := c.Request().Header.Get("Last-Event-ID")
+	if since == "" {
+		since = c.QueryParam("since")
+	}
+	sub, err := h.hub.Subscribe(t, since)
+	if errors.Is(err, live.ErrClosed) {
+		return &payments.Error{Code: payments.EUNAVAIL, Message: "this replica is shutting down"}
+	} else if err != nil {
+		return err
+	}
+	defer sub.Close()
+
+	w := c.Response()
+	hdr := w.Header()
+	hdr.Set(echo.HeaderContentType, "text/event-stream")
+	hdr.Set(echo.HeaderCacheControl, "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // nginx and friends: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	sink := &sseSink{w: w, rc: http.NewResponseController(w)}
+	if err := sink.write("retry: " + retryMillis + "\n\n"); err != nil {
+		return nil
+	}
+	// The response is under way: how the stream ended (the browser left, shutdown, a stuck
+	// client, its lifetime) is no error of the request's.
+	if err := sub.Serve(c.Request().Context(), sink); err != nil && !errors.Is(err, live.ErrClosed) && c.Request().Context().Err() == nil {
+		h.log.Debug("live stream ended", "topic", t, "err", err)
+	}
+	return nil
+}
+
+// sseSink writes server-sent events. Each write gets its own deadline (the server's
+// WriteTimeout would otherwise cut every stream after a minute) and is flushed at once.
+type sseSink struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (s *sseSink) write(msg string) error {
+	if err := s.rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	if _, err := io.WriteString(s.w, msg); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// Refresh: "event: refresh" with the hub's position as the id the browser hands back.
+func (s *sseSink) Refresh(id string) error {
+	return s.write("id: " + id + "\nevent: refresh\ndata: refresh\n\n")
+}
+
+// Down: the listener is down; the page polls until the next refresh.
+func (s *sseSink) Down() error { return s.write("event: down\ndata: down\n\n") }
+
+// Ping is a comment: browsers ignore it, proxies see traffic.
+func (s *sseSink) Ping() error { return s.write(": ping\n\n") }

@@ -1,0 +1,147 @@
+package handlers_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"pitlane/access"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// Chromium watching pages update themselves: server-sent events from the live hub, the page's
+// region fetched again and swapped in place. Each test marks the window first; a reload would
+// lose the mark.
+
+// openLive loads a page, waits until its live stream is open, and marks the window.
+func openLive(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	within(t, ctx, 20*time.Second, chromedp.Navigate(url))
+	waitJS(t, ctx, "the page's live stream to open", `document.documentElement.getAttribute("data-live-state") === "live"`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.pitlaneMarker = "no reload"`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitJS waits until the expression is true in the page.
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		t.Fatalf("waiting for %s: %v\n%s", what, err, html)
+	}
+}
+
+// waitStatus waits until the element's text is want.
+func waitStatus(t *testing.T, ctx context.Context, selector, want string) {
+	t.Helper()
+	waitJS(t, ctx, selector+" to read "+want, `(() => { const e = document.querySelector('`+selector+`'); return !!e && e.textContent.trim() === "`+want+`"; })()`)
+}
+
+func noReload(t *testing.T, ctx context.Context) {
+	t.Helper()
+	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.pitlaneMarker)`))
+	if err != nil || marker != "no reload" {
+		t.Fatalf("the page was reloaded instead of updated in place (marker %q, %v)", marker, err)
+	}
+}
+
+// TestBrowserLivePaymentPage: support has a payment open while the customer pays: the status
+// goes Registered → Completed and the timeline gains the change, with no reload. Then another
+// payment is canceled with the customer's code while support watches: Canceling shows while the
+// gateway is still reversing, Canceled once it confirmed, again with no reload.
+func TestBrowserLivePaymentPage(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	paid := b.payment(t, "o-live-paid", 1999)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	csp := watchCSP(t, ctx)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	bg := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+
+	openLive(t, ctx, srv.URL+"/payments/"+paid.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(bg, shop, paid.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
+	waitJS(t, ctx, "the timeline's new row", `[...document.querySelectorAll('[data-testid="event-change"]')].some(e => e.textContent.replace(/\s+/g, " ").trim() === "Registered → Completed")`)
+	noReload(t, ctx)
+	screenshot(t, ctx, "payment-live-completed.png")
+
+	canceled := b.payment(t, "o-live-cancel", 2500)
+	openLive(t, ctx, srv.URL+"/payments/"+canceled.ID)
+	staff := payments.Actor{Kind: payments.ActorStaff, ID: "sup@example.com"}
+	ch, err := b.svc.RequestCancel(bg, staff, canceled.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the cancel code's row", `document.querySelectorAll('[data-testid="challenge-row"]').length === 1`)
+	var body string
+	if err := b.pool.QueryRow(bg, `SELECT body FROM outbox WHERE payment_id = $1 ORDER BY id DESC LIMIT 1`, canceled.ID).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	m := outboxCodeRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no code in %q", body)
+	}
+	gate := b.gw.Hold(fakegw.OpReverse)
+	defer gate.Open()
+	confirmed := make(chan error, 1)
+	go func() {
+		_, err := b.svc.ConfirmCancel(bg, staff, canceled.ID, ch.ID, m[1])
+		confirmed <- err
+	}()
+	mustWaitC(t, gate.Arrived(), "the reverse at the gateway")
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Canceling")
+	noReload(t, ctx)
+	screenshot(t, ctx, "payment-live-canceling.png")
+	gate.Open()
+	if err := mustWaitC(t, confirmed, "the confirmed cancel"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Canceled")
+	waitStatus(t, ctx, `[data-testid="reverse-status"]`, "Succeeded")
+	noReload(t, ctx)
+	screenshot(t, ctx, "payment-live-canceled.png")
+	if v := csp(); len(v) > 0 {
+		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// TestBrowserLivePaymentsList: the payments list gains a new payment at the top and shows it
+// complete, with no reload.
+func TestBrowserLivePaymentsList(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.payment(t, "o-list-old", 1000)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	csp := watchCSP(t, ctx)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments")
+
+	s := b.payment(t, "o-list-new", 4200)
+	row := `[data-testid="payment-row"][data-id="` + s.ID + `"]`
+	waitJS(t, ctx, "the new payment's row on top", `(() => { const r = document.querySelector('[data-testid="payment-row"]'); return !!r && r.getAttribute("data-id") === "`+s.ID+`"; })()`)
+	waitStatus(t, ctx, row+` [data-testid="payment-status"]`, "Registered")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, row+` [data-testid="payment-status"]`, "Completed")
+	noReload(t, ctx)
+	screenshot(t, ctx, "payments-live.png")
+	if v := csp(); len(v) > 0 {
+		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
+	}
+}

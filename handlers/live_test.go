@@ -1,0 +1,258 @@
+package handlers_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/access"
+	"pitlane/handlers"
+	"pitlane/live"
+	"pitlane/payments"
+)
+
+// The live streams through the real router: server-sent events behind the pages' sign-in and
+// role checks, the fragments they make pages fetch, and what an idle stream costs.
+
+// sse is a client of one stream.
+type sse struct {
+	t    *testing.T
+	resp *http.Response
+	r    *bufio.Reader
+	stop context.CancelFunc
+}
+
+// openStream GETs path on srv with the agent's cookies (and extra headers) and returns the
+// stream when it answers 200 text/event-stream; otherwise the response, unread.
+func openStream(t *testing.T, srv *httptest.Server, a *agent, path string, headers ...string) (*sse, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	for _, c := range a.jar.Cookies(siteURL) {
+		req.AddCookie(c)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		resp.Body.Close()
+		cancel()
+		return nil, resp
+	}
+	s := &sse{t: t, resp: resp, r: bufio.NewReader(resp.Body), stop: cancel}
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+	})
+	return s, resp
+}
+
+// next reads one message (the lines up to a blank line).
+func (s *sse) next() []string {
+	s.t.Helper()
+	var lines []string
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("stream: %v (read so far %q)", err, lines)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			return lines
+		}
+		lines = append(lines, line)
+	}
+}
+
+func (s *sse) want(prefix string) []string {
+	s.t.Helper()
+	m := s.next()
+	if len(m) == 0 || !strings.HasPrefix(strings.Join(m, "\n"), prefix) {
+		s.t.Fatalf("stream message %q, want one starting %q", m, prefix)
+	}
+	return m
+}
+
+// TestLiveStreamRefreshesThePaymentPage: the payment page names its stream and the position it
+// was read at; a Check completing the payment makes the stream say "refresh" with a new id, and
+// the live refresh of the page is the payment block alone, showing Completed. An htmx request
+// without the live header (an action following its redirect) still gets the whole page.
+func TestLiveStreamRefreshesThePaymentPage(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.login("sup@example.com")
+	s := b.payment(t, "o-sse", 1999)
+	doc := page(t, a.get("/payments/"+s.ID), http.StatusOK)
+	region := doc.Find("#payment")
+	stream, _ := region.Attr("data-live")
+	since, _ := region.Attr("data-live-since")
+	if stream != "/live/payments/"+s.ID || since == "" {
+		t.Fatalf("payment page region: data-live %q, since %q", stream, since)
+	}
+
+	srv := b.server(t, b.e)
+	es, resp := openStream(t, srv, a, stream+"?since="+since)
+	if es == nil {
+		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	es.want("retry: ")
+
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	m := es.want("id: ")
+	if m[0] == "id: "+since || len(m) != 3 || m[1] != "event: refresh" {
+		t.Fatalf("refresh message %q (page at %s)", m, since)
+	}
+
+	frag := a.get("/payments/"+s.ID, "HX-Request", "true", handlers.LiveHeader, "1")
+	if body := frag.Body.String(); strings.Contains(body, "<html") || strings.Contains(body, `data-testid="nav"`) {
+		t.Fatalf("the live refresh got the whole page:\n%s", body)
+	}
+	wantText(t, page(t, frag, http.StatusOK), "payment-status", "Completed")
+	if body := a.get("/payments/"+s.ID, "HX-Request", "true").Body.String(); !strings.Contains(body, "<html") {
+		t.Fatal("an htmx request without the live header got a fragment: an action's redirect would lose its page")
+	}
+
+}
+
+// TestLiveRegionsOfEveryPage: every page that updates itself has one live region naming its
+// stream and the position the page was read at, and its live refresh (an htmx request of the
+// same URL) answers with that region alone: no layout, no navigation.
+func TestLiveRegionsOfEveryPage(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	a := b.agent(t)
+	a.login("adm@example.com")
+	s := b.payment(t, "o-regions", 1999)
+	for _, c := range []struct{ path, region, stream string }{
+		{"/", "dashboard-live", "/live/dashboard"},
+		{"/payments", "payments-live", "/live/payments"},
+		{"/payments/" + s.ID, "payment", "/live/payments/" + s.ID},
+		{"/locks", "locks-live", "/live/locks"},
+		{"/finance/stuck", "stuck-live", "/live/finance/stuck"},
+		{"/finance/cases", "cases-live", "/live/finance/cases"},
+		{"/finance/flagged", "flagged-live", "/live/finance/flagged"},
+		{"/finance/resolutions", "resolutions-live", "/live/finance/resolutions"},
+		{"/finance/ledger", "ledger-live", "/live/finance/ledger"},
+	} {
+		doc := page(t, a.get(c.path), http.StatusOK)
+		if n := doc.Find("[data-live]").Length(); n != 1 {
+			t.Errorf("%s: %d live regions, want 1", c.path, n)
+		}
+		region := doc.Find("#" + c.region)
+		stream, _ := region.Attr("data-live")
+		since, _ := region.Attr("data-live-since")
+		if stream != c.stream || since == "" {
+			t.Errorf("%s: region #%s streams %q since %q, want %s and a position", c.path, c.region, stream, since, c.stream)
+		}
+		frag := page(t, a.get(c.path, "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+		if frag.Find("#"+c.region).Length() != 1 || frag.Find("nav, header, form.search").Length() != 0 {
+			t.Errorf("%s: the live refresh is not the region #%s alone:\n%s", c.path, c.region, a.get(c.path, "HX-Request", "true", handlers.LiveHeader, "1").Body)
+		}
+	}
+}
+
+// TestLiveStreamsCheckRoles: a stream answers only those who may see its page: nobody signed in
+// is sent to sign in, support gets 403 on a finance stream, finance gets the stream.
+func TestLiveStreamsCheckRoles(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	ended := make(chan string, 10) // the streams whose handler returned after answering 200
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		b.e.ServeHTTP(sw, r)
+		if sw.status == http.StatusOK {
+			ended <- r.URL.Path
+		}
+	}))
+
+	anon := b.agent(t)
+	anon.get("/login")
+	if _, resp := openStream(t, srv, anon, "/live/dashboard"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
+		t.Fatalf("anonymous stream: %d %q, want 303 to /login", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	if _, resp := openStream(t, srv, sup, "/live/finance/stuck"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("support on the finance stream: %d, want 403", resp.StatusCode)
+	}
+	if _, resp := openStream(t, srv, sup, "/live/payments/not-a-payment"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a stream of a malformed payment id: %d, want 404", resp.StatusCode)
+	}
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	es, resp := openStream(t, srv, fin, "/live/finance/stuck")
+	if es == nil {
+		t.Fatalf("finance on its stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	if n, _ := b.hub.Stats(); n != 1 {
+		t.Fatalf("%d subscriptions, want the one stream", n)
+	}
+	es.stop() // the browser goes away: the handler ends and its subscription with it
+	if path := mustWaitC(t, ended, "the stream's handler to end"); path != "/live/finance/stuck" {
+		t.Fatalf("ended: %s", path)
+	}
+	if n, topics := b.hub.Stats(); n != 0 || topics != 0 {
+		t.Fatalf("after the browser left: %d subscriptions, %d fan-out entries", n, topics)
+	}
+}
+
+// TestLiveIdleStreamCostsNoQuery: a stream that only keeps its connection open makes no query:
+// five heartbeats (driven by hand) later neither the application's pool nor the listener's own
+// connection ran a statement. The stream is served with a write timeout of one nanosecond, as
+// if it had lasted past the server's WriteTimeout: each write extends its own deadline.
+func TestLiveIdleStreamCostsNoQuery(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	timers := live.NewManualTimers(consoleT0)
+	hub := startHub(t, b.url, live.Config{Name: "idle", Timers: timers})
+	_, e := b.replicaWith(b.pool, "replica-idle", b.gw, hub)
+	a := newAgent(t, e)
+	a.login("sup@example.com")
+	srv := httptest.NewUnstartedServer(e)
+	srv.Config.WriteTimeout = time.Nanosecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	es, resp := openStream(t, srv, a, "/live/dashboard?since="+hub.Position().String())
+	if es == nil {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	ctx := context.Background()
+	listener := func() (state, query string, changed time.Time) {
+		t.Helper()
+		if err := b.pool.QueryRow(ctx, `SELECT state, query, state_change FROM pg_stat_activity
+			WHERE application_name = 'pitlane live idle' AND datname = current_database()`).Scan(&state, &query, &changed); err != nil {
+			t.Fatalf("the listener's backend: %v", err)
+		}
+		return state, query, changed
+	}
+	_, _, changed0 := listener()
+	acquired := b.pool.Stat().AcquireCount()
+	for range 5 {
+		timers.Beat()
+		es.want(": ping")
+	}
+	if n := b.pool.Stat().AcquireCount() - acquired; n != 0 {
+		t.Fatalf("%d queries through the pool during five heartbeats, want none", n)
+	}
+	if state, query, changed := listener(); state != "idle" || query != "LISTEN "+live.Channel || !changed.Equal(changed0) {
+		t.Fatalf("the listener's connection ran something: state %q, last query %q, state changed %v → %v", state, query, changed0, changed)
+	}
+}

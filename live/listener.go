@@ -1,0 +1,99 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Run is the replica's one listener: it connects to PostgreSQL directly, LISTENs on Channel and
+// publishes every notification to the hub until ctx ends. When the connection drops (a restart,
+// a failover, pg_terminate_backend, a network cut seen by TCP keepalive) it tells subscribers
+// the stream is down (pages poll meanwhile), reconnects with a doubling backoff, and on the new
+// connection tells every subscriber to refresh once: notifications sent while nobody listened
+// are lost for good (PostgreSQL queues them only for listening sessions).
+func (h *Hub) Run(ctx context.Context) {
+	backoff := h.cfg.MinBackoff
+	for {
+		started := time.Now()
+		up, err := h.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if up && time.Since(started) >= h.cfg.MaxBackoff {
+			backoff = h.cfg.MinBackoff // it lasted: the next drop is news, not a flapping link
+		}
+		h.cfg.Logger.Warn("live: listener connection lost; pages poll until it is back", "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, h.cfg.MaxBackoff)
+	}
+}
+
+// listen holds one connection: LISTEN, then publish what arrives. up says whether LISTEN
+// succeeded (the hub was up on this connection).
+func (h *Hub) listen(ctx context.Context) (up bool, err error) {
+	conn, err := h.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return false, fmt.Errorf("live: listen: %w", err)
+	}
+	h.setUp()
+	defer h.setDown()
+	if h.cfg.OnListen != nil {
+		h.cfg.OnListen(conn.PgConn().PID())
+	}
+	h.cfg.Logger.Debug("live: listening", "channel", Channel, "pid", conn.PgConn().PID())
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, fmt.Errorf("live: wait for notification: %w", err)
+		}
+		ev, err := decode(n.Payload)
+		if err != nil {
+			h.cfg.Logger.Warn("live: notification ignored", "err", err)
+			continue
+		}
+		h.publish(ev)
+	}
+}
+
+// connect opens the listener's own connection. TCP keepalive is tightened (30 s idle, then 3
+// probes 10 s apart): a listener that only waits would otherwise not notice a silently dead
+// peer for hours, and it must not make a query per tick to find out.
+func (h *Hub) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(h.cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("live: listener connection settings: %w", err)
+	}
+	name := "pitlane live"
+	if h.cfg.Name != "" {
+		name += " " + h.cfg.Name
+	}
+	cfg.RuntimeParams["application_name"] = name
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3}}
+	cfg.DialFunc = d.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("live: connect listener: %w", err)
+	}
+	return conn, nil
+}

@@ -1,0 +1,192 @@
+// pitlane console: live regions. A page's live region (the element with data-live, one per page)
+// names its stream (server-sent events from /live/…) and the position the page was read at
+// (data-live-since). When the stream says "refresh", the region is fetched again from the same
+// URL (an htmx request with X-Pitlane-Live: the server answers with the region alone) and
+// swapped in place. The server already coalesces bursts to one refresh a second per stream.
+//
+// When the stream is down (the browser lost it, the server refused it, or the server's
+// database listener is reconnecting: event "down"), the region polls every POLL ms instead,
+// and stops polling when the stream is back. Nothing is fetched while the tab is hidden (one
+// refresh when it shows again), nor while someone is typing into or ticking something in the
+// region (one refresh once they leave it). A region with data-live-poll also polls at that
+// interval while visible, whatever the stream says (the locks page: PostgreSQL notifies nothing
+// about locks). Without JavaScript the pages are plain pages.
+(function () {
+  "use strict";
+
+  var POLL = 2000; // fallback polling while the stream is down
+  var GRACE = 5000; // the browser's own reconnect gets this long before we poll
+  var RETRY_MIN = 5000, RETRY_MAX = 60000; // our reconnects after the browser gave up
+
+  var first = document.querySelector("[data-live]");
+  if (!first || !window.EventSource || !window.htmx) {
+    return;
+  }
+  var id = first.id;
+  var stream = first.getAttribute("data-live");
+  var since = first.getAttribute("data-live-since") || "";
+  var slow = parseInt(first.getAttribute("data-live-poll") || "0", 10);
+
+  var source = null;
+  var pollTimer = null, graceTimer = null, retryTimer = null;
+  var retry = RETRY_MIN;
+  var stale = false, inflight = false, again = false;
+
+  function state(s) {
+    document.documentElement.setAttribute("data-live-state", s);
+  }
+
+  function region() {
+    return document.getElementById(id);
+  }
+
+  // busy: the user is in the middle of something inside the region (a focused field, a typed
+  // value, a ticked box) that a swap would throw away.
+  function busy(el) {
+    var a = document.activeElement;
+    if (a && el.contains(a) && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName)) {
+      return true;
+    }
+    var fields = el.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f.type === "hidden" || f.type === "submit" || f.type === "button") {
+        continue;
+      }
+      if (f.type === "checkbox" || f.type === "radio") {
+        if (f.checked !== f.defaultChecked) {
+          return true;
+        }
+      } else if (f.tagName === "SELECT") {
+        for (var j = 0; j < f.options.length; j++) {
+          if (f.options[j].selected !== f.options[j].defaultSelected) {
+            return true;
+          }
+        }
+      } else if (f.value !== f.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  function refresh() {
+    var el = region();
+    if (!el) {
+      return;
+    }
+    if (document.visibilityState === "hidden" || busy(el)) {
+      stale = true;
+      return;
+    }
+    if (inflight) {
+      again = true;
+      return;
+    }
+    stale = false;
+    inflight = true;
+    var done = function () {
+      inflight = false;
+      if (again) {
+        again = false;
+        refresh();
+      }
+    };
+    htmx.ajax("GET", window.location.pathname + window.location.search, {
+      target: "#" + id,
+      swap: "outerHTML",
+      headers: { "X-Pitlane-Live": "1" },
+    }).then(done, done);
+  }
+
+  function startPolling() {
+    state("polling");
+    if (!pollTimer) {
+      pollTimer = setInterval(function () {
+        if (document.visibilityState === "visible") {
+          refresh();
+        }
+      }, POLL);
+    }
+  }
+
+  function stopPolling() {
+    clearInterval(pollTimer);
+    pollTimer = null;
+  }
+
+  function connect() {
+    retryTimer = null;
+    var url = stream + (stream.indexOf("?") < 0 ? "?" : "&") + "since=" + encodeURIComponent(since);
+    source = new EventSource(url);
+    source.onopen = function () {
+      clearTimeout(graceTimer);
+      graceTimer = null;
+      retry = RETRY_MIN;
+      stopPolling();
+      state("live");
+    };
+    source.addEventListener("refresh", function (e) {
+      if (e.lastEventId) {
+        since = e.lastEventId;
+      }
+      stopPolling();
+      state("live");
+      refresh();
+    });
+    source.addEventListener("down", function () {
+      startPolling();
+    });
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED) {
+        // Refused (signed out, wrong role, shutting down, live updates off): poll, and try a
+        // new stream later.
+        source = null;
+        startPolling();
+        if (!retryTimer) {
+          retryTimer = setTimeout(connect, retry);
+          retry = Math.min(2 * retry, RETRY_MAX);
+        }
+        return;
+      }
+      // The browser reconnects by itself (and sends its last event id): poll only if that
+      // takes long.
+      if (!graceTimer && !pollTimer) {
+        graceTimer = setTimeout(function () {
+          graceTimer = null;
+          if (!source || source.readyState !== EventSource.OPEN) {
+            startPolling();
+          }
+        }, GRACE);
+      }
+    };
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "visible" && stale) {
+      refresh();
+    }
+  });
+  // Leaving a field, submitting or resetting a form may end "busy": catch up then.
+  ["focusout", "change", "reset"].forEach(function (type) {
+    document.addEventListener(type, function () {
+      if (stale) {
+        setTimeout(refresh, 0);
+      }
+    });
+  });
+  if (slow > 0) {
+    setInterval(function () {
+      if (document.visibilityState === "visible") {
+        refresh();
+      }
+    }, slow);
+  }
+  window.addEventListener("pagehide", function () {
+    if (source) {
+      source.close();
+    }
+  });
+  state("connecting");
+  connect();
+})();
