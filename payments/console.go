@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Read models of the staff console. They only read (the console's few writes are in
-// console_finance.go); each is one or a few plain queries on the pool, no transaction needed:
+// Read models of the staff console (console_*.go). They only read (finance's few writes are in
+// finance.go and resolution.go); each is one or a few plain queries on the pool, no transaction needed:
 // a page is a snapshot for people, and the core's guards, not these reads, decide every change.
 
 // StuckAfter is how far past its next_check_at an active session must be to count as stuck: the
