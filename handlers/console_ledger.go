@@ -12,9 +12,6 @@ import (
 // Ledger: GET /finance/ledger?from=&to=&currency=&type=, the trial balance per currency and the
 // newest entries under the filter, with a link to the same entries as CSV.
 func (h *Console) Ledger(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	form := ledgerForm(c)
 	f, err := ledgerFilter(form)
 	if err != nil {

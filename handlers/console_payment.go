@@ -12,9 +12,6 @@ import (
 // Payment: GET /payments/:id[?challenge=…], one payment with everything known about it; with
 // a challenge, the form to enter the customer's cancel code.
 func (h *Console) Payment(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	d, err := h.svc.PaymentDetail(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err

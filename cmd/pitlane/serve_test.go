@@ -21,7 +21,8 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	pool := testdb.New(t)
 	metricsAddr := freeAddr(t)
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32)}[k]
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32),
+			"GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
