@@ -82,7 +82,8 @@ const outboxAttempts = 5
 // DeliverOutbox retries undelivered messages (NOTIFY_WEBHOOK_URL was down). Each message is
 // claimed in a short transaction by pushing next_attempt_at into the future (SKIP LOCKED, so two
 // replicas never send the same message at once) and sent after commit, with no lock held.
-// Cancel codes older than their TTL are not sent: a dead code is no use to anyone.
+// One-time codes (messages with a redacted text) older than their TTL are not sent: a dead code
+// is no use to anyone.
 func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 	if s.cfg.Notifier == nil {
 		return 0, nil
@@ -98,7 +99,7 @@ func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 			WITH due AS (
 				SELECT id AS due_id FROM outbox
 				WHERE delivered_at IS NULL AND attempts < $1 AND coalesce(next_attempt_at, created_at) <= $2
-				  AND (kind <> 'cancel_code' OR created_at > $3)
+				  AND (redacted_body IS NULL OR created_at > $3)
 				ORDER BY id LIMIT 50
 				FOR UPDATE SKIP LOCKED
 			)
