@@ -97,7 +97,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
-		GatewayURL: cfg.GatewayURL,
+		GatewayURL:        cfg.GatewayURL,
+		RefundDirectLimit: cfg.RefundDirectLimit,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

@@ -36,17 +36,18 @@ func TestDefaults(t *testing.T) {
 func TestValues(t *testing.T) {
 	t.Parallel()
 	c, err := Load(env(map[string]string{
-		"DATABASE_URL":       "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
-		"HTTP_ADDR":          ":9090",
-		"GATEWAY":            "stripe",
-		"GATEWAY_URL":        "http://127.0.0.1:12111",
-		"GATEWAY_TIMEOUT":    "1500ms",
-		"NOTIFY_WEBHOOK_URL": "https://notify.example/hook",
-		"REPLICA_ID":         "replica-a",
-		"SWEEP_INTERVAL":     "250ms",
-		"SECRET_KEY":         strings.Repeat("k", 32),
-		"TRUSTED_PROXIES":    "10.0.0.0/8, 192.168.1.7,fd00::/8",
-		"METRICS_ADDR":       "127.0.0.1:9091",
+		"DATABASE_URL":        "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
+		"HTTP_ADDR":           ":9090",
+		"GATEWAY":             "stripe",
+		"GATEWAY_URL":         "http://127.0.0.1:12111",
+		"GATEWAY_TIMEOUT":     "1500ms",
+		"NOTIFY_WEBHOOK_URL":  "https://notify.example/hook",
+		"REPLICA_ID":          "replica-a",
+		"SWEEP_INTERVAL":      "250ms",
+		"SECRET_KEY":          strings.Repeat("k", 32),
+		"TRUSTED_PROXIES":     "10.0.0.0/8, 192.168.1.7,fd00::/8",
+		"METRICS_ADDR":        "127.0.0.1:9091",
+		"REFUND_DIRECT_LIMIT": "EUR:50000, JPY:8000",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +58,9 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Join(proxies, " ") != "10.0.0.0/8 192.168.1.7/32 fd00::/8" || c.MetricsAddr != "127.0.0.1:9091" {
 		t.Errorf("TRUSTED_PROXIES %v, METRICS_ADDR %q", proxies, c.MetricsAddr)
+	}
+	if len(c.RefundDirectLimit) != 2 || c.RefundDirectLimit["EUR"] != 50000 || c.RefundDirectLimit["JPY"] != 8000 {
+		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
 		c.SweepInterval != 250*time.Millisecond || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
@@ -95,6 +99,11 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"TRUSTED_PROXIES", "proxy.internal"},
 		{"METRICS_ADDR", "9090"},
+		{"REFUND_DIRECT_LIMIT", "500"},
+		{"REFUND_DIRECT_LIMIT", "eur:500"},
+		{"REFUND_DIRECT_LIMIT", "EUR:5.00"},
+		{"REFUND_DIRECT_LIMIT", "EUR:-1"},
+		{"REFUND_DIRECT_LIMIT", "EUR:1,EUR:2"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
 		var cerr *Error
