@@ -2,12 +2,14 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -351,6 +353,37 @@ func TestDashboardCountsAndFragment(t *testing.T) {
 	if !strings.Contains(strings.Join(rec.Header().Values("Vary"), ","), "HX-Request") {
 		t.Error("the dashboard does not vary on HX-Request")
 	}
+}
+
+// The dashboard says how each replica's patrol is doing, from its heartbeat: sweeping, or backing
+// off (and why) after the gateway failed most of a round.
+func TestDashboardPatrolLine(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	for i := range payments.BackoffMinCalls {
+		b.payment(t, fmt.Sprint("o-patrol-", i), 100)
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	wantText(t, page(t, sup.get("/"), http.StatusOK), "patrol-line", "no replica has reported")
+
+	ctx := context.Background()
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := page(t, sup.get("/"), http.StatusOK)
+	wantText(t, doc, "patrol-sweeping", "sweeping, last look")
+
+	b.clock.Advance(time.Minute)
+	b.gw.Outage(true)
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, sup.get("/", "HX-Request", "true"), http.StatusOK)
+	wantText(t, doc, "patrol-backoff", "backing off until")
+	wantText(t, doc, "patrol-backoff", fmt.Sprintf("the gateway failed %d of %d calls", payments.BackoffMinCalls, payments.BackoffMinCalls))
 }
 
 func TestAdminPages(t *testing.T) {

@@ -30,6 +30,11 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 	if err != nil {
 		return Session{}, err
 	}
+	return s.check(ctx, actor, sess)
+}
+
+// check is Check of a session the caller has just read (the patrol's claim returns it).
+func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	ctx = traceSession(ctx, sess)
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {

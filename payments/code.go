@@ -107,7 +107,8 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
 		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: contact: %w", err)
 	}
-	msg := Message{To: contact, Kind: req.kind, OrderID: cur.OrderID, PaymentID: cur.ID, Text: req.text(code), Redacted: req.text(redactedCode)}
+	msg := Message{To: contact, Kind: req.kind, OrderID: cur.OrderID, PaymentID: cur.ID, Text: req.text(code), Redacted: req.text(redactedCode),
+		ChallengeID: ch.ID}
 	outboxID, err := enqueue(ctx, tx, msg, now)
 	if err != nil {
 		return Challenge{}, 0, Message{}, err

@@ -32,7 +32,9 @@ type Dashboard struct {
 	StuckTotal int
 	OpenCases  int
 	Leases     int // sessions leased to a patrol right now
-	At         time.Time
+	// Patrols is every replica's patrol as its last heartbeat says (back-off included).
+	Patrols []Heartbeat
+	At      time.Time
 }
 
 // Dashboard counts sessions per status and lists the stuck ones.
@@ -80,6 +82,9 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
 		(SELECT count(*) FROM payment_sessions WHERE lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: cases: %w", err)
+	}
+	if d.Patrols, err = s.Heartbeats(ctx); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: %w", err)
 	}
 	return d, nil
 }

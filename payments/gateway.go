@@ -65,6 +65,16 @@ type Gateway interface {
 	// definitive error with Code "not_reversible" and GatewayStatus set when known.
 	Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey string) (GatewayPayment, error)
 	Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64) (GatewayRefund, error)
+	// RefundStatus reads a refund the gateway told us about (by its id), making nothing.
+	RefundStatus(ctx context.Context, gatewayRefundID string) (GatewayRefund, error)
+	// FindRefund looks for the refund of a payment made with idempotencyKey, making nothing:
+	// how a refund whose answer was lost is found once the gateway may have forgotten the key.
+	// found=false: the gateway has no such refund. A gateway that cannot search answers a
+	// definitive error with Code "unsupported".
+	FindRefund(ctx context.Context, gatewayPaymentID, idempotencyKey string) (GatewayRefund, bool, error)
+	// KeyRetention is how long the gateway honours an idempotency key (Stripe: 24 hours); after
+	// it, a request repeated with the same key may act a second time. 0: as long as the payment.
+	KeyRetention() time.Duration
 }
 
 // FailureKind sorts every gateway failure into exactly one of three boxes.

@@ -22,6 +22,10 @@ type Message struct {
 	// Redacted is Text without its secret (a one-time code), what the outbox keeps once the
 	// message is delivered; "" when Text holds nothing secret. Never sent.
 	Redacted string `json:"-"`
+	// ChallengeID is the one-time code's challenge a code message carries (a cancel's or a
+	// refund's; "" for other messages): the retry sends nothing for a challenge that is dead by
+	// then. Never sent.
+	ChallengeID string `json:"-"`
 }
 
 // Notifier delivers a message outside pitlane. Every message is also kept in the outbox table,
@@ -64,12 +68,15 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 // enqueue writes a message to the outbox in the caller's transaction and returns its id.
 func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, error) {
 	var id int64
-	var pid any
+	var pid, cid any
 	if m.PaymentID != "" {
 		pid = m.PaymentID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, now).Scan(&id)
+	if m.ChallengeID != "" {
+		cid = m.ChallengeID
+	}
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, challenge_id, created_at)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %w", err)
 	}
@@ -79,76 +86,117 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 // outboxAttempts bounds how often one message is tried.
 const outboxAttempts = 5
 
-// DeliverOutbox retries undelivered messages (NOTIFY_WEBHOOK_URL was down). Each message is
-// claimed in a short transaction by pushing next_attempt_at into the future (SKIP LOCKED, so two
-// replicas never send the same message at once) and sent after commit, with no lock held.
-// One-time codes (messages with a redacted text) older than their TTL are not sent: a dead code
-// is no use to anyone.
+// DeliverOutbox is one round of the patrol over undelivered messages (NOTIFY_WEBHOOK_URL was
+// down), with the same pool and lease rules as sessions (patrol.go): each message is leased in a
+// short transaction (SKIP LOCKED and a fresh token, so two replicas never send the same message
+// at once), sent after commit with no lock held, and its outcome recorded only while the token
+// holds. A message never tried is left alone for RegisterGrace: the request that wrote it may be
+// delivering it right now.
+//
+// A one-time code that is dead by then is not sent: its challenge was superseded by a newer code
+// (the customer would get an old code that answers 410 next to the new one), consumed (the first
+// delivery reached the customer after all, and they have read it out), or it expired (no use to
+// anyone). Such a message is marked skipped with the reason, in the same claim, and its code
+// redacted like a delivered one. A code that dies while its message is on the wire (after the
+// claim committed) still arrives: closing that window would mean holding a lock across the
+// notifier's HTTP call, and the code answers 410 anyway.
 func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 	if s.cfg.Notifier == nil {
 		return 0, nil
 	}
-	now := s.cfg.Clock.Now()
-	type item struct {
-		id int64
-		m  Message
-	}
-	var items []item
-	err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH due AS (
-				SELECT id AS due_id FROM outbox
-				WHERE delivered_at IS NULL AND attempts < $1 AND coalesce(next_attempt_at, created_at) <= $2
-				  AND (redacted_body IS NULL OR created_at > $3)
-				ORDER BY id LIMIT 50
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE outbox SET next_attempt_at = $2::timestamptz + interval '1 minute' * power(2, attempts)
-			FROM due WHERE id = due.due_id
-			RETURNING id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, '')`,
-			outboxAttempts, now, now.Add(-s.cfg.CodeTTL))
-		if err != nil {
-			return fmt.Errorf("outbox: claim: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var it item
-			if err := rows.Scan(&it.id, &it.m.Kind, &it.m.To, &it.m.Text, &it.m.OrderID, &it.m.PaymentID); err != nil {
-				return err
-			}
-			items = append(items, it)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, it := range items {
-		s.deliver(ctx, it.id, it.m)
-	}
-	return len(items), nil
+	rep, err := s.runRound(ctx, []patrolSource{s.outboxSource()}, nil, 0)
+	return rep.Driven, err
 }
 
+func (s *Service) outboxSource() patrolSource {
+	return patrolSource{kind: "outbox", claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+		now := s.cfg.Clock.Now()
+		var jobs []patrolJob
+		err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				WITH due AS (
+					SELECT o.id AS due_id,
+						CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
+						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
+						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
+						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
+						END AS dead
+					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
+					  AND coalesce(o.next_attempt_at, o.created_at + $4::interval) <= $2
+					  AND (o.lease_until IS NULL OR o.lease_until <= $2)
+					ORDER BY o.id LIMIT $5
+					FOR UPDATE OF o SKIP LOCKED
+				), skipped AS (
+					-- Rows without a challenge_id (other kinds, and codes written before it existed)
+					-- fall back on the code's TTL from the message's own age.
+					UPDATE outbox SET skipped_at = $2, skip_reason = due.dead, body = coalesce(redacted_body, body)
+					FROM due WHERE id = due.due_id AND due.dead IS NOT NULL
+				)
+				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
+				FROM due WHERE id = due.due_id AND due.dead IS NULL
+				RETURNING id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text`,
+				outboxAttempts, now, now.Add(-s.cfg.CodeTTL), s.cfg.RegisterGrace, limit, now.Add(s.cfg.LeaseDuration))
+			if err != nil {
+				return fmt.Errorf("outbox: claim: %w", err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var m Message
+				var token string
+				if err := rows.Scan(&id, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token); err != nil {
+					return err
+				}
+				// The delivery's record is its release (deliver's guarded UPDATEs).
+				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, run: func(ctx context.Context) bool {
+					ctx = withLease(ctx, outboxLeaseID(id), token)
+					dctx, cancel := s.driveContext(ctx)
+					defer cancel()
+					s.deliver(dctx, id, m)
+					return false
+				}})
+			}
+			return rows.Err()
+		})
+		return jobs, err
+	}}
+}
+
+// outboxLeaseID names an outbox row's lease in a drive's context.
+func outboxLeaseID(id int64) string { return fmt.Sprintf("outbox:%d", id) }
+
 // deliver hands one outbox message to the Notifier (when configured) and records the result.
-// Failures stay in the outbox with the error; the message text is never logged (it may hold a code).
-// A delivered message keeps only its redacted text: the code reached the customer, and the
-// outbox (which admins read) must not hold it in clear any longer.
-func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) {
+// Failures stay in the outbox with the error and the next try 1, 2, 4, … minutes later; the
+// message text is never logged (it may hold a code). A delivered message keeps only its redacted
+// text: the code reached the customer, and the outbox (which admins read) must not hold it in
+// clear any longer. A patrol drive records only while the row still carries its lease token (a
+// guarded UPDATE); held=false when it no longer did.
+func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held bool) {
 	if s.cfg.Notifier == nil {
-		return
+		return true
+	}
+	var token any // nil: not a patrol drive (the request that wrote the message delivers it)
+	if t, ok := leaseOf(ctx, outboxLeaseID(outboxID)); ok {
+		token = t
 	}
 	err := s.cfg.Notifier.Notify(ctx, m)
 	now := s.cfg.Clock.Now()
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
-		if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
-			next_attempt_at = coalesce(next_attempt_at, $3::timestamptz + interval '1 minute') WHERE id = $1`, outboxID, err.Error(), now); uerr != nil {
+		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+			next_attempt_at = $3::timestamptz + interval '1 minute' * power(2, attempts), lease_until = NULL, lease_token = NULL
+			WHERE id = $1 AND ($4::uuid IS NULL OR lease_token = $4)`, outboxID, err.Error(), now, token)
+		if uerr != nil {
 			s.log.Error("outbox: record failure", "outbox_id", outboxID, "err", uerr)
 		}
-		return
+		return uerr != nil || tag.RowsAffected() == 1
 	}
-	if _, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
-		body = coalesce(redacted_body, body) WHERE id = $1`, outboxID, now); uerr != nil {
+	tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
+		body = coalesce(redacted_body, body), lease_until = NULL, lease_token = NULL
+		WHERE id = $1 AND ($3::uuid IS NULL OR lease_token = $3)`, outboxID, now, token)
+	if uerr != nil {
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
+	return uerr != nil || tag.RowsAffected() == 1
 }

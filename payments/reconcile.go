@@ -641,7 +641,7 @@ func (s *Service) reconcileRound(ctx context.Context) {
 	}
 }
 
-// releaseLeadershipOnShutdown is the patrol's last act beside ReleaseLeases.
+// releaseLeadershipOnShutdown is one of the patrol's last acts (its drives give their leases back as they end).
 func (s *Service) releaseLeadershipOnShutdown(ctx context.Context) {
 	if err := s.ReleaseLeadership(ctx); err != nil {
 		s.log.Error("reconcile: release leadership on shutdown", "err", err)

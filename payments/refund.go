@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// CaseRefundUnsettled: a Pending refund's schedule ran out without a final answer from the gateway.
+const CaseRefundUnsettled = "refund_unsettled"
+
 // Refund statuses (contract: Pending | Succeeded | Failed).
 const (
 	RefundPending   = "Pending"
@@ -30,15 +33,19 @@ type Refund struct {
 	CreatedBy       string // who asked: "<actor kind>:<id>"
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	// FlaggedAt is set when the patrol's schedule ran out with the refund still Pending: a case
+	// for finance is open, and the patrol asks no more.
+	FlaggedAt  *time.Time
+	FlagReason string
 }
 
 const refundColumns = `id::text, session_id::text, order_id, amount, currency, status,
-	coalesce(gateway_refund_id, ''), detail, created_by, created_at, updated_at`
+	coalesce(gateway_refund_id, ''), detail, created_by, created_at, updated_at, flagged_at, coalesce(flag_reason, '')`
 
 func scanRefund(row pgx.Row) (Refund, error) {
 	var r Refund
 	err := row.Scan(&r.ID, &r.PaymentID, &r.OrderID, &r.Amount, &r.Currency, &r.Status,
-		&r.GatewayRefundID, &r.Detail, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt)
+		&r.GatewayRefundID, &r.Detail, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt, &r.FlaggedAt, &r.FlagReason)
 	return r, err
 }
 
@@ -73,8 +80,9 @@ type RefundResult struct {
 // that the refunds (all but Failed ones) stay within the amount received, and inserts a Pending
 // refund; after commit the gateway is asked with the refund's id as the idempotency key; the
 // answer is applied in another short transaction that writes the RefundIssued ledger entry
-// exactly once. No answer leaves it Pending for the patrol, which repeats the call with the
-// same key.
+// exactly once. No answer leaves it Pending for the patrol (after RegisterGrace, so it never
+// races this request), which asks again on the sweeper's schedule without ever refunding twice
+// (askRefund) and flags the refund for finance when the schedule runs out.
 func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput) (RefundResult, error) {
 	if in.Amount <= 0 || in.Amount >= MaxAmount {
 		return RefundResult{}, Invalid("amount", "amount must be an integer in minor units, greater than 0 and less than 10^12")
@@ -131,7 +139,7 @@ func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor
 	r, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
 		next_check_at, created_by, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING `+refundColumns,
-		uuid.NewString(), cur.ID, cur.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.Backoff[0]),
+		uuid.NewString(), cur.ID, cur.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.RegisterGrace),
 		string(actor.Kind)+":"+actor.ID, now))
 	if err != nil {
 		return Refund{}, false, dbError("refund: insert", err, "")
@@ -193,14 +201,51 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund) (Ref
 	return out, nil
 }
 
-// driveRefund asks the gateway to refund with the refund's own id as the key and applies the
-// answer. A repeat with the same key returns the gateway's refund as it is now.
+// askRefund learns what the gateway did with refund r, asking in a way that can never refund
+// twice: a refund the gateway named is read by its id; one whose answer was lost is asked again
+// with the same key while the gateway still honours keys, and looked up by that key (FindRefund)
+// once it may have forgotten it (KeyRetention: Stripe keeps keys 24 hours) — only when the
+// lookup finds nothing is the refund asked for again. sent reports whether the answer came from
+// a refund request (whose refusal means the refund failed) rather than from a look-up.
+func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr GatewayRefund, sent bool, err error) {
+	if r.GatewayRefundID != "" {
+		started := time.Now()
+		gr, err = s.gw.RefundStatus(ctx, r.GatewayRefundID)
+		s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
+		return gr, false, err
+	}
+	if ret := s.gw.KeyRetention(); ret > 0 && !s.cfg.Clock.Now().Before(r.CreatedAt.Add(ret-min(ret/10, time.Hour))) {
+		started := time.Now()
+		var found bool
+		gr, found, err = s.gw.FindRefund(ctx, sess.GatewayPaymentID, r.ID)
+		s.logGatewayCall(ctx, sess.ID, "find_refund", r.ID, started, err)
+		if err != nil || found {
+			return gr, false, err
+		}
+		// Nothing was made with our key: asking again cannot refund twice.
+	}
+	if token, leased := leaseOf(ctx, r.ID); leased {
+		var holds bool
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2)`, r.ID, token).Scan(&holds); err != nil {
+			return gr, false, fmt.Errorf("refund: lease check: %w", err)
+		}
+		if !holds {
+			return gr, false, ErrLeaseLost
+		}
+	}
+	started := time.Now()
+	gr, err = s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount)
+	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, err)
+	return gr, true, err
+}
+
+// driveRefund asks the gateway about a refund (askRefund) and applies the answer: succeeded
+// writes the one RefundIssued entry; a refusal of the refund request fails it; pending records
+// the gateway's refund id (so the next look reads it instead of asking again).
 func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
 	ctx, span := s.startSpan(ctx, "payments.refund.drive", sess.ID, sess.OrderID)
 	defer span.End()
-	started := time.Now()
-	gr, gerr := s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount)
-	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, gerr)
+	gr, sent, gerr := s.askRefund(ctx, sess, r)
 	status := ""
 	detail := ""
 	mismatch := ""
@@ -216,7 +261,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		status, detail = RefundFailed, "the gateway reports the refund failed"
 	case gerr == nil:
 		// pending at the gateway: ask again later
-	case FailureOf(gerr) == FailureDefinitive:
+	case sent && FailureOf(gerr) == FailureDefinitive:
 		status, detail = RefundFailed, "the gateway refused: "+GatewayErrorCode(gerr)
 	default:
 		return r, gerr
@@ -228,7 +273,17 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
 			return err
 		}
-		cur, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, r.ID))
+		var cur Refund
+		var err error
+		if token, leased := leaseOf(ctx, r.ID); leased {
+			// A patrol drive applies only while the refund still carries its lease token.
+			cur, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 AND lease_token = $2 FOR UPDATE`, r.ID, token))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrLeaseLost
+			}
+		} else {
+			cur, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, r.ID))
+		}
 		if err != nil {
 			return dbError("refund: lock", err, "refund %q not found", r.ID)
 		}
@@ -262,37 +317,73 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	return out, err
 }
 
-// DriveRefunds is the patrol's part for refunds: Pending refunds whose answer never came are
-// claimed (next_check_at pushed forward under SKIP LOCKED) and asked again with the same key.
+// DriveRefunds is one round of the patrol over Pending refunds (patrol.go): the same pool, lease
+// and back-off as sessions. Each due refund is leased (SKIP LOCKED, a fresh token), asked about
+// without ever refunding twice (askRefund), and released (releaseBatch) with the next step of
+// the sweeper's schedule — or, when the schedule ran out, flagged with a refund_unsettled case
+// for finance.
 func (s *Service) DriveRefunds(ctx context.Context) (int, error) {
-	now := s.cfg.Clock.Now()
-	var due []Refund
-	err := s.inTx(ctx, "refunds: claim", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH due AS (
-				SELECT id AS due_id FROM refunds WHERE status = 'Pending' AND next_check_at <= $1
-				ORDER BY next_check_at LIMIT 50 FOR UPDATE SKIP LOCKED
-			)
-			UPDATE refunds SET check_attempts = check_attempts + 1,
-				next_check_at = $1::timestamptz + least(interval '1 hour', interval '10 seconds' * power(2, check_attempts))
-			FROM due WHERE id = due.due_id RETURNING `+refundColumns, now)
-		if err != nil {
-			return fmt.Errorf("refunds: claim: %w", err)
+	rep, err := s.runRound(ctx, []patrolSource{s.refundSource()}, nil, 0)
+	return rep.Driven, err
+}
+
+func (s *Service) refundSource() patrolSource {
+	return patrolSource{kind: "refund", gateway: true, leases: &refundLeases, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+		now := s.cfg.Clock.Now()
+		type leased struct {
+			r     Refund
+			token string
 		}
-		due, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
-		return err
-	})
+		var due []leased
+		err := s.inTx(ctx, "refunds: claim", func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				WITH due AS (
+					SELECT id AS due_id FROM refunds
+					WHERE status = 'Pending' AND flagged_at IS NULL AND next_check_at <= $1
+					  AND (lease_until IS NULL OR lease_until <= $1)
+					ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED
+				)
+				UPDATE refunds SET lease_owner = $3, lease_until = $4, lease_token = gen_random_uuid()
+				FROM due WHERE id = due.due_id RETURNING `+refundColumns+`, lease_token::text`,
+				now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration))
+			if err != nil {
+				return fmt.Errorf("refunds: claim: %w", err)
+			}
+			due, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leased, error) {
+				var l leased
+				var err error
+				l.r, err = scanRefund(withTrailing{r, []any{&l.token}})
+				return l, err
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		jobs := make([]patrolJob, len(due))
+		for i, d := range due {
+			jobs[i] = patrolJob{id: d.r.ID, token: d.token, run: func(ctx context.Context) bool { return s.driveRefundLeased(ctx, d.r, d.token) }}
+		}
+		return jobs, nil
+	}}
+}
+
+// driveRefundLeased drives one leased refund; like sessions' driveLeased, it reports whether its
+// lease is to be given back (by releaseBatch, with the next step of the schedule).
+func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) (release bool) {
+	ctx = withLease(ctx, r.ID, token)
+	dctx, cancel := s.driveContext(ctx)
+	defer cancel()
+	sess, err := s.Get(dctx, r.PaymentID)
+	if err == nil {
+		_, err = s.driveRefund(dctx, sess, r)
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		s.log.Warn("refund: lease lost during the drive; leaving it to its new holder", "refund", r.ID)
+		return false
+	}
 	if err != nil {
-		return 0, err
+		s.log.Info("refund: not settled this round", "refund", r.ID, "err", err)
 	}
-	for _, r := range due {
-		sess, err := s.Get(ctx, r.PaymentID)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := s.driveRefund(ctx, sess, r); err != nil {
-			s.log.Info("refund: not settled this round", "refund", r.ID, "err", err)
-		}
-	}
-	return len(due), nil
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -115,6 +116,159 @@ func TestRefundLostAnswerDrivenByPatrol(t *testing.T) {
 	got, _ := b.svc.GetRefund(ctx, r.Refund.ID)
 	if got.Status != payments.RefundSucceeded || b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID) != 2 {
 		t.Fatalf("after patrol: %s, calls with key %d", got.Status, b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID))
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+}
+
+// Pending refunds follow the sweeper's schedule: when it runs out with no answer from the gateway,
+// the refund is flagged and a refund_unsettled case opens for finance; the patrol asks no more
+// (before: retried hourly forever).
+func TestRefundScheduleRunsOutFlagsForFinance(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.Backoff = []time.Duration{time.Second, time.Second, time.Second} })
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-exhausted", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 100)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0)) // the creating request's in-flight grace
+	for range 5 {
+		if _, err := b.svc.DriveRefunds(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
+	got, err := b.svc.GetRefund(ctx, r.Refund.ID)
+	if err != nil || got.Status != payments.RefundPending || got.FlaggedAt == nil || got.FlagReason == "" {
+		t.Fatalf("after the schedule: %+v %v", got, err)
+	}
+	if n := b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID); n != 1+3 {
+		t.Fatalf("refund asked %d times, want 4 (the request, then one per step of the schedule)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND session_id = $1 AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Fatalf("refund_unsettled cases = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE lease_token IS NOT NULL OR next_check_at IS NOT NULL`); n != 0 {
+		t.Fatalf("%d refunds still leased or scheduled", n)
+	}
+}
+
+// A refund whose answer was lost, looked at again after the gateway forgot the key (Stripe keeps
+// keys 24 hours): the patrol looks it up by our key instead of asking again, so the customer is
+// refunded once. One that never reached the gateway is found missing and asked for again.
+func TestRefundLostAnswerLookedUpAfterKeyRetention(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.SetKeyRetention(24 * time.Hour)
+	made := b.completed(t, "o-refund-made", 1000)
+	missed := b.completed(t, "o-refund-missed", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1) // processed at the gateway, answer lost
+	r1, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: made.ID, Amount: 1000, RequestKey: "k1"})
+	if err != nil || r1.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r1, err)
+	}
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1) // never processed
+	r2, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: missed.ID, Amount: 1000, RequestKey: "k2"})
+	if err != nil || r2.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r2, err)
+	}
+	// The patrol did not get to them for a day (the gateway was down); the gateway forgot the keys.
+	b.clock.Advance(25 * time.Hour)
+	b.gw.ForgetRefundKeys()
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 2 {
+		t.Fatalf("drive = %d %v", n, err)
+	}
+	for _, c := range []struct {
+		sess   payments.Session
+		refund string
+		posts  int
+	}{{made, r1.Refund.ID, 1}, {missed, r2.Refund.ID, 2}} {
+		got, _ := b.svc.GetRefund(ctx, c.refund)
+		if got.Status != payments.RefundSucceeded {
+			t.Fatalf("refund %s: %s", c.refund, got.Status)
+		}
+		if n := b.gw.Refunds(c.sess.GatewayPaymentID); n != 1 {
+			t.Fatalf("payment %s refunded %d times at the gateway", c.sess.GatewayPaymentID, n)
+		}
+		if n := b.gw.KeyCalls(fakegw.OpFindRefund, c.refund); n != 1 {
+			t.Fatalf("refund %s looked up %d times, want 1", c.refund, n)
+		}
+		if n := b.gw.KeyCalls(fakegw.OpRefund, c.refund); n != c.posts {
+			t.Fatalf("refund %s asked for %d times, want %d", c.refund, n, c.posts)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+}
+
+// A refund the gateway reported pending is read by its id afterwards, never asked for again.
+func TestRefundPendingAtGatewayIsReadNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-pending", 1000)
+	b.gw.SetRefundOutcome("pending")
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID == "" {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("drive = %d %v", n, err)
+	}
+	got, _ := b.svc.GetRefund(ctx, r.Refund.ID)
+	if got.Status != payments.RefundSucceeded || b.gw.Calls(fakegw.OpRefund) != 1 || b.gw.Calls(fakegw.OpRefundStatus) != 1 {
+		t.Fatalf("status %s, refund calls %d, status reads %d", got.Status, b.gw.Calls(fakegw.OpRefund), b.gw.Calls(fakegw.OpRefundStatus))
+	}
+}
+
+// A refund drive parked at the gateway past its lease: the taker settles the refund; the parked
+// drive, when its answer comes, applies nothing and does not touch the taker's schedule.
+func TestRefundLeaseLapseParkedDriveAppliesNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.LeaseDuration = time.Minute })
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.LeaseDuration = time.Minute })
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-lapse", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.clock.Advance(time.Minute)
+	gate := b.gw.Hold(fakegw.OpRefund)
+	doneA := make(chan struct{})
+	go func() { _, _ = b.svc.DriveRefunds(ctx); close(doneA) }()
+	mustWait(t, gate.Arrived(), "A's refund call")
+	b.clock.Advance(time.Minute + time.Second)
+	doneB := make(chan struct{})
+	go func() { _, _ = other.DriveRefunds(ctx); close(doneB) }()
+	mustWait(t, gate.Arrived(), "B's refund call")
+	gate.Release() // one of the two; then the other
+	gate.Release()
+	mustWait(t, doneA, "A's round")
+	mustWait(t, doneB, "B's round")
+	got, _ := b.svc.GetRefund(ctx, r.Refund.ID)
+	if got.Status != payments.RefundSucceeded {
+		t.Fatalf("refund %s", got.Status)
+	}
+	var attempts int
+	var owner *string
+	if err := b.pool.QueryRow(ctx, `SELECT check_attempts, lease_owner FROM refunds`).Scan(&attempts, &owner); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || owner != nil {
+		t.Fatalf("check_attempts %d, owner %v: only the taker's release counts", attempts, owner)
+	}
+	if n := b.count(t, `SELECT count(*) FROM gateway_calls WHERE operation = 'refund' AND replica_id = 'replica-b'`); n != 1 {
+		t.Fatalf("taker calls = %d", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
 		t.Fatalf("ledger entries = %d", n)

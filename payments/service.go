@@ -119,14 +119,25 @@ type Config struct {
 	// CodeTTL and CodeAttempts bound one-time codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
-	// Sweeper settings: batch size, lease length, backoff schedule (see sweeper.go).
-	SweepBatch    int
+	// GatewayTimeout is the per-call timeout of the gateway adapter (GATEWAY_TIMEOUT, default
+	// 10s). The patrol's lease and every "may still be in flight" grace derive from it.
+	GatewayTimeout time.Duration
+	// SweepConcurrency is how many drives one replica's patrol runs at once (SWEEP_CONCURRENCY,
+	// default 16): the size of its worker pool and so the fetch limit of its claims (patrol.go).
+	SweepConcurrency int
+	// LeaseDuration is how long a claim holds a session, refund or message (default
+	// LeaseFor(GatewayTimeout): several gateway timeouts, so one drive always fits).
 	LeaseDuration time.Duration
-	Backoff       []time.Duration
-	// RegisterGrace is how long after a claim the sweeper leaves a Registering session alone,
-	// so it never races the Create that is still registering it.
+	// Backoff is the schedule of looks (sweeper.go); refunds follow it too.
+	Backoff []time.Duration
+	// RegisterGrace is how long work that called the gateway may still be in flight: the
+	// sweeper leaves a Registering session (and the patrol a fresh Pending refund) alone this
+	// long after its claim, and a webhook delivery holds its event this long, so none of them
+	// races the request still doing it. Default StaleAfterFor(GatewayTimeout).
 	RegisterGrace time.Duration
-	Hooks         Hooks
+	// Version names the running build in the patrol's heartbeat (default: from the build info).
+	Version string
+	Hooks   Hooks
 	// TracerProvider makes the spans of core operations (tracing.go). Nil: the global provider.
 	TracerProvider trace.TracerProvider
 }
@@ -139,6 +150,9 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	tracer trace.Tracer
+	// patrol is this replica's patrol: its back-off and what it drives right now (bounded by
+	// SweepConcurrency). Coordination with other replicas happens in PostgreSQL (leases).
+	patrol *patrolState
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -161,24 +175,31 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 	if cfg.CodeAttempts == 0 {
 		cfg.CodeAttempts = 5
 	}
-	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = 100
+	if cfg.GatewayTimeout <= 0 {
+		cfg.GatewayTimeout = defaultGatewayTimeout
 	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = time.Minute
+	if cfg.SweepConcurrency <= 0 {
+		cfg.SweepConcurrency = DefaultSweepConcurrency
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = LeaseFor(cfg.GatewayTimeout)
 	}
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff
 	}
-	if cfg.RegisterGrace == 0 {
-		cfg.RegisterGrace = 30 * time.Second
+	if cfg.RegisterGrace <= 0 {
+		cfg.RegisterGrace = StaleAfterFor(cfg.GatewayTimeout)
+	}
+	if cfg.Version == "" {
+		cfg.Version = buildVersion()
 	}
 	if len(cfg.CodeSecret) == 0 {
 		// A service without a configured secret still hashes codes; they just do not survive
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider)}
+	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
+		patrol: newPatrolState(cfg.Clock.Now())}
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -303,14 +324,14 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 // unknown outcome; callers read the state back rather than repeating blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// BEGIN and SET LOCAL go in one round trip (one simple-protocol query of two statements):
+	// every transaction of the core pays for it, the patrol's many small ones most of all.
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
+		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())})
 	if err != nil {
 		return dbError(op+": begin", err, "")
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())); err != nil {
-		return fmt.Errorf("%s: lock_timeout: %w", op, err)
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}
@@ -338,33 +359,40 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 	if len(from) == 0 {
 		return Session{}, Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
-	var prev string
-	// FOR UPDATE: the timeline's from_status must be the state the UPDATE below replaces. Callers
-	// already hold the order then session locks, so this takes nothing new and keeps the order.
-	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1 FOR UPDATE`, id).Scan(&prev); err != nil {
-		return Session{}, dbError("transition: read", err, "payment %q not found", id)
-	}
 	next := p.nextCheckAt
 	clear := p.clearNextCheck || to.Terminal()
+	// One statement: the guarded UPDATE and the timeline event that names the state it replaced
+	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
+	// state the UPDATE sees). No row: the edge is not allowed from the current state (or there is
+	// no such payment), and nothing was written.
 	sess, err := scanSession(tx.QueryRow(ctx, `
-		UPDATE payment_sessions SET
-			status = $2,
-			gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
-			confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
-			next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
-			updated_at = $7
-		WHERE id = $1 AND status = ANY($8)
-		RETURNING `+sessionColumns,
-		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from))
+		WITH prev AS (SELECT status FROM payment_sessions WHERE id = $1),
+		upd AS (
+			UPDATE payment_sessions SET
+				status = $2,
+				gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
+				confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
+				next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
+				updated_at = $7
+			WHERE id = $1 AND status = ANY($8)
+			RETURNING `+sessionColumns+`
+		),
+		ev AS (
+			INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+			SELECT $1, prev.status, $2, $9, $10, $11, $7 FROM prev, upd
+		)
+		SELECT upd.* FROM upd`,
+		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
+		string(actor.Kind), actor.ID, reason))
 	if errors.Is(err, pgx.ErrNoRows) {
+		var prev string
+		if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
+			return Session{}, dbError("transition: read", err, "payment %q not found", id)
+		}
 		return Session{}, &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
 	}
 	if err != nil {
 		return Session{}, dbError("transition", err, "")
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, prev, string(to), string(actor.Kind), actor.ID, reason, now); err != nil {
-		return Session{}, fmt.Errorf("transition: event: %w", err)
 	}
 	if to.Terminal() && to != StatusCompleted {
 		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = NULL, updated_at = $3
@@ -381,6 +409,20 @@ func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID stri
 	var status string
 	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
 		return Session{}, dbError("lock order", err, "order %q not found", orderID)
+	}
+	// A patrol drive carries its lease in ctx: the session is then locked only while the row still
+	// carries the drive's token (patrol.go). Under this row lock the token cannot change before
+	// commit, so everything this transaction writes is written by the lease holder or not at all.
+	if token, leased := leaseOf(ctx, sessionID); leased {
+		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+			WHERE id = $1 AND lease_token = $2 FOR UPDATE`, sessionID, token))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Session{}, ErrLeaseLost
+		}
+		if err != nil {
+			return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
+		}
+		return sess, nil
 	}
 	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID))
 	if err != nil {
@@ -414,6 +456,7 @@ func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key strin
 	if sessionID != "" {
 		sid = sessionID
 	}
+	roundOf(ctx).count(err) // the patrol's back-pressure (patrol.go)
 	latency := time.Since(started).Milliseconds()
 	if _, lerr := s.db.Exec(context.WithoutCancel(ctx), `INSERT INTO gateway_calls
 		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,46 +19,43 @@ var DefaultBackoff = []time.Duration{
 	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 12 * time.Hour, 24 * time.Hour, 24 * time.Hour,
 }
 
-// SweepOnce is one round of the night patrol on this replica: it claims due sessions in short
-// transactions (FOR UPDATE SKIP LOCKED, so replicas never wait for or double-take each other's
-// rows), sets a lease, commits, and only then drives each one against the gateway with no lock
-// held. It repeats until nothing is due and returns how many sessions it drove.
+// SweepOnce is one round of the night patrol over due sessions on this replica (patrol.go): it
+// claims due sessions in short transactions (FOR UPDATE SKIP LOCKED, a lease with a fresh token
+// each), as many as it has free workers, drives up to SweepConcurrency of them at once against
+// the gateway with no lock held, claims more as drives finish, and returns how many it drove once
+// nothing is due. While the patrol backs off (the gateway failing) it drives nothing.
 func (s *Service) SweepOnce(ctx context.Context) (int, error) {
-	total := 0
-	for range 1000 { // bounded: each claimed session is rescheduled into the future
-		batch, err := s.claimDue(ctx)
-		if err != nil {
-			return total, err
-		}
-		if len(batch) == 0 {
-			return total, nil
-		}
-		if h := s.cfg.Hooks.AfterSweepClaim; h != nil {
-			ids := make([]string, len(batch))
-			for i, b := range batch {
-				ids[i] = b.ID
-			}
-			h(ctx, ids)
-		}
-		for _, sess := range batch {
-			if ctx.Err() != nil {
-				return total, ctx.Err()
-			}
-			s.drive(ctx, sess)
-			if err := s.release(ctx, sess.ID); err != nil {
-				return total, err
-			}
-			total++
-		}
-	}
-	return total, nil
+	rep, err := s.runRound(ctx, []patrolSource{s.sessionSource()}, nil, 0)
+	return rep.Driven, err
 }
 
-// claimDue leases up to SweepBatch due sessions to this replica. A lease that expired (its
-// replica died) is as good as free; a live one is skipped.
-func (s *Service) claimDue(ctx context.Context) ([]Session, error) {
+// sessionSource is the patrol's work on sessions: due active sessions, not flagged, whose lease
+// (if any) ran out.
+func (s *Service) sessionSource() patrolSource {
+	return patrolSource{kind: "session", gateway: true, leases: &sessionLeases, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+		claimed, err := s.claimDue(ctx, limit)
+		if err != nil {
+			return nil, err
+		}
+		jobs := make([]patrolJob, len(claimed))
+		for i, c := range claimed {
+			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, run: func(ctx context.Context) bool { return s.driveLeased(ctx, c.sess, c.token) }}
+		}
+		return jobs, nil
+	}}
+}
+
+type leasedSession struct {
+	sess  Session
+	token string
+}
+
+// claimDue leases up to limit due sessions to this replica, each with a fresh token. A lease that
+// expired (its drive died or is late) is as good as free; a live one is skipped, and so are rows
+// another replica is claiming right now (SKIP LOCKED).
+func (s *Service) claimDue(ctx context.Context, limit int) ([]leasedSession, error) {
 	now := s.cfg.Clock.Now()
-	var out []Session
+	var out []leasedSession
 	err := s.inTx(ctx, "sweep: claim", func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH due AS (
@@ -68,116 +66,112 @@ func (s *Service) claimDue(ctx context.Context) ([]Session, error) {
 				LIMIT $3
 				FOR UPDATE SKIP LOCKED
 			)
-			UPDATE payment_sessions ps SET lease_owner = $4, lease_until = $5
+			UPDATE payment_sessions ps SET lease_owner = $4, lease_until = $5, lease_token = gen_random_uuid()
 			FROM due WHERE ps.id = due.due_id
-			RETURNING `+sessionColumns,
-			statusStrings(ActiveStatuses), now, s.cfg.SweepBatch, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration))
+			RETURNING `+sessionColumns+`, ps.lease_token::text`,
+			statusStrings(ActiveStatuses), now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration))
 		if err != nil {
 			return fmt.Errorf("sweep: claim: %w", err)
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedSession, error) {
+			var l leasedSession
+			var err error
+			l.sess, err = scanSession(withTrailing{r, []any{&l.token}})
+			return l, err
+		})
 		return err
 	})
 	return out, err
 }
 
-// drive moves one leased session as far as the gateway's word allows.
-func (s *Service) drive(ctx context.Context, sess Session) {
+// withTrailing scans a row whose first columns are what a scan function knows and whose last
+// columns are extra (a lease token after sessionColumns).
+type withTrailing struct {
+	pgx.Row
+	extra []any
+}
+
+func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w.extra...)...) }
+
+// driveLeased drives one claimed session under its lease. It reports whether the lease is to be
+// given back (with the next step of the schedule, by the producer's releaseBatch): not when the
+// drive found the lease taken over, in which case it does nothing further — the new holder owns
+// the session and its schedule.
+func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (release bool) {
+	ctx = withLease(ctx, sess.ID, token)
+	dctx, cancel := s.driveContext(ctx)
+	err := s.drive(dctx, sess)
+	cancel()
+	if errors.Is(err, ErrLeaseLost) {
+		s.log.Warn("sweep: lease lost during the drive; leaving the session to its new holder", "session", sess.ID)
+		return false
+	}
+	if err != nil {
+		s.log.Info("sweep: session not settled this round", "session", sess.ID, "status", sess.Status, "err", err)
+	}
+	return true
+}
+
+// drive moves one leased session as far as the gateway's word allows. Before anything that acts
+// at the gateway (register, reverse) it checks that the lease still holds; every apply is guarded
+// by the lease token (lockOrderAndSession).
+func (s *Service) drive(ctx context.Context, sess Session) error {
 	actor := Actor{Kind: ActorSweeper, ID: s.cfg.ReplicaID}
 	var err error
 	switch sess.Status {
 	case StatusCanceling:
 		var pending bool
-		if err = s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1 AND status = 'Pending')`, sess.ID).Scan(&pending); err == nil {
-			if pending {
-				_, err = s.driveReverse(ctx, actor, sess)
-			} else {
-				_, err = s.Check(ctx, actor, sess.ID)
-			}
+		if err = s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1 AND status = 'Pending')`, sess.ID).Scan(&pending); err != nil {
+			return fmt.Errorf("sweep: reverse operation: %w", err)
 		}
+		if !pending {
+			_, err = s.check(ctx, actor, sess)
+			return err
+		}
+		if err = s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+			return err
+		}
+		_, err = s.driveReverse(ctx, actor, sess)
+		return err
 	case StatusRegistering, StatusUnknown:
 		if sess.GatewayPaymentID != "" {
-			_, err = s.Check(ctx, actor, sess.ID)
-			break
+			_, err = s.check(ctx, actor, sess)
+			return err
 		}
 		// Recover a registration whose answer never came: look it up by our reference first
 		// (a gateway that cannot be trusted with keys must not get a second request), and only
 		// when the gateway has nothing, register again with the same key.
-		var gp GatewayPayment
-		var found bool
-		gp, found, err = s.gatewayState(ctx, sess)
-		if err == nil && found {
-			_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "found by reference")
-		} else if err == nil {
-			if sess.Status == StatusUnknown {
-				// register() applies failures from Registering only; an Unknown session is
-				// re-registered through the same key and its success applied the same way.
-				started := time.Now()
-				req := RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
-					Currency: sess.Currency, ReturnURL: s.cfg.ReturnURL(sess)}
-				gp, err = s.gw.Register(ctx, req)
-				s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
-				if err == nil {
-					_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered again with the same key")
-				}
-			} else {
-				_, err = s.register(ctx, actor, sess)
-			}
-		}
-	default:
-		_, err = s.Check(ctx, actor, sess.ID)
-	}
-	if err != nil {
-		s.log.Info("sweep: session not settled this round", "session", sess.ID, "status", sess.Status, "err", err)
-	}
-}
-
-// release gives up this replica's lease and schedules the next look, or flags the session for
-// finance when the schedule ran out.
-func (s *Service) release(ctx context.Context, id string) error {
-	ctx = context.WithoutCancel(ctx)
-	now := s.cfg.Clock.Now()
-	return s.inTx(ctx, "sweep: release", func(tx pgx.Tx) error {
-		var status string
-		var attempts int
-		var orderID string
-		err := tx.QueryRow(ctx, `SELECT status, check_attempts, order_id FROM payment_sessions WHERE id = $1 AND lease_owner = $2 FOR UPDATE`,
-			id, s.cfg.ReplicaID).Scan(&status, &attempts, &orderID)
-		if err == pgx.ErrNoRows {
-			return nil // lease taken over after expiry: the other replica owns the schedule now
-		}
+		gp, found, err := s.gatewayState(ctx, sess)
 		if err != nil {
-			return fmt.Errorf("sweep: release: %w", err)
-		}
-		attempts++
-		if Status(status).Terminal() {
-			_, err = tx.Exec(ctx, `UPDATE payment_sessions SET lease_owner = NULL, lease_until = NULL,
-				check_attempts = $2, next_check_at = NULL WHERE id = $1`, id, attempts)
 			return err
 		}
-		if attempts >= len(s.cfg.Backoff) {
-			reason := fmt.Sprintf("no final answer from the gateway after %d looks; still %s", attempts, status)
-			if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET lease_owner = NULL, lease_until = NULL,
-				check_attempts = $2, next_check_at = NULL, flagged_at = $3, flag_reason = $4 WHERE id = $1`,
-				id, attempts, now, reason); err != nil {
-				return err
-			}
-			return openCase(ctx, tx, id, orderID, CaseSweepExhausted, reason, now)
+		if found {
+			_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "found by reference")
+			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE payment_sessions SET lease_owner = NULL, lease_until = NULL,
-			check_attempts = $2, next_check_at = $3 WHERE id = $1`, id, attempts, now.Add(s.cfg.Backoff[attempts]))
+		if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+			return err
+		}
+		if sess.Status == StatusRegistering {
+			_, err = s.register(ctx, actor, sess)
+			return err
+		}
+		// register() applies failures from Registering only; an Unknown session is
+		// re-registered through the same key and its success applied the same way.
+		started := time.Now()
+		req := RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
+			Currency: sess.Currency, ReturnURL: s.cfg.ReturnURL(sess)}
+		gp, err = s.gw.Register(ctx, req)
+		s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+		if err != nil {
+			return err
+		}
+		_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered again with the same key")
 		return err
-	})
-}
-
-// ReleaseLeases gives back every lease this replica holds (graceful shutdown), so other replicas
-// need not wait for them to expire.
-func (s *Service) ReleaseLeases(ctx context.Context) error {
-	_, err := s.db.Exec(ctx, `UPDATE payment_sessions SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = $1`, s.cfg.ReplicaID)
-	if err != nil {
-		return fmt.Errorf("release leases: %w", err)
+	default:
+		_, err = s.check(ctx, actor, sess)
+		return err
 	}
-	return nil
 }
 
 // HousekeepingEvery is how often (by the service clock) a replica's patrol also reaps expired
@@ -195,12 +189,17 @@ func (s *Service) housekeep(ctx context.Context) {
 	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
 		s.log.Error("reap checkout intents", "err", err)
 	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM sweeper_heartbeats WHERE beat_at < $1`, s.cfg.Clock.Now().Add(-HeartbeatRetention)); err != nil {
+		s.log.Error("reap heartbeats", "err", err)
+	}
 }
 
-// RunSweeper runs the patrol every interval until ctx ends, then releases this replica's leases:
-// due sessions (SweepOnce), undelivered customer messages, pending refunds, every
-// HousekeepingEvery the reapers, and every ReconcileEvery a reconciliation run (reconcile.go) if
-// this replica leads it; on shutdown it also gives up that leadership.
+// RunSweeper runs the patrol every interval until ctx ends: a round over due sessions, pending
+// refunds and undelivered customer messages through one pool (PatrolRound) with its heartbeat,
+// every HousekeepingEvery the reapers, and every ReconcileEvery a reconciliation run
+// (reconcile.go) if this replica leads it. When ctx ends, the drives in flight are cut at their
+// next gateway call and give their leases back on the way out; the patrol then gives up its
+// reconciliation leadership and its heartbeat row.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -210,14 +209,8 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			s.housekeep(ctx)
 			lastHousekeeping = now
 		}
-		if _, err := s.SweepOnce(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("sweep", "err", err)
-		}
-		if _, err := s.DeliverOutbox(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("outbox", "err", err)
-		}
-		if _, err := s.DriveRefunds(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("refunds", "err", err)
+		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
+			s.log.Error("patrol", "err", err)
 		}
 		if now := s.cfg.Clock.Now(); now.Sub(lastReconcile) >= ReconcileEvery {
 			s.reconcileRound(ctx) // only the leader compares; the others try for the leader row
@@ -226,10 +219,8 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := s.ReleaseLeases(rctx); err != nil {
-				s.log.Error("sweep: release leases on shutdown", "err", err)
-			}
 			s.releaseLeadershipOnShutdown(rctx)
+			s.forgetHeartbeat(rctx)
 			cancel()
 			return
 		case <-t.C:

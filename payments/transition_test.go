@@ -64,6 +64,15 @@ func TestEveryTransitionEdge(t *testing.T) {
 				if Status(status) != wantStatus || events != wantEvents {
 					t.Fatalf("after: status %s events %d, want %s %d", status, events, wantStatus, wantEvents)
 				}
+				if allowed {
+					var evFrom, evTo string
+					if err := pool.QueryRow(ctx, `SELECT from_status, to_status FROM session_events WHERE session_id = $1`, id).Scan(&evFrom, &evTo); err != nil {
+						t.Fatal(err)
+					}
+					if Status(evFrom) != from || Status(evTo) != to {
+						t.Fatalf("timeline event %s -> %s, want %s -> %s", evFrom, evTo, from, to)
+					}
+				}
 			})
 		}
 	}

@@ -61,10 +61,10 @@ type EventResult struct {
 	Session Session // for EventApplied: the session as the gateway's answer left it
 }
 
-// WebhookClaimTTL is how long one delivery may work on an event before a redelivery may take it
-// over (its holder is then presumed dead). It is longer than any one apply takes: a gateway call
-// (GATEWAY_TIMEOUT, 10 s by default) plus a lock wait (LockTimeout, 5 s).
-var WebhookClaimTTL = time.Minute
+// How long one delivery may work on an event before a redelivery may take it over (its holder
+// is then presumed dead) is Config.RegisterGrace, the one "may still be in flight" grace derived
+// from GATEWAY_TIMEOUT (StaleAfterFor: 2 × timeout + 10 s, 30 s by default): longer than any one
+// apply takes, a gateway call plus a lock wait (LockTimeout, 5 s).
 
 // HandleGatewayEvent processes one delivery of a verified gateway event:
 //
@@ -113,7 +113,7 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 			claimed_until = CASE WHEN w.processed_at IS NULL AND (w.claimed_until IS NULL OR w.claimed_until <= $6)
 				THEN $8::timestamptz ELSE w.claimed_until END
 		RETURNING w.id, coalesce(w.claim_token = $7::uuid, false), w.processed_at IS NOT NULL`,
-		s.gw.Name(), ev.ID, ev.Type, ev.PaymentID, ev.Reference, now, token, now.Add(WebhookClaimTTL)).
+		s.gw.Name(), ev.ID, ev.Type, ev.PaymentID, ev.Reference, now, token, now.Add(s.cfg.RegisterGrace)).
 		Scan(&rowID, &mine, &processed)
 	if err != nil {
 		return EventResult{}, dbError("webhook: record event", err, "")

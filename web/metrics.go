@@ -30,9 +30,9 @@ import (
 //     time with a short timeout, through payments.Service.CachedStats: counted at most once per
 //     statsMaxAge across all replicas' scrapes, the others read the stored counts;
 //     pitlane_stats_up says whether that worked. These are of the whole database, the same on
-//     every replica. (A per-replica count
-//     of sweeper rounds needs a callback from payments.Service.RunSweeper, which has none yet;
-//     the backlog is what an alert wants anyway: a stalled sweeper shows as a growing overdue age.)
+//     every replica.
+//   - Each replica's patrol (heartbeat, last sweep, back-off, leases in flight): from the
+//     heartbeat rows every patrol writes each round (metrics_patrol.go).
 type Metrics struct {
 	Registry *prometheus.Registry
 

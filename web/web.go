@@ -54,6 +54,9 @@ type Deps struct {
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics
+	// MerchantName (MERCHANT_NAME) is whom customers pay, shown on every checkout page and the
+	// checkout's error pages. "": handlers.DefaultMerchantName.
+	MerchantName string
 	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
 	// provider, a no-op unless the process installed one.
 	TracerProvider trace.TracerProvider
@@ -78,7 +81,7 @@ func New(d Deps) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
+	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID, handlers.MerchantName(d.MerchantName))
 
 	e.IPExtractor = ipExtractor(d.TrustedProxies)
 
@@ -87,6 +90,9 @@ func New(d Deps) *echo.Echo {
 	}
 	if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
 		d.Logger.Warn("metrics: database counts not registered", "err", err)
+	}
+	if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
+		d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
 	}
 
 	// Order matters: security headers first, so every answer carries them (errors, 404s, static

@@ -97,7 +97,10 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		// Signed checkout links (the API's checkout-links, dev's demo link) are absolute.
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
-		GatewayURL:        cfg.GatewayURL,
+		GatewayURL: cfg.GatewayURL,
+		// The patrol's width, and the lease and in-flight graces derived from the gateway timeout.
+		SweepConcurrency:  cfg.SweepConcurrency,
+		GatewayTimeout:    cfg.GatewayTimeout,
 		RefundDirectLimit: cfg.RefundDirectLimit,
 	}
 	if cfg.NotifyWebhookURL != "" {

@@ -52,7 +52,7 @@ func pitlane(env map[string]string, args ...string) *exec.Cmd {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
 		case "DATABASE_URL", "HTTP_ADDR", "PUBLIC_BASE_URL", "GATEWAY", "GATEWAY_URL", "GATEWAY_API_KEY",
-			"GATEWAY_WEBHOOK_SECRET", "GATEWAY_TIMEOUT", "NOTIFY_WEBHOOK_URL", "REPLICA_ID", "SWEEP_INTERVAL", "SECRET_KEY":
+			"GATEWAY_WEBHOOK_SECRET", "GATEWAY_TIMEOUT", "NOTIFY_WEBHOOK_URL", "REPLICA_ID", "SWEEP_INTERVAL", "SWEEP_CONCURRENCY", "SECRET_KEY":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)

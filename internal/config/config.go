@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -43,6 +44,7 @@ type Config struct {
 	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
 	// whose X-Forwarded-For names the client. Empty: the peer is the client.
 	TrustedProxies []*net.IPNet
@@ -53,6 +55,9 @@ type Config struct {
 	// every replica must use the same one. nil when unset: `dev` then persists a generated one
 	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
+	// MerchantName (MERCHANT_NAME) is whom customers pay: every checkout page shows it. "" when
+	// unset: see Merchant for what is shown then; `dev` sets DevMerchantName.
+	MerchantName string
 	// RefundDirectLimit (REFUND_DIRECT_LIMIT: "EUR:50000,USD:50000", minor units per currency)
 	// is how much of one payment finance refunds from the console without a second person;
 	// beyond it (and in any currency not listed) a refund needs a four-eyes approval.
@@ -60,6 +65,26 @@ type Config struct {
 	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
 	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
 	OTLPTracesEndpoint string
+}
+
+// DevMerchantName is the merchant `pitlane dev` shows on its checkout pages unless MERCHANT_NAME
+// is set.
+const DevMerchantName = "pitlane demo shop"
+
+// MaxMerchantNameLen bounds MERCHANT_NAME (characters): it heads a phone-sized page.
+const MaxMerchantNameLen = 80
+
+// Merchant is the name the checkout shows: MERCHANT_NAME, or else the host of PUBLIC_BASE_URL
+// (pay.example.com). Unset in `serve`, a real customer is never shown a made-up shop name: the
+// host is what their address bar says anyway, plain but true.
+func (c Config) Merchant() string {
+	if c.MerchantName != "" {
+		return c.MerchantName
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err == nil && u.Hostname() != "" {
+		return u.Hostname()
+	}
+	return "this shop"
 }
 
 // Error is a configuration error: which variable, and what is wrong with it.
@@ -138,6 +163,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
 		return c, err
 	}
+	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {
+		return c, err
+	}
 	if c.TrustedProxies, err = parseProxies(getenv("TRUSTED_PROXIES")); err != nil {
 		return c, err
 	}
@@ -147,6 +175,13 @@ func Load(getenv func(string) string) (Config, error) {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return c, errorf("METRICS_ADDR", "%q has no valid port number", c.MetricsAddr)
 		}
+	}
+	if v := strings.TrimSpace(getenv("MERCHANT_NAME")); v != "" {
+		if n := len([]rune(v)); n > MaxMerchantNameLen || !utf8.ValidString(v) ||
+			strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			return c, errorf("MERCHANT_NAME", "must be 1-%d printable characters (the shop's name as customers know it)", MaxMerchantNameLen)
+		}
+		c.MerchantName = v
 	}
 	if v := getenv("SECRET_KEY"); v != "" {
 		if len(v) < MinSecretKeyLen {
@@ -308,6 +343,24 @@ func duration(getenv func(string) string, name string, def time.Duration) (time.
 		return 0, errorf(name, "must be positive, got %s", v)
 	}
 	return d, nil
+}
+
+// MaxSweepConcurrency bounds SWEEP_CONCURRENCY: each drive may hold a database connection for
+// its short transactions, and far more than the pool or the gateway's rate limit allows only
+// queues the drives somewhere else.
+const MaxSweepConcurrency = 1024
+
+// count reads a positive integer of at most maxN.
+func count(getenv func(string) string, name string, def, maxN int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxN {
+		return 0, errorf(name, "must be a whole number from 1 to %d, got %q", maxN, v)
+	}
+	return n, nil
 }
 
 func checkHTTPURL(v string) error {

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
 		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second ||
-		c.NotifyWebhookURL != "" || c.SecretKey != nil {
+		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil {
 		t.Errorf("defaults: %+v", c)
 	}
 	if !strings.HasSuffix(c.ReplicaID, "-"+strconv.Itoa(os.Getpid())) {
@@ -44,6 +44,7 @@ func TestValues(t *testing.T) {
 		"NOTIFY_WEBHOOK_URL":  "https://notify.example/hook",
 		"REPLICA_ID":          "replica-a",
 		"SWEEP_INTERVAL":      "250ms",
+		"SWEEP_CONCURRENCY":   "64",
 		"SECRET_KEY":          strings.Repeat("k", 32),
 		"TRUSTED_PROXIES":     "10.0.0.0/8, 192.168.1.7,fd00::/8",
 		"METRICS_ADDR":        "127.0.0.1:9091",
@@ -63,7 +64,7 @@ func TestValues(t *testing.T) {
 		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
-		c.SweepInterval != 250*time.Millisecond || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
+		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
 		t.Errorf("values: %+v", c)
 	}
 	if err := c.RequireDatabase("serve"); err != nil {
@@ -95,10 +96,16 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"REPLICA_ID", strings.Repeat("r", 129)},
 		{"SWEEP_INTERVAL", "often"},
 		{"SWEEP_INTERVAL", "0"},
+		{"SWEEP_CONCURRENCY", "0"},
+		{"SWEEP_CONCURRENCY", "many"},
+		{"SWEEP_CONCURRENCY", "100000"},
 		{"SECRET_KEY", "short"},
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"TRUSTED_PROXIES", "proxy.internal"},
 		{"METRICS_ADDR", "9090"},
+		{"MERCHANT_NAME", "Acme\nShop"},
+		{"MERCHANT_NAME", strings.Repeat("m", MaxMerchantNameLen+1)},
+		{"MERCHANT_NAME", "Acme \xff"},
 		{"REFUND_DIRECT_LIMIT", "500"},
 		{"REFUND_DIRECT_LIMIT", "eur:500"},
 		{"REFUND_DIRECT_LIMIT", "EUR:5.00"},
@@ -117,6 +124,25 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		}
 		if strings.Contains(msg, "hunter2") {
 			t.Errorf("%s: the password leaked into the message: %q", tc.name, msg)
+		}
+	}
+}
+
+// MERCHANT_NAME is shown as set (trimmed); unset, the checkout names the host of
+// PUBLIC_BASE_URL (serve), never a made-up shop; dev sets DevMerchantName itself.
+func TestMerchantName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"MERCHANT_NAME": "  Café Ümlaut & Sons  "}, "Café Ümlaut & Sons"},
+		{map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com:8443/shop"}, "pay.example.com"},
+		{nil, "127.0.0.1"},
+	} {
+		c, err := Load(env(tc.env))
+		if err != nil || c.Merchant() != tc.want {
+			t.Errorf("%v: Merchant() = %q (%v), want %q", tc.env, c.Merchant(), err, tc.want)
 		}
 	}
 }

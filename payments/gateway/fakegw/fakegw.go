@@ -1,8 +1,9 @@
 // Package fakegw is an in-memory payments.Gateway for tests of the core: it counts calls per
 // operation, per idempotency key and per payment, fails on command (definitively, transiently,
 // "processed but the answer was lost", not sent), can ignore idempotency keys like an
-// untrustworthy gateway, and can hold calls of an operation at a gate so a test decides exactly
-// when each one proceeds.
+// untrustworthy gateway, forget refund keys like Stripe after 24 hours, go down as a whole (an
+// outage), answer after a fixed latency, and can hold calls of an operation at a gate so a test
+// decides exactly when each one proceeds. It is also the gateway of the benchmark program.
 package fakegw
 
 import (
@@ -21,6 +22,9 @@ const (
 	OpFind     = "find"
 	OpReverse  = "reverse"
 	OpRefund   = "refund"
+	// OpRefundStatus reads a refund by its id; OpFindRefund searches one by our key.
+	OpRefundStatus = "refund_status"
+	OpFindRefund   = "find_refund"
 )
 
 // Fault is what the next call(s) of an operation do instead of answering normally.
@@ -51,10 +55,21 @@ type Gateway struct {
 	gates      map[string]*Gate
 	ignoreKeys bool
 	now        func() time.Time
+
+	refunds       map[string]*payments.GatewayRefund // refund id → refund
+	refundByKey   map[string]string                  // idempotency key → refund id (ForgetRefundKeys clears it)
+	refundKey     map[string]string                  // refund id → the key it was made with (its metadata)
+	refundOutcome string                             // status of new refunds: succeeded (default) or pending
+	keyRetention  time.Duration
 	// refundAmount, when not 0, is what refund answers say was refunded (MisreportRefunds).
 	refundAmount int64
 	// confirmationURL, when set, is the confirmation_url of later registrations.
 	confirmationURL string
+
+	latency     time.Duration
+	outage      bool
+	inFlight    int
+	maxInFlight int
 }
 
 // New returns an empty fake gateway.
@@ -69,7 +84,80 @@ func New() *Gateway {
 		faults:     map[string][]Fault{},
 		gates:      map[string]*Gate{},
 		now:        func() time.Time { return time.Unix(1764489600, 0).UTC() },
+
+		refunds:       map[string]*payments.GatewayRefund{},
+		refundByKey:   map[string]string{},
+		refundKey:     map[string]string{},
+		refundOutcome: "succeeded",
 	}
+}
+
+// SetLatency makes every call take d before it is answered (wall clock; the benchmark's and the
+// concurrency test's gateway speed). A call whose context ends first fails as unknown.
+func (g *Gateway) SetLatency(d time.Duration) {
+	g.mu.Lock()
+	g.latency = d
+	g.mu.Unlock()
+}
+
+// Outage makes every call fail as a 5xx (nothing processed) while on: the gateway is down.
+func (g *Gateway) Outage(on bool) {
+	g.mu.Lock()
+	g.outage = on
+	g.mu.Unlock()
+}
+
+// MaxInFlight is the largest number of calls that were being answered at the same moment.
+func (g *Gateway) MaxInFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.maxInFlight
+}
+
+// SetKeyRetention sets what KeyRetention reports (0: keys are kept forever, the default).
+func (g *Gateway) SetKeyRetention(d time.Duration) {
+	g.mu.Lock()
+	g.keyRetention = d
+	g.mu.Unlock()
+}
+
+// ForgetRefundKeys forgets every refund idempotency key, as Stripe does after 24 hours: the same
+// key sent again makes a new refund. Refunds keep the key in their metadata (FindRefund).
+func (g *Gateway) ForgetRefundKeys() {
+	g.mu.Lock()
+	g.refundByKey = map[string]string{}
+	g.mu.Unlock()
+}
+
+// SetRefundOutcome sets the status new refunds get: "succeeded" (default), "pending" or "failed".
+func (g *Gateway) SetRefundOutcome(status string) {
+	g.mu.Lock()
+	g.refundOutcome = status
+	g.mu.Unlock()
+}
+
+// SetRefundStatus moves every refund made for payment id (pending → succeeded, …).
+func (g *Gateway) SetRefundStatus(paymentID, status string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range g.refunds {
+		if r.PaymentID == paymentID {
+			r.Status = status
+		}
+	}
+}
+
+// Refunds counts the refunds made for a payment (what the customer would get back).
+func (g *Gateway) Refunds(paymentID string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, r := range g.refunds {
+		if r.PaymentID == paymentID {
+			n++
+		}
+	}
+	return n
 }
 
 func (g *Gateway) Name() string { return "fake" }
@@ -236,7 +324,27 @@ func (g *Gateway) enter(ctx context.Context, op, key, id string) (Fault, error) 
 		g.idCalls[op+"\x00"+id]++
 	}
 	gate := g.gates[op]
+	latency, outage := g.latency, g.outage
+	g.inFlight++
+	g.maxInFlight = max(g.maxInFlight, g.inFlight)
 	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.inFlight--
+		g.mu.Unlock()
+	}()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Err: ctx.Err()}
+		}
+	}
+	if outage {
+		return Transient, nil
+	}
 	if gate != nil {
 		tag := key
 		if tag == "" {
@@ -386,7 +494,7 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	if err != nil {
 		return payments.GatewayRefund{}, err
 	}
-	if f != 0 {
+	if f != 0 && f != LostAnswer {
 		return payments.GatewayRefund{}, failure(OpRefund, f)
 	}
 	g.mu.Lock()
@@ -395,10 +503,66 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	if !ok || p.Status != payments.GatewaySucceeded {
 		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
 	}
+	if rid, ok := g.refundByKey[key]; ok && !g.ignoreKeys {
+		if f == LostAnswer {
+			return payments.GatewayRefund{}, failure(OpRefund, f)
+		}
+		return *g.refunds[rid], nil
+	}
+	g.seq++
 	if g.refundAmount != 0 {
 		amount = g.refundAmount
 	}
-	return payments.GatewayRefund{ID: "rf_" + key, PaymentID: id, Amount: amount, Status: "succeeded"}, nil
+	r := &payments.GatewayRefund{ID: fmt.Sprintf("rf_fake_%d", g.seq), PaymentID: id, Amount: amount, Status: g.refundOutcome}
+	g.refunds[r.ID] = r
+	g.refundByKey[key] = r.ID
+	g.refundKey[r.ID] = key
+	if f == LostAnswer {
+		return payments.GatewayRefund{}, failure(OpRefund, f)
+	}
+	return *r, nil
+}
+
+func (g *Gateway) RefundStatus(ctx context.Context, rid string) (payments.GatewayRefund, error) {
+	f, err := g.enter(ctx, OpRefundStatus, "", rid)
+	if err != nil {
+		return payments.GatewayRefund{}, err
+	}
+	if f != 0 {
+		return payments.GatewayRefund{}, failure(OpRefundStatus, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.refunds[rid]
+	if !ok {
+		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefundStatus, HTTPStatus: 404, Code: "not_found"}
+	}
+	return *r, nil
+}
+
+func (g *Gateway) FindRefund(ctx context.Context, paymentID, key string) (payments.GatewayRefund, bool, error) {
+	f, err := g.enter(ctx, OpFindRefund, key, paymentID)
+	if err != nil {
+		return payments.GatewayRefund{}, false, err
+	}
+	if f != 0 {
+		return payments.GatewayRefund{}, false, failure(OpFindRefund, f)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for rid, k := range g.refundKey {
+		if r := g.refunds[rid]; k == key && r.PaymentID == paymentID {
+			return *r, true, nil
+		}
+	}
+	return payments.GatewayRefund{}, false, nil
+}
+
+// KeyRetention implements payments.Gateway (SetKeyRetention; 0 by default).
+func (g *Gateway) KeyRetention() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.keyRetention
 }
 
 var _ payments.Gateway = (*Gateway)(nil)

@@ -108,3 +108,20 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	g.observe("refund", started, err)
 	return r, err
 }
+
+func (g *Gateway) RefundStatus(ctx context.Context, id string) (payments.GatewayRefund, error) {
+	started := time.Now()
+	r, err := g.next.RefundStatus(ctx, id)
+	g.observe("refund_status", started, err)
+	return r, err
+}
+
+func (g *Gateway) FindRefund(ctx context.Context, paymentID, key string) (payments.GatewayRefund, bool, error) {
+	started := time.Now()
+	r, found, err := g.next.FindRefund(ctx, paymentID, key)
+	g.observe("find_refund", started, err)
+	return r, found, err
+}
+
+// KeyRetention implements payments.Gateway: the wrapped gateway's.
+func (g *Gateway) KeyRetention() time.Duration { return g.next.KeyRetention() }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -131,6 +132,23 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (pay
 	end(span, "", err)
 	return r, err
 }
+
+func (g *Gateway) RefundStatus(ctx context.Context, refundID string) (payments.GatewayRefund, error) {
+	ctx, span := g.start(ctx, "refund_status", "")
+	r, err := g.next.RefundStatus(ctx, refundID)
+	end(span, "", err)
+	return r, err
+}
+
+func (g *Gateway) FindRefund(ctx context.Context, id, key string) (payments.GatewayRefund, bool, error) {
+	ctx, span := g.start(ctx, "find_refund", id)
+	r, found, err := g.next.FindRefund(ctx, id, key)
+	end(span, "", err)
+	return r, found, err
+}
+
+// KeyRetention implements payments.Gateway: the wrapped gateway's.
+func (g *Gateway) KeyRetention() time.Duration { return g.next.KeyRetention() }
 
 // Transport returns base (nil: a private clone of http.DefaultTransport) sending the trace
 // context of each request's context in the W3C `traceparent` (and `tracestate`) headers. The

@@ -216,7 +216,7 @@ func (c *Client) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey st
 	return r.domain(), nil
 }
 
-// RefundStatus reads a refund: GET /v1/refunds/{id}. Not part of payments.Gateway (yet).
+// RefundStatus implements payments.Gateway: GET /v1/refunds/{id}.
 func (c *Client) RefundStatus(ctx context.Context, refundID string) (payments.GatewayRefund, error) {
 	if refundID == "" {
 		return payments.GatewayRefund{}, invalid(OpRefundStatus, "empty refund id")
@@ -227,6 +227,17 @@ func (c *Client) RefundStatus(ctx context.Context, refundID string) (payments.Ga
 	}
 	return r.domain(), nil
 }
+
+// FindRefund implements payments.Gateway. The reference gateway's contract has no search for
+// refunds, and needs none: it honours an idempotency key for as long as it keeps the payment
+// (KeyRetention 0), so repeating the refund with the same key is how a lost answer is found.
+func (c *Client) FindRefund(context.Context, string, string) (payments.GatewayRefund, bool, error) {
+	return payments.GatewayRefund{}, false, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "find_refund",
+		Code: "unsupported", Err: errors.New("the reference gateway cannot search refunds; repeat the refund with its key")}
+}
+
+// KeyRetention implements payments.Gateway: the contract never forgets a key (0).
+func (c *Client) KeyRetention() time.Duration { return 0 }
 
 // checker is implemented by answers that can tell whether they are usable.
 type checker interface{ check() error }

@@ -20,7 +20,9 @@
 //	Status          GET  /v1/payment_intents/{id}
 //	FindByReference GET  /v1/payment_intents/search          query metadata['reference']:'R'
 //	Reverse         POST /v1/payment_intents/{id}/cancel      Idempotency-Key = our key
-//	Refund          POST /v1/refunds                          Idempotency-Key = our key
+//	Refund          POST /v1/refunds                          Idempotency-Key = our key, metadata[pitlane_refund] = our key
+//	RefundStatus    GET  /v1/refunds/{id}
+//	FindRefund      GET  /v1/refunds?payment_intent=…         the one whose metadata[pitlane_refund] is our key
 package stripegw
 
 import (
@@ -259,13 +261,65 @@ func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey s
 		Amount:        stripe.Int64(amount),
 	}
 	params.SetIdempotencyKey(idempotencyKey)
+	// Stripe forgets idempotency keys after 24 hours; the key in the metadata is how FindRefund
+	// finds this refund after that without making a second one.
+	params.AddMetadata(MetadataRefundKey, idempotencyKey)
 
 	ctx, ci := observe(ctx)
 	r, err := g.sc.V1Refunds.Create(ctx, params)
 	if err != nil {
 		return payments.GatewayRefund{}, classify(op, ci, err)
 	}
-	paymentID := gatewayPaymentID
+	return refundOf(r, gatewayPaymentID), nil
+}
+
+// MetadataRefundKey is the Refund metadata key carrying pitlane's idempotency key (its refund id).
+const MetadataRefundKey = "pitlane_refund"
+
+// KeyRetention implements payments.Gateway: Stripe keeps idempotency keys for 24 hours.
+func (g *Gateway) KeyRetention() time.Duration { return 24 * time.Hour }
+
+// RefundStatus reads one refund.
+func (g *Gateway) RefundStatus(ctx context.Context, gatewayRefundID string) (payments.GatewayRefund, error) {
+	const op = "refund_status"
+	if gatewayRefundID == "" {
+		return payments.GatewayRefund{}, invalid(op, "refund id is required")
+	}
+	ctx, ci := observe(ctx)
+	r, err := g.sc.V1Refunds.Retrieve(ctx, gatewayRefundID, nil)
+	if err != nil {
+		return payments.GatewayRefund{}, classify(op, ci, err)
+	}
+	return refundOf(r, ""), nil
+}
+
+// FindRefund lists the PaymentIntent's refunds and returns the one made with our key (its
+// metadata), making nothing. A PaymentIntent has few refunds; the list is bounded all the same.
+func (g *Gateway) FindRefund(ctx context.Context, gatewayPaymentID, idempotencyKey string) (payments.GatewayRefund, bool, error) {
+	const op = "find_refund"
+	if gatewayPaymentID == "" || idempotencyKey == "" {
+		return payments.GatewayRefund{}, false, invalid(op, "payment id and key are required")
+	}
+	params := &stripe.RefundListParams{PaymentIntent: stripe.String(gatewayPaymentID)}
+	params.Limit = stripe.Int64(maxFound)
+	ctx, ci := observe(ctx)
+	n := 0
+	for r, err := range g.sc.V1Refunds.List(ctx, params) {
+		if err != nil {
+			return payments.GatewayRefund{}, false, classify(op, ci, err)
+		}
+		if r.Metadata[MetadataRefundKey] == idempotencyKey {
+			return refundOf(r, gatewayPaymentID), true, nil
+		}
+		if n++; n == maxFound {
+			break
+		}
+	}
+	return payments.GatewayRefund{}, false, nil
+}
+
+// refundOf translates a Refund; paymentID is used when Stripe did not expand the PaymentIntent.
+func refundOf(r *stripe.Refund, paymentID string) payments.GatewayRefund {
 	if r.PaymentIntent != nil && r.PaymentIntent.ID != "" {
 		paymentID = r.PaymentIntent.ID
 	}
@@ -274,7 +328,7 @@ func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey s
 		PaymentID: paymentID,
 		Amount:    r.Amount,
 		Status:    refundStatus(r.Status),
-	}, nil
+	}
 }
 
 // paymentOf translates a PaymentIntent into what the core reads.

@@ -155,6 +155,40 @@ func TestAgainstStripeMock(t *testing.T) {
 		if r.ID == "" || r.PaymentID != "pi_refund123" || r.Amount != 500 || r.Status != "succeeded" {
 			t.Fatalf("Refund = %+v", r)
 		}
+		if got := c.Form.Get("metadata[" + MetadataRefundKey + "]"); got != key {
+			t.Fatalf("metadata[%s] = %q, want our key (how FindRefund finds it after Stripe forgot the key)", MetadataRefundKey, got)
+		}
+	})
+
+	t.Run("refund status", func(t *testing.T) {
+		t.Parallel()
+		g, rec := newTestGateway(t, base, 5*time.Second)
+		r, err := g.RefundStatus(context.Background(), "re_123")
+		if err != nil {
+			t.Fatalf("RefundStatus: %v", err)
+		}
+		assertWire(t, rec, http.MethodGet, "/v1/refunds/re_123", "")
+		if r.ID == "" || r.Status == "" {
+			t.Fatalf("RefundStatus = %+v", r)
+		}
+	})
+
+	// stripe-mock's list fixture carries no metadata of ours: the request validates, nothing
+	// matches (a miss, never a wrong match).
+	t.Run("find refund", func(t *testing.T) {
+		t.Parallel()
+		g, rec := newTestGateway(t, base, 5*time.Second)
+		_, found, err := g.FindRefund(context.Background(), "pi_refund123", "rf_91ab")
+		if err != nil || found {
+			t.Fatalf("FindRefund = %v %v, want not found", found, err)
+		}
+		c := assertWire(t, rec, http.MethodGet, "/v1/refunds", "")
+		if c.Query.Get("payment_intent") != "pi_refund123" {
+			t.Fatalf("query %v", c.Query)
+		}
+		if g.KeyRetention() != 24*time.Hour {
+			t.Fatalf("KeyRetention = %s", g.KeyRetention())
+		}
 	})
 
 	// Negative control: the same client with one parameter Stripe does not know is refused by

@@ -1,0 +1,213 @@
+// Command bench is pitlane's benchmark (`make bench`, or `go run ./internal/bench`): every figure
+// beside its anchor, measured in one run on a private PostgreSQL started from the machine's own
+// binaries (internal/pgrunner), printed as a table and written to .pitlane/bench/report.json as
+// a list of {"name","value","unit","anchor","anchor_value","ratio","target","verdict"}.
+//
+// These machines are noisy and small: a figure alone says little, so each is a ratio to an anchor
+// taken in the same run, on the same cluster (the physical ideal, or a well-kept library doing the
+// same work). The program reports; nothing asserts a time. `make test` runs it small once
+// (BENCH_SCALE=small, through TestBenchSmall) to prove it still works, without verdicts.
+//
+// Settings: BENCH_SCALE=small (default full), BENCH_OUT (default .pitlane/bench/report.json),
+// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_PROFILE=DIR (write a
+// Go CPU profile and the cluster's pg_stat_statements top list there: where a missed target is
+// looked into).
+//
+// Adding a figure: write `func(ctx context.Context, env *Env) ([]Figure, error)` in its own file
+// and list it in figures below.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for the migrations
+
+	"pitlane/internal/pgrunner"
+	"pitlane/migrations"
+)
+
+// figure is one function of the program: it measures and returns its figures.
+type figure struct {
+	name string
+	run  func(ctx context.Context, env *Env) ([]Figure, error)
+}
+
+// figures is the program, in the order it runs.
+var figures = []figure{
+	{"sweeper", sweeperDrain},
+}
+
+// Env is what a figure gets: the scale, a log, and fresh databases on the run's cluster.
+type Env struct {
+	Scale string // "full" or "small"
+	Log   io.Writer
+	// Getenv reads a setting of the run (a figure may have its own, e.g. BENCH_LATENCIES).
+	Getenv func(string) string
+	// newDB creates a fresh database on the run's server and returns its URL; migrate applies
+	// pitlane's migrations to it.
+	newDB func(ctx context.Context, migrate bool) (string, error)
+}
+
+// Size picks a size by scale.
+func (e *Env) Size(small, full int) int {
+	if e.Scale == "small" {
+		return small
+	}
+	return full
+}
+
+// NewDatabase returns the URL of a fresh database (pitlane's schema when migrate is set).
+func (e *Env) NewDatabase(ctx context.Context, migrate bool) (string, error) {
+	return e.newDB(ctx, migrate)
+}
+
+// Logf writes a progress line.
+func (e *Env) Logf(format string, args ...any) { fmt.Fprintf(e.Log, format+"\n", args...) }
+
+// Pool opens a pool of at most maxConns connections on url.
+func Pool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Getenv, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) int {
+	scale := getenv("BENCH_SCALE")
+	if scale == "" {
+		scale = "full"
+	}
+	if scale != "full" && scale != "small" {
+		fmt.Fprintf(stderr, "BENCH_SCALE: must be full or small, got %q\n", scale)
+		return 2
+	}
+	out := getenv("BENCH_OUT")
+	if out == "" {
+		out = ".pitlane/bench/report.json"
+	}
+	opts := pgrunner.Throwaway()
+	profile := getenv("BENCH_PROFILE")
+	if profile != "" {
+		opts.Settings = maps.Clone(opts.Settings)
+		opts.Settings["shared_preload_libraries"] = "pg_stat_statements"
+		opts.Settings["pg_stat_statements.track"] = "all"
+	}
+	cluster, err := pgrunner.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: private PostgreSQL: %v\n", err)
+		return 1
+	}
+	defer cluster.Stop()
+	if profile != "" {
+		stopProfile, err := startProfile(ctx, profile, cluster.URL("postgres"))
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: profile: %v\n", err)
+			return 1
+		}
+		defer stopProfile()
+	}
+	seq := 0
+	env := &Env{Scale: scale, Log: stderr, Getenv: getenv, newDB: func(ctx context.Context, migrate bool) (string, error) {
+		seq++
+		url, err := cluster.EnsureDatabase(ctx, fmt.Sprintf("bench_%d", seq))
+		if err != nil {
+			return "", err
+		}
+		if migrate {
+			if err := migrateURL(ctx, url); err != nil {
+				return "", err
+			}
+		}
+		return url, nil
+	}}
+	version := serverVersion(ctx, cluster.URL("postgres"))
+	fmt.Fprintf(stdout, "pitlane bench: scale %s, %d CPU cores, PostgreSQL %s (private, fsync off)\n", scale, runtime.NumCPU(), version)
+	rep, err := measure(ctx, env, selected(getenv("BENCH_FIGURES")))
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	rep.Print(stdout, scale == "full")
+	if err := rep.WriteJSON(out); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "report: %s\n", out)
+	return 0
+}
+
+// selected returns the figures named in list (all when empty).
+func selected(list string) []figure {
+	if strings.TrimSpace(list) == "" {
+		return figures
+	}
+	names := strings.Split(list, ",")
+	var out []figure
+	for _, f := range figures {
+		if slices.Contains(names, f.name) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// measure runs the figures one after another (never in parallel: they would measure each other).
+func measure(ctx context.Context, env *Env, figs []figure) (Report, error) {
+	var rep Report
+	for _, f := range figs {
+		started := time.Now()
+		env.Logf("bench: %s …", f.name)
+		got, err := f.run(ctx, env)
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", f.name, err)
+		}
+		env.Logf("bench: %s done in %s", f.name, time.Since(started).Round(time.Second))
+		rep.Figures = append(rep.Figures, got...)
+	}
+	return rep, nil
+}
+
+// serverVersion asks the server its version, for the report's header.
+func serverVersion(ctx context.Context, url string) string {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "?"
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var v string
+	if err := conn.QueryRow(ctx, `SHOW server_version`).Scan(&v); err != nil {
+		return "?"
+	}
+	return v
+}
+
+func migrateURL(ctx context.Context, url string) error {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = migrations.Up(ctx, db)
+	return err
+}

@@ -1,0 +1,612 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The patrol's engine: how one replica drives due work (sessions, refunds, outbox messages)
+// against the gateway, many at once, under leases that hold.
+//
+//   - A bounded worker pool per replica (SweepConcurrency). The producer claims in short
+//     transactions (FOR UPDATE SKIP LOCKED: replicas never wait for or double-take each other's
+//     rows) exactly as many rows as it has free workers (River's producer: fetch limit = free
+//     workers), starts one drive per row, and claims again as soon as drives finish — never batch
+//     by batch. No transaction is open and no lock is held while a drive talks to the gateway.
+//   - A lease per row: (lease_owner, lease_until, lease_token) with a fresh uuid token per claim.
+//     The drive carries its token in its context; every apply transaction locks its row only
+//     while the row still carries that token (lockOrderAndSession, the refund and outbox
+//     updates), and the release — of all drives finished since the producer last woke, in one
+//     statement (releaseBatch) — is a guarded UPDATE … WHERE lease_token = token. A drive that
+//     finds its lease lost does nothing further. The lease is LeaseFor(GATEWAY_TIMEOUT) long and
+//     the drive's context ends a gateway timeout before it, so an honest drive always fits.
+//   - Back-pressure: every gateway call a drive makes is counted into its round
+//     (logGatewayCall). When most calls of a round fail (5xx, timeouts, refused connections),
+//     the producer stops claiming and the whole patrol backs off (doubling, capped), then probes
+//     with a few drives before it runs at full width again: no thundering herd after an outage.
+//   - A heartbeat row per replica (sweeper_heartbeats), written every round.
+
+// DefaultSweepConcurrency is SWEEP_CONCURRENCY's default.
+const DefaultSweepConcurrency = 16
+
+// LeaseFor is the lease of one claim for a gateway timeout: six timeouts. The longest drive makes
+// three gateway calls one after another (look up by reference, reverse, read the state after a
+// refusal), each bounded by the timeout, plus short transactions; the drive's context ends one
+// timeout before the lease, so the lease is never the thing that runs out first.
+func LeaseFor(gatewayTimeout time.Duration) time.Duration {
+	if gatewayTimeout <= 0 {
+		gatewayTimeout = defaultGatewayTimeout
+	}
+	return 6 * gatewayTimeout
+}
+
+// Back-pressure settings: a round in which at least BackoffMinCalls gateway calls were made and
+// at least BackoffFailShare of them failed makes the patrol back off, PatrolBackoffBase at first,
+// doubling with each failed probe up to PatrolBackoffMax.
+const (
+	BackoffMinCalls   = 10
+	BackoffFailShare  = 0.5
+	PatrolBackoffBase = 5 * time.Second
+	PatrolBackoffMax  = 2 * time.Minute
+)
+
+// ErrLeaseLost: the row no longer carries the drive's lease token (the lease ran out and another
+// claim took the row). The drive stops; the new holder owns the row and its schedule.
+var ErrLeaseLost = errors.New("patrol: lease lost to a later claim; this drive stops")
+
+type leaseCtxKey struct{}
+
+type driveLease struct{ id, token string }
+
+// withLease marks ctx as a drive holding the lease token of row id.
+func withLease(ctx context.Context, id, token string) context.Context {
+	return context.WithValue(ctx, leaseCtxKey{}, driveLease{id: id, token: token})
+}
+
+// leaseOf returns the token ctx holds for row id, if any.
+func leaseOf(ctx context.Context, id string) (string, bool) {
+	l, ok := ctx.Value(leaseCtxKey{}).(driveLease)
+	if !ok || l.id != id {
+		return "", false
+	}
+	return l.token, true
+}
+
+// sessionLeaseHolds reports ErrLeaseLost when ctx is a drive of session id whose token the row
+// no longer carries. Called before a drive sends anything that acts at the gateway (register,
+// reverse): a drive that lost its lease must not act twice with the new holder.
+func (s *Service) sessionLeaseHolds(ctx context.Context, id string) error {
+	token, ok := leaseOf(ctx, id)
+	if !ok {
+		return nil
+	}
+	var holds bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_sessions WHERE id = $1 AND lease_token = $2)`,
+		id, token).Scan(&holds); err != nil {
+		return fmt.Errorf("patrol: lease check: %w", err)
+	}
+	if !holds {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// leaseTable is a table whose rows the patrol leases, schedules and flags (sessions, refunds).
+type leaseTable struct {
+	name      string // the table
+	settled   string // SQL over row t: it needs no next look (a final state)
+	sessionID string // SQL over row t: the session a finance case names
+	caseKind  string // the case opened when the schedule runs out
+	reason    string // SQL over row t as it was before the release: why it is flagged
+}
+
+var (
+	sessionLeases = leaseTable{name: "payment_sessions", settled: `t.status IN ('Completed', 'Failed', 'Canceled')`,
+		sessionID: `t.id`, caseKind: CaseSweepExhausted,
+		reason: `format('no final answer from the gateway after %s looks; still %s', t.check_attempts + 1, t.status)`}
+	refundLeases = leaseTable{name: "refunds", settled: `t.status <> 'Pending'`,
+		sessionID: `t.session_id`, caseKind: CaseRefundUnsettled,
+		reason: `format('refund %s: no final answer from the gateway after %s looks; still Pending', t.id, t.check_attempts + 1)`}
+)
+
+// heldLease is a lease a finished drive gives back.
+type heldLease struct{ id, token string }
+
+// releaseBatch is the one release of leased rows: in one short transaction, one guarded UPDATE
+// gives back every lease whose row still carries its token (… WHERE lease_token = token; a row
+// another claim took over is left to its new holder) and records the look with the next one on
+// the schedule (Backoff) — or, when the schedule ran out, flags the row and opens the table's
+// finance case. A settled row gets no next look. The producer releases the drives that finished
+// together, as River's completer does, instead of one transaction per drive. It returns how many
+// leases were no longer held.
+func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease) (lost int, err error) {
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	ctx = context.WithoutCancel(ctx) // the drives are done: their looks must be recorded
+	now := s.cfg.Clock.Now()
+	ids, tokens := make([]string, len(leases)), make([]string, len(leases))
+	for i, l := range leases {
+		ids[i], tokens[i] = l.id, l.token
+	}
+	steps := make([]float64, len(s.cfg.Backoff))
+	for i, d := range s.cfg.Backoff {
+		steps[i] = d.Seconds()
+	}
+	err = s.inTx(ctx, tbl.name+": release", func(tx pgx.Tx) error {
+		// In SET, t.* is the row before the update; in RETURNING, after it. Arrays are 1-based:
+		// after n looks (n = old check_attempts + 1) the next step is Backoff[n], element n + 1.
+		rows, err := tx.Query(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
+				check_attempts = t.check_attempts + 1,
+				next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL OR t.check_attempts + 1 >= $3 THEN NULL
+					ELSE $4::timestamptz + make_interval(secs => ($5::float8[])[t.check_attempts + 2]) END,
+				flagged_at = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flagged_at, $4) ELSE t.flagged_at END,
+				flag_reason = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flag_reason, `+tbl.reason+`) ELSE t.flag_reason END
+			FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+			WHERE t.id = r.id AND t.lease_token = r.token
+			RETURNING t.id::text, `+tbl.sessionID+`::text, t.order_id, NOT (`+tbl.settled+`) AND t.check_attempts >= $3, coalesce(t.flag_reason, '')`,
+			ids, tokens, len(s.cfg.Backoff), now, steps)
+		if err != nil {
+			return fmt.Errorf("%s: release: %w", tbl.name, err)
+		}
+		type exhausted struct{ id, sessionID, orderID, reason string }
+		var flagged []exhausted
+		n := 0
+		for rows.Next() {
+			var e exhausted
+			var out bool
+			if err := rows.Scan(&e.id, &e.sessionID, &e.orderID, &out, &e.reason); err != nil {
+				rows.Close()
+				return fmt.Errorf("%s: release: %w", tbl.name, err)
+			}
+			n++
+			if out {
+				flagged = append(flagged, e)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("%s: release: %w", tbl.name, err)
+		}
+		lost = len(leases) - n
+		for _, e := range flagged {
+			if err := openCase(ctx, tx, e.sessionID, e.orderID, tbl.caseKind, e.reason, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return lost, err
+}
+
+// roundStats counts what the drives of one round did at the gateway.
+type roundStats struct {
+	calls  atomic.Int64
+	failed atomic.Int64 // no trustworthy answer: 5xx, timeout, connection refused
+}
+
+type roundCtxKey struct{}
+
+func roundOf(ctx context.Context) *roundStats {
+	r, _ := ctx.Value(roundCtxKey{}).(*roundStats)
+	return r
+}
+
+// count records one gateway call's outcome (nil-safe: calls outside a patrol round count nowhere).
+// A definitive refusal is an answer; only calls without one are failures of the gateway.
+func (r *roundStats) count(err error) {
+	if r == nil {
+		return
+	}
+	r.calls.Add(1)
+	if err != nil && FailureOf(err) != FailureDefinitive {
+		r.failed.Add(1)
+	}
+}
+
+func (r *roundStats) failing(minCalls int64) bool {
+	calls, failed := r.calls.Load(), r.failed.Load()
+	return calls >= minCalls && calls > 0 && float64(failed) >= BackoffFailShare*float64(calls)
+}
+
+// patrolJob is one leased row.
+type patrolJob struct {
+	id, token string
+	// run drives the row. release=true: the producer gives the lease back (releaseBatch);
+	// false: the drive found its lease lost (it does nothing further), or gave it back itself.
+	run func(ctx context.Context) (release bool)
+}
+
+// patrolSource is one kind of work the patrol drives.
+type patrolSource struct {
+	kind string
+	// claim leases up to limit due rows to this replica in one short transaction.
+	claim func(ctx context.Context, limit int) ([]patrolJob, error)
+	// leases is the table the producer releases the source's finished drives into (nil: the
+	// drives release themselves).
+	leases *leaseTable
+	// gateway: its drives call the gateway (they count for back-pressure and stop in a back-off).
+	gateway bool
+}
+
+// finishedDrive is what a worker reports to the producer.
+type finishedDrive struct {
+	source  int
+	lease   heldLease
+	release bool
+}
+
+// patrolState is this replica's patrol: back-off, what it drives now, totals for the heartbeat.
+// Its size is bounded (a few numbers and at most SweepConcurrency tokens), never per order.
+type patrolState struct {
+	mu           sync.Mutex
+	startedAt    time.Time
+	backoffUntil time.Time
+	backoffLevel int // 0: healthy; n: the n-th back-off in a row (the next round probes)
+	backoffWhy   string
+	lastSweepAt  *time.Time
+	last         RoundReport
+	drivenTotal  int64
+	inFlight     atomic.Int64
+}
+
+func newPatrolState(now time.Time) *patrolState { return &patrolState{startedAt: now} }
+
+// RoundReport is what one round of the patrol did.
+type RoundReport struct {
+	Driven int // leases driven (sessions, refunds, messages)
+	Lost   int // drives that found their lease taken over and stopped
+	Calls  int // gateway calls made by the round's drives
+	Failed int // of which had no trustworthy answer
+	// Skipped: the patrol was backing off and claimed nothing.
+	Skipped bool
+	// BackingOff: after this round the patrol backs off until BackoffUntil.
+	BackingOff   bool
+	BackoffUntil time.Time
+}
+
+// PatrolStatus is this replica's patrol as it is now.
+type PatrolStatus struct {
+	InFlight     int
+	BackingOff   bool
+	BackoffUntil time.Time
+	BackoffLevel int
+	Reason       string
+	LastRound    RoundReport
+}
+
+// PatrolStatus reports this replica's patrol state (back-off, drives in flight).
+func (s *Service) PatrolStatus() PatrolStatus {
+	p := s.patrol
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	return PatrolStatus{InFlight: int(p.inFlight.Load()), BackingOff: now.Before(p.backoffUntil),
+		BackoffUntil: p.backoffUntil, BackoffLevel: p.backoffLevel, Reason: p.backoffWhy, LastRound: p.last}
+}
+
+// runRound drives due rows of the sources with at most SweepConcurrency drives at once, claiming
+// as workers free up, until none is due (or the gateway fails for most of the round), and waits
+// for its drives to finish. beat, when set, is called between claims at most every beatEvery
+// (wall clock) so a long round still shows the replica alive.
+//
+// While the patrol backs off, sources that call the gateway are skipped. The first round after a
+// back-off is a probe: it drives at most a quarter of the pool's width, waits for those drives,
+// and goes on at full width only if the gateway answered them.
+func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat func(), beatEvery time.Duration) (RoundReport, error) {
+	p := s.patrol
+	now := s.cfg.Clock.Now()
+	p.mu.Lock()
+	backingOff := now.Before(p.backoffUntil)
+	probing := !backingOff && p.backoffLevel > 0
+	p.mu.Unlock()
+
+	width := s.cfg.SweepConcurrency
+	probeSize, probeSent := max(1, width/4), 0
+	stats := &roundStats{}
+	dctx := context.WithValue(ctx, roundCtxKey{}, stats)
+	var rep RoundReport
+	inFlight := 0
+	done := make(chan finishedDrive, width)
+	toRelease := make([][]heldLease, len(sources))
+	finished := func(f finishedDrive) {
+		rep.Driven++
+		inFlight--
+		switch {
+		case f.release:
+			toRelease[f.source] = append(toRelease[f.source], f.lease)
+		case sources[f.source].leases != nil:
+			rep.Lost++ // the drive found its lease taken over
+		}
+	}
+	release := func() {
+		for i, ls := range toRelease {
+			if len(ls) == 0 || sources[i].leases == nil {
+				continue
+			}
+			lost, err := s.releaseBatch(ctx, *sources[i].leases, ls)
+			if err != nil {
+				s.log.Error("patrol: release", "kind", sources[i].kind, "err", err)
+			}
+			rep.Lost += lost
+			toRelease[i] = ls[:0]
+		}
+	}
+	var firstErr error
+	exhausted := make([]bool, len(sources))
+	next := 0
+	stopFetching := false
+	swept := false
+	lastBeat := time.Now()
+	var tick <-chan time.Time // nil (never) without a beat
+	if beat != nil {
+		t := time.NewTicker(beatEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+
+	for {
+		if ctx.Err() != nil {
+			stopFetching = true
+		}
+		if probing && probeSent > 0 && inFlight == 0 {
+			// The probe is back: go on at full width, or stop and let judgeRound back off again.
+			if stats.failing(1) {
+				stopFetching = true
+			} else {
+				probing = false
+				s.endBackoff()
+			}
+		}
+		if beat != nil && time.Since(lastBeat) >= beatEvery {
+			beat()
+			lastBeat = time.Now()
+		}
+		free := width - inFlight
+		if probing {
+			free = min(free, probeSize-probeSent)
+		}
+		for !stopFetching && free > 0 {
+			if !probing && stats.failing(BackoffMinCalls) {
+				stopFetching = true // the gateway is failing: claim nothing more this round
+				break
+			}
+			i := -1
+			for k := range sources {
+				j := (next + k) % len(sources)
+				if !exhausted[j] && !(backingOff && sources[j].gateway) {
+					i = j
+					break
+				}
+			}
+			if i < 0 {
+				break
+			}
+			next = (i + 1) % len(sources)
+			src := sources[i]
+			swept = swept || src.gateway
+			jobs, err := src.claim(ctx, free)
+			if err != nil {
+				firstErr = err
+				stopFetching = true
+				break
+			}
+			if len(jobs) < free {
+				exhausted[i] = true // everything due is claimed, here or by another replica
+			}
+			if h := s.cfg.Hooks.AfterSweepClaim; h != nil && src.kind == "session" && len(jobs) > 0 {
+				ids := make([]string, len(jobs))
+				for k, j := range jobs {
+					ids[k] = j.id
+				}
+				h(ctx, ids)
+			}
+			for _, j := range jobs {
+				inFlight++
+				p.inFlight.Add(1)
+				go func() {
+					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
+					defer func() { p.inFlight.Add(-1); done <- f }()
+					f.release = j.run(dctx)
+				}()
+			}
+			free -= len(jobs)
+			if probing {
+				probeSent += len(jobs)
+			}
+		}
+		// Release after the claim: the drives just started need not wait for it, and the rows
+		// released here are not due again this round (their next look is in the future).
+		release()
+		if inFlight == 0 {
+			break
+		}
+		select {
+		case f := <-done:
+			finished(f)
+		case <-tick:
+			continue // drives are slow (the gateway hangs): still beat on time
+		}
+	drain: // take every drive that finished meanwhile: one claim, then one release for all of them
+		for inFlight > 0 {
+			select {
+			case f := <-done:
+				finished(f)
+			default:
+				break drain
+			}
+		}
+	}
+	rep.Calls, rep.Failed = int(stats.calls.Load()), int(stats.failed.Load())
+	rep.Skipped = backingOff
+	s.judgeRound(&rep, stats, probing, swept)
+	return rep, firstErr
+}
+
+// judgeRound updates the back-off after a round: a round whose gateway calls mostly failed
+// starts (or, after a failed probe, lengthens) a back-off; a round the gateway answered ends it.
+func (s *Service) judgeRound(rep *RoundReport, stats *roundStats, probing, swept bool) {
+	p := s.patrol
+	now := s.cfg.Clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if swept {
+		p.lastSweepAt = &now
+	}
+	p.drivenTotal += int64(rep.Driven)
+	minCalls := int64(BackoffMinCalls)
+	if probing {
+		minCalls = 1
+	}
+	if stats.failing(minCalls) {
+		p.backoffLevel++
+		d := min(PatrolBackoffBase<<min(p.backoffLevel-1, 16), PatrolBackoffMax)
+		p.backoffUntil = now.Add(d)
+		p.backoffWhy = fmt.Sprintf("the gateway failed %d of %d calls", rep.Failed, rep.Calls)
+		s.log.Warn("patrol: the gateway is failing; backing off", "until", p.backoffUntil, "calls", rep.Calls, "failed", rep.Failed)
+	}
+	rep.BackingOff = now.Before(p.backoffUntil)
+	rep.BackoffUntil = p.backoffUntil
+	if !rep.Skipped {
+		p.last = *rep
+	}
+}
+
+// endBackoff: a probe came back healthy.
+func (s *Service) endBackoff() {
+	p := s.patrol
+	p.mu.Lock()
+	p.backoffLevel, p.backoffWhy = 0, ""
+	p.mu.Unlock()
+}
+
+// driveContext bounds one drive: it ends one gateway timeout before the lease does.
+func (s *Service) driveContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.cfg.LeaseDuration - s.cfg.GatewayTimeout
+	if d < s.cfg.LeaseDuration/2 {
+		d = s.cfg.LeaseDuration / 2
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// PatrolRound is one round of this replica's patrol over everything it drives — due sessions,
+// pending refunds, undelivered messages — through one pool, then its heartbeat.
+func (s *Service) PatrolRound(ctx context.Context) (RoundReport, error) {
+	return s.patrolRound(ctx, 0)
+}
+
+func (s *Service) patrolRound(ctx context.Context, beatEvery time.Duration) (RoundReport, error) {
+	sources := []patrolSource{s.sessionSource(), s.refundSource()}
+	if s.cfg.Notifier != nil {
+		sources = append(sources, s.outboxSource())
+	}
+	var beat func()
+	if beatEvery > 0 {
+		beat = func() { s.beat(context.WithoutCancel(ctx)) }
+	}
+	rep, err := s.runRound(ctx, sources, beat, beatEvery)
+	s.beat(context.WithoutCancel(ctx))
+	return rep, err
+}
+
+// Heartbeat is one replica's patrol as its last heartbeat row says.
+type Heartbeat struct {
+	ReplicaID    string
+	Version      string
+	Concurrency  int
+	StartedAt    time.Time
+	BeatAt       time.Time
+	LastSweepAt  *time.Time
+	InFlight     int
+	BackoffUntil *time.Time
+	Reason       string
+	LastDriven   int
+	LastCalls    int
+	LastFailed   int
+	DrivenTotal  int64
+}
+
+// BackingOff reports whether the replica was backing off at now.
+func (h Heartbeat) BackingOff(now time.Time) bool {
+	return h.BackoffUntil != nil && now.Before(*h.BackoffUntil)
+}
+
+// beat writes this replica's heartbeat row. A failure is logged, never fatal: the patrol's work
+// matters more than its report.
+func (s *Service) beat(ctx context.Context) {
+	p := s.patrol
+	now := s.cfg.Clock.Now()
+	p.mu.Lock()
+	var until any
+	if now.Before(p.backoffUntil) {
+		until = p.backoffUntil
+	}
+	args := []any{s.cfg.ReplicaID, s.cfg.Version, s.cfg.SweepConcurrency, p.startedAt, now, p.lastSweepAt,
+		p.inFlight.Load(), until, p.backoffWhy, p.last.Driven, p.last.Calls, p.last.Failed, p.drivenTotal}
+	p.mu.Unlock()
+	if _, err := s.db.Exec(ctx, `INSERT INTO sweeper_heartbeats (replica_id, version, concurrency, started_at, beat_at,
+			last_sweep_at, in_flight, backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (replica_id) DO UPDATE SET version = $2, concurrency = $3, started_at = $4, beat_at = $5,
+			last_sweep_at = $6, in_flight = $7, backoff_until = $8, backoff_reason = $9, last_round_driven = $10,
+			last_round_calls = $11, last_round_failed = $12, driven_total = $13`, args...); err != nil {
+		s.log.Error("patrol: heartbeat", "err", err)
+	}
+}
+
+// forgetHeartbeat removes this process's heartbeat row on a graceful shutdown (a newer process
+// with the same REPLICA_ID keeps its own).
+func (s *Service) forgetHeartbeat(ctx context.Context) {
+	if _, err := s.db.Exec(ctx, `DELETE FROM sweeper_heartbeats WHERE replica_id = $1 AND started_at = $2`,
+		s.cfg.ReplicaID, s.patrol.startedAt); err != nil {
+		s.log.Error("patrol: forget heartbeat", "err", err)
+	}
+}
+
+// HeartbeatRetention: rows of replicas that have not beaten for this long are reaped.
+const HeartbeatRetention = 24 * time.Hour
+
+// Heartbeats lists every replica's last heartbeat, by replica id.
+func (s *Service) Heartbeats(ctx context.Context) ([]Heartbeat, error) {
+	rows, err := s.db.Query(ctx, `SELECT replica_id, version, concurrency, started_at, beat_at, last_sweep_at, in_flight,
+		backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total
+		FROM sweeper_heartbeats ORDER BY replica_id LIMIT 1000`)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeats: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Heartbeat, error) {
+		var h Heartbeat
+		err := r.Scan(&h.ReplicaID, &h.Version, &h.Concurrency, &h.StartedAt, &h.BeatAt, &h.LastSweepAt, &h.InFlight,
+			&h.BackoffUntil, &h.Reason, &h.LastDriven, &h.LastCalls, &h.LastFailed, &h.DrivenTotal)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeats: %w", err)
+	}
+	return out, nil
+}
+
+// buildVersion names the running build: the module version and the VCS revision when known.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, st := range bi.Settings {
+		if st.Key == "vcs.revision" && len(st.Value) >= 12 {
+			v += "+" + st.Value[:12]
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	return v
+}
