@@ -333,3 +333,37 @@ func TestRefundFormDoubleSubmitRefundsOnce(t *testing.T) {
 		})
 	}
 }
+
+// A refund code is a one-time code like a cancel's: when its delivery failed and a newer code
+// replaced it, the outbox retry sends only the newer one (the older is skipped, redacted).
+// Before the retry knew every code message (not only cancel_code), it sent both.
+func TestOutboxRetrySkipsDeadRefundCodes(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	s := b.completed(t, "o-dead-refund-code", 1000)
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 100, uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 200, uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	newCode := b.lastCode(t, s.ID)
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+		t.Fatalf("retry sent %d (%v), want 1: only the live code", sent, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.got) != 1 || !strings.Contains(n.got[0].Text, newCode) || !strings.Contains(n.got[0].Text, "refund of 2.00 EUR") {
+		t.Fatalf("delivered %+v, want only the newer code %s", n.got, newCode)
+	}
+	if c := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND skip_reason = 'superseded' AND body NOT LIKE '%' || $2 || '%'`, s.ID, newCode); c != 1 {
+		t.Fatalf("superseded refund code messages skipped and redacted = %d, want 1", c)
+	}
+}
