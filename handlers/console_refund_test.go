@@ -168,6 +168,18 @@ func TestConsoleFinanceRefundDirectAndFourEyes(t *testing.T) {
 	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
 		t.Fatalf("gateway refunds after the proposal = %d, want 1", n)
 	}
+	// Support sees the proposal waiting, but no link to the finance page it may not open.
+	b.user(t, "s1@example.com", "support")
+	sup := newAgent(t, e)
+	sup.login("s1@example.com")
+	sdoc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, sdoc, "refund-proposal-waiting", "3.00 EUR proposed by f1@example.com")
+	if n := sdoc.Find(testid("refund-proposal-waiting") + " a").Length(); n != 0 {
+		t.Fatalf("support sees %d links to /finance/resolutions, want none", n)
+	}
+	if n := doc.Find(testid("refund-proposal-waiting") + " a").Length(); n != 1 {
+		t.Fatalf("finance sees %d links to the proposal, want 1", n)
+	}
 	rdoc := page(t, f1.get("/finance/resolutions"), http.StatusOK)
 	wantText(t, rdoc, "resolution-outcome", "refund 3.00 EUR")
 	approve, _ := rdoc.Find(testid("approve-form")).Attr("action")
