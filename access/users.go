@@ -19,11 +19,13 @@ import (
 type Role string
 
 const (
-	// RoleSupport looks payments up, starts them for customers, checks and cancels them.
+	// RoleSupport looks payments up, starts them for customers, checks and cancels them, and
+	// refunds them with the customer's one-time code.
 	RoleSupport Role = "support"
-	// RoleFinance reads everything, works the finance pages and resolves cases; it moves no payment.
+	// RoleFinance reads everything, works the finance pages, resolves cases and refunds (within
+	// the direct limit alone, above it with a second person); it starts and cancels no payment.
 	RoleFinance Role = "finance"
-	// RoleAdmin does everything, and alone sees the outbox (it holds cancel codes), users and audit.
+	// RoleAdmin does everything, and alone sees the outbox (it holds one-time codes), users and audit.
 	RoleAdmin Role = "admin"
 )
 
@@ -39,13 +41,15 @@ type Permission string
 const (
 	// PermView: dashboard, payments and their details, leases and locks (nothing secret).
 	PermView Permission = "view"
-	// PermOperate: start a payment, Check it, request and confirm a cancel.
+	// PermOperate: start a payment, Check it, request and confirm a cancel, refund with the
+	// customer's code.
 	PermOperate Permission = "operate"
 	// PermFinance: finance pages (open cases, flagged sessions, ledger).
 	PermFinance Permission = "finance"
-	// PermResolve: resolve a finance case, send a flagged session back to the patrol.
+	// PermResolve: resolve a finance case, send a flagged session back to the patrol, settle or
+	// refund (directly, or propose and approve: four eyes).
 	PermResolve Permission = "resolve"
-	// PermAdmin: the outbox (message bodies contain one-time cancel codes), users, audit log.
+	// PermAdmin: the outbox (message bodies contain one-time codes), users, audit log.
 	PermAdmin Permission = "admin"
 )
 

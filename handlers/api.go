@@ -26,18 +26,13 @@ type API struct {
 	log    *slog.Logger
 }
 
-// NewAPI builds the API handlers. svc nil: every call answers 503 (a server without the core
-// wired still has the routes, so its surface never depends on configuration); acc (the API
-// keys) nil: likewise.
+// NewAPI builds the API handlers over the core and the API keys (both required: serve and dev
+// always have them).
 func NewAPI(svc *payments.Service, acc *access.Service, idem payments.IdempotencyConfig, log *slog.Logger) *API {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &API{svc: svc, access: acc, log: log}
-	if svc != nil {
-		a.idem = payments.NewIdempotency(svc, idem)
-	}
-	return a
+	return &API{svc: svc, access: acc, idem: payments.NewIdempotency(svc, idem), log: log}
 }
 
 // Idempotency is the key store the create handler uses.
@@ -50,13 +45,6 @@ const (
 	paymentsPath                   = "/api/v1/payments/"
 	maxAPIBody               int64 = 64 << 10 // the contract's 64 KiB
 )
-
-func (a *API) ready() error {
-	if a.svc == nil {
-		return &payments.Error{Code: payments.EUNAVAIL, Message: "the payment service is not configured on this replica"}
-	}
-	return nil
-}
 
 // paymentJSON is the contract's payment object. Field names are the contract's; empty gateway
 // fields are null (not yet known), times are RFC 3339 in UTC.

@@ -29,27 +29,13 @@ type Console struct {
 	replicaID string
 }
 
-// NewConsole builds the console handlers. svc nil: payment pages answer 503 (the routes exist
-// anyway); signing in and the users page need only acc, so they work whatever the gateway does.
+// NewConsole builds the console handlers over the core and access (both required: serve and dev
+// always have them).
 func NewConsole(svc *payments.Service, acc *access.Service, am *auth.Manager, replicaID string, log *slog.Logger) *Console {
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Console{svc: svc, access: acc, auth: am, log: log, replicaID: replicaID}
-}
-
-func (h *Console) ready() error {
-	if h.svc == nil {
-		return &payments.Error{Code: payments.EUNAVAIL, Message: "the payment service is not configured on this replica"}
-	}
-	return nil
-}
-
-func (h *Console) accessReady() error {
-	if h.access == nil {
-		return &payments.Error{Code: payments.EUNAVAIL, Message: "the console needs the database, which this replica is not configured with"}
-	}
-	return nil
 }
 
 // page is the layout's part of a full page, with the flash of the action that led here.

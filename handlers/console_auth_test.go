@@ -301,6 +301,9 @@ func TestRoles(t *testing.T) {
 		{"POST", "/finance/resolutions", no, http.StatusNotFound, http.StatusNotFound}, // no such payment
 		{"POST", "/finance/resolutions/1/approve", no, redirect, redirect},
 		{"POST", "/finance/resolutions/1/reject", no, redirect, redirect},
+		{"POST", "/payments/" + s.ID + "/refunds/code", redirect, no, redirect},
+		{"POST", "/payments/" + s.ID + "/refunds/code/" + s.ID, redirect, no, redirect},
+		{"POST", "/payments/" + s.ID + "/refunds", no, redirect, redirect},
 	}
 	for _, r := range rules {
 		for _, who := range []struct {
@@ -329,6 +332,9 @@ func TestRoles(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_by = 'sup@example.com'`); n != 0 {
 		t.Error("support resolved a case")
 	}
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE action = 'refund' AND requested_by = 'staff:fin@example.com'`); n != 0 {
+		t.Error("finance asked a customer for a refund code")
+	}
 	// The navigation shows each role what it may open, and the payment page only its actions.
 	for _, who := range []struct {
 		a          *agent
@@ -356,6 +362,18 @@ func TestRoles(t *testing.T) {
 	}
 	if doc := page(t, sup.get("/payments/"+s2.ID), http.StatusOK); doc.Find(testid("check")).Length() != 1 || doc.Find(testid("cancel-request")).Length() != 1 {
 		t.Error("support misses Check / Request cancel")
+	}
+	// On a Completed payment: support refunds with the customer's code, finance (and admin)
+	// directly; each sees only its own form.
+	s3 := b.completed(t, "o-roles-3", 900)
+	for _, who := range []struct {
+		a          *agent
+		show, hide string
+	}{{sup, "support-refund-form", "finance-refund-form"}, {fin, "finance-refund-form", "support-refund-form"}, {adm, "finance-refund-form", "support-refund-form"}} {
+		doc := page(t, who.a.get("/payments/"+s3.ID), http.StatusOK)
+		if doc.Find(testid(who.show)).Length() != 1 || doc.Find(testid(who.hide)).Length() != 0 {
+			t.Errorf("%s: %s %d, %s %d", text(doc, "whoami"), who.show, doc.Find(testid(who.show)).Length(), who.hide, doc.Find(testid(who.hide)).Length())
+		}
 	}
 
 	// A disabled user is out at their next request.

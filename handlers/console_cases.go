@@ -17,9 +17,6 @@ func (h *Console) Finance(c echo.Context) error {
 
 // Cases: GET /finance/cases[?all=1]. An htmx request gets only the live list.
 func (h *Console) Cases(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	all := c.QueryParam("all") != ""
 	cases, err := h.svc.ListCases(c.Request().Context(), all)
 	if err != nil {
@@ -34,9 +31,6 @@ func (h *Console) Cases(c echo.Context) error {
 // ResolveCase: POST /finance/cases/:id/resolve with a note (required). The resolution and its
 // audit entry are one transaction (payments.ResolveCase).
 func (h *Console) ResolveCase(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	st, err := staff(c)
 	if err != nil {
 		return err

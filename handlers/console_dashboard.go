@@ -12,9 +12,6 @@ import (
 // Dashboard: GET /, state counts, stuck sessions, open cases, leases. The live region's refresh
 // (an htmx request of the same URL) gets only the live fragment of the same component.
 func (h *Console) Dashboard(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	d, err := h.svc.Dashboard(c.Request().Context())
 	if err != nil {
 		return err

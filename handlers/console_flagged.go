@@ -12,9 +12,6 @@ import (
 // Flagged: GET /finance/flagged, sessions the patrol gave up on. An htmx request gets only the
 // live list.
 func (h *Console) Flagged(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	list, err := h.svc.ListFlagged(c.Request().Context())
 	if err != nil {
 		return err
@@ -28,9 +25,6 @@ func (h *Console) Flagged(c echo.Context) error {
 // RetryFlagged: POST /finance/flagged/:id/retry. Clears the flag and makes the session due now
 // with a fresh patrol schedule; audited in the same transaction (payments.RetryFlagged).
 func (h *Console) RetryFlagged(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	st, err := staff(c)
 	if err != nil {
 		return err

@@ -66,6 +66,17 @@ func (f newPaymentForm) input() (payments.CreateInput, error) {
 	return in, in.Validate()
 }
 
+// refundForm is one of the payment page's refund forms (support's and finance's): the amount in
+// major units of the payment's currency, a reason and the form's intent key.
+type refundForm struct {
+	Amount, Reason, Intent string
+}
+
+func (f refundForm) input(sess payments.Session) (payments.StaffRefundInput, error) {
+	amount, err := parseMajorAmount(f.Amount, sess.Currency)
+	return payments.StaffRefundInput{PaymentID: sess.ID, Amount: amount, Reason: f.Reason, IntentKey: strings.TrimSpace(f.Intent)}, err
+}
+
 // stuckFilter reads the finance workbench's filter from the query string.
 func stuckFilter(state, currency, flagged, age, sort, after string) (payments.StuckFilter, error) {
 	f := payments.StuckFilter{Status: payments.Status(state), Currency: currency, Flagged: payments.FlagFilter(flagged),

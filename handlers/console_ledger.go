@@ -13,9 +13,6 @@ import (
 // newest entries under the filter, with a link to the same entries as CSV. An htmx request gets
 // only the live part (balance and entries).
 func (h *Console) Ledger(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	form := ledgerForm(c)
 	f, err := ledgerFilter(form)
 	if err != nil {

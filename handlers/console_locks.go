@@ -13,9 +13,6 @@ import (
 // region's refresh (on session changes, and every few seconds while visible: pg_locks notifies
 // nothing) gets only the live fragment.
 func (h *Console) Locks(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	ctx := c.Request().Context()
 	v := views.LocksView{At: h.svc.Now()}
 	var err error

@@ -13,9 +13,6 @@ import (
 // sweeper's backlog and each replica's patrol, drawn as SVG on the server. An htmx request of
 // the same URL gets only the charts (the views.OpsLive fragment), for a live update.
 func (h *Console) Ops(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	oc, err := h.svc.OpsCharts(c.Request().Context())
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package handlers
 import (
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"pitlane/views"
@@ -10,18 +11,16 @@ import (
 )
 
 // Payment: GET /payments/:id[?challenge=…], one payment with everything known about it; with
-// a challenge, the form to enter the customer's cancel code. A live refresh (static/live.js)
-// gets the payment block alone, without the layout (and without taking the flash meant for the
-// page an action redirects to).
+// a challenge, the form to enter the customer's code (of a cancel or of a refund). A live refresh
+// (static/live.js) gets the payment block alone, without the layout (and without taking the flash
+// meant for the page an action redirects to).
 func (h *Console) Payment(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	d, err := h.svc.PaymentDetail(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
-	v := views.PaymentView{D: d}
+	// A fresh intent key for the page's refund form: every submission of that form is one refund.
+	v := views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency)}
 	if id := c.QueryParam("challenge"); id != "" {
 		if ch, ok := d.Challenge(id); ok {
 			v.Challenge = &ch

@@ -14,9 +14,6 @@ import (
 // Payments: GET /payments?q=…&status=…&before=…, the searchable list. An htmx request (its live
 // region refreshing) gets only the results of the same component.
 func (h *Console) Payments(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	v := views.PaymentsView{Query: strings.TrimSpace(c.QueryParam("q")), Status: c.QueryParam("status")}
 	list, err := h.svc.ListPayments(c.Request().Context(), payments.PaymentFilter{
 		Query: v.Query, Status: payments.Status(v.Status), Before: c.QueryParam("before"),

@@ -18,12 +18,10 @@ func resolutionID(c echo.Context) (int64, error) {
 }
 
 // ApproveResolution: POST /finance/resolutions/:id/approve. The second pair of eyes: the outcome
-// is applied through the one transition function with the ledger rules, audited, in one
-// transaction (payments.ApproveResolution). The proposer is refused with a readable message.
+// is applied through the one transition function with the ledger rules (or the refund claimed
+// through the refund core), audited, in one transaction (payments.ApproveResolution). The
+// proposer is refused with a readable message.
 func (h *Console) ApproveResolution(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	st, err := staff(c)
 	if err != nil {
 		return err
@@ -34,7 +32,10 @@ func (h *Console) ApproveResolution(c echo.Context) error {
 	}
 	r, err := h.svc.ApproveResolution(c.Request().Context(), st, id)
 	msg := ""
-	if err == nil {
+	switch {
+	case err == nil && r.IsRefund():
+		msg = "Proposal " + r.Target() + " approved: " + r.What() + " of payment " + views.Short(r.SessionID) + " of order " + r.OrderID + " sent to the gateway."
+	case err == nil:
 		msg = "Proposal " + r.Target() + " approved: payment " + views.Short(r.SessionID) + " of order " + r.OrderID +
 			" is " + string(r.SessionStatus) + "."
 	}
@@ -44,9 +45,6 @@ func (h *Console) ApproveResolution(c echo.Context) error {
 // RejectResolution: POST /finance/resolutions/:id/reject with a note (required). Nothing
 // changes but the proposal; audited in the same transaction.
 func (h *Console) RejectResolution(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	st, err := staff(c)
 	if err != nil {
 		return err

@@ -15,9 +15,6 @@ import (
 // NewResolution: GET /finance/resolutions/new?session=…, the payment and, when it may be
 // settled by hand, the form to propose its outcome.
 func (h *Console) NewResolution(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	cand, err := h.svc.SettleCandidate(c.Request().Context(), c.QueryParam("session"))
 	if err != nil {
 		return err
@@ -30,9 +27,6 @@ func (h *Console) NewResolution(c echo.Context) error {
 // A refusal shows the form again with the reason; success goes to the list, where a second
 // finance or admin user approves.
 func (h *Console) ProposeResolution(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	st, err := staff(c)
 	if err != nil {
 		return err

@@ -13,9 +13,6 @@ import (
 // Resolutions: GET /finance/resolutions, four-eyes proposals: those waiting for a second person
 // and the latest decided. An htmx request gets only the live part of the same component.
 func (h *Console) Resolutions(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	ctx := c.Request().Context()
 	pending, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{State: payments.ResolutionProposed, Limit: 500})
 	if err != nil {

@@ -13,9 +13,6 @@ import (
 // active payments past their expected settle time, their totals per state and currency, keyset
 // pages. An htmx request gets only the live part (totals and list) of the same component.
 func (h *Console) Stuck(c echo.Context) error {
-	if err := h.ready(); err != nil {
-		return err
-	}
 	f, err := stuckFilter(c.QueryParam("state"), c.QueryParam("currency"), c.QueryParam("flagged"),
 		c.QueryParam("age"), c.QueryParam("sort"), c.QueryParam("after"))
 	if err != nil {

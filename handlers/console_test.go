@@ -75,7 +75,7 @@ func TestConsoleStartAndCancel(t *testing.T) {
 		t.Fatalf("support opened the outbox: %d", rec.Code)
 	}
 	odoc := page(t, adm.get("/outbox"), http.StatusOK)
-	wantText(t, odoc, "outbox-warning", "cancel codes")
+	wantText(t, odoc, "outbox-warning", "cancel and refund codes")
 	m := outboxCodeRe.FindStringSubmatch(odoc.Find(testid("outbox-row")).First().Find(testid("outbox-body")).Text())
 	if m == nil {
 		t.Fatalf("no code in the outbox: %s", text(odoc, "outbox-table"))

@@ -35,17 +35,13 @@ type Webhooks struct {
 	log *slog.Logger
 }
 
-// NewWebhooks builds the receiver. svc nil: events answer 503, so the gateway redelivers them to
-// a replica that has the core wired.
+// NewWebhooks builds the receiver over the core (required).
 func NewWebhooks(svc *payments.Service, cfg WebhookConfig, log *slog.Logger) *Webhooks {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.Now == nil && svc != nil {
-		cfg.Now = svc.Now
-	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = svc.Now
 	}
 	return &Webhooks{svc: svc, cfg: cfg, log: log}
 }
@@ -61,9 +57,6 @@ type webhookAnswer struct {
 // hint through Check and marks it processed. A failure to apply answers 5xx (from the core's
 // error) so that the gateway delivers it again.
 func (h *Webhooks) Receive(c echo.Context) error {
-	if h.svc == nil {
-		return &payments.Error{Code: payments.EUNAVAIL, Message: "the payment service is not configured on this replica"}
-	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxWebhookBody+1))
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, "could not read the body")

@@ -2,44 +2,16 @@ package payments
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// Limits of one-time codes per payment (contract: "one-time code limits"). They are rows in
-// PostgreSQL counted under the order → session locks, so every replica spends one budget:
-//
-//   - a new code replaces the earlier ones (they answer EEXPIRED, 410): asking again never
-//     leaves several codes to guess at;
-//   - at most CodeRequestsPerHour code requests per payment per hour (then ELOCKED, 429, with
-//     Retry-After): a customer's phone is not flooded, and requests do not buy guesses;
-//   - at most CodeGuessesPerDay wrong guesses per payment per 24 hours across all its codes
-//     (then ELOCKED for everything code-confirmed on that payment, the right code included, until
-//     the oldest guess is a day old; a staff member must act meanwhile).
-const (
-	CodeRequestsPerHour = 3
-	CodeGuessesPerDay   = 10
-)
-
-// Challenge is a pending one-time cancel code. The code itself is only ever in the message to
-// the customer (and in the outbox until it is delivered); the database keeps
-// HMAC(secret, challenge id || code).
-type Challenge struct {
-	ID        string
-	SessionID string
-	ExpiresAt time.Time
-}
-
-// RequestCancel creates a one-time code for canceling a session and sends it to the customer.
-// Refused (ECONFLICT) for Completed, Failed and Canceled sessions.
+// RequestCancel creates a one-time code for canceling a session and sends it to the customer
+// (code.go: the per-payment code limits). Refused (ECONFLICT) for Completed, Failed and
+// Canceled sessions.
 func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID string) (Challenge, error) {
 	ctx, span := s.startSpan(ctx, "payments.cancel.request", sessionID, "")
 	defer span.End()
@@ -48,12 +20,8 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		return Challenge{}, err
 	}
 	ctx = traceSession(ctx, sess)
-	code, err := newCode()
-	if err != nil {
-		return Challenge{}, fmt.Errorf("request cancel: code: %w", err)
-	}
 	now := s.cfg.Clock.Now()
-	ch := Challenge{ID: uuid.NewString(), SessionID: sessionID, ExpiresAt: now.Add(s.cfg.CodeTTL)}
+	var ch Challenge
 	var msg Message
 	var outboxID int64
 	err = s.inTx(ctx, "request cancel", func(tx pgx.Tx) error {
@@ -64,31 +32,11 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
-		if err := s.codeRequestAllowed(ctx, tx, sessionID, now); err != nil {
-			return err
-		}
-		// The new code replaces every earlier one still open: only one code can be guessed at.
-		if _, err := tx.Exec(ctx, `UPDATE cancel_challenges SET superseded_at = $2
-			WHERE session_id = $1 AND consumed_at IS NULL AND superseded_at IS NULL`, sessionID, now); err != nil {
-			return fmt.Errorf("request cancel: supersede: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO cancel_challenges (id, session_id, code_hash, expires_at, max_attempts, requested_by, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, ch.ID, sessionID, s.codeHash(ch.ID, code), ch.ExpiresAt,
-			s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
-			return fmt.Errorf("request cancel: insert: %w", err)
-		}
-		var contact string
-		if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
-			FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, sessionID).Scan(&contact); err != nil {
-			return fmt.Errorf("request cancel: contact: %w", err)
-		}
-		text := func(code string) string {
-			return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
-				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
-		}
-		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID,
-			Text: text(code), Redacted: text(redactedCode), ChallengeID: ch.ID}
-		outboxID, err = enqueue(ctx, tx, msg, now)
+		ch, outboxID, msg, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code",
+			text: func(code string) string {
+				return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
+					cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
+			}}, now)
 		return err
 	})
 	if err != nil {
@@ -106,11 +54,11 @@ type ConfirmResult struct {
 }
 
 // ConfirmCancel consumes a one-time code and cancels the session (design.md, "The locking core"
-// 3). In ONE transaction, under the order and session locks: check and consume the code (the
-// attempt counter moves in the same UPDATE; hashes compared in constant time), check the session
-// may be canceled, create the reverse operation (unique per session; its id is the gateway
-// idempotency key) and move the session to Canceling. Only after commit is the gateway asked.
-// The same code again finds the code consumed and the operation existing, and creates nothing.
+// 3). In ONE transaction, under the order and session locks: check and consume the code
+// (tryCode), check the session may be canceled, create the reverse operation (unique per
+// session; its id is the gateway idempotency key) and move the session to Canceling. Only after
+// commit is the gateway asked. The same code again finds the code consumed and the operation
+// existing, and creates nothing.
 func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, challengeID, code string) (ConfirmResult, error) {
 	ctx, span := s.startSpan(ctx, "payments.cancel.confirm", sessionID, "")
 	defer span.End()
@@ -119,20 +67,11 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		return ConfirmResult{}, err
 	}
 	ctx = traceSession(ctx, sess)
-	if !validUUID(challengeID) {
-		return ConfirmResult{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
-	}
-	// A malformed code is not rejected early: it is a wrong code and costs an attempt like one,
-	// so probing the format tells an attacker nothing and buys nothing.
 	now := s.cfg.Clock.Now()
 	var (
-		res   ConfirmResult
-		wrong bool
-		left  int
-		// budgetSpent: this wrong guess used the payment's last one of the day
-		budgetSpent bool
-		opID        string
-		newCancel   bool
+		res       ConfirmResult
+		wrong     error
+		newCancel bool
 	)
 	err = s.inTx(ctx, "confirm cancel", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
@@ -142,68 +81,16 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if h := s.cfg.Hooks.AfterCancelLock; h != nil {
 			h(ctx, sessionID)
 		}
-		var (
-			hash         []byte
-			expiresAt    time.Time
-			attempts     int
-			maxAttempts  int
-			consumedAt   *time.Time
-			supersededAt *time.Time
-		)
-		err = tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at
-			FROM cancel_challenges WHERE id = $1 AND session_id = $2 FOR UPDATE`, challengeID, sessionID).
-			Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
-		}
-		if err != nil {
-			return fmt.Errorf("confirm cancel: challenge: %w", err)
-		}
-		match := s.codeMatches(hash, challengeID, code)
-		if consumedAt != nil {
-			if !match {
-				return Errorf(EWRONG, "wrong code")
-			}
-			// The same code again: report what the first confirmation did, create nothing.
+		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now)
+		switch {
+		case err != nil:
+			return err
+		case try.Wrong != nil:
+			wrong = try.Wrong
+			return nil // commit the attempt
+		case try.Replayed:
 			res = ConfirmResult{Session: cur, Replayed: true}
 			return nil
-		}
-		if supersededAt != nil {
-			return Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
-		}
-		if !expiresAt.After(now) {
-			return Errorf(EEXPIRED, "the code has expired; request a new one")
-		}
-		// The payment's guess budget first: once it is spent, no code (not even the right one)
-		// is tried, so guessing on and on never pays.
-		guessesLeft, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
-		if err != nil {
-			return err
-		}
-		if attempts >= maxAttempts {
-			return Errorf(ELOCKED, "too many wrong codes; request a new one")
-		}
-		// Consume (or count a wrong attempt) in one guarded UPDATE. The FOR UPDATE above
-		// already serialises confirmations of this challenge; the guard repeats the rules so
-		// the UPDATE alone is correct too.
-		var consumed bool
-		err = tx.QueryRow(ctx, `UPDATE cancel_challenges
-			SET attempts = attempts + 1, consumed_at = CASE WHEN $3 THEN $2::timestamptz END
-			WHERE id = $1 AND consumed_at IS NULL AND attempts < max_attempts AND expires_at > $2
-			RETURNING consumed_at IS NOT NULL, max_attempts - attempts`, challengeID, now, match).Scan(&consumed, &left)
-		if err != nil {
-			return fmt.Errorf("confirm cancel: consume: %w", err)
-		}
-		if !consumed {
-			wrong = true
-			if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at) VALUES ($1, $2, $3)`,
-				sessionID, challengeID, now); err != nil {
-				return fmt.Errorf("confirm cancel: count wrong guess: %w", err)
-			}
-			if guessesLeft-1 < left {
-				left, budgetSpent = guessesLeft-1, guessesLeft-1 <= 0
-			}
-			return nil // commit the attempt
 		}
 		if !cur.Status.Cancelable() {
 			if cur.Status == StatusCanceling {
@@ -213,9 +100,8 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 			}
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
-		opID = uuid.NewString()
 		if _, err := tx.Exec(ctx, `INSERT INTO reverse_operations (id, session_id, challenge_id, status, created_at, updated_at)
-			VALUES ($1, $2, $3, 'Pending', $4, $4)`, opID, sessionID, challengeID, now); err != nil {
+			VALUES ($1, $2, $3, 'Pending', $4, $4)`, uuid.NewString(), sessionID, challengeID, now); err != nil {
 			return dbError("confirm cancel: reverse op", err, "")
 		}
 		next := now.Add(s.cfg.Backoff[0])
@@ -230,14 +116,8 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if err != nil {
 		return ConfirmResult{}, err
 	}
-	if wrong {
-		if budgetSpent {
-			return ConfirmResult{}, &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked, a staff member can help", CodeGuessesPerDay)}
-		}
-		if left <= 0 {
-			return ConfirmResult{}, &Error{Code: EWRONG, Message: "wrong code; no attempts left, request a new one"}
-		}
-		return ConfirmResult{}, &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; %d attempts left", left)}
+	if wrong != nil {
+		return ConfirmResult{}, wrong
 	}
 	if !newCancel {
 		return res, nil
@@ -331,84 +211,4 @@ func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess S
 		return err
 	})
 	return out, err
-}
-
-// redactedCode stands for the code in the outbox once the message was delivered.
-const redactedCode = "••••••"
-
-// codeRequestAllowed enforces the per-payment limits on asking for a new code, in the caller's
-// transaction under the order → session locks (so two replicas cannot both take the last
-// request): at most CodeRequestsPerHour challenges created within the hour before now, and none
-// while the payment's guess budget is spent. ELOCKED carries when asking makes sense again.
-func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) error {
-	var n int
-	var oldest *time.Time
-	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM cancel_challenges
-		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
-		return fmt.Errorf("request cancel: count requests: %w", err)
-	}
-	if n >= CodeRequestsPerHour {
-		wait := oldest.Add(time.Hour).Sub(now)
-		return &Error{Code: ELOCKED, RetryAfter: wait,
-			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, roundUp(wait))}
-	}
-	_, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
-	return err
-}
-
-// codeGuessesLeft returns how many wrong guesses the payment may still make within the 24 hours
-// before now, or ELOCKED (with when the oldest counted guess lapses) when none. The caller holds
-// the order → session locks and writes its own wrong guess in the same transaction.
-func (s *Service) codeGuessesLeft(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) (int, error) {
-	var n int
-	var oldest *time.Time
-	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM code_wrong_guesses
-		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-24*time.Hour)).Scan(&n, &oldest); err != nil {
-		return 0, fmt.Errorf("one-time code: count wrong guesses: %w", err)
-	}
-	if n >= CodeGuessesPerDay {
-		wait := oldest.Add(24 * time.Hour).Sub(now)
-		return 0, &Error{Code: ELOCKED, RetryAfter: wait,
-			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a staff member can help meanwhile", CodeGuessesPerDay, roundUp(wait))}
-	}
-	return CodeGuessesPerDay - n, nil
-}
-
-// roundUp writes a wait for people: whole minutes, at least one.
-func roundUp(d time.Duration) time.Duration {
-	return max(d.Round(time.Minute), time.Minute)
-}
-
-// codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump
-// does not reveal codes, and bound to the challenge, so equal codes hash differently.
-func (s *Service) codeHash(challengeID, code string) []byte {
-	return codeHashUnder(s.cfg.CodeSecret, challengeID, code)
-}
-
-func codeHashUnder(secret []byte, challengeID, code string) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(challengeID))
-	m.Write([]byte{0})
-	m.Write([]byte(code))
-	return m.Sum(nil)
-}
-
-// codeMatches reports whether code is the challenge's, whichever secret stored it: the current
-// one or a fallback (a code sent by a replica still on the old SECRET_KEY, or already on the new
-// one, while a rotation rolls out). Each comparison is constant-time.
-func (s *Service) codeMatches(stored []byte, challengeID, code string) bool {
-	match := hmac.Equal(stored, s.codeHash(challengeID, code))
-	for _, fb := range s.cfg.CodeSecretFallbacks {
-		match = hmac.Equal(stored, codeHashUnder(fb, challengeID, code)) || match
-	}
-	return match
-}
-
-// newCode returns a uniformly random 6-digit code from crypto/rand.
-func newCode() (string, error) {
-	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%06d", n.Int64()), nil
 }

@@ -21,7 +21,7 @@ var codeRe = regexp.MustCompile(`is (\d{6})\.`)
 func (b *bench) lastCode(t *testing.T, sessionID string) string {
 	t.Helper()
 	var body string
-	if err := b.pool.QueryRow(context.Background(), `SELECT body FROM outbox WHERE payment_id = $1 AND kind = 'cancel_code' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&body); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT body FROM outbox WHERE payment_id = $1 AND kind IN ('cancel_code', 'refund_code') ORDER BY id DESC LIMIT 1`, sessionID).Scan(&body); err != nil {
 		t.Fatalf("no code in the outbox: %v", err)
 	}
 	m := codeRe.FindStringSubmatch(body)

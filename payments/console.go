@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Read models of the staff console. They only read (the console's few writes are in
-// console_finance.go); each is one or a few plain queries on the pool, no transaction needed:
+// Read models of the staff console (console_*.go). They only read (finance's few writes are in
+// finance.go and resolution.go); each is one or a few plain queries on the pool, no transaction needed:
 // a page is a snapshot for people, and the core's guards, not these reads, decide every change.
 
 // StuckAfter is how far past its next_check_at an active session must be to count as stuck: the
@@ -186,9 +186,11 @@ type ReverseOperation struct {
 	UpdatedAt   time.Time
 }
 
-// ChallengeInfo is a cancel challenge as staff may see it: never the code.
+// ChallengeInfo is a one-time code's challenge as staff may see it: never the code.
 type ChallengeInfo struct {
 	ID          string
+	Action      CodeAction
+	Amount      int64 // refund: the amount the code confirms
 	RequestedBy string
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
@@ -211,10 +213,39 @@ type PaymentDetail struct {
 	Calls         []GatewayCall
 	Reverse       *ReverseOperation
 	Challenges    []ChallengeInfo // newest first
-	Cases         []FinanceCase
-	Ledger        []LedgerEntry
-	Audit         []AuditEntry // staff actions on this payment, newest first
-	At            time.Time
+	Refunds       []Refund        // oldest first
+	// RefundProposals are the payment's four-eyes refund proposals, newest first.
+	RefundProposals []Resolution
+	Cases           []FinanceCase
+	Ledger          []LedgerEntry
+	Audit           []AuditEntry // staff actions on this payment, newest first
+	At              time.Time
+}
+
+// Refundable is how much of the payment may still be refunded: the amount received less every
+// refund but a Failed one (0 unless Completed). Refunds' own check runs under the locks; this is
+// what the page shows.
+func (d PaymentDetail) Refundable() int64 {
+	if d.Session.Status != StatusCompleted {
+		return 0
+	}
+	left := d.Session.Amount
+	for _, r := range d.Refunds {
+		if r.Status != RefundFailed {
+			left -= r.Amount
+		}
+	}
+	return max(left, 0)
+}
+
+// WaitingRefundProposal is the refund proposal waiting for a second person, if any.
+func (d PaymentDetail) WaitingRefundProposal() *Resolution {
+	for i := range d.RefundProposals {
+		if d.RefundProposals[i].Pending() {
+			return &d.RefundProposals[i]
+		}
+	}
+	return nil
 }
 
 // Challenge returns the session's challenge with this id.
@@ -227,8 +258,8 @@ func (d PaymentDetail) Challenge(id string) (ChallengeInfo, bool) {
 	return ChallengeInfo{}, false
 }
 
-// PaymentDetail reads one session with its timeline, gateway calls, reverse, challenges, cases,
-// ledger entries and audit entries.
+// PaymentDetail reads one session with its timeline, gateway calls, reverse, challenges,
+// refunds and refund proposals, cases, ledger entries and audit entries.
 func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, error) {
 	sess, err := s.Get(ctx, id)
 	if err != nil {
@@ -274,17 +305,35 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return PaymentDetail{}, fmt.Errorf("payment detail: reverse: %w", err)
 	}
-	rows, err = s.db.Query(ctx, `SELECT id::text, requested_by, created_at, expires_at, attempts, max_attempts, consumed_at
+	rows, err = s.db.Query(ctx, `SELECT id::text, action, coalesce(amount, 0), requested_by, created_at, expires_at, attempts, max_attempts, consumed_at
 		FROM cancel_challenges WHERE session_id = $1 ORDER BY created_at DESC, id`, id)
 	if err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
 	}
 	if d.Challenges, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChallengeInfo, error) {
 		var c ChallengeInfo
-		err := r.Scan(&c.ID, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt)
+		var action string
+		err := r.Scan(&c.ID, &action, &c.Amount, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt)
+		c.Action = CodeAction(action)
 		return c, err
 	}); err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, id`, id)
+	if err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: refunds: %w", err)
+	}
+	if d.Refunds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) }); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: refunds: %w", err)
+	}
+	proposals, err := s.ListResolutions(ctx, ResolutionFilter{SessionID: id, Limit: 50})
+	if err != nil {
+		return PaymentDetail{}, err
+	}
+	for _, p := range proposals {
+		if p.IsRefund() {
+			d.RefundProposals = append(d.RefundProposals, p)
+		}
 	}
 	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, id); err != nil {
 		return PaymentDetail{}, err

@@ -22,8 +22,9 @@ type Message struct {
 	// Redacted is Text without its secret (a one-time code), what the outbox keeps once the
 	// message is delivered; "" when Text holds nothing secret. Never sent.
 	Redacted string `json:"-"`
-	// ChallengeID is the one-time code's challenge a cancel-code message carries ("" for other
-	// messages): the retry sends nothing for a challenge that is dead by then. Never sent.
+	// ChallengeID is the one-time code's challenge a code message carries (a cancel's or a
+	// refund's; "" for other messages): the retry sends nothing for a challenge that is dead by
+	// then. Never sent.
 	ChallengeID string `json:"-"`
 }
 
@@ -115,7 +116,7 @@ func (s *Service) outboxSource() patrolSource {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
 					SELECT o.id AS due_id,
-						CASE WHEN o.kind <> 'cancel_code' THEN NULL
+						CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
 						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'

@@ -30,6 +30,7 @@ type Refund struct {
 	Status          string
 	GatewayRefundID string
 	Detail          string
+	CreatedBy       string // who asked: "<actor kind>:<id>"
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	// FlaggedAt is set when the patrol's schedule ran out with the refund still Pending: a case
@@ -39,12 +40,12 @@ type Refund struct {
 }
 
 const refundColumns = `id::text, session_id::text, order_id, amount, currency, status,
-	coalesce(gateway_refund_id, ''), detail, created_at, updated_at, flagged_at, coalesce(flag_reason, '')`
+	coalesce(gateway_refund_id, ''), detail, created_by, created_at, updated_at, flagged_at, coalesce(flag_reason, '')`
 
 func scanRefund(row pgx.Row) (Refund, error) {
 	var r Refund
 	err := row.Scan(&r.ID, &r.PaymentID, &r.OrderID, &r.Amount, &r.Currency, &r.Status,
-		&r.GatewayRefundID, &r.Detail, &r.CreatedAt, &r.UpdatedAt, &r.FlaggedAt, &r.FlagReason)
+		&r.GatewayRefundID, &r.Detail, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt, &r.FlaggedAt, &r.FlagReason)
 	return r, err
 }
 
@@ -104,52 +105,100 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		if err != nil {
 			return err
 		}
-		existing, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND request_key = $2`, sess.ID, in.RequestKey))
-		if err == nil {
-			if existing.Amount != in.Amount {
-				return Errorf(ECONFLICT, "this request already refunded %d, not %d", existing.Amount, in.Amount)
-			}
-			out = existing
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("refund: read: %w", err)
-		}
-		if cur.Status != StatusCompleted {
-			return Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
-		}
-		var committed int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'`, sess.ID).Scan(&committed); err != nil {
-			return fmt.Errorf("refund: sum: %w", err)
-		}
-		if committed+in.Amount > cur.Amount {
-			return Errorf(ECONFLICT, "refunds would exceed the amount received: %d already refunded or pending of %d", committed, cur.Amount)
-		}
-		out, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
-			next_check_at, created_by, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING `+refundColumns,
-			uuid.NewString(), sess.ID, sess.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.RegisterGrace),
-			string(actor.Kind)+":"+actor.ID, now))
-		if err != nil {
-			return dbError("refund: insert", err, "")
-		}
-		created = true
-		return nil
+		out, created, err = s.claimRefund(ctx, tx, cur, actor, in, now)
+		return err
 	})
 	if err != nil {
 		return RefundResult{}, err
 	}
-	if out.Status == RefundPending {
-		out, err = s.driveRefund(ctx, sess, out)
-		if err != nil {
-			s.log.Info("refund not settled yet", "refund", out.ID, "err", err)
-			out, err = s.GetRefund(context.WithoutCancel(ctx), out.ID)
-			if err != nil {
-				return RefundResult{}, err
-			}
-		}
+	if out, err = s.settleRefund(ctx, sess, out); err != nil {
+		return RefundResult{}, err
 	}
 	return RefundResult{Refund: out, Created: created}, nil
+}
+
+// claimRefund is the claim of a refund, in the caller's transaction under the order → session
+// locks (cur is the locked session): the refund the request key made already, or a new Pending
+// one when the payment is Completed and its refunds (all but Failed ones) stay within the amount
+// received. created reports a new one. Every path that refunds (the API, the console's code-
+// confirmed and direct refunds, an approved four-eyes proposal) claims through here.
+func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, in RefundInput, now time.Time) (r Refund, created bool, err error) {
+	existing, found, err := refundByKey(ctx, tx, cur.ID, in.RequestKey)
+	if err != nil {
+		return Refund{}, false, err
+	}
+	if found {
+		if existing.Amount != in.Amount {
+			return Refund{}, false, Errorf(ECONFLICT, "this request already refunded %d, not %d", existing.Amount, in.Amount)
+		}
+		return existing, false, nil
+	}
+	if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
+		return Refund{}, false, err
+	}
+	r, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+		next_check_at, created_by, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING `+refundColumns,
+		uuid.NewString(), cur.ID, cur.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.RegisterGrace),
+		string(actor.Kind)+":"+actor.ID, now))
+	if err != nil {
+		return Refund{}, false, dbError("refund: insert", err, "")
+	}
+	return r, true, nil
+}
+
+// refundByKey reads the refund a request key made, if any.
+func refundByKey(ctx context.Context, q querier, sessionID, key string) (Refund, bool, error) {
+	r, err := scanRefund(q.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND request_key = $2`, sessionID, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, false, nil
+	}
+	if err != nil {
+		return Refund{}, false, fmt.Errorf("refund: read: %w", err)
+	}
+	return r, true, nil
+}
+
+// refundAllowed says whether amount may be refunded from the locked session cur now: it is
+// Completed and its refunds stay within the amount received (ECONFLICT otherwise).
+func refundAllowed(ctx context.Context, tx pgx.Tx, cur Session, amount int64) error {
+	if cur.Status != StatusCompleted {
+		return Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
+	}
+	committed, err := refundsCommitted(ctx, tx, cur.ID)
+	if err != nil {
+		return err
+	}
+	if committed+amount > cur.Amount {
+		return Errorf(ECONFLICT, "refunds would exceed the amount received: %s of %s %s already refunded or pending",
+			FormatMinor(committed, cur.Currency), FormatMinor(cur.Amount, cur.Currency), cur.Currency)
+	}
+	return nil
+}
+
+// refundsCommitted is how much of the session's money its refunds have taken or hold (every
+// refund but a Failed one).
+func refundsCommitted(ctx context.Context, q querier, sessionID string) (int64, error) {
+	var committed int64
+	if err := q.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'`, sessionID).Scan(&committed); err != nil {
+		return 0, fmt.Errorf("refund: sum: %w", err)
+	}
+	return committed, nil
+}
+
+// settleRefund asks the gateway about a refund just claimed (still Pending) and applies the
+// answer. No answer is not an error: the refund stays Pending for the patrol, and is returned as
+// the database has it.
+func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
+	if r.Status != RefundPending {
+		return r, nil
+	}
+	out, err := s.driveRefund(ctx, sess, r)
+	if err != nil {
+		s.log.Info("refund not settled yet", "refund", r.ID, "err", err)
+		return s.GetRefund(context.WithoutCancel(ctx), r.ID)
+	}
+	return out, nil
 }
 
 // askRefund learns what the gateway did with refund r, asking in a way that can never refund

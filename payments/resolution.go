@@ -33,6 +33,16 @@ import (
 // approval, so such a later contradiction opens a fresh case instead of being swallowed by the
 // one-open-case-per-kind index.
 
+// The same machinery decides finance refunds above REFUND_DIRECT_LIMIT (staff_refund.go): a
+// proposal of kind ProposalRefund carries the amount and the refund form's intent key, and its
+// approval claims the refund through the refund core in the approval's transaction.
+
+// Proposal kinds.
+const (
+	ProposalSettle = "settle" // an outcome for a stuck session
+	ProposalRefund = "refund" // a refund of a Completed payment above the direct limit
+)
+
 // Resolution proposal states: proposed → approved | rejected, by guarded UPDATEs only.
 const (
 	ResolutionProposed = "proposed"
@@ -62,10 +72,15 @@ var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outco
 
 // Resolution is one proposal with its session's money and current status.
 type Resolution struct {
-	ID               int64
-	SessionID        string
-	OrderID          string
-	Outcome          Status
+	ID        int64
+	Kind      string // ProposalSettle or ProposalRefund
+	SessionID string
+	OrderID   string
+	Outcome   Status // settle: the proposed outcome
+	// RefundAmount (refund): what the approval refunds; RefundID: the refund it made.
+	RefundAmount     int64
+	RefundID         string
+	requestKey       string
 	StatusAtProposal Status
 	Reason           string
 	Evidence         string
@@ -82,6 +97,17 @@ type Resolution struct {
 
 // Pending reports whether the proposal waits for a decision.
 func (r Resolution) Pending() bool { return r.State == ResolutionProposed }
+
+// IsRefund reports whether the proposal is a refund's.
+func (r Resolution) IsRefund() bool { return r.Kind == ProposalRefund }
+
+// What says what the proposal does, for the audit log and messages.
+func (r Resolution) What() string {
+	if r.IsRefund() {
+		return "refund " + FormatMinor(r.RefundAmount, r.Currency) + " " + r.Currency
+	}
+	return string(r.StatusAtProposal) + " → " + string(r.Outcome)
+}
 
 // Target is how the proposal is named in messages.
 func (r Resolution) Target() string { return "#" + strconv.FormatInt(r.ID, 10) }
@@ -151,14 +177,16 @@ func (in ProposalInput) validate() (ProposalInput, error) {
 	return in, err
 }
 
-const resolutionColumns = `rp.id, rp.session_id::text, rp.order_id, rp.outcome, rp.status_at_proposal, rp.reason, rp.evidence,
+const resolutionColumns = `rp.id, rp.kind, rp.session_id::text, rp.order_id, coalesce(rp.outcome, ''), rp.status_at_proposal,
+	coalesce(rp.refund_amount, 0), coalesce(rp.refund_id::text, ''), coalesce(rp.request_key, ''), rp.reason, rp.evidence,
 	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
 	ps.amount, ps.currency, ps.status`
 
 func scanResolution(row pgx.Row) (Resolution, error) {
 	var r Resolution
 	var outcome, at, cur string
-	err := row.Scan(&r.ID, &r.SessionID, &r.OrderID, &outcome, &at, &r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
+	err := row.Scan(&r.ID, &r.Kind, &r.SessionID, &r.OrderID, &outcome, &at, &r.RefundAmount, &r.RefundID, &r.requestKey,
+		&r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
 		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur)
 	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
 	return r, err
@@ -254,16 +282,9 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 		if why := OutcomeRefusal(cur.Status, in.Outcome); why != "" {
 			return &Error{Code: ECONFLICT, Field: "outcome", Message: why}
 		}
-		var waiting int64
-		var waitingBy string
-		err = tx.QueryRow(ctx, `SELECT id, proposed_by FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`, cur.ID).Scan(&waiting, &waitingBy)
-		if err == nil {
-			return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
+		if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+			return err
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("propose resolution: read pending: %w", err)
-		}
-		// The unique index resolution_proposals_one_open is the last line behind this read.
 		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, outcome, status_at_proposal, reason, evidence, proposed_by, proposed_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 			cur.ID, cur.OrderID, string(in.Outcome), string(cur.Status), in.Reason, in.Evidence, by.Email, now).Scan(&id); err != nil {
@@ -276,6 +297,22 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 		return Resolution{}, err
 	}
 	return getResolution(ctx, s.db, id)
+}
+
+// noProposalWaiting refuses a second proposal for a session while one waits (of either kind: two
+// waiting proposals would race each other to approval). The caller holds the session's lock;
+// the unique index resolution_proposals_one_open is the last line behind this read.
+func noProposalWaiting(ctx context.Context, tx pgx.Tx, sessionID string) error {
+	var waiting int64
+	var waitingBy string
+	err := tx.QueryRow(ctx, `SELECT id, proposed_by FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`, sessionID).Scan(&waiting, &waitingBy)
+	if err == nil {
+		return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("proposal: read pending: %w", err)
+	}
+	return nil
 }
 
 // explainDecided turns a guarded UPDATE that found no proposal in state proposed into the
@@ -294,11 +331,13 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
 }
 
-// ApproveResolution applies a proposal: the outcome through applyTransition (Completed with the
-// order's one PaymentReceived entry), the session's open cases resolved, the approval audited —
-// one transaction under the order → session → finance lock order. The approver must not be the
+// ApproveResolution applies a proposal: a settlement's outcome through applyTransition
+// (Completed with the order's one PaymentReceived entry) with the session's open cases
+// resolved, or a refund claimed through the refund core — and the approval audited, in one
+// transaction under the order → session → finance lock order. The approver must not be the
 // proposer (checked here, by the guard of the UPDATE, and by the schema). Of two concurrent
-// approvals the second waits for the order lock and then finds the proposal approved.
+// approvals the second waits for the order lock and then finds the proposal approved. An
+// approved refund is asked of the gateway after commit, like every refund.
 func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Resolution, error) {
 	ctx, span := s.startSpan(ctx, "payments.resolution.approve", "", "")
 	defer span.End()
@@ -311,8 +350,10 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 		return Resolution{}, errSelfApproval
 	}
 	now := s.cfg.Clock.Now()
+	var cur Session
+	var refund *Refund
 	err = s.inTx(ctx, "approve resolution", func(tx pgx.Tx) error {
-		cur, err := lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
+		cur, err = lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
 		if err != nil {
 			return err
 		}
@@ -330,6 +371,16 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 		if cur.Status != p.StatusAtProposal {
 			return Errorf(ECONFLICT, "payment %s moved from %s to %s since the proposal; its evidence may be stale: reject it and propose again",
 				Short(cur.ID), p.StatusAtProposal, cur.Status)
+		}
+		detail := fmt.Sprintf("#%d %s (proposed by %s): %s", id, p.What(), p.ProposedBy, p.Reason)
+		if p.IsRefund() {
+			r, err := s.approveRefund(ctx, tx, cur, p, by, now)
+			if err != nil {
+				return err
+			}
+			refund = &r
+			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+				Detail: detail + "; refund " + r.ID}, now)
 		}
 		reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
 		sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
@@ -353,10 +404,15 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			return fmt.Errorf("approve resolution: cases: %w", err)
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
-			Detail: fmt.Sprintf("#%d %s → %s (proposed by %s): %s", id, cur.Status, p.Outcome, p.ProposedBy, p.Reason)}, now)
+			Detail: detail}, now)
 	})
 	if err != nil {
 		return Resolution{}, err
+	}
+	if refund != nil {
+		if _, err := s.settleRefund(ctx, cur, *refund); err != nil {
+			return Resolution{}, err
+		}
 	}
 	return getResolution(ctx, s.db, id)
 }

@@ -88,6 +88,9 @@ type Hooks struct {
 	AfterCheckNowClaim func(ctx context.Context, ids []string)
 	// AfterResolutionLock runs inside ApproveResolution once the order and session rows are locked.
 	AfterResolutionLock func(ctx context.Context, sessionID string)
+	// AfterRefundLock runs inside the console's refunds (RefundByFinance, ConfirmRefund) once the
+	// order and session rows are locked.
+	AfterRefundLock func(ctx context.Context, sessionID string)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
@@ -113,7 +116,10 @@ type Config struct {
 	// GatewayURL (GATEWAY_URL) is the configured gateway's base URL: a confirmation_url on its
 	// own origin is trusted even over plain http (dev's simulator); any other must be https.
 	GatewayURL string
-	// CodeTTL and CodeAttempts bound one-time cancel codes (default 10 min, 5).
+	// RefundDirectLimit (REFUND_DIRECT_LIMIT) is, per currency in minor units, how much of a
+	// payment finance may refund without a second person; a currency not listed: nothing.
+	RefundDirectLimit map[string]int64
+	// CodeTTL and CodeAttempts bound one-time codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int
 	// GatewayTimeout is the per-call timeout of the gateway adapter (GATEWAY_TIMEOUT, default

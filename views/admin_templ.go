@@ -52,7 +52,7 @@ func Outbox(v OutboxView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1 data-testid=\"outbox-title\">Outbox</h1><p class=\"flash bad\" data-testid=\"outbox-warning\">Admins only: messages not yet delivered contain one-time cancel codes (once delivered, a code is kept redacted). Never read a code to a customer or act on one yourself; the customer reads their code to support.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1 data-testid=\"outbox-title\">Outbox</h1><p class=\"flash bad\" data-testid=\"outbox-warning\">Admins only: messages not yet delivered contain one-time codes (cancel and refund codes; once delivered, a code is kept redacted). Never read a code to a customer or act on one yourself; the customer reads their code to support.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

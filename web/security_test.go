@@ -18,7 +18,7 @@ import (
 func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 	t.Parallel()
 	for _, hsts := range []bool{false, true} {
-		e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), HSTS: hsts})
+		e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), HSTS: hsts, Payments: offline(t)})
 		for _, r := range []struct{ method, path string }{
 			{"GET", "/healthz"}, {"GET", "/login"}, {"GET", "/static/app.js"}, {"GET", "/api/openapi.json"},
 			{"GET", "/api/v1/payments/x"}, {"GET", "/no/such/page"}, {"POST", "/healthz"}, {"GET", "/checkout/o-1"},
@@ -75,7 +75,7 @@ func TestClientAddressTrustsOnlyTrustedProxies(t *testing.T) {
 		{[]*net.IPNet{lan}, "10.1.2.3:5555", "198.51.100.1, 10.9.9.9", "198.51.100.1"},
 		{[]*net.IPNet{lan}, "10.1.2.3:5555", "", "10.1.2.3"},
 	} {
-		e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), TrustedProxies: tc.trusted})
+		e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), TrustedProxies: tc.trusted, Payments: offline(t)})
 		e.GET("/ip", func(c echo.Context) error { return c.String(http.StatusOK, c.RealIP()) })
 		r := httptest.NewRequest(http.MethodGet, "/ip", nil)
 		r.RemoteAddr = tc.peer

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -22,7 +23,7 @@ import (
 func TestServerSpans(t *testing.T) {
 	t.Parallel()
 	rec := telemetrytest.New(t)
-	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), TracerProvider: rec})
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), TracerProvider: rec, Payments: offline(t)})
 	serve := func(method, target string, header ...string) {
 		r := httptest.NewRequest(method, target, nil)
 		for i := 0; i+1 < len(header); i += 2 {
@@ -34,9 +35,9 @@ func TestServerSpans(t *testing.T) {
 	_, caller := rec.Tracer("shop").Start(context.Background(), "shop backend")
 	caller.End()
 	sc := caller.SpanContext()
-	// No payment service on this replica: the API answers 503.
+	// The database does not answer: the key cannot be checked, and the API answers 503.
 	serve(http.MethodPost, "/api/v1/orders/o-77/payments?contact=secret.customer@example.com",
-		"traceparent", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01")
+		"traceparent", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", "Authorization", "Bearer pl_0123456789ab_"+strings.Repeat("0", 64))
 	serve(http.MethodGet, "/healthz")
 	serve(http.MethodGet, "/no/such/page")
 

@@ -23,7 +23,7 @@ import (
 type Deps struct {
 	// Logger receives the request log and internal errors. Default: slog.Default().
 	Logger *slog.Logger
-	// DB is the database pool (readiness, and whatever the handlers need). Nil: never ready.
+	// DB is the database pool (readiness, sessions, access). Nil: the pool of Payments.
 	DB *pgxpool.Pool
 	// ReplicaID names this replica on pages and in logs.
 	ReplicaID string
@@ -40,13 +40,15 @@ type Deps struct {
 	// client's address is needed (sign-in throttle, logs). Empty: the peer's own address, and
 	// X-Forwarded-For is ignored, whoever sends it.
 	TrustedProxies []*net.IPNet
-	// Access is who may do what (staff users, API keys, sign-in throttle). Nil with a DB: New
-	// builds one on DB with the clock of Payments (the system clock without Payments).
+	// Access is who may do what (staff users, API keys, sign-in throttle). Nil: New builds one
+	// on DB with the clock of Payments.
 	Access *access.Service
 	// MetricsElsewhere: /metrics is served on its own listener (METRICS_ADDR, MetricsHandler),
 	// not on this router.
 	MetricsElsewhere bool
-	// Payments is the locking core the JSON API drives. Nil: /api/v1 answers 503.
+	// Payments is the locking core every handler drives. Required: serve and dev always build
+	// it (a missing gateway configuration stops them before a server exists), so no handler
+	// has a "no service" mode.
 	Payments *payments.Service
 	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
 	// (payments.StaleAfterFor). Zero values are the defaults.
@@ -66,10 +68,21 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 }
 
-// New builds the Echo instance with middleware, error handler and routes.
+// New builds the Echo instance with middleware, error handler and routes. It panics without
+// Deps.Payments: that is a wiring bug, better found at start-up than as a nil dereference in
+// the first request.
 func New(d Deps) *echo.Echo {
+	if d.Payments == nil {
+		panic("web.New: Deps.Payments is required")
+	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.DB == nil {
+		d.DB = d.Payments.DB()
+	}
+	if d.Access == nil {
+		d.Access = access.New(d.DB, clockFunc(d.Payments.Now))
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -84,25 +97,16 @@ func New(d Deps) *echo.Echo {
 	if d.Idempotency.OnConflict == nil {
 		d.Idempotency.OnConflict = d.Metrics.idempotencyConflict
 	}
-	if d.Payments != nil {
-		if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
-			d.Logger.Warn("metrics: database counts not registered", "err", err)
-		}
-		if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
-			d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
-		}
+	if err := d.Metrics.Registry.Register(newStatsCollector(d.Payments, d.Logger)); err != nil {
+		d.Logger.Warn("metrics: database counts not registered", "err", err)
+	}
+	if err := d.Metrics.Registry.Register(newPatrolCollector(d.Payments, d.Logger)); err != nil {
+		d.Logger.Warn("metrics: patrol heartbeats not registered", "err", err)
 	}
 	if d.Live != nil {
 		if err := registerLive(d.Metrics.Registry, d.Live); err != nil {
 			d.Logger.Warn("metrics: live gauges not registered", "err", err)
 		}
-	}
-	if d.Access == nil && d.DB != nil {
-		var clock payments.Clock
-		if d.Payments != nil {
-			clock = clockFunc(d.Payments.Now)
-		}
-		d.Access = access.New(d.DB, clock)
 	}
 
 	// Order matters: security headers first, so every answer carries them (errors, 404s, static

@@ -154,15 +154,15 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 	case d.sim != nil:
 		fmt.Fprintf(w, "  gateway:  simulator at %s (hosted pages %s/pay/{id}, control API %s/_sim/state); its webhooks go to %s/webhooks/gateway\n",
 			d.sim.url, d.sim.url, d.sim.url, url)
-	case d.svc != nil && d.cfg.GatewayURL != "":
+	case d.cfg.GatewayURL != "":
 		fmt.Fprintf(w, "  gateway:  %s at %s\n", d.cfg.Gateway, d.cfg.GatewayURL)
-	case d.svc != nil:
+	default:
 		fmt.Fprintf(w, "  gateway:  %s\n", d.cfg.Gateway)
 	}
 	if !d.seed {
 		fmt.Fprintf(w, "  demo data: none seeded: DATABASE_URL names a database of its own (run `pitlane dev --demo` to seed demo orders and demo staff logins into it)\n")
 	}
-	if d.seed && d.sim != nil && d.svc != nil {
+	if d.seed && d.sim != nil {
 		note := "already present"
 		switch {
 		case d.seedErr != nil:
@@ -173,15 +173,13 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 		fmt.Fprintf(w, "  demo orders (%s):\n", note)
 		printDemo(ctx, w, d.svc)
 	}
-	if d.svc != nil {
-		printCheckoutLink(ctx, w, d.svc)
-		switch {
-		case !d.seed:
-		case d.staffErr != nil:
-			fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
-		default:
-			printStaff(w)
-		}
+	printCheckoutLink(ctx, w, d.svc)
+	switch {
+	case !d.seed:
+	case d.staffErr != nil:
+		fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
+	default:
+		printStaff(w)
 	}
 	fmt.Fprintf(w, "  Ctrl-C stops everything.\n\n")
 }

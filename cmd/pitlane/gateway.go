@@ -101,8 +101,9 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
 		GatewayURL: cfg.GatewayURL,
 		// The patrol's width, and the lease and in-flight graces derived from the gateway timeout.
-		SweepConcurrency: cfg.SweepConcurrency,
-		GatewayTimeout:   cfg.GatewayTimeout,
+		SweepConcurrency:  cfg.SweepConcurrency,
+		GatewayTimeout:    cfg.GatewayTimeout,
+		RefundDirectLimit: cfg.RefundDirectLimit,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

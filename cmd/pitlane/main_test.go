@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -202,7 +203,8 @@ func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32)}[k]
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32),
+			"GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +222,29 @@ func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	client.CloseIdleConnections()
 	if err := stop(); err != nil {
 		t.Fatalf("run after cancel: %v", err)
+	}
+}
+
+// TestServerNeedsItsGateway: a server without a usable gateway configuration does not start
+// (serve refuses it before opening the database, exit 2; a direct caller of the server process
+// gets the same error), so no server ever runs without its payment service.
+func TestServerNeedsItsGateway(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32)}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = run(ctx, cfg, testdb.Unreachable(t), slog.New(slog.DiscardHandler), func(string) {
+		t.Error("a server without a gateway started")
+		cancel()
+	})
+	var cerr *config.Error
+	if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "GATEWAY_URL") {
+		t.Fatalf("run without a gateway: %v, want the configuration error naming GATEWAY_URL", err)
 	}
 }
 

@@ -129,11 +129,9 @@ type serveOptions struct {
 
 // serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
 // URLs) are built after the listener is bound: with HTTP_ADDR port 0 the real port is known only
-// then.
-//
-// Without a usable gateway configuration (only reachable by calling run directly: serve checks
-// it first and exits 2) the server still serves the console and health probes; the API and the
-// webhook receiver answer 503 and no sweeper runs.
+// then. Every server has its payment service: without a usable gateway configuration it does
+// not start (serve checks it before opening the database and exits 2; a direct caller gets the
+// same error here).
 func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts serveOptions) error {
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -167,15 +165,10 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	metrics := web.NewMetrics()
 	svc, verifier, err := newService(cfg, pool, logger, metrics, tp)
 	if err != nil {
-		var cerr *config.Error
-		if !errors.As(err, &cerr) {
-			ln.Close()
-			return err
-		}
-		logger.Warn("no payment gateway configured: the API and the webhook receiver answer 503 and no sweeper runs", "reason", err.Error())
-		svc = nil
+		ln.Close()
+		return err
 	}
-	if verifier == nil && svc != nil {
+	if verifier == nil {
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
@@ -241,20 +234,16 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	// it would look after) and gives back its leases on the way out.
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
-	if svc != nil {
-		go func() {
-			defer close(swept)
-			svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
-		}()
-	} else {
-		close(swept)
-	}
+	go func() {
+		defer close(swept)
+		svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
+	}()
 	defer func() {
 		stopSweep()
 		<-swept
 	}()
 
-	if opts.started != nil && svc != nil {
+	if opts.started != nil {
 		if err := opts.started(ctx, cfg, svc); err != nil {
 			logger.Error("start-up step failed", "err", err)
 		}

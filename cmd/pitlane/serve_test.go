@@ -22,7 +22,7 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	cfg, err := config.Load(func(k string) string {
 		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32),
-			"MERCHANT_NAME": "Acme Serve Shop"}[k]
+			"MERCHANT_NAME": "Acme Serve Shop", "GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,14 +50,14 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	if code := status(get(base + "/metrics")); code != http.StatusNotFound {
 		t.Errorf("/metrics on the public port with METRICS_ADDR set = %d, want 404", code)
 	}
-	// The checkout names the configured merchant, even on its error page (no gateway here: 503).
+	// The checkout names the configured merchant, even on its refusal page (no signed link: 400).
 	if resp, err := client.Get(base + "/checkout/o-1"); err != nil {
 		t.Fatal(err)
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Acme Serve Shop") {
-			t.Errorf("checkout without a gateway = %d, want 503 naming MERCHANT_NAME:\n%s", resp.StatusCode, body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "Acme Serve Shop") {
+			t.Errorf("checkout without a link = %d, want 400 naming MERCHANT_NAME:\n%s", resp.StatusCode, body)
 		}
 	}
 	big := get(base + "/healthz")

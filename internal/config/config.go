@@ -65,6 +65,10 @@ type Config struct {
 	// MerchantName (MERCHANT_NAME) is whom customers pay: every checkout page shows it. "" when
 	// unset: see Merchant for what is shown then; `dev` sets DevMerchantName.
 	MerchantName string
+	// RefundDirectLimit (REFUND_DIRECT_LIMIT: "EUR:50000,USD:50000", minor units per currency)
+	// is how much of one payment finance refunds from the console without a second person;
+	// beyond it (and in any currency not listed) a refund needs a four-eyes approval.
+	RefundDirectLimit map[string]int64
 	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
 	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
 	OTLPTracesEndpoint string
@@ -206,10 +210,42 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, []byte(v))
 	}
+	if c.RefundDirectLimit, err = parseRefundLimit(getenv("REFUND_DIRECT_LIMIT")); err != nil {
+		return c, err
+	}
 	if c.OTLPTracesEndpoint, err = tracesEndpoint(getenv); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// parseRefundLimit reads REFUND_DIRECT_LIMIT: comma-separated CURRENCY:AMOUNT pairs, the amount
+// in minor units (as every amount of the API), e.g. "EUR:50000,JPY:50000" for 500.00 EUR and
+// 50000 JPY. Minor units per currency, not one number: 50000 is 500 EUR but only about 300 EUR
+// in yen. Unset: nil (finance refunds nothing without a second person).
+func parseRefundLimit(v string) (map[string]int64, error) {
+	var out map[string]int64
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		cur, amount, ok := strings.Cut(item, ":")
+		cur, amount = strings.TrimSpace(cur), strings.TrimSpace(amount)
+		n, err := strconv.ParseInt(amount, 10, 64)
+		if !ok || len(cur) != 3 || strings.ToUpper(cur) != cur || strings.IndexFunc(cur, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0 ||
+			err != nil || n < 0 || n >= 1e12 {
+			return nil, errorf("REFUND_DIRECT_LIMIT", "%q is not CURRENCY:AMOUNT in minor units (e.g. EUR:50000 for 500.00 EUR)", item)
+		}
+		if _, dup := out[cur]; dup {
+			return nil, errorf("REFUND_DIRECT_LIMIT", "%s is listed twice", cur)
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[cur] = n
+	}
+	return out, nil
 }
 
 // parseProxies reads TRUSTED_PROXIES: addresses (a single host) or CIDR ranges, comma-separated.

@@ -49,6 +49,7 @@ func TestValues(t *testing.T) {
 		"SECRET_KEY_FALLBACKS": strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
 		"TRUSTED_PROXIES":      "10.0.0.0/8, 192.168.1.7,fd00::/8",
 		"METRICS_ADDR":         "127.0.0.1:9091",
+		"REFUND_DIRECT_LIMIT":  "EUR:50000, JPY:8000",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,9 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Join(proxies, " ") != "10.0.0.0/8 192.168.1.7/32 fd00::/8" || c.MetricsAddr != "127.0.0.1:9091" {
 		t.Errorf("TRUSTED_PROXIES %v, METRICS_ADDR %q", proxies, c.MetricsAddr)
+	}
+	if len(c.RefundDirectLimit) != 2 || c.RefundDirectLimit["EUR"] != 50000 || c.RefundDirectLimit["JPY"] != 8000 {
+		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
 		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
@@ -123,6 +127,11 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"MERCHANT_NAME", "Acme\nShop"},
 		{"MERCHANT_NAME", strings.Repeat("m", MaxMerchantNameLen+1)},
 		{"MERCHANT_NAME", "Acme \xff"},
+		{"REFUND_DIRECT_LIMIT", "500"},
+		{"REFUND_DIRECT_LIMIT", "eur:500"},
+		{"REFUND_DIRECT_LIMIT", "EUR:5.00"},
+		{"REFUND_DIRECT_LIMIT", "EUR:-1"},
+		{"REFUND_DIRECT_LIMIT", "EUR:1,EUR:2"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
 		var cerr *Error

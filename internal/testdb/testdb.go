@@ -9,6 +9,7 @@ package testdb
 import (
 	"context"
 	"database/sql"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -114,4 +115,24 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	return Pool(t, NewURL(t))
+}
+
+// Unreachable is a pool on an address where nothing listens (a port just given back by the
+// kernel): every query fails at once with a refused connection, the database outage the
+// server turns into 503. For tests of what a server does before and without its database
+// (security headers, the route table, spans) — the server itself always has one.
+func Unreachable(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testdb: unreachable: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@"+addr+"/x?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatalf("testdb: unreachable: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

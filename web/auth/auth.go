@@ -49,9 +49,9 @@ const SessionLifetime = 12 * time.Hour
 
 // Config is what the manager needs.
 type Config struct {
-	// DB holds the sessions table. Nil: nobody can sign in; console pages answer 503.
+	// DB holds the sessions table (required).
 	DB *pgxpool.Pool
-	// Access holds the staff users. Nil: like a nil DB.
+	// Access holds the staff users (required).
 	Access *access.Service
 	// Secret keys the CSRF tokens of visitors without a session (the same on every replica).
 	Secret []byte
@@ -65,7 +65,7 @@ type Config struct {
 
 // Manager is the console's sessions, CSRF protection and role checks.
 type Manager struct {
-	sm        *scs.SessionManager // nil when there is no database
+	sm        *scs.SessionManager
 	db        *pgxpool.Pool
 	access    *access.Service
 	secret    []byte
@@ -86,37 +86,28 @@ func New(cfg Config) *Manager {
 		m.secret = make([]byte, 32)
 		_, _ = rand.Read(m.secret)
 	}
-	if cfg.DB != nil && cfg.Access != nil {
-		// Built by hand rather than with scs.New(): New installs an in-memory store whose
-		// cleanup goroutine would run forever beside the PostgreSQL store we use. pgxstore's
-		// own cleanup goroutine is off too (interval 0); SignIn deletes expired rows instead
-		// (ReapSessions): this package owns the store, so it owns its reaper.
-		m.sm = &scs.SessionManager{
-			Lifetime: SessionLifetime,
-			Store:    pgxstore.NewWithCleanupInterval(cfg.DB, 0),
-			Codec:    scs.GobCodec{},
-			ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-				m.log.Error("session", "err", err)
-				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
-			},
-			Cookie: scs.SessionCookie{
-				Name:     SessionCookie,
-				HttpOnly: true,
-				Path:     "/",
-				SameSite: http.SameSiteLaxMode,
-				Secure:   cfg.Secure,
-				Persist:  false,
-			},
-		}
+	// Built by hand rather than with scs.New(): New installs an in-memory store whose cleanup
+	// goroutine would run forever beside the PostgreSQL store we use. pgxstore's own cleanup
+	// goroutine is off too (interval 0); SignIn deletes expired rows instead (ReapSessions):
+	// this package owns the store, so it owns its reaper.
+	m.sm = &scs.SessionManager{
+		Lifetime: SessionLifetime,
+		Store:    pgxstore.NewWithCleanupInterval(cfg.DB, 0),
+		Codec:    scs.GobCodec{},
+		ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			m.log.Error("session", "err", err)
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		},
+		Cookie: scs.SessionCookie{
+			Name:     SessionCookie,
+			HttpOnly: true,
+			Path:     "/",
+			SameSite: http.SameSiteLaxMode,
+			Secure:   cfg.Secure,
+			Persist:  false,
+		},
 	}
 	return m
-}
-
-func (m *Manager) ready() error {
-	if m.sm == nil {
-		return &payments.Error{Code: payments.EUNAVAIL, Message: "the console needs the database, which this replica is not configured with"}
-	}
-	return nil
 }
 
 // Sessions loads the visitor's session (when their browser sent a session cookie) and saves
@@ -125,9 +116,6 @@ func (m *Manager) ready() error {
 func (m *Manager) Sessions() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if m.sm == nil {
-				return next(c)
-			}
 			req := c.Request()
 			c.Response().Header().Add("Vary", "Cookie")
 			var token string
@@ -164,9 +152,6 @@ func (m *Manager) save(c echo.Context) {
 
 // signedInEmail is the email of the session's staff user, "" when nobody is signed in.
 func (m *Manager) signedInEmail(ctx context.Context) string {
-	if m.sm == nil {
-		return ""
-	}
 	return m.sm.GetString(ctx, keyEmail)
 }
 
@@ -275,9 +260,6 @@ func Staff(c echo.Context) payments.Staff {
 func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if err := m.ready(); err != nil {
-				return err
-			}
 			req := c.Request()
 			ctx := req.Context()
 			c.Response().Header().Set("Cache-Control", "no-store")
@@ -338,9 +320,6 @@ func LocalPath(next string) string {
 // sessions of anyone (ReapSessions: pgxstore's cleanup goroutine is off) and dead sign-in
 // throttle rows are deleted on the way.
 func (m *Manager) SignIn(c echo.Context, u access.User) error {
-	if err := m.ready(); err != nil {
-		return err
-	}
 	ctx := c.Request().Context()
 	if err := m.sm.RenewToken(ctx); err != nil {
 		return fmt.Errorf("sign in: renew token: %w", err)
@@ -374,9 +353,6 @@ func (m *Manager) ReapSessions(ctx context.Context) (int64, error) {
 // store and worthless from now on) carrying nothing but the "signed out" message for the
 // sign-in page, and expiring in minutes.
 func (m *Manager) SignOut(c echo.Context) error {
-	if err := m.ready(); err != nil {
-		return err
-	}
 	ctx := c.Request().Context()
 	if err := m.sm.RenewToken(ctx); err != nil {
 		return fmt.Errorf("sign out: renew token: %w", err)
@@ -391,9 +367,6 @@ func (m *Manager) SignOut(c echo.Context) error {
 
 // Flash keeps a message for the next page this browser shows (after a redirect).
 func (m *Manager) Flash(c echo.Context, ok bool, msg string) {
-	if m.sm == nil {
-		return
-	}
 	key := keyFlash
 	if !ok {
 		key = keyFlashError
@@ -403,9 +376,6 @@ func (m *Manager) Flash(c echo.Context, ok bool, msg string) {
 
 // PopFlash takes the kept messages (empty when there are none).
 func (m *Manager) PopFlash(c echo.Context) (msg, errMsg string) {
-	if m.sm == nil {
-		return "", ""
-	}
 	ctx := c.Request().Context()
 	if !m.sm.Exists(ctx, keyFlash) && !m.sm.Exists(ctx, keyFlashError) {
 		return "", "" // popping nothing must not mark the session modified

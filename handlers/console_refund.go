@@ -1,0 +1,129 @@
+package handlers
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"pitlane/payments"
+	"pitlane/views"
+)
+
+// Refunds from the payment page (payments/staff_refund.go). Each form carries an intent key
+// rendered with the page, so submitting one form twice makes one code, refund or proposal.
+// Audited right after the core returns, with the outcome (a four-eyes proposal is audited by
+// the core, in its transaction).
+
+// readRefundForm reads a refund form posted for the payment of the path.
+func (h *Console) readRefundForm(c echo.Context) (payments.Session, payments.StaffRefundInput, error) {
+	sess, err := h.svc.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return sess, payments.StaffRefundInput{}, err
+	}
+	in, err := refundForm{Amount: c.FormValue("amount"), Reason: c.FormValue("reason"), Intent: c.FormValue("intent")}.input(sess)
+	return sess, in, err
+}
+
+// refundText says what happened to a refund, for people.
+func refundText(r payments.Refund) string {
+	switch r.Status {
+	case payments.RefundSucceeded:
+		return "Refunded " + views.Money(r.Amount, r.Currency) + "."
+	case payments.RefundFailed:
+		return "The refund of " + views.Money(r.Amount, r.Currency) + " failed: " + r.Detail + "."
+	}
+	return "Refund of " + views.Money(r.Amount, r.Currency) + " sent; the gateway has not confirmed it yet (it is asked again until it does)."
+}
+
+// RequestRefundCode: POST /payments/:id/refunds/code (support). A one-time code naming the
+// amount goes to the customer; the page then opens the form to enter it.
+func (h *Console) RequestRefundCode(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	sess, in, err := h.readRefundForm(c)
+	if err != nil && payments.ErrorCode(err) == payments.ENOTFOUND {
+		return err
+	}
+	var ch payments.Challenge
+	if err == nil {
+		ch, err = h.svc.RequestRefundCode(c.Request().Context(), st, in)
+	}
+	detail := outcome(err)
+	to := "/payments/" + sess.ID
+	if err == nil {
+		detail = fmt.Sprintf("%s: code sent, challenge %s, expires %s UTC: %s", views.Money(in.Amount, sess.Currency), ch.ID,
+			ch.ExpiresAt.UTC().Format("15:04:05"), strings.TrimSpace(in.Reason))
+		to += "?challenge=" + url.QueryEscape(ch.ID)
+	}
+	h.audit(c, payments.AuditRefundRequest, sess.ID, detail)
+	return h.done(c, to, "A one-time code for the refund went to the customer. Ask them to read it to you.", err)
+}
+
+// ConfirmRefund: POST /payments/:id/refunds/code/:challenge with the code the customer reads
+// out (support). Spends the code and refunds (one refund however often this is sent).
+func (h *Console) ConfirmRefund(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	id, challenge := c.Param("id"), c.Param("challenge")
+	res, err := h.svc.ConfirmRefund(c.Request().Context(), st, id, challenge, strings.TrimSpace(c.FormValue("code")))
+	detail, msg := outcome(err), ""
+	if err == nil {
+		r := res.Refund
+		detail = fmt.Sprintf("challenge %s: refund %s of %s, %s", challenge, r.ID, views.Money(r.Amount, r.Currency), r.Status)
+		msg = refundText(r)
+		if !res.Created {
+			detail += " (code already used; nothing new done)"
+			msg = "This code was already used. " + msg
+		}
+	}
+	h.audit(c, payments.AuditRefundConfirm, id, detail)
+	to := "/payments/" + id
+	if err != nil {
+		to += "?challenge=" + url.QueryEscape(challenge) // the code form again, with the refusal
+	}
+	return h.done(c, to, msg, err)
+}
+
+// RefundPayment: POST /payments/:id/refunds (finance). Within REFUND_DIRECT_LIMIT the refund
+// happens now; above it a four-eyes proposal waits for a second finance or admin user.
+func (h *Console) RefundPayment(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	sess, in, err := h.readRefundForm(c)
+	if err != nil && payments.ErrorCode(err) == payments.ENOTFOUND {
+		return err
+	}
+	var res payments.FinanceRefund
+	if err == nil {
+		res, err = h.svc.RefundByFinance(c.Request().Context(), st, in)
+	}
+	msg := ""
+	switch {
+	case err != nil:
+		h.audit(c, payments.AuditRefund, sess.ID, outcome(err))
+	case res.Proposal != nil:
+		p := res.Proposal
+		msg = fmt.Sprintf("%s is more than you may refund alone: proposal %s waits for a second finance or admin user.", views.Money(p.RefundAmount, p.Currency), p.Target())
+		if res.Replayed {
+			msg = fmt.Sprintf("This form was sent already: proposal %s (%s).", p.Target(), p.State)
+		}
+	default:
+		r := *res.Refund
+		detail := fmt.Sprintf("refund %s of %s, %s: %s", r.ID, views.Money(r.Amount, r.Currency), r.Status, strings.TrimSpace(in.Reason))
+		msg = refundText(r)
+		if res.Replayed {
+			detail += " (form sent again; nothing new done)"
+			msg = "This form was sent already. " + msg
+		}
+		h.audit(c, payments.AuditRefund, sess.ID, detail)
+	}
+	return h.done(c, "/payments/"+sess.ID, msg, err)
+}

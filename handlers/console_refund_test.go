@@ -1,0 +1,209 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"testing"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// completed creates a session and settles it Completed (the gateway says it succeeded).
+func (b *consoleBench) completed(t testing.TB, order string, amount int64) payments.Session {
+	t.Helper()
+	s := b.payment(t, order, amount)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	s, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID)
+	if err != nil || s.Status != payments.StatusCompleted {
+		t.Fatalf("setup: %s %v", s.Status, err)
+	}
+	return s
+}
+
+var refundCodeRe = regexp.MustCompile(`refund of ([0-9.]+ [A-Z]{3}) for order \S+ is (\d{6})\.`)
+
+// refundCode reads the last refund code the customer received, and the amount it names.
+func (b *consoleBench) refundCode(t testing.TB, sessionID string) (amount, code string) {
+	t.Helper()
+	var body string
+	if err := b.pool.QueryRow(context.Background(), `SELECT body FROM outbox WHERE payment_id = $1 AND kind = 'refund_code' ORDER BY id DESC LIMIT 1`,
+		sessionID).Scan(&body); err != nil {
+		t.Fatalf("no refund code in the outbox: %v", err)
+	}
+	m := refundCodeRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no refund code in %q", body)
+	}
+	return m[1], m[2]
+}
+
+// formValues reads a form of the page (its hidden inputs and prefilled values) for resubmitting.
+func formValues(doc *goquery.Document, id string) (action string, v url.Values) {
+	form := doc.Find(testid(id))
+	action, _ = form.Attr("action")
+	v = url.Values{}
+	form.Find("input[name]").Each(func(_ int, in *goquery.Selection) {
+		name, _ := in.Attr("name")
+		val, _ := in.Attr("value")
+		v.Set(name, val)
+	})
+	return action, v
+}
+
+// Support refunds part of a Completed payment from its page: the form (with its intent key) sends
+// the customer a code naming the amount; sent twice, it sends one code; a wrong code refunds
+// nothing; the right code refunds once, and again (a double submit) only replays. The page then
+// shows the refund and what is left to refund. Every step is audited.
+func TestConsoleSupportRefundByCode(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", "support")
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	s := b.completed(t, "o-console-refund", 1000)
+
+	doc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refundable", "10.00 EUR")
+	action, form := formValues(doc, "support-refund-form")
+	if form.Get("intent") == "" || form.Get("amount") != "10.00" || form.Get("csrf_token") == "" {
+		t.Fatalf("refund form %s %v: want an intent key, the full amount prefilled and a CSRF token", action, form)
+	}
+	// Without the CSRF token: refused, nothing sent.
+	if rec := sup.post(action, url.Values{"csrf_token": {""}, "amount": {"4.00"}, "reason": {"x"}, "intent": {form.Get("intent")}}); rec.Code != http.StatusForbidden {
+		t.Fatalf("refund without CSRF = %d", rec.Code)
+	}
+	form.Set("amount", "4.00")
+	form.Set("reason", "one item returned")
+	rec := sup.post(action, form)
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || loc == "/payments/"+s.ID {
+		t.Fatalf("request code → %d %q", rec.Code, loc)
+	}
+	doc = page(t, sup.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "code for the refund went to the customer")
+	wantText(t, doc, "refund-confirm", "Confirm the refund of 4.00 EUR")
+	confirm, _ := doc.Find(testid("refund-confirm-form")).Attr("action")
+	// The same form sent again (a double click): the same code, no second message.
+	if again := sup.post(action, form); again.Header().Get("Location") != rec.Header().Get("Location") {
+		t.Fatalf("the form again → %q, want %q", again.Header().Get("Location"), rec.Header().Get("Location"))
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND kind = 'refund_code'`, s.ID); n != 1 {
+		t.Fatalf("refund codes sent = %d, want 1", n)
+	}
+	amount, code := b.refundCode(t, s.ID)
+	if amount != "4.00 EUR" {
+		t.Fatalf("the code names %q, want 4.00 EUR", amount)
+	}
+	wrong := "000000"
+	if code == wrong {
+		wrong = "111111"
+	}
+	doc = page(t, sup.follow(sup.post(confirm, url.Values{"code": {wrong}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "wrong code")
+	if doc.Find(testid("refund-code")).Length() != 1 || doc.Find(testid("refund-row")).Length() != 0 {
+		t.Fatal("after a wrong code: the code form closed, or a refund appeared")
+	}
+	doc = page(t, sup.follow(sup.post(confirm, url.Values{"code": {code}})), http.StatusOK)
+	wantText(t, doc, "flash", "Refunded 4.00 EUR")
+	wantText(t, doc, "refund-status", "Succeeded")
+	wantText(t, doc, "refundable", "6.00 EUR")
+	if _, next := formValues(doc, "support-refund-form"); next.Get("intent") == form.Get("intent") || next.Get("amount") != "6.00" {
+		t.Fatalf("the next refund form reuses the intent key or does not offer the rest: %v", next)
+	}
+	doc = page(t, sup.follow(sup.post(confirm, url.Values{"code": {code}})), http.StatusOK)
+	wantText(t, doc, "flash", "already used")
+	if doc.Find(testid("refund-row")).Length() != 1 || b.gw.Calls(fakegw.OpRefund) != 1 {
+		t.Fatalf("refunds %d, gateway refunds %d: want 1 and 1", doc.Find(testid("refund-row")).Length(), b.gw.Calls(fakegw.OpRefund))
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	if r, c := b.audits(t, payments.AuditRefundRequest, s.ID), b.audits(t, payments.AuditRefundConfirm, s.ID); r != 2 || c != 3 {
+		t.Fatalf("audit: %d code requests, %d confirmations; want 2 and 3", r, c)
+	}
+	wantText(t, doc, "challenge-action", "refund of 4.00 EUR")
+}
+
+// Finance refunds within REFUND_DIRECT_LIMIT from the page at once; the same form sent twice
+// refunds once. Past the limit the form becomes a proposal the page shows as waiting; its
+// proposer's approval is refused, another finance user's refunds. Through the real router with
+// sessions, CSRF and roles.
+func TestConsoleFinanceRefundDirectAndFourEyes(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	_, e := b.replica(b.pool, "replica-limit", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 500} })
+	b.user(t, "f1@example.com", "finance")
+	b.user(t, "f2@example.com", "finance")
+	f1, f2 := newAgent(t, e), newAgent(t, e)
+	f1.login("f1@example.com")
+	f2.login("f2@example.com")
+	s := b.completed(t, "o-finance-console-refund", 2000)
+
+	doc := page(t, f1.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refund-limit", "up to 5.00 EUR")
+	action, form := formValues(doc, "finance-refund-form")
+	form.Set("amount", "3.00")
+	form.Set("reason", "late delivery")
+	doc = page(t, f1.follow(f1.post(action, form)), http.StatusOK)
+	wantText(t, doc, "flash", "Refunded 3.00 EUR")
+	// The same form again (a double submit): nothing new.
+	doc = page(t, f1.follow(f1.post(action, form)), http.StatusOK)
+	wantText(t, doc, "flash", "sent already")
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refunds after a double submit = %d, want 1", n)
+	}
+	wantText(t, doc, "refundable", "17.00 EUR")
+
+	// 3.00 more passes the 5.00 limit: a proposal, no refund.
+	action, form = formValues(doc, "finance-refund-form")
+	form.Set("amount", "3.00")
+	form.Set("reason", "goodwill")
+	doc = page(t, f1.follow(f1.post(action, form)), http.StatusOK)
+	wantText(t, doc, "flash", "proposal #")
+	wantText(t, doc, "refund-proposal-waiting", "3.00 EUR proposed by f1@example.com")
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refunds after the proposal = %d, want 1", n)
+	}
+	// Support sees the proposal waiting, but no link to the finance page it may not open.
+	b.user(t, "s1@example.com", "support")
+	sup := newAgent(t, e)
+	sup.login("s1@example.com")
+	sdoc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, sdoc, "refund-proposal-waiting", "3.00 EUR proposed by f1@example.com")
+	if n := sdoc.Find(testid("refund-proposal-waiting") + " a").Length(); n != 0 {
+		t.Fatalf("support sees %d links to /finance/resolutions, want none", n)
+	}
+	if n := doc.Find(testid("refund-proposal-waiting") + " a").Length(); n != 1 {
+		t.Fatalf("finance sees %d links to the proposal, want 1", n)
+	}
+	rdoc := page(t, f1.get("/finance/resolutions"), http.StatusOK)
+	wantText(t, rdoc, "resolution-outcome", "refund 3.00 EUR")
+	approve, _ := rdoc.Find(testid("approve-form")).Attr("action")
+	rdoc = page(t, f1.follow(f1.post(approve, nil)), http.StatusOK)
+	wantText(t, rdoc, "flash-error", "second finance or admin user must approve")
+	page(t, f2.get("/finance/resolutions"), http.StatusOK)
+	rdoc = page(t, f2.follow(f2.post(approve, nil)), http.StatusOK)
+	wantText(t, rdoc, "flash", "approved: refund 3.00 EUR")
+
+	doc = page(t, f1.get("/payments/"+s.ID), http.StatusOK)
+	if n := doc.Find(testid("refund-row")).Length(); n != 2 || doc.Find(testid("refund-proposal-waiting")).Length() != 0 {
+		t.Fatalf("refund rows %d (want 2), proposal still waiting %d", n, doc.Find(testid("refund-proposal-waiting")).Length())
+	}
+	wantText(t, doc, "refundable", "14.00 EUR")
+	if n := b.gw.Calls(fakegw.OpRefund); n != 2 {
+		t.Fatalf("gateway refunds = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("RefundIssued entries = %d, want 2", n)
+	}
+	if n := b.audits(t, payments.AuditRefund, s.ID); n != 2 {
+		t.Fatalf("payment.refund audit entries = %d, want 2 (the refund and its replay)", n)
+	}
+	if p, a := b.audits(t, payments.AuditResolutionPropose, s.ID), b.audits(t, payments.AuditResolutionApprove, s.ID); p != 1 || a != 1 {
+		t.Fatalf("audit: %d proposals, %d approvals", p, a)
+	}
+}

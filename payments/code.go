@@ -1,0 +1,283 @@
+package payments
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// One-time codes confirm what a customer must agree to: a cancel, a refund support starts
+// (contract: "one-time code limits (cancel, and any later code-confirmed action)"). Each action
+// issues its code with issueCode and spends it with tryCode, both in the action's own
+// transaction under the order → session locks, so the limits below are one budget per payment
+// whatever the action, and every replica spends the same one:
+//
+//   - a new code replaces the earlier ones (they answer EEXPIRED, 410): asking again never
+//     leaves several codes to guess at;
+//   - at most CodeRequestsPerHour code requests per payment per hour (then ELOCKED, 429, with
+//     Retry-After): a customer's phone is not flooded, and requests do not buy guesses;
+//   - at most CodeGuessesPerDay wrong guesses per payment per 24 hours across all its codes
+//     (then ELOCKED for everything code-confirmed on that payment, the right code included, until
+//     the oldest guess is a day old; a staff member must act meanwhile).
+const (
+	CodeRequestsPerHour = 3
+	CodeGuessesPerDay   = 10
+)
+
+// CodeAction is what a one-time code confirms.
+type CodeAction string
+
+const (
+	CodeCancel CodeAction = "cancel"
+	CodeRefund CodeAction = "refund"
+)
+
+// Challenge is a pending one-time code. The code itself is only ever in the message to the
+// customer (and in the outbox until it is delivered); the database keeps
+// HMAC(secret, challenge id || code).
+type Challenge struct {
+	ID        string
+	SessionID string
+	Action    CodeAction
+	Amount    int64 // refund: the amount the code confirms
+	ExpiresAt time.Time
+}
+
+// codeRequest is a new code about to be sent: what it confirms and the message that carries it.
+type codeRequest struct {
+	action CodeAction
+	// amount and requestKey: what a refund's code confirms, and the console form's intent key.
+	amount     int64
+	requestKey string
+	// kind is the outbox message kind; text writes the message around a code (the real one, or
+	// the redacted one the outbox keeps after delivery).
+	kind string
+	text func(code string) string
+}
+
+// codeChallenge is a challenge row as tryCode returns it to the action.
+type codeChallenge struct {
+	ID         string
+	Amount     int64
+	RequestKey string
+}
+
+// codeAttempt is what tryCode found. Replayed: the code had been consumed already by the same
+// code, and the action should report what that first confirmation did. Wrong: a wrong guess was
+// counted; the caller must COMMIT (the guess is spent) and then return Wrong.
+type codeAttempt struct {
+	Challenge codeChallenge
+	Replayed  bool
+	Wrong     error
+}
+
+// issueCode makes a new code for the session cur, locked by the caller together with its order,
+// in the caller's transaction: the limits, the earlier codes superseded, the challenge and the
+// message to the customer in the outbox. The caller delivers the message after commit
+// (s.deliver with the returned outbox id).
+func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, req codeRequest, now time.Time) (Challenge, int64, Message, error) {
+	if err := s.codeRequestAllowed(ctx, tx, cur.ID, now); err != nil {
+		return Challenge{}, 0, Message{}, err
+	}
+	code, err := newCode()
+	if err != nil {
+		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: %w", err)
+	}
+	ch := Challenge{ID: uuid.NewString(), SessionID: cur.ID, Action: req.action, Amount: req.amount, ExpiresAt: now.Add(s.cfg.CodeTTL)}
+	// The new code replaces every earlier one still open: only one code can be guessed at.
+	if _, err := tx.Exec(ctx, `UPDATE cancel_challenges SET superseded_at = $2
+		WHERE session_id = $1 AND consumed_at IS NULL AND superseded_at IS NULL`, cur.ID, now); err != nil {
+		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: supersede: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO cancel_challenges (id, session_id, action, amount, request_key, code_hash, expires_at, max_attempts, requested_by, created_at)
+		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, ''), $6, $7, $8, $9, $10)`, ch.ID, cur.ID, string(req.action), req.amount, req.requestKey,
+		s.codeHash(ch.ID, code), ch.ExpiresAt, s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
+		return Challenge{}, 0, Message{}, dbError("one-time code: insert", err, "")
+	}
+	var contact string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
+		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
+		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: contact: %w", err)
+	}
+	msg := Message{To: contact, Kind: req.kind, OrderID: cur.OrderID, PaymentID: cur.ID, Text: req.text(code), Redacted: req.text(redactedCode),
+		ChallengeID: ch.ID}
+	outboxID, err := enqueue(ctx, tx, msg, now)
+	if err != nil {
+		return Challenge{}, 0, Message{}, err
+	}
+	return ch, outboxID, msg, nil
+}
+
+// tryCode checks code against the challenge of action on the session and consumes it, in the
+// caller's transaction under the order → session locks. The attempt counter moves in the same
+// guarded UPDATE that consumes; hashes are compared in constant time. A malformed code is not
+// rejected early: it is a wrong code and costs an attempt like one, so probing the format tells
+// an attacker nothing and buys nothing. A code of another action is not found (a cancel code
+// never confirms a refund).
+func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, action CodeAction, code string, now time.Time) (codeAttempt, error) {
+	if !validUUID(challengeID) {
+		return codeAttempt{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
+	}
+	var (
+		ch           = codeChallenge{ID: challengeID}
+		hash         []byte
+		expiresAt    time.Time
+		attempts     int
+		maxAttempts  int
+		consumedAt   *time.Time
+		supersededAt *time.Time
+	)
+	err := tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at,
+			coalesce(amount, 0), coalesce(request_key, '')
+		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action)).
+		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return codeAttempt{}, Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
+	}
+	if err != nil {
+		return codeAttempt{}, fmt.Errorf("one-time code: challenge: %w", err)
+	}
+	match := s.codeMatches(hash, challengeID, code)
+	if consumedAt != nil {
+		if !match {
+			return codeAttempt{}, Errorf(EWRONG, "wrong code")
+		}
+		// The same code again: the action reports what the first confirmation did.
+		return codeAttempt{Challenge: ch, Replayed: true}, nil
+	}
+	if supersededAt != nil {
+		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
+	}
+	if !expiresAt.After(now) {
+		return codeAttempt{}, Errorf(EEXPIRED, "the code has expired; request a new one")
+	}
+	// The payment's guess budget first: once it is spent, no code (not even the right one) is
+	// tried, so guessing on and on never pays.
+	guessesLeft, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
+	if err != nil {
+		return codeAttempt{}, err
+	}
+	if attempts >= maxAttempts {
+		return codeAttempt{}, Errorf(ELOCKED, "too many wrong codes; request a new one")
+	}
+	// Consume (or count a wrong attempt) in one guarded UPDATE. The FOR UPDATE above already
+	// serialises confirmations of this challenge; the guard repeats the rules so the UPDATE
+	// alone is correct too.
+	var consumed bool
+	var left int
+	err = tx.QueryRow(ctx, `UPDATE cancel_challenges
+		SET attempts = attempts + 1, consumed_at = CASE WHEN $3 THEN $2::timestamptz END
+		WHERE id = $1 AND consumed_at IS NULL AND attempts < max_attempts AND expires_at > $2
+		RETURNING consumed_at IS NOT NULL, max_attempts - attempts`, challengeID, now, match).Scan(&consumed, &left)
+	if err != nil {
+		return codeAttempt{}, fmt.Errorf("one-time code: consume: %w", err)
+	}
+	if consumed {
+		return codeAttempt{Challenge: ch}, nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at) VALUES ($1, $2, $3)`,
+		sessionID, challengeID, now); err != nil {
+		return codeAttempt{}, fmt.Errorf("one-time code: count wrong guess: %w", err)
+	}
+	// What is left is the code's attempts or the payment's budget, whichever is smaller.
+	budgetSpent := false
+	if guessesLeft-1 < left {
+		left, budgetSpent = guessesLeft-1, guessesLeft-1 <= 0
+	}
+	wrong := &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; %d attempts left", left)}
+	switch {
+	case budgetSpent:
+		wrong.Message = fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked, a staff member can help", CodeGuessesPerDay)
+	case left <= 0:
+		wrong.Message = "wrong code; no attempts left, request a new one"
+	}
+	return codeAttempt{Challenge: ch, Wrong: wrong}, nil
+}
+
+// redactedCode stands for the code in the outbox once the message was delivered.
+const redactedCode = "••••••"
+
+// codeRequestAllowed enforces the per-payment limits on asking for a new code, in the caller's
+// transaction under the order → session locks (so two replicas cannot both take the last
+// request): at most CodeRequestsPerHour challenges created within the hour before now, and none
+// while the payment's guess budget is spent. ELOCKED carries when asking makes sense again.
+func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) error {
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM cancel_challenges
+		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
+		return fmt.Errorf("one-time code: count requests: %w", err)
+	}
+	if n >= CodeRequestsPerHour {
+		wait := oldest.Add(time.Hour).Sub(now)
+		return &Error{Code: ELOCKED, RetryAfter: wait,
+			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, roundUp(wait))}
+	}
+	_, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
+	return err
+}
+
+// codeGuessesLeft returns how many wrong guesses the payment may still make within the 24 hours
+// before now, or ELOCKED (with when the oldest counted guess lapses) when none. The caller holds
+// the order → session locks and writes its own wrong guess in the same transaction.
+func (s *Service) codeGuessesLeft(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) (int, error) {
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM code_wrong_guesses
+		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-24*time.Hour)).Scan(&n, &oldest); err != nil {
+		return 0, fmt.Errorf("one-time code: count wrong guesses: %w", err)
+	}
+	if n >= CodeGuessesPerDay {
+		wait := oldest.Add(24 * time.Hour).Sub(now)
+		return 0, &Error{Code: ELOCKED, RetryAfter: wait,
+			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a staff member can help meanwhile", CodeGuessesPerDay, roundUp(wait))}
+	}
+	return CodeGuessesPerDay - n, nil
+}
+
+// roundUp writes a wait for people: whole minutes, at least one.
+func roundUp(d time.Duration) time.Duration {
+	return max(d.Round(time.Minute), time.Minute)
+}
+
+// codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump
+// does not reveal codes, and bound to the challenge, so equal codes hash differently.
+func (s *Service) codeHash(challengeID, code string) []byte {
+	return codeHashUnder(s.cfg.CodeSecret, challengeID, code)
+}
+
+func codeHashUnder(secret []byte, challengeID, code string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(challengeID))
+	m.Write([]byte{0})
+	m.Write([]byte(code))
+	return m.Sum(nil)
+}
+
+// codeMatches reports whether code is the challenge's, whichever secret stored it: the current
+// one or a fallback (a code sent by a replica still on the old SECRET_KEY, or already on the new
+// one, while a rotation rolls out). Each comparison is constant-time.
+func (s *Service) codeMatches(stored []byte, challengeID, code string) bool {
+	match := hmac.Equal(stored, s.codeHash(challengeID, code))
+	for _, fb := range s.cfg.CodeSecretFallbacks {
+		match = hmac.Equal(stored, codeHashUnder(fb, challengeID, code)) || match
+	}
+	return match
+}
+
+// newCode returns a uniformly random 6-digit code from crypto/rand.
+func newCode() (string, error) {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%06d", n.Int64()), nil
+}

@@ -1,0 +1,97 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Finance's own writes from the console: closing a case with a note, and sending a flagged
+// session back to the patrol. Each is one short transaction audited in the same transaction
+// (the four-eyes resolution's writes are in resolution.go, Check now's in finance_workbench.go).
+
+// MaxResolutionLength bounds a resolution note.
+const MaxResolutionLength = 2000
+
+// ResolveCase closes an open case with a note (required: what was done, e.g. "refunded by hand,
+// ticket 123"), and audits it in the same transaction. ECONFLICT when it was already resolved.
+// Finance rows come last in the lock order, and this touches no other row.
+func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note string) (FinanceCase, error) {
+	note, err := requiredText("note", note, "say how the case was resolved", MaxResolutionLength)
+	if err != nil {
+		return FinanceCase{}, err
+	}
+	now := s.cfg.Clock.Now()
+	err = s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
+		var kind string
+		err := tx.QueryRow(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+			WHERE id = $1 AND resolved_at IS NULL RETURNING kind`, id, now, by.Email, note).Scan(&kind)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var resolvedBy string
+			var resolvedAt *time.Time
+			err := tx.QueryRow(ctx, `SELECT coalesce(resolved_by, ''), resolved_at FROM finance_cases WHERE id = $1`, id).Scan(&resolvedBy, &resolvedAt)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return Errorf(ENOTFOUND, "case %d not found", id)
+			}
+			if err != nil {
+				return fmt.Errorf("resolve case: %w", err)
+			}
+			return Errorf(ECONFLICT, "case %d was already resolved by %s", id, resolvedBy)
+		}
+		if err != nil {
+			return fmt.Errorf("resolve case: %w", err)
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditCaseResolve,
+			Target: CaseTarget(id), Detail: kind + ": " + note}, now)
+	})
+	if err != nil {
+		return FinanceCase{}, err
+	}
+	cases, err := s.listCases(ctx, `fc.id = $1`, id)
+	if err != nil || len(cases) != 1 {
+		return FinanceCase{}, fmt.Errorf("resolve case: read back: %w", err)
+	}
+	return cases[0], nil
+}
+
+// CaseTarget is how a case is named in the audit log.
+func CaseTarget(id int64) string { return "case:" + strconv.FormatInt(id, 10) }
+
+// RetryFlagged sends a flagged session back to the patrol now: the flag is cleared, the session
+// is due at once and its backoff schedule starts over (a finance user who asks for a retry wants
+// the patrol to keep looking, not to give up again after one more look). The sweep_exhausted
+// case stays open until finance resolves it. Audited in the same transaction. It changes no
+// status, so it takes only the session row (no order lock needed for the lock order).
+func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Session, error) {
+	if !validUUID(id) {
+		return Session{}, Errorf(ENOTFOUND, "payment %q not found", id)
+	}
+	now := s.cfg.Clock.Now()
+	var out Session
+	err := s.inTx(ctx, "retry flagged", func(tx pgx.Tx) error {
+		var reason string
+		err := tx.QueryRow(ctx, `SELECT coalesce(flag_reason, '') FROM payment_sessions
+			WHERE id = $1 AND flagged_at IS NOT NULL AND status = ANY($2) FOR UPDATE`, id, statusStrings(ActiveStatuses)).Scan(&reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, gerr := getSession(ctx, tx, id); gerr != nil {
+				return gerr
+			}
+			return Errorf(ECONFLICT, "payment %s is not flagged (or no longer active)", id)
+		}
+		if err != nil {
+			return dbError("retry flagged: lock", err, "")
+		}
+		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL,
+			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, now))
+		if err != nil {
+			return dbError("retry flagged", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditFlagRetry,
+			Target: id, Detail: "flag cleared (" + reason + "); due now"}, now)
+	})
+	return out, err
+}

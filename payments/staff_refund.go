@@ -1,0 +1,303 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Refunds people start from the console. Every one is claimed through the refund core
+// (claimRefund: the payment Completed, the refunds within the amount received, exactly one
+// RefundIssued entry when the gateway confirms) and asked of the gateway after commit. Three
+// ways in, by who asks:
+//
+//   - support: the customer confirms with a one-time code (RequestRefundCode sends it and
+//     names the amount, ConfirmRefund spends it and claims the refund in ONE transaction). The
+//     code machinery is cancel's (code.go): one budget of codes and guesses per payment.
+//   - finance, within REFUND_DIRECT_LIMIT: RefundByFinance claims the refund at once.
+//   - finance, above it: RefundByFinance records a four-eyes proposal instead
+//     (resolution.go); a second finance or admin user's approval claims the refund.
+//
+// The limit counts the payment's refunds together (every refund but a Failed one, a refund
+// proposal still waiting, and this one), judged under the order → session locks, so neither
+// splitting a refund into small ones nor two people refunding at once moves more than the limit
+// without a second person.
+//
+// Each console form carries an intent key rendered into it (like the checkout's Pay form): its
+// refund's request key is "console/<intent>", so however often one form is submitted (a double
+// click, a resubmit after a lost answer) it makes one refund, or one code, or one proposal.
+
+// Audit actions of console refunds (the four-eyes steps are resolution.propose/approve/reject).
+const (
+	AuditRefundRequest = "payment.refund_request" // support: a code went to the customer
+	AuditRefundConfirm = "payment.refund_confirm" // support: the customer's code confirmed the refund
+	AuditRefund        = "payment.refund"         // finance: a direct refund
+)
+
+// StaffRefundInput is one console refund form.
+type StaffRefundInput struct {
+	PaymentID string
+	Amount    int64
+	Reason    string
+	// IntentKey is the form's intent key (a UUID rendered into the form).
+	IntentKey string
+}
+
+func (in StaffRefundInput) validate() (StaffRefundInput, error) {
+	if in.Amount <= 0 || in.Amount >= MaxAmount {
+		return in, Invalid("amount", "the amount must be greater than 0")
+	}
+	if !validUUID(in.IntentKey) {
+		return in, Invalid("intent", "the refund form is damaged; reload the page")
+	}
+	var err error
+	in.Reason, err = requiredText("reason", in.Reason, "say why the payment is refunded", MaxReasonLength)
+	return in, err
+}
+
+// requestKey is the refund core's request key of the form.
+func (in StaffRefundInput) requestKey() string { return "console/" + in.IntentKey }
+
+// RefundDirectLimit is how much of a payment in currency finance may refund without a second
+// person (REFUND_DIRECT_LIMIT; 0 when the currency is not configured: every refund needs one).
+func (s *Service) RefundDirectLimit(currency string) int64 { return s.cfg.RefundDirectLimit[currency] }
+
+// RequestRefundCode starts support's refund: the amount is checked against the payment now, and
+// a one-time code naming it goes to the customer. The same form again while its code is still
+// open answers that code and sends nothing.
+func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefundInput) (Challenge, error) {
+	ctx, span := s.startSpan(ctx, "payments.refund.request_code", in.PaymentID, "")
+	defer span.End()
+	in, err := in.validate()
+	if err != nil {
+		return Challenge{}, err
+	}
+	sess, err := s.Get(ctx, in.PaymentID)
+	if err != nil {
+		return Challenge{}, err
+	}
+	ctx = traceSession(ctx, sess)
+	now := s.cfg.Clock.Now()
+	var ch Challenge
+	var msg Message
+	var outboxID int64
+	err = s.inTx(ctx, "request refund code", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		if r, found, err := refundByKey(ctx, tx, cur.ID, in.requestKey()); err != nil || found {
+			if err == nil {
+				err = Errorf(ECONFLICT, "this refund form was used already: refund %s is %s", Short(r.ID), r.Status)
+			}
+			return err
+		}
+		if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `SELECT id::text, expires_at FROM cancel_challenges
+			WHERE session_id = $1 AND action = 'refund' AND request_key = $2 AND amount = $3
+			  AND consumed_at IS NULL AND superseded_at IS NULL AND expires_at > $4 AND attempts < max_attempts`,
+			cur.ID, in.requestKey(), in.Amount, now).Scan(&ch.ID, &ch.ExpiresAt)
+		if err == nil {
+			ch.SessionID, ch.Action, ch.Amount = cur.ID, CodeRefund, in.Amount
+			return nil // the form's code is still open: no second message
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("request refund code: read: %w", err)
+		}
+		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
+		ch, outboxID, msg, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
+			requestKey: in.requestKey(), kind: "refund_code", text: func(code string) string {
+				return fmt.Sprintf("Your code to confirm a refund of %s for order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked for this refund.",
+					money, cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
+			}}, now)
+		return err
+	})
+	if err != nil {
+		return Challenge{}, err
+	}
+	if outboxID != 0 {
+		s.deliver(ctx, outboxID, msg)
+	}
+	return ch, nil
+}
+
+// ConfirmRefund spends the customer's code and claims the refund it names, in ONE transaction
+// under the order → session locks (a refused claim keeps the code unspent); after commit the
+// gateway is asked. The same code again finds the code consumed and the refund its form's key
+// made, and creates nothing (Created false).
+func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challengeID, code string) (RefundResult, error) {
+	ctx, span := s.startSpan(ctx, "payments.refund.confirm_code", sessionID, "")
+	defer span.End()
+	sess, err := s.Get(ctx, sessionID)
+	if err != nil {
+		return RefundResult{}, err
+	}
+	ctx = traceSession(ctx, sess)
+	now := s.cfg.Clock.Now()
+	var res RefundResult
+	var wrong error
+	err = s.inTx(ctx, "confirm refund", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
+			h(ctx, sess.ID)
+		}
+		try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now)
+		if err != nil {
+			return err
+		}
+		if try.Wrong != nil {
+			wrong = try.Wrong
+			return nil // commit the attempt
+		}
+		res.Refund, res.Created, err = s.claimRefund(ctx, tx, cur, by.Actor(),
+			RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey}, now)
+		return err
+	})
+	if err != nil {
+		return RefundResult{}, err
+	}
+	if wrong != nil {
+		return RefundResult{}, wrong
+	}
+	res.Refund, err = s.settleRefund(ctx, sess, res.Refund)
+	return res, err
+}
+
+// FinanceRefund is what RefundByFinance did: a refund (Refund), or a proposal waiting for a
+// second person (Proposal). Replayed: the form had done it already; nothing new happened.
+type FinanceRefund struct {
+	Refund   *Refund
+	Proposal *Resolution
+	Replayed bool
+}
+
+// RefundByFinance refunds directly while the payment's refunds, this one included, stay within
+// REFUND_DIRECT_LIMIT; above it, it records a four-eyes proposal (audited in the same
+// transaction) that a second finance or admin user approves. Both decided under the order →
+// session locks, so two concurrent refunds cannot both pass under the limit.
+func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundInput) (FinanceRefund, error) {
+	ctx, span := s.startSpan(ctx, "payments.refund.finance", in.PaymentID, "")
+	defer span.End()
+	in, err := in.validate()
+	if err != nil {
+		return FinanceRefund{}, err
+	}
+	sess, err := s.Get(ctx, in.PaymentID)
+	if err != nil {
+		return FinanceRefund{}, err
+	}
+	ctx = traceSession(ctx, sess)
+	now := s.cfg.Clock.Now()
+	var out FinanceRefund
+	var proposal int64
+	err = s.inTx(ctx, "finance refund", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
+			h(ctx, sess.ID)
+		}
+		// The form's earlier submission: its refund, or its proposal.
+		r, found, err := refundByKey(ctx, tx, cur.ID, in.requestKey())
+		if err != nil {
+			return err
+		}
+		if found {
+			out = FinanceRefund{Refund: &r, Replayed: true}
+			return formReused(r.Amount, in.Amount, cur.Currency)
+		}
+		var proposed int64
+		err = tx.QueryRow(ctx, `SELECT id, refund_amount FROM resolution_proposals WHERE session_id = $1 AND kind = 'refund' AND request_key = $2`,
+			cur.ID, in.requestKey()).Scan(&proposal, &proposed)
+		if err == nil {
+			out.Replayed = true
+			return formReused(proposed, in.Amount, cur.Currency)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("finance refund: read proposal: %w", err)
+		}
+		if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
+			return err
+		}
+		committed, err := refundsCommitted(ctx, tx, cur.ID)
+		if err != nil {
+			return err
+		}
+		var waiting int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(refund_amount), 0) FROM resolution_proposals
+			WHERE session_id = $1 AND kind = 'refund' AND state = 'proposed'`, cur.ID).Scan(&waiting); err != nil {
+			return fmt.Errorf("finance refund: waiting proposals: %w", err)
+		}
+		if committed+waiting+in.Amount > s.RefundDirectLimit(cur.Currency) {
+			proposal, err = proposeRefund(ctx, tx, cur, by, in, now)
+			return err
+		}
+		r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey()}, now)
+		out.Refund = &r
+		return err
+	})
+	if err != nil {
+		return FinanceRefund{}, err
+	}
+	if proposal != 0 {
+		p, err := getResolution(ctx, s.db, proposal)
+		out.Proposal = &p
+		return out, err
+	}
+	if !out.Replayed {
+		r, err := s.settleRefund(ctx, sess, *out.Refund)
+		out.Refund = &r
+		return out, err
+	}
+	return out, nil
+}
+
+// formReused refuses a form submitted again with another amount than the first time (its
+// intent key already did something else): the person reloads the page for a fresh form.
+func formReused(done, asked int64, currency string) error {
+	if done == asked {
+		return nil
+	}
+	return Errorf(ECONFLICT, "this refund form was already used for %s %s; reload the page to refund another amount",
+		FormatMinor(done, currency), currency)
+}
+
+// proposeRefund records a refund proposal for the locked, Completed session cur, audited in the
+// same transaction.
+func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in StaffRefundInput, now time.Time) (int64, error) {
+	if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (kind, session_id, order_id, status_at_proposal, refund_amount, request_key,
+			reason, evidence, proposed_by, proposed_at)
+		VALUES ('refund', $1, $2, $3, $4, $5, $6, '', $7, $8) RETURNING id`,
+		cur.ID, cur.OrderID, string(cur.Status), in.Amount, in.requestKey(), in.Reason, by.Email, now).Scan(&id); err != nil {
+		return 0, dbError("propose refund", err, "")
+	}
+	return id, recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditResolutionPropose, Target: cur.ID,
+		Detail: fmt.Sprintf("#%d refund %s %s (above the direct limit): %s", id, FormatMinor(in.Amount, cur.Currency), cur.Currency, in.Reason)}, now)
+}
+
+// approveRefund is the approval's effect for a refund proposal p, in ApproveResolution's
+// transaction under the order → session locks: the refund claimed with the form's request key
+// (the refund core re-checks the payment and the amount received) and bound to the proposal.
+func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) (Refund, error) {
+	r, _, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey}, now)
+	if err != nil {
+		return Refund{}, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE resolution_proposals SET refund_id = $2 WHERE id = $1`, p.ID, r.ID); err != nil {
+		return Refund{}, fmt.Errorf("approve refund: bind: %w", err)
+	}
+	return r, nil
+}

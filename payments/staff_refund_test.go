@@ -1,0 +1,369 @@
+package payments_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+var (
+	supportStaff = payments.Staff{Email: "support@example.com", Role: "support"}
+	finance1     = payments.Staff{Email: "f1@example.com", Role: "finance"}
+	finance2     = payments.Staff{Email: "f2@example.com", Role: "finance"}
+)
+
+// eurLimit gives finance a direct refund limit of 5.00 EUR per payment.
+func eurLimit(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 500} }
+
+func staffRefund(id string, amount int64, intent string) payments.StaffRefundInput {
+	return payments.StaffRefundInput{PaymentID: id, Amount: amount, Reason: "customer returned the goods", IntentKey: intent}
+}
+
+// Support's refund: the customer gets a code naming the amount; the same form again sends no
+// second code; a wrong code refunds nothing; the right one refunds once (one gateway refund, one
+// RefundIssued entry), and the same code again is a replay of that refund. A cancel's challenge
+// never confirms a refund.
+func TestSupportRefundConfirmedByCode(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-support-refund", 1000)
+	form := staffRefund(s.ID, 400, uuid.NewString())
+	ch, err := b.svc.RequestRefundCode(ctx, supportStaff, form)
+	if err != nil || ch.Action != payments.CodeRefund || ch.Amount != 400 {
+		t.Fatalf("request = %+v %v", ch, err)
+	}
+	var body string
+	if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE payment_id = $1 AND kind = 'refund_code'`, s.ID).Scan(&body); err != nil ||
+		!strings.Contains(body, "refund of 4.00 EUR") {
+		t.Fatalf("message %q %v: want one refund_code naming 4.00 EUR", body, err)
+	}
+	again, err := b.svc.RequestRefundCode(ctx, supportStaff, form)
+	if err != nil || again.ID != ch.ID {
+		t.Fatalf("the same form again = %+v %v, want challenge %s", again, err, ch.ID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1`, s.ID); n != 1 {
+		t.Fatalf("messages = %d, want 1 (the form's code is still open)", n)
+	}
+	code := b.lastCode(t, s.ID)
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, otherCode(code)); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("wrong code = %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds`); n != 0 {
+		t.Fatalf("a wrong code made %d refunds", n)
+	}
+	res, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	if err != nil || !res.Created || res.Refund.Status != payments.RefundSucceeded || res.Refund.Amount != 400 {
+		t.Fatalf("confirm = %+v %v", res, err)
+	}
+	replay, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	if err != nil || replay.Created || replay.Refund.ID != res.Refund.ID {
+		t.Fatalf("the same code again = %+v %v", replay, err)
+	}
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, form); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("the used form again = %v, want conflict", err)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refunds = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	// More than what is left is refused before any code is sent.
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 601, uuid.NewString())); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("over-refund = %v", err)
+	}
+	// A cancel's challenge is not a refund's.
+	open := b.registered(t, "o-cancel-not-refund", 1000)
+	cancel, err := b.svc.RequestCancel(ctx, api, open.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, open.ID, cancel.ID, b.lastCode(t, open.ID)); payments.ErrorCode(err) != payments.ENOTFOUND {
+		t.Fatalf("a cancel code for a refund = %v, want not found", err)
+	}
+}
+
+// Refund codes spend the payment's one code budget (contract: "cancel, and any later
+// code-confirmed action"): a new code replaces the earlier one, and the fourth request within an
+// hour is ELOCKED with Retry-After.
+func TestRefundCodesShareTheCodeLimits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-limits", 1000)
+	first, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 100, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCode := b.lastCode(t, s.ID)
+	b.clock.Advance(time.Minute)
+	second, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 200, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, first.ID, firstCode); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("the superseded code = %v, want expired", err)
+	}
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 300, uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 400, uuid.NewString()))
+	if payments.ErrorCode(err) != payments.ELOCKED || payments.RetryAfter(err) != 58*time.Minute {
+		t.Fatalf("fourth code within the hour = %v (retry after %s), want locked for 58m", err, payments.RetryAfter(err))
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, second.ID, firstCode); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("the second (superseded) challenge = %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds`); n != 0 {
+		t.Fatalf("refunds = %d", n)
+	}
+}
+
+// Finance within REFUND_DIRECT_LIMIT refunds at once; the same form again is a replay (one
+// gateway refund). Past the limit (the payment's refunds together) the form becomes a four-eyes
+// proposal: no refund, no gateway call; the proposer cannot approve it; a second finance user's
+// approval refunds through the refund core (one more gateway refund and ledger entry), and the
+// form submitted again finds that refund.
+func TestFinanceRefundDirectThenFourEyes(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	s := b.completed(t, "o-finance-refund", 2000)
+
+	direct := staffRefund(s.ID, 300, uuid.NewString())
+	r1, err := b.svc.RefundByFinance(ctx, finance1, direct)
+	if err != nil || r1.Refund == nil || r1.Proposal != nil || r1.Refund.Status != payments.RefundSucceeded || r1.Replayed {
+		t.Fatalf("direct refund = %+v %v", r1, err)
+	}
+	again, err := b.svc.RefundByFinance(ctx, finance1, direct)
+	if err != nil || !again.Replayed || again.Refund == nil || again.Refund.ID != r1.Refund.ID {
+		t.Fatalf("the same form again = %+v %v", again, err)
+	}
+	if _, err := b.svc.RefundByFinance(ctx, finance1, staffRefund(s.ID, 100, direct.IntentKey)); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("the same form with another amount = %v, want conflict", err)
+	}
+
+	// 300 refunded + 300 more is past the 500 limit: a proposal.
+	big := staffRefund(s.ID, 300, uuid.NewString())
+	p, err := b.svc.RefundByFinance(ctx, finance1, big)
+	if err != nil || p.Proposal == nil || p.Refund != nil || !p.Proposal.IsRefund() || p.Proposal.RefundAmount != 300 || !p.Proposal.Pending() {
+		t.Fatalf("above the limit = %+v %v", p, err)
+	}
+	if again, err := b.svc.RefundByFinance(ctx, finance1, big); err != nil || !again.Replayed || again.Proposal == nil || again.Proposal.ID != p.Proposal.ID {
+		t.Fatalf("the proposing form again = %+v %v", again, err)
+	}
+	if _, err := b.svc.RefundByFinance(ctx, finance2, staffRefund(s.ID, 100, uuid.NewString())); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("another proposal while one waits = %v, want conflict", err)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refunds before approval = %d, want 1", n)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, finance1, p.Proposal.ID); payments.ErrorCode(err) != payments.EFORBIDDEN {
+		t.Fatalf("the proposer's approval = %v, want forbidden", err)
+	}
+	approved, err := b.svc.ApproveResolution(ctx, finance2, p.Proposal.ID)
+	if err != nil || approved.State != payments.ResolutionApproved || approved.RefundID == "" {
+		t.Fatalf("approval = %+v %v", approved, err)
+	}
+	refund, err := b.svc.GetRefund(ctx, approved.RefundID)
+	if err != nil || refund.Status != payments.RefundSucceeded || refund.Amount != 300 {
+		t.Fatalf("approved refund = %+v %v", refund, err)
+	}
+	if again, err := b.svc.RefundByFinance(ctx, finance1, big); err != nil || !again.Replayed || again.Refund == nil || again.Refund.ID != refund.ID {
+		t.Fatalf("the proposing form after approval = %+v %v", again, err)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 2 {
+		t.Fatalf("gateway refunds = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("RefundIssued entries = %d, want 2", n)
+	}
+	actions := b.count(t, `SELECT count(*) FROM audit_log WHERE target = $1 AND action IN ('resolution.propose', 'resolution.approve')`, s.ID)
+	if actions != 2 {
+		t.Fatalf("audit entries of the four-eyes refund = %d, want propose and approve", actions)
+	}
+	// Past what was received: refused, whatever the limit.
+	if _, err := b.svc.RefundByFinance(ctx, finance1, staffRefund(s.ID, 1401, uuid.NewString())); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("over-refund = %v", err)
+	}
+}
+
+// Two finance refunds of 3.00 EUR at once on one payment, under a 5.00 EUR limit. The first
+// is parked holding the order → session locks; the second is seen waiting for them; then both
+// go on. The second counts the first's refund: one refund, one proposal.
+func TestDirectRefundLimitHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	hooked := func(c *payments.Config) {
+		eurLimit(c)
+		c.Hooks.AfterRefundLock = p.hook
+	}
+	b := newBench(t, hooked)
+	other := b.service(testdb.Pool(t, b.url), "replica-b", hooked)
+	s := b.completed(t, "o-limit-race", 1000)
+	type out struct {
+		r   payments.FinanceRefund
+		err error
+	}
+	run := func(svc *payments.Service, by payments.Staff) <-chan out {
+		ch := make(chan out, 1)
+		go func() {
+			r, err := svc.RefundByFinance(context.Background(), by, staffRefund(s.ID, 300, uuid.NewString()))
+			ch <- out{r, err}
+		}()
+		return ch
+	}
+	first := run(b.svc, finance1)
+	mustWait(t, p.arrived, "the first refund holds the locks")
+	second := run(other, finance2)
+	waitLockWaiters(t, b.pool, 1)
+	p.let(1)
+	mustWait(t, p.arrived, "the second refund gets the locks")
+	p.let(1)
+	o1, o2 := mustWait(t, first, "refund 1"), mustWait(t, second, "refund 2")
+	if o1.err != nil || o2.err != nil || o1.r.Refund == nil || o2.r.Proposal == nil {
+		t.Fatalf("outcomes = %+v %v / %+v %v, want a refund, then a proposal", o1.r, o1.err, o2.r, o2.err)
+	}
+	if n := b.count(t, `SELECT coalesce(sum(amount), 0)::int FROM refunds`); n != 300 {
+		t.Fatalf("refunded without a second person = %d, want 300", n)
+	}
+}
+
+// naiveDirectRefund judges the limit outside the serialising locks: read what was refunded,
+// then refund through the core. The negative control of the test above.
+func naiveDirectRefund(ctx context.Context, svc *payments.Service, pool *pgxpool.Pool, id string, limit, amount int64, afterRead func(context.Context, string)) (bool, error) {
+	var committed int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'`, id).Scan(&committed); err != nil {
+		return false, err
+	}
+	afterRead(ctx, id)
+	if committed+amount > limit {
+		return false, nil // would be a proposal
+	}
+	_, err := svc.CreateRefund(ctx, payments.Actor{Kind: payments.ActorStaff, ID: "naive"}, payments.RefundInput{PaymentID: id, Amount: amount, RequestKey: uuid.NewString()})
+	return err == nil, err
+}
+
+// The negative control: the same two refunds, both judged before either is claimed, both pass
+// the limit: 6.00 EUR refunded without a second person.
+func TestDirectRefundLimitNaiveCheckOverspends(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newBench(t, eurLimit)
+	s := b.completed(t, "o-limit-naive", 1000)
+	res := make(chan bool, 2)
+	for range 2 {
+		go func() {
+			ok, err := naiveDirectRefund(context.Background(), b.svc, b.pool, s.ID, 500, 300, p.hook)
+			if err != nil {
+				t.Error(err)
+			}
+			res <- ok
+		}()
+	}
+	mustWait(t, p.arrived, "first read")
+	mustWait(t, p.arrived, "second read")
+	p.let(2)
+	if !mustWait(t, res, "naive 1") || !mustWait(t, res, "naive 2") {
+		t.Fatal("the naive check refused one: the control expected both to pass")
+	}
+	if n := b.count(t, `SELECT coalesce(sum(amount), 0)::int FROM refunds`); n != 600 {
+		t.Fatalf("naive refunded %d; the control expected 600 (past the 500 limit)", n)
+	}
+}
+
+// One refund form submitted twice at once (a double click): the first holds the locks, the
+// second waits, then finds the refund the form's intent key made. One refund, one gateway call.
+// The negative control below submits the same two clicks with a fresh key each (a form without
+// an intent key) and gets two refunds: what the key prevents.
+func TestRefundFormDoubleSubmitRefundsOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		sameKey   bool
+		wantCalls int
+	}{{"one intent key", true, 1}, {"negative control: a key per submit", false, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newParker()
+			b := newBench(t, func(c *payments.Config) {
+				c.RefundDirectLimit = map[string]int64{"EUR": 1000}
+				c.Hooks.AfterRefundLock = p.hook
+			})
+			s := b.completed(t, "o-double-submit", 1000)
+			key := uuid.NewString()
+			submit := func() <-chan error {
+				ch := make(chan error, 1)
+				k := key
+				if !tc.sameKey {
+					k = uuid.NewString()
+				}
+				go func() {
+					_, err := b.svc.RefundByFinance(context.Background(), finance1, staffRefund(s.ID, 200, k))
+					ch <- err
+				}()
+				return ch
+			}
+			e1 := submit()
+			mustWait(t, p.arrived, "the first submit holds the locks")
+			e2 := submit()
+			waitLockWaiters(t, b.pool, 1)
+			p.let(1)
+			mustWait(t, p.arrived, "the second submit gets the locks")
+			p.let(1)
+			if err1, err2 := mustWait(t, e1, "submit 1"), mustWait(t, e2, "submit 2"); err1 != nil || err2 != nil {
+				t.Fatalf("submits = %v / %v", err1, err2)
+			}
+			if n := b.gw.Calls(fakegw.OpRefund); n != tc.wantCalls {
+				t.Fatalf("gateway refunds = %d, want %d", n, tc.wantCalls)
+			}
+			if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != tc.wantCalls {
+				t.Fatalf("RefundIssued entries = %d, want %d", n, tc.wantCalls)
+			}
+		})
+	}
+}
+
+// A refund code is a one-time code like a cancel's: when its delivery failed and a newer code
+// replaced it, the outbox retry sends only the newer one (the older is skipped, redacted).
+// Before the retry knew every code message (not only cancel_code), it sent both.
+func TestOutboxRetrySkipsDeadRefundCodes(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	s := b.completed(t, "o-dead-refund-code", 1000)
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 100, uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 200, uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	newCode := b.lastCode(t, s.ID)
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+		t.Fatalf("retry sent %d (%v), want 1: only the live code", sent, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.got) != 1 || !strings.Contains(n.got[0].Text, newCode) || !strings.Contains(n.got[0].Text, "refund of 2.00 EUR") {
+		t.Fatalf("delivered %+v, want only the newer code %s", n.got, newCode)
+	}
+	if c := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND skip_reason = 'superseded' AND body NOT LIKE '%' || $2 || '%'`, s.ID, newCode); c != 1 {
+		t.Fatalf("superseded refund code messages skipped and redacted = %d, want 1", c)
+	}
+}
