@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +74,7 @@ func TestBrowserOpsPage(t *testing.T) {
 	b := newConsoleBench(t)
 	b.user(t, "sup@example.com", access.RoleSupport)
 	b.opsBusyDay(t)
-	srv := httptest.NewServer(b.e)
-	defer srv.Close()
+	srv := b.server(t, b.e)
 
 	ctx := newBrowser(t)
 	csp := watchCSP(t, ctx)

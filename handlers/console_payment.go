@@ -29,6 +29,12 @@ func (h *Console) Payment(c echo.Context) error {
 	if liveRefresh(c) {
 		return render.Fragments(c, http.StatusOK, views.Payment(v), views.PageContent)
 	}
+	if htmx(c) {
+		// An action's form (views.actionForm) swapped this page in after its redirect: the
+		// address bar takes the page's URL (with ?challenge= when a code form is open), so a
+		// live refresh (static/live.js fetches location) keeps showing what the action opened.
+		c.Response().Header().Set("HX-Replace-Url", c.Request().URL.RequestURI())
+	}
 	v.Page = h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
 	return render.HTML(c, http.StatusOK, views.Payment(v))
 }

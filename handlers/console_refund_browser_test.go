@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +21,7 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 	b := newConsoleBench(t)
 	b.user(t, "sup@example.com", access.RoleSupport)
 	s := b.completed(t, "o-browser-refund", 2500)
-	srv := httptest.NewServer(b.e)
-	defer srv.Close()
+	srv := b.server(t, b.e)
 
 	ctx := newBrowser(t)
 	csp := watchCSP(t, ctx)
