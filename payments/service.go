@@ -400,29 +400,54 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 // lockOrderAndSession takes the two row locks in THE order (order, then session) and returns the
 // session as it is now, under lock.
 func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID string) (Session, error) {
-	var status string
-	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
-		return Session{}, dbError("lock order", err, "order %q not found", orderID)
-	}
+	return lockOrderAndSessionWith(ctx, tx, orderID, sessionID, nil)
+}
+
+// lockOrderAndSessionWith is lockOrderAndSession with more statements queued after the two locks
+// (more may queue reads with their own result callbacks). Everything goes in one round trip: a
+// pipelined batch whose statements the server still runs one after the other, each with its own
+// snapshot, so the session is read after the order lock was granted and the extra reads after
+// both — the same as sending them one by one, minus the waits in between. An error in one
+// statement aborts the transaction, so the ones after it fail too; the first error is returned.
+func lockOrderAndSessionWith(ctx context.Context, tx pgx.Tx, orderID, sessionID string, more func(b *pgx.Batch)) (Session, error) {
+	var (
+		b      pgx.Batch
+		status string
+		sess   Session
+		errOut error
+	)
+	b.Queue(`SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&status); err != nil {
+			return dbError("lock order", err, "order %q not found", orderID)
+		}
+		return nil
+	})
 	// A patrol drive carries its lease in ctx: the session is then locked only while the row still
 	// carries the drive's token (patrol.go). Under this row lock the token cannot change before
 	// commit, so everything this transaction writes is written by the lease holder or not at all.
+	scanLocked := func(r pgx.Row) error {
+		var err error
+		if sess, err = scanSession(r); err != nil {
+			if _, leased := leaseOf(ctx, sessionID); leased && errors.Is(err, pgx.ErrNoRows) {
+				return ErrLeaseLost
+			}
+			return dbError("lock session", err, "payment %q not found", sessionID)
+		}
+		return nil
+	}
 	if token, leased := leaseOf(ctx, sessionID); leased {
-		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-			WHERE id = $1 AND lease_token = $2 FOR UPDATE`, sessionID, token))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Session{}, ErrLeaseLost
-		}
-		if err != nil {
-			return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
-		}
-		return sess, nil
+		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 AND lease_token = $2 FOR UPDATE`,
+			sessionID, token).QueryRow(scanLocked)
+	} else {
+		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).QueryRow(scanLocked)
 	}
-	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID))
-	if err != nil {
-		return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
+	if more != nil {
+		more(&b)
 	}
-	return sess, nil
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		errOut = err
+	}
+	return sess, errOut
 }
 
 // logGatewayCall records one gateway call outside any transaction (it must survive a rollback of
