@@ -36,6 +36,8 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 // check is Check of a session the caller has just read (the patrol's claim returns it).
 func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	ctx = traceSession(ctx, sess)
+	ctx, flush := s.deferCallLog(ctx) // the call's log row rides in the apply transaction
+	defer flush()
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will
@@ -207,10 +209,17 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
-	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {
-		// The locks and whether we asked for a reverse, in one round trip.
+	call := pendingCallLog(ctx)
+	reachedCommit := false
+	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) (err error) {
+		defer func() { reachedCommit = err == nil }()
+		// The locks and whether we asked for a reverse, in one round trip; with them the log row
+		// of the gateway call this answer came from (deferCallLog).
 		var asked bool
 		cur, err := lockOrderAndSessionWith(ctx, tx, sess.OrderID, id, func(b *pgx.Batch) {
+			if call != nil {
+				b.Queue(insertGatewayCall, call.args...)
+			}
 			b.Queue(`SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).QueryRow(func(r pgx.Row) error {
 				if err := r.Scan(&asked); err != nil {
 					return fmt.Errorf("apply: reverse op: %w", err)
@@ -284,6 +293,10 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		}
 		return nil
 	})
+	if call != nil {
+		call.committed = err == nil
+		call.uncertain = err != nil && reachedCommit // the commit itself failed: the row may be in
+	}
 	if err != nil {
 		return Session{}, err
 	}

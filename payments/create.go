@@ -195,10 +195,14 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 	}
 	started := time.Now()
 	gp, gerr := s.gw.Register(ctx, req)
-	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
 	if gerr == nil {
-		return s.applyGatewayPayment(ctx, actor, sess, gp, "registered at the gateway")
+		// The call's log row rides in the apply transaction (deferCallLog).
+		actx, flush := s.deferCallLog(ctx)
+		defer flush()
+		s.logGatewayCall(actx, sess.ID, "register", req.IdempotencyKey, started, gerr)
+		return s.applyGatewayPayment(actx, actor, sess, gp, "registered at the gateway")
 	}
+	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
 	// The request's context may be gone (client hung up); the outcome must still be written.
 	ctx = context.WithoutCancel(ctx)
 	now := s.cfg.Clock.Now()

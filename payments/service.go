@@ -458,7 +458,7 @@ func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string,
 
 // logGatewayAnswer is logGatewayCall with what the gateway answered ("gateway says pending"),
 // kept as the detail of a call that succeeded: the finance workbench shows each stuck session's
-// last answer.
+// last answer. Inside a deferCallLog slot the row waits for the apply transaction instead.
 func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key string, started time.Time, err error, answer string) {
 	outcome := "ok"
 	status := 0
@@ -476,11 +476,67 @@ func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key strin
 		sid = sessionID
 	}
 	roundOf(ctx).count(err) // the patrol's back-pressure (patrol.go)
-	latency := time.Since(started).Milliseconds()
-	if _, lerr := s.db.Exec(context.WithoutCancel(ctx), `INSERT INTO gateway_calls
-		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
-		VALUES ($1, $2, $3, $4, nullif($5, 0), $6, $7, $8, $9)`,
-		sid, op, key, outcome, status, latency, detail, s.cfg.ReplicaID, s.cfg.Clock.Now()); lerr != nil {
-		s.log.Error("log gateway call", "err", lerr, "op", op, "session", sessionID)
+	args := []any{sid, op, key, outcome, status, time.Since(started).Milliseconds(), detail, s.cfg.ReplicaID, s.cfg.Clock.Now()}
+	if slot, ok := ctx.Value(callLogKey{}).(*callLogSlot); ok && slot.args == nil && sid != nil {
+		slot.args = args
+		return
 	}
+	s.writeCallLog(ctx, args, false)
+}
+
+const insertGatewayCall = `INSERT INTO gateway_calls
+		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
+		VALUES ($1, $2, $3, $4, nullif($5, 0), $6, $7, $8, $9)`
+
+// writeCallLog writes one gateway call's row on its own. guarded: only if that very row is not
+// there already (an apply transaction that carried it may have committed: its commit failed
+// with an unknown outcome).
+func (s *Service) writeCallLog(ctx context.Context, args []any, guarded bool) {
+	sql := insertGatewayCall
+	if guarded {
+		sql = `INSERT INTO gateway_calls
+			(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
+			SELECT $1::uuid, $2, $3, $4, nullif($5::int, 0), $6, $7, $8, $9
+			WHERE NOT EXISTS (SELECT 1 FROM gateway_calls WHERE session_id = $1::uuid AND operation = $2 AND idempotency_key = $3
+				AND outcome = $4 AND latency_ms = $6 AND detail = $7 AND replica_id = $8 AND created_at = $9)`
+	}
+	if _, err := s.db.Exec(context.WithoutCancel(ctx), sql, args...); err != nil {
+		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0])
+	}
+}
+
+// A gateway call and the apply transaction after it (Check, the patrol's drives, Create's
+// register) used to be two writes, each its own transaction: the call's log row, then the apply.
+// deferCallLog lets the apply transaction carry the row in its first round trip instead — one
+// statement and one commit less per settle — while keeping the rule that the call's row
+// survives whatever happens to the apply: the row is written on its own when the apply did not
+// commit it (it failed, or never ran), and guarded against a second copy when the apply's
+// commit had an unknown outcome.
+type callLogKey struct{}
+
+// callLogSlot holds the row of the first gateway call made under it.
+type callLogSlot struct {
+	args      []any
+	committed bool // an apply transaction carrying the row committed
+	uncertain bool // an apply transaction carrying the row failed at its commit
+}
+
+// deferCallLog gives ctx a slot for the next gateway call's row; flush (deferred by the caller)
+// writes the row unless an apply transaction did.
+func (s *Service) deferCallLog(ctx context.Context) (context.Context, func()) {
+	slot := &callLogSlot{}
+	return context.WithValue(ctx, callLogKey{}, slot), func() {
+		if slot.args != nil && !slot.committed {
+			s.writeCallLog(ctx, slot.args, slot.uncertain)
+			slot.args = nil
+		}
+	}
+}
+
+// pendingCallLog is the row waiting in ctx's slot for this transaction, if any.
+func pendingCallLog(ctx context.Context) *callLogSlot {
+	if slot, ok := ctx.Value(callLogKey{}).(*callLogSlot); ok && slot.args != nil && !slot.committed {
+		return slot
+	}
+	return nil
 }
