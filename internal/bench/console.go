@@ -23,7 +23,7 @@ import (
 	"pitlane/web"
 )
 
-// The console at scale (issue 12): a million sessions (BENCH_SCALE=small: 50,000) seeded with
+// The console at scale (issue 12): a million sessions (BENCH_SCALE=small: 20,000) seeded with
 // COPY — mostly settled, a few percent active, some of those late or flagged for finance, a
 // ledger entry per Completed one — and the console's pages served by the real router and
 // handlers (web.New: sessions, CSRF, roles) to a signed-in admin. Each page's p95 must stay under
@@ -47,8 +47,8 @@ var consolePages = []struct{ name, path string }{
 }
 
 func consoleAtScale(ctx context.Context, env *Env) ([]Figure, error) {
-	n := env.Size(50_000, 1_000_000)
-	samples := env.Size(20, 40)
+	n := env.Size(20_000, 1_000_000)
+	samples := env.Size(10, 40)
 	dbURL, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err

@@ -237,7 +237,7 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 
 func residentMemory(ctx context.Context, env *Env) ([]Figure, error) {
 	const clients = 32
-	n := env.Size(5000, 200000)
+	n := env.Size(1000, 200000)
 	srv, err := startServer(ctx, env, 0, clients)
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func residentMemory(ctx context.Context, env *Env) ([]Figure, error) {
 	defer srv.stop()
 	// The first requests fill what every process fills once (pools, caches of prepared
 	// statements, the HTTP server's buffers): "before" is a warm replica.
-	if _, err := closedLoop(ctx, clients, 0, 2000, func(ctx context.Context, _, seq int) error {
+	if _, err := closedLoop(ctx, clients, 0, env.Size(200, 2000), func(ctx context.Context, _, seq int) error {
 		return srv.create(ctx, fmt.Sprintf("warm-%d", seq))
 	}); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)

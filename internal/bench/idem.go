@@ -20,7 +20,7 @@ import (
 // under 1 ms. (An API request without a key goes through Run too, with its derived intent key:
 // the bare Create is the anchor because it is what a Create costs with no key at all.)
 func idempotencyOverhead(ctx context.Context, env *Env) ([]Figure, error) {
-	n := env.Size(200, 2000)
+	n := env.Size(100, 2000)
 	url, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err
