@@ -18,12 +18,16 @@ PKGS      ?= ./...
 TESTFLAGS ?=
 
 STRIPE_MOCK_VERSION := v0.203.0
+# axe-core, the accessibility rules the checkout's Chromium tests run in the page: a test-only
+# asset from the npm registry (never a browser download), installed into .bin/axe.
+AXE_VERSION := 4.14.1
 
 # Paths the tests read (exported to them by the test target). Override any of them to use
 # a binary from elsewhere.
 STRIPE_MOCK_BIN ?= $(BIN)/stripe-mock
 CHROMIUM_BIN    ?= /usr/bin/chromium
 PGBOUNCER_BIN   ?= /usr/sbin/pgbouncer
+AXE_JS          ?= $(BIN)/axe/node_modules/axe-core/axe.min.js
 
 # apt_install PACKAGES: as root install them (after one apt-get update), otherwise print the
 # exact command and stop. An install that fails stops the build loudly.
@@ -67,7 +71,13 @@ deps-test:
 	[ -x "$(CHROMIUM_BIN)" ] || missing="$$missing chromium"; \
 	[ -x "$(PGBOUNCER_BIN)" ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	$(call apt_install,$$missing)
+	@if ! grep -qs '"version": "$(AXE_VERSION)"' "$(BIN)/axe/node_modules/axe-core/package.json"; then \
+	  echo "make: installing axe-core $(AXE_VERSION) into $(BIN)/axe (npm)"; \
+	  mkdir -p "$(BIN)/axe" && npm install --prefix "$(BIN)/axe" --no-save --no-audit --no-fund --silent axe-core@$(AXE_VERSION) \
+	    || { echo "make: npm install axe-core@$(AXE_VERSION) FAILED" >&2; exit 1; }; \
+	fi
 	@if [ ! -x "$(STRIPE_MOCK_BIN)" ]; then \
 	  echo "make: installing stripe-mock $(STRIPE_MOCK_VERSION) into $(BIN)"; \
 	  GOBIN="$(BIN)" $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) \
@@ -97,7 +107,7 @@ $(TESTPG): FORCE
 ## test: one throwaway cluster for the whole run (testpg stops it even when tests fail and
 ## exits with the tests' status).
 test: deps-test check-generated vet $(TESTPG)
-	STRIPE_MOCK_BIN="$(STRIPE_MOCK_BIN)" CHROMIUM_BIN="$(CHROMIUM_BIN)" \
+	STRIPE_MOCK_BIN="$(STRIPE_MOCK_BIN)" CHROMIUM_BIN="$(CHROMIUM_BIN)" AXE_JS="$(AXE_JS)" \
 	PGBOUNCER_BIN="$$( [ -x "$(PGBOUNCER_BIN)" ] && echo "$(PGBOUNCER_BIN)" || command -v pgbouncer )" \
 	  $(TESTPG) -- $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 

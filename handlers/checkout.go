@@ -32,16 +32,48 @@ import (
 type Checkout struct {
 	svc        *payments.Service
 	staleAfter time.Duration
+	merchant   string
 	log        *slog.Logger
 }
 
 // NewCheckout builds the checkout handlers; idem.StaleAfter bounds how long one Pay click may
-// hold its intent key (zero: the default).
-func NewCheckout(svc *payments.Service, idem payments.IdempotencyConfig, log *slog.Logger) *Checkout {
+// hold its intent key (zero: the default); merchant is the name every page shows the customer
+// (MERCHANT_NAME; "" gives DefaultMerchantName).
+func NewCheckout(svc *payments.Service, idem payments.IdempotencyConfig, merchant string, log *slog.Logger) *Checkout {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Checkout{svc: svc, staleAfter: idem.StaleAfter, log: log}
+	return &Checkout{svc: svc, staleAfter: idem.StaleAfter, merchant: MerchantName(merchant), log: log}
+}
+
+// DefaultMerchantName is shown when no merchant name is configured (only reachable by building
+// the server without one: cmd always passes one).
+const DefaultMerchantName = "pitlane"
+
+// MerchantName is the name the checkout shows for merchant ("" → DefaultMerchantName).
+func MerchantName(merchant string) string {
+	if merchant == "" {
+		return DefaultMerchantName
+	}
+	return merchant
+}
+
+// view starts a page of the order.
+func (h *Checkout) view(orderID, state string) views.CheckoutView {
+	return views.CheckoutView{Merchant: h.merchant, OrderID: orderID, State: state}
+}
+
+// render answers a checkout page. A waiting page looks again by itself through the Refresh
+// header rather than <meta http-equiv="refresh">: browsers treat both alike, and the page
+// carries its own off switch (CheckoutUpdates), which the accessibility checkers' meta-refresh
+// rule cannot see. Every checkout answer is per order and changes any moment: never cached.
+func (h *Checkout) render(c echo.Context, status int, v views.CheckoutView) error {
+	hdr := c.Response().Header()
+	hdr.Set("Cache-Control", "no-store")
+	if u := v.Updates; u.Waiting() && !u.Off {
+		hdr.Set("Refresh", strconv.Itoa(u.RefreshSeconds())+"; url="+u.Next)
+	}
+	return render.HTML(c, status, views.Checkout(v))
 }
 
 // customer is the actor of every change the checkout causes.
@@ -91,10 +123,10 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 		return false, nil // a stale or foreign key: just show the order
 	}
 	if it.InFlight(h.svc.Now()) {
-		c.Response().Header().Set("Cache-Control", "no-store")
-		v := views.CheckoutView{OrderID: orderID, State: views.CheckoutConfirming}
-		v.RefreshURL, v.RefreshAfter = nextLook(c.Request().URL)
-		return true, render.HTML(c, http.StatusOK, views.Checkout(v))
+		v := h.view(orderID, views.CheckoutConfirming)
+		v.Amount, v.Currency = it.Amount, it.Currency
+		v.Updates = updates(c.Request().URL)
+		return true, h.render(c, http.StatusOK, v)
 	}
 	if it.SessionID == "" {
 		return false, nil
@@ -115,7 +147,6 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 // (CheckFromPage); in between the page shows what the database knows.
 func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, notice string) error {
 	ctx := c.Request().Context()
-	c.Response().Header().Set("Cache-Control", "no-store")
 	order, sessions, err := h.svc.GetOrder(ctx, orderID)
 	if err != nil && payments.ErrorCode(err) != payments.ENOTFOUND {
 		return err
@@ -135,8 +166,8 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 		}
 		active = findSession(sessions, order.ActiveSessionID)
 	}
-	v := views.CheckoutView{OrderID: orderID, Notice: notice}
-	self := "/checkout/" + url.PathEscape(orderID)
+	v := h.view(orderID, "")
+	v.Notice = notice
 	switch {
 	case order.Status == payments.OrderPaid:
 		v.State, v.Session = views.CheckoutPaid, findSession(sessions, order.PaidSessionID)
@@ -146,36 +177,46 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 		case active.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(active.ConfirmationURL):
 			v.State = views.CheckoutContinue
 		case active.Status == payments.StatusCanceling:
-			v.State = views.CheckoutCanceling
+			v.State, v.Updates = views.CheckoutCanceling, h.selfUpdates(c, orderID)
 		default: // Registering, Unknown, Authorized: the gateway's word is awaited
-			v.State = views.CheckoutConfirming
-			u := *c.Request().URL
-			u.Path, u.RawPath, u.RawQuery = self, "", url.Values{lookParam: {c.QueryParam(lookParam)}}.Encode()
-			v.RefreshURL, v.RefreshAfter = nextLook(&u)
+			v.State, v.Updates = views.CheckoutConfirming, h.selfUpdates(c, orderID)
 		}
 	default:
 		var latest *payments.Session
 		if len(sessions) > 0 {
 			latest = &sessions[len(sessions)-1]
 			v.Session = latest
-			if v.Notice == "" {
-				switch latest.Status {
-				case payments.StatusFailed:
-					v.Notice = "Your last payment attempt did not go through. You can try again."
-				case payments.StatusCanceled:
-					v.Notice = "Your last payment was canceled. You can pay again."
-				}
-			}
 		}
 		pay, err := h.payable(c, orderID, latest)
 		if err != nil {
 			v.State, status = refusedLink(err, status)
 			break
 		}
-		v.State, v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = views.CheckoutPay, pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
+		v.State = afterLatest(latest)
+		v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
 		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
 	}
-	return render.HTML(c, status, views.Checkout(v))
+	// The summary's amount is the session's where the page shows one; a refused link names none
+	// (not even the last payment's: the customer followed a link for another amount).
+	if v.Currency == "" && v.Session != nil && v.State != views.CheckoutBadLink && v.State != views.CheckoutExpired {
+		v.Amount, v.Currency = v.Session.Amount, v.Session.Currency
+	}
+	return h.render(c, status, v)
+}
+
+// afterLatest is the state of an order with no active session that may be paid: its last
+// payment's end tells the story (declined → try again, canceled → pay again), or nothing was
+// tried yet.
+func afterLatest(latest *payments.Session) string {
+	switch {
+	case latest == nil:
+		return views.CheckoutPay
+	case latest.Status == payments.StatusFailed:
+		return views.CheckoutDeclined
+	case latest.Status == payments.StatusCanceled:
+		return views.CheckoutCanceled
+	}
+	return views.CheckoutPay
 }
 
 // payOffer is what a Pay form pays: an amount and currency, and the link's sig and exp that
@@ -234,8 +275,13 @@ func refusedLink(err error, status int) (string, int) {
 	return state, status
 }
 
-// lookParam counts, in the URL a waiting page refreshes to, how often it has looked already.
-const lookParam = "look"
+// lookParam counts, in the URL a waiting page refreshes to, how often it has looked already;
+// autoParam=off (autoOff) is the customer's "stop updating this page".
+const (
+	lookParam = "look"
+	autoParam = "auto"
+	autoOff   = "off"
+)
 
 // maxRefreshAfter caps the waiting page's refresh interval.
 const maxRefreshAfter = 30 * time.Second
@@ -256,6 +302,38 @@ func nextLook(cur *url.URL) (string, time.Duration) {
 	u := *cur
 	u.RawQuery = q.Encode()
 	return u.RequestURI(), after
+}
+
+// updates is how the waiting page at cur looks again: by itself (nextLook), or, once the
+// customer turned that off (auto=off), only when they click "Check now".
+func updates(cur *url.URL) views.CheckoutUpdates {
+	q := cur.Query()
+	if q.Get(autoParam) == autoOff {
+		q.Del(autoParam)
+		on := *cur
+		on.RawQuery = q.Encode()
+		return views.CheckoutUpdates{Next: cur.RequestURI(), Off: true, Toggle: on.RequestURI()}
+	}
+	next, after := nextLook(cur)
+	q.Del(lookParam)
+	q.Set(autoParam, autoOff)
+	off := *cur
+	off.RawQuery = q.Encode()
+	return views.CheckoutUpdates{Next: next, After: after, Toggle: off.RequestURI()}
+}
+
+// selfUpdates are the updates of the order's own page: also from /return, the page looks
+// again at the order's plain URL, carrying only the look count and the off switch of the current
+// URL (not a link's amount or the customer's contact).
+func (h *Checkout) selfUpdates(c echo.Context, orderID string) views.CheckoutUpdates {
+	q := url.Values{}
+	for _, k := range []string{lookParam, autoParam} {
+		if v := c.QueryParam(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	u := url.URL{Path: "/checkout/" + orderID, RawQuery: q.Encode()}
+	return updates(&u)
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

@@ -59,7 +59,9 @@ func TestCheckoutPagesAskTheGatewayAtMostEvery5s(t *testing.T) {
 }
 
 // The page that waits for the gateway's word looks again by itself, less often each time: 1 s,
-// 2 s, 4 s, … up to 30 s (the main before this change refreshed every second forever).
+// 2 s, 4 s, … up to 30 s (the main before this change refreshed every second forever). It does
+// so with the Refresh header (no JavaScript; a <meta http-equiv="refresh"> would be flagged by
+// accessibility checks), and says so on the page with a "Check now" link to the same next look.
 func TestCheckoutConfirmingPageRefreshesLessOften(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
@@ -69,14 +71,20 @@ func TestCheckoutConfirmingPageRefreshesLessOften(t *testing.T) {
 	path := "/checkout/o-wait"
 	var got []string
 	for range 7 {
-		doc := page(t, a.get(path), http.StatusOK)
+		rec := a.get(path)
+		doc := page(t, rec, http.StatusOK)
 		if st, _ := doc.Find(testid("checkout-state")).Attr("data-state"); st != "confirming" {
 			t.Fatalf("state %q", st)
 		}
-		content, ok := doc.Find(`meta[http-equiv="refresh"]`).Attr("content")
-		after, next, found := strings.Cut(content, "; url=")
-		if !ok || !found {
-			t.Fatalf("refresh %q", content)
+		after, next, found := strings.Cut(rec.Header().Get("Refresh"), "; url=")
+		if !found || doc.Find(`meta[http-equiv="refresh"]`).Length() != 0 {
+			t.Fatalf("Refresh header %q, meta refresh tags %d", rec.Header().Get("Refresh"), doc.Find(`meta[http-equiv="refresh"]`).Length())
+		}
+		if now := doc.Find(testid("checkout-check-now")).AttrOr("href", ""); now != next {
+			t.Fatalf("Check now links %q, the refresh goes to %q", now, next)
+		}
+		if say := doc.Find(testid("checkout-updates")).AttrOr("data-after", ""); say != after {
+			t.Fatalf("the page says the next look is in %q s, the header %q", say, after)
 		}
 		got = append(got, after)
 		path = next
@@ -84,5 +92,38 @@ func TestCheckoutConfirmingPageRefreshesLessOften(t *testing.T) {
 	}
 	if want := "1 2 4 8 16 30 30"; strings.Join(got, " ") != want {
 		t.Fatalf("refresh intervals %v, want %s", got, want)
+	}
+}
+
+// A page that reloads itself must let its reader stop that (WCAG 2.2.1): "Stop updating this
+// page" leads to the same page without the Refresh header, where "Check now" looks once and
+// stays off, and a link turns the updates back on. The main before this change refreshed with
+// no way to stop it.
+func TestCheckoutWaitingPageUpdatesCanBeTurnedOff(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	s := b.payment(t, "o-off", 1999)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
+	a := b.agent(t)
+	doc := page(t, a.get("/checkout/o-off"), http.StatusOK)
+	off := doc.Find(testid("checkout-updates-toggle")).AttrOr("href", "")
+	if !strings.Contains(off, "auto=off") {
+		t.Fatalf("stop link %q", off)
+	}
+	for range 2 {
+		rec := a.get(off)
+		doc = page(t, rec, http.StatusOK)
+		if h := rec.Header().Get("Refresh"); h != "" {
+			t.Fatalf("updates turned off, yet Refresh: %q", h)
+		}
+		wantText(t, doc, "checkout-updates", "off")
+		off = doc.Find(testid("checkout-check-now")).AttrOr("href", "")
+		if !strings.Contains(off, "auto=off") {
+			t.Fatalf("Check now %q turns the updates back on", off)
+		}
+	}
+	on := doc.Find(testid("checkout-updates-toggle")).AttrOr("href", "")
+	if rec := a.get(on); strings.Contains(on, "auto=off") || rec.Header().Get("Refresh") == "" {
+		t.Fatalf("turn on %q: Refresh %q", on, rec.Header().Get("Refresh"))
 	}
 }

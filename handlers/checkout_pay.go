@@ -8,8 +8,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
-	"pitlane/views"
-	"pitlane/web/render"
 )
 
 // Pay: POST /checkout/:order_id, one Pay click. The form carries the intent key the page
@@ -75,8 +73,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 // refuse answers a Pay click whose link pays nothing with the refusal page (refusedLink).
 func (h *Checkout) refuse(c echo.Context, orderID string, err error) error {
 	state, status := refusedLink(err, http.StatusOK)
-	c.Response().Header().Set("Cache-Control", "no-store")
-	return render.HTML(c, status, views.Checkout(views.CheckoutView{OrderID: orderID, State: state}))
+	return h.render(c, status, h.view(orderID, state))
 }
 
 // isLastPayment reports whether in has the amount and currency of the order's last payment:

@@ -160,7 +160,8 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 		t.Fatalf("Pay: %d %s", rec.Code, rec.Body)
 	}
 	doc = page(t, a.follow(rec), http.StatusOK)
-	wantText(t, doc, "checkout-notice", "did not go through")
+	wantText(t, doc, "checkout-declined", "did not go through")
+	wantText(t, doc, "checkout-retry", "Try again: pay 5.00 EUR")
 	rec = a.post(action, form)
 	page(t, a.follow(rec), http.StatusOK)
 	if b.gw.Calls(fakegw.OpRegister) != 1 {

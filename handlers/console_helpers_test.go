@@ -37,6 +37,9 @@ var consoleT0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
 const testPassword = "correct horse battery"
 
+// testMerchant is the MERCHANT_NAME of the bench's servers (an ampersand: escaped, not lost).
+const testMerchant = "Harbour Books & Co."
+
 // consoleBench is one database, a fake gateway, a manual clock, a service and a server.
 type consoleBench struct {
 	url    string
@@ -67,7 +70,7 @@ func (b *consoleBench) replica(pool *pgxpool.Pool, id string, gw payments.Gatewa
 	}
 	svc := payments.NewService(pool, cfg)
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
-		SecretKey: []byte("console-test-secret-console-test-secret")})
+		SecretKey: []byte("console-test-secret-console-test-secret"), MerchantName: testMerchant})
 	return svc, e
 }
 

@@ -87,7 +87,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 				cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
 		}
 		msg = Message{To: contact, Kind: "cancel_code", OrderID: cur.OrderID, PaymentID: sessionID,
-			Text: text(code), Redacted: text(redactedCode)}
+			Text: text(code), Redacted: text(redactedCode), ChallengeID: ch.ID}
 		outboxID, err = enqueue(ctx, tx, msg, now)
 		return err
 	})

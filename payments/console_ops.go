@@ -122,7 +122,7 @@ type OutboxMessage struct {
 	CreatedAt   time.Time
 	DeliveredAt *time.Time
 	Attempts    int
-	LastError   string
+	LastError   string // or why the retry did not send it ("not sent: the code was superseded")
 }
 
 // Outbox returns the newest messages, optionally of one payment.
@@ -135,7 +135,7 @@ func (s *Service) Outbox(ctx context.Context, paymentID string) ([]OutboxMessage
 		pid = paymentID
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''),
-		created_at, delivered_at, attempts, coalesce(last_error, '')
+		created_at, delivered_at, attempts, coalesce('not sent: the code was ' || skip_reason, last_error, '')
 		FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200`, pid)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)

@@ -22,6 +22,9 @@ type Message struct {
 	// Redacted is Text without its secret (a one-time code), what the outbox keeps once the
 	// message is delivered; "" when Text holds nothing secret. Never sent.
 	Redacted string `json:"-"`
+	// ChallengeID is the one-time code's challenge a cancel-code message carries ("" for other
+	// messages): the retry sends nothing for a challenge that is dead by then. Never sent.
+	ChallengeID string `json:"-"`
 }
 
 // Notifier delivers a message outside pitlane. Every message is also kept in the outbox table,
@@ -64,12 +67,15 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 // enqueue writes a message to the outbox in the caller's transaction and returns its id.
 func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, error) {
 	var id int64
-	var pid any
+	var pid, cid any
 	if m.PaymentID != "" {
 		pid = m.PaymentID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, now).Scan(&id)
+	if m.ChallengeID != "" {
+		cid = m.ChallengeID
+	}
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, challenge_id, created_at)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %w", err)
 	}
@@ -84,8 +90,15 @@ const outboxAttempts = 5
 // short transaction (SKIP LOCKED and a fresh token, so two replicas never send the same message
 // at once), sent after commit with no lock held, and its outcome recorded only while the token
 // holds. A message never tried is left alone for RegisterGrace: the request that wrote it may be
-// delivering it right now. Cancel codes older than their TTL are not sent: a dead code is no use
-// to anyone.
+// delivering it right now.
+//
+// A one-time code that is dead by then is not sent: its challenge was superseded by a newer code
+// (the customer would get an old code that answers 410 next to the new one), consumed (the first
+// delivery reached the customer after all, and they have read it out), or it expired (no use to
+// anyone). Such a message is marked skipped with the reason, in the same claim, and its code
+// redacted like a delivered one. A code that dies while its message is on the wire (after the
+// claim committed) still arrives: closing that window would mean holding a lock across the
+// notifier's HTTP call, and the code answers 410 anyway.
 func (s *Service) DeliverOutbox(ctx context.Context) (int, error) {
 	if s.cfg.Notifier == nil {
 		return 0, nil
@@ -101,16 +114,26 @@ func (s *Service) outboxSource() patrolSource {
 		err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
-					SELECT id AS due_id FROM outbox
-					WHERE delivered_at IS NULL AND attempts < $1
-					  AND coalesce(next_attempt_at, created_at + $4::interval) <= $2
-					  AND (lease_until IS NULL OR lease_until <= $2)
-					  AND (kind <> 'cancel_code' OR created_at > $3)
-					ORDER BY id LIMIT $5
-					FOR UPDATE SKIP LOCKED
+					SELECT o.id AS due_id,
+						CASE WHEN o.kind <> 'cancel_code' THEN NULL
+						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
+						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
+						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
+						END AS dead
+					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
+					  AND coalesce(o.next_attempt_at, o.created_at + $4::interval) <= $2
+					  AND (o.lease_until IS NULL OR o.lease_until <= $2)
+					ORDER BY o.id LIMIT $5
+					FOR UPDATE OF o SKIP LOCKED
+				), skipped AS (
+					-- Rows without a challenge_id (other kinds, and codes written before it existed)
+					-- fall back on the code's TTL from the message's own age.
+					UPDATE outbox SET skipped_at = $2, skip_reason = due.dead, body = coalesce(redacted_body, body)
+					FROM due WHERE id = due.due_id AND due.dead IS NOT NULL
 				)
 				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
-				FROM due WHERE id = due.due_id
+				FROM due WHERE id = due.due_id AND due.dead IS NULL
 				RETURNING id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text`,
 				outboxAttempts, now, now.Add(-s.cfg.CodeTTL), s.cfg.RegisterGrace, limit, now.Add(s.cfg.LeaseDuration))
 			if err != nil {

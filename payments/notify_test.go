@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"pitlane/payments"
 )
@@ -71,5 +74,86 @@ func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND last_error IS NOT NULL`); n != 1 {
 		t.Fatalf("a refused delivery must stay undelivered with its error (%d)", n)
+	}
+}
+
+// A code whose first delivery failed waits in the outbox for the retry. When a newer code has
+// superseded it, or it was consumed (the failed delivery reached the customer after all and they
+// read the code out), the retry does not send it: the row is marked skipped with the reason and
+// its code redacted, and only the live code reaches the customer. The main before this change
+// sent every queued code, superseded and consumed ones included (3 messages here, not 1).
+func TestOutboxRetrySkipsDeadCodes(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+
+	// Superseded: two codes for one payment, both deliveries failed.
+	sup := b.registered(t, "o-superseded", 100)
+	if _, err := b.svc.RequestCancel(ctx, api, sup.ID); err != nil {
+		t.Fatal(err)
+	}
+	oldCode := b.lastCode(t, sup.ID)
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.RequestCancel(ctx, api, sup.ID); err != nil {
+		t.Fatal(err)
+	}
+	newCode := b.lastCode(t, sup.ID)
+
+	// Consumed: the delivery "failed", yet the customer read the code out to support.
+	con := b.registered(t, "o-consumed", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, con.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, con.ID, ch.ID, b.lastCode(t, con.ID)); err != nil {
+		t.Fatal(err)
+	}
+
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+		t.Fatalf("retry sent %d (%v), want 1: only the live code", sent, err)
+	}
+	n.mu.Lock()
+	got := slices.Clone(n.got)
+	n.mu.Unlock()
+	if len(got) != 1 || !strings.Contains(got[0].Text, newCode) || got[0].PaymentID != sup.ID {
+		t.Fatalf("delivered %+v, want only the newer code %s of %s", got, newCode, sup.ID)
+	}
+	for _, want := range []struct {
+		payment, reason string
+	}{{sup.ID, "superseded"}, {con.ID, "consumed"}} {
+		var body string
+		err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE payment_id = $1 AND skip_reason = $2
+			AND skipped_at IS NOT NULL AND delivered_at IS NULL`, want.payment, want.reason).Scan(&body)
+		if err != nil {
+			t.Fatalf("no message of %s marked %s: %v", want.payment, want.reason, err)
+		}
+		if strings.Contains(body, oldCode) || !strings.Contains(body, "••••••") {
+			t.Fatalf("skipped message keeps its code: %q", body)
+		}
+	}
+	// Skipped messages are done: later retries neither send nor count them again.
+	b.clock.Advance(5 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
+		t.Fatalf("second retry sent %d (%v)", sent, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE skipped_at IS NOT NULL`); n != 2 {
+		t.Fatalf("%d skipped messages, want 2", n)
+	}
+	// The admin outbox page says why they were not sent.
+	msgs, err := b.svc.Outbox(ctx, sup.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, m := range msgs {
+		reasons = append(reasons, m.LastError)
+	}
+	if !slices.Contains(reasons, "not sent: the code was superseded") {
+		t.Fatalf("outbox page reasons %q", reasons)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -87,7 +88,7 @@ func problemFor(err error) Problem {
 
 // errorHandler is Echo's one error handler: status from problemFor, problem+json for machine
 // paths, an HTML page for people, and a log line only for internal errors.
-func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
+func errorHandler(log *slog.Logger, replicaID, merchant string) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
@@ -123,6 +124,8 @@ func errorHandler(log *slog.Logger, replicaID string) echo.HTTPErrorHandler {
 			c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 			c.Response().WriteHeader(p.Status)
 			werr = jsonEncode(c, p)
+		case checkoutPath(req.URL.Path):
+			werr = checkoutError(c, p, merchant)
 		default:
 			werr = htmlError(c, p, replicaID)
 		}
@@ -154,6 +157,24 @@ func machinePath(path string) bool {
 func jsonEncode(c echo.Context, p Problem) error {
 	enc := c.Echo().JSONSerializer
 	return enc.Serialize(c, p, "")
+}
+
+// checkoutPath: the customer's pages, whose errors are the customer's error page (the
+// merchant's name, no console links).
+func checkoutPath(path string) bool { return strings.HasPrefix(path, "/checkout/") }
+
+// checkoutError is the customer's face of an error: what to do next in their words, and a way
+// back to the order's page (not for an order that is not there).
+func checkoutError(c echo.Context, p Problem, merchant string) error {
+	back := ""
+	if id := c.Param("order_id"); id != "" && p.Status != http.StatusNotFound {
+		back = "/checkout/" + url.PathEscape(id)
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back)); err != nil {
+		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
+	}
+	return nil
 }
 
 func htmlError(c echo.Context, p Problem, replicaID string) error {

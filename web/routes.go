@@ -91,7 +91,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)
 
-	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.Logger)
+	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.MerchantName, d.Logger)
 	e.GET("/checkout/:order_id", checkout.Page, pages()...)
 	e.POST("/checkout/:order_id", checkout.Pay, pages()...)
 	e.GET("/checkout/:order_id/return", checkout.Return, pages()...)

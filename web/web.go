@@ -52,6 +52,9 @@ type Deps struct {
 	Webhooks handlers.WebhookConfig
 	// Metrics is the process's Prometheus registry, served at /metrics. Nil: New makes one.
 	Metrics *Metrics
+	// MerchantName (MERCHANT_NAME) is whom customers pay, shown on every checkout page and the
+	// checkout's error pages. "": handlers.DefaultMerchantName.
+	MerchantName string
 	// TracerProvider makes the server span of each request (tracing.go). Nil: the global
 	// provider, a no-op unless the process installed one.
 	TracerProvider trace.TracerProvider
@@ -65,7 +68,7 @@ func New(d Deps) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID)
+	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID, handlers.MerchantName(d.MerchantName))
 
 	e.IPExtractor = ipExtractor(d.TrustedProxies)
 

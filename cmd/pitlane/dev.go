@@ -38,6 +38,9 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.MerchantName == "" {
+		cfg.MerchantName = config.DevMerchantName // a demo: its checkout says so
+	}
 	if len(cfg.SecretKey) == 0 {
 		if cfg.SecretKey, err = config.LoadOrCreateSecret(filepath.Join(*dir, "secret")); err != nil {
 			return err

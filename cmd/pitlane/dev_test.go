@@ -122,7 +122,7 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 }
 
 // checkDevCheckoutLink: the banner's signed checkout link is for the fresh order demo-2001 on
-// this server, and opens the Pay form for 25.00 EUR; the same link with the amount changed does not.
+// this server, and opens the Pay form for 25.00 EUR of the demo shop; the same link with the amount changed does not.
 func checkDevCheckoutLink(t *testing.T, client *http.Client, console string, banner []string) {
 	t.Helper()
 	var link string
@@ -146,7 +146,7 @@ func checkDevCheckoutLink(t *testing.T, client *http.Client, console string, ban
 		return resp.StatusCode, string(body)
 	}
 	if code, body := get(link); code != http.StatusOK || !strings.Contains(body, `data-testid="checkout-form"`) ||
-		!strings.Contains(body, `name="sig"`) || !strings.Contains(body, "25.00 EUR") {
+		!strings.Contains(body, `name="sig"`) || !strings.Contains(body, "25.00 EUR") || !strings.Contains(body, config.DevMerchantName) {
 		t.Errorf("GET %s = %d without the signed Pay form for 25.00 EUR:\n%s", link, code, body)
 	}
 	if code, body := get(strings.Replace(link, "amount=2500", "amount=1", 1)); code != http.StatusBadRequest || strings.Contains(body, `data-testid="checkout-form"`) {

@@ -165,6 +165,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("GATEWAY_WEBHOOK_SECRET is unset: every gateway webhook is refused; payments are still settled by the sweeper")
 	}
 
+	if cfg.MerchantName == "" {
+		logger.Warn("MERCHANT_NAME is unset: checkout pages name the merchant by the public host", "merchant", cfg.Merchant())
+	}
 	https := strings.HasPrefix(cfg.PublicBaseURL, "https://")
 	e := web.New(web.Deps{
 		Logger:    logger,
@@ -182,6 +185,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
 		Metrics:          metrics,
 		MetricsElsewhere: cfg.MetricsAddr != "",
+		MerchantName:     cfg.Merchant(),
 		TracerProvider:   tp,
 	})
 	srv := httpServer(e, cfg, logger)

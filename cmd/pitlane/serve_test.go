@@ -21,7 +21,8 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	pool := testdb.New(t)
 	metricsAddr := freeAddr(t)
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32)}[k]
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "SECRET_KEY": strings.Repeat("s", 32),
+			"MERCHANT_NAME": "Acme Serve Shop"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,16 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	}
 	if code := status(get(base + "/metrics")); code != http.StatusNotFound {
 		t.Errorf("/metrics on the public port with METRICS_ADDR set = %d, want 404", code)
+	}
+	// The checkout names the configured merchant, even on its error page (no gateway here: 503).
+	if resp, err := client.Get(base + "/checkout/o-1"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Acme Serve Shop") {
+			t.Errorf("checkout without a gateway = %d, want 503 naming MERCHANT_NAME:\n%s", resp.StatusCode, body)
+		}
 	}
 	big := get(base + "/healthz")
 	big.Header.Set("X-Padding", strings.Repeat("x", 2*maxHeaderBytes))

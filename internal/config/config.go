@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -54,9 +55,32 @@ type Config struct {
 	// every replica must use the same one. nil when unset: `dev` then persists a generated one
 	// in .pitlane/secret; `serve` refuses to start (RequireSecret).
 	SecretKey []byte
+	// MerchantName (MERCHANT_NAME) is whom customers pay: every checkout page shows it. "" when
+	// unset: see Merchant for what is shown then; `dev` sets DevMerchantName.
+	MerchantName string
 	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
 	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
 	OTLPTracesEndpoint string
+}
+
+// DevMerchantName is the merchant `pitlane dev` shows on its checkout pages unless MERCHANT_NAME
+// is set.
+const DevMerchantName = "pitlane demo shop"
+
+// MaxMerchantNameLen bounds MERCHANT_NAME (characters): it heads a phone-sized page.
+const MaxMerchantNameLen = 80
+
+// Merchant is the name the checkout shows: MERCHANT_NAME, or else the host of PUBLIC_BASE_URL
+// (pay.example.com). Unset in `serve`, a real customer is never shown a made-up shop name: the
+// host is what their address bar says anyway, plain but true.
+func (c Config) Merchant() string {
+	if c.MerchantName != "" {
+		return c.MerchantName
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err == nil && u.Hostname() != "" {
+		return u.Hostname()
+	}
+	return "this shop"
 }
 
 // Error is a configuration error: which variable, and what is wrong with it.
@@ -147,6 +171,13 @@ func Load(getenv func(string) string) (Config, error) {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return c, errorf("METRICS_ADDR", "%q has no valid port number", c.MetricsAddr)
 		}
+	}
+	if v := strings.TrimSpace(getenv("MERCHANT_NAME")); v != "" {
+		if n := len([]rune(v)); n > MaxMerchantNameLen || !utf8.ValidString(v) ||
+			strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			return c, errorf("MERCHANT_NAME", "must be 1-%d printable characters (the shop's name as customers know it)", MaxMerchantNameLen)
+		}
+		c.MerchantName = v
 	}
 	if v := getenv("SECRET_KEY"); v != "" {
 		if len(v) < MinSecretKeyLen {

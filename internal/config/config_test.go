@@ -99,6 +99,9 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"TRUSTED_PROXIES", "proxy.internal"},
 		{"METRICS_ADDR", "9090"},
+		{"MERCHANT_NAME", "Acme\nShop"},
+		{"MERCHANT_NAME", strings.Repeat("m", MaxMerchantNameLen+1)},
+		{"MERCHANT_NAME", "Acme \xff"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
 		var cerr *Error
@@ -112,6 +115,25 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		}
 		if strings.Contains(msg, "hunter2") {
 			t.Errorf("%s: the password leaked into the message: %q", tc.name, msg)
+		}
+	}
+}
+
+// MERCHANT_NAME is shown as set (trimmed); unset, the checkout names the host of
+// PUBLIC_BASE_URL (serve), never a made-up shop; dev sets DevMerchantName itself.
+func TestMerchantName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"MERCHANT_NAME": "  Café Ümlaut & Sons  "}, "Café Ümlaut & Sons"},
+		{map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com:8443/shop"}, "pay.example.com"},
+		{nil, "127.0.0.1"},
+	} {
+		c, err := Load(env(tc.env))
+		if err != nil || c.Merchant() != tc.want {
+			t.Errorf("%v: Merchant() = %q (%v), want %q", tc.env, c.Merchant(), err, tc.want)
 		}
 	}
 }

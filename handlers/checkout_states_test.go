@@ -1,0 +1,207 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/views"
+)
+
+// checkoutCase is one state of the checkout and the page that shows it.
+type checkoutCase struct {
+	state  string // views.Checkout…: the page's data-state
+	testid string // the state's own component (its heading)
+	path   string
+	status int
+	amount string // the order summary's amount ("" when the page can trust none)
+	form   bool   // a Pay form (a fresh intent) is offered
+	waits  bool   // the page looks again by itself (Refresh)
+}
+
+// checkoutStates prepares one order in each state of the checkout, through the core as the
+// shop, the gateway and support would bring it there, and returns the page of each.
+func (b *consoleBench) checkoutStates(t *testing.T) []checkoutCase {
+	t.Helper()
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	staff := payments.Actor{Kind: payments.ActorStaff, ID: "sup@example.com"}
+	settle := func(order string, st payments.GatewayStatus) {
+		t.Helper()
+		s := b.payment(t, order, 1999)
+		b.gw.SetStatus(s.GatewayPaymentID, st)
+		if _, err := b.svc.Check(ctx, shop, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel := func(order string) payments.Session {
+		t.Helper()
+		s := b.payment(t, order, 1999)
+		ch, err := b.svc.RequestCancel(ctx, staff, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body string
+		if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE payment_id = $1 ORDER BY id DESC LIMIT 1`, s.ID).Scan(&body); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.svc.ConfirmCancel(ctx, staff, s.ID, ch.ID, codeRe.FindStringSubmatch(body)[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Session
+	}
+
+	b.payment(t, "o-continue", 1999) // registered: waits for the customer at the gateway
+	s := b.payment(t, "o-processing", 1999)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
+	settle("o-paid", payments.GatewaySucceeded)
+	settle("o-declined", payments.GatewayDeclined)
+	if s := cancel("o-canceled"); s.Status != payments.StatusCanceled {
+		t.Fatalf("setup: canceled order is %s", s.Status)
+	}
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1) // the reverse is not confirmed yet
+	if s := cancel("o-canceling"); s.Status != payments.StatusCanceling {
+		t.Fatalf("setup: canceling order is %s", s.Status)
+	}
+	// A genuine link made 8 days ago: its 7 days are up.
+	past := payments.NewService(b.pool, payments.Config{Gateway: b.gw, CodeSecret: []byte("test-secret"),
+		Clock: payments.NewManualClock(b.clock.Now().Add(-8 * 24 * time.Hour))})
+	expired, err := past.CheckoutLink(ctx, "o-expired", 1999, "EUR", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(b.link(t, "o-changed", 1999, "EUR"), "amount=1999", "amount=1", 1)
+
+	return []checkoutCase{
+		{views.CheckoutPay, "checkout-ready", b.link(t, "o-pay", 1999, "EUR"), http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutContinue, "checkout-waiting", "/checkout/o-continue", http.StatusOK, "19.99 EUR", false, false},
+		{views.CheckoutConfirming, "checkout-confirming", "/checkout/o-processing", http.StatusOK, "19.99 EUR", false, true},
+		{views.CheckoutPaid, "checkout-paid", "/checkout/o-paid", http.StatusOK, "19.99 EUR", false, false},
+		{views.CheckoutDeclined, "checkout-declined", "/checkout/o-declined", http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutCanceling, "checkout-canceling", "/checkout/o-canceling", http.StatusOK, "19.99 EUR", false, true},
+		{views.CheckoutCanceled, "checkout-canceled", "/checkout/o-canceled", http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutExpired, "checkout-expired", expired.Path(), http.StatusGone, "", false, false},
+		{views.CheckoutBadLink, "checkout-bad-link", changed, http.StatusBadRequest, "", false, false},
+	}
+}
+
+// noScriptsOrInlineStyles: a checkout page works without JavaScript and within the
+// Content-Security-Policy (self only): no script at all, no inline style, no meta refresh (a
+// waiting page refreshes through the Refresh header instead).
+func noScriptsOrInlineStyles(t *testing.T, what string, doc *goquery.Document) {
+	t.Helper()
+	for _, sel := range []string{"script", "style", "[style]", `meta[http-equiv="refresh"]`, "[onclick],[onsubmit],[onload]"} {
+		if n := doc.Find(sel).Length(); n != 0 {
+			t.Errorf("%s: %d × %s", what, n, sel)
+		}
+	}
+	if lang := doc.Find("html").AttrOr("lang", ""); lang != "en" {
+		t.Errorf("%s: html lang %q", what, lang)
+	}
+}
+
+// Every state of the checkout is its own component, on a page that names the merchant
+// (MERCHANT_NAME) and sums the order up (its amount, once the page can trust one); forms only
+// where the customer can pay (a fresh intent key each render), a self-refresh only where the
+// page waits for the gateway, and nothing that needs JavaScript. The main before this change
+// named no merchant, showed a declined or canceled payment as a plain Pay form with a notice,
+// and refreshed with a meta tag.
+func TestCheckoutStatesPages(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	cases := b.checkoutStates(t)
+	for _, tc := range cases {
+		a := b.agent(t)
+		rec := a.get(tc.path)
+		doc := page(t, rec, tc.status)
+		what := tc.state + " " + tc.path
+		if got := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); got != tc.state {
+			t.Errorf("%s: state %q", what, got)
+			continue
+		}
+		if doc.Find(testid(tc.testid)).Length() != 1 {
+			t.Errorf("%s: no %s component", what, tc.testid)
+		}
+		if text(doc, "checkout-merchant") != testMerchant || text(doc, "checkout-summary-merchant") != testMerchant ||
+			!strings.Contains(doc.Find("title").Text(), testMerchant) {
+			t.Errorf("%s: merchant %q / %q, title %q", what, text(doc, "checkout-merchant"), text(doc, "checkout-summary-merchant"), doc.Find("title").Text())
+		}
+		if got := text(doc, "checkout-amount"); got != tc.amount {
+			t.Errorf("%s: summary amount %q, want %q", what, got, tc.amount)
+		}
+		forms := doc.Find(testid("checkout-form"))
+		if (forms.Length() == 1) != tc.form {
+			t.Errorf("%s: %d Pay forms", what, forms.Length())
+		}
+		if tc.form {
+			_, again := payForm(t, a, tc.path)
+			if again.Get("intent") == "" || again.Get("intent") == forms.Find(`input[name="intent"]`).AttrOr("value", "") {
+				t.Errorf("%s: the form's intent key is not fresh on each render", what)
+			}
+		}
+		if refresh := rec.Header().Get("Refresh"); (refresh != "") != tc.waits {
+			t.Errorf("%s: Refresh %q", what, refresh)
+		}
+		if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("%s: Cache-Control %q", what, cc)
+		}
+		noScriptsOrInlineStyles(t, what, doc)
+	}
+}
+
+// An error on a checkout route is the customer's error page: the merchant's name, what to do in
+// their words, a way back to the order where there is one, and no link into the staff console.
+// The main before this change answered the console's error page ("Back to the console").
+func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	check := func(rec *httptest.ResponseRecorder, status int, back string) *goquery.Document {
+		t.Helper()
+		doc := page(t, rec, status)
+		if doc.Find(testid("checkout-error")).Length() != 1 || text(doc, "checkout-merchant") != testMerchant {
+			t.Fatalf("%d: not the checkout's error page:\n%s", status, rec.Body)
+		}
+		if doc.Find(`a[href="/"]`).Length() != 0 || strings.Contains(strings.ToLower(rec.Body.String()), "console") {
+			t.Errorf("%d: the customer's error page points into the console", status)
+		}
+		if got := doc.Find(testid("checkout-back")).AttrOr("href", ""); got != back {
+			t.Errorf("%d: back link %q, want %q", status, got, back)
+		}
+		noScriptsOrInlineStyles(t, "error page", doc)
+		return doc
+	}
+	check(a.get("/checkout/bad%20id"), http.StatusNotFound, "")
+
+	// A Pay click whose CSRF cookie is gone (another browser window, cookies cleared): 403,
+	// nothing created, and the way back to the order's page.
+	_, form := payForm(t, a, b.link(t, "o-csrf", 1999, "EUR"))
+	fresh := b.agent(t)
+	fresh.get("/checkout/o-csrf")
+	doc := check(fresh.post("/checkout/o-csrf", form), http.StatusForbidden, "/checkout/o-csrf")
+	wantText(t, doc, "error-title", "expired")
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 {
+		t.Fatalf("a refused click created %d sessions", n)
+	}
+
+	var db string
+	if err := b.pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	restore := outage(t, db)
+	rec := a.get("/checkout/o-csrf")
+	doc = check(rec, http.StatusServiceUnavailable, "/checkout/o-csrf")
+	wantText(t, doc, "error-retry", "nothing was charged")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	restore()
+}
