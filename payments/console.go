@@ -67,7 +67,7 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
 	}
 	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
-		(SELECT count(*) FROM payment_sessions WHERE lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
+		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: cases: %w", err)
 	}
 	if d.Patrols, err = s.Heartbeats(ctx); err != nil {

@@ -64,7 +64,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 			AND (lease_until IS NULL OR lease_until <= $2)),
 		(SELECT min(next_check_at) FROM payment_sessions WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
 			AND (lease_until IS NULL OR lease_until <= $2)),
-		(SELECT count(*) FROM payment_sessions WHERE lease_until > $2),
+		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $2),
 		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, statusStrings(ActiveStatuses), now).
 		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)

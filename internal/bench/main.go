@@ -9,7 +9,8 @@
 // (BENCH_SCALE=small, through TestBenchSmall) to prove it still works, without verdicts.
 //
 // Settings: BENCH_SCALE=small (default full), BENCH_OUT (default .pitlane/bench/report.json),
-// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_PROFILE=DIR (write a
+// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_MEMORY_ORDERS (the
+// memory figure's order count, default 200,000), BENCH_PROFILE=DIR (write a
 // Go CPU profile and the cluster's pg_stat_statements top list there: where a missed target is
 // looked into).
 //
