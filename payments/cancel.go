@@ -157,7 +157,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			// anyway becomes a late-payment case, never a silent charge.
 			return s.finishCancelNoPayment(ctx, actor, sess)
 		}
-		if sess, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "found by reference while canceling"); err != nil {
+		if sess, err = s.applyGatewayPayment(ctx, actor, sess, gp, "found by reference while canceling"); err != nil {
 			return sess, err
 		}
 		if sess.Status != StatusCanceling || sess.GatewayPaymentID == "" {
@@ -168,7 +168,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 	gp, err := s.gw.Reverse(ctx, sess.GatewayPaymentID, opID)
 	s.logGatewayCall(ctx, sess.ID, "reverse", opID, started, err)
 	if err == nil {
-		return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "gateway reversed the payment")
+		return s.applyGatewayPayment(ctx, actor, sess, gp, "gateway reversed the payment")
 	}
 	if FailureOf(err) == FailureDefinitive {
 		// Not reversible: ask what it is now and apply that (succeeded → Completed + case,
@@ -184,7 +184,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 		if !found {
 			return sess, err
 		}
-		return s.applyGatewayPayment(ctx, actor, sess.ID, cur, "reverse refused: "+GatewayErrorCode(err))
+		return s.applyGatewayPayment(ctx, actor, sess, cur, "reverse refused: "+GatewayErrorCode(err))
 	}
 	return sess, err
 }

@@ -36,6 +36,8 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 // check is Check of a session the caller has just read (the patrol's claim returns it).
 func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	ctx = traceSession(ctx, sess)
+	ctx, flush := s.deferCallLog(ctx) // the call's log row rides in the apply transaction
+	defer flush()
 	gp, found, err := s.gatewayState(ctx, sess)
 	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
 		// The gateway says the payment we registered does not exist. Asking again for days will
@@ -59,7 +61,7 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 	if h := s.cfg.Hooks.AfterGatewayStatus; h != nil {
 		h(ctx, sess.ID, gp)
 	}
-	return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "gateway says "+string(gp.Status))
+	return s.applyGatewayPayment(ctx, actor, sess, gp, "gateway says "+string(gp.Status))
 }
 
 // flagMissingAtGateway flags a session whose gateway payment the gateway says does not exist
@@ -196,19 +198,35 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // answer, the sweeper or a webhook (after fetching) — in one transaction under the order and
 // session locks. Completed writes the order's Paid status and the PaymentReceived entry in the
 // same transaction; an answer already applied writes nothing.
-func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id string, gp GatewayPayment, reason string) (Session, error) {
+//
+// sess is the session as the caller last read it: only its id and order (which never changes)
+// are used, to take the locks; everything decided is read again under them.
+func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
-	ctx, span := s.startSpan(ctx, "payments.apply", id, "")
+	id := sess.ID
+	ctx, span := s.startSpan(ctx, "payments.apply", id, sess.OrderID)
 	defer span.End()
-	sess, err := s.Get(ctx, id)
-	if err != nil {
-		return Session{}, err
-	}
 	ctx = traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
-	err = s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) error {
-		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, id)
+	call := pendingCallLog(ctx)
+	reachedCommit := false
+	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) (err error) {
+		defer func() { reachedCommit = err == nil }()
+		// The locks and whether we asked for a reverse, in one round trip; with them the log row
+		// of the gateway call this answer came from (deferCallLog).
+		var asked bool
+		cur, err := lockOrderAndSessionWith(ctx, tx, sess.OrderID, id, func(b *pgx.Batch) {
+			if call != nil {
+				b.Queue(insertGatewayCall, call.args...)
+			}
+			b.Queue(`SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).QueryRow(func(r pgx.Row) error {
+				if err := r.Scan(&asked); err != nil {
+					return fmt.Errorf("apply: reverse op: %w", err)
+				}
+				return nil
+			})
+		})
 		if err != nil {
 			return err
 		}
@@ -232,10 +250,6 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 			if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
 				patch.confirmationURL = "" // never stored, so never rendered nor redirected to
 			}
-		}
-		var asked bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reverse_operations WHERE session_id = $1)`, id).Scan(&asked); err != nil {
-			return fmt.Errorf("apply: reverse op: %w", err)
 		}
 		oc := decide(cur.Status, gp.Status, asked)
 		if oc.to != "" {
@@ -279,6 +293,10 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 		}
 		return nil
 	})
+	if call != nil {
+		call.committed = err == nil
+		call.uncertain = err != nil && reachedCommit // the commit itself failed: the row may be in
+	}
 	if err != nil {
 		return Session{}, err
 	}
@@ -289,17 +307,19 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, id strin
 // transaction. The UPDATE is guarded on the order still awaiting payment through THIS session;
 // the unique partial index accounting_entries_one_payment_received is the last line.
 func completeOrder(ctx context.Context, tx pgx.Tx, sess Session, now time.Time) error {
-	tag, err := tx.Exec(ctx, `UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $3
-		WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2`, sess.OrderID, sess.ID, now)
+	// One statement: the entry is written only for the order row the guarded UPDATE changed, so
+	// no row inserted means the guard failed (and the caller's transaction rolls back).
+	tag, err := tx.Exec(ctx, `WITH paid AS (
+			UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $5
+			WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2
+			RETURNING order_id)
+		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+		SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now)
 	if err != nil {
-		return dbError("complete: order", err, "")
+		return dbError("complete: order and ledger", err, "")
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-		VALUES ($1, $2, 'PaymentReceived', $3, $4, $5)`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now); err != nil {
-		return dbError("complete: ledger", err, "")
 	}
 	return nil
 }

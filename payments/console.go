@@ -41,23 +41,10 @@ type Dashboard struct {
 func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 	now := s.cfg.Clock.Now()
 	d := Dashboard{At: now}
-	counts := map[Status]int{}
-	rows, err := s.db.Query(ctx, `SELECT status, count(*) FROM payment_sessions GROUP BY status`)
+	// Exact, and without counting the table: StatusCounts sums a trigger's deltas.
+	counts, err := s.StatusCounts(ctx)
 	if err != nil {
-		return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
-	}
-	for rows.Next() {
-		var st string
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			rows.Close()
-			return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
-		}
-		counts[Status(st)] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return Dashboard{}, fmt.Errorf("dashboard: counts: %w", err)
+		return Dashboard{}, fmt.Errorf("dashboard: %w", err)
 	}
 	for _, st := range AllStatuses {
 		d.Counts = append(d.Counts, StatusCount{Status: st, Count: counts[st]})
@@ -71,7 +58,7 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 		statusStrings(ActiveStatuses), late).Scan(&d.StuckTotal); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
 	}
-	rows, err = s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE `+stuckWhere+`
+	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE `+stuckWhere+`
 		ORDER BY flagged_at NULLS LAST, next_check_at LIMIT 20`, statusStrings(ActiveStatuses), late)
 	if err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
@@ -80,7 +67,7 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
 	}
 	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
-		(SELECT count(*) FROM payment_sessions WHERE lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
+		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: cases: %w", err)
 	}
 	if d.Patrols, err = s.Heartbeats(ctx); err != nil {

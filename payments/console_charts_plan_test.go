@@ -107,7 +107,7 @@ func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	defer tx.Rollback(ctx)       //nolint:errcheck
 	prev := at.Add(-time.Minute) // filled above
 	plan := explainWith(t, tx.Conn(), "ANALYZE, FORMAT JSON", opsSampleSQL, []any{prev, now, "plan", opsSampleLookback, OpsSampleEvery})
 	var ran []string

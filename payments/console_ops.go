@@ -25,8 +25,11 @@ func (l Lease) Expired(now time.Time) bool { return !l.Until.After(now) }
 // Leases lists the sessions that carry a patrol lease (expired ones too, until released),
 // soonest expiry first.
 func (s *Service) Leases(ctx context.Context) ([]Lease, error) {
+	// Among the active sessions (activeStatusSQL: the partial indexes over them), not the whole
+	// table: a lease matters only while its session can still be driven, and lease columns stay
+	// unindexed so a claim is a heap-only update (migration 00020).
 	rows, err := s.db.Query(ctx, `SELECT id::text, order_id, status, lease_owner, lease_until, check_attempts
-		FROM payment_sessions WHERE lease_owner IS NOT NULL AND lease_until IS NOT NULL
+		FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_owner IS NOT NULL AND lease_until IS NOT NULL
 		ORDER BY lease_until, id LIMIT 500`)
 	if err != nil {
 		return nil, fmt.Errorf("leases: %w", err)

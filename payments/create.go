@@ -3,12 +3,12 @@ package payments
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var (
@@ -89,28 +89,53 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
 	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
 	defer span.End()
+	// The hot order (a customer clicking Pay again, a retrying client, a storm of duplicates):
+	// an active session with these parameters that is already committed is the answer, and
+	// reading it needs no lock. The claim below would read the same row (or a newer state of it)
+	// under the lock; answering from this read is answering as of a moment just before. Anything
+	// else — no order, no active session, other parameters, a paid order — takes the claim.
+	active, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+		WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
+	switch {
+	case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
+		span.SetAttributes(AttrSessionID.String(active.ID))
+		return active, false, nil
+	case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return Session{}, false, dbError("create: read active", err, "")
+	}
 	now := s.cfg.Clock.Now()
 	var out Session
 	var created bool
-	err := s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), in.OrderID); err != nil {
-			return dbError("create: lock", err, "")
-		}
-		// The order row exists from the first Create on; locking it keeps the lock order
-		// (order → session) and orders us after a Check that is marking it Paid.
-		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, customer_contact, created_at, updated_at)
-			VALUES ($1, nullif($2, ''), $3, $3) ON CONFLICT (order_id) DO NOTHING`, in.OrderID, in.CustomerContact, now); err != nil {
-			return dbError("create: order", err, "")
-		}
-		var orderStatus string
-		if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, in.OrderID).Scan(&orderStatus); err != nil {
-			return dbError("create: lock order", err, "")
-		}
-		active, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-			WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
-		hasActive := err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return dbError("create: read active", err, "")
+	err = s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
+		// The lock, the order row (created on the first Create, then locked: that keeps the lock
+		// order order → session and orders us after a Check that is marking it Paid) and the
+		// active session, in one round trip: a pipelined batch, run by the server statement after
+		// statement, each with its own snapshot, so the reads see everything committed before the
+		// lock was granted.
+		var (
+			b           pgx.Batch
+			orderStatus string
+			hasActive   bool
+			active      Session
+		)
+		b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), in.OrderID).Exec(func(_ pgconn.CommandTag) error { return nil })
+		b.Queue(`INSERT INTO orders (order_id, customer_contact, created_at, updated_at)
+			VALUES ($1, nullif($2, ''), $3, $3) ON CONFLICT (order_id) DO NOTHING`, in.OrderID, in.CustomerContact, now)
+		b.Queue(`SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, in.OrderID).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&orderStatus)
+		})
+		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 AND status = ANY($2)`,
+			in.OrderID, statusStrings(ActiveStatuses)).QueryRow(func(r pgx.Row) error {
+			var err error
+			active, err = scanSession(r)
+			hasActive = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return dbError("create: claim", err, "")
 		}
 		if h := s.cfg.Hooks.AfterClaimRead; h != nil {
 			h(ctx, in.OrderID)
@@ -128,20 +153,22 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
 		// between commit and the gateway's answer, another replica recovers it.
 		due := now.Add(s.cfg.RegisterGrace)
-		sess, err := scanSession(tx.QueryRow(ctx, `INSERT INTO payment_sessions
-			(id, order_id, amount, currency, status, gateway, customer_contact, next_check_at, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, 'Registering', $5, nullif($6, ''), $7, $8, $8)
-			RETURNING `+sessionColumns, id, in.OrderID, in.Amount, in.Currency, s.gw.Name(), in.CustomerContact, due, now))
+		// The session, the order's pointer to it and the timeline event: one statement.
+		sess, err := scanSession(tx.QueryRow(ctx, `WITH sess AS (
+				INSERT INTO payment_sessions
+				(id, order_id, amount, currency, status, gateway, customer_contact, next_check_at, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'Registering', $5, nullif($6, ''), $7, $8, $8)
+				RETURNING `+sessionColumns+`),
+			ord AS (
+				UPDATE orders SET active_session_id = $1, customer_contact = coalesce(nullif($6, ''), customer_contact),
+				updated_at = $8 WHERE order_id = $2),
+			ev AS (
+				INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+				SELECT $1, NULL, 'Registering', $9, $10, 'created', $8 FROM sess)
+			SELECT * FROM sess`, id, in.OrderID, in.Amount, in.Currency, s.gw.Name(), in.CustomerContact, due, now,
+			string(actor.Kind), actor.ID))
 		if err != nil {
 			return dbError("create: insert", err, "")
-		}
-		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = $2, customer_contact = coalesce(nullif($3, ''), customer_contact),
-			updated_at = $4 WHERE order_id = $1`, in.OrderID, id, in.CustomerContact, now); err != nil {
-			return dbError("create: order pointer", err, "")
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
-			VALUES ($1, NULL, 'Registering', $2, $3, 'created', $4)`, id, string(actor.Kind), actor.ID, now); err != nil {
-			return fmt.Errorf("create: event: %w", err)
 		}
 		out, created = sess, true
 		return nil
@@ -168,10 +195,14 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 	}
 	started := time.Now()
 	gp, gerr := s.gw.Register(ctx, req)
-	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
 	if gerr == nil {
-		return s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered at the gateway")
+		// The call's log row rides in the apply transaction (deferCallLog).
+		actx, flush := s.deferCallLog(ctx)
+		defer flush()
+		s.logGatewayCall(actx, sess.ID, "register", req.IdempotencyKey, started, gerr)
+		return s.applyGatewayPayment(actx, actor, sess, gp, "registered at the gateway")
 	}
+	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
 	// The request's context may be gone (client hung up); the outcome must still be written.
 	ctx = context.WithoutCancel(ctx)
 	now := s.cfg.Clock.Now()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Idempotency keys (design.md, "Idempotency"; the second seed article).
@@ -221,11 +222,17 @@ func (x *Idempotency) validate(r IdempotencyRequest) error {
 // lock takes the transaction-scoped advisory lock of one key: every decision about a key is made
 // by one transaction at a time, across replicas.
 func (x *Idempotency) lock(ctx context.Context, tx pgx.Tx, r IdempotencyRequest) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
-		int32(x.lockNamespace(r.Kind)), r.ClientID+"/"+r.Key); err != nil {
+	if _, err := tx.Exec(ctx, lockKeySQL, int32(x.lockNamespace(r.Kind)), r.ClientID+"/"+r.Key); err != nil {
 		return dbError("idempotency: lock", err, "")
 	}
 	return nil
+}
+
+const lockKeySQL = `SELECT pg_advisory_xact_lock($1, hashtext($2))`
+
+// queueLock is lock as the first statement of a batch.
+func (x *Idempotency) queueLock(b *pgx.Batch, r IdempotencyRequest) {
+	b.Queue(lockKeySQL, int32(x.lockNamespace(r.Kind)), r.ClientID+"/"+r.Key).Exec(func(pgconn.CommandTag) error { return nil })
 }
 
 // Acquire claims a key for a request, or says what became of it (see the protocol above).
@@ -243,21 +250,34 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	var out Slot
 	busy, reused := false, false
 	err := x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
-		if err := x.lock(ctx, tx, r); err != nil {
-			return err
-		}
 		token := uuid.NewString()
 		lockedUntil := now.Add(x.cfg.StaleAfter)
-		// Two tries: the reaper (which does not take the advisory lock) may delete an expired
-		// row between the conflicting INSERT and the read.
-		for range 2 {
-			var got string
-			err := tx.QueryRow(ctx, `INSERT INTO idempotency_keys
+		const insert = `INSERT INTO idempotency_keys
 				(client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 				ON CONFLICT (client_id, kind, key) DO NOTHING
-				RETURNING lock_token::text`,
-				r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)).Scan(&got)
+				RETURNING lock_token::text`
+		args := []any{r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)}
+		// Two tries: the reaper (which does not take the advisory lock) may delete an expired
+		// row between the conflicting INSERT and the read.
+		for try := range 2 {
+			var got string
+			var err error
+			if try == 0 {
+				// The key's lock and the first INSERT in one round trip: a pipelined batch, run by
+				// the server one statement after the other, so the INSERT runs under the lock.
+				var b pgx.Batch
+				x.queueLock(&b, r)
+				b.Queue(insert, args...).QueryRow(func(row pgx.Row) error {
+					err = row.Scan(&got)
+					return nil
+				})
+				if berr := tx.SendBatch(ctx, &b).Close(); berr != nil {
+					return dbError("idempotency: lock", berr, "")
+				}
+			} else {
+				err = tx.QueryRow(ctx, insert, args...).Scan(&got)
+			}
 			if err == nil {
 				out = Slot{Token: got, Since: now.Truncate(time.Microsecond)}
 				x.afterRead(ctx, r)

@@ -584,7 +584,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		// where the answer contradicts us, a flag and a case where its amount or currency is not
 		// the session's. decide and answerMismatch are only the filter for "anything to do".
 		if haveOwn && (decide(sess.Status, own.Status, false) != (outcome{}) || answerMismatch(sess, own) != "") {
-			after, err := s.applyGatewayPayment(ctx, actor, sess.ID, own, "reconciliation: the gateway says "+string(own.Status))
+			after, err := s.applyGatewayPayment(ctx, actor, sess, own, "reconciliation: the gateway says "+string(own.Status))
 			if err != nil {
 				return err
 			}

@@ -409,29 +409,54 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 // lockOrderAndSession takes the two row locks in THE order (order, then session) and returns the
 // session as it is now, under lock.
 func lockOrderAndSession(ctx context.Context, tx pgx.Tx, orderID, sessionID string) (Session, error) {
-	var status string
-	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
-		return Session{}, dbError("lock order", err, "order %q not found", orderID)
-	}
+	return lockOrderAndSessionWith(ctx, tx, orderID, sessionID, nil)
+}
+
+// lockOrderAndSessionWith is lockOrderAndSession with more statements queued after the two locks
+// (more may queue reads with their own result callbacks). Everything goes in one round trip: a
+// pipelined batch whose statements the server still runs one after the other, each with its own
+// snapshot, so the session is read after the order lock was granted and the extra reads after
+// both — the same as sending them one by one, minus the waits in between. An error in one
+// statement aborts the transaction, so the ones after it fail too; the first error is returned.
+func lockOrderAndSessionWith(ctx context.Context, tx pgx.Tx, orderID, sessionID string, more func(b *pgx.Batch)) (Session, error) {
+	var (
+		b      pgx.Batch
+		status string
+		sess   Session
+		errOut error
+	)
+	b.Queue(`SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, orderID).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&status); err != nil {
+			return dbError("lock order", err, "order %q not found", orderID)
+		}
+		return nil
+	})
 	// A patrol drive carries its lease in ctx: the session is then locked only while the row still
 	// carries the drive's token (patrol.go). Under this row lock the token cannot change before
 	// commit, so everything this transaction writes is written by the lease holder or not at all.
+	scanLocked := func(r pgx.Row) error {
+		var err error
+		if sess, err = scanSession(r); err != nil {
+			if _, leased := leaseOf(ctx, sessionID); leased && errors.Is(err, pgx.ErrNoRows) {
+				return ErrLeaseLost
+			}
+			return dbError("lock session", err, "payment %q not found", sessionID)
+		}
+		return nil
+	}
 	if token, leased := leaseOf(ctx, sessionID); leased {
-		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-			WHERE id = $1 AND lease_token = $2 FOR UPDATE`, sessionID, token))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Session{}, ErrLeaseLost
-		}
-		if err != nil {
-			return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
-		}
-		return sess, nil
+		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 AND lease_token = $2 FOR UPDATE`,
+			sessionID, token).QueryRow(scanLocked)
+	} else {
+		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).QueryRow(scanLocked)
 	}
-	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID))
-	if err != nil {
-		return Session{}, dbError("lock session", err, "payment %q not found", sessionID)
+	if more != nil {
+		more(&b)
 	}
-	return sess, nil
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		errOut = err
+	}
+	return sess, errOut
 }
 
 // logGatewayCall records one gateway call outside any transaction (it must survive a rollback of
@@ -442,7 +467,7 @@ func (s *Service) logGatewayCall(ctx context.Context, sessionID, op, key string,
 
 // logGatewayAnswer is logGatewayCall with what the gateway answered ("gateway says pending"),
 // kept as the detail of a call that succeeded: the finance workbench shows each stuck session's
-// last answer.
+// last answer. Inside a deferCallLog slot the row waits for the apply transaction instead.
 func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key string, started time.Time, err error, answer string) {
 	outcome := "ok"
 	status := 0
@@ -460,11 +485,67 @@ func (s *Service) logGatewayAnswer(ctx context.Context, sessionID, op, key strin
 		sid = sessionID
 	}
 	roundOf(ctx).count(err) // the patrol's back-pressure (patrol.go)
-	latency := time.Since(started).Milliseconds()
-	if _, lerr := s.db.Exec(context.WithoutCancel(ctx), `INSERT INTO gateway_calls
-		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
-		VALUES ($1, $2, $3, $4, nullif($5, 0), $6, $7, $8, $9)`,
-		sid, op, key, outcome, status, latency, detail, s.cfg.ReplicaID, s.cfg.Clock.Now()); lerr != nil {
-		s.log.Error("log gateway call", "err", lerr, "op", op, "session", sessionID)
+	args := []any{sid, op, key, outcome, status, time.Since(started).Milliseconds(), detail, s.cfg.ReplicaID, s.cfg.Clock.Now()}
+	if slot, ok := ctx.Value(callLogKey{}).(*callLogSlot); ok && slot.args == nil && sid != nil {
+		slot.args = args
+		return
 	}
+	s.writeCallLog(ctx, args, false)
+}
+
+const insertGatewayCall = `INSERT INTO gateway_calls
+		(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
+		VALUES ($1, $2, $3, $4, nullif($5, 0), $6, $7, $8, $9)`
+
+// writeCallLog writes one gateway call's row on its own. guarded: only if that very row is not
+// there already (an apply transaction that carried it may have committed: its commit failed
+// with an unknown outcome).
+func (s *Service) writeCallLog(ctx context.Context, args []any, guarded bool) {
+	sql := insertGatewayCall
+	if guarded {
+		sql = `INSERT INTO gateway_calls
+			(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
+			SELECT $1::uuid, $2, $3, $4, nullif($5::int, 0), $6, $7, $8, $9
+			WHERE NOT EXISTS (SELECT 1 FROM gateway_calls WHERE session_id = $1::uuid AND operation = $2 AND idempotency_key = $3
+				AND outcome = $4 AND latency_ms = $6 AND detail = $7 AND replica_id = $8 AND created_at = $9)`
+	}
+	if _, err := s.db.Exec(context.WithoutCancel(ctx), sql, args...); err != nil {
+		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0])
+	}
+}
+
+// A gateway call and the apply transaction after it (Check, the patrol's drives, Create's
+// register) used to be two writes, each its own transaction: the call's log row, then the apply.
+// deferCallLog lets the apply transaction carry the row in its first round trip instead — one
+// statement and one commit less per settle — while keeping the rule that the call's row
+// survives whatever happens to the apply: the row is written on its own when the apply did not
+// commit it (it failed, or never ran), and guarded against a second copy when the apply's
+// commit had an unknown outcome.
+type callLogKey struct{}
+
+// callLogSlot holds the row of the first gateway call made under it.
+type callLogSlot struct {
+	args      []any
+	committed bool // an apply transaction carrying the row committed
+	uncertain bool // an apply transaction carrying the row failed at its commit
+}
+
+// deferCallLog gives ctx a slot for the next gateway call's row; flush (deferred by the caller)
+// writes the row unless an apply transaction did.
+func (s *Service) deferCallLog(ctx context.Context) (context.Context, func()) {
+	slot := &callLogSlot{}
+	return context.WithValue(ctx, callLogKey{}, slot), func() {
+		if slot.args != nil && !slot.committed {
+			s.writeCallLog(ctx, slot.args, slot.uncertain)
+			slot.args = nil
+		}
+	}
+}
+
+// pendingCallLog is the row waiting in ctx's slot for this transaction, if any.
+func pendingCallLog(ctx context.Context) *callLogSlot {
+	if slot, ok := ctx.Value(callLogKey{}).(*callLogSlot); ok && slot.args != nil && !slot.committed {
+		return slot
+	}
+	return nil
 }

@@ -146,7 +146,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 			return err
 		}
 		if found {
-			_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "found by reference")
+			_, err = s.applyGatewayPayment(ctx, actor, sess, gp, "found by reference")
 			return err
 		}
 		if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
@@ -166,7 +166,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		if err != nil {
 			return err
 		}
-		_, err = s.applyGatewayPayment(ctx, actor, sess.ID, gp, "registered again with the same key")
+		_, err = s.applyGatewayPayment(ctx, actor, sess, gp, "registered again with the same key")
 		return err
 	default:
 		_, err = s.check(ctx, actor, sess)

@@ -32,9 +32,28 @@ func TestBenchSmall(t *testing.T) {
 	if len(rep.Figures) == 0 {
 		t.Fatal("no figures")
 	}
+	names := map[string]bool{}
 	for _, f := range rep.Figures {
-		if f.Value <= 0 || f.AnchorValue <= 0 || f.Name == "" || f.Unit == "" || f.Anchor == "" {
-			t.Errorf("figure %+v: every figure needs a value and an anchor", f)
+		if f.Name == "" || f.Unit == "" || f.Anchor == "" || f.Value < 0 || f.AnchorValue < 0 || names[f.Name] {
+			t.Errorf("figure %+v: every figure needs a unique name, a unit and an anchor", f)
+		}
+		if (f.MinRatio > 0 || f.MaxRatio > 0) && (f.Value <= 0 || f.AnchorValue <= 0) {
+			t.Errorf("figure %+v: a ratio target needs a measured value and anchor", f)
+		}
+		if f.Target() == "none" && f.MinRatio == 0 && !strings.Contains(f.Name, "vs ideal") {
+			t.Errorf("figure %q has no target", f.Name)
+		}
+		names[f.Name] = true
+	}
+	// Every figure function of the program ran and reported (issue 12's table, issue 10's drain).
+	for _, want := range []string{"create, distinct orders", "clicks on one hot order", "duplicate storm", "idempotency key overhead",
+		"lock independence", "API Create over HTTP", "resident memory", "console at", "sweeper drain"} {
+		found := false
+		for name := range names {
+			found = found || strings.HasPrefix(name, want)
+		}
+		if !found {
+			t.Errorf("no figure %q in the report", want)
 		}
 	}
 	var table bytes.Buffer

@@ -9,7 +9,8 @@
 // (BENCH_SCALE=small, through TestBenchSmall) to prove it still works, without verdicts.
 //
 // Settings: BENCH_SCALE=small (default full), BENCH_OUT (default .pitlane/bench/report.json),
-// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_PROFILE=DIR (write a
+// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_MEMORY_ORDERS (the
+// memory figure's order count, default 200,000), BENCH_PROFILE=DIR (write a
 // Go CPU profile and the cluster's pg_stat_statements top list there: where a missed target is
 // looked into).
 //
@@ -47,6 +48,13 @@ type figure struct {
 
 // figures is the program, in the order it runs.
 var figures = []figure{
+	{"create", createFigures}, // first: the api figure's ideal is capped by its Create rate
+	{"storm", duplicateStorm},
+	{"idempotency", idempotencyOverhead},
+	{"locks", lockIndependence},
+	{"api", apiCreate},
+	{"memory", residentMemory},
+	{"console", consoleAtScale},
 	{"sweeper", sweeperDrain},
 	{"replicas", apiCreates},
 }
@@ -57,6 +65,12 @@ type Env struct {
 	Log   io.Writer
 	// Getenv reads a setting of the run (a figure may have its own, e.g. BENCH_LATENCIES).
 	Getenv func(string) string
+	// results are figures' values that later figures use as anchors (e.g. "create": the core's
+	// Create rate, the limit of the HTTP figure's ideal).
+	results map[string]float64
+	// binary is the pitlane binary the HTTP figures run (built once); cleanup runs at the end.
+	binary  string
+	cleanup []func()
 	// newDB creates a fresh database on the run's server and returns its URL; migrate applies
 	// pitlane's migrations to it.
 	newDB func(ctx context.Context, migrate bool) (string, error)
@@ -176,6 +190,14 @@ func selected(list string) []figure {
 // measure runs the figures one after another (never in parallel: they would measure each other).
 func measure(ctx context.Context, env *Env, figs []figure) (Report, error) {
 	var rep Report
+	if env.results == nil {
+		env.results = map[string]float64{}
+	}
+	defer func() {
+		for _, f := range env.cleanup {
+			f()
+		}
+	}()
 	for _, f := range figs {
 		started := time.Now()
 		env.Logf("bench: %s …", f.name)

@@ -25,7 +25,16 @@ type Figure struct {
 	// ≤ MaxRatio (when MaxRatio > 0). No bound: reported only.
 	MinRatio float64
 	MaxRatio float64
+	// Absolute bounds, for targets that are not a ratio ("duplicates' p99 < 100 ms", "growth
+	// < 30 MB", "no sequential scan"): Value ≤ MaxValue, Value ≥ MinValue, and
+	// Value − AnchorValue ≤ MaxOverAnchor, each when set.
+	MaxValue      *float64
+	MinValue      *float64
+	MaxOverAnchor *float64
 }
+
+// bound makes an absolute bound of a Figure.
+func bound(v float64) *float64 { return &v }
 
 // Ratio is Value / AnchorValue (0 without an anchor).
 func (f Figure) Ratio() float64 {
@@ -44,6 +53,15 @@ func (f Figure) Target() string {
 	if f.MaxRatio > 0 {
 		parts = append(parts, fmt.Sprintf("<= %.2f", f.MaxRatio))
 	}
+	if f.MinValue != nil {
+		parts = append(parts, fmt.Sprintf("value >= %g", *f.MinValue))
+	}
+	if f.MaxValue != nil {
+		parts = append(parts, fmt.Sprintf("value <= %g", *f.MaxValue))
+	}
+	if f.MaxOverAnchor != nil {
+		parts = append(parts, fmt.Sprintf("value - anchor <= %g", *f.MaxOverAnchor))
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
@@ -54,6 +72,10 @@ func (f Figure) Target() string {
 func (f Figure) Verdict() string {
 	r := f.Ratio()
 	if (f.MinRatio > 0 && r < f.MinRatio) || (f.MaxRatio > 0 && r > f.MaxRatio) {
+		return "short"
+	}
+	if (f.MinValue != nil && f.Value < *f.MinValue) || (f.MaxValue != nil && f.Value > *f.MaxValue) ||
+		(f.MaxOverAnchor != nil && f.Value-f.AnchorValue > *f.MaxOverAnchor) {
 		return "short"
 	}
 	return "ok"
@@ -84,8 +106,8 @@ type Report struct {
 func (r Report) rows() []row {
 	out := make([]row, len(r.Figures))
 	for i, f := range r.Figures {
-		out[i] = row{Name: f.Name, Value: round(f.Value, 1), Unit: f.Unit, Anchor: f.Anchor,
-			AnchorValue: round(f.AnchorValue, 1), Ratio: round(f.Ratio(), 3), Target: f.Target(), Verdict: f.Verdict()}
+		out[i] = row{Name: f.Name, Value: round(f.Value, 2), Unit: f.Unit, Anchor: f.Anchor,
+			AnchorValue: round(f.AnchorValue, 2), Ratio: round(f.Ratio(), 3), Target: f.Target(), Verdict: f.Verdict()}
 	}
 	return out
 }
@@ -100,7 +122,7 @@ func (r Report) Print(w io.Writer, judge bool) {
 	}
 	fmt.Fprintln(tw, head)
 	for _, x := range r.rows() {
-		line := fmt.Sprintf("%s\t%.1f\t%s\t%s\t%.1f\t%.3f\t%s\t", x.Name, x.Value, x.Unit, x.Anchor, x.AnchorValue, x.Ratio, x.Target)
+		line := fmt.Sprintf("%s\t%.2f\t%s\t%s\t%.2f\t%.3f\t%s\t", x.Name, x.Value, x.Unit, x.Anchor, x.AnchorValue, x.Ratio, x.Target)
 		if judge {
 			line += x.Verdict + "\t"
 		}

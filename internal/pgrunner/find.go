@@ -104,3 +104,13 @@ func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
+
+// Tool returns the path of another program of this installation that lives beside initdb (e.g.
+// "pgbench", which Debian ships in the same server package), or an error naming the package.
+func (b Binaries) Tool(name string) (string, error) {
+	p := filepath.Join(b.Dir, name)
+	if !isExecutable(p) {
+		return "", fmt.Errorf("pgrunner: %w: no %s beside %s; install it with: %s", ErrNotFound, name, b.Initdb, InstallHint)
+	}
+	return p, nil
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// Create through the core against what PostgreSQL allows for Create's own statements (issue 12):
+// C clients creating payments for distinct orders (the fake gateway answers at once) beside
+// pgbench running the very statements one Create sent (pgbench.go), with the same C on the same
+// cluster; and the hot order — C clients clicking Pay on one order whose session exists — beside
+// pgbench running the statements of one such click.
+
+// benchClients is the figures' C: a few clients per core of these small machines, enough to keep
+// PostgreSQL busy (pgbench peaks there too).
+const benchClients = 4
+
+var api = payments.Actor{Kind: payments.ActorAPI, ID: "bench"}
+
+// coreService is a service over a fresh pool of conns connections on url, with a fake gateway,
+// discarding its logs. tracer (optional) sees every statement.
+func coreService(ctx context.Context, url string, conns int32, gw *fakegw.Gateway, tracer any) (*payments.Service, *pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = conns
+	if r, ok := tracer.(*recorder); ok && r != nil {
+		cfg.ConnConfig.Tracer = r
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc := payments.NewService(pool, payments.Config{Gateway: gw, ReplicaID: "bench", Logger: slog.New(slog.DiscardHandler)})
+	return svc, pool, nil
+}
+
+func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
+	d := time.Duration(env.Size(2, 15)) * time.Second
+	rounds := env.Size(1, 2) // alternated, so a burst of load on the machine hits both sides
+	coreURL, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	benchURL, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	gw := fakegw.New()
+	svc, pool, err := coreService(ctx, coreURL, benchClients, gw, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	create := func(ctx context.Context, worker, seq int) error {
+		_, err := svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("core-%d-%d", worker, seq), Amount: 1000, Currency: "EUR"})
+		return err
+	}
+	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, func(ctx context.Context, w, seq int) error { return create(ctx, w, -seq-1) }); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+
+	// One Create, recorded, on the anchor's database: the anchor's script.
+	rec := &recorder{}
+	capSvc, capPool, err := coreService(ctx, benchURL, 1, fakegw.New(), rec)
+	if err != nil {
+		return nil, err
+	}
+	defer capPool.Close()
+	const capOrder = "bench-captured-order-0001"
+	rec.start()
+	res, err := capSvc.Create(ctx, api, payments.CreateInput{OrderID: capOrder, Amount: 1000, Currency: "EUR"})
+	stmts := rec.stop()
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	script, err := buildScript(stmts, map[string]string{capOrder: "oid", res.Session.ID: "sid", res.Session.GatewayPaymentID: "gpid"},
+		`SELECT u::text AS sid, 'pgbench-' || u AS oid, 'gp_pgbench_' || u AS gpid FROM gen_random_uuid() AS u \gset`)
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	env.Logf("  create: %d statements per Create", len(stmts))
+
+	var ours loopResult
+	var tps float64
+	for r := range rounds {
+		got, err := closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, w, seq int) error { return create(ctx, w, r*1_000_000+seq) })
+		if err != nil {
+			return nil, fmt.Errorf("core: %w", err)
+		}
+		ours.n += got.n
+		ours.elapsed += got.elapsed
+		t, err := runPgbench(ctx, env, benchURL, script, benchClients, d)
+		if err != nil {
+			return nil, err
+		}
+		tps += t / float64(rounds)
+	}
+	coreRate := ours.rate()
+	env.results["create"] = coreRate
+	env.Logf("  create: core %.0f/s, pgbench %.0f/s", coreRate, tps)
+	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",
+		Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}}
+
+	click, err := clickFigure(ctx, env, d, rounds)
+	if err != nil {
+		return nil, fmt.Errorf("clicks: %w", err)
+	}
+	return append(out, click), nil
+}
+
+// clickFigure: C clients clicking Pay on one order whose session exists (every click answers
+// that session), beside pgbench running one click's statements on the same order.
+func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) (Figure, error) {
+	url, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return Figure{}, err
+	}
+	gw := fakegw.New()
+	svc, pool, err := coreService(ctx, url, benchClients, gw, nil)
+	if err != nil {
+		return Figure{}, err
+	}
+	defer pool.Close()
+	in := payments.CreateInput{OrderID: "hot-order", Amount: 1000, Currency: "EUR"}
+	first, err := svc.Create(ctx, api, in)
+	if err != nil {
+		return Figure{}, err
+	}
+	clickOn := func(svc *payments.Service) func(ctx context.Context, _, _ int) error {
+		return func(ctx context.Context, _, _ int) error {
+			res, err := svc.Create(ctx, api, in)
+			if err == nil && (res.Created || res.Session.ID != first.Session.ID) {
+				err = fmt.Errorf("a click created session %s", res.Session.ID)
+			}
+			return err
+		}
+	}
+	click := clickOn(svc)
+	rec := &recorder{}
+	capSvc, capPool, err := coreService(ctx, url, 1, gw, rec)
+	if err != nil {
+		return Figure{}, err
+	}
+	defer capPool.Close()
+	rec.start()
+	err = clickOn(capSvc)(ctx, 0, 0)
+	stmts := rec.stop()
+	if err != nil {
+		return Figure{}, err
+	}
+	script, err := buildScript(stmts, nil, "")
+	if err != nil {
+		return Figure{}, err
+	}
+	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, click); err != nil {
+		return Figure{}, fmt.Errorf("warm-up: %w", err)
+	}
+	var ours loopResult
+	var tps float64
+	for range rounds {
+		got, err := closedLoop(ctx, benchClients, d, 0, click)
+		if err != nil {
+			return Figure{}, err
+		}
+		ours.n += got.n
+		ours.elapsed += got.elapsed
+		t, err := runPgbench(ctx, env, url, script, benchClients, d)
+		if err != nil {
+			return Figure{}, err
+		}
+		tps += t / float64(rounds)
+	}
+	env.Logf("  clicks: core %.0f/s, pgbench %.0f/s (%d statements per click)", ours.rate(), tps, len(stmts))
+	return Figure{Name: fmt.Sprintf("clicks on one hot order, C=%d", benchClients), Value: ours.rate(), Unit: "clicks/s",
+		Anchor: fmt.Sprintf("pgbench: a click's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}, nil
+}
