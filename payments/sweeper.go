@@ -98,16 +98,20 @@ func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w
 // drive found the lease taken over, in which case it does nothing further — the new holder owns
 // the session and its schedule.
 func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (release bool) {
+	ctx, span := s.startSpan(ctx, "sweep.drive", sess.ID, sess.OrderID)
+	defer span.End()
 	ctx = withLease(ctx, sess.ID, token)
 	dctx, cancel := s.driveContext(ctx)
 	err := s.drive(dctx, sess)
 	cancel()
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("sweep: lease lost during the drive; leaving the session to its new holder", "session", sess.ID)
+		span.SetAttributes(attrLeaseLost.Bool(true))
 		return false
 	}
 	if err != nil {
 		s.log.Info("sweep: session not settled this round", "session", sess.ID, "status", sess.Status, "err", err)
+		traceError(ctx, err)
 	}
 	return true
 }

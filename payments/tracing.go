@@ -29,6 +29,7 @@ const (
 
 	attrEventID   = attribute.Key("pitlane.gateway_event_id")
 	attrEventType = attribute.Key("pitlane.gateway_event_type")
+	attrLeaseLost = attribute.Key("pitlane.lease_lost") // a patrol's drive found its lease taken over
 )
 
 // tracerName is the instrumentation scope of the core's spans.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -155,5 +156,34 @@ func TestCoreSpansRecordFailures(t *testing.T) {
 	}
 	if leaks := telemetrytest.Mentions(spans, "600", "500"); len(leaks) > 0 {
 		t.Errorf("spans carry the amounts (the conflict's message names them):\n%v", leaks)
+	}
+}
+
+// TestSweepDriveIsASpan: the patrol's drive of one session is a span naming the session and its
+// order, with the gateway's status call and the apply of its answer below it.
+func TestSweepDriveIsASpan(t *testing.T) {
+	t.Parallel()
+	b, rec := tracedBench(t)
+	res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "trace-sweep", Amount: 500, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := res.Session
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.SweepOnce(context.Background()); err != nil || n != 1 {
+		t.Fatalf("sweep = %d %v", n, err)
+	}
+	drive := telemetrytest.One(t, rec.Spans(), "sweep.drive")
+	if telemetrytest.Attr(drive, payments.AttrSessionID) != sess.ID || telemetrytest.Attr(drive, payments.AttrOrderID) != "trace-sweep" {
+		t.Errorf("sweep.drive names %v", drive.Attributes)
+	}
+	spans := rec.Trace(drive.SpanContext.TraceID())
+	status := telemetrytest.One(t, spans, "gateway.status")
+	if !telemetrytest.ChildOf(status, drive) || telemetrytest.Attr(status, payments.AttrSessionID) != sess.ID {
+		t.Errorf("gateway.status is not the drive's: %s", telemetrytest.Names(spans))
+	}
+	if got, err := b.svc.Get(context.Background(), sess.ID); err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("after the drive: %v %v", got.Status, err)
 	}
 }
