@@ -59,7 +59,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		}
 		if !ok {
 			wait := s.bucketWait(ctx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
-			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", Message: fmt.Sprintf(
+			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: wait, Message: fmt.Sprintf(
 				"too many failed sign-ins from your network; try again in %s", wait.Round(time.Second))}
 			return errRollback
 		}
@@ -67,7 +67,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 			return err
 		}
 		if !ok {
-			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email",
+			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: time.Minute,
 				Message: "too many sign-in attempts right now; try again in a minute"}
 			return errRollback
 		}
@@ -138,7 +138,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		return User{}, err
 	}
 	if failures >= s.Limits.AccountFailures { // this failure set the lock
-		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow))
+		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow), now)
 	}
 	return User{}, errWrongLogin
 }

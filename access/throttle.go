@@ -149,11 +149,12 @@ func (s *Service) accountLockedError(ctx context.Context, email string) error {
 		t := s.clock.Now().Add(s.Limits.AccountWindow)
 		until = &t
 	}
-	return lockedUntilError(*until)
+	return lockedUntilError(*until, s.clock.Now())
 }
 
-func lockedUntilError(until time.Time) error {
-	return &payments.Error{Code: payments.ELOCKED, Field: "email",
+// lockedUntilError says until when (and, in RetryAfter, how long from now) an email is locked.
+func lockedUntilError(until, now time.Time) error {
+	return &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: until.Sub(now),
 		Message: fmt.Sprintf("too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04"))}
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -118,6 +120,14 @@ func TestConsoleSignInLockout(t *testing.T) {
 		want := http.StatusUnprocessableEntity
 		if i == access.DefaultLimits.AccountFailures {
 			want = http.StatusTooManyRequests
+		}
+		if i == access.DefaultLimits.AccountFailures {
+			// Locked for AccountWindow from now: Retry-After says so in seconds.
+			if got, want := rec.Header().Get("Retry-After"), strconv.Itoa(int(access.DefaultLimits.AccountWindow/time.Second)); got != want {
+				t.Fatalf("Retry-After of the lockout = %q, want %q", got, want)
+			}
+		} else if h := rec.Header().Get("Retry-After"); h != "" {
+			t.Fatalf("a wrong password answered Retry-After %q", h)
 		}
 		doc := page(t, rec, want)
 		if i == access.DefaultLimits.AccountFailures {

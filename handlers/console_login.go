@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -24,7 +26,8 @@ func (h *Console) LoginPage(c echo.Context) error {
 }
 
 // Login: POST /login. A wrong password, an unknown email and a disabled user look the same;
-// the throttle (per account, per client address, overall: access.Limits) answers 429. Success
+// the throttle (per account, per client address, overall: access.Limits) answers 429 with
+// Retry-After (when the refusal lapses). Success
 // renews the session token and goes to the page the user wanted. access.SignIn audits.
 func (h *Console) Login(c echo.Context) error {
 	email := access.NormalizeEmail(c.FormValue("email"))
@@ -39,6 +42,9 @@ func (h *Console) Login(c echo.Context) error {
 		status := http.StatusUnprocessableEntity
 		if code == payments.ELOCKED {
 			status = http.StatusTooManyRequests
+			if d := payments.RetryAfter(err); d > 0 { // whole seconds, rounded up
+				c.Response().Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+			}
 		}
 		if len(email) > 254 {
 			email = email[:254]

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -110,6 +111,9 @@ func TestSignInSprayThroughTheRouter(t *testing.T) {
 			}
 			rec := a.do(r)
 			if rec.Code == http.StatusTooManyRequests {
+				if ra, err := strconv.Atoi(rec.Header().Get("Retry-After")); err != nil || ra <= 0 || time.Duration(ra)*time.Second > access.DefaultLimits.AddressWindow+time.Second {
+					t.Fatalf("the address throttle's Retry-After = %q, want 1..%v in seconds", rec.Header().Get("Retry-After"), access.DefaultLimits.AddressWindow)
+				}
 				wantText(t, page(t, rec, http.StatusTooManyRequests), "login-error", "too many failed sign-ins from your network")
 				return i
 			}
