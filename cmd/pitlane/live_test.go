@@ -34,7 +34,8 @@ func TestShutdownEndsLiveStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32)}[k]
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32),
+			"GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k"}[k] // no payment here needs the gateway
 	})
 	if err != nil {
 		t.Fatal(err)
