@@ -31,6 +31,9 @@ type Figure struct {
 	MaxValue      *float64
 	MinValue      *float64
 	MaxOverAnchor *float64
+	// ReportOnly marks a figure that carries no target on purpose: a capacity figure (replicas on
+	// one PostgreSQL, docs/scaling.md) or a curve point beside the judged one.
+	ReportOnly bool
 }
 
 // bound makes an absolute bound of a Figure.
