@@ -26,7 +26,7 @@ import (
 //     Retry-After): a customer's phone is not flooded, and requests do not buy guesses;
 //   - at most CodeGuessesPerDay wrong guesses per payment per 24 hours across all its codes
 //     (then ELOCKED for everything code-confirmed on that payment, the right code included, until
-//     the oldest guess is a day old; a staff member must act meanwhile).
+//     the oldest guess is a day old, or a finance or admin user unlocks them: UnlockCodes).
 const (
 	CodeRequestsPerHour = 3
 	CodeGuessesPerDay   = 10
@@ -195,7 +195,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	wrong := &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; %d attempts left", left)}
 	switch {
 	case budgetSpent:
-		wrong.Message = fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked, a staff member can help", CodeGuessesPerDay)
+		wrong.Message = fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked; a finance or admin user can unlock them", CodeGuessesPerDay)
 	case left <= 0:
 		wrong.Message = "wrong code; no attempts left, request a new one"
 	}
@@ -229,18 +229,75 @@ func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID s
 // before now, or ELOCKED (with when the oldest counted guess lapses) when none. The caller holds
 // the order → session locks and writes its own wrong guess in the same transaction.
 func (s *Service) codeGuessesLeft(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) (int, error) {
-	var n int
-	var oldest *time.Time
-	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM code_wrong_guesses
-		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-24*time.Hour)).Scan(&n, &oldest); err != nil {
-		return 0, fmt.Errorf("one-time code: count wrong guesses: %w", err)
+	n, until, err := codeLock(ctx, tx, sessionID, now)
+	if err != nil {
+		return 0, err
 	}
-	if n >= CodeGuessesPerDay {
-		wait := oldest.Add(24 * time.Hour).Sub(now)
+	if until != nil {
+		wait := until.Sub(now)
 		return 0, &Error{Code: ELOCKED, RetryAfter: wait,
-			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a staff member can help meanwhile", CodeGuessesPerDay, roundUp(wait))}
+			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a finance or admin user can unlock them on the payment's page meanwhile", CodeGuessesPerDay, roundUp(wait))}
 	}
 	return CodeGuessesPerDay - n, nil
+}
+
+// codeLock counts the payment's wrong guesses that count: within the 24 hours before now and
+// not cleared by UnlockCodes. until is when the lock lapses by itself (the oldest counted guess
+// is a day old), nil while the payment is not locked.
+func codeLock(ctx context.Context, q querier, sessionID string, now time.Time) (n int, until *time.Time, err error) {
+	var oldest *time.Time
+	if err := q.QueryRow(ctx, `SELECT count(*), min(created_at) FROM code_wrong_guesses
+		WHERE session_id = $1 AND created_at > $2 AND cleared_at IS NULL`, sessionID, now.Add(-24*time.Hour)).Scan(&n, &oldest); err != nil {
+		return 0, nil, fmt.Errorf("one-time code: count wrong guesses: %w", err)
+	}
+	if n < CodeGuessesPerDay {
+		return n, nil, nil
+	}
+	t := oldest.Add(24 * time.Hour)
+	return n, &t, nil
+}
+
+// UnlockCodes lifts a payment's code lock before it lapses by itself: a finance or admin user
+// (the route's permission; support, who asks for codes and types them in, cannot clear its own
+// guesses) clears the wrong guesses that count, with a reason — how the customer was reached,
+// say — in the audit log, in the transaction that clears them. The guesses stay, marked cleared.
+// Only a locked payment is unlocked (ECONFLICT otherwise), so the action cannot be used to top
+// up a budget that is not spent. It holds the session row, as every code attempt does while it
+// counts and adds its guess, so an unlock and a guess never interleave.
+func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason string) (int, error) {
+	if !validUUID(sessionID) {
+		return 0, Errorf(ENOTFOUND, "payment %q not found", sessionID)
+	}
+	reason, err := requiredText("reason", reason, "say why the codes are unlocked (how the customer was reached, for instance)", MaxResolutionLength)
+	if err != nil {
+		return 0, err
+	}
+	now := s.cfg.Clock.Now()
+	var cleared int64
+	err = s.inTx(ctx, "unlock codes", func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Errorf(ENOTFOUND, "payment %s not found", sessionID)
+		}
+		if err != nil {
+			return dbError("unlock codes: lock", err, "")
+		}
+		if _, until, err := codeLock(ctx, tx, sessionID, now); err != nil {
+			return err
+		} else if until == nil {
+			return Errorf(ECONFLICT, "the one-time codes of payment %s are not locked", sessionID)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE code_wrong_guesses SET cleared_at = $2, cleared_by = $3
+			WHERE session_id = $1 AND created_at > $4 AND cleared_at IS NULL`, sessionID, now, by.Email, now.Add(-24*time.Hour))
+		if err != nil {
+			return fmt.Errorf("unlock codes: %w", err)
+		}
+		cleared = tag.RowsAffected()
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditCodesUnlock,
+			Target: sessionID, Detail: fmt.Sprintf("%d wrong codes cleared: %s", cleared, reason)}, now)
+	})
+	return int(cleared), err
 }
 
 // roundUp writes a wait for people: whole minutes, at least one.

@@ -200,6 +200,11 @@ type PaymentDetail struct {
 	Calls         []GatewayCall
 	Reverse       *ReverseOperation
 	Challenges    []ChallengeInfo // newest first
+	// WrongCodes is how many wrong codes count against the payment now (within a day, not
+	// cleared); CodesLockedUntil, when they reach CodeGuessesPerDay, is when the lock lapses by
+	// itself (UnlockCodes lifts it sooner).
+	WrongCodes       int
+	CodesLockedUntil *time.Time
 	Refunds       []Refund        // oldest first
 	// RefundProposals are the payment's four-eyes refund proposals, newest first.
 	RefundProposals []Resolution
@@ -305,6 +310,9 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 		return c, err
 	}); err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
+	}
+	if d.WrongCodes, d.CodesLockedUntil, err = codeLock(ctx, s.db, id, d.At); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: %w", err)
 	}
 	rows, err = s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, id`, id)
 	if err != nil {

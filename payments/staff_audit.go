@@ -24,6 +24,7 @@ const (
 	AuditCancelConfirm = "payment.cancel_confirm"
 	AuditCaseResolve   = "case.resolve"
 	AuditFlagRetry     = "session.retry_now"
+	AuditCodesUnlock   = "payment.codes_unlock"
 )
 
 // Staff is who did something in the console, for the audit log and the timeline (package

@@ -74,6 +74,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/payments/:id/refunds/code", con.RequestRefundCode, pages(operate)...)
 	e.POST("/payments/:id/refunds/code/:challenge", con.ConfirmRefund, pages(operate)...)
 	e.POST("/payments/:id/refunds", con.RefundPayment, pages(resolve)...)
+	e.POST("/payments/:id/codes/unlock", con.UnlockCodes, pages(resolve)...)
 	e.GET("/finance", con.Finance, pages(finance)...)
 	e.GET("/finance/cases", con.Cases, pages(finance)...)
 	e.POST("/finance/cases/:id/resolve", con.ResolveCase, pages(resolve)...)

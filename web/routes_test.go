@@ -79,6 +79,7 @@ var routeRules = map[string]routeRule{
 	"POST /payments/:id/refunds/code":            con(access.PermOperate), // support: the customer confirms with a code
 	"POST /payments/:id/refunds/code/:challenge": con(access.PermOperate),
 	"POST /payments/:id/refunds":                 con(access.PermResolve), // finance: directly, or four eyes above the limit
+	"POST /payments/:id/codes/unlock":            con(access.PermResolve),
 	"GET /finance":                               con(access.PermFinance),
 	"GET /finance/cases":                         con(access.PermFinance),
 	"POST /finance/cases/:id/resolve":            con(access.PermResolve),
