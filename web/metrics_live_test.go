@@ -10,6 +10,8 @@ import (
 
 	"pitlane/internal/testdb"
 	"pitlane/live"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 	"pitlane/web"
 )
 
@@ -20,7 +22,8 @@ func TestMetricsLiveListener(t *testing.T) {
 	url := testdb.NewURL(t)
 	listening := make(chan struct{}, 1)
 	hub := live.New(live.Config{ConnString: url, Logger: slog.New(slog.DiscardHandler), OnListen: func(uint32) { listening <- struct{}{} }})
-	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), Live: hub})
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), Live: hub,
+		Payments: payments.NewService(testdb.Pool(t, url), payments.Config{Gateway: fakegw.New()})})
 	scrape := func() string { return do(e, http.MethodGet, "/metrics").Body.String() }
 	if body := scrape(); !strings.Contains(body, "\npitlane_live_listener_up 0\n") || !strings.Contains(body, "\npitlane_live_streams 0\n") {
 		t.Fatalf("before the listener runs:\n%s", body)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 	"regexp"
 	"strings"
 	"testing"
@@ -28,7 +30,8 @@ func TestCSRFTokenSurvivesSecretKeyRotation(t *testing.T) {
 	pool := testdb.New(t)
 	oldKey, newKey := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
 	server := func(current []byte, fallbacks ...[]byte) *echo.Echo {
-		return web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, SecretKey: current, SecretKeyFallbacks: fallbacks})
+		return web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, SecretKey: current, SecretKeyFallbacks: fallbacks,
+			Payments: payments.NewService(pool, payments.Config{Gateway: fakegw.New()})})
 	}
 	before, step1, step2, afterward := server(oldKey), server(oldKey, newKey), server(newKey, oldKey), server(newKey)
 
