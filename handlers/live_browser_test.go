@@ -130,6 +130,10 @@ func TestBrowserLivePaymentsList(t *testing.T) {
 	browserLogin(t, ctx, srv.URL, "sup@example.com")
 	openLive(t, ctx, srv.URL+"/payments")
 
+	// A minute later, so the new payment is the newest by created_at (the list's order); at the
+	// same instant the tie falls to the ids, which are random, and the row would be on top half
+	// the time.
+	b.clock.Advance(time.Minute)
 	s := b.payment(t, "o-list-new", 4200)
 	row := `[data-testid="payment-row"][data-id="` + s.ID + `"]`
 	waitJS(t, ctx, "the new payment's row on top", `(() => { const r = document.querySelector('[data-testid="payment-row"]'); return !!r && r.getAttribute("data-id") === "`+s.ID+`"; })()`)
