@@ -220,7 +220,10 @@ func TestCheckNowTwoConcurrentBulkChecksAskOncePerSession(t *testing.T) {
 		if !a.Checked || a.Err != nil || a.Before != payments.StatusRegistered || a.After != payments.StatusCompleted {
 			t.Errorf("first, %s: %+v", list[i], a)
 		}
-		if c.Checked || c.Skipped != "being checked by fin@example.com (or checked just now)" {
+		// The second click, once the first's claim commits, finds each session either still
+		// being checked or already settled by the first (whichever its read meets: the first
+		// checks the sessions one after another meanwhile). Never a second check.
+		if c.Checked || c.Skipped != "being checked by fin@example.com (or checked just now)" && c.Skipped != "already Completed" {
 			t.Errorf("second, %s: %+v", list[i], c)
 		}
 	}
