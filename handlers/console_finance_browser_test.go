@@ -50,13 +50,20 @@ func browserLogin(t *testing.T, ctx context.Context, base, email string) {
 	)
 }
 
+// browserText is the visible text of the element with the data-testid. It reads in one
+// JavaScript evaluation: a live refresh may swap the element's region in between
+// the separate DevTools calls of a query and a read ("No node with given id"), never inside one
+// script. It waits up to 10 s for the element to exist.
 func browserText(t *testing.T, ctx context.Context, testid string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="`+testid+`"]`)))
-	if err != nil {
+	got, err := chromedp.Run(ctx, chromedp.Poll[[]string](`(() => {
+		const e = document.querySelector('[data-testid="`+testid+`"]');
+		return e ? [e.innerText.trim()] : null;
+	})()`, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil || len(got) != 1 {
 		t.Fatalf("text of %s: %v", testid, err)
 	}
-	return s
+	return got[0]
 }
 
 // TestBrowserWorkbenchBulkCheck: finance ticks every stuck payment ("select all") and
