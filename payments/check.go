@@ -62,6 +62,7 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 	if h := s.cfg.Hooks.AfterGatewayStatus; h != nil {
 		h(ctx, sess.ID, gp)
 	}
+	handOff(ctx) // a patrol drive's last gateway call is behind it (every drive ends with its check)
 	return s.applyGatewayPayment(ctx, actor, sess, gp, "gateway says "+string(gp.Status))
 }
 

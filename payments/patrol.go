@@ -238,6 +238,16 @@ func (r *roundStats) failing(minCalls int64) bool {
 	return calls >= minCalls && calls > 0 && float64(failed) >= BackoffFailShare*float64(calls)
 }
 
+type slotCtxKey struct{}
+
+// handOff gives a patrol drive's slot back to its round: called when the drive has asked the
+// gateway everything it will ask and only has its answer to write. Outside a drive it does nothing.
+func handOff(ctx context.Context) {
+	if free, ok := ctx.Value(slotCtxKey{}).(func()); ok {
+		free()
+	}
+}
+
 // patrolJob is one leased row.
 type patrolJob struct {
 	id, token string
@@ -338,8 +348,15 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	stats := &roundStats{}
 	dctx := context.WithValue(ctx, roundCtxKey{}, stats)
 	var rep RoundReport
+	// inFlight: drives started and not finished (their leases are still to be given back). busy:
+	// those of them still holding one of the width's slots — a drive gives its slot back when it
+	// hands its last answer to be written (handOff), as River frees a worker when its job returns
+	// and completes it in the background. At most width drives talk to the gateway at once, and
+	// at most width more wait for their answers to be written.
 	inFlight := 0
-	done := make(chan finishedDrive, width)
+	var busy atomic.Int64
+	wake := make(chan struct{}, 1) // a slot was handed back
+	done := make(chan finishedDrive, 2*width)
 	// Finished drives to release, per source: [0] looked, [1] cut by shutdown.
 	toRelease := make([][2][]heldLease, len(sources))
 	finished := func(f finishedDrive) {
@@ -356,20 +373,46 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			rep.Lost++ // the drive found its lease taken over
 		}
 	}
-	release := func() {
+	// Releases run beside the producer, one at a time (River's completer): the producer goes on
+	// claiming for the workers that just freed up while the leases of the drives that finished are
+	// given back. Whatever finishes during a release goes in the next one.
+	var releasing chan int // the release in flight reports the leases it found lost; nil: none
+	startRelease := func() {
+		if releasing != nil {
+			return
+		}
+		type job struct {
+			tbl         leaseTable
+			kind        string
+			leases      []heldLease
+			interrupted bool
+		}
+		var jobs []job
 		for i := range toRelease {
 			for k, ls := range toRelease[i] {
 				if len(ls) == 0 || sources[i].leases == nil {
 					continue
 				}
-				lost, err := s.releaseBatch(ctx, *sources[i].leases, ls, k == 1)
-				if err != nil {
-					s.log.Error("patrol: release", "kind", sources[i].kind, "err", err)
-				}
-				rep.Lost += lost
-				toRelease[i][k] = ls[:0]
+				jobs = append(jobs, job{tbl: *sources[i].leases, kind: sources[i].kind, leases: ls, interrupted: k == 1})
+				toRelease[i][k] = nil
 			}
 		}
+		if len(jobs) == 0 {
+			return
+		}
+		ch := make(chan int, 1)
+		releasing = ch
+		go func() {
+			lost := 0
+			for _, j := range jobs {
+				n, err := s.releaseBatch(ctx, j.tbl, j.leases, j.interrupted)
+				if err != nil {
+					s.log.Error("patrol: release", "kind", j.kind, "err", err)
+				}
+				lost += n
+			}
+			ch <- lost
+		}()
 	}
 	var firstErr error
 	exhausted := make([]bool, len(sources))
@@ -401,7 +444,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			beat()
 			lastBeat = time.Now()
 		}
-		free := width - inFlight
+		free := min(width-int(busy.Load()), 2*width-inFlight)
 		if probing {
 			free = min(free, probeSize-probeSent)
 		}
@@ -442,11 +485,22 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			}
 			for _, j := range jobs {
 				inFlight++
+				busy.Add(1)
 				p.inFlight.Add(1)
 				go func() {
 					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
-					defer func() { p.inFlight.Add(-1); done <- f }()
-					f.release = j.run(dctx)
+					var handed sync.Once
+					free := func() {
+						handed.Do(func() {
+							busy.Add(-1)
+							select {
+							case wake <- struct{}{}:
+							default: // the producer has a wake-up pending already
+							}
+						})
+					}
+					defer func() { free(); p.inFlight.Add(-1); done <- f }()
+					f.release = j.run(context.WithValue(dctx, slotCtxKey{}, free))
 					f.interrupted = dctx.Err() != nil
 				}()
 			}
@@ -457,13 +511,18 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		}
 		// Release after the claim: the drives just started need not wait for it, and the rows
 		// released here are not due again this round (their next look is in the future).
-		release()
-		if inFlight == 0 {
-			break
+		startRelease()
+		if inFlight == 0 && releasing == nil {
+			break // every drive finished and every lease is given back
 		}
 		select {
 		case f := <-done:
 			finished(f)
+		case lost := <-releasing:
+			rep.Lost += lost
+			releasing = nil
+		case <-wake:
+			continue // a drive handed its slot back: claim for it
 		case <-tick:
 			continue // drives are slow (the gateway hangs): still beat on time
 		}

@@ -618,3 +618,70 @@ func TestSweeperShutdownHandsSessionsOverAtOnce(t *testing.T) {
 		t.Fatalf("%d status calls, want %d (the cut ones and replica-b's)", got, 2*n)
 	}
 }
+
+// A drive gives its slot back once its last gateway call is behind it, before its answer is
+// written (handOff): while a first wave of answers is still being written (parked inside their
+// settle transactions), the patrol sends a second wave of drives to the gateway. Never more than
+// SweepConcurrency calls are at the gateway at once, and every session is asked exactly once.
+// Before, the slot was held through the write, and the second wave waited for it (the test then
+// times out waiting for the second wave).
+func TestPatrolDrivesTheNextWaveWhileAnswersAreWritten(t *testing.T) {
+	t.Parallel()
+	const width = 4
+	park := newParker()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width; c.Hooks.AfterApplyLock = park.hook })
+	for _, id := range b.seedRegistered(t, 3*width) {
+		b.gw.SetStatus(id, payments.GatewaySucceeded)
+	}
+	gate := b.gw.Hold("status")
+	swept := make(chan error, 1)
+	letGo := sync.OnceFunc(func() {
+		gate.Open()
+		park.let(1000)
+	})
+	t.Cleanup(func() { // a failing run lets everything go before the database is dropped
+		letGo()
+		<-swept
+	})
+	go func() {
+		_, err := b.svc.SweepOnce(context.Background())
+		swept <- err
+	}()
+	leased := func() int { return b.count(t, `SELECT count(*) FROM payment_sessions WHERE lease_token IS NOT NULL`) }
+	for range width {
+		mustWait(t, gate.Arrived(), "the first wave at the gateway")
+	}
+	if n := leased(); n != width {
+		t.Fatalf("%d sessions leased while %d drives wait at the gateway, want %d (the width)", n, width, width)
+	}
+	for range width {
+		gate.Release()
+	}
+	// The first wave's answers: two settle transactions park inside (AfterApplyLock), the
+	// other answers wait for them. Their slots are free already: the second wave goes out.
+	mustWait(t, park.arrived, "the first answer's settle")
+	mustWait(t, park.arrived, "the second answer's settle")
+	for range width {
+		mustWait(t, gate.Arrived(), "the second wave at the gateway while the first wave's answers are written")
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = 'Completed'`); n != 0 {
+		t.Fatalf("%d sessions completed while every settle is parked", n)
+	}
+	if n := leased(); n != 2*width {
+		t.Fatalf("%d sessions leased, want %d (one wave at the gateway, one being written)", n, 2*width)
+	}
+	letGo()
+	if err := mustWait(t, swept, "the round"); err != nil {
+		t.Fatal(err)
+	}
+	swept <- nil // for the cleanup
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = 'Completed'`); n != 3*width {
+		t.Fatalf("%d of %d sessions completed", n, 3*width)
+	}
+	if calls := b.gw.Calls("status"); calls != 3*width {
+		t.Fatalf("%d status calls for %d sessions, want one each", calls, 3*width)
+	}
+	if m := b.gw.MaxInFlight(); m > width {
+		t.Fatalf("%d gateway calls at once, more than the width %d", m, width)
+	}
+}
