@@ -189,6 +189,9 @@ type Slot struct {
 	Token string
 	// TookOver: the key was held by a request whose lock went stale (or that gave up).
 	TookOver bool
+	// Fresh: this request began a new use of the key (its row did not exist or had expired), so
+	// no earlier request of this key ran an effect in this use.
+	Fresh bool
 	// Done: the key's request completed earlier; replay ResourceID as it is now, with the first
 	// request's ResponseCode.
 	Done         bool
@@ -274,7 +277,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	err := x.svc.db.QueryRow(ctx, acquireInsertSQL, args...).Scan(&got)
 	switch {
 	case err == nil:
-		return Slot{Token: got, Since: now.Truncate(time.Microsecond)}, nil
+		return Slot{Token: got, Fresh: true, Since: now.Truncate(time.Microsecond)}, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return Slot{}, dbError("idempotency: insert", err, "")
 	}
@@ -301,7 +304,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				err = tx.QueryRow(ctx, acquireInsertSQL, args...).Scan(&got)
 			}
 			if err == nil {
-				out = Slot{Token: got, Since: now.Truncate(time.Microsecond)}
+				out = Slot{Token: got, Fresh: true, Since: now.Truncate(time.Microsecond)}
 				x.afterRead(ctx, r)
 				return nil
 			}
@@ -345,7 +348,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 					r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)); err != nil {
 					return dbError("idempotency: renew", err, "")
 				}
-				out = Slot{Token: token, Since: now.Truncate(time.Microsecond)}
+				out = Slot{Token: token, Fresh: true, Since: now.Truncate(time.Microsecond)}
 				return nil
 			case !bytes.Equal(fp, r.Fingerprint):
 				reused = true

@@ -269,8 +269,8 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	other := idemReq(cl.ID, "k", `{"amount":2}`)
 
 	s, err := x.Acquire(ctx, same)
-	if err != nil || s.Token == "" || s.Done {
-		t.Fatalf("acquire = %+v %v", s, err)
+	if err != nil || s.Token == "" || s.Done || !s.Fresh {
+		t.Fatalf("acquire = %+v %v, want a fresh key held", s, err)
 	}
 	// Released (failed before any effect): the key is not burnt, another request may use it.
 	if err := x.Release(ctx, same, s.Token); err != nil {
@@ -288,8 +288,8 @@ func TestIdempotencyLifecycle(t *testing.T) {
 		t.Fatalf("another request after abandon = %v, want invalid (422)", err)
 	}
 	s, err = x.Acquire(ctx, other)
-	if err != nil || s.Token == "" {
-		t.Fatalf("same request after abandon = %+v %v", s, err)
+	if err != nil || s.Token == "" || s.Fresh {
+		t.Fatalf("same request after abandon = %+v %v, want the key taken over (not fresh: the abandoned request may have had an effect)", s, err)
 	}
 	sid := uuid.NewString()
 	if err := x.Complete(ctx, other, s.Token, sid, 201); err != nil {
@@ -297,7 +297,7 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	}
 	// Completed: the same request replays; another one is refused.
 	s, err = x.Acquire(ctx, other)
-	if err != nil || !s.Done || s.ResourceID != sid || s.ResponseCode != 201 || s.Token != "" {
+	if err != nil || !s.Done || s.ResourceID != sid || s.ResponseCode != 201 || s.Token != "" || s.Fresh {
 		t.Fatalf("replay = %+v %v", s, err)
 	}
 	var e *payments.Error
@@ -335,7 +335,7 @@ func TestIdempotencyStaleLockTakeover(t *testing.T) {
 	}
 	b.clock.Advance(time.Second)
 	taken, err := x.Acquire(ctx, r)
-	if err != nil || !taken.TookOver || taken.Token == "" || taken.Token == crashed.Token {
+	if err != nil || !taken.TookOver || taken.Fresh || taken.Token == "" || taken.Token == crashed.Token {
 		t.Fatalf("after the bound = %+v %v, want a takeover", taken, err)
 	}
 	if err := x.Complete(ctx, r, crashed.Token, uuid.NewString(), 201); !errors.Is(err, payments.ErrIdempotencyLockLost) {
@@ -397,7 +397,7 @@ func TestReapIdempotencyKeys(t *testing.T) {
 	// Day 30: the old keys expired. Before the reaper gets to one, Acquire already treats it as absent.
 	b.clock.Advance(24 * time.Hour)
 	s, err := x.Acquire(ctx, idemReq(cl.ID, "old-0", `{"a different":"request"}`))
-	if err != nil || s.Token == "" || s.Done {
+	if err != nil || s.Token == "" || s.Done || !s.Fresh {
 		t.Fatalf("expired key = %+v %v, want a fresh acquisition", s, err)
 	}
 	n, err := b.svc.ReapIdempotencyKeys(ctx, b.clock.Now(), 2)
