@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Finance case kinds.
@@ -201,8 +202,19 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 //
 // sess is the session as the caller last read it: only its id and order (which never changes)
 // are used, to take the locks; everything decided is read again under them.
+//
+// A patrol drive's answer (ctx carries its lease) goes through the replica's settle batcher
+// instead (settle_batch.go): several drives' answers in one transaction, each the same writes.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	if token, leased := leaseOf(ctx, sess.ID); leased && s.settles != nil {
+		return s.settles.settle(&settleItem{ctx: ctx, actor: actor, sess: sess, token: token, gp: gp, reason: reason, call: pendingCallLog(ctx)})
+	}
+	return s.applyOne(ctx, actor, sess, gp, reason)
+}
+
+// applyOne is applyGatewayPayment in a transaction of its own.
+func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
 	id := sess.ID
 	ctx, span := s.startSpan(ctx, "payments.apply", id, sess.OrderID)
 	defer span.End()
@@ -233,65 +245,8 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		if h := s.cfg.Hooks.AfterApplyLock; h != nil {
 			h(ctx, id)
 		}
-		out = cur
-		if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
-			return openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
-				fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
-		}
-		if mismatch := answerMismatch(cur, gp); mismatch != "" {
-			out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
-			return err
-		}
-		patch := sessionPatch{}
-		untrusted := ""
-		if cur.GatewayPaymentID == "" && gp.ID != "" {
-			patch.gatewayPaymentID = gp.ID
-			patch.confirmationURL = gp.ConfirmationURL
-			if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
-				patch.confirmationURL = "" // never stored, so never rendered nor redirected to
-			}
-		}
-		oc := decide(cur.Status, gp.Status, asked)
-		if oc.to != "" {
-			if !oc.to.Terminal() {
-				next := now.Add(s.cfg.Backoff[0])
-				patch.nextCheckAt = &next
-			}
-			out, err = applyTransition(ctx, tx, id, oc.to, actor, reason, now, patch)
-			if err != nil {
-				return err
-			}
-			if oc.to == StatusCompleted {
-				if err := completeOrder(ctx, tx, out, now); err != nil {
-					return err
-				}
-			}
-			if oc.to == StatusCanceled || (oc.to == StatusFailed && asked) {
-				if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', updated_at = $2
-					WHERE session_id = $1 AND status = 'Pending'`, id, now); err != nil {
-					return fmt.Errorf("apply: reverse op done: %w", err)
-				}
-			}
-		} else if patch.gatewayPaymentID != "" {
-			if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET gateway_payment_id = $2,
-				confirmation_url = coalesce(nullif($3, ''), confirmation_url), updated_at = $4
-				WHERE id = $1 AND gateway_payment_id IS NULL`, id, patch.gatewayPaymentID, patch.confirmationURL, now); err != nil {
-				return dbError("apply: attach", err, "")
-			}
-			out.GatewayPaymentID = patch.gatewayPaymentID
-			if patch.confirmationURL != "" {
-				out.ConfirmationURL = patch.confirmationURL
-			}
-		}
-		if untrusted != "" {
-			if out, err = flagForFinance(ctx, tx, out, CaseUntrustedURL, untrusted, now); err != nil {
-				return err
-			}
-		}
-		if oc.caseKind != "" {
-			return openCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
-		}
-		return nil
+		out, err = s.applyLocked(ctx, tx, actor, cur, asked, gp, reason, now, nil)
+		return err
 	})
 	if call != nil {
 		call.committed = err == nil
@@ -303,25 +258,114 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 	return out, nil
 }
 
+// applyLocked decides and writes what gp means for cur, the session as read under the order and
+// session locks the caller holds in tx (asked: a reverse was asked for it). The transition and the
+// order's Paid status with its ledger entry go in one round trip.
+//
+// queue, when not nil, is a batch the caller sends later in tx, after every session of its
+// settle batch was decided (settle_batch.go): the plain settles — a transition, and for
+// Completed the order and ledger, nothing else — are queued there, and the session is filled once
+// it ran (*queue.into, not the returned session). Everything else (cases, flags, attachments,
+// reverses) is written here at once.
+func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue) (out Session, err error) {
+	id := cur.ID
+	out = cur
+	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
+		return out, openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
+			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
+	}
+	if mismatch := answerMismatch(cur, gp); mismatch != "" {
+		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
+	}
+	patch := sessionPatch{}
+	untrusted := ""
+	if cur.GatewayPaymentID == "" && gp.ID != "" {
+		patch.gatewayPaymentID = gp.ID
+		patch.confirmationURL = gp.ConfirmationURL
+		if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
+			patch.confirmationURL = "" // never stored, so never rendered nor redirected to
+		}
+	}
+	oc := decide(cur.Status, gp.Status, asked)
+	reversed := oc.to == StatusCanceled || (oc.to == StatusFailed && asked)
+	if oc.to != "" {
+		if !oc.to.Terminal() {
+			next := now.Add(s.cfg.Backoff[0])
+			patch.nextCheckAt = &next
+		}
+		b, into := &pgx.Batch{}, &out
+		plain := queue != nil && untrusted == "" && oc.caseKind == "" && !reversed
+		if plain {
+			b, into = &queue.batch, queue.into
+			queue.queued = true
+		}
+		if err := queueTransition(b, id, oc.to, actor, reason, now, patch, into); err != nil {
+			return out, err
+		}
+		if oc.to == StatusCompleted {
+			queueCompleteOrder(b, cur, now)
+		}
+		if plain {
+			return out, nil // written, and *queue.into filled, when the caller sends its batch
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return out, transitionError(ctx, tx, id, oc.to, err)
+		}
+		if reversed {
+			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', updated_at = $2
+				WHERE session_id = $1 AND status = 'Pending'`, id, now); err != nil {
+				return out, fmt.Errorf("apply: reverse op done: %w", err)
+			}
+		}
+	} else if patch.gatewayPaymentID != "" {
+		if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET gateway_payment_id = $2,
+			confirmation_url = coalesce(nullif($3, ''), confirmation_url), updated_at = $4
+			WHERE id = $1 AND gateway_payment_id IS NULL`, id, patch.gatewayPaymentID, patch.confirmationURL, now); err != nil {
+			return out, dbError("apply: attach", err, "")
+		}
+		out.GatewayPaymentID = patch.gatewayPaymentID
+		if patch.confirmationURL != "" {
+			out.ConfirmationURL = patch.confirmationURL
+		}
+	}
+	if untrusted != "" {
+		if out, err = flagForFinance(ctx, tx, out, CaseUntrustedURL, untrusted, now); err != nil {
+			return out, err
+		}
+	}
+	if oc.caseKind != "" {
+		return out, openCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
+	}
+	return out, nil
+}
+
 // completeOrder marks the order Paid and writes its one PaymentReceived entry, in the caller's
 // transaction. The UPDATE is guarded on the order still awaiting payment through THIS session;
 // the unique partial index accounting_entries_one_payment_received is the last line.
 func completeOrder(ctx context.Context, tx pgx.Tx, sess Session, now time.Time) error {
-	// One statement: the entry is written only for the order row the guarded UPDATE changed, so
-	// no row inserted means the guard failed (and the caller's transaction rolls back).
-	tag, err := tx.Exec(ctx, `WITH paid AS (
+	var b pgx.Batch
+	queueCompleteOrder(&b, sess, now)
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return dbError("complete: order and ledger", err, "")
+	}
+	return nil
+}
+
+// queueCompleteOrder queues completeOrder's one statement into b: the entry is written only for
+// the order row the guarded UPDATE changed, so no row inserted means the guard failed, and the
+// batch fails (the caller's transaction rolls back).
+func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
+	b.Queue(`WITH paid AS (
 			UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $5
 			WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2
 			RETURNING order_id)
 		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-		SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now)
-	if err != nil {
-		return dbError("complete: order and ledger", err, "")
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
-	}
-	return nil
+		SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
+		}
+		return nil
+	})
 }
 
 // openCase opens a finance case unless one of the same kind is already open for the session.

@@ -205,7 +205,7 @@ type PaymentDetail struct {
 	// itself (UnlockCodes lifts it sooner).
 	WrongCodes       int
 	CodesLockedUntil *time.Time
-	Refunds       []Refund        // oldest first
+	Refunds          []Refund // oldest first
 	// RefundProposals are the payment's four-eyes refund proposals, newest first.
 	RefundProposals []Resolution
 	Cases           []FinanceCase

@@ -128,6 +128,9 @@ type Config struct {
 	// SweepConcurrency is how many drives one replica's patrol runs at once (SWEEP_CONCURRENCY,
 	// default 16): the size of its worker pool and so the fetch limit of its claims (patrol.go).
 	SweepConcurrency int
+	// SettleBatch is the most patrol answers one settle transaction writes (settle_batch.go;
+	// default SweepConcurrency). 1: every answer in a transaction of its own.
+	SettleBatch int
 	// LeaseDuration is how long a claim holds a session, refund or message (default
 	// LeaseFor(GatewayTimeout): several gateway timeouts, so one drive always fits).
 	LeaseDuration time.Duration
@@ -156,6 +159,8 @@ type Service struct {
 	// patrol is this replica's patrol: its back-off and what it drives right now (bounded by
 	// SweepConcurrency). Coordination with other replicas happens in PostgreSQL (leases).
 	patrol *patrolState
+	// settles batches the patrol's answers into shared transactions (nil: SettleBatch 1).
+	settles *settleBatcher
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -201,8 +206,15 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		// a restart with a different process. config requires SECRET_KEY in serve.
 		cfg.CodeSecret = []byte("pitlane-unset-secret")
 	}
-	return &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
+	if cfg.SettleBatch <= 0 {
+		cfg.SettleBatch = cfg.SweepConcurrency
+	}
+	s := &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
 		patrol: newPatrolState(cfg.Clock.Now())}
+	if cfg.SettleBatch > 1 {
+		s.settles = &settleBatcher{s: s, max: cfg.SettleBatch}
+	}
+	return s
 }
 
 // DB exposes the pool for read models (console) that live beside the core.
@@ -358,17 +370,37 @@ type sessionPatch struct {
 // sweeper's interest. It does not do money: Completed's ledger entry is completeOrder's job,
 // called by the caller in the same transaction.
 func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor Actor, reason string, now time.Time, p sessionPatch) (Session, error) {
+	var b pgx.Batch
+	var sess Session
+	if err := queueTransition(&b, id, to, actor, reason, now, p, &sess); err != nil {
+		return Session{}, err
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return Session{}, transitionError(ctx, tx, id, to, err)
+	}
+	return sess, nil
+}
+
+// errNoTransition: a queued transition's guarded UPDATE touched no row.
+var errNoTransition = errors.New("transition: the edge is not allowed from the current state")
+
+// queueTransition queues applyTransition's one statement into b; *out is the session after it
+// once the batch has run. A batch in which the edge was not allowed fails with errNoTransition
+// (transitionError turns it into the caller's conflict); the caller's transaction must then roll
+// back, as everything queued after it in the batch ran regardless.
+func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason string, now time.Time, p sessionPatch, out *Session) error {
 	from := allowedFrom(to)
 	if len(from) == 0 {
-		return Session{}, Errorf(ECONFLICT, "no transition leads to %s", to)
+		return Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
 	next := p.nextCheckAt
 	clear := p.clearNextCheck || to.Terminal()
-	// One statement: the guarded UPDATE and the timeline event that names the state it replaced
+	// One statement: the guarded UPDATE, the timeline event that names the state it replaced
 	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
-	// state the UPDATE sees). No row: the edge is not allowed from the current state (or there is
-	// no such payment), and nothing was written.
-	sess, err := scanSession(tx.QueryRow(ctx, `
+	// state the UPDATE sees), and for a terminal state other than Completed the order's active
+	// pointer let go (Completed's is completeOrder's). No row: the edge is not allowed from the
+	// current state (or there is no such payment), and nothing was written.
+	b.Queue(`
 		WITH prev AS (SELECT status FROM payment_sessions WHERE id = $1),
 		upd AS (
 			UPDATE payment_sessions SET
@@ -383,27 +415,44 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 		ev AS (
 			INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
 			SELECT $1, prev.status, $2, $9, $10, $11, $7 FROM prev, upd
+		),
+		released AS (
+			UPDATE orders SET active_session_id = NULL, updated_at = $7
+			FROM upd WHERE $12 AND orders.order_id = upd.order_id AND orders.active_session_id = $1
 		)
 		SELECT upd.* FROM upd`,
 		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
-		string(actor.Kind), actor.ID, reason))
-	if errors.Is(err, pgx.ErrNoRows) {
-		var prev string
-		if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
-			return Session{}, dbError("transition: read", err, "payment %q not found", id)
+		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted).QueryRow(func(r pgx.Row) error {
+		sess, err := scanSession(r)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoTransition
 		}
-		return Session{}, &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
-	}
-	if err != nil {
-		return Session{}, dbError("transition", err, "")
-	}
-	if to.Terminal() && to != StatusCompleted {
-		if _, err := tx.Exec(ctx, `UPDATE orders SET active_session_id = NULL, updated_at = $3
-			WHERE order_id = $1 AND active_session_id = $2`, sess.OrderID, id, now); err != nil {
-			return Session{}, fmt.Errorf("transition: release order: %w", err)
+		if err != nil {
+			return err
 		}
+		*out = sess
+		return nil
+	})
+	return nil
+}
+
+// transitionError turns a failed transition batch into the caller's error: a conflict naming the
+// current state when the edge was not allowed.
+func transitionError(ctx context.Context, tx pgx.Tx, id string, to Status, err error) error {
+	if !errors.Is(err, errNoTransition) {
+		var e *Error
+		if errors.As(err, &e) {
+			return err
+		}
+		return dbError("transition", err, "")
 	}
-	return sess, nil
+	// The batch's later statements ran, but nothing of ours failed in SQL: the transaction is
+	// still usable for this read, and the caller rolls it back.
+	var prev string
+	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
+		return dbError("transition: read", err, "payment %q not found", id)
+	}
+	return &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
 }
 
 // lockOrderAndSession takes the two row locks in THE order (order, then session) and returns the
