@@ -39,8 +39,10 @@ func (a *API) CreatePayment(c echo.Context) error {
 		ir.Fingerprint = payments.Fingerprint(http.MethodPost, req.Path, []byte(ir.Key))
 	}
 	var sess payments.Session
-	out, err := a.idem.Run(c.Request().Context(), ir, func(ctx context.Context, _ payments.Slot) (string, int, error) {
-		res, err := a.svc.Create(ctx, actor(c), req.Input)
+	out, err := a.idem.Run(c.Request().Context(), ir, func(ctx context.Context, slot payments.Slot) (string, int, error) {
+		in := req.Input
+		in.FirstAttempt = slot.Fresh
+		res, err := a.svc.Create(ctx, actor(c), in)
 		sess = res.Session
 		return res.Session.ID, createdStatus(res), err
 	})

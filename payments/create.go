@@ -29,6 +29,12 @@ type CreateInput struct {
 	Amount          int64
 	Currency        string
 	CustomerContact string
+	// FirstAttempt: the caller knows no earlier request of this intent ran (it holds a fresh
+	// idempotency key: the API's first request of a key or a keyless intent). Create then skips
+	// its lock-free read of an active session — it answers repeats, which a first attempt
+	// hardly ever is — and goes straight to the claim, which decides the same under the lock.
+	// One round trip less for every new order over the API.
+	FirstAttempt bool
 }
 
 // Validate checks the input against the contract and names the field at fault.
@@ -94,19 +100,21 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	// reading it needs no lock. The claim below would read the same row (or a newer state of it)
 	// under the lock; answering from this read is answering as of a moment just before. Anything
 	// else — no order, no active session, other parameters, a paid order — takes the claim.
-	active, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-		WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
-	switch {
-	case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
-		span.SetAttributes(AttrSessionID.String(active.ID))
-		return active, false, nil
-	case err != nil && !errors.Is(err, pgx.ErrNoRows):
-		return Session{}, false, dbError("create: read active", err, "")
+	if !in.FirstAttempt {
+		active, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
+			WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
+		switch {
+		case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
+			span.SetAttributes(AttrSessionID.String(active.ID))
+			return active, false, nil
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return Session{}, false, dbError("create: read active", err, "")
+		}
 	}
 	now := s.cfg.Clock.Now()
 	var out Session
 	var created bool
-	err = s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
+	err := s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
 		// The lock, the order row (created on the first Create, then locked: that keeps the lock
 		// order order → session and orders us after a Check that is marking it Paid) and the
 		// active session, in one round trip: a pipelined batch, run by the server statement after

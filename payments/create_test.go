@@ -177,6 +177,37 @@ func TestCreateDifferentParametersConflict(t *testing.T) {
 	}
 }
 
+// A first attempt (the caller holds a fresh idempotency key) skips the lock-free read of the
+// active session and is decided by the claim under the order's lock, with the same answer: the
+// active session with these parameters, not created again, nothing sent to the gateway. Any
+// other Create of the hot order is still answered by the lock-free read, without the claim.
+func TestCreateFirstAttemptIsDecidedByTheClaim(t *testing.T) {
+	t.Parallel()
+	claims := 0
+	b := newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterClaimRead = func(context.Context, string) { claims++ }
+	})
+	ctx := context.Background()
+	first, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o", Amount: 1000, Currency: "EUR", FirstAttempt: true})
+	if err != nil || !first.Created || claims != 1 {
+		t.Fatalf("first = %+v %v (claims %d)", first, err, claims)
+	}
+	repeat, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o", Amount: 1000, Currency: "EUR"})
+	if err != nil || repeat.Created || repeat.Session.ID != first.Session.ID || claims != 1 {
+		t.Fatalf("a repeat = %+v %v (claims %d), want the session from the lock-free read", repeat, err, claims)
+	}
+	again, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o", Amount: 1000, Currency: "EUR", FirstAttempt: true})
+	if err != nil || again.Created || again.Session.ID != first.Session.ID || claims != 2 {
+		t.Fatalf("a first attempt on an active order = %+v %v (claims %d), want the session from the claim", again, err, claims)
+	}
+	if _, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o", Amount: 2000, Currency: "EUR", FirstAttempt: true}); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("a first attempt with other parameters = %v, want conflict", err)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d", n)
+	}
+}
+
 // 50 concurrent Creates for one order from two pools (two replicas) → one session, one
 // registration.
 func TestCreateFiftyClicksTwoReplicas(t *testing.T) {

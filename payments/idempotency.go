@@ -22,11 +22,14 @@ import (
 // Protocol for one request — Run is its one owner; the API handlers call Run with their effect:
 //
 //  1. Validate and authenticate first: a request refused before Run never touches its key.
-//  2. Acquire: one short transaction under pg_advisory_xact_lock(ns, hashtext(client/key)):
-//     INSERT … ON CONFLICT DO NOTHING RETURNING; on conflict read the row FOR UPDATE and decide:
-//     another request (fingerprint differs) → EINVALID (422); completed → replay its resource as it
-//     is NOW; in flight and its lock not yet stale → EBUSY (409 + Retry-After); in flight but stale
-//     (its request died) or abandoned → take it over. No lock is held after this transaction.
+//  2. Acquire: a fresh key is one autocommit INSERT … ON CONFLICT DO NOTHING RETURNING (the
+//     primary key lets exactly one of two concurrent inserts create the row). A key that exists
+//     is decided in one short transaction under pg_advisory_xact_lock(ns, hashtext(client/key)):
+//     the INSERT again (the row may have been released or reaped since), else read the row FOR
+//     UPDATE and decide: another request (fingerprint differs) → EINVALID (422); completed →
+//     replay its resource as it is NOW; in flight and its lock not yet stale → EBUSY (409 +
+//     Retry-After); in flight but stale (its request died) or abandoned → take it over. No lock
+//     is held after this transaction.
 //  3. Do the work (the effect: Create's claim transaction then the gateway, no key lock held).
 //  4. Complete (resource id + response code), or Release when the work failed before any effect
 //     (the key is not burnt: the client may fix the request and use it again), or Abandon when
@@ -80,8 +83,10 @@ var ErrIdempotencyLockLost = errors.New("idempotency key lock lost to a takeover
 
 // IdempotencyHooks stop Acquire at a precise point so tests build interleavings on purpose.
 type IdempotencyHooks struct {
-	// AfterAcquireRead runs inside Acquire's transaction, with the advisory lock held, after the
-	// row was inserted or read and before the decision is returned.
+	// AfterAcquireRead runs inside Acquire's transaction for a key that already existed, with the
+	// advisory lock held, after the row was inserted or read and before the decision is returned.
+	// A fresh key's single INSERT has no transaction to stop in (tests park it on the row lock
+	// of its client, which the INSERT's foreign key takes).
 	AfterAcquireRead func(ctx context.Context, key string)
 }
 
@@ -184,6 +189,9 @@ type Slot struct {
 	Token string
 	// TookOver: the key was held by a request whose lock went stale (or that gave up).
 	TookOver bool
+	// Fresh: this request began a new use of the key (its row did not exist or had expired), so
+	// no earlier request of this key ran an effect in this use.
+	Fresh bool
 	// Done: the key's request completed earlier; replay ResourceID as it is now, with the first
 	// request's ResponseCode.
 	Done         bool
@@ -235,6 +243,13 @@ func (x *Idempotency) queueLock(b *pgx.Batch, r IdempotencyRequest) {
 	b.Queue(lockKeySQL, int32(x.lockNamespace(r.Kind)), r.ClientID+"/"+r.Key).Exec(func(pgconn.CommandTag) error { return nil })
 }
 
+// acquireInsertSQL creates a key's row held by the request, unless the key exists.
+const acquireInsertSQL = `INSERT INTO idempotency_keys
+	(client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+	ON CONFLICT (client_id, kind, key) DO NOTHING
+	RETURNING lock_token::text`
+
 // Acquire claims a key for a request, or says what became of it (see the protocol above).
 // Errors: EINVALID (the key was used with another request: 422), EBUSY (its request still runs:
 // 409 + Retry-After), EUNAVAIL (lock timeout), internal.
@@ -247,28 +262,38 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	if r.Kind == IdempotencyIntentKey {
 		ttl = x.cfg.IntentWindow // and every identical request moves it on (slide, below)
 	}
+	token := uuid.NewString()
+	lockedUntil := now.Add(x.cfg.StaleAfter)
+	args := []any{r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)}
+	// A fresh key — every keyless Create of a new order, every first use of a client's key — is
+	// one autocommit INSERT: no transaction, no advisory lock. The primary key decides between
+	// two requests inserting the same key at once: the second one's INSERT waits for the first
+	// one's to commit and then finds the row (DO NOTHING, no row returned), and goes on to the
+	// locked path below, which reads the row under the key's lock. The wait is bounded by the
+	// other statement: an autocommit INSERT, or a locked-path transaction (which runs under
+	// lock_timeout and holds no lock across anything slow). A key that exists (in flight,
+	// completed, expired, released under us) is decided only under the lock.
+	var got string
+	err := x.svc.db.QueryRow(ctx, acquireInsertSQL, args...).Scan(&got)
+	switch {
+	case err == nil:
+		return Slot{Token: got, Fresh: true, Since: now.Truncate(time.Microsecond)}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Slot{}, dbError("idempotency: insert", err, "")
+	}
 	var out Slot
 	busy, reused := false, false
-	err := x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
-		token := uuid.NewString()
-		lockedUntil := now.Add(x.cfg.StaleAfter)
-		const insert = `INSERT INTO idempotency_keys
-				(client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-				ON CONFLICT (client_id, kind, key) DO NOTHING
-				RETURNING lock_token::text`
-		args := []any{r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)}
+	err = x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
 		// Two tries: the reaper (which does not take the advisory lock) may delete an expired
 		// row between the conflicting INSERT and the read.
 		for try := range 2 {
-			var got string
 			var err error
 			if try == 0 {
 				// The key's lock and the first INSERT in one round trip: a pipelined batch, run by
 				// the server one statement after the other, so the INSERT runs under the lock.
 				var b pgx.Batch
 				x.queueLock(&b, r)
-				b.Queue(insert, args...).QueryRow(func(row pgx.Row) error {
+				b.Queue(acquireInsertSQL, args...).QueryRow(func(row pgx.Row) error {
 					err = row.Scan(&got)
 					return nil
 				})
@@ -276,10 +301,10 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 					return dbError("idempotency: lock", berr, "")
 				}
 			} else {
-				err = tx.QueryRow(ctx, insert, args...).Scan(&got)
+				err = tx.QueryRow(ctx, acquireInsertSQL, args...).Scan(&got)
 			}
 			if err == nil {
-				out = Slot{Token: got, Since: now.Truncate(time.Microsecond)}
+				out = Slot{Token: got, Fresh: true, Since: now.Truncate(time.Microsecond)}
 				x.afterRead(ctx, r)
 				return nil
 			}
@@ -323,7 +348,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 					r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, token, lockedUntil, now, now.Add(ttl)); err != nil {
 					return dbError("idempotency: renew", err, "")
 				}
-				out = Slot{Token: token, Since: now.Truncate(time.Microsecond)}
+				out = Slot{Token: token, Fresh: true, Since: now.Truncate(time.Microsecond)}
 				return nil
 			case !bytes.Equal(fp, r.Fingerprint):
 				reused = true

@@ -51,22 +51,140 @@ func idemReq(client, key, body string) payments.IdempotencyRequest {
 		Method: "POST", Path: path, Fingerprint: payments.Fingerprint("POST", path, []byte(body))}
 }
 
-// Two requests with one key at the same moment: the first holds the advisory lock while it
-// decides, the second waits for it exactly there (pg_locks), then finds the key in flight.
+// waitBlockedBy waits until a backend of this database is blocked by the backend holder
+// (pg_blocking_pids) and returns its pid: how a test knows a concurrent statement waits exactly
+// where the protocol says it must.
+func waitBlockedBy(t *testing.T, pool *pgxpool.Pool, holder int32) int32 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var pid int32
+		err := pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)) LIMIT 1`, holder).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("pg_blocking_pids: %v", err)
+		}
+	}
+	t.Fatalf("no backend was ever blocked by backend %d", holder)
+	return 0
+}
+
+// acquireResult is one request's answer in a race: it owns the key (a token) or not.
+type acquireResult struct {
+	token string
+	err   error
+}
+
+// raceFreshKey builds the one race a fresh key has: request A's INSERT has written the key's row
+// and not committed yet when request B inserts the same key. A is parked inside its INSERT on
+// the key's client row, which the test holds FOR UPDATE and the INSERT's foreign key check must
+// share-lock (pg_blocking_pids: A waits for the test); B is started then and seen waiting for
+// A's transaction (B's INSERT found A's uncommitted row). Then the test lets go: A commits, B
+// goes on. acquire is the protocol under test.
+func raceFreshKey(t *testing.T, b *bench, clientID string, acquire func(context.Context) acquireResult) (a, c acquireResult) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck // committed below
+	var holderPID int32
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM api_clients WHERE id = $1 FOR UPDATE`, clientID); err != nil {
+		t.Fatal(err)
+	}
+	run := func() <-chan acquireResult {
+		ch := make(chan acquireResult, 1)
+		go func() { ch <- acquire(ctx) }()
+		return ch
+	}
+	first := run()
+	firstPID := waitBlockedBy(t, b.pool, holderPID) // A's row is written, its INSERT not done
+	second := run()
+	waitBlockedBy(t, b.pool, firstPID) // B's INSERT waits for A's transaction
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return mustWait(t, first, "first acquisition"), mustWait(t, second, "second acquisition")
+}
+
+// Two requests acquire one fresh key at the same moment (a fresh key is one autocommit INSERT,
+// no advisory lock): the second's INSERT waits for the first's row to commit, then finds the key
+// in flight. Exactly one owner; the other is told the key's request still runs (409), for a
+// client key and for a keyless request's intent key alike.
 func TestIdempotencyAcquireIsAtomic(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	for _, r := range []payments.IdempotencyRequest{idemReq(cl.ID, "k1", `{"amount":1}`), intentReq(cl.ID, payments.IntentKey("o-1", 100, "EUR"))} {
+		first, second := raceFreshKey(t, b, cl.ID, func(ctx context.Context) acquireResult {
+			s, err := x.Acquire(ctx, r)
+			return acquireResult{s.Token, err}
+		})
+		if first.err != nil || first.token == "" {
+			t.Fatalf("%s: first = %+v, want the owner", r.Kind, first)
+		}
+		if payments.ErrorCode(second.err) != payments.EBUSY || second.token != "" {
+			t.Fatalf("%s: second = %+v, want busy (409: the key's first request still runs)", r.Kind, second)
+		}
+		if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE kind = $1 AND key = $2 AND lock_token = $3`,
+			string(r.Kind), r.Key, first.token); n != 1 {
+			t.Fatalf("%s: rows held by the first = %d", r.Kind, n)
+		}
+	}
+}
+
+// naiveUpsertAcquire is the tempting one-statement acquire that gets this wrong: an upsert that
+// takes any row not completed yet as free, so it never waits for a decision under the key's lock.
+func naiveUpsertAcquire(ctx context.Context, pool *pgxpool.Pool, r payments.IdempotencyRequest) acquireResult {
+	var token string
+	err := pool.QueryRow(ctx, `INSERT INTO idempotency_keys (client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '30 s', now(), now() + interval '30 days')
+		ON CONFLICT (client_id, kind, key) DO UPDATE SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
+		WHERE idempotency_keys.completed_at IS NULL
+		RETURNING lock_token::text`,
+		r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, uuid.NewString()).Scan(&token)
+	return acquireResult{token, err}
+}
+
+// The negative control of TestIdempotencyAcquireIsAtomic: under the same schedule the naive
+// upsert gives both requests the key — both would run Create.
+func TestIdempotencyNaiveUpsertDoubleOwns(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	r := idemReq(cl.ID, "k1", `{"amount":1}`)
+	first, second := raceFreshKey(t, b, cl.ID, func(ctx context.Context) acquireResult { return naiveUpsertAcquire(ctx, b.pool, r) })
+	if first.err != nil || second.err != nil || first.token == "" || second.token == "" {
+		t.Fatalf("naive = %+v %+v, want both owners (the bug)", first, second)
+	}
+}
+
+// A key that exists is decided under its advisory lock. Two requests take over one stale key
+// (its request crashed) at the same moment: the first holds the lock while it decides, the
+// second waits for it exactly there (pg_locks), then finds the key taken over and in flight.
+func TestIdempotencyTakeoverIsAtomic(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	cl := newClient(t, b, "shop")
 	p := newParker()
 	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{AfterAcquireRead: p.hook}})
 	r := idemReq(cl.ID, "k1", `{"amount":1}`)
-	type res struct {
-		slot payments.Slot
-		err  error
+	crashed, err := x.Acquire(context.Background(), r) // fresh: no transaction, the hook does not run
+	if err != nil {
+		t.Fatal(err)
 	}
-	acquire := func() <-chan res {
-		ch := make(chan res, 1)
-		go func() { s, err := x.Acquire(context.Background(), r); ch <- res{s, err} }()
+	b.clock.Advance(x.Config().StaleAfter)
+	acquire := func() <-chan acquireResult {
+		ch := make(chan acquireResult, 1)
+		go func() { s, err := x.Acquire(context.Background(), r); ch <- acquireResult{s.Token, err} }()
 		return ch
 	}
 	first := acquire()
@@ -75,52 +193,58 @@ func TestIdempotencyAcquireIsAtomic(t *testing.T) {
 	waitAdvisoryWaiters(t, b.pool, payments.LockIdempotencyKey, 1)
 	p.let(1)
 	r1 := mustWait(t, first, "first")
-	if r1.err != nil || r1.slot.Token == "" {
-		t.Fatalf("first = %+v", r1)
+	if r1.err != nil || r1.token == "" || r1.token == crashed.Token {
+		t.Fatalf("first = %+v, want a takeover", r1)
 	}
 	mustWait(t, p.arrived, "second acquisition's read")
 	p.let(1)
-	r2 := mustWait(t, second, "second")
-	if payments.ErrorCode(r2.err) != payments.EBUSY {
+	if r2 := mustWait(t, second, "second"); payments.ErrorCode(r2.err) != payments.EBUSY {
 		t.Fatalf("second = %+v, want busy", r2)
 	}
-	if n := b.count(t, `SELECT count(*) FROM idempotency_keys`); n != 1 {
-		t.Fatalf("rows = %d", n)
+	if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE lock_token = $1`, r1.token); n != 1 {
+		t.Fatalf("rows held by the first = %d", n)
 	}
 }
 
-// naiveAcquire is the bug the protocol prevents: read the key, and if nobody holds it, write it
-// as ours (an upsert, so the write itself never fails).
-func naiveAcquire(ctx context.Context, pool *pgxpool.Pool, r payments.IdempotencyRequest, afterRead func(context.Context, string)) (bool, error) {
+// naiveAcquire is the bug the lock prevents: read the key, and if nobody holds it (or its holder
+// went stale), write it as ours (an upsert, so the write itself never fails).
+func naiveAcquire(ctx context.Context, pool *pgxpool.Pool, r payments.IdempotencyRequest, now time.Time, afterRead func(context.Context, string)) (bool, error) {
 	var holder *string
-	err := pool.QueryRow(ctx, `SELECT lock_token::text FROM idempotency_keys WHERE client_id = $1 AND kind = $2 AND key = $3`,
-		r.ClientID, string(r.Kind), r.Key).Scan(&holder)
+	var until *time.Time
+	err := pool.QueryRow(ctx, `SELECT lock_token::text, locked_until FROM idempotency_keys WHERE client_id = $1 AND kind = $2 AND key = $3`,
+		r.ClientID, string(r.Kind), r.Key).Scan(&holder, &until)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return false, err
 	}
 	afterRead(ctx, r.Key)
-	if holder != nil {
+	if holder != nil && until != nil && until.After(now) {
 		return false, nil
 	}
 	_, err = pool.Exec(ctx, `INSERT INTO idempotency_keys (client_id, kind, key, fingerprint, method, path, lock_token, locked_until, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '30 s', now(), now() + interval '30 days')
-		ON CONFLICT (client_id, kind, key) DO UPDATE SET lock_token = excluded.lock_token`,
-		r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, uuid.NewString())
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8::timestamptz + interval '30 s', $8, $8::timestamptz + interval '30 days')
+		ON CONFLICT (client_id, kind, key) DO UPDATE SET lock_token = excluded.lock_token, locked_until = excluded.locked_until`,
+		r.ClientID, string(r.Kind), r.Key, r.Fingerprint, r.Method, r.Path, uuid.NewString(), now)
 	return err == nil, err
 }
 
-// The negative control: under the same schedule (both read before either writes), the naive
-// check-then-write lets both requests believe they own the key — both would run Create.
+// The negative control of TestIdempotencyTakeoverIsAtomic: under the same schedule (both read
+// the stale key before either writes), the naive check-then-write lets both requests believe
+// they own the key — both would run Create.
 func TestIdempotencyNaiveAcquireDoubleOwns(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	cl := newClient(t, b, "shop")
 	p := newParker()
 	r := idemReq(cl.ID, "k1", `{"amount":1}`)
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	if _, err := x.Acquire(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(x.Config().StaleAfter)
 	owned := make(chan bool, 2)
 	for range 2 {
 		go func() {
-			ok, err := naiveAcquire(context.Background(), b.pool, r, p.hook)
+			ok, err := naiveAcquire(context.Background(), b.pool, r, b.clock.Now(), p.hook)
 			if err != nil {
 				t.Error(err)
 			}
@@ -145,8 +269,8 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	other := idemReq(cl.ID, "k", `{"amount":2}`)
 
 	s, err := x.Acquire(ctx, same)
-	if err != nil || s.Token == "" || s.Done {
-		t.Fatalf("acquire = %+v %v", s, err)
+	if err != nil || s.Token == "" || s.Done || !s.Fresh {
+		t.Fatalf("acquire = %+v %v, want a fresh key held", s, err)
 	}
 	// Released (failed before any effect): the key is not burnt, another request may use it.
 	if err := x.Release(ctx, same, s.Token); err != nil {
@@ -164,8 +288,8 @@ func TestIdempotencyLifecycle(t *testing.T) {
 		t.Fatalf("another request after abandon = %v, want invalid (422)", err)
 	}
 	s, err = x.Acquire(ctx, other)
-	if err != nil || s.Token == "" {
-		t.Fatalf("same request after abandon = %+v %v", s, err)
+	if err != nil || s.Token == "" || s.Fresh {
+		t.Fatalf("same request after abandon = %+v %v, want the key taken over (not fresh: the abandoned request may have had an effect)", s, err)
 	}
 	sid := uuid.NewString()
 	if err := x.Complete(ctx, other, s.Token, sid, 201); err != nil {
@@ -173,7 +297,7 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	}
 	// Completed: the same request replays; another one is refused.
 	s, err = x.Acquire(ctx, other)
-	if err != nil || !s.Done || s.ResourceID != sid || s.ResponseCode != 201 || s.Token != "" {
+	if err != nil || !s.Done || s.ResourceID != sid || s.ResponseCode != 201 || s.Token != "" || s.Fresh {
 		t.Fatalf("replay = %+v %v", s, err)
 	}
 	var e *payments.Error
@@ -211,7 +335,7 @@ func TestIdempotencyStaleLockTakeover(t *testing.T) {
 	}
 	b.clock.Advance(time.Second)
 	taken, err := x.Acquire(ctx, r)
-	if err != nil || !taken.TookOver || taken.Token == "" || taken.Token == crashed.Token {
+	if err != nil || !taken.TookOver || taken.Fresh || taken.Token == "" || taken.Token == crashed.Token {
 		t.Fatalf("after the bound = %+v %v, want a takeover", taken, err)
 	}
 	if err := x.Complete(ctx, r, crashed.Token, uuid.NewString(), 201); !errors.Is(err, payments.ErrIdempotencyLockLost) {
@@ -273,7 +397,7 @@ func TestReapIdempotencyKeys(t *testing.T) {
 	// Day 30: the old keys expired. Before the reaper gets to one, Acquire already treats it as absent.
 	b.clock.Advance(24 * time.Hour)
 	s, err := x.Acquire(ctx, idemReq(cl.ID, "old-0", `{"a different":"request"}`))
-	if err != nil || s.Token == "" || s.Done {
+	if err != nil || s.Token == "" || s.Done || !s.Fresh {
 		t.Fatalf("expired key = %+v %v, want a fresh acquisition", s, err)
 	}
 	n, err := b.svc.ReapIdempotencyKeys(ctx, b.clock.Now(), 2)

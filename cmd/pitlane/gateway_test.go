@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +16,7 @@ import (
 
 	"pitlane/internal/config"
 	"pitlane/payments"
+	"pitlane/payments/gateway/gatewaysim"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/payments/gateway/webhooksig"
@@ -79,5 +86,69 @@ func TestBuildGatewayVerifiesEveryWebhookSecret(t *testing.T) {
 		if _, err := v.VerifyEvent(tc.sign("whsec_third", tc.body), tc.body, now); payments.ErrorCode(err) != payments.EBADSIGNATURE {
 			t.Errorf("%s: signed with a third secret: %v, want %s", tc.gateway, err, payments.EBADSIGNATURE)
 		}
+	}
+}
+
+// TestGatewayConnectionsAreKeptAlive: a replica's calls all go to one gateway host, many at once
+// (every API Create registers; the patrol drives SWEEP_CONCURRENCY sessions). Two rounds of 16
+// registrations that are all in flight together (the simulator answers a round only once all 16
+// arrived) must reuse the first round's 16 connections. With http.DefaultTransport's 2 idle
+// connections per host the second round dialled 14 new ones (30 in all): a TCP handshake and a
+// socket in TIME_WAIT per registration under load.
+func TestGatewayConnectionsAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	sim := gatewaysim.New(gatewaysim.Options{APIKey: "k"})
+	defer sim.Close()
+	var (
+		mu      sync.Mutex
+		waiting int
+		gate    = make(chan struct{})
+		dialled atomic.Int32
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		g := gate
+		if waiting++; waiting == n { // the round is complete: answer all of it
+			close(gate)
+			gate, waiting = make(chan struct{}), 0
+		}
+		mu.Unlock()
+		<-g
+		sim.ServeHTTP(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"GATEWAY_URL": srv.URL, "GATEWAY_API_KEY": "k"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _, err := buildGateway(cfg, slog.New(slog.DiscardHandler), "serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				key := fmt.Sprintf("00000000-0000-4000-8000-%012d", round*n+i)
+				if _, err := gw.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: key, Reference: key,
+					Amount: 100, Currency: "EUR", ReturnURL: "http://127.0.0.1/return"}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if got := dialled.Load(); got != n {
+		t.Fatalf("connections to the gateway for 2 rounds of %d concurrent calls = %d, want %d (the first round's, kept alive)", n, got, n)
 	}
 }
