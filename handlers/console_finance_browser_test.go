@@ -66,6 +66,36 @@ func browserText(t *testing.T, ctx context.Context, testid string) string {
 	return got[0]
 }
 
+// typeInto types text into the input with the data-testid as a keyboard does (focus, then key
+// events), and checks that the input holds it. On a live page a refresh may swap the region
+// between chromedp's query of a node and its keystrokes (a SendKeys then waits on a node that is
+// gone until its deadline): here the element is found and focused in one JavaScript evaluation,
+// the keys go to whatever has the focus, and a swap in between is seen on the value and typed
+// again, up to three times.
+func typeInto(t *testing.T, ctx context.Context, testid, text string) {
+	t.Helper()
+	focus := `(() => {
+		const e = document.querySelector('[data-testid="` + testid + `"]');
+		if (!e) return false;
+		e.value = ""; e.focus();
+		return document.activeElement === e;
+	})()`
+	value := `(() => {
+		const e = document.querySelector('[data-testid="` + testid + `"]');
+		return e ? e.value : "";
+	})()`
+	for range 3 {
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](focus, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			t.Fatalf("focus %s: %v", testid, err)
+		}
+		within(t, ctx, 10*time.Second, chromedp.KeyEvent(text))
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](value)); err == nil && got == text {
+			return
+		}
+	}
+	t.Fatalf("could not type into %s: the page kept swapping it", testid)
+}
+
 // TestBrowserWorkbenchBulkCheck: finance ticks every stuck payment ("select all") and
 // double-clicks "Check selected now" while the gateway holds the first click's calls. Two POSTs
 // reach the server; the second asks the gateway nothing and says who is checking; the first

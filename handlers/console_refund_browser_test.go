@@ -56,8 +56,8 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 	if code == wrong {
 		wrong = "111111"
 	}
+	typeInto(t, ctx, "refund-code", wrong)
 	within(t, ctx, 20*time.Second,
-		chromedp.SendKeys(chromedp.CSS(`[data-testid="refund-code"]`), wrong),
 		chromedp.Click(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="flash-error"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="refund-code"]`)),
@@ -65,7 +65,7 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 	if msg := browserText(t, ctx, "flash-error"); !strings.Contains(msg, "wrong code") {
 		t.Fatalf("wrong code message: %q", msg)
 	}
-	within(t, ctx, 20*time.Second, chromedp.SendKeys(chromedp.CSS(`[data-testid="refund-code"]`), code))
+	typeInto(t, ctx, "refund-code", code)
 	screenshot(t, ctx, "payment-refund-code.png")
 	within(t, ctx, 20*time.Second,
 		chromedp.Click(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
