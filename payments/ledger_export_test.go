@@ -27,16 +27,23 @@ func (b *bench) ledgerDay(t *testing.T, d int, order string, amount int64, curre
 	}
 }
 
+// fourLedgerDays books four payments (orders prefix1…prefix4) over days 0, 1 and 3, in EUR and
+// USD, two of them partly or wholly refunded.
+func (b *bench) fourLedgerDays(t *testing.T, prefix string) {
+	t.Helper()
+	b.ledgerDay(t, 0, prefix+"1", 1000, "EUR", 0)
+	b.ledgerDay(t, 1, prefix+"2", 2500, "EUR", 500)
+	b.ledgerDay(t, 1, prefix+"3", 700, "USD", 0)
+	b.ledgerDay(t, 3, prefix+"4", 900, "EUR", 900)
+}
+
 // The export streams every entry under the filter, oldest first, with the refund it books; the
 // trial balance sums received − refunded per currency over the same dates and currency.
 func TestLedgerExportAndTrialBalance(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.ledgerDay(t, 0, "o-l1", 1000, "EUR", 0)
-	b.ledgerDay(t, 1, "o-l2", 2500, "EUR", 500)
-	b.ledgerDay(t, 1, "o-l3", 700, "USD", 0)
-	b.ledgerDay(t, 3, "o-l4", 900, "EUR", 900)
+	b.fourLedgerDays(t, "o-l")
 
 	export := func(f payments.LedgerFilter) []string {
 		t.Helper()
@@ -109,10 +116,7 @@ func TestTrialBalanceFromDayTotals(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.ledgerDay(t, 0, "o-d1", 1000, "EUR", 0)
-	b.ledgerDay(t, 1, "o-d2", 2500, "EUR", 500)
-	b.ledgerDay(t, 1, "o-d3", 700, "USD", 0)
-	b.ledgerDay(t, 3, "o-d4", 900, "EUR", 900)
+	b.fourLedgerDays(t, "o-d")
 	// Many more refund entries spread over days, written straight into the ledger (the trigger
 	// sees every insert however it comes): enough delta rows that the next balance folds them.
 	if _, err := b.pool.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)

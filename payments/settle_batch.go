@@ -227,7 +227,6 @@ func (s *Service) settleBatch(items []*settleItem) {
 	s.log.Warn("settle batch failed; applying its answers one by one", "size", len(items), "err", err,
 		"sessions", strings.Join(ids, ","))
 	for _, it := range items {
-		it.out, it.err = Session{}, nil
 		if it.call != nil && reachedCommit {
 			s.writeCallLog(it.ctx, it.call.args, true)
 			it.call.committed = true
