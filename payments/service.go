@@ -339,13 +339,8 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 // unknown outcome; callers read the state back rather than repeating blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
-	// BEGIN and SET LOCAL go in one round trip (one simple-protocol query of two statements):
-	// every transaction of the core pays for it, the patrol's many small ones most of all.
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
-		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds())})
-	if err != nil {
-		return dbError(op+": begin", err, "")
-	}
+	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
+	tx := newPipelinedTx(s.db, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()))
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if err := fn(tx); err != nil {
 		return err

@@ -27,11 +27,11 @@ import (
 // difference between the two is what the core costs beyond its SQL: Go, pgx, the pool, the
 // gateway call, the decisions.
 //
-// Two differences are pgbench's, not ours, and both make the anchor slower, not faster: pgbench
-// has no string variables, so a script whose operation needs fresh ids (a new order, a new
-// session) starts with one `SELECT gen_random_uuid() … \gset`; and in prepared mode pgbench
-// cannot send two statements in one query, so the core's `BEGIN …; SET LOCAL lock_timeout`
-// (one round trip) is two there. A pgx batch (one round trip) becomes a \startpipeline block.
+// One difference is pgbench's, not ours, and it makes the anchor slower, not faster: pgbench has
+// no string variables, so a script whose operation needs fresh ids (a new order, a new session)
+// starts with one `SELECT gen_random_uuid() … \gset`. A pgx batch (one round trip) becomes a
+// \startpipeline block — including the core's BEGIN and SET LOCAL lock_timeout, which travel in
+// the pipeline of each transaction's first statement (payments/tx.go).
 
 // pgbenchPath finds pgbench where pgrunner finds initdb (Debian ships it in the server package):
 // the bench fails loudly, naming the package, when it is missing.

@@ -1,0 +1,292 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/testdb"
+)
+
+// wireLog is a pgx tracer that writes down what reaches the wire: statements sent alone and
+// pipelines (batches) with their statements.
+type wireLog struct {
+	mu      sync.Mutex
+	alone   []string
+	batches [][]string
+}
+
+func (w *wireLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	w.mu.Lock()
+	w.alone = append(w.alone, d.SQL)
+	w.mu.Unlock()
+	return ctx
+}
+func (w *wireLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (w *wireLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	w.mu.Lock()
+	w.batches = append(w.batches, nil)
+	w.mu.Unlock()
+	return ctx
+}
+func (w *wireLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	w.mu.Lock()
+	w.batches[len(w.batches)-1] = append(w.batches[len(w.batches)-1], d.SQL)
+	w.mu.Unlock()
+}
+func (w *wireLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (w *wireLog) reset() {
+	w.mu.Lock()
+	w.alone, w.batches = nil, nil
+	w.mu.Unlock()
+}
+
+// roundTrips is how many exchanges the log shows: one per statement sent alone, one per pipeline.
+func (w *wireLog) roundTrips() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.alone) + len(w.batches)
+}
+
+func tracedService(t *testing.T, lockTimeout time.Duration, mode ...pgx.QueryExecMode) (*Service, *pgxpool.Pool, *wireLog) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mode {
+		cfg.ConnConfig.DefaultQueryExecMode = m
+	}
+	log := &wireLog{}
+	cfg.ConnConfig.Tracer = log
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return NewService(pool, Config{LockTimeout: lockTimeout}), pool, log
+}
+
+// A core transaction's BEGIN and SET LOCAL lock_timeout reach the server in the pipeline of its
+// first statement: a transaction of one statement is two round trips (the pipeline, COMMIT), not
+// three. The statements still share one transaction, under the configured lock wait.
+func TestTransactionBeginsWithItsFirstStatement(t *testing.T) {
+	ctx := context.Background()
+	svc, pool, log := tracedService(t, 1234*time.Millisecond)
+	var timeout string
+	var xid1, xid2 int64
+	log.reset()
+	err := svc.inTx(ctx, "test", func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), txid_current()`).Scan(&timeout, &xid1); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid2)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timeout != "1234ms" {
+		t.Errorf("lock_timeout in the transaction = %q, want 1234ms", timeout)
+	}
+	if xid1 != xid2 {
+		t.Errorf("the two statements ran in transactions %d and %d, want one", xid1, xid2)
+	}
+	if len(log.batches) == 0 || len(log.batches[0]) != 3 || !strings.HasPrefix(log.batches[0][0], "begin") ||
+		!strings.HasPrefix(log.batches[0][1], "SET LOCAL lock_timeout") {
+		t.Fatalf("first pipeline = %q, want BEGIN, SET LOCAL and the first statement", log.batches)
+	}
+	for _, q := range log.alone {
+		if strings.HasPrefix(strings.ToLower(q), "begin") {
+			t.Errorf("BEGIN went alone: %q", q)
+		}
+	}
+	// The pipeline, the second statement, COMMIT.
+	if got := log.roundTrips(); got != 3 {
+		t.Errorf("round trips = %d (alone %q, pipelines %q), want 3", got, log.alone, log.batches)
+	}
+
+	// Negative control: the same transaction begun the way pgx begins one (BeginTx, as inTx did)
+	// sends its BEGIN alone, and this log sees it.
+	log.reset()
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '1234ms'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.roundTrips(); got != 3 || !strings.HasPrefix(log.alone[0], "BEGIN") {
+		t.Errorf("control: round trips = %d (alone %q), want 3 starting with BEGIN alone", got, log.alone)
+	}
+}
+
+// Whatever the first statement is — an exec, a query read to its end or closed early, a row, a
+// batch — its results read as in a plain transaction, the rest of the transaction follows on the
+// same connection, and the connection goes back to the pool clean, after a commit and after a
+// rollback. In every query mode DATABASE_URL may choose (default_query_exec_mode: exec and
+// simple_protocol are what pgbouncer setups use).
+func TestTransactionFirstStatementOfEveryKind(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) { firstStatementOfEveryKind(t, mode) })
+	}
+}
+
+func firstStatementOfEveryKind(t *testing.T, mode pgx.QueryExecMode) {
+	ctx := context.Background()
+	svc, pool, _ := tracedService(t, time.Second, mode)
+	insert := `INSERT INTO orders (order_id, created_at, updated_at) VALUES ($1, now(), now())`
+	firsts := map[string]func(tx pgx.Tx, id string) error{
+		"exec": func(tx pgx.Tx, id string) error {
+			tag, err := tx.Exec(ctx, insert, id)
+			if err == nil && tag.RowsAffected() != 1 {
+				err = errors.New("exec: no row")
+			}
+			return err
+		},
+		"query collected": func(tx pgx.Tx, id string) error {
+			rows, err := tx.Query(ctx, insert+` RETURNING order_id`, id)
+			if err != nil {
+				return err
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err == nil && (len(got) != 1 || got[0] != id) {
+				err = errors.New("query: wrong rows")
+			}
+			return err
+		},
+		"query read to the end, not closed": func(tx pgx.Tx, id string) error {
+			rows, err := tx.Query(ctx, insert+` RETURNING order_id`, id)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			if n != 1 {
+				return errors.New("query: wrong rows")
+			}
+			return rows.Err()
+		},
+		"row": func(tx pgx.Tx, id string) error {
+			var got string
+			return tx.QueryRow(ctx, insert+` RETURNING order_id`, id).Scan(&got)
+		},
+		"batch": func(tx pgx.Tx, id string) error {
+			var b pgx.Batch
+			b.Queue(insert, id)
+			var n int
+			b.Queue(`SELECT count(*) FROM orders WHERE order_id = $1`, id).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+			if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+				return err
+			}
+			if n != 1 {
+				return errors.New("batch: the insert is not visible to the next statement")
+			}
+			return nil
+		},
+	}
+	errAbort := errors.New("abort")
+	i := 0
+	for name, first := range firsts {
+		i++
+		for _, commit := range []bool{true, false} {
+			id := fmt.Sprintf("tx-%d-%v", i, commit)
+			err := svc.inTx(ctx, "test", func(tx pgx.Tx) error {
+				if err := first(tx, id); err != nil {
+					return err
+				}
+				// The transaction goes on: a second statement sees the first one's row.
+				var n int
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM orders WHERE order_id = $1`, id).Scan(&n); err != nil || n != 1 {
+					return errors.Join(err, errors.New("second statement does not see the first"))
+				}
+				if !commit {
+					return errAbort
+				}
+				return nil
+			})
+			if commit && err != nil || !commit && !errors.Is(err, errAbort) {
+				t.Fatalf("%s (%s): %v", name, id, err)
+			}
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE order_id = $1`, id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{true: 1, false: 0}[commit]; n != want {
+				t.Errorf("%s (%s): %d rows after the transaction, want %d", name, id, n, want)
+			}
+			if st := pool.Stat(); st.AcquiredConns() != 0 {
+				t.Errorf("%s (%s): %d connections still held", name, id, st.AcquiredConns())
+			}
+		}
+	}
+}
+
+// A first statement that fails — an error, a lock wait that runs out — fails the transaction
+// with the server's error, rolls back and leaves the connection usable. The lock wait proves
+// SET LOCAL lock_timeout is in force for the very statement it travels with.
+func TestTransactionFirstStatementFails(t *testing.T) {
+	ctx := context.Background()
+	svc, pool, _ := tracedService(t, 50*time.Millisecond)
+	if _, err := pool.Exec(ctx, `INSERT INTO orders (order_id, created_at, updated_at) VALUES ('held', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	for name, first := range map[string]func(tx pgx.Tx) error{
+		"division by zero": func(tx pgx.Tx) error { var n int; return tx.QueryRow(ctx, `SELECT 1/0`).Scan(&n) },
+		"lock wait": func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'held' FOR UPDATE`)
+			return err
+		},
+		"batch lock wait": func(tx pgx.Tx) error {
+			var b pgx.Batch
+			b.Queue(`SELECT 1 FROM orders WHERE order_id = 'held' FOR UPDATE`)
+			return tx.SendBatch(ctx, &b).Close()
+		},
+	} {
+		err := svc.inTx(ctx, "test", first)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: err = %v, want the server's error", name, err)
+		}
+		if want := map[bool]string{true: "22012", false: "55P03"}[name == "division by zero"]; pe.Code != want {
+			t.Errorf("%s: SQLSTATE %s, want %s", name, pe.Code, want)
+		}
+		if st := pool.Stat(); st.AcquiredConns() != 1 { // the holder's
+			t.Errorf("%s: %d connections held, want only the holder's", name, st.AcquiredConns())
+		}
+	}
+	// A transaction that sends nothing never reaches the server.
+	before := pool.Stat().AcquireCount()
+	if err := svc.inTx(ctx, "test", func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := pool.Stat().AcquireCount() - before; got != 0 {
+		t.Errorf("an empty transaction acquired %d connections", got)
+	}
+}
