@@ -263,11 +263,11 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 // session locks the caller holds in tx (asked: a reverse was asked for it). The transition and the
 // order's Paid status with its ledger entry go in one round trip.
 //
-// queue, when not nil, is a batch the caller sends later in tx, after every session of its
-// settle batch was decided (settle_batch.go): the plain settles — a transition, and for
-// Completed the order and ledger, nothing else — are queued there, and the session is filled once
-// it ran (*queue.into, not the returned session). Everything else (cases, flags, attachments,
-// reverses) is written here at once.
+// queue, when not nil, collects the plain settles of a settle batch, which the caller writes in
+// tx after every session of the batch was decided (settle_batch.go): a transition, and for
+// Completed the order and ledger, nothing else. The session is filled once they are written
+// (*queue.into, not the returned session). Everything else (cases, flags, attachments, reverses)
+// is written here at once.
 func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue) (out Session, err error) {
 	id := cur.ID
 	out = cur
@@ -294,20 +294,17 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 			next := now.Add(s.cfg.Backoff[0])
 			patch.nextCheckAt = &next
 		}
-		b, into := &pgx.Batch{}, &out
-		plain := queue != nil && untrusted == "" && oc.caseKind == "" && !reversed
-		if plain {
-			b, into = &queue.batch, queue.into
-			queue.queued = true
+		if queue != nil && untrusted == "" && oc.caseKind == "" && !reversed {
+			// A plain settle: written with the batch's others, and *queue.into filled, when the
+			// caller writes its queue (settle_batch.go).
+			return out, queue.add(cur, oc.to, actor, reason, patch)
 		}
-		if err := queueTransition(b, id, oc.to, actor, reason, now, patch, into); err != nil {
+		b := &pgx.Batch{}
+		if err := queueTransition(b, id, oc.to, actor, reason, now, patch, &out); err != nil {
 			return out, err
 		}
 		if oc.to == StatusCompleted {
 			queueCompleteOrder(b, cur, now)
-		}
-		if plain {
-			return out, nil // written, and *queue.into filled, when the caller sends its batch
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return out, transitionError(ctx, tx, id, oc.to, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -281,5 +282,140 @@ func TestSettleBatcherGroupsAnswersThatArriveWhileBusy(t *testing.T) {
 				t.Fatalf("control: %d answers settled in %d transactions, want one each", len(rest), n)
 			}
 		})
+	}
+}
+
+// mixAnswers gives the fixture's answers every kind a plain settle has: Completed (order Paid,
+// ledger), Failed (terminal: the order's active pointer let go), Authorized (not terminal: the
+// next check scheduled), pending (no transition at all), and an Unknown session with no gateway
+// id that the answer attaches (the transition's patch).
+func mixAnswers(t *testing.T, f *settleFixture) {
+	t.Helper()
+	for i, it := range f.items {
+		switch i % 5 {
+		case 1:
+			it.gp.Status = GatewayDeclined
+		case 2:
+			it.gp.Status = GatewayAuthorized
+		case 3:
+			it.gp.Status = GatewayPending
+		case 4:
+			if _, err := f.pool.Exec(context.Background(), `UPDATE payment_sessions SET status = 'Unknown', gateway_payment_id = NULL
+				WHERE id = $1`, it.sess.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// snapshot is everything a settle writes, keyed by order (the fixtures' session ids differ).
+func (f *settleFixture) snapshot(t *testing.T) string {
+	t.Helper()
+	var out strings.Builder
+	for _, q := range []string{
+		`SELECT s.order_id, s.status, coalesce(s.gateway_payment_id, ''), coalesce(s.confirmation_url, ''),
+			coalesce(s.next_check_at::text, ''), s.check_attempts, coalesce(s.flagged_at::text, ''), s.updated_at::text
+		FROM payment_sessions s ORDER BY 1`,
+		`SELECT s.order_id, coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.actor_id, e.reason, e.created_at::text
+		FROM session_events e JOIN payment_sessions s ON s.id = e.session_id ORDER BY 1, 2, 3`,
+		`SELECT o.order_id, o.status, coalesce(a.order_id, ''), coalesce(p.order_id, ''), o.updated_at::text
+		FROM orders o LEFT JOIN payment_sessions a ON a.id = o.active_session_id LEFT JOIN payment_sessions p ON p.id = o.paid_session_id
+		ORDER BY 1`,
+		`SELECT a.order_id, s.order_id, a.entry_type, a.amount, a.currency, a.created_at::text
+		FROM accounting_entries a JOIN payment_sessions s ON s.id = a.session_id ORDER BY 1`,
+		`SELECT status, sum(delta) FROM session_status_deltas GROUP BY 1 HAVING sum(delta) <> 0 ORDER BY 1`,
+		`SELECT day::text, currency, sum(received), sum(refunded), sum(entries) FROM ledger_day_deltas GROUP BY 1, 2 ORDER BY 1, 2`,
+		`SELECT s.order_id, c.operation, c.outcome, coalesce(c.http_status, 0), c.latency_ms, c.detail, c.created_at::text
+		FROM gateway_calls c JOIN payment_sessions s ON s.id = c.session_id ORDER BY 1`,
+		`SELECT s.order_id, c.kind, c.detail FROM finance_cases c JOIN payment_sessions s ON s.id = c.session_id ORDER BY 1, 2`,
+	} {
+		rows, err := f.pool.Query(context.Background(), q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&out, vals...)
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		out.WriteString("--\n")
+	}
+	return out.String()
+}
+
+// The batch writes its plain settles as statements over arrays; what it writes is exactly what
+// one transaction per answer writes. Two twin fixtures get the same mixed answers: one settles
+// them as a batch, the other one by one (applyOne); every row a settle touches — sessions,
+// timeline, orders, ledger, status and ledger-day counters, call log, cases — must be the same.
+func TestSettleBatchWritesWhatOneByOneWrites(t *testing.T) {
+	t.Parallel()
+	const n = 15
+	batched, single := newSettleFixture(t, n), newSettleFixture(t, n)
+	mixAnswers(t, batched)
+	mixAnswers(t, single)
+	batched.svc.settleBatch(batched.items)
+	for _, it := range single.items {
+		it.out, it.err = single.svc.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+		if it.err == nil {
+			it.call.committed = true
+		}
+	}
+	for i := range batched.items {
+		b, s := batched.items[i], single.items[i]
+		if b.err != nil || s.err != nil {
+			t.Fatalf("answer %d: batch %v, one by one %v", i, b.err, s.err)
+		}
+		if b.out.Status != s.out.Status || b.out.GatewayPaymentID != s.out.GatewayPaymentID || b.out.OrderID != s.out.OrderID {
+			t.Errorf("answer %d: batch returned %s %q, one by one %s %q", i, b.out.Status, b.out.GatewayPaymentID, s.out.Status, s.out.GatewayPaymentID)
+		}
+	}
+	if n := batched.transactions(t, batched.ids(batched.items)); n != 1 {
+		t.Fatalf("the batch wrote in %d transactions, want 1", n)
+	}
+	got, want := batched.snapshot(t), single.snapshot(t)
+	if got != want {
+		t.Fatalf("the batch wrote\n%s\none by one wrote\n%s", got, want)
+	}
+	for _, status := range []string{"Completed", "Failed", "Authorized", "Registered"} {
+		if !strings.Contains(got, " "+status+" ") {
+			t.Errorf("the mix has no %s session: the comparison does not cover it", status)
+		}
+	}
+}
+
+// A batch's writes are a fixed number of statements, however many answers it carries: the call
+// log in one INSERT, the transitions in one statement, the orders and ledger in one. Control:
+// one statement per answer would be 3 × 12 here.
+func TestSettleBatchWritesInAFixedNumberOfStatements(t *testing.T) {
+	t.Parallel()
+	f := newSettleFixture(t, 12)
+	cfg, err := pgxpool.ParseConfig(f.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &wireLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	svc := NewService(pool, f.svc.cfg)
+	svc.settleBatch(f.items)
+	f.completedExcept(t, nil)
+	var stmts []string
+	for _, b := range log.batches {
+		stmts = append(stmts, b...)
+	}
+	stmts = append(stmts, log.alone...)
+	// BEGIN, SET LOCAL, lock orders, lock sessions, call log, reverses asked; transitions,
+	// orders and ledger; COMMIT.
+	if len(stmts) != 9 {
+		t.Fatalf("%d statements for a batch of 12:\n%s", len(stmts), strings.Join(stmts, "\n---\n"))
 	}
 }
