@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -167,7 +168,10 @@ func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) (Fi
 	var ours loopResult
 	var tps float64
 	for range rounds {
-		got, err := closedLoop(ctx, benchClients, d, 0, click)
+		var got loopResult
+		pprof.Do(ctx, pprof.Labels("figure", "clicks"), func(ctx context.Context) {
+			got, err = closedLoop(ctx, benchClients, d, 0, click)
+		})
 		if err != nil {
 			return Figure{}, err
 		}

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -201,7 +202,10 @@ func measure(ctx context.Context, env *Env, figs []figure) (Report, error) {
 	for _, f := range figs {
 		started := time.Now()
 		env.Logf("bench: %s …", f.name)
-		got, err := f.run(ctx, env)
+		var got []Figure
+		var err error
+		// The figure's name labels its goroutines in a BENCH_PROFILE profile (pprof -tagfocus).
+		pprof.Do(ctx, pprof.Labels("figure", f.name), func(ctx context.Context) { got, err = f.run(ctx, env) })
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", f.name, err)
 		}
