@@ -161,8 +161,13 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
 		// between commit and the gateway's answer, another replica recovers it.
 		due := now.Add(s.cfg.RegisterGrace)
-		// The session, the order's pointer to it and the timeline event: one statement.
-		sess, err := scanSession(tx.QueryRow(ctx, `WITH sess AS (
+		// The session, the order's pointer to it and the timeline event: one statement, sent with
+		// the COMMIT (one round trip): it either writes all three or fails and rolls back.
+		var (
+			ins  pgx.Batch
+			sess Session
+		)
+		ins.Queue(`WITH sess AS (
 				INSERT INTO payment_sessions
 				(id, order_id, amount, currency, status, gateway, customer_contact, next_check_at, created_at, updated_at)
 				VALUES ($1, $2, $3, $4, 'Registering', $5, nullif($6, ''), $7, $8, $8)
@@ -174,8 +179,8 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 				INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
 				SELECT $1, NULL, 'Registering', $9, $10, 'created', $8 FROM sess)
 			SELECT * FROM sess`, id, in.OrderID, in.Amount, in.Currency, s.gw.Name(), in.CustomerContact, due, now,
-			string(actor.Kind), actor.ID))
-		if err != nil {
+			string(actor.Kind), actor.ID).QueryRow(func(r pgx.Row) (err error) { sess, err = scanSession(r); return err })
+		if err := commitWith(ctx, tx, &ins); err != nil {
 			return dbError("create: insert", err, "")
 		}
 		out, created = sess, true

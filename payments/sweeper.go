@@ -57,7 +57,9 @@ func (s *Service) claimDue(ctx context.Context, limit int) ([]leasedSession, err
 	now := s.cfg.Clock.Now()
 	var out []leasedSession
 	err := s.inTx(ctx, "sweep: claim", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+		// One statement, sent with BEGIN and COMMIT in one round trip (commitWith).
+		var b pgx.Batch
+		b.Queue(`
 			WITH due AS (
 				SELECT id AS due_id FROM payment_sessions
 				WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
@@ -69,17 +71,20 @@ func (s *Service) claimDue(ctx context.Context, limit int) ([]leasedSession, err
 			UPDATE payment_sessions ps SET lease_owner = $4, lease_until = $5, lease_token = gen_random_uuid()
 			FROM due WHERE ps.id = due.due_id
 			RETURNING `+sessionColumns+`, ps.lease_token::text`,
-			statusStrings(ActiveStatuses), now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration))
-		if err != nil {
+			statusStrings(ActiveStatuses), now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration)).Query(func(rows pgx.Rows) error {
+			var err error
+			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedSession, error) {
+				var l leasedSession
+				var err error
+				l.sess, err = scanSession(withTrailing{r, []any{&l.token}})
+				return l, err
+			})
+			return err
+		})
+		if err := commitWith(ctx, tx, &b); err != nil {
 			return fmt.Errorf("sweep: claim: %w", err)
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedSession, error) {
-			var l leasedSession
-			var err error
-			l.sess, err = scanSession(withTrailing{r, []any{&l.token}})
-			return l, err
-		})
-		return err
+		return nil
 	})
 	return out, err
 }

@@ -11,11 +11,11 @@ import (
 )
 
 // pipelinedTx is the core's transaction: a pgx.Tx whose BEGIN and SET LOCAL lock_timeout travel
-// in the same pipeline as its first statement (pgx's Batch.BeginTx), so a transaction costs one
-// round trip less than BEGIN, then the statements, then COMMIT. Every transaction of the core
-// pays that round trip — a Create two, a patrol drive one or two — and on a 2-core machine the
-// client's share of each round trip is most of what a Create costs beyond its SQL (see
-// docs/performance.md).
+// in the same pipeline as its first statement, and whose COMMIT may travel in the pipeline of its
+// last (commitWith), so a transaction of one pipelined batch is one round trip where BEGIN, the
+// batch and COMMIT were three. Every transaction of the core pays those round trips — a Create
+// two, a patrol drive one or two — and on a 2-core machine the client's share of each round trip
+// is most of what a Create costs beyond its SQL (see docs/performance.md).
 //
 // Nothing changes in what the transaction means: it is the same READ COMMITTED transaction with
 // the same bounded lock wait, begun by the server when it reaches the BEGIN, just before the first
@@ -23,14 +23,15 @@ import (
 // under READ COMMITTED each statement takes its own). A transaction whose function sends nothing
 // never reaches the server at all: Commit and Rollback are then no-ops.
 //
-// After the first statement every call goes to the pgx.Tx that batch began. The first statement
-// may be a batch, a query, a row or an exec; its results are read exactly as the caller would
-// read them from a plain transaction.
+// It runs on a pool connection of its own, acquired with the first statement, and manages BEGIN,
+// COMMIT and ROLLBACK itself (pgx's own Tx would send its COMMIT or ROLLBACK even after a
+// pipeline committed). The connection goes back to the pool when the transaction ends; one left
+// inside a transaction (a failed COMMIT or ROLLBACK) is destroyed by the pool, as pgx does.
 type pipelinedTx struct {
 	db          *pgxpool.Pool
-	lockTimeout string // "SET LOCAL lock_timeout = '5000ms'"
-	tx          pgx.Tx // nil until the first statement is sent
-	done        bool   // committed or rolled back
+	lockTimeout string        // "SET LOCAL lock_timeout = '5000ms'"
+	conn        *pgxpool.Conn // nil until the first statement is sent
+	done        bool          // committed or rolled back
 }
 
 func newPipelinedTx(db *pgxpool.Pool, lockTimeout string) *pipelinedTx {
@@ -39,19 +40,25 @@ func newPipelinedTx(db *pgxpool.Pool, lockTimeout string) *pipelinedTx {
 
 var _ pgx.Tx = (*pipelinedTx)(nil)
 
-// first sends queue's statements behind BEGIN and SET LOCAL in one pipeline and returns the
-// results positioned at the first of them. The transaction exists from here on (closed when
-// even the BEGIN failed: Rollback then only gives the connection back).
+// errNestedTx: the core takes no savepoints.
+var errNestedTx = errors.New("payments: nested transactions (savepoints) are not supported")
+
+// first acquires the connection and sends queue's statements behind BEGIN and SET LOCAL in one
+// pipeline; it returns the results positioned at the first of them.
 func (t *pipelinedTx) first(ctx context.Context, queue []*pgx.QueuedQuery) (pgx.BatchResults, error) {
 	if t.done {
 		return nil, pgx.ErrTxClosed
 	}
+	conn, err := t.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	t.conn = conn
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(t.lockTimeout)
 	b.QueuedQueries = append(b.QueuedQueries, queue...)
-	br := t.db.SendBatch(ctx, b)
-	t.tx = br.Tx()
+	br := conn.SendBatch(ctx, b)
 	for range 2 { // BEGIN, SET LOCAL
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -62,8 +69,11 @@ func (t *pipelinedTx) first(ctx context.Context, queue []*pgx.QueuedQuery) (pgx.
 }
 
 func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.tx != nil {
-		return t.tx.SendBatch(ctx, b)
+	if t.done {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	if t.conn != nil {
+		return t.conn.SendBatch(ctx, b)
 	}
 	br, err := t.first(ctx, b.QueuedQueries)
 	if err != nil {
@@ -72,9 +82,36 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 	return br
 }
 
+// commitWith sends b with COMMIT queued after its statements: when every statement succeeds the
+// transaction is committed in the same round trip, and the Commit that follows (inTx's) only
+// gives the connection back. When one fails, the server skips the rest of the pipeline, COMMIT
+// included, and the transaction rolls back as usual. So b's result callbacks must not reject
+// anything the server accepted: by the time they run, it is committed.
+func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return t.SendBatch(ctx, b).Close()
+}
+
+// commitWith is pipelinedTx.commitWith for any transaction: another pgx.Tx sends b, and its
+// caller commits as usual.
+func commitWith(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if t, ok := tx.(*pipelinedTx); ok {
+		return t.commitWith(ctx, b)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
 func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.tx != nil {
-		return t.tx.Exec(ctx, sql, args...)
+	if t.done {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	if t.conn != nil {
+		return t.conn.Exec(ctx, sql, args...)
 	}
 	br, err := t.first(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
 	if err != nil {
@@ -88,8 +125,11 @@ func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 }
 
 func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.tx != nil {
-		return t.tx.Query(ctx, sql, args...)
+	if t.done {
+		return nil, pgx.ErrTxClosed
+	}
+	if t.conn != nil {
+		return t.conn.Query(ctx, sql, args...)
 	}
 	br, err := t.first(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
 	if err != nil {
@@ -104,8 +144,11 @@ func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 }
 
 func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil {
-		return t.tx.QueryRow(ctx, sql, args...)
+	if t.done {
+		return errRow{pgx.ErrTxClosed}
+	}
+	if t.conn != nil {
+		return t.conn.QueryRow(ctx, sql, args...)
 	}
 	br, err := t.first(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
 	if err != nil {
@@ -114,31 +157,52 @@ func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 	return batchRow{row: br.QueryRow(), br: br}
 }
 
+// end gives the connection back (the pool destroys one still inside a transaction).
+func (t *pipelinedTx) end() {
+	t.done = true
+	if t.conn != nil {
+		t.conn.Release()
+	}
+}
+
 func (t *pipelinedTx) Commit(ctx context.Context) error {
 	if t.done {
 		return pgx.ErrTxClosed
 	}
-	t.done = true
-	if t.tx == nil {
-		return nil // nothing was sent: there is nothing to commit
+	defer t.end()
+	if t.conn == nil || t.conn.Conn().PgConn().TxStatus() == 'I' {
+		return nil // nothing was sent, or commitWith committed
 	}
-	return t.tx.Commit(ctx)
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
 }
 
 func (t *pipelinedTx) Rollback(ctx context.Context) error {
 	if t.done {
 		return pgx.ErrTxClosed
 	}
-	t.done = true
-	if t.tx == nil {
+	defer t.end()
+	if t.conn == nil || t.conn.Conn().IsClosed() || t.conn.Conn().PgConn().TxStatus() == 'I' {
 		return nil
 	}
-	return t.tx.Rollback(ctx)
+	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		return fmt.Errorf("rollback failed: %w", err)
+	}
+	return nil
 }
 
 // begun makes sure the transaction exists (for the calls that cannot ride in a pipeline).
 func (t *pipelinedTx) begun(ctx context.Context) error {
-	if t.tx != nil {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	if t.conn != nil {
 		return nil
 	}
 	br, err := t.first(ctx, nil)
@@ -148,41 +212,33 @@ func (t *pipelinedTx) begun(ctx context.Context) error {
 	return br.Close()
 }
 
-func (t *pipelinedTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := t.begun(ctx); err != nil {
-		return nil, err
-	}
-	return t.tx.Begin(ctx)
-}
+func (t *pipelinedTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNestedTx }
 
 func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	if err := t.begun(ctx); err != nil {
 		return 0, err
 	}
-	return t.tx.CopyFrom(ctx, table, columns, src)
+	return t.conn.CopyFrom(ctx, table, columns, src)
 }
 
 func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if err := t.begun(ctx); err != nil {
 		return nil, err
 	}
-	return t.tx.Prepare(ctx, name, sql)
+	return t.conn.Conn().Prepare(ctx, name, sql)
 }
 
-// LargeObjects is not used by the core; it exists once the transaction has sent something.
+// LargeObjects is not used by the core (pgx builds them only over its own Tx).
 func (t *pipelinedTx) LargeObjects() pgx.LargeObjects {
-	if t.tx == nil {
-		panic("payments: LargeObjects before the transaction's first statement")
-	}
-	return t.tx.LargeObjects()
+	panic("payments: large objects are not used by the core")
 }
 
 // Conn is the connection once the transaction has sent something (nil before).
 func (t *pipelinedTx) Conn() *pgx.Conn {
-	if t.tx == nil {
+	if t.conn == nil {
 		return nil
 	}
-	return t.tx.Conn()
+	return t.conn.Conn()
 }
 
 // batchRows are the rows of a transaction's first query: closing them (or reading past the last)

@@ -104,7 +104,7 @@ func TestTransactionBeginsWithItsFirstStatement(t *testing.T) {
 	if xid1 != xid2 {
 		t.Errorf("the two statements ran in transactions %d and %d, want one", xid1, xid2)
 	}
-	if len(log.batches) == 0 || len(log.batches[0]) != 3 || !strings.HasPrefix(log.batches[0][0], "begin") ||
+	if len(log.batches) == 0 || len(log.batches[0]) != 3 || !strings.HasPrefix(strings.ToLower(log.batches[0][0]), "begin") ||
 		!strings.HasPrefix(log.batches[0][1], "SET LOCAL lock_timeout") {
 		t.Fatalf("first pipeline = %q, want BEGIN, SET LOCAL and the first statement", log.batches)
 	}
@@ -288,5 +288,98 @@ func TestTransactionFirstStatementFails(t *testing.T) {
 	}
 	if got := pool.Stat().AcquireCount() - before; got != 0 {
 		t.Errorf("an empty transaction acquired %d connections", got)
+	}
+}
+
+// commitWith sends a transaction's last batch with its COMMIT: a transaction of one batch is one
+// round trip, and what it wrote is committed when the round trip ends. Control: the same batch
+// sent with SendBatch needs its COMMIT in a round trip of its own.
+func TestTransactionCommitsWithItsLastBatch(t *testing.T) {
+	ctx := context.Background()
+	svc, pool, log := tracedService(t, time.Second)
+	insert := `INSERT INTO orders (order_id, created_at, updated_at) VALUES ($1, now(), now())`
+	for _, with := range []bool{true, false} {
+		log.reset()
+		id := fmt.Sprintf("commit-with-%v", with)
+		err := svc.inTx(ctx, "test", func(tx pgx.Tx) error {
+			var b pgx.Batch
+			b.Queue(insert, id)
+			if with {
+				return commitWith(ctx, tx, &b)
+			}
+			return tx.SendBatch(ctx, &b).Close()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int{true: 1, false: 2}[with]
+		if got := log.roundTrips(); got != want {
+			t.Errorf("commitWith %v: %d round trips (alone %q, pipelines %q), want %d", with, got, log.alone, log.batches, want)
+		}
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE order_id = $1`, id).Scan(&n); err != nil || n != 1 {
+			t.Errorf("commitWith %v: %d rows committed (%v), want 1", with, n, err)
+		}
+		if st := pool.Stat(); st.AcquiredConns() != 0 {
+			t.Errorf("commitWith %v: %d connections still held", with, st.AcquiredConns())
+		}
+	}
+}
+
+// A statement of the last batch that fails stops the pipeline before its COMMIT: nothing the
+// transaction wrote, in that batch or before it, is committed, and the connection comes back
+// clean.
+func TestTransactionCommitWithRollsBackOnAFailure(t *testing.T) {
+	ctx := context.Background()
+	svc, pool, _ := tracedService(t, time.Second)
+	err := svc.inTx(ctx, "test", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, created_at, updated_at) VALUES ('before', now(), now())`); err != nil {
+			return err
+		}
+		var b pgx.Batch
+		b.Queue(`INSERT INTO orders (order_id, created_at, updated_at) VALUES ('in-the-batch', now(), now())`)
+		b.Queue(`INSERT INTO orders (order_id, created_at, updated_at) VALUES ('not an id, ; spaces', now(), now())`) // CHECK fails
+		return commitWith(ctx, tx, &b)
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23514" {
+		t.Fatalf("err = %v, want the CHECK violation", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE order_id IN ('before', 'in-the-batch')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows of the failed transaction committed (%v)", n, err)
+	}
+	if st := pool.Stat(); st.AcquiredConns() != 0 {
+		t.Errorf("%d connections still held", st.AcquiredConns())
+	}
+	if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&n); err != nil {
+		t.Fatalf("the pool after the failure: %v", err)
+	}
+}
+
+// The patrol's claim is one round trip: BEGIN, SET LOCAL, the claim and COMMIT in one pipeline.
+func TestPatrolClaimIsOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	svc, pool, log := tracedService(t, time.Second)
+	svc.cfg.ReplicaID = "claimer"
+	for i := range 3 {
+		order := fmt.Sprintf("due-%d", i)
+		if _, err := pool.Exec(ctx, `WITH o AS (INSERT INTO orders (order_id, created_at, updated_at) VALUES ($1, now(), now()))
+			INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, next_check_at, created_at, updated_at)
+			VALUES (gen_random_uuid(), $1, 100, 'EUR', 'Unknown', 'fake', now() - interval '1 minute', now(), now())`, order); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.reset()
+	claimed, err := svc.claimDue(ctx, 10)
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claimed %d, %v; want 3", len(claimed), err)
+	}
+	if got := log.roundTrips(); got != 1 {
+		t.Errorf("the claim took %d round trips (alone %q, pipelines %q), want 1", got, log.alone, log.batches)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM payment_sessions WHERE lease_owner = 'claimer' AND lease_token IS NOT NULL`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d leases committed (%v), want 3", n, err)
 	}
 }
