@@ -256,6 +256,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 	if err != nil {
 		return Session{}, err
 	}
+	leaseEnded(ctx, id, out)
 	return out, nil
 }
 
@@ -293,6 +294,10 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		if !oc.to.Terminal() {
 			next := now.Add(s.cfg.Backoff[0])
 			patch.nextCheckAt = &next
+		} else if _, leased := leaseOf(ctx, id); leased {
+			// The caller locked the row only while it carried this drive's token
+			// (lockOrderAndSessionWith, settleBatch): the lease ends with the transition.
+			patch.endLease = true
 		}
 		if queue != nil && untrusted == "" && oc.caseKind == "" && !reversed {
 			// A plain settle: written with the batch's others, and *queue.into filled, when the

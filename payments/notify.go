@@ -149,12 +149,12 @@ func (s *Service) outboxSource() patrolSource {
 					return err
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
-				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, run: func(ctx context.Context) bool {
+				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, run: func(ctx context.Context) driveEnd {
 					ctx = withLease(ctx, outboxLeaseID(id), token)
 					dctx, cancel := s.driveContext(ctx)
 					defer cancel()
 					s.deliver(dctx, id, m)
-					return false
+					return endDone
 				}})
 			}
 			return rows.Err()

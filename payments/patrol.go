@@ -63,11 +63,30 @@ var ErrLeaseLost = errors.New("patrol: lease lost to a later claim; this drive s
 
 type leaseCtxKey struct{}
 
-type driveLease struct{ id, token string }
+type driveLease struct {
+	id, token string
+	// ended is set when the drive's settle ended the lease itself (a session that reached a
+	// terminal state under its lease: endLease), so the producer has nothing to give back.
+	ended *atomic.Bool
+}
 
 // withLease marks ctx as a drive holding the lease token of row id.
 func withLease(ctx context.Context, id, token string) context.Context {
-	return context.WithValue(ctx, leaseCtxKey{}, driveLease{id: id, token: token})
+	return context.WithValue(ctx, leaseCtxKey{}, driveLease{id: id, token: token, ended: new(atomic.Bool)})
+}
+
+// leaseEnded notes that the settle of ctx's drive of row id ended its lease, if sess (the row as
+// that settle committed it) no longer carries one.
+func leaseEnded(ctx context.Context, id string, sess Session) {
+	if l, ok := ctx.Value(leaseCtxKey{}).(driveLease); ok && l.id == id && l.ended != nil && sess.ID == id && sess.LeaseUntil == nil {
+		l.ended.Store(true)
+	}
+}
+
+// leaseWasEnded reports whether ctx's drive's lease was ended by its settle.
+func leaseWasEnded(ctx context.Context) bool {
+	l, ok := ctx.Value(leaseCtxKey{}).(driveLease)
+	return ok && l.ended != nil && l.ended.Load()
 }
 
 // leaseOf returns the token ctx holds for row id, if any.
@@ -251,10 +270,22 @@ func handOff(ctx context.Context) {
 // patrolJob is one leased row.
 type patrolJob struct {
 	id, token string
-	// run drives the row. release=true: the producer gives the lease back (releaseBatch);
-	// false: the drive found its lease lost (it does nothing further), or gave it back itself.
-	run func(ctx context.Context) (release bool)
+	// run drives the row and says what is left of its lease.
+	run func(ctx context.Context) driveEnd
 }
+
+// driveEnd is what a drive leaves of its lease.
+type driveEnd int
+
+const (
+	// endRelease: the producer gives the lease back with the row's next look (releaseBatch).
+	endRelease driveEnd = iota
+	// endLost: the drive found its lease taken over and did nothing further.
+	endLost
+	// endDone: the drive gave the lease back itself (an outbox delivery's record, a session's
+	// terminal transition: sessionPatch.endLease).
+	endDone
+)
 
 // patrolSource is one kind of work the patrol drives.
 type patrolSource struct {
@@ -270,9 +301,9 @@ type patrolSource struct {
 
 // finishedDrive is what a worker reports to the producer.
 type finishedDrive struct {
-	source  int
-	lease   heldLease
-	release bool
+	source int
+	lease  heldLease
+	end    driveEnd
 	// interrupted: the round's context ended (shutdown) by the time the drive returned, so it
 	// was cut at its gateway call (releaseBatch gives such rows back due now).
 	interrupted bool
@@ -362,14 +393,14 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	finished := func(f finishedDrive) {
 		rep.Driven++
 		inFlight--
-		switch {
-		case f.release:
+		switch f.end {
+		case endRelease:
 			k := 0
 			if f.interrupted {
 				k = 1
 			}
 			toRelease[f.source][k] = append(toRelease[f.source][k], f.lease)
-		case sources[f.source].leases != nil:
+		case endLost:
 			rep.Lost++ // the drive found its lease taken over
 		}
 	}
@@ -500,7 +531,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 						})
 					}
 					defer func() { free(); p.inFlight.Add(-1); done <- f }()
-					f.release = j.run(context.WithValue(dctx, slotCtxKey{}, free))
+					f.end = j.run(context.WithValue(dctx, slotCtxKey{}, free))
 					f.interrupted = dctx.Err() != nil
 				}()
 			}

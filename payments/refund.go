@@ -362,7 +362,7 @@ func (s *Service) refundSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(due))
 		for i, d := range due {
-			jobs[i] = patrolJob{id: d.r.ID, token: d.token, run: func(ctx context.Context) bool { return s.driveRefundLeased(ctx, d.r, d.token) }}
+			jobs[i] = patrolJob{id: d.r.ID, token: d.token, run: func(ctx context.Context) driveEnd { return s.driveRefundLeased(ctx, d.r, d.token) }}
 		}
 		return jobs, nil
 	}}
@@ -370,7 +370,7 @@ func (s *Service) refundSource() patrolSource {
 
 // driveRefundLeased drives one leased refund; like sessions' driveLeased, it reports whether its
 // lease is to be given back (by releaseBatch, with the next step of the schedule).
-func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) (release bool) {
+func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) driveEnd {
 	ctx = withLease(ctx, r.ID, token)
 	dctx, cancel := s.driveContext(ctx)
 	defer cancel()
@@ -380,10 +380,10 @@ func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string)
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("refund: lease lost during the drive; leaving it to its new holder", "refund", r.ID)
-		return false
+		return endLost
 	}
 	if err != nil {
 		s.log.Info("refund: not settled this round", "refund", r.ID, "err", err)
 	}
-	return true
+	return endRelease
 }

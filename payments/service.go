@@ -357,6 +357,11 @@ type sessionPatch struct {
 	confirmationURL  string // set when non-empty
 	nextCheckAt      *time.Time
 	clearNextCheck   bool
+	// endLease: a patrol drive's transition to a terminal state gives the drive's lease back in
+	// the same UPDATE, and counts the look, as the producer's release would (releaseBatch): the
+	// row needs no release of its own. Only under the drive's lock on the row while it carries
+	// the drive's token (applyLocked).
+	endLease bool
 }
 
 // applyTransition is THE one way a session's status changes: a guarded UPDATE over the edges of
@@ -403,6 +408,10 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 				gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
 				confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
 				next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
+				lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END,
+				lease_until = CASE WHEN $13 THEN NULL ELSE lease_until END,
+				lease_token = CASE WHEN $13 THEN NULL ELSE lease_token END,
+				check_attempts = check_attempts + CASE WHEN $13 THEN 1 ELSE 0 END,
 				updated_at = $7
 			WHERE id = $1 AND status = ANY($8)
 			RETURNING `+sessionColumns+`
@@ -417,7 +426,7 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 		)
 		SELECT upd.* FROM upd`,
 		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
-		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted).QueryRow(func(r pgx.Row) error {
+		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal()).QueryRow(func(r pgx.Row) error {
 		sess, err := scanSession(r)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoTransition

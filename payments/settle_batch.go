@@ -168,7 +168,7 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 	var (
 		ids, tos, gpids, urls, froms, kinds, actors, reasons []string
 		nexts                                                []pgtype.Timestamptz
-		clears, releases                                     []bool
+		clears, releases, ends                               []bool
 		paidOrders, paidSessions, paidCurrencies             []string
 		paidAmounts                                          []int64
 	)
@@ -194,6 +194,7 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 		actors = append(actors, p.actor.ID)
 		reasons = append(reasons, p.reason)
 		releases = append(releases, p.to.Terminal() && p.to != StatusCompleted)
+		ends = append(ends, p.patch.endLease && p.to.Terminal())
 		byID[p.cur.ID] = p.into
 		if p.to == StatusCompleted {
 			paidOrders = append(paidOrders, p.cur.OrderID)
@@ -207,8 +208,8 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 	b.Queue(`
 		WITH r AS (
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[],
-				$7::text[], $8::text[], $9::text[], $10::text[], $11::bool[])
-				AS r(r_id, r_to, r_gpid, r_url, r_next, r_clear, r_from, r_kind, r_actor, r_reason, r_release)
+				$7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $13::bool[])
+				AS r(r_id, r_to, r_gpid, r_url, r_next, r_clear, r_from, r_kind, r_actor, r_reason, r_release, r_end)
 		),
 		prev AS (SELECT ps.id AS p_id, ps.status AS p_status FROM payment_sessions ps JOIN r ON ps.id = r.r_id),
 		upd AS (
@@ -217,6 +218,10 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 				gateway_payment_id = CASE WHEN r.r_gpid = '' THEN gateway_payment_id ELSE r.r_gpid END,
 				confirmation_url = CASE WHEN r.r_url = '' THEN confirmation_url ELSE r.r_url END,
 				next_check_at = CASE WHEN r.r_clear THEN NULL WHEN r.r_next IS NOT NULL THEN r.r_next ELSE next_check_at END,
+				lease_owner = CASE WHEN r.r_end THEN NULL ELSE lease_owner END,
+				lease_until = CASE WHEN r.r_end THEN NULL ELSE lease_until END,
+				lease_token = CASE WHEN r.r_end THEN NULL ELSE lease_token END,
+				check_attempts = check_attempts + CASE WHEN r.r_end THEN 1 ELSE 0 END,
 				updated_at = $12
 			FROM r WHERE payment_sessions.id = r.r_id AND payment_sessions.status = ANY(string_to_array(r.r_from, ','))
 			RETURNING `+sessionColumns+`
@@ -232,7 +237,7 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 			WHERE r.r_release AND orders.order_id = upd.order_id AND orders.active_session_id = r.r_id
 		)
 		SELECT upd.* FROM upd`,
-		ids, tos, gpids, urls, nexts, clears, froms, kinds, actors, reasons, releases, now).Query(func(rows pgx.Rows) error {
+		ids, tos, gpids, urls, nexts, clears, froms, kinds, actors, reasons, releases, now, ends).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			sess, err := scanSession(rows)
 			if err != nil {
@@ -371,7 +376,10 @@ func (s *Service) settleBatch(items []*settleItem) {
 				h(it.ctx, cur.ID)
 			}
 			q.into, q.queued = &it.out, false
-			out, err := s.applyLocked(traceSession(ctx, cur), tx, it.actor, cur, asked[cur.ID], it.gp, it.reason, now, q)
+			// The item's own lease (the batch's ctx is its leader's): applyLocked ends it with a
+			// terminal transition (sessionPatch.endLease).
+			ictx := context.WithValue(traceSession(ctx, cur), leaseCtxKey{}, it.ctx.Value(leaseCtxKey{}))
+			out, err := s.applyLocked(ictx, tx, it.actor, cur, asked[cur.ID], it.gp, it.reason, now, q)
 			if err != nil {
 				return err
 			}
@@ -385,6 +393,9 @@ func (s *Service) settleBatch(items []*settleItem) {
 		for _, it := range items {
 			if it.call != nil {
 				it.call.committed = true
+			}
+			if it.err == nil {
+				leaseEnded(it.ctx, it.sess.ID, it.out)
 			}
 		}
 		return

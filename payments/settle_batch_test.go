@@ -314,7 +314,8 @@ func (f *settleFixture) snapshot(t *testing.T) string {
 	var out strings.Builder
 	for _, q := range []string{
 		`SELECT s.order_id, s.status, coalesce(s.gateway_payment_id, ''), coalesce(s.confirmation_url, ''),
-			coalesce(s.next_check_at::text, ''), s.check_attempts, coalesce(s.flagged_at::text, ''), s.updated_at::text
+			coalesce(s.next_check_at::text, ''), s.check_attempts, coalesce(s.flagged_at::text, ''), s.updated_at::text,
+			coalesce(s.lease_owner, ''), s.lease_until IS NULL, s.lease_token IS NULL
 		FROM payment_sessions s ORDER BY 1`,
 		`SELECT s.order_id, coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.actor_id, e.reason, e.created_at::text
 		FROM session_events e JOIN payment_sessions s ON s.id = e.session_id ORDER BY 1, 2, 3`,
@@ -417,5 +418,43 @@ func TestSettleBatchWritesInAFixedNumberOfStatements(t *testing.T) {
 	// orders and ledger; COMMIT.
 	if len(stmts) != 9 {
 		t.Fatalf("%d statements for a batch of 12:\n%s", len(stmts), strings.Join(stmts, "\n---\n"))
+	}
+}
+
+// A drive whose answer takes its session to a terminal state gives its lease back in the
+// transition's own UPDATE and counts the look there, as the producer's release would: the row
+// needs no release statement of its own, and the drive tells the producer so (leaseWasEnded).
+// A session that is still active keeps its lease for the release, which schedules its next look.
+// Both ways of writing (a batch, one by one) do the same.
+func TestSettleEndsTheLeaseOfATerminalSession(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{true, false} {
+		f := newSettleFixture(t, 4)
+		f.items[1].gp.Status = GatewayAuthorized // stays active
+		f.items[2].gp.Status = GatewayDeclined   // Failed: terminal too
+		if batched {
+			f.svc.settleBatch(f.items)
+		} else {
+			for _, it := range f.items {
+				it.out, it.err = f.svc.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+			}
+		}
+		for i, it := range f.items {
+			if it.err != nil {
+				t.Fatalf("batched %v, answer %d: %v", batched, i, it.err)
+			}
+			terminal := it.out.Status.Terminal()
+			var owner string
+			var attempts int
+			var tokenGone bool
+			if err := f.pool.QueryRow(context.Background(), `SELECT coalesce(lease_owner, ''), check_attempts, lease_token IS NULL
+				FROM payment_sessions WHERE id = $1`, it.sess.ID).Scan(&owner, &attempts, &tokenGone); err != nil {
+				t.Fatal(err)
+			}
+			if terminal != tokenGone || terminal != (owner == "") || terminal != (attempts == 1) || terminal != leaseWasEnded(it.ctx) {
+				t.Errorf("batched %v, %s session: lease owner %q, token gone %v, looks %d, drive told %v; want the lease ended and the look counted only when terminal",
+					batched, it.out.Status, owner, tokenGone, attempts, leaseWasEnded(it.ctx))
+			}
+		}
 	}
 }

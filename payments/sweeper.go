@@ -39,7 +39,7 @@ func (s *Service) sessionSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(claimed))
 		for i, c := range claimed {
-			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, run: func(ctx context.Context) bool { return s.driveLeased(ctx, c.sess, c.token) }}
+			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, run: func(ctx context.Context) driveEnd { return s.driveLeased(ctx, c.sess, c.token) }}
 		}
 		return jobs, nil
 	}}
@@ -98,11 +98,11 @@ type withTrailing struct {
 
 func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w.extra...)...) }
 
-// driveLeased drives one claimed session under its lease. It reports whether the lease is to be
-// given back (with the next step of the schedule, by the producer's releaseBatch): not when the
-// drive found the lease taken over, in which case it does nothing further — the new holder owns
-// the session and its schedule.
-func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (release bool) {
+// driveLeased drives one claimed session under its lease. It reports what is left of the lease:
+// to be given back with the next step of the schedule (by the producer's releaseBatch); lost,
+// when the drive found it taken over, in which case it does nothing further — the new holder owns
+// the session and its schedule; or nothing, when the session's terminal transition gave it back.
+func (s *Service) driveLeased(ctx context.Context, sess Session, token string) driveEnd {
 	ctx, span := s.startSpan(ctx, "sweep.drive", sess.ID, sess.OrderID)
 	defer span.End()
 	ctx = withLease(ctx, sess.ID, token)
@@ -112,13 +112,18 @@ func (s *Service) driveLeased(ctx context.Context, sess Session, token string) (
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("sweep: lease lost during the drive; leaving the session to its new holder", "session", sess.ID)
 		span.SetAttributes(attrLeaseLost.Bool(true))
-		return false
+		return endLost
 	}
 	if err != nil {
 		s.log.Info("sweep: session not settled this round", "session", sess.ID, "status", sess.Status, "err", err)
 		traceError(ctx, err)
 	}
-	return true
+	// A session that reached a terminal state gave its lease back in the settle's own UPDATE
+	// (sessionPatch.endLease): there is nothing left to release.
+	if leaseWasEnded(ctx) {
+		return endDone
+	}
+	return endRelease
 }
 
 // drive moves one leased session as far as the gateway's word allows. Before anything that acts
