@@ -92,10 +92,15 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 
 	var ours loopResult
 	var tps float64
+	cpu := cpuSample{}
 	for r := range rounds {
+		cpu0 := sampleCPU(0)
 		got, err := closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, w, seq int) error { return create(ctx, w, r*1_000_000+seq) })
 		if err != nil {
 			return nil, fmt.Errorf("core: %w", err)
+		}
+		for k, v := range sampleCPU(0) {
+			cpu[k] += v - cpu0[k]
 		}
 		ours.n += got.n
 		ours.elapsed += got.elapsed
@@ -108,6 +113,7 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	coreRate := ours.rate()
 	env.results["create"] = coreRate
 	env.Logf("  create: core %.0f/s, pgbench %.0f/s", coreRate, tps)
+	env.Logf("  create: CPU per Create of the core (ms; bench: the core and its load in this program): %s", perOp(cpuSample{}, cpu, ours.n))
 	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",
 		Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}}
 

@@ -219,10 +219,12 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 	if _, err := closedLoop(ctx, apiClients, 0, apiClients*4, func(ctx context.Context, w, seq int) error { return create(ctx, w, -seq-1) }); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
+	cpu0 := sampleCPU(srv.cmd.Process.Pid)
 	res, err := closedLoop(ctx, apiClients, time.Duration(env.Size(3, 15))*time.Second, 0, create)
 	if err != nil {
 		return nil, err
 	}
+	env.Logf("  api: CPU per Create (ms): %s", perOp(cpu0, sampleCPU(srv.cmd.Process.Pid), res.n))
 	ideal := float64(apiClients) / apiLatency.Seconds()
 	anchor := fmt.Sprintf("ideal: min(%d / 50ms, core Create rate)", apiClients)
 	if core, ok := env.results["create"]; ok && core < ideal {
