@@ -74,7 +74,7 @@ func (f StuckFilter) normalize() (StuckFilter, error) {
 		return f, Invalid("status", "state must be one of the active states (%s)", strings.Join(statusStrings(ActiveStatuses), ", "))
 	}
 	f.Currency = strings.ToUpper(strings.TrimSpace(f.Currency))
-	if f.Currency != "" && !currencyRe.MatchString(f.Currency) {
+	if f.Currency != "" && !validCurrency(f.Currency) {
 		return f, Invalid("currency", "currency must be three letters like EUR")
 	}
 	switch f.Flagged {

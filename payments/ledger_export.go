@@ -28,7 +28,7 @@ type LedgerFilter struct {
 // Validate checks the filter (and upper-cases the currency).
 func (f LedgerFilter) Validate() (LedgerFilter, error) {
 	f.Currency = strings.ToUpper(strings.TrimSpace(f.Currency))
-	if f.Currency != "" && !currencyRe.MatchString(f.Currency) {
+	if f.Currency != "" && !validCurrency(f.Currency) {
 		return f, Invalid("currency", "currency must be three letters like EUR")
 	}
 	if f.Type != "" && f.Type != EntryPaymentReceived && f.Type != EntryRefundIssued {
