@@ -75,6 +75,10 @@ type Env struct {
 	// newDB creates a fresh database on the run's server and returns its URL; migrate applies
 	// pitlane's migrations to it.
 	newDB func(ctx context.Context, migrate bool) (string, error)
+	// quiet, when set, runs between figures: it drops the databases the last figure created and
+	// waits for the cluster to be quiet, so no figure is measured while autovacuum cleans up
+	// after the one before it.
+	quiet func(ctx context.Context)
 }
 
 // Size picks a size by scale.
@@ -144,9 +148,12 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		defer stopProfile()
 	}
 	seq := 0
+	var made []string // databases of the figure running now
 	env := &Env{Scale: scale, Log: stderr, Getenv: getenv, newDB: func(ctx context.Context, migrate bool) (string, error) {
 		seq++
-		url, err := cluster.EnsureDatabase(ctx, fmt.Sprintf("bench_%d", seq))
+		name := fmt.Sprintf("bench_%d", seq)
+		made = append(made, name)
+		url, err := cluster.EnsureDatabase(ctx, name)
 		if err != nil {
 			return "", err
 		}
@@ -157,6 +164,12 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		}
 		return url, nil
 	}}
+	env.quiet = func(ctx context.Context) {
+		if err := quietCluster(ctx, cluster.URL("postgres"), made); err != nil {
+			env.Logf("bench: quieting the cluster between figures: %v", err)
+		}
+		made = nil
+	}
 	version := serverVersion(ctx, cluster.URL("postgres"))
 	fmt.Fprintf(stdout, "pitlane bench: scale %s, %d CPU cores, PostgreSQL %s (private, fsync off)\n", scale, runtime.NumCPU(), version)
 	rep, err := measure(ctx, env, selected(getenv("BENCH_FIGURES")))
@@ -211,6 +224,9 @@ func measure(ctx context.Context, env *Env, figs []figure) (Report, error) {
 		}
 		env.Logf("bench: %s done in %s", f.name, time.Since(started).Round(time.Second))
 		rep.Figures = append(rep.Figures, got...)
+		if env.quiet != nil {
+			env.quiet(ctx)
+		}
 	}
 	return rep, nil
 }
@@ -237,4 +253,38 @@ func migrateURL(ctx context.Context, url string) error {
 	defer db.Close()
 	_, err = migrations.Up(ctx, db)
 	return err
+}
+
+// quietCluster drops the given databases (a finished figure's: their rows would otherwise keep
+// autovacuum busy during the next figure — after the create figure's tens of thousands of
+// sessions it doubled the duplicate storm's p99), takes a checkpoint, and waits up to a minute
+// for no autovacuum worker to be running. Between figures only: nothing of a figure's own
+// cleanup is hidden from it.
+func quietCluster(ctx context.Context, adminURL string, dbs []string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, db := range dbs {
+		if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()+` WITH (FORCE)`); err != nil {
+			return fmt.Errorf("drop %s: %w", db, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return err
+	}
+	// Polling: a benchmark between its figures, not a test waiting for an event.
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
 }
