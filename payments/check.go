@@ -256,7 +256,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 	if err != nil {
 		return Session{}, err
 	}
-	leaseEnded(ctx, out)
+	leaseEnded(ctx, id, out)
 	return out, nil
 }
 
@@ -358,35 +358,14 @@ func completeOrder(ctx context.Context, tx pgx.Tx, sess Session, now time.Time) 
 // the order row the guarded UPDATE changed, so no row inserted means the guard failed, and the
 // batch fails (the caller's transaction rolls back).
 func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
-	queueCompleteOrders(b, []Session{sess}, now)
-}
-
-// queueCompleteOrders is completeOrder's statement for any number of sessions (one, or a settle
-// batch's Completed ones): each order marked Paid only while it awaits payment through that very
-// session, and its PaymentReceived entry written for the order rows changed. If any guard fails,
-// the batch fails.
-func queueCompleteOrders(b *pgx.Batch, sessions []Session, now time.Time) {
-	orders, ids, currencies := make([]string, len(sessions)), make([]string, len(sessions)), make([]string, len(sessions))
-	amounts := make([]int64, len(sessions))
-	for i, s := range sessions {
-		orders[i], ids[i], amounts[i], currencies[i] = s.OrderID, s.ID, s.Amount, s.Currency
-	}
-	b.Queue(`WITH r AS (
-			SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[]) AS r(r_order, r_session, r_amount, r_currency)
-		),
-		paid AS (
-			UPDATE orders SET status = 'Paid', paid_session_id = r.r_session, active_session_id = NULL, updated_at = $5
-			FROM r WHERE orders.order_id = r.r_order AND orders.status = 'AwaitingPayment' AND orders.active_session_id = r.r_session
-			RETURNING r.r_order, r.r_session, r.r_amount, r.r_currency)
+	b.Queue(`WITH paid AS (
+			UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $5
+			WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2
+			RETURNING order_id)
 		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-		SELECT r_order, r_session, 'PaymentReceived', r_amount, r_currency, $5 FROM paid`,
-		orders, ids, amounts, currencies, now).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != int64(len(sessions)) {
-			if len(sessions) == 1 {
-				return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", orders[0], ids[0])
-			}
-			return fmt.Errorf("complete: %d of %d orders were awaiting payment through their session (invariant broken)",
-				tag.RowsAffected(), len(sessions))
+		SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
 		}
 		return nil
 	})

@@ -15,9 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgtype"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -391,108 +389,52 @@ var errNoTransition = errors.New("transition: the edge is not allowed from the c
 // (transitionError turns it into the caller's conflict); the caller's transaction must then roll
 // back, as everything queued after it in the batch ran regardless.
 func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason string, now time.Time, p sessionPatch, out *Session) error {
-	return queueTransitions(b, []transitionRow{{id: id, to: to, actor: actor, reason: reason, patch: p}}, now,
-		func(sess Session) { *out = sess })
-}
-
-// transitionRow is one session's transition: its target, who and why, what else changes.
-type transitionRow struct {
-	id     string
-	to     Status
-	actor  Actor
-	reason string
-	patch  sessionPatch
-}
-
-// queueTransitions queues THE transition statement into b for any number of sessions (one for
-// applyTransition, a settle batch's plain settles for writePlain): per row, the guarded UPDATE
-// over the edges into its target, the timeline event that names the state it replaced (prev,
-// read in the same snapshot; callers hold the order then session locks, so it is the state the
-// UPDATE sees), for a terminal state other than Completed the order's active pointer let go
-// (Completed's is completeOrder's), and under a drive's lease the lease ended (endLease). got
-// receives each session as written. A row whose edge is not allowed from its current state (or
-// that does not exist) is not written, and the batch fails with errNoTransition.
-func queueTransitions(b *pgx.Batch, rows []transitionRow, now time.Time, got func(Session)) error {
-	n := len(rows)
-	var (
-		ids, tos, gpids, urls, froms, kinds, actors, reasons []string
-		nexts                                                []pgtype.Timestamptz
-		clears, releases, ends                               []bool
-	)
-	for _, t := range rows {
-		from := allowedFrom(t.to)
-		if len(from) == 0 {
-			return Errorf(ECONFLICT, "no transition leads to %s", t.to)
-		}
-		fromList := make([]string, len(from))
-		for i, f := range from {
-			fromList[i] = string(f)
-		}
-		next := pgtype.Timestamptz{}
-		if t.patch.nextCheckAt != nil {
-			next = pgtype.Timestamptz{Time: *t.patch.nextCheckAt, Valid: true}
-		}
-		ids = append(ids, t.id)
-		tos = append(tos, string(t.to))
-		gpids = append(gpids, t.patch.gatewayPaymentID)
-		urls = append(urls, t.patch.confirmationURL)
-		nexts = append(nexts, next)
-		clears = append(clears, t.patch.clearNextCheck || t.to.Terminal())
-		froms = append(froms, strings.Join(fromList, ","))
-		kinds = append(kinds, string(t.actor.Kind))
-		actors = append(actors, t.actor.ID)
-		reasons = append(reasons, t.reason)
-		releases = append(releases, t.to.Terminal() && t.to != StatusCompleted)
-		ends = append(ends, t.patch.endLease && t.to.Terminal())
+	from := allowedFrom(to)
+	if len(from) == 0 {
+		return Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
+	next := p.nextCheckAt
+	clear := p.clearNextCheck || to.Terminal()
+	// One statement: the guarded UPDATE, the timeline event that names the state it replaced
+	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
+	// state the UPDATE sees), and for a terminal state other than Completed the order's active
+	// pointer let go (Completed's is completeOrder's). No row: the edge is not allowed from the
+	// current state (or there is no such payment), and nothing was written.
 	b.Queue(`
-		WITH r AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[],
-				$7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $13::bool[])
-				AS r(r_id, r_to, r_gpid, r_url, r_next, r_clear, r_from, r_kind, r_actor, r_reason, r_release, r_end)
-		),
-		prev AS (SELECT ps.id AS p_id, ps.status AS p_status FROM payment_sessions ps JOIN r ON ps.id = r.r_id),
+		WITH prev AS (SELECT status FROM payment_sessions WHERE id = $1),
 		upd AS (
 			UPDATE payment_sessions SET
-				status = r.r_to,
-				gateway_payment_id = CASE WHEN r.r_gpid = '' THEN gateway_payment_id ELSE r.r_gpid END,
-				confirmation_url = CASE WHEN r.r_url = '' THEN confirmation_url ELSE r.r_url END,
-				next_check_at = CASE WHEN r.r_clear THEN NULL WHEN r.r_next IS NOT NULL THEN r.r_next ELSE next_check_at END,
-				lease_owner = CASE WHEN r.r_end THEN NULL ELSE lease_owner END,
-				lease_until = CASE WHEN r.r_end THEN NULL ELSE lease_until END,
-				lease_token = CASE WHEN r.r_end THEN NULL ELSE lease_token END,
-				check_attempts = check_attempts + CASE WHEN r.r_end THEN 1 ELSE 0 END,
-				updated_at = $12
-			FROM r WHERE payment_sessions.id = r.r_id AND payment_sessions.status = ANY(string_to_array(r.r_from, ','))
+				status = $2,
+				gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
+				confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
+				next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
+				lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END,
+				lease_until = CASE WHEN $13 THEN NULL ELSE lease_until END,
+				lease_token = CASE WHEN $13 THEN NULL ELSE lease_token END,
+				check_attempts = check_attempts + CASE WHEN $13 THEN 1 ELSE 0 END,
+				updated_at = $7
+			WHERE id = $1 AND status = ANY($8)
 			RETURNING `+sessionColumns+`
 		),
 		ev AS (
 			INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
-			SELECT r.r_id, prev.p_status, r.r_to, r.r_kind, r.r_actor, r.r_reason, $12
-			FROM r JOIN prev ON prev.p_id = r.r_id JOIN upd ON upd.id::uuid = r.r_id
+			SELECT $1, prev.status, $2, $9, $10, $11, $7 FROM prev, upd
 		),
 		released AS (
-			UPDATE orders SET active_session_id = NULL, updated_at = $12
-			FROM upd JOIN r ON r.r_id = upd.id::uuid
-			WHERE r.r_release AND orders.order_id = upd.order_id AND orders.active_session_id = r.r_id
+			UPDATE orders SET active_session_id = NULL, updated_at = $7
+			FROM upd WHERE $12 AND orders.order_id = upd.order_id AND orders.active_session_id = $1
 		)
 		SELECT upd.* FROM upd`,
-		ids, tos, gpids, urls, nexts, clears, froms, kinds, actors, reasons, releases, now, ends).Query(func(rs pgx.Rows) error {
-		moved := 0
-		for rs.Next() {
-			sess, err := scanSession(rs)
-			if err != nil {
-				return err
-			}
-			got(sess)
-			moved++
+		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
+		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal()).QueryRow(func(r pgx.Row) error {
+		sess, err := scanSession(r)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoTransition
 		}
-		if err := rs.Err(); err != nil {
+		if err != nil {
 			return err
 		}
-		if moved != n {
-			return fmt.Errorf("%d of %d transitions allowed: %w", moved, n, errNoTransition)
-		}
+		*out = sess
 		return nil
 	})
 	return nil

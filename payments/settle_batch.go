@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -132,55 +133,147 @@ type settleQueue struct {
 // plainSettle is one session's transition, and for Completed its order's Paid status and ledger
 // entry, waiting to be written with the batch's others.
 type plainSettle struct {
-	into *Session
-	cur  Session // as read under its locks
-	t    transitionRow
+	into   *Session
+	cur    Session // as read under its locks
+	to     Status
+	actor  Actor
+	reason string
+	patch  sessionPatch
 }
 
 func (q *settleQueue) add(cur Session, to Status, actor Actor, reason string, patch sessionPatch) error {
 	if len(allowedFrom(to)) == 0 {
 		return Errorf(ECONFLICT, "no transition leads to %s", to)
 	}
-	q.plain = append(q.plain, plainSettle{into: q.into, cur: cur,
-		t: transitionRow{id: cur.ID, to: to, actor: actor, reason: reason, patch: patch}})
+	q.plain = append(q.plain, plainSettle{into: q.into, cur: cur, to: to, actor: actor, reason: reason, patch: patch})
 	q.queued = true
 	return nil
 }
 
 // writePlain writes every queued settle in one round trip of at most two statements, whatever
-// the batch's size: THE transition statement over all of them (queueTransitions), then the
-// Completed ones' orders marked Paid with their entries (queueCompleteOrders) — the statements a
-// single apply sends, over arrays, with the same guards per row. Any row a guard refuses fails
-// the whole write, and with it the batch's transaction; the batch's answers are then applied one
-// by one (settleBatch), where each refusal becomes that answer's own error. The per-row triggers
-// (status counts, ledger day totals, live updates) fire for every row.
+// the batch's size: every transition with its timeline event (and, entering a terminal state
+// other than Completed, the order's active pointer let go), then every Completed order marked
+// Paid with its PaymentReceived entry. They are applyTransition's and completeOrder's statements
+// over arrays, with the same guards per row: a session moves only from a state its edge allows,
+// an order is paid only while awaiting payment through that very session. Any row a guard
+// refuses fails the whole write (the counts must match), and with it the batch's transaction; the
+// batch's answers are then applied one by one (settleBatch), where each refusal becomes that
+// answer's own error. The per-row triggers (status counts, ledger day totals, live updates) fire
+// for every row as they would one statement at a time.
 func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) error {
-	if len(q.plain) == 0 {
+	n := len(q.plain)
+	if n == 0 {
 		return nil
 	}
-	rows := make([]transitionRow, len(q.plain))
-	byID := make(map[string]*Session, len(q.plain))
-	var paid []Session
-	for i, p := range q.plain {
-		rows[i] = p.t
+	var (
+		ids, tos, gpids, urls, froms, kinds, actors, reasons []string
+		nexts                                                []pgtype.Timestamptz
+		clears, releases, ends                               []bool
+		paidOrders, paidSessions, paidCurrencies             []string
+		paidAmounts                                          []int64
+	)
+	byID := make(map[string]*Session, n)
+	for _, p := range q.plain {
+		from := allowedFrom(p.to)
+		fromList := make([]string, len(from))
+		for i, f := range from {
+			fromList[i] = string(f)
+		}
+		next := pgtype.Timestamptz{}
+		if p.patch.nextCheckAt != nil {
+			next = pgtype.Timestamptz{Time: *p.patch.nextCheckAt, Valid: true}
+		}
+		ids = append(ids, p.cur.ID)
+		tos = append(tos, string(p.to))
+		gpids = append(gpids, p.patch.gatewayPaymentID)
+		urls = append(urls, p.patch.confirmationURL)
+		nexts = append(nexts, next)
+		clears = append(clears, p.patch.clearNextCheck || p.to.Terminal())
+		froms = append(froms, strings.Join(fromList, ","))
+		kinds = append(kinds, string(p.actor.Kind))
+		actors = append(actors, p.actor.ID)
+		reasons = append(reasons, p.reason)
+		releases = append(releases, p.to.Terminal() && p.to != StatusCompleted)
+		ends = append(ends, p.patch.endLease && p.to.Terminal())
 		byID[p.cur.ID] = p.into
-		if p.t.to == StatusCompleted {
-			paid = append(paid, p.cur)
+		if p.to == StatusCompleted {
+			paidOrders = append(paidOrders, p.cur.OrderID)
+			paidSessions = append(paidSessions, p.cur.ID)
+			paidAmounts = append(paidAmounts, p.cur.Amount)
+			paidCurrencies = append(paidCurrencies, p.cur.Currency)
 		}
 	}
 	var b pgx.Batch
-	if err := queueTransitions(&b, rows, now, func(sess Session) {
-		if into := byID[sess.ID]; into != nil {
-			*into = sess
+	moved := 0
+	b.Queue(`
+		WITH r AS (
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[],
+				$7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $13::bool[])
+				AS r(r_id, r_to, r_gpid, r_url, r_next, r_clear, r_from, r_kind, r_actor, r_reason, r_release, r_end)
+		),
+		prev AS (SELECT ps.id AS p_id, ps.status AS p_status FROM payment_sessions ps JOIN r ON ps.id = r.r_id),
+		upd AS (
+			UPDATE payment_sessions SET
+				status = r.r_to,
+				gateway_payment_id = CASE WHEN r.r_gpid = '' THEN gateway_payment_id ELSE r.r_gpid END,
+				confirmation_url = CASE WHEN r.r_url = '' THEN confirmation_url ELSE r.r_url END,
+				next_check_at = CASE WHEN r.r_clear THEN NULL WHEN r.r_next IS NOT NULL THEN r.r_next ELSE next_check_at END,
+				lease_owner = CASE WHEN r.r_end THEN NULL ELSE lease_owner END,
+				lease_until = CASE WHEN r.r_end THEN NULL ELSE lease_until END,
+				lease_token = CASE WHEN r.r_end THEN NULL ELSE lease_token END,
+				check_attempts = check_attempts + CASE WHEN r.r_end THEN 1 ELSE 0 END,
+				updated_at = $12
+			FROM r WHERE payment_sessions.id = r.r_id AND payment_sessions.status = ANY(string_to_array(r.r_from, ','))
+			RETURNING `+sessionColumns+`
+		),
+		ev AS (
+			INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
+			SELECT r.r_id, prev.p_status, r.r_to, r.r_kind, r.r_actor, r.r_reason, $12
+			FROM r JOIN prev ON prev.p_id = r.r_id JOIN upd ON upd.id::uuid = r.r_id
+		),
+		released AS (
+			UPDATE orders SET active_session_id = NULL, updated_at = $12
+			FROM upd JOIN r ON r.r_id = upd.id::uuid
+			WHERE r.r_release AND orders.order_id = upd.order_id AND orders.active_session_id = r.r_id
+		)
+		SELECT upd.* FROM upd`,
+		ids, tos, gpids, urls, nexts, clears, froms, kinds, actors, reasons, releases, now, ends).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			sess, err := scanSession(rows)
+			if err != nil {
+				return fmt.Errorf("settle batch: transitions: %w", err)
+			}
+			if into := byID[sess.ID]; into != nil {
+				*into = sess
+				moved++
+			}
 		}
-	}); err != nil {
-		return err
-	}
-	if len(paid) > 0 {
-		queueCompleteOrders(&b, paid, now)
+		return rows.Err()
+	})
+	if len(paidOrders) > 0 {
+		b.Queue(`WITH r AS (
+				SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[]) AS r(r_order, r_session, r_amount, r_currency)
+			),
+			paid AS (
+				UPDATE orders SET status = 'Paid', paid_session_id = r.r_session, active_session_id = NULL, updated_at = $5
+				FROM r WHERE orders.order_id = r.r_order AND orders.status = 'AwaitingPayment' AND orders.active_session_id = r.r_session
+				RETURNING r.r_order, r.r_session, r.r_amount, r.r_currency)
+			INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+			SELECT r_order, r_session, 'PaymentReceived', r_amount, r_currency, $5 FROM paid`,
+			paidOrders, paidSessions, paidAmounts, paidCurrencies, now).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != int64(len(paidOrders)) {
+				return fmt.Errorf("complete: %d of %d orders were awaiting payment through their session (invariant broken)",
+					tag.RowsAffected(), len(paidOrders))
+			}
+			return nil
+		})
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return dbError("settle batch: write", err, "")
+	}
+	if moved != n {
+		// Some edge was not allowed from its session's state: nothing of this write may commit.
+		return fmt.Errorf("settle batch: %d of %d transitions allowed: %w", moved, n, errNoTransition)
 	}
 	return nil
 }
@@ -302,7 +395,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 				it.call.committed = true
 			}
 			if it.err == nil {
-				leaseEnded(it.ctx, it.out)
+				leaseEnded(it.ctx, it.sess.ID, it.out)
 			}
 		}
 		return
