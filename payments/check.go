@@ -256,7 +256,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 	if err != nil {
 		return Session{}, err
 	}
-	leaseEnded(ctx, id, out)
+	leaseEnded(ctx, out)
 	return out, nil
 }
 

@@ -75,10 +75,10 @@ func withLease(ctx context.Context, id, token string) context.Context {
 	return context.WithValue(ctx, leaseCtxKey{}, driveLease{id: id, token: token, ended: new(atomic.Bool)})
 }
 
-// leaseEnded notes that the settle of ctx's drive of row id ended its lease, if sess (the row as
-// that settle committed it) no longer carries one.
-func leaseEnded(ctx context.Context, id string, sess Session) {
-	if l, ok := ctx.Value(leaseCtxKey{}).(driveLease); ok && l.id == id && l.ended != nil && sess.ID == id && sess.LeaseUntil == nil {
+// leaseEnded notes that the settle of ctx's drive ended its lease, if sess (its row as that
+// settle committed it) no longer carries one. (withLease always gives the lease its flag.)
+func leaseEnded(ctx context.Context, sess Session) {
+	if l, ok := ctx.Value(leaseCtxKey{}).(driveLease); ok && l.id == sess.ID && sess.LeaseUntil == nil {
 		l.ended.Store(true)
 	}
 }
@@ -86,7 +86,7 @@ func leaseEnded(ctx context.Context, id string, sess Session) {
 // leaseWasEnded reports whether ctx's drive's lease was ended by its settle.
 func leaseWasEnded(ctx context.Context) bool {
 	l, ok := ctx.Value(leaseCtxKey{}).(driveLease)
-	return ok && l.ended != nil && l.ended.Load()
+	return ok && l.ended.Load()
 }
 
 // leaseOf returns the token ctx holds for row id, if any.
