@@ -52,14 +52,14 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 			d.Active += counts[st]
 		}
 	}
-	const stuckWhere = `status = ANY($1) AND (flagged_at IS NOT NULL OR next_check_at < $2)`
+	stuckWhere := activeStatusSQL + ` AND (flagged_at IS NOT NULL OR next_check_at < $1)`
 	late := now.Add(-StuckAfter)
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM payment_sessions WHERE `+stuckWhere,
-		statusStrings(ActiveStatuses), late).Scan(&d.StuckTotal); err != nil {
+		late).Scan(&d.StuckTotal); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE `+stuckWhere+`
-		ORDER BY flagged_at NULLS LAST, next_check_at LIMIT 20`, statusStrings(ActiveStatuses), late)
+		ORDER BY flagged_at NULLS LAST, next_check_at LIMIT 20`, late)
 	if err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
 	}

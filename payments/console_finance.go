@@ -63,7 +63,7 @@ func (s *Service) ListCases(ctx context.Context, all bool) ([]FinanceCase, error
 // flag first.
 func (s *Service) ListFlagged(ctx context.Context) ([]Session, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-		WHERE flagged_at IS NOT NULL AND status = ANY($1) ORDER BY flagged_at, id LIMIT 500`, statusStrings(ActiveStatuses))
+		WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+` ORDER BY flagged_at, id LIMIT 500`)
 	if err != nil {
 		return nil, fmt.Errorf("flagged sessions: %w", err)
 	}

@@ -105,6 +105,10 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	return CreateResult{Session: sess, Created: true}, nil
 }
 
+// activeSessionOfOrderSQL reads an order's active session ($1: the order id) through the partial
+// unique index over active sessions, in every plan (activeStatusSQL).
+var activeSessionOfOrderSQL = `SELECT ` + sessionColumns + ` FROM payment_sessions WHERE order_id = $1 AND ` + activeStatusSQL
+
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
 	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
 	defer span.End()
@@ -114,8 +118,7 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	// under the lock; answering from this read is answering as of a moment just before. Anything
 	// else — no order, no active session, other parameters, a paid order — takes the claim.
 	if !in.FirstAttempt {
-		active, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-			WHERE order_id = $1 AND status = ANY($2)`, in.OrderID, statusStrings(ActiveStatuses)))
+		active, err := scanSession(s.db.QueryRow(ctx, activeSessionOfOrderSQL, in.OrderID))
 		switch {
 		case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
 			span.SetAttributes(AttrSessionID.String(active.ID))
@@ -145,8 +148,7 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 		b.Queue(`SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, in.OrderID).QueryRow(func(r pgx.Row) error {
 			return r.Scan(&orderStatus)
 		})
-		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 AND status = ANY($2)`,
-			in.OrderID, statusStrings(ActiveStatuses)).QueryRow(func(r pgx.Row) error {
+		b.Queue(activeSessionOfOrderSQL, in.OrderID).QueryRow(func(r pgx.Row) error {
 			var err error
 			active, err = scanSession(r)
 			hasActive = err == nil

@@ -75,7 +75,7 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 	err := s.inTx(ctx, "retry flagged", func(tx pgx.Tx) error {
 		var reason string
 		err := tx.QueryRow(ctx, `SELECT coalesce(flag_reason, '') FROM payment_sessions
-			WHERE id = $1 AND flagged_at IS NOT NULL AND status = ANY($2) FOR UPDATE`, id, statusStrings(ActiveStatuses)).Scan(&reason)
+			WHERE id = $1 AND flagged_at IS NOT NULL AND `+activeStatusSQL+` FOR UPDATE`, id).Scan(&reason)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, gerr := getSession(ctx, tx, id); gerr != nil {
 				return gerr

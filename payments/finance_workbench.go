@@ -24,17 +24,6 @@ import (
 // is late for is already on the dashboard (StuckAfter).
 const SettleWithin = 15 * time.Minute
 
-// activeStatusSQL is ActiveStatuses as an SQL predicate with literals, not a parameter: the
-// planner must see the constants to use the partial indexes over active sessions (migration
-// 00310) for every plan, generic ones included.
-var activeStatusSQL = func() string {
-	q := make([]string, len(ActiveStatuses))
-	for i, s := range ActiveStatuses {
-		q[i] = "'" + string(s) + "'"
-	}
-	return "status IN (" + strings.Join(q, ", ") + ")"
-}()
-
 // StuckSort orders the workbench.
 type StuckSort string
 

@@ -81,13 +81,13 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	var oldest *time.Time
 	now := s.cfg.Clock.Now()
 	if err := s.db.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND status = ANY($1)),
-		(SELECT count(*) FROM payment_sessions WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
-			AND (lease_until IS NULL OR lease_until <= $2)),
-		(SELECT min(next_check_at) FROM payment_sessions WHERE status = ANY($1) AND next_check_at <= $2 AND flagged_at IS NULL
-			AND (lease_until IS NULL OR lease_until <= $2)),
-		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $2),
-		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, statusStrings(ActiveStatuses), now).
+		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
+		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
+			AND (lease_until IS NULL OR lease_until <= $1)),
+		(SELECT min(next_check_at) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
+			AND (lease_until IS NULL OR lease_until <= $1)),
+		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
+		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, now).
 		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}

@@ -1,5 +1,7 @@
 package payments
 
+import "strings"
+
 // Status is a payment session's state (design.md, "Payment session states").
 type Status string
 
@@ -21,6 +23,20 @@ var AllStatuses = []Status{StatusRegistering, StatusRegistered, StatusUnknown, S
 // ActiveStatuses are the states of which an order has at most one session (the partial unique
 // index payment_sessions_one_active_per_order lists the same set).
 var ActiveStatuses = []Status{StatusRegistering, StatusRegistered, StatusUnknown, StatusAuthorized, StatusCanceling}
+
+// activeStatusSQL is ActiveStatuses as an SQL predicate with literals, not a parameter
+// (status = ANY($1)): the planner must see the constants to use the partial indexes over active
+// sessions (payment_sessions_one_active_per_order, payment_sessions_due, migration 00310's) in a
+// prepared statement's generic plan. With a parameter the generic plan cannot use them, so
+// PostgreSQL plans the statement again on every execution (a seq scan is the generic
+// alternative) — measured at 0.3–0.5 ms of planning per Create and per patrol claim.
+var activeStatusSQL = func() string {
+	q := make([]string, len(ActiveStatuses))
+	for i, s := range ActiveStatuses {
+		q[i] = "'" + string(s) + "'"
+	}
+	return "status IN (" + strings.Join(q, ", ") + ")"
+}()
 
 // Active reports whether s is one of ActiveStatuses.
 func (s Status) Active() bool {

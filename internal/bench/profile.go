@@ -29,6 +29,14 @@ func startProfile(ctx context.Context, dir, adminURL string) (stop func(), err e
 	if err != nil {
 		return nil, err
 	}
+	if _, err := conn.Exec(ctx, `ALTER SYSTEM SET pg_stat_statements.track_planning = on`); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
 	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -37,22 +45,24 @@ func startProfile(ctx context.Context, dir, adminURL string) (stop func(), err e
 		pprof.StopCPUProfile()
 		f.Close()
 		defer conn.Close(context.WithoutCancel(ctx))
-		rows, err := conn.Query(context.WithoutCancel(ctx), `SELECT calls, round(total_exec_time)::bigint, round(mean_exec_time::numeric, 3)::text,
-			regexp_replace(query, '\s+', ' ', 'g') FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 40`)
+		rows, err := conn.Query(context.WithoutCancel(ctx), `SELECT coalesce(d.datname, s.dbid::text), s.calls, s.plans, round(s.total_exec_time)::bigint, round(s.total_plan_time)::bigint,
+			round(s.mean_exec_time::numeric, 3)::text, regexp_replace(s.query, '\s+', ' ', 'g')
+			FROM pg_stat_statements s LEFT JOIN pg_database d ON d.oid = s.dbid
+			ORDER BY d.datname, s.total_exec_time + s.total_plan_time DESC`)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: pg_stat_statements: %v\n", err)
 			return
 		}
 		defer rows.Close()
 		var b strings.Builder
-		fmt.Fprintf(&b, "%10s %10s %10s  %s\n", "calls", "total ms", "mean ms", "query")
+		fmt.Fprintf(&b, "%-10s %10s %10s %10s %10s %10s  %s\n", "database", "calls", "plans", "exec ms", "plan ms", "mean ms", "query")
 		for rows.Next() {
-			var calls, total int64
-			var mean, q string
-			if err := rows.Scan(&calls, &total, &mean, &q); err != nil {
+			var calls, plans, exec, plan int64
+			var db, mean, q string
+			if err := rows.Scan(&db, &calls, &plans, &exec, &plan, &mean, &q); err != nil {
 				break
 			}
-			fmt.Fprintf(&b, "%10d %10d %10s  %.200s\n", calls, total, mean, q)
+			fmt.Fprintf(&b, "%-10s %10d %10d %10d %10d %10s  %.2000s\n", db, calls, plans, exec, plan, mean, q)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "statements.txt"), []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
