@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -225,7 +226,8 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 	call := pendingCallLog(ctx)
 	reachedCommit := false
 	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) (err error) {
-		defer func() { reachedCommit = err == nil }()
+		mayHaveCommitted := false // the transition's batch carried the COMMIT (applyLocked)
+		defer func() { reachedCommit = err == nil || mayHaveCommitted }()
 		// The locks and whether we asked for a reverse, in one round trip; with them the log row
 		// of the gateway call this answer came from (deferCallLog).
 		var asked bool
@@ -246,7 +248,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 		if h := s.cfg.Hooks.AfterApplyLock; h != nil {
 			h(ctx, id)
 		}
-		out, err = s.applyLocked(ctx, tx, actor, cur, asked, gp, reason, now, nil)
+		out, err = s.applyLocked(ctx, tx, actor, cur, asked, gp, reason, now, nil, &mayHaveCommitted)
 		return err
 	})
 	if call != nil {
@@ -269,7 +271,13 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 // Completed the order and ledger, nothing else. The session is filled once they are written
 // (*queue.into, not the returned session). Everything else (cases, flags, attachments, reverses)
 // is written here at once.
-func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue) (out Session, err error) {
+//
+// commit, when not nil, says the caller does nothing in tx after this call: when the transition
+// (and the order's completion) is all that is left to write, they are sent with the COMMIT
+// (commitWith), one round trip less. *commit then says whether the transaction may have committed
+// even though this call failed: true unless the server answered with an error (a refused guard,
+// which raises in SQL, skips the COMMIT) or nothing was sent.
+func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, commit *bool) (out Session, err error) {
 	id := cur.ID
 	out = cur
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
@@ -310,6 +318,17 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		}
 		if oc.to == StatusCompleted {
 			queueCompleteOrder(b, cur, now)
+		}
+		if commit != nil && !reversed && untrusted == "" && oc.caseKind == "" {
+			// Nothing follows: the COMMIT rides with the batch. Its statements' callbacks reject
+			// nothing the server accepted (the guards raise in SQL).
+			*commit = true
+			if err := commitWith(ctx, tx, b); err != nil {
+				var pgErr *pgconn.PgError
+				*commit = !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback)
+				return out, transitionError(ctx, tx, id, oc.to, err)
+			}
+			return out, nil
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return out, transitionError(ctx, tx, id, oc.to, err)
@@ -355,20 +374,20 @@ func completeOrder(ctx context.Context, tx pgx.Tx, sess Session, now time.Time) 
 }
 
 // queueCompleteOrder queues completeOrder's one statement into b: the entry is written only for
-// the order row the guarded UPDATE changed, so no row inserted means the guard failed, and the
-// batch fails (the caller's transaction rolls back).
+// the order row the guarded UPDATE changed, and no entry written fails the statement in SQL
+// (migration 00440's pitlane_order_completed, SQLSTATE PT500), so the caller's transaction rolls
+// back and a COMMIT pipelined behind it is skipped.
 func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
 	b.Queue(`WITH paid AS (
 			UPDATE orders SET status = 'Paid', paid_session_id = $2, active_session_id = NULL, updated_at = $5
 			WHERE order_id = $1 AND status = 'AwaitingPayment' AND active_session_id = $2
-			RETURNING order_id)
-		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-		SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid`, sess.OrderID, sess.ID, sess.Amount, sess.Currency, now).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("complete: order %s is not awaiting payment through session %s (invariant broken)", sess.OrderID, sess.ID)
-		}
-		return nil
-	})
+			RETURNING order_id),
+		entry AS (
+			INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
+			SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid
+			RETURNING 1)
+		SELECT pitlane_order_completed((SELECT count(*) FROM entry), $1, $2)`,
+		sess.OrderID, sess.ID, sess.Amount, sess.Currency, now).Exec(func(pgconn.CommandTag) error { return nil })
 }
 
 // openCase opens a finance case unless one of the same kind is already open for the session.

@@ -381,13 +381,19 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 	return sess, nil
 }
 
-// errNoTransition: a queued transition's guarded UPDATE touched no row.
+// The SQLSTATEs of the guards that raise in SQL (migration 00440).
+const (
+	sqlstateTransitionRefused = "PT409"
+	sqlstateNoSuchPayment     = "PT404"
+)
+
+// errNoTransition: a settle batch's transitions did not all move their row (settle_batch.go).
 var errNoTransition = errors.New("transition: the edge is not allowed from the current state")
 
 // queueTransition queues applyTransition's one statement into b; *out is the session after it
-// once the batch has run. A batch in which the edge was not allowed fails with errNoTransition
-// (transitionError turns it into the caller's conflict); the caller's transaction must then roll
-// back, as everything queued after it in the batch ran regardless.
+// once the batch has run. A batch in which the edge was not allowed fails in SQL (SQLSTATE
+// PT409, or PT404 without such a payment; transitionError turns it into the caller's error), and
+// the caller's transaction rolls back.
 func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason string, now time.Time, p sessionPatch, out *Session) error {
 	from := allowedFrom(to)
 	if len(from) == 0 {
@@ -398,8 +404,10 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 	// One statement: the guarded UPDATE, the timeline event that names the state it replaced
 	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
 	// state the UPDATE sees), and for a terminal state other than Completed the order's active
-	// pointer let go (Completed's is completeOrder's). No row: the edge is not allowed from the
-	// current state (or there is no such payment), and nothing was written.
+	// pointer let go (Completed's is completeOrder's). No row moved (the edge is not allowed from
+	// the current state, or there is no such payment): the statement fails in SQL (migration
+	// 00440's pitlane_transition_done, read from done, which the LEFT JOIN always reads), so
+	// nothing queued after it runs and a COMMIT pipelined behind it is skipped.
 	b.Queue(`
 		WITH prev AS (SELECT status FROM payment_sessions WHERE id = $1),
 		upd AS (
@@ -423,8 +431,9 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 		released AS (
 			UPDATE orders SET active_session_id = NULL, updated_at = $7
 			FROM upd WHERE $12 AND orders.order_id = upd.order_id AND orders.active_session_id = $1
-		)
-		SELECT upd.* FROM upd`,
+		),
+		done AS MATERIALIZED (SELECT pitlane_transition_done((SELECT count(*) FROM upd), (SELECT status FROM prev), $2))
+		SELECT upd.* FROM done LEFT JOIN upd ON true`,
 		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
 		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal()).QueryRow(func(r pgx.Row) error {
 		sess, err := scanSession(r)
@@ -443,6 +452,15 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 // transitionError turns a failed transition batch into the caller's error: a conflict naming the
 // current state when the edge was not allowed.
 func transitionError(ctx context.Context, tx pgx.Tx, id string, to Status, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlstateTransitionRefused:
+			return &Error{Code: ECONFLICT, Message: pgErr.Message}
+		case sqlstateNoSuchPayment:
+			return Errorf(ENOTFOUND, "payment %q not found", id)
+		}
+	}
 	if !errors.Is(err, errNoTransition) {
 		var e *Error
 		if errors.As(err, &e) {
