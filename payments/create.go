@@ -109,31 +109,6 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 // unique index over active sessions, in every plan (activeStatusSQL).
 var activeSessionOfOrderSQL = `SELECT ` + sessionColumns + ` FROM payment_sessions WHERE order_id = $1 AND ` + activeStatusSQL
 
-// readActiveAfterClaim waits until no claim of the order is open — pg_advisory_xact_lock_shared
-// on the claim's lock, which waits for the exclusive holder and is held by any number of readers
-// at once, under the same lock_timeout as every core lock wait — and then reads the order's active
-// session: one transaction, one round trip (BEGIN, the lock, the read and COMMIT in one pipeline).
-func (s *Service) readActiveAfterClaim(ctx context.Context, orderID string) (Session, error) {
-	var active Session
-	var readErr error
-	err := s.inTx(ctx, "create: wait for the open claim", func(tx pgx.Tx) error {
-		var b pgx.Batch
-		b.Queue(`SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, int32(LockCreateOrder), orderID).Exec(func(pgconn.CommandTag) error { return nil })
-		b.Queue(activeSessionOfOrderSQL, orderID).QueryRow(func(r pgx.Row) error {
-			active, readErr = scanSession(r)
-			if errors.Is(readErr, pgx.ErrNoRows) {
-				return nil // not a failure of the transaction: reported below
-			}
-			return readErr
-		})
-		return commitWith(ctx, tx, &b)
-	})
-	if err != nil {
-		return Session{}, err
-	}
-	return active, readErr
-}
-
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
 	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
 	defer span.End()
@@ -144,15 +119,6 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	// else — no order, no active session, other parameters, a paid order — takes the claim.
 	if !in.FirstAttempt {
 		active, err := scanSession(s.db.QueryRow(ctx, activeSessionOfOrderSQL, in.OrderID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			// No active session yet, but one may be being claimed right now (a storm of
-			// duplicates arrives while the first Create is inside its claim). Wait for that claim
-			// to end with the order's lock taken SHARED, which every duplicate can hold at once,
-			// and read again: the duplicates then all read the committed session together
-			// instead of taking the exclusive claim one after another. One round trip; the shared
-			// lock ends with it (one implicit transaction: the pipeline).
-			active, err = s.readActiveAfterClaim(ctx, in.OrderID)
-		}
 		switch {
 		case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
 			span.SetAttributes(AttrSessionID.String(active.ID))
