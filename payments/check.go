@@ -326,12 +326,12 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 			if err := commitWith(ctx, tx, b); err != nil {
 				var pgErr *pgconn.PgError
 				*commit = !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback)
-				return out, transitionError(ctx, tx, id, oc.to, err)
+				return out, transitionError(id, err)
 			}
 			return out, nil
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return out, transitionError(ctx, tx, id, oc.to, err)
+			return out, transitionError(id, err)
 		}
 		if reversed {
 			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', updated_at = $2
@@ -387,7 +387,7 @@ func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
 			SELECT order_id, $2, 'PaymentReceived', $3, $4, $5 FROM paid
 			RETURNING 1)
 		SELECT pitlane_order_completed((SELECT count(*) FROM entry), $1, $2)`,
-		sess.OrderID, sess.ID, sess.Amount, sess.Currency, now).Exec(func(pgconn.CommandTag) error { return nil })
+		sess.OrderID, sess.ID, sess.Amount, sess.Currency, now)
 }
 
 // openCase opens a finance case unless one of the same kind is already open for the session.

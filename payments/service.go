@@ -376,7 +376,7 @@ func applyTransition(ctx context.Context, tx pgx.Tx, id string, to Status, actor
 		return Session{}, err
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return Session{}, transitionError(ctx, tx, id, to, err)
+		return Session{}, transitionError(id, err)
 	}
 	return sess, nil
 }
@@ -436,10 +436,7 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 		SELECT upd.* FROM done LEFT JOIN upd ON true`,
 		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
 		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal()).QueryRow(func(r pgx.Row) error {
-		sess, err := scanSession(r)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errNoTransition
-		}
+		sess, err := scanSession(r) // a row always: no row moved raised in SQL
 		if err != nil {
 			return err
 		}
@@ -449,9 +446,10 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 	return nil
 }
 
-// transitionError turns a failed transition batch into the caller's error: a conflict naming the
-// current state when the edge was not allowed.
-func transitionError(ctx context.Context, tx pgx.Tx, id string, to Status, err error) error {
+// transitionError turns a failed transition batch into the caller's error: the guard's refusal
+// (raised in SQL, its message naming the current state) as a conflict, no such payment as not
+// found.
+func transitionError(id string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -461,20 +459,11 @@ func transitionError(ctx context.Context, tx pgx.Tx, id string, to Status, err e
 			return Errorf(ENOTFOUND, "payment %q not found", id)
 		}
 	}
-	if !errors.Is(err, errNoTransition) {
-		var e *Error
-		if errors.As(err, &e) {
-			return err
-		}
-		return dbError("transition", err, "")
+	var e *Error
+	if errors.As(err, &e) {
+		return err
 	}
-	// The batch's later statements ran, but nothing of ours failed in SQL: the transaction is
-	// still usable for this read, and the caller rolls it back.
-	var prev string
-	if err := tx.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&prev); err != nil {
-		return dbError("transition: read", err, "payment %q not found", id)
-	}
-	return &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment cannot go from %s to %s", prev, to)}
+	return dbError("transition", err, "")
 }
 
 // lockOrderAndSession takes the two row locks in THE order (order, then session) and returns the
