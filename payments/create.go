@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -109,6 +110,65 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 // unique index over active sessions, in every plan (activeStatusSQL).
 var activeSessionOfOrderSQL = `SELECT ` + sessionColumns + ` FROM payment_sessions WHERE order_id = $1 AND ` + activeStatusSQL
 
+// activeOrOpenClaimSQL is the hot order's lock-free read ($1: the order id, $2: LockCreateOrder):
+// the order's active session if there is one; else, if a claim of the order is open right now
+// (pg_try_advisory_xact_lock_shared on the claim's lock fails: the exclusive holder is there), a
+// row of NULLs; else no row. The try is made only on a miss, and its shared lock ends with the
+// statement (its own implicit transaction). One round trip in every case.
+var activeOrOpenClaimSQL = `WITH active AS MATERIALIZED (` + activeSessionOfOrderSQL + `)
+	SELECT * FROM active
+	UNION ALL
+	SELECT ` + strings.TrimSuffix(strings.Repeat("NULL, ", sessionColumnCount), ", ") + `
+	WHERE NOT EXISTS (SELECT FROM active) AND NOT pg_try_advisory_xact_lock_shared($2, hashtext($1))`
+
+// readActive is the lock-free read of the hot order (activeOrOpenClaimSQL). found: the order's
+// active session; claimOpen: none, and a claim of the order is open.
+func (s *Service) readActive(ctx context.Context, orderID string) (active Session, found, claimOpen bool, err error) {
+	rows, err := s.db.Query(ctx, activeOrOpenClaimSQL, orderID, int32(LockCreateOrder))
+	if err != nil {
+		return Session{}, false, false, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if rows.RawValues()[0] == nil {
+			claimOpen = true
+		} else {
+			active, err = scanSession(rows)
+			found = err == nil
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return active, found && err == nil, claimOpen, err
+}
+
+// readActiveAfterClaim waits until no claim of the order is open — pg_advisory_xact_lock_shared
+// on the claim's lock, which waits for the exclusive holder and is held by any number of readers
+// at once, under the same lock_timeout as every core lock wait — and then reads the order's active
+// session: one transaction, one round trip (BEGIN, the lock, the read and COMMIT in one pipeline).
+func (s *Service) readActiveAfterClaim(ctx context.Context, orderID string) (Session, error) {
+	var active Session
+	var readErr error
+	err := s.inTx(ctx, "create: wait for the open claim", func(tx pgx.Tx) error {
+		var b pgx.Batch
+		b.Queue(`SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, int32(LockCreateOrder), orderID).Exec(func(pgconn.CommandTag) error { return nil })
+		b.Queue(activeSessionOfOrderSQL, orderID).QueryRow(func(r pgx.Row) error {
+			active, readErr = scanSession(r)
+			if errors.Is(readErr, pgx.ErrNoRows) {
+				return nil // not a failure of the transaction: reported below
+			}
+			return readErr
+		})
+		return commitWith(ctx, tx, &b)
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return active, readErr
+}
+
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
 	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
 	defer span.End()
@@ -117,14 +177,28 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	// reading it needs no lock. The claim below would read the same row (or a newer state of it)
 	// under the lock; answering from this read is answering as of a moment just before. Anything
 	// else — no order, no active session, other parameters, a paid order — takes the claim.
+	//
+	// A miss while a claim of the order is open (a storm of duplicates arriving while the first
+	// Create is inside its claim) waits for that claim with the order's lock taken SHARED, which
+	// every duplicate can hold at once, and reads again: the duplicates then read the committed
+	// session together instead of taking the exclusive claim one after another. Learning that a
+	// claim is open costs nothing more on the way (the same round trip as the read), so a first
+	// Create of a new order goes to its claim as fast as before.
 	if !in.FirstAttempt {
-		active, err := scanSession(s.db.QueryRow(ctx, activeSessionOfOrderSQL, in.OrderID))
+		active, found, claimOpen, err := s.readActive(ctx, in.OrderID)
+		if err == nil && claimOpen {
+			active, err = s.readActiveAfterClaim(ctx, in.OrderID)
+			found = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+		}
 		switch {
-		case err == nil && active.Amount == in.Amount && active.Currency == in.Currency:
+		case err != nil:
+			return Session{}, false, dbError("create: read active", err, "")
+		case found && active.Amount == in.Amount && active.Currency == in.Currency:
 			span.SetAttributes(AttrSessionID.String(active.ID))
 			return active, false, nil
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return Session{}, false, dbError("create: read active", err, "")
 		}
 	}
 	now := s.cfg.Clock.Now()

@@ -32,7 +32,7 @@ func goCreate(svc *payments.Service, in payments.CreateInput) <-chan createOut {
 
 // Two Creates with the same parameters, the first parked right after its read with the advisory
 // lock held: the second must wait on the lock (seen in pg_locks), then read the first's session
-// and return it. One session, one gateway registration.
+// and return it, without a claim of its own. One session, one gateway registration.
 func TestCreateTwoClicksOneRegistration(t *testing.T) {
 	t.Parallel()
 	p := newParker()
@@ -42,11 +42,10 @@ func TestCreateTwoClicksOneRegistration(t *testing.T) {
 	first := goCreate(b.svc, in)
 	mustWait(t, p.arrived, "first create to read")
 	second := goCreate(b.svc, in)
-	waitLockWaiters(t, b.pool, 1) // the second is blocked on pg_advisory_xact_lock
+	waitLockWaiters(t, b.pool, 1) // the second is blocked on the order's advisory lock (shared)
 	p.let(1)
-	// The first commits its claim; the second gets the lock and reads the committed session.
-	mustWait(t, p.arrived, "second create to read after the lock")
-	p.let(1)
+	// The first commits its claim; the second gets the shared lock and reads the committed
+	// session (TestCreateDuplicatesWaitForTheOpenClaimTogether).
 	r1 := mustWait(t, first, "first create")
 	r2 := mustWait(t, second, "second create")
 
@@ -67,6 +66,75 @@ func TestCreateTwoClicksOneRegistration(t *testing.T) {
 	}
 	if got := r1.res.Session.Status; got != payments.StatusRegistered {
 		t.Fatalf("first status = %s, want Registered", got)
+	}
+}
+
+// A storm of duplicates arriving while the first Create is inside its claim (the duplicate storm
+// of make bench): they all wait for that claim at once, on the order's advisory lock taken
+// SHARED, and then each reads the committed session. None takes a claim of its own, so they do
+// not file through the exclusive lock one claim transaction after another (what made the storm's
+// p99 in make bench depend on how many arrived in the first claim's few milliseconds).
+// Negative control: with the duplicates going straight to the claim (the code before), the 20
+// wait in ExclusiveLock mode and the claim hook sees 21 claims.
+func TestCreateDuplicatesWaitForTheOpenClaimTogether(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	claims := 0
+	p := newParker()
+	b := newBench(t)
+	const dups = 20
+	cfg, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = dups + 2 // every duplicate waits on a connection of its own
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := b.service(pool, "storm", func(c *payments.Config) {
+		c.Hooks.AfterClaimRead = func(ctx context.Context, id string) {
+			mu.Lock()
+			claims++
+			mu.Unlock()
+			p.hook(ctx, id)
+		}
+	})
+	in := payments.CreateInput{OrderID: "storm", Amount: 1999, Currency: "EUR"}
+	first := goCreate(svc, in)
+	mustWait(t, p.arrived, "first create's claim")
+	var outs []<-chan createOut
+	for range dups {
+		outs = append(outs, goCreate(svc, in))
+	}
+	waitLockWaiters(t, b.pool, dups)
+	var shared, exclusive int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE mode = 'ShareLock'), count(*) FILTER (WHERE mode = 'ExclusiveLock')
+		FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&shared, &exclusive); err != nil {
+		t.Fatal(err)
+	}
+	p.let(dups + 1) // the first's claim; and any duplicate that takes a claim (the control) is not parked
+	if shared != dups || exclusive != 0 {
+		t.Errorf("duplicates waiting on the order's lock: %d shared, %d exclusive; want %d shared", shared, exclusive, dups)
+	}
+	r1 := mustWait(t, first, "first create")
+	if r1.err != nil || !r1.res.Created {
+		t.Fatalf("first = %+v, %v", r1.res, r1.err)
+	}
+	for i, ch := range outs {
+		r := mustWait(t, ch, "duplicate")
+		if r.err != nil || r.res.Created || r.res.Session.ID != r1.res.Session.ID {
+			t.Fatalf("duplicate %d = %+v, %v; want the first's session, not created", i, r.res, r.err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if claims != 1 {
+		t.Errorf("%d claims, want 1 (the duplicates read the committed session without one)", claims)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Errorf("gateway registrations = %d, want 1", n)
 	}
 }
 

@@ -33,6 +33,7 @@ func TestHotStatementsKeepTheirGenericPlan(t *testing.T) {
 		args             []any
 	}{
 		{"active session of an order", activeSessionOfOrderSQL, "payment_sessions_one_active_per_order", []any{"o-50"}},
+		{"the hot order's lock-free read", activeOrOpenClaimSQL, "payment_sessions_one_active_per_order", []any{"o-50", int32(LockCreateOrder)}},
 		{"patrol claim", claimDueSQL, "payment_sessions_due", []any{due, 16, "r1", due.Add(time.Minute)}},
 	}
 	genericPlans(t, pool, func(conn *pgx.Conn) {
