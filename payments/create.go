@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ValidOrderID reports whether id is an order id of the contract: 1-64 characters of
@@ -123,8 +124,8 @@ var activeOrOpenClaimSQL = `WITH active AS MATERIALIZED (` + activeSessionOfOrde
 
 // readActive is the lock-free read of the hot order (activeOrOpenClaimSQL). found: the order's
 // active session; claimOpen: none, and a claim of the order is open.
-func (s *Service) readActive(ctx context.Context, orderID string) (active Session, found, claimOpen bool, err error) {
-	rows, err := s.db.Query(ctx, activeOrOpenClaimSQL, orderID, int32(LockCreateOrder))
+func (s *Service) readActive(ctx context.Context, conn *pgxpool.Conn, orderID string) (active Session, found, claimOpen bool, err error) {
+	rows, err := conn.Query(ctx, activeOrOpenClaimSQL, orderID, int32(LockCreateOrder))
 	if err != nil {
 		return Session{}, false, false, err
 	}
@@ -148,10 +149,10 @@ func (s *Service) readActive(ctx context.Context, orderID string) (active Sessio
 // on the claim's lock, which waits for the exclusive holder and is held by any number of readers
 // at once, under the same lock_timeout as every core lock wait — and then reads the order's active
 // session: one transaction, one round trip (BEGIN, the lock, the read and COMMIT in one pipeline).
-func (s *Service) readActiveAfterClaim(ctx context.Context, orderID string) (Session, error) {
+func (s *Service) readActiveAfterClaim(ctx context.Context, conn *pgxpool.Conn, orderID string) (Session, error) {
 	var active Session
 	var readErr error
-	err := s.inTx(ctx, "create: wait for the open claim", func(tx pgx.Tx) error {
+	err := s.inTxOn(ctx, conn, "create: wait for the open claim", func(tx pgx.Tx) error {
 		var b pgx.Batch
 		b.Queue(`SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, int32(LockCreateOrder), orderID).Exec(func(pgconn.CommandTag) error { return nil })
 		b.Queue(activeSessionOfOrderSQL, orderID).QueryRow(func(r pgx.Row) error {
@@ -172,27 +173,18 @@ func (s *Service) readActiveAfterClaim(ctx context.Context, orderID string) (Ses
 func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Session, bool, error) {
 	ctx, span := s.startSpan(ctx, "payments.claim", "", in.OrderID)
 	defer span.End()
-	// The hot order (a customer clicking Pay again, a retrying client, a storm of duplicates):
-	// an active session with these parameters that is already committed is the answer, and
-	// reading it needs no lock. The claim below would read the same row (or a newer state of it)
-	// under the lock; answering from this read is answering as of a moment just before. Anything
-	// else — no order, no active session, other parameters, a paid order — takes the claim.
-	//
-	// A miss while a claim of the order is open (a storm of duplicates arriving while the first
-	// Create is inside its claim) waits for that claim with the order's lock taken SHARED, which
-	// every duplicate can hold at once, and reads again: the duplicates then read the committed
-	// session together instead of taking the exclusive claim one after another. Learning that a
-	// claim is open costs nothing more on the way (the same round trip as the read), so a first
-	// Create of a new order goes to its claim as fast as before.
+	// One connection for the whole claim: the read, a wait for an open claim, the claim's
+	// transaction. Giving it back between them would put the claim behind every request queued
+	// for the pool — in a storm, behind the very duplicates that wait for it.
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return Session{}, false, dbError("create: read active", err, "")
+	}
+	defer conn.Release()
 	if !in.FirstAttempt {
-		active, found, claimOpen, err := s.readActive(ctx, in.OrderID)
-		if err == nil && claimOpen {
-			active, err = s.readActiveAfterClaim(ctx, in.OrderID)
-			found = err == nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = nil
-			}
-		}
+		// A first attempt (a fresh idempotency key) skips the lock-free read: there is normally
+		// nothing to find.
+		active, found, err := s.readActiveOrWait(ctx, conn, in.OrderID)
 		switch {
 		case err != nil:
 			return Session{}, false, dbError("create: read active", err, "")
@@ -201,10 +193,44 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 			return active, false, nil
 		}
 	}
+	out, created, err := s.claimLocked(ctx, conn, actor, in)
+	if err != nil {
+		return Session{}, false, err
+	}
+	span.SetAttributes(AttrSessionID.String(out.ID))
+	return out, created, nil
+}
+
+// readActiveOrWait is the lock-free read of the hot order (a customer clicking Pay again, a
+// retrying client, a storm of duplicates): an active session that is already committed is the
+// answer, and reading it needs no lock. The claim would read the same row (or a newer state of
+// it) under the lock; answering from this read is answering as of a moment just before.
+//
+// A miss while a claim of the order is open (a storm of duplicates arriving while the first
+// Create is inside its claim) waits for that claim with the order's lock taken SHARED, which
+// every duplicate can hold at once, and reads again: the duplicates then read the committed
+// session together instead of taking the exclusive claim one after another. Learning that a
+// claim is open costs nothing more on the way (the same round trip as the read), so a first
+// Create of a new order goes to its claim as fast as before.
+func (s *Service) readActiveOrWait(ctx context.Context, conn *pgxpool.Conn, orderID string) (Session, bool, error) {
+	active, found, claimOpen, err := s.readActive(ctx, conn, orderID)
+	if err != nil || !claimOpen {
+		return active, found, err
+	}
+	active, err = s.readActiveAfterClaim(ctx, conn, orderID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, false, nil
+	}
+	return active, err == nil, err
+}
+
+// claimLocked is the claim's transaction: under the order's advisory lock, the order row and the
+// active session decide; a new session is inserted when there is none.
+func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Actor, in CreateInput) (Session, bool, error) {
 	now := s.cfg.Clock.Now()
 	var out Session
 	var created bool
-	err := s.inTx(ctx, "create: claim", func(tx pgx.Tx) error {
+	err := s.inTxOn(ctx, conn, "create: claim", func(tx pgx.Tx) error {
 		// The lock, the order row (created on the first Create, then locked: that keeps the lock
 		// order order → session and orders us after a Check that is marking it Paid) and the
 		// active session, in one round trip: a pipelined batch, run by the server statement after
@@ -278,7 +304,6 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	if err != nil {
 		return Session{}, false, err
 	}
-	span.SetAttributes(AttrSessionID.String(out.ID))
 	return out, created, nil
 }
 

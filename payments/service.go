@@ -341,9 +341,15 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
+	return s.inTxOn(ctx, nil, op, fn)
+}
+
+// inTxOn is inTx on a connection the caller holds (nil: one of the pool's); it stays the
+// caller's, outside any transaction, when inTxOn returns.
+func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) (err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
-	tx := newPipelinedTx(s.db, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()))
+	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()))
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if err := fn(tx); err != nil {
 		return err

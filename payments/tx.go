@@ -27,15 +27,19 @@ import (
 // COMMIT and ROLLBACK itself (pgx's own Tx would send its COMMIT or ROLLBACK even after a
 // pipeline committed). The connection goes back to the pool when the transaction ends; one left
 // inside a transaction (a failed COMMIT or ROLLBACK) is destroyed by the pool, as pgx does.
+//
+// Or it runs on a connection its caller already holds (held), which stays the caller's: the
+// transaction ends without giving it back.
 type pipelinedTx struct {
 	db          *pgxpool.Pool
+	held        *pgxpool.Conn // the caller's connection, or nil: one of the pool's
 	lockTimeout string        // "SET LOCAL lock_timeout = '5000ms'"
 	conn        *pgxpool.Conn // nil until the first statement is sent
 	done        bool          // committed or rolled back
 }
 
-func newPipelinedTx(db *pgxpool.Pool, lockTimeout string) *pipelinedTx {
-	return &pipelinedTx{db: db, lockTimeout: lockTimeout}
+func newPipelinedTx(db *pgxpool.Pool, held *pgxpool.Conn, lockTimeout string) *pipelinedTx {
+	return &pipelinedTx{db: db, held: held, lockTimeout: lockTimeout}
 }
 
 var _ pgx.Tx = (*pipelinedTx)(nil)
@@ -49,9 +53,12 @@ func (t *pipelinedTx) first(ctx context.Context, queue []*pgx.QueuedQuery) (pgx.
 	if t.done {
 		return nil, pgx.ErrTxClosed
 	}
-	conn, err := t.db.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+	conn := t.held
+	if conn == nil {
+		var err error
+		if conn, err = t.db.Acquire(ctx); err != nil {
+			return nil, fmt.Errorf("begin: %w", err)
+		}
 	}
 	t.conn = conn
 	b := &pgx.Batch{}
@@ -157,10 +164,11 @@ func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 	return batchRow{row: br.QueryRow(), br: br}
 }
 
-// end gives the connection back (the pool destroys one still inside a transaction).
+// end gives the connection back (the pool destroys one still inside a transaction); a held
+// connection stays with the caller.
 func (t *pipelinedTx) end() {
 	t.done = true
-	if t.conn != nil {
+	if t.conn != nil && t.held == nil {
 		t.conn.Release()
 	}
 }
