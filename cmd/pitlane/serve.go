@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -41,6 +43,15 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	}
 	if err := cfg.RequireSecret("serve"); err != nil {
 		return err
+	}
+	if path := env.Getenv("PITLANE_CPU_PROFILE"); path != "" {
+		// A Go CPU profile of the whole process until it stops (make bench's BENCH_PROFILE sets
+		// it for the replica under load; docs/performance.md). Not a setting of the product.
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -272,4 +283,17 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		return cause // e.g. dev's private PostgreSQL exited under us
 	}
 	return nil
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("PITLANE_CPU_PROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("PITLANE_CPU_PROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -113,6 +113,11 @@ func startServer(ctx context.Context, env *Env, registerLatency time.Duration, c
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "HTTP_ADDR="+addr, "SECRET_KEY="+strings.Repeat("b", 40),
 		"GATEWAY=refgw", "GATEWAY_URL="+gwSrv.URL, "GATEWAY_API_KEY="+gwKey, "REPLICA_ID=bench-serve")
+	if dir := env.Getenv("BENCH_PROFILE"); dir != "" {
+		// The replica's own Go CPU profile, one file per server the run starts.
+		env.servers++
+		cmd.Env = append(cmd.Env, "PITLANE_CPU_PROFILE="+filepath.Join(dir, fmt.Sprintf("serve-%d.pprof", env.servers)))
+	}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		logs.Close()

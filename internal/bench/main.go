@@ -71,6 +71,7 @@ type Env struct {
 	results map[string]float64
 	// binary is the pitlane binary the HTTP figures run (built once); cleanup runs at the end.
 	binary  string
+	servers int // how many servers the run started (their BENCH_PROFILE files are numbered)
 	cleanup []func()
 	// newDB creates a fresh database on the run's server and returns its URL; migrate applies
 	// pitlane's migrations to it.
