@@ -45,8 +45,10 @@ func coreService(ctx context.Context, url string, conns int32, gw *fakegw.Gatewa
 }
 
 func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
-	d := time.Duration(env.Size(2, 15)) * time.Second
-	rounds := env.Size(1, 2) // alternated, so a burst of load on the machine hits both sides
+	// Rounds alternate the core and its anchor, so that the machine's drift (this VM's rate moves
+	// by ±20% within minutes) hits both sides alike: six short rounds a side, not two long ones.
+	d := time.Duration(env.Size(2, 5)) * time.Second
+	rounds := env.Size(1, 6)
 	coreURL, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err
