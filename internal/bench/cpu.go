@@ -16,7 +16,8 @@ import (
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on every Linux this runs on).
 const clockTicks = 100
 
-// cpuSample is each process kind's CPU seconds so far.
+// cpuSample is each process's CPU seconds so far, by key: "serve", "bench", and "postgres/PID"
+// for each PostgreSQL process (kind, slash, pid).
 type cpuSample map[string]float64
 
 // procCPU reads utime+stime of one process in seconds, and its command name.
@@ -59,22 +60,29 @@ func sampleCPU(servePID int) cpuSample {
 			continue
 		}
 		if comm, t, ok := procCPU(e.Name()); ok && comm == "postgres" {
-			out["postgres"] += t
+			out["postgres/"+e.Name()] = t
 		}
 	}
 	return out
 }
 
-// perOp is the CPU milliseconds each kind spent per operation between two samples, as text.
-// PostgreSQL backends that exit between the samples are not counted (the pools keep theirs).
+// perOp is the CPU milliseconds each kind spent per operation between two samples, as text. It
+// counts the processes alive at the second sample: one that exited in between (a pgbench backend
+// of the round before) is not the figure's, and subtracting its CPU would make PostgreSQL's share
+// negative (as it did with six rounds a side); one that started in between counts from zero.
 func perOp(before, after cpuSample, ops int) string {
 	if ops <= 0 {
 		return ""
 	}
+	spent := map[string]float64{}
+	for k, v := range after {
+		kind, _, _ := strings.Cut(k, "/")
+		spent[kind] += v - before[k]
+	}
 	var parts []string
 	total := 0.0
 	for _, k := range []string{"serve", "bench", "postgres"} {
-		ms := (after[k] - before[k]) * 1000 / float64(ops)
+		ms := spent[k] * 1000 / float64(ops)
 		total += ms
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, ms))
 	}
