@@ -345,7 +345,8 @@ func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 }
 
 // inTxOn is inTx on a connection the caller holds (nil: one of the pool's); it stays the
-// caller's, outside any transaction, when inTxOn returns.
+// caller's when inTxOn returns: outside any transaction, unless the ROLLBACK after an error
+// failed too (the pool destroys such a connection when the caller releases it).
 func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) (err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
