@@ -3,7 +3,6 @@ package payments
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -114,13 +113,12 @@ var activeSessionOfOrderSQL = `SELECT ` + sessionColumns + ` FROM payment_sessio
 // activeOrOpenClaimSQL is the hot order's lock-free read ($1: the order id, $2: LockCreateOrder):
 // the order's active session if there is one; else, if a claim of the order is open right now
 // (pg_try_advisory_xact_lock_shared on the claim's lock fails: the exclusive holder is there), a
-// row of NULLs; else no row. The try is made only on a miss, and its shared lock ends with the
-// statement (its own implicit transaction). One round trip in every case.
+// row of NULLs (the outer join's side without a match); else no row. The try is made only on a
+// miss, and its shared lock ends with the statement (its own implicit transaction). One round
+// trip in every case.
 var activeOrOpenClaimSQL = `WITH active AS MATERIALIZED (` + activeSessionOfOrderSQL + `)
-	SELECT * FROM active
-	UNION ALL
-	SELECT ` + strings.TrimSuffix(strings.Repeat("NULL, ", sessionColumnCount), ", ") + `
-	WHERE NOT EXISTS (SELECT FROM active) AND NOT pg_try_advisory_xact_lock_shared($2, hashtext($1))`
+	SELECT active.* FROM (SELECT) AS one LEFT JOIN active ON true
+	WHERE EXISTS (SELECT FROM active) OR NOT pg_try_advisory_xact_lock_shared($2, hashtext($1))`
 
 // readActive is the lock-free read of the hot order (activeOrOpenClaimSQL). found: the order's
 // active session; claimOpen: none, and a claim of the order is open.
@@ -129,7 +127,6 @@ func (s *Service) readActive(ctx context.Context, conn *pgxpool.Conn, orderID st
 	if err != nil {
 		return Session{}, false, false, err
 	}
-	defer rows.Close()
 	if rows.Next() {
 		if rows.RawValues()[0] == nil {
 			claimOpen = true
@@ -178,7 +175,7 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 	// for the pool — in a storm, behind the very duplicates that wait for it.
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
-		return Session{}, false, dbError("create: read active", err, "")
+		return Session{}, false, dbError("create: connection", err, "")
 	}
 	defer conn.Release()
 	if !in.FirstAttempt {

@@ -231,9 +231,6 @@ const sessionColumns = `id::text, order_id, amount, currency, status, gateway,
 	next_check_at, check_attempts, coalesce(lease_owner, ''), lease_until, flagged_at,
 	coalesce(flag_reason, ''), created_at, updated_at`
 
-// sessionColumnCount is how many columns sessionColumns has (what scanSession scans).
-const sessionColumnCount = 17
-
 func scanSession(row pgx.Row) (Session, error) {
 	var s Session
 	var st string
