@@ -42,6 +42,7 @@ func (a *API) CreatePayment(c echo.Context) error {
 	out, err := a.idem.Run(c.Request().Context(), ir, func(ctx context.Context, slot payments.Slot) (string, int, error) {
 		in := req.Input
 		in.FirstAttempt = slot.Fresh
+		in.Bind = slot.Binding
 		res, err := a.svc.Create(ctx, actor(c), in)
 		sess = res.Session
 		return res.Session.ID, createdStatus(res), err

@@ -278,7 +278,10 @@ func TestAPIIntentWindowIsWhatStopsTheRetry(t *testing.T) {
 
 // No key, while the first request of an intent is still at the gateway: a retry gets the
 // claimed session (the contract's 200 for "an active session with the same parameters exists"),
-// never a second one; a request with other parameters gets 409.
+// never a second one; a request with other parameters gets 409. The retry is answered from the
+// intent key, which the first request's claim completed with its session (Idempotent-Replayed):
+// it runs no Create of its own. Completed after the Create instead, the key would still be held
+// here, and the retry would go through the core's claim.
 func TestAPIIntentInFlight(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
@@ -291,6 +294,14 @@ func TestAPIIntentInFlight(t *testing.T) {
 	rec := b.do(c)
 	if p := wantPayment(t, rec, http.StatusOK); p.ID != claimed || p.Status != "Registering" || rec.Header().Get("Location") != "/api/v1/payments/"+claimed {
 		t.Fatalf("retry in flight = %+v", p)
+	}
+	if rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the retry in flight was not answered from the intent key: it ran a Create of its own")
+	}
+	var resource string
+	if err := b.pool.QueryRow(context.Background(), `SELECT resource_id::text FROM idempotency_keys
+		WHERE kind = 'intent' AND completed_at IS NOT NULL`).Scan(&resource); err != nil || resource != claimed {
+		t.Fatalf("while the first request is at the gateway, its intent key points at %q (%v), want %s", resource, err, claimed)
 	}
 	wantProblem(t, b.do(post(createPath("o"), `{"amount":1600,"currency":"EUR"}`)), http.StatusConflict, "")
 	gate.Open()

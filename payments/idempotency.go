@@ -202,7 +202,50 @@ type Slot struct {
 	// expired is a new use with a new Since, so effects bound to (key, Since) are not confused
 	// with the old use's.
 	Since time.Time
+	// Binding is set by Run for an intent key this request holds: an effect that creates its
+	// resource in a transaction of its own may complete the key there (CreateInput.Bind).
+	Binding *KeyBinding
 }
+
+// KeyBinding completes an intent key in the transaction that creates the key's resource — for
+// Create, the claim's, with its session — instead of a round trip of its own after the effect.
+// From that commit on, the key points at the session: an identical keyless request replays it
+// (200, as it is now) while the first one is still at the gateway. Only intent keys bind early:
+// their replays always answer 200, so the response code is not waiting on the gateway's answer;
+// a client key keeps the first answer's code and is completed by Run after the effect.
+type KeyBinding struct {
+	r       IdempotencyRequest
+	token   string
+	matched bool // the completion found the key still held by this request (set in the pipeline)
+	bound   bool // … and its transaction committed
+}
+
+// completeKeySQL records a key's resource and response code and ends its request's hold, only
+// while that request still holds it (lock_token).
+const completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL,
+		resource_id = $5, response_code = $6, completed_at = $7
+		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4`
+
+// queue adds the key's completion with resourceID to a batch that will commit with it. Call
+// committed once the batch's transaction committed.
+func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
+	// 202: the resource exists, its outcome is not confirmed yet. An intent replay answers 200
+	// whatever is recorded (API.replay).
+	b.Queue(completeKeySQL, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now).
+		Exec(func(tag pgconn.CommandTag) error {
+			kb.matched = tag.RowsAffected() == 1
+			return nil
+		})
+}
+
+func (kb *KeyBinding) committed() {
+	if kb != nil {
+		kb.bound = kb.matched
+	}
+}
+
+// Bound reports whether the key was completed with its resource by the effect's transaction.
+func (kb *KeyBinding) Bound() bool { return kb != nil && kb.bound }
 
 func (x *Idempotency) lockNamespace(k IdempotencyKind) LockNamespace {
 	if k == IdempotencyIntentKey {
@@ -443,7 +486,19 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	if slot.Done {
 		return Outcome{ResourceID: slot.ResourceID, Status: slot.ResponseCode, Replayed: true}, nil
 	}
+	if r.Kind == IdempotencyIntentKey && validUUID(slot.Token) {
+		slot.Binding = &KeyBinding{r: r, token: slot.Token}
+	}
 	id, status, err := effect(ctx, slot)
+	if slot.Binding.Bound() {
+		// The effect's own transaction completed the key with the resource it created: the key
+		// is bound to it whatever happened after (an error after that commit — at the gateway,
+		// in the apply — leaves the session to the patrol, and the intent's retries replay it).
+		if err != nil {
+			return Outcome{}, err
+		}
+		return Outcome{ResourceID: id, Status: status}, nil
+	}
 	if err != nil {
 		x.giveUp(ctx, r, slot.Token, err)
 		return Outcome{}, err
@@ -481,9 +536,7 @@ func (x *Idempotency) Complete(ctx context.Context, r IdempotencyRequest, token,
 	if !validUUID(token) {
 		return ErrIdempotencyLockLost
 	}
-	tag, err := x.svc.db.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL,
-		resource_id = $5, response_code = $6, completed_at = $7
-		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4`,
+	tag, err := x.svc.db.Exec(ctx, completeKeySQL,
 		r.ClientID, string(r.Kind), r.Key, token, resourceID, responseCode, x.svc.cfg.Clock.Now())
 	if err != nil {
 		return dbError("idempotency: complete", err, "")

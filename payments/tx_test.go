@@ -416,3 +416,63 @@ func TestClaimOfANewOrderIsThreeRoundTripsOnOneConnection(t *testing.T) {
 type namedGateway struct{ Gateway }
 
 func (namedGateway) Name() string { return "fake" }
+
+// A keyless Create of a new order through Idempotency.Run completes its intent key in the
+// claim's transaction, with the session: 5 round trips for the whole request (the key's insert,
+// the claim's two, the apply's two) where completing the key after the Create took a sixth. The
+// control is the same request whose effect does not pass the binding on (as a refund's does not):
+// Run completes the key alone afterwards.
+func TestIntentKeyCompletesWithTheClaim(t *testing.T) {
+	svc, pool, log := tracedService(t, time.Second)
+	svc.gw = registeringGateway{}
+	x := NewIdempotency(svc, IdempotencyConfig{})
+	const client = "00000000-0000-4000-8000-000000000001"
+	if _, err := pool.Exec(context.Background(), `INSERT INTO api_clients (id, name, key_prefix, key_hash, scopes, created_at)
+		VALUES ($1, 'shop', 'pl_000000000001', sha256('k'), '{payments:write}', now())`, client); err != nil {
+		t.Fatal(err)
+	}
+	create := func(order string, bind bool) (string, int) {
+		t.Helper()
+		in := CreateInput{OrderID: order, Amount: 1000, Currency: "EUR"}
+		r := IdempotencyRequest{ClientID: client, Kind: IdempotencyIntentKey, Method: "POST", Path: "/p/" + order,
+			Key: IntentKey(in.OrderID, in.Amount, in.Currency), BusyRunsEffect: true}
+		r.Fingerprint = Fingerprint(r.Method, r.Path, []byte(r.Key))
+		log.reset()
+		out, err := x.Run(context.Background(), r, func(ctx context.Context, slot Slot) (string, int, error) {
+			in.FirstAttempt = slot.Fresh
+			if bind {
+				in.Bind = slot.Binding
+			}
+			res, err := svc.Create(ctx, Actor{Kind: ActorAPI, ID: client}, in)
+			return res.Session.ID, 201, err
+		})
+		if err != nil || out.Replayed {
+			t.Fatalf("create %s: %+v, %v", order, out, err)
+		}
+		rt := log.roundTrips()
+		var resource string
+		if err := pool.QueryRow(context.Background(), `SELECT resource_id::text FROM idempotency_keys
+			WHERE client_id = $1 AND key = $2 AND completed_at IS NOT NULL AND lock_token IS NULL`, client, r.Key).Scan(&resource); err != nil {
+			t.Fatalf("%s: the intent key is not completed: %v", order, err)
+		}
+		if resource != out.ResourceID {
+			t.Fatalf("%s: the key points at %s, the Create made %s", order, resource, out.ResourceID)
+		}
+		return resource, rt
+	}
+	if _, rt := create("bound", true); rt != 5 {
+		t.Errorf("a keyless Create with its key bound in the claim took %d round trips (alone %q, pipelines %q), want 5",
+			rt, log.alone, log.batches)
+	}
+	if _, rt := create("unbound", false); rt != 6 {
+		t.Errorf("the control (key completed after the Create) took %d round trips, want 6", rt)
+	}
+}
+
+// registeringGateway registers every payment at once, pending the customer.
+type registeringGateway struct{ namedGateway }
+
+func (registeringGateway) Register(_ context.Context, req RegisterRequest) (GatewayPayment, error) {
+	return GatewayPayment{ID: "gp-" + req.Reference, Status: GatewayPending, Amount: req.Amount, Currency: req.Currency,
+		Reference: req.Reference, ConfirmationURL: "https://gw.example/pay/" + req.Reference}, nil
+}
