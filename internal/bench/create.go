@@ -113,7 +113,6 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 		tps += t / float64(rounds)
 	}
 	coreRate := ours.rate()
-	env.results["create"] = coreRate
 	env.Logf("  create: core %.0f/s, pgbench %.0f/s", coreRate, tps)
 	env.Logf("  create: CPU per Create of the core (ms; bench: the core and its load in this program): %s", perOp(cpuSample{}, cpu, ours.n))
 	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",

@@ -13,10 +13,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"pitlane/access"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 	"pitlane/payments/gateway/gatewaysim"
 )
 
@@ -25,9 +30,9 @@ import (
 // (gatewaysim, served from this program) with a closed-loop client (load.go).
 //
 //   - API Create: 64 clients creating payments for distinct orders while the gateway takes 50 ms
-//     to register, beside the ideal min(64 / 50 ms, the core's own Create rate measured above by
-//     the "create" figure): the API may lose at most 30 % to HTTP, authentication, the intent
-//     key and the gateway adapter.
+//     to register, beside the ideal min(64 / 50 ms, the core's own Create rate, the "create"
+//     figure's load measured right before and right after the HTTP window): the API may lose at
+//     most 30 % to HTTP, authentication, the intent key and the gateway adapter.
 //   - Resident memory: VmRSS of the serve process (/proc/PID/status) before and after 200,000
 //     distinct orders (the seed's semaphore dictionary grew by one entry per order; pitlane must
 //     keep no per-order state): growth under 30 MB.
@@ -214,12 +219,32 @@ func (s *server) rssMB() (float64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", s.cmd.Process.Pid)
 }
 
+// apiCreate: the API over HTTP against its ideal, min(64 / 50 ms, the core's Create rate). The
+// core's rate is measured again around the HTTP window, on a database of its own with the same
+// clients as the create figure: one round right before the server starts, one right after it
+// stopped, and the ideal takes their mean. The create figure ran minutes earlier, and this
+// machine drifts by ±20% in minutes: an anchor from another time measures the drift as much as
+// the API. The round after waits for the server to stop, so the patrol's looks at the sessions
+// the API made (due 5 s after each Create) land in the HTTP window, where a replica does them,
+// and not in the core's round.
 func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
+	core, err := newCoreCreates(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer core.close()
+	round := time.Duration(env.Size(2, 5)) * time.Second
+	before, err := core.round(ctx, round)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := startServer(ctx, env, apiLatency, apiClients)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(srv.stop) }
+	defer stop()
 	create := func(ctx context.Context, w, seq int) error { return srv.create(ctx, fmt.Sprintf("api-%d-%d", w, seq)) }
 	if _, err := closedLoop(ctx, apiClients, 0, apiClients*4, func(ctx context.Context, w, seq int) error { return create(ctx, w, -seq-1) }); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
@@ -230,17 +255,63 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 		return nil, err
 	}
 	env.Logf("  api: CPU per Create (ms): %s", perOp(cpu0, sampleCPU(srv.cmd.Process.Pid), res.n))
-	ideal := float64(apiClients) / apiLatency.Seconds()
-	anchor := fmt.Sprintf("ideal: min(%d / 50ms, core Create rate)", apiClients)
-	if core, ok := env.results["create"]; ok && core < ideal {
-		ideal = core
-	} else if !ok {
-		anchor = fmt.Sprintf("ideal: %d / 50ms (the create figure did not run)", apiClients)
+	stop()
+	after, err := core.round(ctx, round)
+	if err != nil {
+		return nil, err
 	}
-	env.Logf("  api: %.0f creates/s over HTTP (p50 %.1f ms), ideal %.0f", res.rate(), ms(percentile(res.lat, 50)), ideal)
+	coreRate := (before + after) / 2
+	ideal := min(float64(apiClients)/apiLatency.Seconds(), coreRate)
+	env.Logf("  api: %.0f creates/s over HTTP (p50 %.1f ms); the core around it %.0f/s before, %.0f/s after; ideal %.0f",
+		res.rate(), ms(percentile(res.lat, 50)), before, after, ideal)
 	return []Figure{{Name: fmt.Sprintf("API Create over HTTP, distinct orders, gateway 50ms, %d clients", apiClients), Value: res.rate(),
-		Unit: "creates/s", Anchor: anchor, AnchorValue: ideal, MinRatio: 0.7}}, nil
+		Unit: "creates/s", Anchor: fmt.Sprintf("ideal: min(%d / 50ms, core Create rate, C=%d, right before and after)", apiClients, benchClients),
+		AnchorValue: ideal, MinRatio: 0.7}}, nil
 }
+
+// coreCreates is the create figure's load (benchClients clients creating payments for new
+// orders through payments.Create, fake gateway at 0 ms) on a database of its own, warmed up.
+type coreCreates struct {
+	svc    *payments.Service
+	pool   *pgxpool.Pool
+	rounds int // numbers the orders of each round apart
+}
+
+func newCoreCreates(ctx context.Context, env *Env) (*coreCreates, error) {
+	url, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	svc, pool, err := coreService(ctx, url, benchClients, fakegw.New(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &coreCreates{svc: svc, pool: pool}
+	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, c.create(0)); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("core warm-up: %w", err)
+	}
+	return c, nil
+}
+
+func (c *coreCreates) create(round int) func(ctx context.Context, worker, seq int) error {
+	return func(ctx context.Context, worker, seq int) error {
+		_, err := c.svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("core-%d-%d-%d", round, worker, seq), Amount: 1000, Currency: "EUR"})
+		return err
+	}
+}
+
+// round is the core's Create rate over d.
+func (c *coreCreates) round(ctx context.Context, d time.Duration) (float64, error) {
+	c.rounds++
+	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
+	if err != nil {
+		return 0, fmt.Errorf("core: %w", err)
+	}
+	return res.rate(), nil
+}
+
+func (c *coreCreates) close() { c.pool.Close() }
 
 func residentMemory(ctx context.Context, env *Env) ([]Figure, error) {
 	const clients = 32

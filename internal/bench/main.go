@@ -66,9 +66,6 @@ type Env struct {
 	Log   io.Writer
 	// Getenv reads a setting of the run (a figure may have its own, e.g. BENCH_LATENCIES).
 	Getenv func(string) string
-	// results are figures' values that later figures use as anchors (e.g. "create": the core's
-	// Create rate, the limit of the HTTP figure's ideal).
-	results map[string]float64
 	// binary is the pitlane binary the HTTP figures run (built once); cleanup runs at the end.
 	binary  string
 	servers int // how many servers the run started (their BENCH_PROFILE files are numbered)
@@ -205,9 +202,6 @@ func selected(list string) []figure {
 // measure runs the figures one after another (never in parallel: they would measure each other).
 func measure(ctx context.Context, env *Env, figs []figure) (Report, error) {
 	var rep Report
-	if env.results == nil {
-		env.results = map[string]float64{}
-	}
 	defer func() {
 		for _, f := range env.cleanup {
 			f()
