@@ -20,9 +20,11 @@ import (
 // IS NOW, with the first answer's status and Idempotent-Replayed: true. Without one, the
 // business intent (order, amount, currency; 5 minutes sliding from the last identical request)
 // is the key, so a client that forgot keys still gets one session for a burst of retries, and a
-// fresh attempt after a decline an hour later is a new intent. Identical keyless Creates that
-// arrive while the first still runs are answered by the core's per-order claim (BusyRunsEffect):
-// the one session, never a 409.
+// fresh attempt after a decline an hour later is a new intent. The intent key is completed in
+// the claim's transaction, with the session (payments.KeyBinding): identical keyless Creates
+// that arrive after that replay the session from the key; those that arrive while the first is
+// still inside its claim are answered by the core's per-order claim (BusyRunsEffect). Either
+// way: the one session, never a 409.
 func (a *API) CreatePayment(c echo.Context) error {
 	req, err := parseCreate(c.Request(), pathParam(c, "order_id"))
 	if err != nil {

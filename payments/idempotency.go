@@ -34,7 +34,9 @@ import (
 //  4. Complete (resource id + response code), or Release when the work failed before any effect
 //     (the key is not burnt: the client may fix the request and use it again), or Abandon when
 //     the outcome is uncertain (the row stays bound to this request and the same request may
-//     take it over at once; the core's per-order claim makes running Create again safe).
+//     take it over at once; the core's per-order claim makes running Create again safe). An
+//     intent key is completed by the effect's own transaction where the effect offers one
+//     (Create's claim, KeyBinding): bound to its session from then on, whatever follows.
 //
 // The staleness bound: a request that crashed between Acquire and Complete leaves locked_until
 // behind. It must outlast any honest request (one register call bounded by GATEWAY_TIMEOUT, plus
