@@ -118,30 +118,33 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",
 		Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}}
 
-	click, err := clickFigure(ctx, env, d, rounds)
+	clicks, err := clickFigure(ctx, env, d, rounds)
 	if err != nil {
 		return nil, fmt.Errorf("clicks: %w", err)
 	}
-	return append(out, click), nil
+	return append(out, clicks...), nil
 }
 
 // clickFigure: C clients clicking Pay on one order whose session exists (every click answers
-// that session), beside pgbench running one click's statements on the same order.
-func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) (Figure, error) {
+// that session), beside pgbench running one click's statements on the same order. A third side,
+// reported without a target, runs the same recorded statements through pgx alone (C goroutines,
+// each on a connection it holds, no core): the floor this machine's Go client stack sets, so the
+// gap to pgbench splits into what pgx costs and what the core adds to it.
+func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) ([]Figure, error) {
 	url, err := env.NewDatabase(ctx, true)
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	gw := fakegw.New()
 	svc, pool, err := coreService(ctx, url, benchClients, gw, nil)
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	defer pool.Close()
 	in := payments.CreateInput{OrderID: "hot-order", Amount: 1000, Currency: "EUR"}
 	first, err := svc.Create(ctx, api, in)
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	clickOn := func(svc *payments.Service) func(ctx context.Context, _, _ int) error {
 		return func(ctx context.Context, _, _ int) error {
@@ -156,23 +159,28 @@ func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) (Fi
 	rec := &recorder{}
 	capSvc, capPool, err := coreService(ctx, url, 1, gw, rec)
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	defer capPool.Close()
 	rec.start()
 	err = clickOn(capSvc)(ctx, 0, 0)
 	stmts := rec.stop()
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	script, err := buildScript(stmts, nil, "")
 	if err != nil {
-		return Figure{}, err
+		return nil, err
 	}
 	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, click); err != nil {
-		return Figure{}, fmt.Errorf("warm-up: %w", err)
+		return nil, fmt.Errorf("warm-up: %w", err)
 	}
-	var ours loopResult
+	rawPool, err := Pool(ctx, url, benchClients)
+	if err != nil {
+		return nil, err
+	}
+	defer rawPool.Close()
+	var ours, raw loopResult
 	var tps float64
 	for range rounds {
 		var got loopResult
@@ -180,17 +188,61 @@ func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) (Fi
 			got, err = closedLoop(ctx, benchClients, d, 0, click)
 		})
 		if err != nil {
-			return Figure{}, err
+			return nil, err
 		}
 		ours.n += got.n
 		ours.elapsed += got.elapsed
+		pprof.Do(ctx, pprof.Labels("figure", "clicks-pgx-alone"), func(ctx context.Context) {
+			got, err = pgxAlone(ctx, rawPool, stmts, d)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pgx alone: %w", err)
+		}
+		raw.n += got.n
+		raw.elapsed += got.elapsed
 		t, err := runPgbench(ctx, env, url, script, benchClients, d)
 		if err != nil {
-			return Figure{}, err
+			return nil, err
 		}
 		tps += t / float64(rounds)
 	}
-	env.Logf("  clicks: core %.0f/s, pgbench %.0f/s (%d statements per click)", ours.rate(), tps, len(stmts))
-	return Figure{Name: fmt.Sprintf("clicks on one hot order, C=%d", benchClients), Value: ours.rate(), Unit: "clicks/s",
-		Anchor: fmt.Sprintf("pgbench: a click's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}, nil
+	env.Logf("  clicks: core %.0f/s, pgx alone %.0f/s, pgbench %.0f/s (%d statements per click)", ours.rate(), raw.rate(), tps, len(stmts))
+	anchor := fmt.Sprintf("pgbench: a click's %d statements, C=%d", len(stmts), benchClients)
+	return []Figure{
+		{Name: fmt.Sprintf("clicks on one hot order, C=%d", benchClients), Value: ours.rate(), Unit: "clicks/s",
+			Anchor: anchor, AnchorValue: tps, MinRatio: 0.8},
+		{Name: fmt.Sprintf("clicks through pgx alone (the same statements on held connections, no core), C=%d", benchClients),
+			Value: raw.rate(), Unit: "clicks/s", Anchor: anchor, AnchorValue: tps, ReportOnly: true},
+	}, nil
+}
+
+// pgxAlone runs recorded statements, one after another, in a closed loop of benchClients
+// goroutines for d, each on a pool connection it holds for the whole loop, reading every row
+// without decoding it: the least a Go client on pgx can do for them.
+func pgxAlone(ctx context.Context, pool *pgxpool.Pool, stmts []statement, d time.Duration) (loopResult, error) {
+	conns := make([]*pgxpool.Conn, benchClients)
+	for i := range conns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return loopResult{}, err
+		}
+		defer c.Release()
+		conns[i] = c
+	}
+	return closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, worker, _ int) error {
+		for _, st := range stmts {
+			rows, err := conns[worker].Query(ctx, st.sql, st.args...)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				_ = rows.RawValues()
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
