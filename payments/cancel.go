@@ -19,7 +19,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 	if err != nil {
 		return Challenge{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var ch Challenge
 	var msg Message
@@ -66,7 +66,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if err != nil {
 		return ConfirmResult{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var (
 		res       ConfirmResult

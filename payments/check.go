@@ -37,7 +37,7 @@ func (s *Service) Check(ctx context.Context, actor Actor, id string) (Session, e
 
 // check is Check of a session the caller has just read (the patrol's claim returns it).
 func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session, error) {
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	ctx, flush := s.deferCallLog(ctx) // the call's log row rides in the apply transaction
 	defer flush()
 	gp, found, err := s.gatewayState(ctx, sess)
@@ -220,7 +220,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 	id := sess.ID
 	ctx, span := s.startSpan(ctx, "payments.apply", id, sess.OrderID)
 	defer span.End()
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
 	call := pendingCallLog(ctx)

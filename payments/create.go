@@ -97,7 +97,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	if err != nil {
 		return CreateResult{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	if !created {
 		return CreateResult{Session: sess}, nil
 	}

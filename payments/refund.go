@@ -96,7 +96,7 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 	if err != nil {
 		return RefundResult{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Refund
 	var created bool

@@ -345,7 +345,7 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	if err != nil {
 		return Resolution{}, err
 	}
-	ctx = traceSession(ctx, Session{ID: p.SessionID, OrderID: p.OrderID})
+	ctx = s.traceSession(ctx, Session{ID: p.SessionID, OrderID: p.OrderID})
 	if p.Pending() && p.ProposedBy == by.Email {
 		return Resolution{}, errSelfApproval
 	}

@@ -382,7 +382,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 			q.into, q.queued = &it.out, false
 			// The item's own lease (the batch's ctx is its leader's): applyLocked ends it with a
 			// terminal transition (sessionPatch.endLease).
-			ictx := context.WithValue(traceSession(ctx, cur), leaseCtxKey{}, it.ctx.Value(leaseCtxKey{}))
+			ictx := context.WithValue(s.traceSession(ctx, cur), leaseCtxKey{}, it.ctx.Value(leaseCtxKey{}))
 			out, err := s.applyLocked(ictx, tx, it.actor, cur, asked[cur.ID], it.gp, it.reason, now, q, nil)
 			if err != nil {
 				return err

@@ -79,7 +79,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	if err != nil {
 		return Challenge{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var ch Challenge
 	var msg Message
@@ -137,7 +137,7 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 	if err != nil {
 		return RefundResult{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var res RefundResult
 	var wrong error
@@ -194,7 +194,7 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 	if err != nil {
 		return FinanceRefund{}, err
 	}
-	ctx = traceSession(ctx, sess)
+	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out FinanceRefund
 	var proposal int64
