@@ -234,10 +234,10 @@ const sessionColumns = `id::text, order_id, amount, currency, status, gateway,
 func scanSession(row pgx.Row) (Session, error) {
 	var s Session
 	var st string
-	err := row.Scan(&s.ID, &s.OrderID, &s.Amount, &s.Currency, &st, &s.Gateway,
+	err := sessionScans.scan(row, []any{&s.ID, &s.OrderID, &s.Amount, &s.Currency, &st, &s.Gateway,
 		&s.GatewayPaymentID, &s.ConfirmationURL, &s.CustomerContact,
 		&s.NextCheckAt, &s.CheckAttempts, &s.LeaseOwner, &s.LeaseUntil, &s.FlaggedAt,
-		&s.FlagReason, &s.CreatedAt, &s.UpdatedAt)
+		&s.FlagReason, &s.CreatedAt, &s.UpdatedAt})
 	s.Status = Status(st)
 	return s, err
 }
