@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -40,7 +41,9 @@ func coreService(ctx context.Context, url string, conns int32, gw *fakegw.Gatewa
 	if err != nil {
 		return nil, nil, err
 	}
-	svc := payments.NewService(pool, payments.Config{Gateway: gw, ReplicaID: "bench", Logger: slog.New(slog.DiscardHandler)})
+	// Tracing off as `pitlane serve` has it without an OTLP endpoint (telemetry's no-op provider).
+	svc := payments.NewService(pool, payments.Config{Gateway: gw, ReplicaID: "bench", Logger: slog.New(slog.DiscardHandler),
+		TracerProvider: noop.NewTracerProvider()})
 	return svc, pool, nil
 }
 
@@ -118,19 +121,17 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",
 		Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8}}
 
-	clicks, err := clickFigure(ctx, env, d, rounds)
-	if err != nil {
-		return nil, fmt.Errorf("clicks: %w", err)
-	}
-	return append(out, clicks...), nil
+	return out, nil
 }
 
-// clickFigure: C clients clicking Pay on one order whose session exists (every click answers
+// clickFigures: C clients clicking Pay on one order whose session exists (every click answers
 // that session), beside pgbench running one click's statements on the same order. A third side,
 // reported without a target, runs the same recorded statements through pgx alone (C goroutines,
 // each on a connection it holds, no core): the floor this machine's Go client stack sets, so the
 // gap to pgbench splits into what pgx costs and what the core adds to it.
-func clickFigure(ctx context.Context, env *Env, d time.Duration, rounds int) ([]Figure, error) {
+func clickFigures(ctx context.Context, env *Env) ([]Figure, error) {
+	d := time.Duration(env.Size(2, 5)) * time.Second
+	rounds := env.Size(1, 6)
 	url, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,8 @@ type figure struct {
 
 // figures is the program, in the order it runs.
 var figures = []figure{
-	{"create", createFigures}, // first: the api figure's ideal is capped by its Create rate
+	{"create", createFigures},
+	{"clicks", clickFigures},
 	{"storm", duplicateStorm},
 	{"idempotency", idempotencyOverhead},
 	{"locks", lockIndependence},
