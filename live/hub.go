@@ -44,6 +44,9 @@ type Config struct {
 	// OnListen, if set, is called after each successful LISTEN with the listener's backend pid
 	// (tests: to know when the listener is (back) up and whom to terminate).
 	OnListen func(pid uint32)
+	// IdleAfter: with no page open for this long, the listener closes its connection and rests
+	// until the next page opens (listener.go). Default 1 minute; negative: always listen.
+	IdleAfter time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -68,6 +71,9 @@ func (c Config) withDefaults() Config {
 	if c.Timers == nil {
 		c.Timers = realTimers{}
 	}
+	if c.IdleAfter == 0 {
+		c.IdleAfter = time.Minute
+	}
 	return c
 }
 
@@ -80,21 +86,26 @@ type Hub struct {
 	cfg   Config
 	nonce string // tells this hub's positions from another replica's (a stream may move)
 
-	mu     sync.Mutex
-	closed bool
-	up     bool   // the listener is listening right now
-	gen    uint64 // successful LISTENs so far: events between two generations may be lost
-	seq    uint64 // events published so far
-	ring   [ringSize]Event
-	topics map[string]map[*Subscription]struct{} // entries removed when their last subscriber goes
-	n      int                                   // subscriptions
+	mu      sync.Mutex
+	closed  bool
+	up      bool // the listener is listening right now
+	resting bool // it is not, by choice: no page was open for IdleAfter (listener.go)
+	// wake tells a resting listener that a page opened; emptied tells a listening one that the
+	// last page closed. Each holds at most one poke.
+	wake, emptied chan struct{}
+	gen           uint64 // successful LISTENs so far: events between two generations may be lost
+	seq           uint64 // events published so far
+	ring          [ringSize]Event
+	topics        map[string]map[*Subscription]struct{} // entries removed when their last subscriber goes
+	n             int                                   // subscriptions
 }
 
 // New builds a hub; Run starts its listener.
 func New(cfg Config) *Hub {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return &Hub{cfg: cfg.withDefaults(), nonce: hex.EncodeToString(b), topics: map[string]map[*Subscription]struct{}{}}
+	return &Hub{cfg: cfg.withDefaults(), nonce: hex.EncodeToString(b), topics: map[string]map[*Subscription]struct{}{},
+		wake: make(chan struct{}, 1), emptied: make(chan struct{}, 1)}
 }
 
 // Position is where a hub is in its stream of events: streams send it as their event id, pages
@@ -227,7 +238,9 @@ func (s *Subscription) poke() {
 // Subscribe registers a stream for topic. since is the position the stream's page was rendered
 // at, or the last event id the browser saw: when something the topic shows may have changed
 // after it (or since is unknown, from another replica or generation, or older than what the
-// hub remembers), the first news is a Refresh. While the listener is down, Down.
+// hub remembers), the first news is a Refresh. While the listener is down, Down. While it rests
+// (no page was open for a while), the subscription wakes it; its LISTEN then refreshes every
+// subscriber once, as after any new LISTEN.
 func (h *Hub) Subscribe(t Topic, since string) (*Subscription, error) {
 	if !t.Valid() {
 		return nil, fmt.Errorf("live: subscribe to %+v: no such topic", t)
@@ -238,10 +251,13 @@ func (h *Hub) Subscribe(t Topic, since string) (*Subscription, error) {
 		return nil, ErrClosed
 	}
 	s := &Subscription{hub: h, topic: t, wake: make(chan struct{}, 1)}
-	if !h.up {
+	switch {
+	case h.resting:
+		poke(h.wake)
+	case !h.up:
 		s.p.Down = true
 		s.poke()
-	} else if h.missed(t, since) {
+	case h.missed(t, since):
 		s.p.Refresh = true
 		s.poke()
 	}
@@ -288,6 +304,17 @@ func (h *Hub) remove(s *Subscription, err error) {
 		}
 	}
 	h.n--
+	if h.n == 0 {
+		poke(h.emptied)
+	}
+}
+
+// poke leaves one wake-up in c (cap 1) if there is none yet.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // publish fans one event out to the subscriptions whose page shows it. It never waits on a
@@ -311,20 +338,39 @@ func (h *Hub) publish(ev Event) {
 func (h *Hub) setUp() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.up = true
+	h.up, h.resting = true, false
 	h.gen++
 	h.each(func(s *Subscription) { s.p.Down, s.p.Refresh = false, true })
 }
 
-// setDown records that the listener lost its connection.
+// setDown records that the listener lost its connection (or, resting, could not get one back).
 func (h *Hub) setDown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.up {
+	if !h.up && !h.resting {
 		return
 	}
-	h.up = false
+	h.up, h.resting = false, false
 	h.each(func(s *Subscription) { s.p.Down = true })
+}
+
+// rest stops listening by choice if no page is open (reported), so the listener can close its
+// connection; a page opening afterwards wakes it (Subscribe).
+func (h *Hub) rest() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n > 0 || h.closed {
+		return false
+	}
+	h.up, h.resting = false, true
+	return true
+}
+
+// watched reports whether a page is open.
+func (h *Hub) watched() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n > 0
 }
 
 // each changes every subscription's news and pokes it (h.mu held).
@@ -358,8 +404,16 @@ func (h *Hub) Stats() (subscriptions, topics int) {
 	return h.n, len(h.topics)
 }
 
-// Up reports whether the listener is listening right now.
+// Up reports whether the listener is well: listening, or resting while no page is open (it
+// listens again as soon as one opens). False while it reconnects (pages poll meanwhile).
 func (h *Hub) Up() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.up || h.resting
+}
+
+// Listening reports whether the listener holds its LISTEN connection right now.
+func (h *Hub) Listening() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.up

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -15,6 +16,14 @@ import (
 // the stream is down (pages poll meanwhile), reconnects with a doubling backoff, and on the new
 // connection tells every subscriber to refresh once: notifications sent while nobody listened
 // are lost for good (PostgreSQL queues them only for listening sessions).
+//
+// With no page open for IdleAfter it closes its connection and rests until a page opens. A
+// listening session is not free for the writers: every commit that notifies signals it, and it
+// wakes to read the queue and pass each notification on, on every replica, for every payment
+// the API touches. With nobody watching, that is work for nobody (docs/performance.md, the
+// sixth session). The page that wakes it is told to refresh once it listens again, as after a
+// reconnect; meanwhile it is not told Down (the LISTEN is a moment away), and if the LISTEN
+// fails it is, like every other page.
 func (h *Hub) Run(ctx context.Context) {
 	backoff := h.cfg.MinBackoff
 	for {
@@ -23,6 +32,19 @@ func (h *Hub) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errRest) {
+			h.cfg.Logger.Debug("live: no page open; the listener rests until one opens", "idle_after", h.cfg.IdleAfter)
+			backoff = h.cfg.MinBackoff
+			for !h.watched() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-h.wake:
+				}
+			}
+			continue
+		}
+		h.setDown() // a resting listener that could not get its connection back is down too
 		if up && time.Since(started) >= h.cfg.MaxBackoff {
 			backoff = h.cfg.MinBackoff // it lasted: the next drop is news, not a flapping link
 		}
@@ -54,14 +76,37 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 		return false, fmt.Errorf("live: listen: %w", err)
 	}
 	h.setUp()
-	defer h.setDown()
 	if h.cfg.OnListen != nil {
 		h.cfg.OnListen(conn.PgConn().PID())
 	}
 	h.cfg.Logger.Debug("live: listening", "channel", Channel, "pid", conn.PgConn().PID())
+	// The wait for notifications ends with lctx when the hub rests (rested closed first).
+	lctx, cancel := context.WithCancel(ctx)
+	rested, idleDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(idleDone)
+		if h.cfg.IdleAfter > 0 && h.idle(lctx) {
+			close(rested)
+			cancel()
+		}
+	}()
+	defer func() {
+		cancel()
+		<-idleDone
+		select {
+		case <-rested: // the hub rests: nobody to tell
+		default:
+			h.setDown()
+		}
+	}()
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(lctx)
 		if err != nil {
+			select {
+			case <-rested:
+				return true, errRest
+			default:
+			}
 			return true, fmt.Errorf("live: wait for notification: %w", err)
 		}
 		ev, err := decode(n.Payload)
@@ -70,6 +115,32 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 			continue
 		}
 		h.publish(ev)
+	}
+}
+
+// errRest ends a listen whose hub rests: no page was open for IdleAfter.
+var errRest = errors.New("live: no page open")
+
+// idle waits, while the listener listens, until no page has been open for IdleAfter and then
+// rests the hub (true); false when ctx ends first. A page that opens and closes again within
+// the wait does not restart it: what counts is that none is open when it ends.
+func (h *Hub) idle(ctx context.Context) bool {
+	for {
+		for h.watched() {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-h.emptied:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-h.cfg.Timers.After(h.cfg.IdleAfter):
+			if h.rest() {
+				return true
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -26,11 +27,15 @@ type bench struct {
 	listening chan uint32 // the listener's backend pid after each LISTEN
 }
 
-func newBench(t *testing.T) *bench {
+func newBench(t *testing.T, mod ...func(*live.Config)) *bench {
 	t.Helper()
 	b := &bench{url: testdb.NewURL(t), listening: make(chan uint32, 10)}
-	b.hub = live.New(live.Config{ConnString: b.url, Name: "test", Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
-		OnListen: func(pid uint32) { b.listening <- pid }})
+	cfg := live.Config{ConnString: b.url, Name: "test", Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		OnListen: func(pid uint32) { b.listening <- pid }}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	b.hub = live.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() {
@@ -260,4 +265,84 @@ func TestPatrolHeartbeatsNotifyTheDashboard(t *testing.T) {
 	until(t, dash, "sessions in flight", func(p live.Pending) bool { return p.Last.Kind == live.KindPatrol })
 	exec(`DELETE FROM sweeper_heartbeats WHERE replica_id = 'r-1'`)
 	until(t, dash, "the replica leaving", func(p live.Pending) bool { return p.Last.Kind == live.KindPatrol && p.Last.Session == "r-1" })
+}
+
+// TestListenerRestsWithNoPageOpen: with no page open for IdleAfter the listener closes its
+// connection (no backend LISTENs, so a commit that notifies signals nobody) and the hub still
+// reports itself well. A page opening wakes it; that page is not told Down, and is told to
+// refresh once the listener listens again, so a payment created while it rested is not lost to
+// it; later changes reach it. Control: the same idle wait with a page open closes nothing.
+func TestListenerRestsWithNoPageOpen(t *testing.T) {
+	timers := live.NewManualTimers(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	b := newBench(t, func(c *live.Config) { c.Timers, c.IdleAfter = timers, time.Minute })
+	b.listener(t)
+	pool := testdb.Pool(t, b.url)
+	ctx := context.Background()
+	listeners := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'pitlane live test' AND datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// eventually waits (no sleep: it yields and asks again) until cond holds.
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s", what)
+			}
+			runtime.Gosched()
+		}
+	}
+	armed := func() bool { return timers.Armed() == 1 }
+
+	// Control: the idle timer armed at start fires while a page is open.
+	eventually("the idle timer armed at start", armed)
+	page := b.subscribe(t, live.Topic{Page: live.PagePayments})
+	timers.Advance(time.Minute)
+	if n := listeners(); n != 1 || !b.hub.Listening() {
+		t.Fatalf("with a page open: %d listening backends (hub listening: %v), want 1", n, b.hub.Listening())
+	}
+	if p, ok := page.TryNext(); ok {
+		t.Fatalf("the open page was told %+v", p)
+	}
+
+	// The last page closes; a minute later the connection is gone.
+	page.Close()
+	eventually("the idle timer armed when the last page closed", armed)
+	timers.Advance(time.Minute)
+	eventually("the listener's connection closed", func() bool { return listeners() == 0 })
+	if !b.hub.Up() || b.hub.Listening() {
+		t.Fatalf("resting: Up %v, Listening %v; want up (well) and not listening", b.hub.Up(), b.hub.Listening())
+	}
+	before := b.hub.Position().String()
+	svc := payments.NewService(pool, payments.Config{Gateway: fakegw.New(), CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	if _, err := svc.Create(ctx, shop, payments.CreateInput{OrderID: "o-rested", Amount: 1999, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A page rendered now (its position taken while resting) opens: the listener wakes.
+	late, err := b.hub.Subscribe(live.Topic{Page: live.PagePayments}, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	b.listener(t)
+	p := until(t, late, "a refresh once the listener is back", func(p live.Pending) bool { return p.Refresh || p.Down })
+	if p.Down {
+		t.Fatalf("the page that woke the listener was told Down: %+v", p)
+	}
+	if n := listeners(); n != 1 {
+		t.Fatalf("awake: %d listening backends, want 1", n)
+	}
+	res, err := svc.Create(ctx, shop, payments.CreateInput{OrderID: "o-awake", Amount: 1999, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, late, "a change after the wake", func(p live.Pending) bool { return p.Last.Session == res.Session.ID })
 }

@@ -223,7 +223,7 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 func registerLive(reg *prometheus.Registry, hub *live.Hub) error {
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pitlane_live_listener_up",
-		Help: "1 while this replica's live listener LISTENs on its connection, 0 while it reconnects (pages poll meanwhile).",
+		Help: "1 while this replica's live listener LISTENs on its connection or rests with no console page open, 0 while it reconnects (pages poll meanwhile).",
 	}, func() float64 {
 		if hub.Up() {
 			return 1
