@@ -53,8 +53,7 @@ func (p *rowPlans) fits(fds []pgconn.FieldDescription) bool {
 // planCache keeps the plans of one scan (one row shape, one list of destination types: call
 // scan with destinations of the same types every time).
 type planCache struct {
-	mu    sync.Mutex // planning: a pgtype.Map is not safe for concurrent use
-	types *pgtype.Map
+	mu    sync.Mutex // one planning at a time
 	plans atomic.Pointer[rowPlans]
 }
 
@@ -90,15 +89,13 @@ func (c *planCache) plan(fds []pgconn.FieldDescription, dst []any) *rowPlans {
 	if p := c.plans.Load(); p != nil {
 		return p
 	}
-	if c.types == nil {
-		c.types = pgtype.NewMap()
-	}
+	types := pgtype.NewMap()
 	p := &rowPlans{}
 	if len(fds) == len(dst) {
 		for i, fd := range fds {
 			p.oids = append(p.oids, fd.DataTypeOID)
 			p.formats = append(p.formats, fd.Format)
-			p.plans = append(p.plans, c.types.PlanScan(fd.DataTypeOID, fd.Format, dst[i]))
+			p.plans = append(p.plans, types.PlanScan(fd.DataTypeOID, fd.Format, dst[i]))
 		}
 	}
 	c.plans.Store(p)

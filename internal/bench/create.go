@@ -47,31 +47,63 @@ func coreService(ctx context.Context, url string, conns int32, gw *fakegw.Gatewa
 	return svc, pool, nil
 }
 
+// coreCreates is the create figure's load (benchClients clients creating payments for new
+// orders through payments.Create, fake gateway at 0 ms) on a database of its own, warmed up.
+type coreCreates struct {
+	svc    *payments.Service
+	pool   *pgxpool.Pool
+	rounds int // numbers the orders of each round apart
+}
+
+func newCoreCreates(ctx context.Context, env *Env) (*coreCreates, error) {
+	url, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	svc, pool, err := coreService(ctx, url, benchClients, fakegw.New(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &coreCreates{svc: svc, pool: pool}
+	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, c.create(0)); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("core warm-up: %w", err)
+	}
+	return c, nil
+}
+
+func (c *coreCreates) create(round int) func(ctx context.Context, worker, seq int) error {
+	return func(ctx context.Context, worker, seq int) error {
+		_, err := c.svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("core-%d-%d-%d", round, worker, seq), Amount: 1000, Currency: "EUR"})
+		return err
+	}
+}
+
+// round runs the load for d.
+func (c *coreCreates) round(ctx context.Context, d time.Duration) (loopResult, error) {
+	c.rounds++
+	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
+	if err != nil {
+		return loopResult{}, fmt.Errorf("core: %w", err)
+	}
+	return res, nil
+}
+
+func (c *coreCreates) close() { c.pool.Close() }
+
 func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	// Rounds alternate the core and its anchor, so that the machine's drift (this VM's rate moves
 	// by ±20% within minutes) hits both sides alike: six short rounds a side, not two long ones.
 	d := time.Duration(env.Size(2, 5)) * time.Second
 	rounds := env.Size(1, 6)
-	coreURL, err := env.NewDatabase(ctx, true)
+	core, err := newCoreCreates(ctx, env)
 	if err != nil {
 		return nil, err
 	}
+	defer core.close()
 	benchURL, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err
-	}
-	gw := fakegw.New()
-	svc, pool, err := coreService(ctx, coreURL, benchClients, gw, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	create := func(ctx context.Context, worker, seq int) error {
-		_, err := svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("core-%d-%d", worker, seq), Amount: 1000, Currency: "EUR"})
-		return err
-	}
-	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, func(ctx context.Context, w, seq int) error { return create(ctx, w, -seq-1) }); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 
 	// One Create, recorded, on the anchor's database: the anchor's script.
@@ -98,11 +130,11 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	var ours loopResult
 	var tps float64
 	cpu := cpuSample{}
-	for r := range rounds {
+	for range rounds {
 		cpu0 := sampleCPU(0)
-		got, err := closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, w, seq int) error { return create(ctx, w, r*1_000_000+seq) })
+		got, err := core.round(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("core: %w", err)
+			return nil, err
 		}
 		for k, v := range sampleCPU(0) {
 			cpu[k] += v - cpu0[k]

@@ -17,11 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"pitlane/access"
-	"pitlane/payments"
-	"pitlane/payments/gateway/fakegw"
 	"pitlane/payments/gateway/gatewaysim"
 )
 
@@ -260,58 +256,14 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	coreRate := (before + after) / 2
+	coreRate := (before.rate() + after.rate()) / 2
 	ideal := min(float64(apiClients)/apiLatency.Seconds(), coreRate)
 	env.Logf("  api: %.0f creates/s over HTTP (p50 %.1f ms); the core around it %.0f/s before, %.0f/s after; ideal %.0f",
-		res.rate(), ms(percentile(res.lat, 50)), before, after, ideal)
+		res.rate(), ms(percentile(res.lat, 50)), before.rate(), after.rate(), ideal)
 	return []Figure{{Name: fmt.Sprintf("API Create over HTTP, distinct orders, gateway 50ms, %d clients", apiClients), Value: res.rate(),
 		Unit: "creates/s", Anchor: fmt.Sprintf("ideal: min(%d / 50ms, core Create rate, C=%d, right before and after)", apiClients, benchClients),
 		AnchorValue: ideal, MinRatio: 0.7}}, nil
 }
-
-// coreCreates is the create figure's load (benchClients clients creating payments for new
-// orders through payments.Create, fake gateway at 0 ms) on a database of its own, warmed up.
-type coreCreates struct {
-	svc    *payments.Service
-	pool   *pgxpool.Pool
-	rounds int // numbers the orders of each round apart
-}
-
-func newCoreCreates(ctx context.Context, env *Env) (*coreCreates, error) {
-	url, err := env.NewDatabase(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	svc, pool, err := coreService(ctx, url, benchClients, fakegw.New(), nil)
-	if err != nil {
-		return nil, err
-	}
-	c := &coreCreates{svc: svc, pool: pool}
-	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, c.create(0)); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("core warm-up: %w", err)
-	}
-	return c, nil
-}
-
-func (c *coreCreates) create(round int) func(ctx context.Context, worker, seq int) error {
-	return func(ctx context.Context, worker, seq int) error {
-		_, err := c.svc.Create(ctx, api, payments.CreateInput{OrderID: fmt.Sprintf("core-%d-%d-%d", round, worker, seq), Amount: 1000, Currency: "EUR"})
-		return err
-	}
-}
-
-// round is the core's Create rate over d.
-func (c *coreCreates) round(ctx context.Context, d time.Duration) (float64, error) {
-	c.rounds++
-	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
-	if err != nil {
-		return 0, fmt.Errorf("core: %w", err)
-	}
-	return res.rate(), nil
-}
-
-func (c *coreCreates) close() { c.pool.Close() }
 
 func residentMemory(ctx context.Context, env *Env) ([]Figure, error) {
 	const clients = 32
