@@ -46,7 +46,9 @@ func startProfile(ctx context.Context, dir, adminURL string) (stop func(), err e
 		f.Close()
 		defer conn.Close(context.WithoutCancel(ctx))
 		rows, err := conn.Query(context.WithoutCancel(ctx), `SELECT coalesce(d.datname, s.dbid::text), s.calls, s.plans, round(s.total_exec_time)::bigint, round(s.total_plan_time)::bigint,
-			round(s.mean_exec_time::numeric, 3)::text, regexp_replace(s.query, '\s+', ' ', 'g')
+			round(s.mean_exec_time::numeric, 3)::text,
+			round(s.rows::numeric / greatest(s.calls, 1), 1)::text, round((s.shared_blks_hit + s.shared_blks_read)::numeric / greatest(s.calls, 1), 1)::text,
+			regexp_replace(s.query, '\s+', ' ', 'g')
 			FROM pg_stat_statements s LEFT JOIN pg_database d ON d.oid = s.dbid
 			ORDER BY d.datname, s.total_exec_time + s.total_plan_time DESC`)
 		if err != nil {
@@ -55,14 +57,14 @@ func startProfile(ctx context.Context, dir, adminURL string) (stop func(), err e
 		}
 		defer rows.Close()
 		var b strings.Builder
-		fmt.Fprintf(&b, "%-10s %10s %10s %10s %10s %10s  %s\n", "database", "calls", "plans", "exec ms", "plan ms", "mean ms", "query")
+		fmt.Fprintf(&b, "%-10s %10s %10s %10s %10s %10s %9s %9s  %s\n", "database", "calls", "plans", "exec ms", "plan ms", "mean ms", "rows/call", "blks/call", "query")
 		for rows.Next() {
 			var calls, plans, exec, plan int64
-			var db, mean, q string
-			if err := rows.Scan(&db, &calls, &plans, &exec, &plan, &mean, &q); err != nil {
+			var db, mean, perRow, perBlk, q string
+			if err := rows.Scan(&db, &calls, &plans, &exec, &plan, &mean, &perRow, &perBlk, &q); err != nil {
 				break
 			}
-			fmt.Fprintf(&b, "%-10s %10d %10d %10d %10d %10s  %.2000s\n", db, calls, plans, exec, plan, mean, q)
+			fmt.Fprintf(&b, "%-10s %10d %10d %10d %10d %10s %9s %9s  %.2000s\n", db, calls, plans, exec, plan, mean, perRow, perBlk, q)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "statements.txt"), []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
