@@ -174,6 +174,20 @@ func TestConsoleFinanceRefundDirectAndFourEyes(t *testing.T) {
 	sup.login("s1@example.com")
 	sdoc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
 	wantText(t, sdoc, "refund-proposal-waiting", "3.00 EUR proposed by f1@example.com")
+	// The proposal's 3.00 is spoken for: 14.00 is refundable, and support's code for more is
+	// refused with the proposal named, nothing sent to the customer.
+	wantText(t, sdoc, "refundable", "14.00 EUR")
+	saction, sform := formValues(sdoc, "support-refund-form")
+	if got := sform.Get("amount"); got != "14.00" {
+		t.Fatalf("support's form offers %q, want 14.00", got)
+	}
+	sform.Set("amount", "15.00")
+	sform.Set("reason", "the customer asked")
+	sdoc = page(t, sup.follow(sup.post(saction, sform)), http.StatusOK)
+	wantText(t, sdoc, "flash-error", "waits for approval; approve or reject it first")
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1`, s.ID); n != 0 {
+		t.Fatalf("messages to the customer = %d, want 0", n)
+	}
 	if n := sdoc.Find(testid("refund-proposal-waiting") + " a").Length(); n != 0 {
 		t.Fatalf("support sees %d links to /finance/resolutions, want none", n)
 	}

@@ -214,9 +214,10 @@ type PaymentDetail struct {
 	At              time.Time
 }
 
-// Refundable is how much of the payment may still be refunded: the amount received less every
-// refund but a Failed one (0 unless Completed). Refunds' own check runs under the locks; this is
-// what the page shows.
+// Refundable is how much of the payment may still be refunded from the console: the amount
+// received less every refund but a Failed one and less a refund proposal waiting for approval,
+// whose amount is spoken for (refundRoom; 0 unless Completed). Refunds' own check runs under the
+// locks; this is what the page shows.
 func (d PaymentDetail) Refundable() int64 {
 	if d.Session.Status != StatusCompleted {
 		return 0
@@ -226,6 +227,9 @@ func (d PaymentDetail) Refundable() int64 {
 		if r.Status != RefundFailed {
 			left -= r.Amount
 		}
+	}
+	if p := d.WaitingRefundProposal(); p != nil {
+		left -= p.RefundAmount
 	}
 	return max(left, 0)
 }

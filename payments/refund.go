@@ -67,6 +67,10 @@ type RefundInput struct {
 	PaymentID  string
 	Amount     int64
 	RequestKey string
+	// besideProposal: a person's refund from the console, which counts a refund proposal still
+	// waiting for approval as taken (refundRoom). The API's refunds and the approval of that very
+	// proposal do not.
+	besideProposal bool
 }
 
 // RefundResult is a refund and whether this call created it.
@@ -133,7 +137,7 @@ func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor
 		}
 		return existing, false, nil
 	}
-	if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
+	if _, _, err := refundRoom(ctx, tx, cur, in.Amount, in.besideProposal); err != nil {
 		return Refund{}, false, err
 	}
 	r, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
@@ -159,31 +163,35 @@ func refundByKey(ctx context.Context, q querier, sessionID, key string) (Refund,
 	return r, true, nil
 }
 
-// refundAllowed says whether amount may be refunded from the locked session cur now: it is
-// Completed and its refunds stay within the amount received (ECONFLICT otherwise).
-func refundAllowed(ctx context.Context, tx pgx.Tx, cur Session, amount int64) error {
+// refundRoom says whether amount may be refunded from the locked session cur now: it is
+// Completed and its refunds stay within the amount received (ECONFLICT otherwise). It returns
+// what the refunds have taken or hold (committed) and what a refund proposal still waiting for a
+// second person asks for (waiting; at most one proposal waits per payment).
+//
+// withWaiting counts the waiting proposal as taken: a refund a person starts from the console (a
+// support code, a finance refund or proposal) may not promise money a four-eyes proposal already
+// asks for, so the proposal's approval cannot be refused later for money given away while it
+// waited. The API's refunds (the shop's own system) and the proposal's approval do not count it.
+func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withWaiting bool) (committed, waiting int64, err error) {
 	if cur.Status != StatusCompleted {
-		return Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
+		return 0, 0, Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
 	}
-	committed, err := refundsCommitted(ctx, tx, cur.ID)
-	if err != nil {
-		return err
+	var proposal int64
+	if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'),
+			coalesce(p.refund_amount, 0), coalesce(p.id, 0)
+		FROM (SELECT) AS one LEFT JOIN resolution_proposals p ON p.session_id = $1 AND p.kind = 'refund' AND p.state = 'proposed'`,
+		cur.ID).Scan(&committed, &waiting, &proposal); err != nil {
+		return 0, 0, fmt.Errorf("refund: sum: %w", err)
 	}
-	if committed+amount > cur.Amount {
-		return Errorf(ECONFLICT, "refunds would exceed the amount received: %s of %s %s already refunded or pending",
+	switch {
+	case committed+amount > cur.Amount:
+		return committed, waiting, Errorf(ECONFLICT, "refunds would exceed the amount received: %s of %s %s already refunded or pending",
 			FormatMinor(committed, cur.Currency), FormatMinor(cur.Amount, cur.Currency), cur.Currency)
+	case withWaiting && committed+waiting+amount > cur.Amount:
+		return committed, waiting, Errorf(ECONFLICT, "refunds would exceed the amount received: %s of %s %s already refunded or pending, and refund proposal #%d asks for %s more and waits for approval; approve or reject it first",
+			FormatMinor(committed, cur.Currency), FormatMinor(cur.Amount, cur.Currency), cur.Currency, proposal, FormatMinor(waiting, cur.Currency))
 	}
-	return nil
-}
-
-// refundsCommitted is how much of the session's money its refunds have taken or hold (every
-// refund but a Failed one).
-func refundsCommitted(ctx context.Context, q querier, sessionID string) (int64, error) {
-	var committed int64
-	if err := q.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'`, sessionID).Scan(&committed); err != nil {
-		return 0, fmt.Errorf("refund: sum: %w", err)
-	}
-	return committed, nil
+	return committed, waiting, nil
 }
 
 // settleRefund asks the gateway about a refund just claimed (still Pending) and applies the

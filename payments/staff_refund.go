@@ -24,7 +24,10 @@ import (
 // The limit counts the payment's refunds together (every refund but a Failed one, a refund
 // proposal still waiting, and this one), judged under the order → session locks, so neither
 // splitting a refund into small ones nor two people refunding at once moves more than the limit
-// without a second person.
+// without a second person. While a refund proposal waits, its amount is spoken for: a support
+// code, a finance refund or another proposal that would leave too little for it is refused
+// (refundRoom), so no one at the console gives away money a waiting approval needs. The shop's
+// API refunds are the shop's own decisions and are not held back by a proposal.
 //
 // Each console form carries an intent key rendered into it (like the checkout's Pay form): its
 // refund's request key is "console/<intent>", so however often one form is submitted (a double
@@ -95,7 +98,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 			}
 			return err
 		}
-		if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
+		if _, _, err := refundRoom(ctx, tx, cur, in.Amount, true); err != nil {
 			return err
 		}
 		err = tx.QueryRow(ctx, `SELECT id::text, expires_at FROM cancel_challenges
@@ -158,7 +161,7 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 			return nil // commit the attempt
 		}
 		res.Refund, res.Created, err = s.claimRefund(ctx, tx, cur, by.Actor(),
-			RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey}, now)
+			RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey, besideProposal: true}, now)
 		return err
 	})
 	if err != nil {
@@ -225,23 +228,15 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("finance refund: read proposal: %w", err)
 		}
-		if err := refundAllowed(ctx, tx, cur, in.Amount); err != nil {
-			return err
-		}
-		committed, err := refundsCommitted(ctx, tx, cur.ID)
+		committed, waiting, err := refundRoom(ctx, tx, cur, in.Amount, true)
 		if err != nil {
 			return err
-		}
-		var waiting int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(refund_amount), 0) FROM resolution_proposals
-			WHERE session_id = $1 AND kind = 'refund' AND state = 'proposed'`, cur.ID).Scan(&waiting); err != nil {
-			return fmt.Errorf("finance refund: waiting proposals: %w", err)
 		}
 		if committed+waiting+in.Amount > s.RefundDirectLimit(cur.Currency) {
 			proposal, err = proposeRefund(ctx, tx, cur, by, in, now)
 			return err
 		}
-		r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey()}, now)
+		r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey(), besideProposal: true}, now)
 		out.Refund = &r
 		return err
 	})

@@ -367,3 +367,75 @@ func TestOutboxRetrySkipsDeadRefundCodes(t *testing.T) {
 		t.Fatalf("superseded refund code messages skipped and redacted = %d, want 1", c)
 	}
 }
+
+// A refund proposal waiting for approval holds its amount against the console's refunds: with
+// 8.00 of 10.00 EUR proposed, a support code for 3.00 is refused before any message goes out
+// (naming the proposal), one for 2.00 is sent; a code sent before the proposal cannot be spent
+// on money the proposal needs (refused, its code left unspent); finance's own direct refund is
+// refused the same way. The approval then refunds the 8.00. The API's refunds are the shop's and
+// are not held back: with a proposal waiting, the API refunds, and the approval that no longer
+// fits is refused by the refund core.
+func TestWaitingRefundProposalHoldsItsAmount(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	s := b.completed(t, "o-proposal-holds", 1000)
+	early, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 300, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlyCode := b.lastCode(t, s.ID)
+	p, err := b.svc.RefundByFinance(ctx, finance1, staffRefund(s.ID, 800, uuid.NewString()))
+	if err != nil || p.Proposal == nil {
+		t.Fatalf("proposal = %+v %v", p, err)
+	}
+	messages := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1`, s.ID)
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 300, uuid.NewString()))
+	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "waits for approval") {
+		t.Fatalf("a support code for more than the proposal leaves = %v, want a conflict naming the proposal", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1`, s.ID); n != messages {
+		t.Fatalf("messages = %d, want %d (nothing sent for a refused refund)", n, messages)
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, early.ID, earlyCode); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("the early code spent on the proposal's money = %v, want conflict", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE id = $1 AND consumed_at IS NULL`, early.ID); n != 1 {
+		t.Fatal("the refused confirmation spent the code")
+	}
+	if _, err := b.svc.RefundByFinance(ctx, finance2, staffRefund(s.ID, 300, uuid.NewString())); payments.ErrorCode(err) != payments.ECONFLICT ||
+		!strings.Contains(err.Error(), "waits for approval") {
+		t.Fatalf("finance's refund for more than the proposal leaves = %v, want a conflict naming the proposal", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, s.ID); n != 0 {
+		t.Fatalf("refunds while the proposal waits = %d, want 0", n)
+	}
+	// What the proposal leaves can still be refunded.
+	small, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 200, uuid.NewString()))
+	if err != nil {
+		t.Fatalf("a support code within what the proposal leaves = %v", err)
+	}
+	if res, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, small.ID, b.lastCode(t, s.ID)); err != nil || res.Refund.Amount != 200 {
+		t.Fatalf("confirm within what is left = %+v %v", res, err)
+	}
+	approved, err := b.svc.ApproveResolution(ctx, finance2, p.Proposal.ID)
+	if err != nil || approved.State != payments.ResolutionApproved {
+		t.Fatalf("approval = %+v %v", approved, err)
+	}
+	if n := b.count(t, `SELECT coalesce(sum(amount), 0) FROM accounting_entries WHERE session_id = $1 AND entry_type = 'RefundIssued'`, s.ID); n != 1000 {
+		t.Fatalf("refunded %d, want 1000", n)
+	}
+
+	// The API is not held back.
+	s2 := b.completed(t, "o-proposal-api", 1000)
+	p2, err := b.svc.RefundByFinance(ctx, finance1, staffRefund(s2.ID, 800, uuid.NewString()))
+	if err != nil || p2.Proposal == nil {
+		t.Fatalf("proposal = %+v %v", p2, err)
+	}
+	if r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s2.ID, Amount: 300, RequestKey: "shop-refund"}); err != nil || !r.Created {
+		t.Fatalf("the API's refund beside a waiting proposal = %+v %v", r, err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, finance2, p2.Proposal.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("approving a proposal that no longer fits = %v, want conflict", err)
+	}
+}
