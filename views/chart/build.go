@@ -24,11 +24,11 @@ type Spec struct {
 	// TickAt says which slots get a label on the x axis (nil: every slot). Labels on round
 	// times (every 4 hours, every 10 minutes) read better than every n-th slot from wherever
 	// the window happens to start.
-	TickAt func(i int) bool
-	Stacked   []Series // bars, stacked bottom-up in this order
-	Lines     []Series
-	YUnit     string // what the y axis counts ("sessions", "ms"), printed above it
-	Whole     bool   // y values are counts: no fractional ticks
+	TickAt  func(i int) bool
+	Stacked []Series // bars, stacked bottom-up in this order
+	Lines   []Series
+	YUnit   string // what the y axis counts ("sessions", "ms"), printed above it
+	Whole   bool   // y values are counts: no fractional ticks
 	// Format prints a value in a bar's or point's title (default Label).
 	Format        func(float64) string
 	Width, Height float64 // the viewBox (default 360 × 200)
