@@ -74,17 +74,30 @@ func perOp(before, after cpuSample, ops int) string {
 	if ops <= 0 {
 		return ""
 	}
-	spent := map[string]float64{}
-	for k, v := range after {
-		kind, _, _ := strings.Cut(k, "/")
-		spent[kind] += v - before[k]
-	}
+	byKind, total := cpuPerOp(before, after, ops)
 	var parts []string
-	total := 0.0
-	for _, k := range []string{"serve", "bench", "postgres"} {
-		ms := spent[k] * 1000 / float64(ops)
-		total += ms
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, ms))
+	for _, k := range cpuKinds {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, byKind[k]))
 	}
 	return fmt.Sprintf("%s, total %.2f ms", strings.Join(parts, ", "), total)
+}
+
+// cpuKinds are the process kinds of a cpuSample, in the order they are printed.
+var cpuKinds = []string{"serve", "bench", "postgres"}
+
+// cpuPerOp is perOp in numbers: the CPU milliseconds per operation of each kind, and their sum.
+func cpuPerOp(before, after cpuSample, ops int) (map[string]float64, float64) {
+	byKind := map[string]float64{}
+	if ops <= 0 {
+		return byKind, 0
+	}
+	for k, v := range after {
+		kind, _, _ := strings.Cut(k, "/")
+		byKind[kind] += (v - before[k]) * 1000 / float64(ops)
+	}
+	total := 0.0
+	for _, k := range cpuKinds {
+		total += byKind[k]
+	}
+	return byKind, total
 }
