@@ -22,27 +22,41 @@ type cpuSample map[string]float64
 
 // procCPU reads utime+stime of one process in seconds, and its command name.
 func procCPU(pid string) (string, float64, bool) {
+	comm, own, _, ok := procCPUs(pid)
+	return comm, own, ok
+}
+
+// procCPUs is procCPU with the CPU of the process's children it has reaped (cutime+cstime): for
+// the postmaster, every backend that exited.
+func procCPUs(pid string) (string, float64, float64, bool) {
 	raw, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
 	if err != nil {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	s := string(raw)
 	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || closing < open {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	comm := s[open+1 : closing]
 	f := strings.Fields(s[closing+1:])
-	if len(f) < 13 { // state is field 3; utime and stime are fields 14 and 15
-		return "", 0, false
+	if len(f) < 15 { // state is field 3; utime, stime, cutime and cstime are fields 14 to 17
+		return "", 0, 0, false
 	}
-	u, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, false
+	var t [4]float64
+	for i := range t {
+		v, err := strconv.ParseFloat(f[11+i], 64)
+		if err != nil {
+			return "", 0, 0, false
+		}
+		t[i] = v / clockTicks
 	}
-	return comm, (u + st) / clockTicks, true
+	return comm, t[0] + t[1], t[2] + t[3], true
 }
+
+// reapedKey is the CPU of PostgreSQL processes that exited and were reaped (the postmaster's
+// cutime+cstime): a pgbench round's backends are gone by the sample after it.
+const reapedKey = "postgres-reaped"
 
 // sampleCPU reads the CPU so far of the serve process (servePID), of this program, and of every
 // PostgreSQL process on the machine (the private cluster's: the bench runs alone).
@@ -59,17 +73,21 @@ func sampleCPU(servePID int) cpuSample {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		if comm, t, ok := procCPU(e.Name()); ok && comm == "postgres" {
+		if comm, t, reaped, ok := procCPUs(e.Name()); ok && comm == "postgres" {
 			out["postgres/"+e.Name()] = t
+			out[reapedKey] += reaped
 		}
 	}
 	return out
 }
 
-// perOp is the CPU milliseconds each kind spent per operation between two samples, as text. It
-// counts the processes alive at the second sample: one that exited in between (a pgbench backend
-// of the round before) is not the figure's, and subtracting its CPU would make PostgreSQL's share
-// negative (as it did with six rounds a side); one that started in between counts from zero.
+// perOp is the CPU milliseconds each kind spent per operation between two samples, as text.
+// Each process alive at the second sample counts what it spent since the first (from zero if it
+// started in between). A PostgreSQL process that exited in between counts what it spent after
+// the first sample: its whole CPU reached the postmaster's reaped total when it exited, less what
+// it had at the first sample. (Subtracting the exited processes' CPU without the reaped total made
+// PostgreSQL's share negative with six rounds a side; ignoring them lost a pgbench round's
+// backends, which exit with pgbench.)
 func perOp(before, after cpuSample, ops int) string {
 	if ops <= 0 {
 		return ""
@@ -93,7 +111,15 @@ func cpuPerOp(before, after cpuSample, ops int) (map[string]float64, float64) {
 	}
 	for k, v := range after {
 		kind, _, _ := strings.Cut(k, "/")
+		if k == reapedKey {
+			kind = "postgres"
+		}
 		byKind[kind] += (v - before[k]) * 1000 / float64(ops)
+	}
+	for k, v := range before {
+		if _, alive := after[k]; !alive && strings.HasPrefix(k, "postgres/") {
+			byKind["postgres"] -= v * 1000 / float64(ops) // reaped in between: counted whole above
+		}
 	}
 	total := 0.0
 	for _, k := range cpuKinds {

@@ -2,17 +2,18 @@ package main
 
 import "testing"
 
-// CPU per operation counts the processes alive at the second sample: a PostgreSQL backend that
-// exited in between (a pgbench backend of the round before) is not subtracted, a new one counts
-// from zero, and the backends add up to PostgreSQL's share. Control: summing each kind within a
-// sample first (the code before) gives PostgreSQL (1.5+0.5) - (1+3) = -2 s here, the kind of
-// negative share the full run at 08:31 UTC printed (-0.04 ms per Create); with the code before,
-// this test fails.
+// CPU per operation counts each process alive at the second sample from the first (a new one
+// from zero), and a PostgreSQL backend that exited in between by what it spent after the first
+// sample: its whole CPU is in the postmaster's reaped total, less what it had then. Controls:
+// summing each kind within a sample first gives PostgreSQL (1.5+0.5) - (1+3) = -2 s here, the kind
+// of negative share the full run at 08:31 UTC printed; counting only the processes alive at the
+// end loses the exited one's 0.4 s (a pgbench round's backends, which exit with pgbench).
 func TestPerOpCountsTheProcessesAliveAtTheEnd(t *testing.T) {
-	before := cpuSample{"bench": 10, "postgres/100": 1, "postgres/200": 3}
-	after := cpuSample{"bench": 11, "postgres/100": 1.5, "postgres/300": 0.5} // 200 exited, 300 started
+	// 200 exited with 3.4 s (its whole CPU now in the postmaster's reaped total), 300 started.
+	before := cpuSample{"bench": 10, "postgres/100": 1, "postgres/200": 3, reapedKey: 7}
+	after := cpuSample{"bench": 11, "postgres/100": 1.5, "postgres/300": 0.5, reapedKey: 10.4}
 	got := perOp(before, after, 1000)
-	if want := "serve 0.00, bench 1.00, postgres 1.00, total 2.00 ms"; got != want {
+	if want := "serve 0.00, bench 1.00, postgres 1.40, total 2.40 ms"; got != want {
 		t.Fatalf("perOp = %q, want %q", got, want)
 	}
 }

@@ -213,25 +213,32 @@ func argText(a any) (text string, null bool, err error) {
 	return "", false, fmt.Errorf("argument of type %T: teach argText its text form", a)
 }
 
-// runPgbench runs script with clients clients for d on the database at url and returns the
-// transactions per second pgbench reports (without connection time).
-func runPgbench(ctx context.Context, env *Env, url string, script pgbenchScript, clients int, d time.Duration) (float64, error) {
+// pgbenchResult is one pgbench run: the transactions per second it reports (without connection
+// time), how many it ran, and the CPU its own process used (seconds, from its rusage).
+type pgbenchResult struct {
+	tps  float64
+	txns int
+	cpu  float64
+}
+
+// runPgbench runs script with clients clients for d on the database at url.
+func runPgbench(ctx context.Context, env *Env, url string, script pgbenchScript, clients int, d time.Duration) (pgbenchResult, error) {
 	bin, err := pgbenchPath()
 	if err != nil {
-		return 0, err
+		return pgbenchResult{}, err
 	}
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
-		return 0, err
+		return pgbenchResult{}, err
 	}
 	dir, err := os.MkdirTemp("", "pitlane-pgbench-")
 	if err != nil {
-		return 0, err
+		return pgbenchResult{}, err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "script.sql")
 	if err := os.WriteFile(path, []byte(script.text), 0o644); err != nil {
-		return 0, err
+		return pgbenchResult{}, err
 	}
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(clients),
 		"-T", strconv.Itoa(max(1, int(d.Round(time.Second).Seconds()))), "-f", path,
@@ -245,14 +252,21 @@ func runPgbench(ctx context.Context, env *Env, url string, script pgbenchScript,
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("pgbench: %w\n%s\nscript:\n%s", err, out.String(), script.text)
+		return pgbenchResult{}, fmt.Errorf("pgbench: %w\n%s\nscript:\n%s", err, out.String(), script.text)
 	}
 	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindStringSubmatch(out.String())
 	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in its output:\n%s", out.String())
+		return pgbenchResult{}, fmt.Errorf("pgbench: no tps in its output:\n%s", out.String())
 	}
 	if f := regexp.MustCompile(`number of failed transactions: ([1-9][0-9]*)`).FindStringSubmatch(out.String()); f != nil {
-		return 0, fmt.Errorf("pgbench: %s transactions failed:\n%s\nscript:\n%s", f[1], out.String(), script.text)
+		return pgbenchResult{}, fmt.Errorf("pgbench: %s transactions failed:\n%s\nscript:\n%s", f[1], out.String(), script.text)
 	}
-	return strconv.ParseFloat(m[1], 64)
+	res := pgbenchResult{cpu: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()}
+	if res.tps, err = strconv.ParseFloat(m[1], 64); err != nil {
+		return pgbenchResult{}, err
+	}
+	if n := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindStringSubmatch(out.String()); n != nil {
+		res.txns, _ = strconv.Atoi(n[1])
+	}
+	return res, nil
 }
