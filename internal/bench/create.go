@@ -79,14 +79,16 @@ func (c *coreCreates) create(round int) func(ctx context.Context, worker, seq in
 	}
 }
 
-// round runs the load for d.
-func (c *coreCreates) round(ctx context.Context, d time.Duration) (loopResult, error) {
+// round runs the load for d, and says what CPU it cost (ms, this program and PostgreSQL).
+func (c *coreCreates) round(ctx context.Context, d time.Duration) (loopResult, float64, error) {
 	c.rounds++
+	cpu0 := sampleCPU(0)
 	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
 	if err != nil {
-		return loopResult{}, fmt.Errorf("core: %w", err)
+		return loopResult{}, 0, fmt.Errorf("core: %w", err)
 	}
-	return res, nil
+	_, cpu := cpuPerOp(cpu0, sampleCPU(0), 1)
+	return res, cpu, nil
 }
 
 func (c *coreCreates) close() { c.pool.Close() }
@@ -134,21 +136,19 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	var coreCPU, anchorCPU float64
 	var anchorTxns int
 	for range rounds {
-		cpu0 := sampleCPU(0)
-		got, err := core.round(ctx, d)
+		got, cpu, err := core.round(ctx, d)
 		if err != nil {
 			return nil, err
 		}
-		cpu1 := sampleCPU(0)
-		_, c := cpuPerOp(cpu0, cpu1, 1)
-		coreCPU += c
+		coreCPU += cpu
 		ours.n += got.n
 		ours.elapsed += got.elapsed
+		cpu0 := sampleCPU(0)
 		pg, err := runPgbench(ctx, env, benchURL, script, benchClients, d)
 		if err != nil {
 			return nil, err
 		}
-		byKind, _ := cpuPerOp(cpu1, sampleCPU(0), 1)
+		byKind, _ := cpuPerOp(cpu0, sampleCPU(0), 1)
 		anchorCPU += byKind["postgres"] + pg.cpu*1000
 		anchorTxns += pg.txns
 		tps += pg.tps / float64(rounds)

@@ -230,12 +230,10 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 	}
 	defer core.close()
 	round := time.Duration(env.Size(2, 5)) * time.Second
-	coreCPU0 := sampleCPU(0)
-	before, err := core.round(ctx, round)
+	before, cpuBefore, err := core.round(ctx, round)
 	if err != nil {
 		return nil, err
 	}
-	coreCPU1 := sampleCPU(0)
 	srv, err := startServer(ctx, env, apiLatency, apiClients)
 	if err != nil {
 		return nil, err
@@ -256,14 +254,11 @@ func apiCreate(ctx context.Context, env *Env) ([]Figure, error) {
 	env.Logf("  api: CPU per Create (ms): %s", perOp(cpu0, cpu1, res.n))
 	_, apiCPU := cpuPerOp(cpu0, cpu1, res.n)
 	stop()
-	coreCPU2 := sampleCPU(0)
-	after, err := core.round(ctx, round)
+	after, cpuAfter, err := core.round(ctx, round)
 	if err != nil {
 		return nil, err
 	}
-	_, cpuBefore := cpuPerOp(coreCPU0, coreCPU1, before.n)
-	_, cpuAfter := cpuPerOp(coreCPU2, sampleCPU(0), after.n)
-	coreCPU := (cpuBefore*float64(before.n) + cpuAfter*float64(after.n)) / float64(max(before.n+after.n, 1))
+	coreCPU := (cpuBefore + cpuAfter) / float64(max(before.n+after.n, 1))
 	if apiCPU > 0 {
 		env.Logf("  api: CPU per Create through the core around it %.2f ms, over HTTP %.2f ms: where both keep the cores busy, HTTP reaches at most %.2f of the ideal",
 			coreCPU, apiCPU, coreCPU/apiCPU)
