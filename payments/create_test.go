@@ -111,7 +111,8 @@ func TestCreateDuplicatesWaitForTheOpenClaimTogether(t *testing.T) {
 	waitLockWaiters(t, b.pool, dups)
 	var shared, exclusive int
 	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE mode = 'ShareLock'), count(*) FILTER (WHERE mode = 'ExclusiveLock')
-		FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&shared, &exclusive); err != nil {
+		FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&shared, &exclusive); err != nil {
 		t.Fatal(err)
 	}
 	p.let(dups + 1) // the first's claim; and any duplicate that takes a claim (the control) is not parked

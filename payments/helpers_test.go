@@ -53,7 +53,7 @@ func (b *bench) count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
-// waitLockWaiters waits until at least n backends wait for a lock (pg_locks not granted):
+// waitLockWaiters waits until at least n backends of the test's database wait for a lock (pg_locks not granted):
 // how a test knows a concurrent operation is blocked exactly where the protocol says it must be.
 func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
@@ -61,7 +61,8 @@ func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 	for time.Now().Before(deadline) {
 		var waiting int
 		if err := pool.QueryRow(context.Background(),
-			`SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			`SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND l.pid <> pg_backend_pid() AND a.datname = current_database()`).Scan(&waiting); err != nil {
 			t.Fatalf("pg_locks: %v", err)
 		}
 		if waiting >= n {
