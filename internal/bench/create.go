@@ -152,6 +152,8 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 		anchorCPU += byKind["postgres"] + pg.cpu*1000
 		anchorTxns += pg.txns
 		tps += pg.tps / float64(rounds)
+		env.Logf("  create: round: core %.0f/s (%.2f ms CPU each), pgbench %.0f/s (%.2f ms)", got.rate(), cpu/float64(max(got.n, 1)),
+			pg.tps, (byKind["postgres"]+pg.cpu*1000)/float64(max(pg.txns, 1)))
 	}
 	coreRate := ours.rate()
 	coreCPU /= float64(max(ours.n, 1))
