@@ -321,10 +321,32 @@ func TestAPICancelCodeRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(confirm(ch, code)), http.StatusConflict, "")
+	// A wrong code on it is 409 too, and spends no guess: nothing is left to cancel.
+	wantProblem(t, b.do(confirm(ch, wrong)), http.StatusConflict, "")
+	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE challenge_id = $1`, ch); n != 0 {
+		t.Fatalf("wrong guesses on the completed payment's code = %d, want 0", n)
+	}
 	// 404: a challenge that is not this payment's.
 	wantProblem(t, b.do(confirm("00000000-0000-0000-0000-000000000000", code)), http.StatusNotFound, "")
 	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
 		t.Fatalf("reverses = %d, want 0", n)
+	}
+
+	// The customer pays after the code was sent and before the confirmation reaches the
+	// gateway: the reverse is refused and nothing was canceled, so the confirmation is 409 (not
+	// a 202 carrying a Completed payment), and so is the same code again.
+	q := wantPayment(t, b.do(post(createPath("o-race"), `{"amount":500,"currency":"USD"}`)), http.StatusCreated)
+	ch, code = newChallenge(t, q.ID)
+	b.gw.SetStatus(*q.GatewayPaymentID, payments.GatewaySucceeded)
+	for range 2 {
+		wantProblem(t, b.do(post("/api/v1/payments/"+q.ID+"/cancel/confirm", `{"challenge_id":"`+strings.ToUpper(ch)+`","code":"`+code+`"}`)),
+			http.StatusConflict, "")
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("reverses = %d, want 1", n)
+	}
+	if got := wantPayment(t, b.do(get("/api/v1/payments/"+q.ID)), http.StatusOK); got.Status != "Completed" {
+		t.Fatalf("after the lost race: %s, want Completed", got.Status)
 	}
 }
 

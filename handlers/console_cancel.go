@@ -52,8 +52,10 @@ func (h *Console) ConfirmCancel(c echo.Context) error {
 	}
 	h.audit(c, payments.AuditCancelConfirm, id, detail)
 	to := "/payments/" + id
-	if err != nil {
-		to += "?challenge=" + url.QueryEscape(challenge) // the code form again, with the refusal
+	if err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
+		// The code form again, with the refusal; a payment that cannot be canceled (any more)
+		// gets its page with the reason instead.
+		to += "?challenge=" + url.QueryEscape(challenge)
 	}
 	return h.done(c, to, msg, err)
 }

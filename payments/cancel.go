@@ -81,7 +81,14 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if h := s.cfg.Hooks.AfterCancelLock; h != nil {
 			h(ctx, sessionID)
 		}
-		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now)
+		// A payment with nothing left to cancel refuses every code as that (conflict) and
+		// spends no guess of the payment's budget on it: guessing at a finished payment buys
+		// nothing. A dead challenge still answers as dead, and the code that canceled it replays.
+		var refusal *Error
+		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
+			refusal = Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
+		}
+		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now, refusal)
 		switch {
 		case err != nil:
 			return err
@@ -89,16 +96,16 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 			wrong = try.Wrong
 			return nil // commit the attempt
 		case try.Replayed:
+			if err := lostRace(cur); err != nil {
+				return err // the cancel this code confirmed lost its race: the same answer again
+			}
 			res = ConfirmResult{Session: cur, Replayed: true}
 			return nil
 		}
-		if !cur.Status.Cancelable() {
-			if cur.Status == StatusCanceling {
-				// Another challenge already started the cancel: nothing new to do.
-				res = ConfirmResult{Session: cur, Replayed: true}
-				return nil
-			}
-			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
+		if cur.Status == StatusCanceling {
+			// Another challenge already started the cancel: nothing new to do.
+			res = ConfirmResult{Session: cur, Replayed: true}
+			return nil
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO reverse_operations (id, session_id, challenge_id, status, created_at, updated_at)
 			VALUES ($1, $2, $3, 'Pending', $4, $4)`, uuid.NewString(), sessionID, challengeID, now); err != nil {
@@ -132,7 +139,20 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		}
 	}
 	res.Session = sessAfter
-	return res, nil
+	return res, lostRace(sessAfter)
+}
+
+// lostRace is the refusal of a cancel whose reverse found the payment already finished at the
+// gateway (driveReverse applied what it is): nothing was canceled, so the answer is the one for a
+// payment that cannot be canceled, not an accepted cancel.
+func lostRace(sess Session) error {
+	switch sess.Status {
+	case StatusCompleted:
+		return Errorf(ECONFLICT, "the customer's payment was captured before the cancel reached the gateway: it cannot be canceled (finance has a case to refund it if it must be undone)")
+	case StatusFailed:
+		return Errorf(ECONFLICT, "the payment had already failed at the gateway: there was nothing to cancel")
+	}
+	return nil
 }
 
 // driveReverse asks the gateway to reverse a Canceling session with its reverse operation's id

@@ -290,9 +290,12 @@ func TestCancelLosesRaceToPayment(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
-	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
-	if err != nil {
-		t.Fatal(err)
+	code := b.lastCode(t, sess.ID)
+	// Nothing was canceled: the answer is the refusal of a payment that cannot be canceled (the
+	// API's 409), not an accepted cancel (202) carrying a Completed payment.
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
+	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "captured before the cancel") {
+		t.Fatalf("confirm = %+v %v, want a conflict naming the capture", res, err)
 	}
 	if res.Session.Status != payments.StatusCompleted {
 		t.Fatalf("status = %s, want Completed", res.Session.Status)
@@ -302,6 +305,84 @@ func TestCancelLosesRaceToPayment(t *testing.T) {
 	}
 	if b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'cancel_lost_race'`) != 1 {
 		t.Fatal("want a cancel_lost_race case")
+	}
+	// The same code again answers the same, and reverses nothing more.
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("same code again = %v, want conflict", err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("gateway reverses = %d, want 1", n)
+	}
+}
+
+// A challenge id is a UUID: in upper case it names the same challenge, and its right code
+// confirms (and replays) instead of counting as a wrong guess.
+func TestCancelChallengeIDInUpperCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-upper", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	upper := strings.ToUpper(ch.ID)
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, upper, code)
+	if err != nil || res.Replayed || res.Session.Status != payments.StatusCanceled {
+		t.Fatalf("confirm with the id in upper case = %+v %v", res, err)
+	}
+	again, err := b.svc.ConfirmCancel(ctx, api, sess.ID, upper, code)
+	if err != nil || !again.Replayed {
+		t.Fatalf("same code again = %+v %v", again, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1`, sess.ID); n != 0 {
+		t.Fatalf("wrong guesses = %d, want 0", n)
+	}
+}
+
+// Once a payment cannot be canceled any more, a code is refused as that (conflict) whatever it
+// is, and no guess of the payment's budget is spent; only the code that canceled it replays.
+func TestCancelCodeOnAFinishedPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	canceled := b.registered(t, "o-done-canceled", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, canceled.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, canceled.ID)
+	if _, err := b.svc.ConfirmCancel(ctx, api, canceled.ID, ch.ID, code); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, canceled.ID, ch.ID, otherCode(code)); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("wrong code on a Canceled payment = %v, want conflict", err)
+	}
+	if again, err := b.svc.ConfirmCancel(ctx, api, canceled.ID, ch.ID, code); err != nil || !again.Replayed {
+		t.Fatalf("the code that canceled it = %+v %v, want a replay", again, err)
+	}
+
+	paid := b.registered(t, "o-done-paid", 1000)
+	ch2, err := b.svc.RequestCancel(ctx, api, paid.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code2 := b.lastCode(t, paid.ID)
+	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(ctx, api, paid.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{otherCode(code2), code2} {
+		if _, err := b.svc.ConfirmCancel(ctx, api, paid.ID, ch2.ID, c); payments.ErrorCode(err) != payments.ECONFLICT {
+			t.Fatalf("code %s on a Completed payment = %v, want conflict", c, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses`); n != 0 {
+		t.Fatalf("wrong guesses = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT attempts FROM cancel_challenges WHERE id = $1`, ch2.ID); n != 0 {
+		t.Fatalf("attempts on the Completed payment's code = %d, want 0", n)
 	}
 }
 

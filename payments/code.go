@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -122,10 +123,17 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 // rejected early: it is a wrong code and costs an attempt like one, so probing the format tells
 // an attacker nothing and buys nothing. A code of another action is not found (a cancel code
 // never confirms a refund).
-func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, action CodeAction, code string, now time.Time) (codeAttempt, error) {
+//
+// refusal, when not nil, says the action can no longer act on the session: a code that would be
+// tried (or counted as wrong) gets it instead, while a dead challenge still answers as dead and a
+// consumed code sent again still replays.
+func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, action CodeAction, code string, now time.Time, refusal *Error) (codeAttempt, error) {
 	if !validUUID(challengeID) {
 		return codeAttempt{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
 	}
+	// The code's hash is bound to the id as issued (lower case): the same id in upper case is the
+	// same challenge, and its right code must not count as a wrong guess.
+	challengeID = strings.ToLower(challengeID)
 	var (
 		ch           = codeChallenge{ID: challengeID}
 		hash         []byte
@@ -148,6 +156,9 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	match := s.codeMatches(hash, challengeID, code)
 	if consumedAt != nil {
 		if !match {
+			if refusal != nil {
+				return codeAttempt{}, refusal
+			}
 			return codeAttempt{}, Errorf(EWRONG, "wrong code")
 		}
 		// The same code again: the action reports what the first confirmation did.
@@ -158,6 +169,9 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	if !expiresAt.After(now) {
 		return codeAttempt{}, Errorf(EEXPIRED, "the code has expired; request a new one")
+	}
+	if refusal != nil {
+		return codeAttempt{}, refusal
 	}
 	// The payment's guess budget first: once it is spent, no code (not even the right one) is
 	// tried, so guessing on and on never pays.
