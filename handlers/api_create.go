@@ -95,6 +95,19 @@ func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payment
 	if err != nil {
 		return err
 	}
+	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() {
+		// The intent's session is over (a decline inside the window answers it, as it is now).
+		// But if another request started the order's next payment with the same parameters
+		// since — with a key of its own, from another client, from the checkout page — that one
+		// is "an active session with the same amount and currency": the contract's 200 is it.
+		active, ok, err := a.svc.ActiveSession(c.Request().Context(), sess.OrderID)
+		if err != nil {
+			return err
+		}
+		if ok && active.Amount == sess.Amount && active.Currency == sess.Currency {
+			return writeCreated(c, http.StatusOK, active, false)
+		}
+	}
 	status := out.Status
 	if ir.Kind == payments.IdempotencyIntentKey || status < 200 || status > 299 {
 		status = http.StatusOK

@@ -260,6 +260,32 @@ func TestAPIIntentKeysWithoutIdempotencyKey(t *testing.T) {
 	}
 }
 
+// A keyless retry whose intent's session was declined, while another request already started
+// the order's next payment with the same amount and currency (here with a key of its own):
+// the retry answers that active session (the contract's 200: "an active session with the same
+// amount and currency already exists"), not the declined one it first created.
+func TestAPIIntentReplayPrefersTheOrdersActiveSession(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	c := post(createPath("o-next"), `{"amount":300,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
+	wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK)
+	b.clock.Advance(10 * time.Second)
+	next := wantPayment(t, b.do(post(createPath("o-next"), `{"amount":300,"currency":"EUR"}`, "Idempotency-Key", "next-attempt")), http.StatusCreated)
+	b.clock.Advance(10 * time.Second)
+	rec := b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != next.ID || p.Status != "Registered" {
+		t.Fatalf("keyless retry = %s %s, want the active %s", p.ID, p.Status, next.ID)
+	}
+	if rec.Header().Get("Idempotent-Replayed") != "" || rec.Header().Get("Location") != "/api/v1/payments/"+next.ID {
+		t.Fatalf("headers = %v", rec.Header())
+	}
+	if n := b.sessions(t); n != 2 {
+		t.Fatalf("sessions = %d, want 2", n)
+	}
+}
+
 // The negative control of the test above: it is the intent key, not the core, that keeps the
 // declined attempt's window closed. The same retry carrying a fresh Idempotency-Key (a new
 // intent, explicitly) inside the window creates a second session.
