@@ -99,7 +99,14 @@ const (
 )
 
 // NormalizeEmail is the form emails are stored and looked up in.
-func NormalizeEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+//
+// Bytes no email can hold (a NUL, a sequence that is not UTF-8) become U+FFFD, so such an input
+// is one more unknown email — refused, timed and throttled like any other — and never reaches
+// PostgreSQL, which refuses to store them.
+func NormalizeEmail(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	return strings.ToLower(strings.TrimSpace(s))
+}
 
 // ValidateEmail checks that email is one plain address.
 func ValidateEmail(email string) error {

@@ -192,6 +192,9 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 		v.State = afterLatest(latest)
 		v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
 		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
+		if payments.ValidateContact(v.Contact) != nil {
+			v.Contact = "" // a prefill the Pay form would refuse: the customer types their own
+		}
 	}
 	// The summary's amount is the session's where the page shows one; a refused link names none
 	// (not even the last payment's: the customer followed a link for another amount).

@@ -3,7 +3,10 @@ package payments
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -67,7 +70,21 @@ func (in CreateInput) Validate() error {
 	if !validCurrency(in.Currency) {
 		return Invalid("currency", "currency must be three upper-case letters (ISO 4217), e.g. EUR")
 	}
-	if len(in.CustomerContact) > 320 {
+	return ValidateContact(in.CustomerContact)
+}
+
+// ValidateContact: where the customer's messages (one-time codes) go — at most 320 characters of
+// printable UTF-8 (an email address, a phone number, a handle the shop's notifier knows).
+// A NUL byte, a line break or an escape in it could never be delivered to anyone and would
+// break the message's headers or a terminal showing it.
+func ValidateContact(contact string) error {
+	if !utf8.ValidString(contact) {
+		return Invalid("customer_contact", "customer_contact must be UTF-8 text")
+	}
+	if strings.IndexFunc(contact, unicode.IsControl) >= 0 {
+		return Invalid("customer_contact", "customer_contact must not hold control characters (NUL, line breaks, escapes)")
+	}
+	if utf8.RuneCountInString(contact) > 320 {
 		return Invalid("customer_contact", "customer_contact must be at most 320 characters")
 	}
 	return nil

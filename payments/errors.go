@@ -78,7 +78,23 @@ func ErrorCode(err error) string {
 	if DatabaseUnavailable(err) {
 		return EUNAVAIL
 	}
+	if unstorableText(err) {
+		return EMALFORMED
+	}
 	return EINTERNAL
+}
+
+// unstorableMessage is what a client is told when its input held bytes no text column can keep.
+const unstorableMessage = "the request holds characters that cannot be stored (a NUL byte or invalid UTF-8); nothing was changed"
+
+// unstorableText reports whether PostgreSQL refused a statement because a text value held a NUL
+// byte or a byte sequence that is not UTF-8 (SQLSTATE 22021 character_not_in_repertoire, 22P05
+// untranslatable_character). Such bytes come only from the request: a client's mistake (400),
+// not the service's, wherever a field forgot to check for them, and the statement's transaction
+// rolled back.
+func unstorableText(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05")
 }
 
 // unavailableMessage is what a client is told about a database outage.
@@ -93,6 +109,9 @@ func ErrorMessage(err error) string {
 	}
 	if e == nil && DatabaseUnavailable(err) {
 		return unavailableMessage
+	}
+	if e == nil && unstorableText(err) {
+		return unstorableMessage
 	}
 	return "internal error"
 }
