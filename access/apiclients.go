@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -146,6 +148,9 @@ func (s *Service) CreateAPIClient(ctx context.Context, name string, scopes ...Sc
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return APIClient{}, "", payments.Invalid("name", "the client name must be 1-200 characters")
+	}
+	if !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return APIClient{}, "", payments.Invalid("name", "the client name must be UTF-8 text without control characters (line breaks, escapes)")
 	}
 	scopes, err := ParseScopes(JoinScopes(scopes))
 	if err != nil {

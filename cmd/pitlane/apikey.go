@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -23,21 +25,41 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 	var scopes []access.Scope
 	switch {
 	case sub == "create":
+		// A misspelled flag must not become part of the name while the key silently gets every
+		// scope (`--scope payments:read` asked for a read-only key): anything that looks like a
+		// flag and is not --scopes is a usage error, and so are --scopes twice or empty.
 		var name []string
 		var scopeList string
+		scopesGiven := false
 		for i := 0; i < len(rest); i++ {
-			switch arg := rest[i]; {
+			arg := rest[i]
+			var list string
+			switch {
 			case arg == "--scopes" || arg == "-scopes":
 				if i+1 == len(rest) {
 					return Usagef(usage)
 				}
 				i++
-				scopeList = rest[i]
+				list = rest[i]
 			case strings.HasPrefix(arg, "--scopes=") || strings.HasPrefix(arg, "-scopes="):
-				_, scopeList, _ = strings.Cut(arg, "=")
+				_, list, _ = strings.Cut(arg, "=")
+			case arg == "--":
+				name = append(name, rest[i+1:]...)
+				i = len(rest)
+				continue
+			case strings.HasPrefix(arg, "-"):
+				return Usagef("apikey create: unknown flag %q (the only flag is --scopes)\n%s", arg, usage)
 			default:
 				name = append(name, arg)
+				continue
 			}
+			if scopesGiven {
+				return Usagef("apikey create: --scopes given twice; list every scope once, comma-separated")
+			}
+			if strings.TrimSpace(list) == "" {
+				return Usagef("apikey create: --scopes needs at least one scope (without --scopes a key has all of them)")
+			}
+			scopesGiven, scopeList = true, list
 		}
 		if len(name) == 0 {
 			return Usagef(usage)
@@ -62,6 +84,9 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 	case "create":
 		c, key, err := acc.CreateAPIClient(ctx, strings.Join(rest, " "), scopes...)
 		if err != nil {
+			if payments.ErrorCode(err) == payments.EINVALID {
+				return Usagef("apikey create: %s", payments.ErrorMessage(err))
+			}
 			return fmt.Errorf("create API client: %w", err)
 		}
 		fmt.Fprintln(env.Stdout, key)
@@ -86,8 +111,12 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			if c.Revoked() {
 				state = "revoked " + c.RevokedAt.UTC().Format(time.RFC3339)
 			}
+			name := c.Name
+			if strings.ContainsFunc(name, unicode.IsControl) {
+				name = strconv.Quote(name) // a name from before names were checked: one line, no escapes
+			}
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.KeyPrefix, c.CreatedAt.UTC().Format(time.RFC3339), state,
-				access.JoinScopes(c.Scopes), c.Name)
+				access.JoinScopes(c.Scopes), name)
 		}
 	}
 	return nil

@@ -74,6 +74,28 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	if code, _, stderr := apikeyMain(env, "apikey", "create", "x", "--scopes", "payments:delete"); code != 2 || !strings.Contains(stderr, "unknown scope") {
 		t.Errorf("create with an unknown scope: exit %d %q", code, stderr)
 	}
+	// A misspelled flag, an empty or repeated --scopes, a bad name: usage (exit 2), no key. Before,
+	// `--scope payments:read` became part of the name and the key got every scope.
+	_, before, _ := apikeyMain(env, "apikey", "list")
+	for _, args := range [][]string{
+		{"apikey", "create", "shopX", "--scope", "payments:read"},
+		{"apikey", "create", "n", "--bogus"},
+		{"apikey", "create", "n", "--scopes", ""},
+		{"apikey", "create", "n", "--scopes=payments:read", "--scopes=refunds:write"},
+		{"apikey", "create", "bad\nname\x1b[31m"},
+		{"apikey", "create", strings.Repeat("n", 201)},
+	} {
+		if code, out, stderr := apikeyMain(env, args...); code != 2 || out != "" || stderr == "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2, no key and a reason", args, code, out, stderr)
+		}
+	}
+	if _, after, _ := apikeyMain(env, "apikey", "list"); after != before {
+		t.Errorf("refused creates made clients:\n%s\nwas\n%s", after, before)
+	}
+	// A name may start with a dash after --.
+	if code, _, stderr := apikeyMain(env, "apikey", "create", "--", "-dash-shop"); code != 0 || !strings.Contains(stderr, `"-dash-shop"`) {
+		t.Errorf("create -- -dash-shop: exit %d %q", code, stderr)
+	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "nonsense"); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Errorf("revoke nonsense: exit %d %q", code, stderr)
 	}
