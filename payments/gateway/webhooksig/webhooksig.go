@@ -89,8 +89,12 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 		ts     string
 		tsSeen bool
 		sigs   [][]byte
+		badV1  int // v1 entries that are not a hex SHA-256: they can match nothing
 	)
 	for _, part := range strings.Split(header, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue // a trailing or doubled comma
+		}
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
 			return fmt.Errorf("%w: entry %q has no '='", ErrMalformed, part)
@@ -102,9 +106,12 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 			}
 			ts, tsSeen = v, true
 		case "v1":
+			// "Any match is enough": an entry that cannot be a signature does not void one
+			// beside it that is (a sender mid-rotation, a proxy's leftover).
 			sig, err := hex.DecodeString(v)
 			if err != nil || len(sig) != sha256.Size {
-				return fmt.Errorf("%w: v1 is not a hex SHA-256", ErrMalformed)
+				badV1++
+				continue
 			}
 			sigs = append(sigs, sig)
 		}
@@ -113,6 +120,9 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 		return fmt.Errorf("%w: no timestamp", ErrMalformed)
 	}
 	if len(sigs) == 0 {
+		if badV1 > 0 {
+			return fmt.Errorf("%w: v1 is not a hex SHA-256", ErrMalformed)
+		}
 		return fmt.Errorf("%w: no v1 signature", ErrMalformed)
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)

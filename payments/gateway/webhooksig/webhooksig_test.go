@@ -59,6 +59,12 @@ func TestVerify(t *testing.T) {
 		{"no v1", "t=1764489600", body, [][]byte{secret}, t0, webhooksig.ErrMalformed},
 		{"v1 not hex", "t=1764489600,v1=zz", body, [][]byte{secret}, t0, webhooksig.ErrMalformed},
 		{"v1 too short", "t=1764489600,v1=abcd", body, [][]byte{secret}, t0, webhooksig.ErrMalformed},
+		// "Any match is enough": an entry that cannot be a signature does not void a valid one.
+		{"a non-hex v1 before a valid one", strings.Replace(valid, "v1=", "v1=zzzz,v1=", 1), body, [][]byte{secret}, t0, nil},
+		{"a short v1 after a valid one", valid + ",v1=abcd", body, [][]byte{secret}, t0, nil},
+		{"a trailing comma", valid + ",", body, [][]byte{secret}, t0, nil},
+		{"a doubled comma", strings.Replace(valid, ",", ",,", 1), body, [][]byte{secret}, t0, nil},
+		{"a non-hex v1 beside a wrong one", "t=1764489600,v1=zz,v1=" + strings.Repeat("ab", 32), body, [][]byte{secret}, t0, webhooksig.ErrNoMatch},
 		{"timestamp not a number", "t=soon,v1=" + strings.Repeat("ab", 32), body, [][]byte{secret}, t0, webhooksig.ErrMalformed},
 		{"entry without =", "t=1764489600,v1", body, [][]byte{secret}, t0, webhooksig.ErrMalformed},
 		{"no secrets", valid, body, nil, t0, webhooksig.ErrNoSecret},
