@@ -37,8 +37,11 @@ func refundLocation(id string) string { return refundsPath + id }
 // a completed key replays the refund it created AS IT IS NOW with the first answer's status and
 // Idempotent-Replayed: true; without one, the intent (payment, amount; 5 minutes sliding from
 // the last identical request) is the key. Failures without effect (404, 409, 422) release the
-// key; an uncertain one abandons it to the same request. While the key's (or intent's) first
-// request still runs: 409 + Retry-After.
+// key; an uncertain one abandons it to the same request. While a client key's first request
+// still runs: 409 + Retry-After. A keyless refund's intent is completed with the refund in the
+// refund's claim (Bind), so an identical keyless request that arrives while the first one waits
+// for the gateway replays the Pending refund (202): the contract's "is the same refund"; only one
+// arriving within the claim's own few milliseconds still gets 409 + Retry-After.
 //
 // The core binds the refund to RequestKey, derived from the key slot (client, kind, key, the
 // use's start): a request that takes the slot over after its first holder died or gave up finds
@@ -59,7 +62,7 @@ func (a *API) CreateRefund(c echo.Context) error {
 	var refund payments.Refund
 	out, err := a.idem.Run(c.Request().Context(), ir, func(ctx context.Context, slot payments.Slot) (string, int, error) {
 		res, err := a.svc.CreateRefund(ctx, actor(c), payments.RefundInput{
-			PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir, slot),
+			PaymentID: req.PaymentID, Amount: req.Amount, RequestKey: refundRequestKey(ir, slot), Bind: slot.Binding,
 		})
 		refund = res.Refund
 		return res.Refund.ID, refundStatus(res.Refund), err

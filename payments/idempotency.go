@@ -240,6 +240,18 @@ func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
 		})
 }
 
+// exec completes the key with resourceID in the caller's transaction (one statement of its
+// own, where the effect has no batch to queue it in). Call committed once that transaction
+// committed.
+func (kb *KeyBinding) exec(ctx context.Context, tx pgx.Tx, resourceID string, now time.Time) error {
+	tag, err := tx.Exec(ctx, completeKeySQL, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now)
+	if err != nil {
+		return dbError("idempotency: bind", err, "")
+	}
+	kb.matched = tag.RowsAffected() == 1
+	return nil
+}
+
 func (kb *KeyBinding) committed() {
 	if kb != nil {
 		kb.bound = kb.matched

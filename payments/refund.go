@@ -71,6 +71,11 @@ type RefundInput struct {
 	// waiting for approval as taken (refundRoom). The API's refunds and the approval of that very
 	// proposal do not.
 	besideProposal bool
+	// Bind: the caller's intent key (Slot.Binding), completed with the refund in the claim's
+	// transaction: from that commit on, an identical keyless refund replays this refund (202
+	// while it is Pending) instead of being told its first request still runs (409) for as long
+	// as the gateway takes.
+	Bind *KeyBinding
 }
 
 // RefundResult is a refund and whether this call created it.
@@ -110,11 +115,15 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 			return err
 		}
 		out, created, err = s.claimRefund(ctx, tx, cur, actor, in, now)
-		return err
+		if err != nil || in.Bind == nil {
+			return err
+		}
+		return in.Bind.exec(ctx, tx, out.ID, now)
 	})
 	if err != nil {
 		return RefundResult{}, err
 	}
+	in.Bind.committed()
 	if out, err = s.settleRefund(ctx, sess, out); err != nil {
 		return RefundResult{}, err
 	}
