@@ -80,7 +80,7 @@ func (h *Checkout) render(c echo.Context, status int, v views.CheckoutView) erro
 var customer = payments.Actor{Kind: payments.ActorCustomer, ID: "checkout"}
 
 func (h *Checkout) orderID(c echo.Context) (string, error) {
-	id := c.Param("order_id")
+	id := pathParam(c, "order_id") // "." and ".." arrive as %2E (payments.CheckoutPath)
 	if !payments.ValidOrderID(id) {
 		return "", notFound("order")
 	}
@@ -332,7 +332,7 @@ func (h *Checkout) selfUpdates(c echo.Context, orderID string) views.CheckoutUpd
 			q.Set(k, v)
 		}
 	}
-	u := url.URL{Path: "/checkout/" + orderID, RawQuery: q.Encode()}
+	u := url.URL{Path: "/checkout/" + orderID, RawPath: payments.CheckoutPath(orderID), RawQuery: q.Encode()}
 	return updates(&u)
 }
 

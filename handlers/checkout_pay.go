@@ -49,7 +49,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 		}
 	}
 	res, err := h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
-	follow := "/checkout/" + url.PathEscape(id) + "?intent=" + url.QueryEscape(key)
+	follow := payments.CheckoutPath(id) + "?intent=" + url.QueryEscape(key)
 	switch code := payments.ErrorCode(err); {
 	case err == nil:
 	case code == payments.EBUSY:

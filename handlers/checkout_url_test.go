@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -47,5 +48,39 @@ func TestJavascriptConfirmationURLIsNeverRenderedOrFollowed(t *testing.T) {
 	rec = sup.get("/payments/" + s.ID)
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), `href="javascript:`) {
 		t.Fatalf("console payment page = %d, links the URL", rec.Code)
+	}
+}
+
+// "." and ".." are valid order ids, but a browser resolves such path segments away before it
+// sends the request (/checkout/.. becomes /): every checkout URL pitlane hands out spells them
+// %2E, so the link, the Pay form and the page it leads to survive the browser's resolution and
+// reach the order (from an outside audit: the links of these orders opened the console).
+func TestCheckoutURLsOfDotOrderIDsSurviveBrowsers(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	base, _ := url.Parse("https://shop.example/")
+	resolved := func(ref string) string {
+		u, err := url.Parse(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base.ResolveReference(u).RequestURI()
+	}
+	for _, order := range []string{".", "..", "a.b"} {
+		a := b.agent(t)
+		link := b.link(t, order, 1999, "EUR")
+		if got := resolved(link); got != link {
+			t.Fatalf("order %q: the link %s becomes %s in a browser", order, link, got)
+		}
+		action, form := payForm(t, a, resolved(link))
+		if got := resolved(action); got != action || !strings.HasPrefix(action, "/checkout/") {
+			t.Fatalf("order %q: the Pay form posts to %s, a browser to %s", order, action, got)
+		}
+		if rec := a.post(resolved(action), form); rec.Code != http.StatusSeeOther {
+			t.Fatalf("order %q: Pay = %d %s", order, rec.Code, rec.Body)
+		}
+		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 1 {
+			t.Fatalf("order %q: sessions = %d, want 1", order, n)
+		}
 	}
 }

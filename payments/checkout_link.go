@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,7 +66,18 @@ func (l CheckoutLink) Path() string {
 	q.Set("exp", strconv.FormatInt(l.ExpiresAt.Unix(), 10))
 	q.Set("sig", l.Sig)
 	// Encode sorts the keys: amount, currency, exp, sig.
-	return "/checkout/" + url.PathEscape(l.OrderID) + "?" + q.Encode()
+	return CheckoutPath(l.OrderID) + "?" + q.Encode()
+}
+
+// CheckoutPath is the path of an order's checkout page, its one segment escaped. "." and ".."
+// are valid order ids, but browsers and HTTP clients resolve such segments away before sending
+// (/checkout/.. becomes /), so they are spelled %2E, which the router decodes back.
+func CheckoutPath(orderID string) string {
+	seg := url.PathEscape(orderID)
+	if seg == "." || seg == ".." {
+		seg = strings.Repeat("%2E", len(seg))
+	}
+	return "/checkout/" + seg
 }
 
 // CheckoutURL is the absolute link under Config.PublicBaseURL (the path alone when that is unset).

@@ -168,7 +168,10 @@ func checkoutPath(path string) bool { return strings.HasPrefix(path, "/checkout/
 func checkoutError(c echo.Context, p Problem, merchant string) error {
 	back := ""
 	if id := c.Param("order_id"); id != "" && p.Status != http.StatusNotFound {
-		back = "/checkout/" + url.PathEscape(id)
+		if u, err := url.PathUnescape(id); err == nil {
+			id = u
+		}
+		back = payments.CheckoutPath(id)
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back)); err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -137,6 +136,6 @@ func gatewayTransport() *http.Transport {
 // returnURL is where the gateway sends the customer after paying: the order's checkout page.
 func returnURL(publicBase string) func(payments.Session) string {
 	return func(s payments.Session) string {
-		return publicBase + "/checkout/" + url.PathEscape(s.OrderID)
+		return publicBase + payments.CheckoutPath(s.OrderID)
 	}
 }
