@@ -5,6 +5,7 @@ package web
 import (
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -113,6 +114,7 @@ func New(d Deps) *echo.Echo {
 	// files); the request id next so every later line carries it; metrics outside the logger,
 	// whose HandleError has made the response by the time they look at its status; the logger
 	// outside recovery so a panic is logged as the 500 it becomes.
+	e.Pre(headAsGet)
 	e.Use(securityHeaders(d.HSTS))
 	e.Use(middleware.RequestID())
 	e.Use(tracing(d.TracerProvider)) // outside the logger: its span is in the request's log line
@@ -123,6 +125,32 @@ func New(d Deps) *echo.Echo {
 	routes(e, d)
 	return e
 }
+
+// headAsGet answers HEAD wherever GET is served (RFC 9110 §9.3.2; load balancers and monitors
+// probe with it): the request is routed and handled as the GET (Echo routes on the request
+// itself, so its method is changed in place for the handler's run), and what the handler
+// writes as a body is dropped, so the answer is the GET's status and headers alone. The method
+// is HEAD again before the error handler and net/http see the response.
+func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Method != http.MethodHead {
+			return next(c)
+		}
+		res := c.Response()
+		w := res.Writer
+		r.Method, res.Writer = http.MethodGet, headWriter{w}
+		defer func() { r.Method, res.Writer = http.MethodHead, w }()
+		return next(c)
+	}
+}
+
+// headWriter drops a body: the answer to a HEAD request.
+type headWriter struct{ http.ResponseWriter }
+
+func (w headWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func (w headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // clockFunc adapts a time source to payments.Clock.
 type clockFunc func() time.Time
