@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -48,6 +49,11 @@ func URL(name string) string {
 func Handler() http.Handler {
 	files := http.StripPrefix("/static/", http.FileServerFS(FS))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			// Files only: no directory listing of what the console ships.
+			http.NotFound(w, r)
+			return
+		}
 		if r.URL.Query().Get("v") != "" {
 			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		} else {

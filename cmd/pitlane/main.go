@@ -131,11 +131,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Configuration comes from the environment (DATABASE_URL, HTTP_ADDR, …); see README.md.")
 }
 
-// oneLine keeps the promise of one line on stderr even for errors that wrap multi-line text.
+// oneLine keeps the promise of one line on stderr even for errors that wrap multi-line text:
+// the lines are joined, not cut, because the cause is often on the last one (pgx's connect
+// error names the user and database first and the refused host and port after a line break).
 func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " (…)"
-	}
-	return s
+	return strings.Join(strings.Fields(s), " ")
 }

@@ -332,3 +332,14 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	}
 	checkDevStopped(t, banner)
 }
+
+// A database that cannot be reached: one line on stderr that still names the cause (pgx puts
+// the refused host and port after a line break; the line used to be cut there).
+func TestUnreachableDatabaseNamesTheCause(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := apikeyMain(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x?connect_timeout=5"}, "migrate")
+	if code != 1 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, "127.0.0.1:1") ||
+		!strings.Contains(stderr, "connection refused") {
+		t.Fatalf("exit %d, stderr %q: want 1 and one line naming the host and the refusal", code, stderr)
+	}
+}
