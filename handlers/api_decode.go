@@ -203,7 +203,7 @@ func amountField(fields map[string]json.RawMessage, name string) (int64, error) 
 		return 0, payments.Invalid(name, "%s is required: an integer amount in minor units", name)
 	}
 	if k := jsonKind(raw); k != "number" {
-		return 0, payments.Invalid(name, "%s must be an integer in minor units, not a %s", name, k)
+		return 0, payments.Invalid(name, "%s must be an integer in minor units, not %s", name, withArticle(k))
 	}
 	lit := string(bytes.TrimSpace(raw))
 	if !jsonIntegerRe.MatchString(lit) {
@@ -216,6 +216,19 @@ func amountField(fields map[string]json.RawMessage, name string) (int64, error) 
 	return n, nil
 }
 
+// withArticle is a JSON kind as a noun in a sentence: "an array", "an object", "a string".
+func withArticle(kind string) string {
+	switch kind {
+	case "array", "object":
+		return "an " + kind
+	case "null", "nothing":
+		return kind
+	case "unknown":
+		return "an unknown value"
+	}
+	return "a " + kind
+}
+
 // stringField reads a string member; a missing or null member is "" with present=false.
 func stringField(fields map[string]json.RawMessage, name string) (s string, present bool, err error) {
 	raw, ok := fields[name]
@@ -223,7 +236,7 @@ func stringField(fields map[string]json.RawMessage, name string) (s string, pres
 		return "", false, nil
 	}
 	if k := jsonKind(raw); k != "string" {
-		return "", false, payments.Invalid(name, "%s must be a string, not a %s", name, k)
+		return "", false, payments.Invalid(name, "%s must be a string, not %s", name, withArticle(k))
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false, payments.Invalid(name, "%s is not a valid JSON string", name)

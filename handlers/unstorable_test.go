@@ -73,3 +73,37 @@ func TestUnstorableBytesInTheAPIAndWebhooksAreClientErrors(t *testing.T) {
 		t.Fatalf("written %+v, want %+v", after, before)
 	}
 }
+
+// The API's refusals read as sentences: "not an array", "1 attempt left".
+func TestAPIRefusalsReadAsSentences(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	for body, want := range map[string]string{
+		`{"amount":[],"currency":"EUR"}`:                        "amount must be an integer in minor units, not an array",
+		`{"amount":{},"currency":"EUR"}`:                        "not an object",
+		`{"amount":"5","currency":"EUR"}`:                       "not a string",
+		`{"amount":5,"currency":"EUR","customer_contact":true}`: "customer_contact must be a string, not a boolean",
+	} {
+		if p := wantProblem(t, b.do(post(createPath("o-words"), body)), http.StatusUnprocessableEntity, ""); !strings.Contains(p.Detail, want) {
+			t.Errorf("%s: %q, want %q in it", body, p.Detail, want)
+		}
+	}
+	p := wantPayment(t, b.do(post(createPath("o-words"), `{"amount":500,"currency":"USD"}`)), http.StatusCreated)
+	rec := b.do(post("/api/v1/payments/"+p.ID+"/cancel", ""))
+	ch := decode[struct {
+		ChallengeID string `json:"challenge_id"`
+	}](t, rec).ChallengeID
+	code := b.lastCode(t, p.ID)
+	wrong := "000000"
+	if code == wrong {
+		wrong = "111111"
+	}
+	var last problem
+	for range 4 {
+		last = wantProblem(t, b.do(post("/api/v1/payments/"+p.ID+"/cancel/confirm", `{"challenge_id":"`+ch+`","code":"`+wrong+`"}`)),
+			http.StatusUnprocessableEntity, "")
+	}
+	if last.Detail != "wrong code; 1 attempt left" {
+		t.Fatalf("the fourth wrong code: %q", last.Detail)
+	}
+}

@@ -207,6 +207,9 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		left, budgetSpent = guessesLeft-1, guessesLeft-1 <= 0
 	}
 	wrong := &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; %d attempts left", left)}
+	if left == 1 {
+		wrong.Message = "wrong code; 1 attempt left"
+	}
 	switch {
 	case budgetSpent:
 		wrong.Message = fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked; a finance or admin user can unlock them", CodeGuessesPerDay)
