@@ -87,10 +87,13 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&exp=&sig=][&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&exp=&sig=][&view=…][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
+		return err
+	}
+	if ok, err := h.mayView(c, id); !ok {
 		return err
 	}
 	if key := c.QueryParam("intent"); key != "" {
@@ -107,7 +110,30 @@ func (h *Checkout) Return(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if ok, err := h.mayView(c, id); !ok {
+		return err
+	}
 	return h.show(c, id, true, http.StatusOK, "")
+}
+
+// mayView says whether the request may see the order's page (payments.OrderPageToken): with a
+// genuine checkout link of the order in the URL (an expired one too: the customer had it) or
+// with the order's page token. A link that does not verify gets the bad-link page, which shows
+// nothing of the order; no link and no token, the answer for an order that does not exist — a
+// guessed order id learns neither whether it is paid nor its amount, and starts nothing.
+func (h *Checkout) mayView(c echo.Context, orderID string) (bool, error) {
+	q := c.QueryParams()
+	if q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") {
+		_, err := h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
+		if err == nil || payments.ErrorCode(err) == payments.EEXPIRED {
+			return true, nil
+		}
+		return false, h.refuse(c, orderID, err)
+	}
+	if h.svc.VerifyOrderPageToken(orderID, q.Get(payments.OrderPageParam)) {
+		return true, nil
+	}
+	return false, notFound("order")
 }
 
 // followIntent is the page a Pay click lands on when it could not go straight to the gateway:
@@ -165,6 +191,7 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	}
 	v := h.view(orderID, "")
 	v.Notice = notice
+	v.View = h.svc.OrderPageToken(orderID) // the retry form's: the Pay click may see the page too
 	switch {
 	case order.Status == payments.OrderPaid:
 		v.State, v.Session = views.CheckoutPaid, findSession(sessions, order.PaidSessionID)
@@ -331,6 +358,9 @@ func (h *Checkout) selfUpdates(c echo.Context, orderID string) views.CheckoutUpd
 		if v := c.QueryParam(k); v != "" {
 			q.Set(k, v)
 		}
+	}
+	if tok := h.svc.OrderPageToken(orderID); tok != "" {
+		q.Set(payments.OrderPageParam, tok) // a page opened by its link looks again without it
 	}
 	u := url.URL{Path: "/checkout/" + orderID, RawPath: payments.CheckoutPath(orderID), RawQuery: q.Encode()}
 	return updates(&u)

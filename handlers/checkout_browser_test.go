@@ -347,7 +347,7 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 		for _, tc := range cases {
 			path := tc.path
 			if tc.waits {
-				path += "?look=5"
+				path += "&look=5" // the order's page, with its page token
 			}
 			open(path, fmt.Sprintf(`[data-testid=%q]`, tc.testid))
 			checkPage(t, ctx, vp, tc.state)
@@ -373,7 +373,7 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 	restore := outage(t, db)
 	for _, vp := range checkoutViewports {
 		setViewport(t, ctx, vp)
-		open("/checkout/o-pay", `[data-testid="checkout-error"][data-status="503"]`)
+		open(b.orderPage("o-pay", ""), `[data-testid="checkout-error"][data-status="503"]`)
 		checkPage(t, ctx, vp, "error-503")
 	}
 	restore()

@@ -28,9 +28,9 @@ func TestCheckoutPagesAskTheGatewayAtMostEvery5s(t *testing.T) {
 		if i%2 == 1 {
 			h = other
 		}
-		path := "/checkout/o-looks"
+		path := b.orderPage("o-looks", "")
 		if i%3 == 0 {
-			path += "/return"
+			path = b.orderPage("o-looks", "/return")
 		}
 		doc := page(t, newAgent(t, h).get(path), http.StatusOK)
 		if i == 0 {
@@ -44,7 +44,7 @@ func TestCheckoutPagesAskTheGatewayAtMostEvery5s(t *testing.T) {
 		t.Fatalf("120 page loads made %d gateway calls, want 1", n)
 	}
 	b.clock.Advance(payments.PageLookEvery)
-	doc := page(t, newAgent(t, other).get("/checkout/o-looks/return"), http.StatusOK)
+	doc := page(t, newAgent(t, other).get(b.orderPage("o-looks", "/return")), http.StatusOK)
 	wantText(t, doc, "checkout-paid", "Paid")
 	if n := b.gw.Calls(fakegw.OpStatus) - before; n != 2 {
 		t.Fatalf("after 5 s: %d gateway calls, want 2", n)
@@ -68,7 +68,7 @@ func TestCheckoutConfirmingPageRefreshesLessOften(t *testing.T) {
 	s := b.payment(t, "o-wait", 1999)
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
 	a := b.agent(t)
-	path := "/checkout/o-wait"
+	path := b.orderPage("o-wait", "")
 	var got []string
 	for range 7 {
 		rec := a.get(path)
@@ -105,7 +105,7 @@ func TestCheckoutWaitingPageUpdatesCanBeTurnedOff(t *testing.T) {
 	s := b.payment(t, "o-off", 1999)
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
 	a := b.agent(t)
-	doc := page(t, a.get("/checkout/o-off"), http.StatusOK)
+	doc := page(t, a.get(b.orderPage("o-off", "")), http.StatusOK)
 	off := doc.Find(testid("checkout-updates-toggle")).AttrOr("href", "")
 	if !strings.Contains(off, "auto=off") {
 		t.Fatalf("stop link %q", off)

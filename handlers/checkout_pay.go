@@ -26,18 +26,23 @@ func (h *Checkout) Pay(c echo.Context) error {
 		return err
 	}
 	key := c.FormValue("intent")
-	amount, ok := parseMinorAmount(c.FormValue("amount"))
-	if !ok {
-		return h.show(c, id, false, http.StatusUnprocessableEntity, "The payment form is damaged; please start again from the shop.")
-	}
-	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
-		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
 	_, verr := h.verifiedOffer(id, c.FormValue("amount"), c.FormValue("currency"), c.FormValue("exp"), c.FormValue("sig"))
 	if payments.ErrorCode(verr) == payments.EEXPIRED {
 		// A form rendered from a link that has expired since: the link's time is up for the
 		// click too (nothing is created), whatever the amount.
 		return h.refuse(c, id, verr)
 	}
+	if verr != nil && !h.svc.VerifyOrderPageToken(id, c.FormValue(payments.OrderPageParam)) {
+		// Neither the link's signature nor the order's page token (the form carries both): a
+		// form not made by the order's page. Nothing is started, and nothing of the order shown.
+		return h.refuse(c, id, verr)
+	}
+	amount, ok := parseMinorAmount(c.FormValue("amount"))
+	if !ok {
+		return h.show(c, id, false, http.StatusUnprocessableEntity, "The payment form is damaged; please start again from the shop.")
+	}
+	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
+		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
 	if verr != nil {
 		retry, err := h.isLastPayment(c, in)
 		if err != nil {
@@ -49,7 +54,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 		}
 	}
 	res, err := h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
-	follow := payments.CheckoutPath(id) + "?intent=" + url.QueryEscape(key)
+	follow := h.svc.OrderPagePath(id) + "&intent=" + url.QueryEscape(key)
 	switch code := payments.ErrorCode(err); {
 	case err == nil:
 	case code == payments.EBUSY:

@@ -82,12 +82,12 @@ func (b *consoleBench) checkoutStates(t *testing.T) []checkoutCase {
 
 	return []checkoutCase{
 		{views.CheckoutPay, "checkout-ready", b.link(t, "o-pay", 1999, "EUR"), http.StatusOK, "19.99 EUR", true, false},
-		{views.CheckoutContinue, "checkout-waiting", "/checkout/o-continue", http.StatusOK, "19.99 EUR", false, false},
-		{views.CheckoutConfirming, "checkout-confirming", "/checkout/o-processing", http.StatusOK, "19.99 EUR", false, true},
-		{views.CheckoutPaid, "checkout-paid", "/checkout/o-paid", http.StatusOK, "19.99 EUR", false, false},
-		{views.CheckoutDeclined, "checkout-declined", "/checkout/o-declined", http.StatusOK, "19.99 EUR", true, false},
-		{views.CheckoutCanceling, "checkout-canceling", "/checkout/o-canceling", http.StatusOK, "19.99 EUR", false, true},
-		{views.CheckoutCanceled, "checkout-canceled", "/checkout/o-canceled", http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutContinue, "checkout-waiting", b.orderPage("o-continue", ""), http.StatusOK, "19.99 EUR", false, false},
+		{views.CheckoutConfirming, "checkout-confirming", b.orderPage("o-processing", ""), http.StatusOK, "19.99 EUR", false, true},
+		{views.CheckoutPaid, "checkout-paid", b.orderPage("o-paid", ""), http.StatusOK, "19.99 EUR", false, false},
+		{views.CheckoutDeclined, "checkout-declined", b.orderPage("o-declined", ""), http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutCanceling, "checkout-canceling", b.orderPage("o-canceling", ""), http.StatusOK, "19.99 EUR", false, true},
+		{views.CheckoutCanceled, "checkout-canceled", b.orderPage("o-canceled", ""), http.StatusOK, "19.99 EUR", true, false},
 		{views.CheckoutExpired, "checkout-expired", expired.Path(), http.StatusGone, "", false, false},
 		{views.CheckoutBadLink, "checkout-bad-link", changed, http.StatusBadRequest, "", false, false},
 	}
@@ -185,8 +185,8 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 	// nothing created, and the way back to the order's page.
 	_, form := payForm(t, a, b.link(t, "o-csrf", 1999, "EUR"))
 	fresh := b.agent(t)
-	fresh.get("/checkout/o-csrf")
-	doc := check(fresh.post("/checkout/o-csrf", form), http.StatusForbidden, "/checkout/o-csrf")
+	fresh.get(b.orderPage("o-csrf", ""))
+	doc := check(fresh.post("/checkout/o-csrf", form), http.StatusForbidden, b.orderPage("o-csrf", ""))
 	wantText(t, doc, "error-title", "expired")
 	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 {
 		t.Fatalf("a refused click created %d sessions", n)
@@ -197,8 +197,8 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 		t.Fatal(err)
 	}
 	restore := outage(t, db)
-	rec := a.get("/checkout/o-csrf")
-	doc = check(rec, http.StatusServiceUnavailable, "/checkout/o-csrf")
+	rec := a.get(b.orderPage("o-csrf", ""))
+	doc = check(rec, http.StatusServiceUnavailable, b.orderPage("o-csrf", ""))
 	wantText(t, doc, "error-retry", "nothing was charged")
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")

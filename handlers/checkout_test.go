@@ -27,6 +27,13 @@ func (b *consoleBench) link(t testing.TB, order string, amount int64, currency s
 	return l.Path()
 }
 
+// orderPage is the order's checkout page as pitlane links it without a checkout link (the
+// gateway's return URL, the page's own updates, an error page's way back): with the order's page
+// token (payments.OrderPageToken). suffix: "" or "/return".
+func (b *consoleBench) orderPage(order, suffix string) string {
+	return payments.CheckoutPath(order) + suffix + "?" + payments.OrderPageParam + "=" + b.svc.OrderPageToken(order)
+}
+
 // noPayForm asserts that a checkout page answers status with the bad-link state and no Pay form.
 func noPayForm(t *testing.T, a *agent, path string, status int) *goquery.Document {
 	t.Helper()
@@ -112,7 +119,7 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	}
 
 	// Back on the order's page before paying: the way to the gateway's page again.
-	doc = page(t, a.get("/checkout/o-shop-1"), http.StatusOK)
+	doc = page(t, a.get(b.orderPage("o-shop-1", "")), http.StatusOK)
 	if href := doc.Find(testid("checkout-continue")).AttrOr("href", ""); href != confirm {
 		t.Fatalf("continue link %q, want %q", href, confirm)
 	}
@@ -123,7 +130,7 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 	}
 	b.gw.SetStatus(gpID, payments.GatewaySucceeded)
 	b.clock.Advance(payments.PageLookEvery) // the page above asked the gateway; pages ask at most every 5 s
-	doc = page(t, a.get("/checkout/o-shop-1/return"), http.StatusOK)
+	doc = page(t, a.get(b.orderPage("o-shop-1", "/return")), http.StatusOK)
 	wantText(t, doc, "checkout-paid", "Paid")
 	wantText(t, doc, "checkout-status", "Completed")
 	// A paid order offers no Pay form, whatever the link says (even its own signed link), and
@@ -144,8 +151,8 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
 	a := b.agent(t)
-	// A link without amount for an order never seen: nothing to pay.
-	doc := noPayForm(t, a, "/checkout/o-new", http.StatusBadRequest)
+	// The order's page without a link for an order never seen: nothing to pay.
+	doc := noPayForm(t, a, b.orderPage("o-new", ""), http.StatusBadRequest)
 	wantText(t, doc, "checkout-bad-link", "incomplete or was changed")
 	if rec := a.get("/checkout/bad%20id"); rec.Code != http.StatusNotFound {
 		t.Fatalf("bad order id: %d", rec.Code)
@@ -170,7 +177,7 @@ func TestCheckoutAfterFailureAndBadLinks(t *testing.T) {
 	// The order's page now offers a fresh try with the last amount, without a link (it is the
 	// gateway's way back too). That form carries no sig: the POST finds the amount and currency
 	// are the last payment's.
-	action, form2 := payForm(t, a, "/checkout/o-fail")
+	action, form2 := payForm(t, a, b.orderPage("o-fail", ""))
 	if form2.Get("amount") != "500" || form2.Get("currency") != "EUR" || form2.Get("intent") == form.Get("intent") || form2.Has("sig") {
 		t.Fatalf("retry form %v", form2)
 	}
@@ -297,12 +304,17 @@ func TestCheckoutPayRefusesChangedForm(t *testing.T) {
 			t.Fatal("a refused form is answered with a Pay form")
 		}
 	}
-	// Another order's form with this sig.
+	// Another order's form with this sig (and that order's page token): neither signs this
+	// order, so it is not a form of this order's page: refused as a changed link (400), showing
+	// nothing of the order.
 	other := url.Values{}
 	for k, v := range form {
 		other[k] = v
 	}
-	page(t, a.post("/checkout/o-edit-2", other), http.StatusUnprocessableEntity)
+	noPay := page(t, a.post("/checkout/o-edit-2", other), http.StatusBadRequest)
+	if noPay.Find(testid("checkout-bad-link")).Length() != 1 || noPay.Find(testid("checkout-form")).Length() != 0 {
+		t.Fatal("another order's form: want the bad-link page without a form")
+	}
 	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
 		t.Fatalf("%d sessions, %d registrations after changed forms; want 0 and 0", n, b.gw.Calls(fakegw.OpRegister))
 	}

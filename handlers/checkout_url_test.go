@@ -38,7 +38,7 @@ func TestJavascriptConfirmationURLIsNeverRenderedOrFollowed(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET confirmation_url = $2 WHERE id = $1`, s.ID, evil); err != nil {
 		t.Fatal(err)
 	}
-	rec = a.get("/checkout/o-old-row")
+	rec = a.get(b.orderPage("o-old-row", ""))
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "javascript:") {
 		t.Fatalf("checkout page = %d, renders the URL:\n%s", rec.Code, rec.Body)
 	}

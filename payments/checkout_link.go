@@ -177,3 +177,79 @@ func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, 
 	m.Write([]byte(strconv.FormatInt(exp, 10)))
 	return m.Sum(nil)
 }
+
+// The order's page token: who may see an order's checkout page without a checkout link.
+//
+// The page shows whether the order is paid, its amount, and offers a retry of its last payment.
+// Order ids are the shop's and often guessable (order-1001), so the page opens only for a
+// genuine checkout link of the order (expired ones too: the customer had it) or with its page
+// token, ?view=…: HMAC(link key, "order-page/v1" 0 order_id), 128 bits in hex. Every URL of the
+// page pitlane hands out carries it: the gateway's return URL, the page's own updates, the way
+// back from an error, a Pay click's follow-up page. Without either, the page answers as for an
+// order that does not exist. The token does not expire: it shows one order's state to whoever
+// the customer shares their return URL with, as the link does.
+const (
+	orderPageDomain = "order-page/v1"
+	// OrderPageParam is the query parameter (and the Pay form's field) of the page token.
+	OrderPageParam = "view"
+)
+
+// OrderPageToken is the order's page token ("" on a service without a secret: no page opens
+// without a link there).
+func (s *Service) OrderPageToken(orderID string) string {
+	key, err := s.checkoutLinkKey()
+	if err != nil {
+		return ""
+	}
+	return hex.EncodeToString(orderPageMAC(key, orderID))
+}
+
+// VerifyOrderPageToken reports whether token is the order's page token, under the current secret
+// or a fallback (a return URL made before a rotation keeps working). Constant-time.
+func (s *Service) VerifyOrderPageToken(orderID, token string) bool {
+	key, err := s.checkoutLinkKey()
+	if err != nil || len(token) != 32 {
+		return false
+	}
+	got, err := hex.DecodeString(token)
+	if err != nil {
+		return false
+	}
+	valid := hmac.Equal(got, orderPageMAC(key, orderID))
+	for _, fb := range s.cfg.CodeSecretFallbacks {
+		valid = hmac.Equal(got, orderPageMAC(linkKeyUnder(fb), orderID)) || valid
+	}
+	return valid
+}
+
+// OrderPagePath is the order's checkout page with its page token.
+func (s *Service) OrderPagePath(orderID string) string {
+	p := CheckoutPath(orderID)
+	if tok := s.OrderPageToken(orderID); tok != "" {
+		p += "?" + OrderPageParam + "=" + tok
+	}
+	return p
+}
+
+func orderPageMAC(key []byte, orderID string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(orderPageDomain))
+	m.Write([]byte{0})
+	m.Write([]byte(orderID))
+	return m.Sum(nil)[:16]
+}
+
+// returnURL is where the gateway sends the customer back: Config.ReturnURL's page of the order,
+// with the order's page token (the page opens for nobody else without a link).
+func (s *Service) returnURL(sess Session) string {
+	u := s.cfg.ReturnURL(sess)
+	tok := s.OrderPageToken(sess.OrderID)
+	if u == "" || tok == "" {
+		return u
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + OrderPageParam + "=" + tok
+}

@@ -341,7 +341,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 		Reference:      sess.Reference(),
 		Amount:         sess.Amount,
 		Currency:       sess.Currency,
-		ReturnURL:      s.cfg.ReturnURL(sess),
+		ReturnURL:      s.returnURL(sess),
 	}
 	started := time.Now()
 	gp, gerr := s.gw.Register(ctx, req)

@@ -88,7 +88,7 @@ func problemFor(err error) Problem {
 
 // errorHandler is Echo's one error handler: status from problemFor, problem+json for machine
 // paths, an HTML page for people, and a log line only for internal errors.
-func errorHandler(log *slog.Logger, replicaID, merchant string) echo.HTTPErrorHandler {
+func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Service) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
@@ -125,7 +125,7 @@ func errorHandler(log *slog.Logger, replicaID, merchant string) echo.HTTPErrorHa
 			c.Response().WriteHeader(p.Status)
 			werr = jsonEncode(c, p)
 		case checkoutPath(req.URL.Path):
-			werr = checkoutError(c, p, merchant)
+			werr = checkoutError(c, p, merchant, svc)
 		default:
 			werr = htmlError(c, p, replicaID)
 		}
@@ -165,13 +165,13 @@ func checkoutPath(path string) bool { return strings.HasPrefix(path, "/checkout/
 
 // checkoutError is the customer's face of an error: what to do next in their words, and a way
 // back to the order's page (not for an order that is not there).
-func checkoutError(c echo.Context, p Problem, merchant string) error {
+func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Service) error {
 	back := ""
 	if id := c.Param("order_id"); id != "" && p.Status != http.StatusNotFound {
 		if u, err := url.PathUnescape(id); err == nil {
 			id = u
 		}
-		back = payments.CheckoutPath(id)
+		back = orderPageBack(c, svc, id)
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back)); err != nil {
@@ -186,4 +186,19 @@ func htmlError(c echo.Context, p Problem, replicaID string) error {
 		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
 	}
 	return nil
+}
+
+// orderPageBack is an error page's way back to the order's checkout page, revealing nothing the
+// request did not hold (the page opens only with a link or the order's page token): a GET goes
+// back to the very URL it asked for, a Pay click to the order's page with the page token its
+// form carried, and anything else to the bare page.
+func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string {
+	r := c.Request()
+	if r.Method == http.MethodGet {
+		return r.URL.RequestURI()
+	}
+	if svc != nil && svc.VerifyOrderPageToken(orderID, r.PostFormValue(payments.OrderPageParam)) {
+		return svc.OrderPagePath(orderID)
+	}
+	return payments.CheckoutPath(orderID)
 }

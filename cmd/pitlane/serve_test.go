@@ -50,14 +50,15 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 	if code := status(get(base + "/metrics")); code != http.StatusNotFound {
 		t.Errorf("/metrics on the public port with METRICS_ADDR set = %d, want 404", code)
 	}
-	// The checkout names the configured merchant, even on its refusal page (no signed link: 400).
+	// The checkout names the configured merchant, even on its refusal page (no link and no page
+	// token: the page of an order that does not exist, 404).
 	if resp, err := client.Get(base + "/checkout/o-1"); err != nil {
 		t.Fatal(err)
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "Acme Serve Shop") {
-			t.Errorf("checkout without a link = %d, want 400 naming MERCHANT_NAME:\n%s", resp.StatusCode, body)
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "Acme Serve Shop") {
+			t.Errorf("checkout without a link = %d, want 404 naming MERCHANT_NAME:\n%s", resp.StatusCode, body)
 		}
 	}
 	big := get(base + "/healthz")
