@@ -22,7 +22,7 @@ func (a *API) CancelPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, http.StatusAccepted, challengeJSON{ChallengeID: ch.ID, ExpiresAt: ch.ExpiresAt.UTC()})
+	return writeJSON(c, http.StatusAccepted, challengeJSON{ChallengeID: ch.ID, ExpiresAt: ch.ExpiresAt.UTC().Truncate(time.Microsecond)}) // as stored, like every other timestamp
 }
 
 // ConfirmCancel: POST /api/v1/payments/{id}/cancel/confirm {"challenge_id","code"} → 202 the

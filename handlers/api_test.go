@@ -234,6 +234,7 @@ func TestAPICheck(t *testing.T) {
 func TestAPICancelFlow(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
+	b.clock.Set(t0.Add(123456789 * time.Nanosecond)) // a clock finer than the database's microseconds
 	p := wantPayment(t, b.do(post(createPath("o"), `{"amount":500,"currency":"USD","customer_contact":"+15550100"}`)), http.StatusCreated)
 	cancel := "/api/v1/payments/" + p.ID + "/cancel"
 
@@ -245,8 +246,9 @@ func TestAPICancelFlow(t *testing.T) {
 		ChallengeID string `json:"challenge_id"`
 		ExpiresAt   string `json:"expires_at"`
 	}](t, rec)
-	if exp, err := time.Parse(time.RFC3339Nano, ch.ExpiresAt); err != nil || !exp.After(t0) || ch.ChallengeID == "" {
-		t.Fatalf("challenge %+v %v", ch, err)
+	if exp, err := time.Parse(time.RFC3339Nano, ch.ExpiresAt); err != nil || !exp.After(t0) || ch.ChallengeID == "" ||
+		!exp.Equal(exp.Truncate(time.Microsecond)) {
+		t.Fatalf("challenge %+v %v (want microseconds at most, as stored)", ch, err)
 	}
 	code := b.lastCode(t, p.ID)
 	wrong := "000000"
