@@ -22,7 +22,7 @@ type checkoutLinkJSON struct {
 //	201 {"url","order_id","amount","currency","expires_at"}: url is the signed checkout page of
 //	the order (PUBLIC_BASE_URL + /checkout/{order_id}?amount=…&currency=…&exp=…&sig=…) to send
 //	the customer to, working until expires_at (7 days, or expires_in seconds); 409 the order is
-//	already paid; 422 a field, named.
+//	already paid, or has an active payment of another amount or currency; 422 a field, named.
 //
 // The link is a signature (payments/checkout_link.go), not a row: nothing is written, so the
 // call needs no idempotency key and may be repeated freely (each answer is a working link).

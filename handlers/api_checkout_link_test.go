@@ -102,6 +102,14 @@ func TestAPICheckoutLinks(t *testing.T) {
 	if rec := b.do(post(linksPath("o-paid"), `{"amount":2500,"currency":"EUR"}`)); rec.Code != http.StatusCreated {
 		t.Fatalf("link for an order awaiting payment: %d %s", rec.Code, rec.Body)
 	}
+	// While that payment is active, a link for another amount or currency could not be paid
+	// (the page would show the active payment; a Pay click would be Create's 409): 409 now, to
+	// the shop, naming the active payment (an outside audit: 201, and a confusing page).
+	for _, body := range []string{`{"amount":1,"currency":"EUR"}`, `{"amount":2500,"currency":"USD"}`} {
+		if p := wantProblem(t, b.do(post(linksPath("o-paid"), body)), http.StatusConflict, ""); !strings.Contains(p.Detail, "active payment of 2500 EUR") {
+			t.Fatalf("link %s beside an active payment: %q", body, p.Detail)
+		}
+	}
 	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewaySucceeded)
 	if st := wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/check", "")), http.StatusOK); st.Status != "Completed" {
 		t.Fatalf("check: %s", st.Status)

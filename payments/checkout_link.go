@@ -105,14 +105,25 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 	if err != nil {
 		return CheckoutLink{}, err
 	}
-	var status string
-	err = s.db.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1`, orderID).Scan(&status)
+	var (
+		status         string
+		activeAmount   *int64
+		activeCurrency *string
+	)
+	err = s.db.QueryRow(ctx, `SELECT o.status, a.amount, a.currency FROM orders o
+		LEFT JOIN LATERAL (SELECT amount, currency FROM payment_sessions WHERE order_id = o.order_id AND `+activeStatusSQL+`) a ON true
+		WHERE o.order_id = $1`, orderID).Scan(&status, &activeAmount, &activeCurrency)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // no payment yet: the usual case
 	case err != nil:
 		return CheckoutLink{}, dbError("checkout link: read order", err, "")
 	case status == OrderPaid:
 		return CheckoutLink{}, Errorf(ECONFLICT, "order %s is already paid", orderID)
+	case activeAmount != nil && (*activeAmount != amount || *activeCurrency != currency):
+		// The page would show that payment, not this amount, and a Pay click for this amount
+		// would be refused as Create refuses it: say so to the shop now, not to the customer.
+		return CheckoutLink{}, Errorf(ECONFLICT, "order %s has an active payment of %d %s; a link for %d %s could not be paid while it runs (cancel it first, or link its amount)",
+			orderID, *activeAmount, *activeCurrency, amount, currency)
 	}
 	exp := s.cfg.Clock.Now().Add(ttl).Truncate(time.Second)
 	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp,
