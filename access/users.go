@@ -7,6 +7,8 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -132,6 +134,10 @@ func ValidatePassword(password string) error {
 	}
 	if len(password) > MaxPasswordBytes {
 		return payments.Invalid("password", "the password must be at most %d bytes", MaxPasswordBytes)
+	}
+	if !utf8.ValidString(password) || strings.ContainsFunc(password, unicode.IsControl) {
+		// Nobody could type it at the sign-in form: the user would be locked out.
+		return payments.Invalid("password", "the password must be text you can type (UTF-8, no control characters)")
 	}
 	return nil
 }

@@ -210,3 +210,18 @@ func waitLockWaiters(t *testing.T, b *bench, n int) {
 	}
 	t.Fatalf("no %d backends ever waited for a lock", n)
 }
+
+// A password nobody could type at the sign-in form (NUL, other control characters, bytes that
+// are not UTF-8) is refused: set by an admin, it would lock the user out (an outside audit set 13
+// NUL bytes).
+func TestPasswordMustBeTypable(t *testing.T) {
+	t.Parallel()
+	for _, pw := range []string{strings.Repeat("\x00", 13), "long-enough-pass\x1b", "long-enough-\xff\xfe"} {
+		if err := access.ValidatePassword(pw); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("ValidatePassword(%q) = %v, want invalid", pw, err)
+		}
+	}
+	if err := access.ValidatePassword("correct horse battery staple ü"); err != nil {
+		t.Fatal(err)
+	}
+}

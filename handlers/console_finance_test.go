@@ -84,6 +84,14 @@ func TestStuckMoneyPage(t *testing.T) {
 		t.Fatalf("status calls = %d", n)
 	}
 	// The ticked rows, twice (the second within the cooldown): one look each.
+	// The way back is the workbench's own path and query, nothing else (another site, a path
+	// that only starts like it, a line break: the plain workbench).
+	for _, bad := range []string{"https://evil.example/", "/finance/stuckX", "/finance/stuck%0d%0aX-Evil:1", "//evil.example/finance/stuck"} {
+		rec = fin.post("/finance/stuck/check", url.Values{"back": {bad}})
+		if rec.Header().Get("Location") != "/finance/stuck" {
+			t.Fatalf("back %q: redirect to %q", bad, rec.Header().Get("Location"))
+		}
+	}
 	form := url.Values{"id": {unknown.ID, flagged.ID}, "back": {"https://evil.example/"}}
 	rec = fin.post("/finance/stuck/check", form)
 	if rec.Header().Get("Location") != "/finance/stuck" {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -19,9 +20,9 @@ func (h *Console) CheckStuck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	back := c.FormValue("back")
-	if !strings.HasPrefix(back, "/finance/stuck") {
-		back = "/finance/stuck" // never a redirect elsewhere
+	back := "/finance/stuck" // never a redirect elsewhere: the workbench's own path and its query only
+	if u, err := url.Parse(c.FormValue("back")); err == nil && u.Path == "/finance/stuck" && u.Host == "" && u.Scheme == "" {
+		back = (&url.URL{Path: u.Path, RawQuery: u.Query().Encode()}).String()
 	}
 	form, err := c.FormParams()
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -154,10 +156,18 @@ func OutcomeRefusal(cur, outcome Status) string {
 
 // requiredText trims a text people must write (a note, a reason) and refuses it empty, with
 // missing as the message, or longer than max.
+//
+// The text must be storable as it is: UTF-8 without NUL or other control characters but line
+// breaks and tabs. These reasons and notes are what the audit log keeps of a person's action,
+// and the audit row is written where the action is; text PostgreSQL would refuse must be
+// refused before the action, not found unstorable after it.
 func requiredText(field, s, missing string, max int) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", Invalid(field, "%s", missing)
+	}
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' }) {
+		return "", Invalid(field, "the %s must be plain text (no NUL or other control characters)", field)
 	}
 	if len(s) > max {
 		return "", Invalid(field, "the %s must be at most %d characters", field, max)

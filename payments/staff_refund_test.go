@@ -439,3 +439,33 @@ func TestWaitingRefundProposalHoldsItsAmount(t *testing.T) {
 		t.Fatalf("approving a proposal that no longer fits = %v, want conflict", err)
 	}
 }
+
+// A person's refund reason is what the audit log keeps of the refund, and the audit row is
+// written after the refund: text PostgreSQL cannot store (a NUL, bytes that are not UTF-8) is
+// refused before anything moves. Before, the refund went out and its audit row was refused
+// afterwards (an outside audit: refunds with no audit row).
+func TestStaffRefundReasonMustBeStorable(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	s := b.completed(t, "o-reason", 2000)
+	for _, reason := range []string{"nul\x00byte", "bad\xffutf8", "escape\x1b[31m"} {
+		in := staffRefund(s.ID, 100, uuid.NewString())
+		in.Reason = reason
+		if _, err := b.svc.RefundByFinance(ctx, finance1, in); payments.ErrorCode(err) != payments.EINVALID {
+			t.Fatalf("finance refund with reason %q = %v, want invalid", reason, err)
+		}
+		if _, err := b.svc.RequestRefundCode(ctx, supportStaff, in); payments.ErrorCode(err) != payments.EINVALID {
+			t.Fatalf("support code request with reason %q = %v, want invalid", reason, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds`) + b.count(t, `SELECT count(*) FROM cancel_challenges`); n != 0 {
+		t.Fatalf("refunds and challenges = %d, want 0", n)
+	}
+	// Line breaks and tabs are text.
+	in := staffRefund(s.ID, 100, uuid.NewString())
+	in.Reason = "customer called:\n\tdouble charge"
+	if _, err := b.svc.RefundByFinance(ctx, finance1, in); err != nil {
+		t.Fatal(err)
+	}
+}
