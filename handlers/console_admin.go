@@ -12,9 +12,14 @@ import (
 )
 
 // Outbox: GET /outbox[?payment=…], messages to customers. Admins only (the route says so):
-// cancel-code messages contain the code.
+// a code's message holds the code until it is delivered, and whoever sees it here may not
+// confirm it (payments.Service.Outbox records them).
 func (h *Console) Outbox(c echo.Context) error {
-	msgs, err := h.svc.Outbox(c.Request().Context(), c.QueryParam("payment"))
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	msgs, err := h.svc.Outbox(c.Request().Context(), st, c.QueryParam("payment"))
 	if err != nil {
 		return err
 	}

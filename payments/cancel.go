@@ -88,7 +88,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
 			refusal = Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
-		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now, refusal)
+		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now, refusal, actor)
 		switch {
 		case err != nil:
 			return err

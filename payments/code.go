@@ -127,7 +127,12 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 // refusal, when not nil, says the action can no longer act on the session: a code that would be
 // tried (or counted as wrong) gets it instead, while a dead challenge still answers as dead and a
 // consumed code sent again still replays.
-func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, action CodeAction, code string, now time.Time, refusal *Error) (codeAttempt, error) {
+//
+// by is who confirms. A staff member who saw this code in the outbox (cancel_challenges.seen_by)
+// is refused: the code stands for the customer's consent only when whoever confirms it did not
+// read it. Their attempt is not a wrong guess and consumes nothing.
+func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, action CodeAction, code string, now time.Time,
+	refusal *Error, by Actor) (codeAttempt, error) {
 	if !validUUID(challengeID) {
 		return codeAttempt{}, Invalid("challenge_id", "challenge_id is not a challenge of this payment")
 	}
@@ -142,11 +147,16 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		maxAttempts  int
 		consumedAt   *time.Time
 		supersededAt *time.Time
+		seen         bool
 	)
+	seer := ""
+	if by.Kind == ActorStaff {
+		seer = by.ID
+	}
 	err := tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at,
-			coalesce(amount, 0), coalesce(request_key, '')
-		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action)).
-		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey)
+			coalesce(amount, 0), coalesce(request_key, ''), $4 = ANY(seen_by)
+		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action), seer).
+		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return codeAttempt{}, Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
 	}
@@ -172,6 +182,9 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	if refusal != nil {
 		return codeAttempt{}, refusal
+	}
+	if seen {
+		return codeAttempt{}, Errorf(EFORBIDDEN, "you saw this code in the outbox: it stands for the customer's consent only when someone who did not read it confirms it with the customer")
 	}
 	// The payment's guess budget first: once it is spent, no code (not even the right one) is
 	// tried, so guessing on and on never pays.

@@ -128,8 +128,11 @@ type OutboxMessage struct {
 	LastError   string // or why the retry did not send it ("not sent: the code was superseded")
 }
 
-// Outbox returns the newest messages, optionally of one payment.
-func (s *Service) Outbox(ctx context.Context, paymentID string) ([]OutboxMessage, error) {
+// Outbox returns the newest messages, optionally of one payment, as viewer sees them: a message
+// not delivered yet still holds its one-time code, and viewer is recorded, in the same
+// statement, as having seen the code (cancel_challenges.seen_by): they may not confirm it
+// (tryCode).
+func (s *Service) Outbox(ctx context.Context, viewer Staff, paymentID string) ([]OutboxMessage, error) {
 	var pid any
 	if paymentID != "" {
 		if !validUUID(paymentID) {
@@ -137,9 +140,15 @@ func (s *Service) Outbox(ctx context.Context, paymentID string) ([]OutboxMessage
 		}
 		pid = paymentID
 	}
-	rows, err := s.db.Query(ctx, `SELECT id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''),
-		created_at, delivered_at, attempts, coalesce('not sent: the code was ' || skip_reason, last_error, '')
-		FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200`, pid)
+	rows, err := s.db.Query(ctx, `WITH shown AS (
+			SELECT id, kind, to_addr, body, coalesce(order_id, '') AS order_id, coalesce(payment_id::text, '') AS payment_id,
+			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || skip_reason, last_error, '') AS note, challenge_id
+			FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200),
+		seen AS (
+			UPDATE cancel_challenges SET seen_by = array_append(seen_by, $2)
+			WHERE id IN (SELECT challenge_id FROM shown WHERE delivered_at IS NULL AND challenge_id IS NOT NULL)
+			AND NOT ($2 = ANY(seen_by)))
+		SELECT id, kind, to_addr, body, order_id, payment_id, created_at, delivered_at, attempts, note FROM shown ORDER BY id DESC`, pid, viewer.Email)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}

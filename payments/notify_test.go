@@ -145,7 +145,7 @@ func TestOutboxRetrySkipsDeadCodes(t *testing.T) {
 		t.Fatalf("%d skipped messages, want 2", n)
 	}
 	// The admin outbox page says why they were not sent.
-	msgs, err := b.svc.Outbox(ctx, sup.ID)
+	msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, sup.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

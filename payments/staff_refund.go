@@ -152,7 +152,7 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
 			h(ctx, sess.ID)
 		}
-		try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now, nil)
+		try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now, nil, by.Actor())
 		if err != nil {
 			return err
 		}

@@ -469,3 +469,55 @@ func TestStaffRefundReasonMustBeStorable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An admin may start support's refund and read the outbox, where an undelivered message still
+// holds its code. A code confirmed by someone who read it proves nothing about the customer:
+// before, one admin requested a refund code above any direct limit, read it in the outbox and
+// confirmed it alone (an outside audit), and could cancel a payment the same way. Whoever the
+// outbox showed a code to is refused when confirming it (not a wrong guess, nothing consumed);
+// someone who did not see it confirms it with the customer as before.
+func TestCodeSeenInTheOutboxIsNotConfirmedByItsReader(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	admin := payments.Staff{Email: "admin@example.com", Role: "admin"}
+	s := b.completed(t, "o-admin-code", 10000)
+
+	ch, err := b.svc.RequestRefundCode(ctx, admin, staffRefund(s.ID, 8000, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, s.ID)
+	msgs, err := b.svc.Outbox(ctx, admin, s.ID)
+	if err != nil || len(msgs) == 0 || !strings.Contains(msgs[0].Body, code) {
+		t.Fatalf("outbox = %+v %v: want the undelivered message with its code", msgs, err)
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, admin, s.ID, ch.ID, code); payments.ErrorCode(err) != payments.EFORBIDDEN {
+		t.Fatalf("the admin who read the code confirms it = %v, want forbidden", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds`) + b.count(t, `SELECT count(*) FROM code_wrong_guesses`); n != 0 {
+		t.Fatalf("refunds and wrong guesses = %d, want 0", n)
+	}
+	res, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	if err != nil || res.Refund.Amount != 8000 {
+		t.Fatalf("support, who did not see it, confirms it = %+v %v", res, err)
+	}
+
+	// A cancel code, read by the admin: the admin's confirmation is refused; the customer's (the
+	// API relaying it) goes through.
+	p := b.registered(t, "o-admin-cancel", 1000)
+	cc, err := b.svc.RequestCancel(ctx, admin.Actor(), p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code = b.lastCode(t, p.ID)
+	if _, err := b.svc.Outbox(ctx, admin, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, admin.Actor(), p.ID, cc.ID, code); payments.ErrorCode(err) != payments.EFORBIDDEN {
+		t.Fatalf("the admin who read the cancel code confirms it = %v, want forbidden", err)
+	}
+	if r, err := b.svc.ConfirmCancel(ctx, api, p.ID, cc.ID, code); err != nil || r.Session.Status != payments.StatusCanceled {
+		t.Fatalf("the customer's confirmation = %+v %v", r, err)
+	}
+}
