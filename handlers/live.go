@@ -21,17 +21,21 @@ import (
 // and, while the stream is down, polls instead. The routes sit behind the same sign-in and role
 // checks as the pages they feed; what a stream carries is only "refresh" and a position.
 type Live struct {
-	hub *live.Hub
-	log *slog.Logger
+	hub   *live.Hub
+	log   *slog.Logger
+	still func(echo.Context) error
 }
 
 // NewLive builds the stream handlers over the replica's hub (nil: the streams answer 503 and
-// pages poll).
-func NewLive(hub *live.Hub, log *slog.Logger) *Live {
+// pages poll). still (auth.Manager.Still) is asked before every event that tells something (a
+// refresh, the listener down; not a heartbeat): a user disabled, signed out by a new password or
+// moved to a role without the page since the stream opened learns nothing more, and the stream
+// ends (nil: never asked).
+func NewLive(hub *live.Hub, log *slog.Logger, still func(echo.Context) error) *Live {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Live{hub: hub, log: log}
+	return &Live{hub: hub, log: log, still: still}
 }
 
 // Mark puts the hub's position into the request before the page reads what it shows, so the
@@ -104,6 +108,9 @@ func (h *Live) serve(c echo.Context, t live.Topic) error {
 	hdr.Set("X-Accel-Buffering", "no") // nginx and friends: pass each event on at once
 	w.WriteHeader(http.StatusOK)
 	sink := &sseSink{w: w, rc: http.NewResponseController(w)}
+	if h.still != nil {
+		sink.still = func() error { return h.still(c) }
+	}
 	if err := sink.write("retry: " + retryMillis + "\n\n"); err != nil {
 		return nil
 	}
@@ -118,8 +125,19 @@ func (h *Live) serve(c echo.Context, t live.Topic) error {
 // sseSink writes server-sent events. Each write gets its own deadline (the server's
 // WriteTimeout would otherwise cut every stream after a minute) and is flushed at once.
 type sseSink struct {
-	w  io.Writer
-	rc *http.ResponseController
+	w     io.Writer
+	rc    *http.ResponseController
+	still func() error // is the user still allowed? asked before every event (nil: not asked)
+}
+
+// event writes one event of the stream, once the user is still allowed to have it.
+func (s *sseSink) event(msg string) error {
+	if s.still != nil {
+		if err := s.still(); err != nil {
+			return err
+		}
+	}
+	return s.write(msg)
 }
 
 func (s *sseSink) write(msg string) error {
@@ -134,11 +152,12 @@ func (s *sseSink) write(msg string) error {
 
 // Refresh: "event: refresh" with the hub's position as the id the browser hands back.
 func (s *sseSink) Refresh(id string) error {
-	return s.write("id: " + id + "\nevent: refresh\ndata: refresh\n\n")
+	return s.event("id: " + id + "\nevent: refresh\ndata: refresh\n\n")
 }
 
 // Down: the listener is down; the page polls until the next refresh.
-func (s *sseSink) Down() error { return s.write("event: down\ndata: down\n\n") }
+func (s *sseSink) Down() error { return s.event("event: down\ndata: down\n\n") }
 
-// Ping is a comment: browsers ignore it, proxies see traffic.
+// Ping is a comment: browsers ignore it, proxies see traffic. It tells nothing, so it asks
+// nobody (an idle stream makes no query).
 func (s *sseSink) Ping() error { return s.write(": ping\n\n") }

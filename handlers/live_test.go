@@ -256,3 +256,59 @@ func TestLiveIdleStreamCostsNoQuery(t *testing.T) {
 		t.Fatalf("the listener's connection ran something: state %q, last query %q, state changed %v → %v", state, query, changed0, changed)
 	}
 }
+
+// A stream outlives the request that opened it: a user demoted or disabled since learns nothing
+// more from it. Before every event that tells something the user is read again (auth.Manager.Still),
+// and the stream ends instead of saying "refresh" (an outside audit: a demoted finance user's
+// open ledger stream kept signalling changes for up to ten minutes).
+func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	srv := b.server(t, b.e)
+	ctx := context.Background()
+	admin := payments.Staff{Email: "adm@example.com", Role: "admin"}
+	change := func(order string) {
+		t.Helper()
+		s := b.payment(t, order, 1999)
+		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+		if _, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := func(es *sse) {
+		t.Helper()
+		if line, err := es.r.ReadString('\n'); err == nil {
+			t.Fatalf("the stream went on: %q", line)
+		}
+	}
+
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	es, resp := openStream(t, srv, fin, "/live/finance/ledger?since="+b.hub.Position().String())
+	if es == nil {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	change("o-live-1")
+	es.want("id: ") // while finance: the ledger changed
+	if _, err := b.access.SetRole(ctx, admin, "fin@example.com", access.RoleSupport); err != nil {
+		t.Fatal(err)
+	}
+	change("o-live-2")
+	ended(es)
+
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	es, resp = openStream(t, srv, sup, "/live/dashboard?since="+b.hub.Position().String())
+	if es == nil {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	if _, err := b.access.DisableUser(ctx, admin, "sup@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	change("o-live-3")
+	ended(es)
+}

@@ -53,7 +53,7 @@ func routes(e *echo.Echo, d Deps) {
 	am := auth.New(auth.Config{DB: d.DB, Access: d.Access, Secret: d.SecretKey, SecretFallbacks: d.SecretKeyFallbacks, Secure: d.SecureCookies, Logger: d.Logger})
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
-	lv := handlers.NewLive(d.Live, d.Logger)
+	lv := handlers.NewLive(d.Live, d.Logger, am.Still)
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
 		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
 	}

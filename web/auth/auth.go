@@ -244,7 +244,10 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-const staffKey = "pitlane.staff"
+const (
+	staffKey = "pitlane.staff"
+	permKey  = "pitlane.permission" // what Require let the request do, for Still
+)
 
 // Staff returns the signed-in staff user of a request that passed Require.
 func Staff(c echo.Context) payments.Staff {
@@ -281,12 +284,36 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 			v.Email, v.Role = u.Email, u.Role
 			c.SetRequest(req.WithContext(views.WithViewer(ctx, v)))
 			c.Set(staffKey, u.Staff())
+			c.Set(permKey, p)
 			if !u.Role.Can(p) {
 				return payments.Errorf(payments.EFORBIDDEN, "Your role (%s) cannot open this page or do this.", u.Role)
 			}
 			return next(c)
 		}
 	}
+}
+
+// Still says whether the user Require let through may still do it (nil), for a request that
+// lasts: a live stream asks before each event it sends. The user is read again: disabled, a new
+// password (another session epoch) or a role without the permission ends it, as the user's next
+// request would be refused. A request that did not pass Require may not.
+func (m *Manager) Still(c echo.Context) error {
+	ctx := c.Request().Context()
+	p, ok := c.Get(permKey).(access.Permission)
+	email := m.signedInEmail(ctx)
+	if !ok || email == "" {
+		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
+	}
+	u, err := m.access.User(ctx, email)
+	switch {
+	case err != nil:
+		return err
+	case u.Disabled() || u.SessionEpoch != m.sm.GetInt(ctx, keyEpoch):
+		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
+	case !u.Role.Can(p):
+		return payments.Errorf(payments.EFORBIDDEN, "the role (%s) no longer has this page", u.Role)
+	}
+	return nil
 }
 
 func (m *Manager) toSignIn(c echo.Context) error {
