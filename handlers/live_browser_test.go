@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"pitlane/access"
+	"pitlane/handlers"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -148,4 +150,56 @@ func TestBrowserLivePaymentsList(t *testing.T) {
 	if v := csp(); len(v) > 0 {
 		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
 	}
+}
+
+// TestBrowserLiveRefreshDoesNotEatTypedInput: a live refresh fetched before someone started
+// typing arrives after they did: its answer is not swapped in over the typed value (it would
+// throw it away, or detach the button being clicked: a support refund code typed and lost). The
+// live refresh's request is held at the server while the value is typed, then let go.
+func TestBrowserLiveRefreshDoesNotEatTypedInput(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.completed(t, "o-live-typing", 2500)
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(handlers.LiveHeader) == "1" {
+			held <- struct{}{}
+			<-release
+		}
+		b.e.ServeHTTP(w, r)
+	}))
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		window.liveAnswers = 0;
+		document.addEventListener("htmx:afterRequest", () => { window.liveAnswers++; });
+		return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Something on the page changes: the stream says refresh, the region is fetched (and held).
+	if _, err := b.svc.CreateRefund(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+		payments.RefundInput{PaymentID: s.ID, Amount: 100}); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitC(t, held, "the live refresh's request")
+	// Meanwhile support types a reason into the refund form.
+	const typed = "customer returned one item"
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const e = document.querySelector('[data-testid="refund-reason"]');
+		e.value = "`+typed+`"; return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitJS(t, ctx, "the live refresh's answer", `window.liveAnswers >= 1`)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="refund-reason"]').value`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != typed {
+		t.Fatalf("after the live refresh the reason reads %q, want what was typed", got)
+	}
+	noReload(t, ctx)
 }

@@ -162,6 +162,18 @@
     };
   }
 
+  // A refresh fetched before someone started typing must not land after it: its answer is
+  // checked again when it arrives, and not swapped in (one refresh once they leave) while the
+  // region is busy. Only the live refresh's own answers (X-Pitlane-Live) are held back: a form
+  // the user submits swaps its answer in as always.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var el = region();
+    var cfg = e.detail.requestConfig;
+    if (el && cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1" && busy(el)) {
+      e.detail.shouldSwap = false;
+      stale = true;
+    }
+  });
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible" && stale) {
       refresh();
