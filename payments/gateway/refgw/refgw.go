@@ -6,7 +6,8 @@
 //
 //   - FailureDefinitive: the gateway answered with a 4xx refusal; it did not act.
 //   - FailureUnknown: a 5xx, a timeout, a broken connection after a connection was obtained, an
-//     answer we could not read, or 409 idempotency_key_in_use. The gateway may have acted.
+//     answer we could not read, 409 idempotency_key_in_use or 422 idempotency_key_reused (an
+//     earlier request under the key, with another body). The gateway may have acted.
 //   - FailureNotSent: no connection to the gateway was ever obtained, so not one byte of the
 //     request left this process. Certain that nothing happened.
 //
@@ -325,9 +326,16 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 		if ge.Code == "" {
 			ge.Code = defaultCode(resp.StatusCode)
 		}
-		if ge.Code == "idempotency_key_in_use" {
+		switch ge.Code {
+		case "idempotency_key_in_use":
 			// The first request with this key is still running at the gateway and may yet
 			// succeed: that is not a refusal.
+			ge.Kind = payments.FailureUnknown
+		case "idempotency_key_reused":
+			// The gateway holds an earlier request under this key whose body differs — a
+			// registration sent by another replica, whose return URL is its own
+			// PUBLIC_BASE_URL. It may have acted on that one (or be acting on it still): not a
+			// refusal of the payment. What it did is found by reference.
 			ge.Kind = payments.FailureUnknown
 		}
 		ge.Err = errors.New(describe(resp.Status, e.Message, readErr))

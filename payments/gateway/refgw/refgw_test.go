@@ -329,10 +329,12 @@ func TestRefusalsAreDefinitive(t *testing.T) {
 		t.Errorf("amount_exceeds_remaining: %+v", ge)
 	}
 
+	// A key reused with another body is not among them: the gateway holds a payment under the
+	// key (TestKeyReusedIsUnknown).
 	other := regReq("sess-a", "ref-a")
 	other.Amount = 1
 	_, err = c.Register(ctx, other)
-	if ge := failure(t, err, payments.FailureDefinitive); ge.Code != "idempotency_key_reused" || ge.HTTPStatus != 422 {
+	if ge := failure(t, err, payments.FailureUnknown); ge.Code != "idempotency_key_reused" || ge.HTTPStatus != 422 {
 		t.Errorf("key reused: %+v", ge)
 	}
 
@@ -384,6 +386,42 @@ func TestKeyInUseIsUnknown(t *testing.T) {
 	sim.Release(gatewaysim.OpRegister)
 	if err := <-first; err != nil {
 		t.Fatalf("the first request: %v", err)
+	}
+}
+
+// 422 idempotency_key_reused: the gateway holds an earlier request under this key with another
+// body — another replica's registration of the same session, whose return URL is its own
+// PUBLIC_BASE_URL — and may have acted on it, or be acting on it still: not a refusal. An outside
+// audit crashed a replica while its registration was parked; the replica that recovered the
+// session re-sent it with its own return URL, took the 422 as a refusal and failed the session,
+// and the gateway then held a payment for it.
+func TestKeyReusedIsUnknown(t *testing.T) {
+	t.Parallel()
+	sim, c := simEnv(t, gatewaysim.Options{}, refgw.Options{})
+	ctx := context.Background()
+	_ = sim.Pause(gatewaysim.OpRegister)
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Register(ctx, regReq("sess-two-replicas", "ref-two-replicas"))
+		first <- err
+	}()
+	if err := sim.WaitParked(ctx, gatewaysim.OpRegister, 1); err != nil {
+		t.Fatal(err)
+	}
+	other := regReq("sess-two-replicas", "ref-two-replicas")
+	other.ReturnURL = "https://replica-b.shop.example/orders/1"
+	_, err := c.Register(ctx, other)
+	ge := failure(t, err, payments.FailureUnknown)
+	if ge.Code != "idempotency_key_reused" || ge.HTTPStatus != 422 {
+		t.Errorf("%+v", ge)
+	}
+	sim.Release(gatewaysim.OpRegister)
+	if err := <-first; err != nil {
+		t.Fatalf("the first request: %v", err)
+	}
+	// Done, the same: the payment exists under the key.
+	if _, err := c.Register(ctx, other); failure(t, err, payments.FailureUnknown).Code != "idempotency_key_reused" {
+		t.Errorf("after the first request finished: %v", err)
 	}
 }
 
