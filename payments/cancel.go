@@ -173,9 +173,26 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			return sess, err
 		}
 		if !found {
-			// Nothing exists at the gateway: nothing to reverse. A payment that appears later
-			// anyway becomes a late-payment case, never a silent charge.
-			return s.finishCancelNoPayment(ctx, actor, sess)
+			// Nothing found by our reference — but our own registration may still be on its
+			// way (the gateway acting on a request whose answer never came, or still working
+			// on it), and an empty search is not the gateway's word. Ask under the session's
+			// own key: the payment in flight (or one this creates) comes back and is reversed
+			// below; an unknown answer (the first request still in use, a 5xx) leaves the session
+			// Canceling for the patrol, which asks again; only a refusal says nothing exists.
+			started := time.Now()
+			req := RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
+				Currency: sess.Currency, ReturnURL: s.returnURL(sess)}
+			gp, err = s.gw.Register(ctx, req)
+			s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+			switch {
+			case err == nil:
+			case FailureOf(err) == FailureDefinitive:
+				// Refused: nothing exists at the gateway, nothing to reverse. A payment that
+				// appears later anyway becomes a late-payment case, never a silent charge.
+				return s.finishCancelNoPayment(ctx, actor, sess)
+			default:
+				return sess, err
+			}
 		}
 		if sess, err = s.applyGatewayPayment(ctx, actor, sess, gp, "found by reference while canceling"); err != nil {
 			return sess, err

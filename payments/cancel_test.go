@@ -527,3 +527,48 @@ func TestOutboxRetriesFailedDelivery(t *testing.T) {
 		t.Fatal("sent an expired code")
 	}
 }
+
+// A cancel confirmed while the payment's registration is still on its way to the gateway: the
+// search by reference finds nothing yet, and that is not the gateway's word. The cancel asks
+// under the session's own key, gets the payment the registration made (the gateway's key holds
+// them to one) and reverses it. Before, the empty search closed the session as Canceled
+// ("nothing to reverse") and the payment appeared at the gateway afterwards, pending and never
+// reversed (an outside fault audit).
+func TestCancelWhileTheRegistrationIsInFlightReversesWhatAppears(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	created := make(chan error, 1)
+	go func() {
+		_, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-cancel-in-flight", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+		created <- err
+	}()
+	id := mustWait(t, gate.Arrived(), "the registration at the gateway")
+	ch, err := b.svc.RequestCancel(ctx, api, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirmed := goConfirm(b.svc, id, ch.ID, b.lastCode(t, id))
+	if again := mustWait(t, gate.Arrived(), "the cancel asking under the session's key"); again != id {
+		t.Fatalf("the cancel registered under %q, want the session's key %s", again, id)
+	}
+	gate.Open()
+	if err := mustWait(t, created, "the Create"); err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Logf("the Create: %v", err) // it may find its session canceled under it
+	}
+	if r := mustWait(t, confirmed, "the confirmation"); r.err != nil {
+		t.Fatalf("confirm = %v", r.err)
+	}
+	s, err := b.svc.Get(ctx, id)
+	if err != nil || s.Status != payments.StatusCanceled || s.GatewayPaymentID == "" {
+		t.Fatalf("session = %+v %v, want Canceled with its gateway payment", s, err)
+	}
+	if gp, ok := b.gw.Payment(s.GatewayPaymentID); !ok || gp.Status != payments.GatewayReversed {
+		t.Fatalf("the gateway's payment = %+v %v, want reversed", gp, ok)
+	}
+	if n := b.gw.Payments(); n != 1 {
+		t.Fatalf("gateway payments = %d, want 1", n)
+	}
+}
