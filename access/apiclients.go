@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -149,7 +147,7 @@ func (s *Service) CreateAPIClient(ctx context.Context, name string, scopes ...Sc
 	if name == "" || len(name) > 200 {
 		return APIClient{}, "", payments.Invalid("name", "the client name must be 1-200 characters")
 	}
-	if !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+	if !payments.PlainLine(name) {
 		return APIClient{}, "", payments.Invalid("name", "the client name must be UTF-8 text without control characters (line breaks, escapes)")
 	}
 	scopes, err := ParseScopes(JoinScopes(scopes))

@@ -7,8 +7,6 @@ import (
 	"net/mail"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -135,7 +133,7 @@ func ValidatePassword(password string) error {
 	if len(password) > MaxPasswordBytes {
 		return payments.Invalid("password", "the password must be at most %d bytes", MaxPasswordBytes)
 	}
-	if !utf8.ValidString(password) || strings.ContainsFunc(password, unicode.IsControl) {
+	if !payments.PlainLine(password) {
 		// Nobody could type it at the sign-in form: the user would be locked out.
 		return payments.Invalid("password", "the password must be text you can type (UTF-8, no control characters)")
 	}

@@ -116,6 +116,12 @@ func (h *Checkout) Return(c echo.Context) error {
 	return h.show(c, id, true, http.StatusOK, "")
 }
 
+// namesALink reports whether a URL's query carries any part of a checkout link: it is then
+// judged as a link (verified, or refused as changed), never as the order's plain page.
+func namesALink(q url.Values) bool {
+	return q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp")
+}
+
 // mayView says whether the request may see the order's page (payments.OrderPageToken): with a
 // genuine checkout link of the order in the URL (an expired one too: the customer had it) or
 // with the order's page token. A link that does not verify gets the bad-link page, which shows
@@ -123,7 +129,7 @@ func (h *Checkout) Return(c echo.Context) error {
 // guessed order id learns neither whether it is paid nor its amount, and starts nothing.
 func (h *Checkout) mayView(c echo.Context, orderID string) (bool, error) {
 	q := c.QueryParams()
-	if q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") {
+	if namesALink(q) {
 		_, err := h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
 		if err == nil || payments.ErrorCode(err) == payments.EEXPIRED {
 			return true, nil
@@ -264,7 +270,7 @@ type payOffer struct {
 // link) or EINVALID.
 func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (payOffer, error) {
 	q := c.QueryParams()
-	if q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") {
+	if namesALink(q) {
 		return h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
 	}
 	if latest != nil {

@@ -179,11 +179,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			// own key: the payment in flight (or one this creates) comes back and is reversed
 			// below; an unknown answer (the first request still in use, a 5xx) leaves the session
 			// Canceling for the patrol, which asks again; only a refusal says nothing exists.
-			started := time.Now()
-			req := RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
-				Currency: sess.Currency, ReturnURL: s.returnURL(sess)}
-			gp, err = s.gw.Register(ctx, req)
-			s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+			gp, err = s.registerAgain(ctx, sess)
 			switch {
 			case err == nil:
 			case FailureOf(err) == FailureDefinitive:

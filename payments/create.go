@@ -73,16 +73,25 @@ func (in CreateInput) Validate() error {
 	return ValidateContact(in.CustomerContact)
 }
 
+// PlainLine reports whether s is one line of text as people type it: UTF-8 without NUL or any
+// other control character. PostgreSQL stores it as it is, and a log, a terminal or a message
+// header shows it as one line.
+func PlainLine(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// plainText is PlainLine that also allows line breaks and tabs: a reason or a note.
+func plainText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' })
+}
+
 // ValidateContact: where the customer's messages (one-time codes) go — at most 320 characters of
 // printable UTF-8 (an email address, a phone number, a handle the shop's notifier knows).
 // A NUL byte, a line break or an escape in it could never be delivered to anyone and would
 // break the message's headers or a terminal showing it.
 func ValidateContact(contact string) error {
-	if !utf8.ValidString(contact) {
-		return Invalid("customer_contact", "customer_contact must be UTF-8 text")
-	}
-	if strings.IndexFunc(contact, unicode.IsControl) >= 0 {
-		return Invalid("customer_contact", "customer_contact must not hold control characters (NUL, line breaks, escapes)")
+	if !PlainLine(contact) {
+		return Invalid("customer_contact", "customer_contact must be UTF-8 text without control characters (NUL, line breaks, escapes)")
 	}
 	if utf8.RuneCountInString(contact) > 320 {
 		return Invalid("customer_contact", "customer_contact must be at most 320 characters")
@@ -330,19 +339,30 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 	return out, created, nil
 }
 
+// registerRequest is the session's registration: the same key (the session id) and body
+// whichever path sends it — the Create, the patrol's recovery, a cancel asking before it reverses.
+func (s *Service) registerRequest(sess Session) RegisterRequest {
+	return RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
+		Currency: sess.Currency, ReturnURL: s.returnURL(sess)}
+}
+
+// registerAgain sends the session's registration again under its key and logs the call: the
+// gateway answers with the payment an earlier request made (or makes it now), or says why not.
+func (s *Service) registerAgain(ctx context.Context, sess Session) (GatewayPayment, error) {
+	req := s.registerRequest(sess)
+	started := time.Now()
+	gp, err := s.gw.Register(ctx, req)
+	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+	return gp, err
+}
+
 // register asks the gateway to create the payment of a Registering session and applies the
 // answer: Registered (ok), Unknown (the gateway may have acted), Failed (a definitive refusal).
 // Not sent leaves it Registering for the sweeper: certain nothing happened, safe to repeat.
 func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	ctx, span := s.startSpan(ctx, "payments.register", sess.ID, sess.OrderID)
 	defer span.End()
-	req := RegisterRequest{
-		IdempotencyKey: sess.ID,
-		Reference:      sess.Reference(),
-		Amount:         sess.Amount,
-		Currency:       sess.Currency,
-		ReturnURL:      s.returnURL(sess),
-	}
+	req := s.registerRequest(sess)
 	started := time.Now()
 	gp, gerr := s.gw.Register(ctx, req)
 	if gerr == nil {

@@ -231,9 +231,7 @@ const completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_un
 // queue adds the key's completion with resourceID to a batch that will commit with it. Call
 // committed once the batch's transaction committed.
 func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
-	// 202: the resource exists, its outcome is not confirmed yet. An intent replay answers 200
-	// whatever is recorded (API.replay).
-	b.Queue(completeKeySQL, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now).
+	b.Queue(completeKeySQL, kb.completion(resourceID, now)...).
 		Exec(func(tag pgconn.CommandTag) error {
 			kb.matched = tag.RowsAffected() == 1
 			return nil
@@ -244,12 +242,19 @@ func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
 // own, where the effect has no batch to queue it in). Call committed once that transaction
 // committed.
 func (kb *KeyBinding) exec(ctx context.Context, tx pgx.Tx, resourceID string, now time.Time) error {
-	tag, err := tx.Exec(ctx, completeKeySQL, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now)
+	tag, err := tx.Exec(ctx, completeKeySQL, kb.completion(resourceID, now)...)
 	if err != nil {
 		return dbError("idempotency: bind", err, "")
 	}
 	kb.matched = tag.RowsAffected() == 1
 	return nil
+}
+
+// completion is completeKeySQL's arguments for resourceID. 202: the resource exists, its
+// outcome is not confirmed yet; an intent replay answers by the resource's state whatever is
+// recorded (API.replay, API.replayRefund).
+func (kb *KeyBinding) completion(resourceID string, now time.Time) []any {
+	return []any{kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now}
 }
 
 func (kb *KeyBinding) committed() {

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -166,7 +164,7 @@ func requiredText(field, s, missing string, max int) (string, error) {
 	if s == "" {
 		return "", Invalid(field, "%s", missing)
 	}
-	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' }) {
+	if !plainText(s) {
 		return "", Invalid(field, "the %s must be plain text (no NUL or other control characters)", field)
 	}
 	if len(s) > max {

@@ -182,11 +182,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		}
 		// register() applies failures from Registering only; an Unknown session is
 		// re-registered through the same key and its success applied the same way.
-		started := time.Now()
-		req := RegisterRequest{IdempotencyKey: sess.ID, Reference: sess.Reference(), Amount: sess.Amount,
-			Currency: sess.Currency, ReturnURL: s.returnURL(sess)}
-		gp, err = s.gw.Register(ctx, req)
-		s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+		gp, err = s.registerAgain(ctx, sess)
 		if err != nil {
 			return err
 		}

@@ -190,12 +190,16 @@ func htmlError(c echo.Context, p Problem, replicaID string) error {
 
 // orderPageBack is an error page's way back to the order's checkout page, revealing nothing the
 // request did not hold (the page opens only with a link or the order's page token): a GET goes
-// back to the very URL it asked for, a Pay click to the order's page with the page token its
-// form carried, and anything else to the bare page.
+// back to the order's page with the query it asked with (re-encoded, on our own path: the link
+// is rendered as a trusted URL), a Pay click to the order's page with the page token its form
+// carried, and anything else to the bare page.
 func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string {
 	r := c.Request()
 	if r.Method == http.MethodGet {
-		return r.URL.RequestURI()
+		if q := r.URL.Query().Encode(); q != "" {
+			return payments.CheckoutPath(orderID) + "?" + q
+		}
+		return payments.CheckoutPath(orderID)
 	}
 	if svc != nil && svc.VerifyOrderPageToken(orderID, r.PostFormValue(payments.OrderPageParam)) {
 		return svc.OrderPagePath(orderID)

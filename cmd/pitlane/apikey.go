@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -112,7 +111,7 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 				state = "revoked " + c.RevokedAt.UTC().Format(time.RFC3339)
 			}
 			name := c.Name
-			if strings.ContainsFunc(name, unicode.IsControl) {
+			if !payments.PlainLine(name) {
 				name = strconv.Quote(name) // a name from before names were checked: one line, no escapes
 			}
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.KeyPrefix, c.CreatedAt.UTC().Format(time.RFC3339), state,

@@ -364,29 +364,40 @@ func TestWrongKeyIsDefinitiveUnauthorized(t *testing.T) {
 	}
 }
 
-// 409 idempotency_key_in_use: the first request may still succeed, so this is not a refusal.
-func TestKeyInUseIsUnknown(t *testing.T) {
-	t.Parallel()
-	sim, c := simEnv(t, gatewaysim.Options{}, refgw.Options{})
+// parkRegister sends req and holds it at the simulator until the returned func releases it
+// (and checks that it then succeeded).
+func parkRegister(t *testing.T, sim *gatewaysim.Sim, c *refgw.Client, req payments.RegisterRequest) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	_ = sim.Pause(gatewaysim.OpRegister)
 	first := make(chan error, 1)
 	go func() {
-		_, err := c.Register(ctx, regReq("sess-busy", "ref-busy"))
+		_, err := c.Register(ctx, req)
 		first <- err
 	}()
 	if err := sim.WaitParked(ctx, gatewaysim.OpRegister, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.Register(ctx, regReq("sess-busy", "ref-busy"))
+	return func() {
+		t.Helper()
+		sim.Release(gatewaysim.OpRegister)
+		if err := <-first; err != nil {
+			t.Fatalf("the first request: %v", err)
+		}
+	}
+}
+
+// 409 idempotency_key_in_use: the first request may still succeed, so this is not a refusal.
+func TestKeyInUseIsUnknown(t *testing.T) {
+	t.Parallel()
+	sim, c := simEnv(t, gatewaysim.Options{}, refgw.Options{})
+	release := parkRegister(t, sim, c, regReq("sess-busy", "ref-busy"))
+	_, err := c.Register(context.Background(), regReq("sess-busy", "ref-busy"))
 	ge := failure(t, err, payments.FailureUnknown)
 	if ge.Code != "idempotency_key_in_use" || ge.HTTPStatus != 409 {
 		t.Errorf("%+v", ge)
 	}
-	sim.Release(gatewaysim.OpRegister)
-	if err := <-first; err != nil {
-		t.Fatalf("the first request: %v", err)
-	}
+	release()
 }
 
 // 422 idempotency_key_reused: the gateway holds an earlier request under this key with another
@@ -399,15 +410,7 @@ func TestKeyReusedIsUnknown(t *testing.T) {
 	t.Parallel()
 	sim, c := simEnv(t, gatewaysim.Options{}, refgw.Options{})
 	ctx := context.Background()
-	_ = sim.Pause(gatewaysim.OpRegister)
-	first := make(chan error, 1)
-	go func() {
-		_, err := c.Register(ctx, regReq("sess-two-replicas", "ref-two-replicas"))
-		first <- err
-	}()
-	if err := sim.WaitParked(ctx, gatewaysim.OpRegister, 1); err != nil {
-		t.Fatal(err)
-	}
+	release := parkRegister(t, sim, c, regReq("sess-two-replicas", "ref-two-replicas"))
 	other := regReq("sess-two-replicas", "ref-two-replicas")
 	other.ReturnURL = "https://replica-b.shop.example/orders/1"
 	_, err := c.Register(ctx, other)
@@ -415,10 +418,7 @@ func TestKeyReusedIsUnknown(t *testing.T) {
 	if ge.Code != "idempotency_key_reused" || ge.HTTPStatus != 422 {
 		t.Errorf("%+v", ge)
 	}
-	sim.Release(gatewaysim.OpRegister)
-	if err := <-first; err != nil {
-		t.Fatalf("the first request: %v", err)
-	}
+	release()
 	// Done, the same: the payment exists under the key.
 	if _, err := c.Register(ctx, other); failure(t, err, payments.FailureUnknown).Code != "idempotency_key_reused" {
 		t.Errorf("after the first request finished: %v", err)
