@@ -81,14 +81,20 @@ func (c *coreCreates) create(round int) func(ctx context.Context, worker, seq in
 
 // round runs the load for d, and says what CPU it cost (ms, this program and PostgreSQL).
 func (c *coreCreates) round(ctx context.Context, d time.Duration) (loopResult, float64, error) {
+	res, byKind, err := c.roundByKind(ctx, d)
+	return res, byKind["bench"] + byKind["postgres"], err
+}
+
+// roundByKind is round with the CPU of this program ("bench") and of PostgreSQL apart.
+func (c *coreCreates) roundByKind(ctx context.Context, d time.Duration) (loopResult, map[string]float64, error) {
 	c.rounds++
 	cpu0 := sampleCPU(0)
 	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
 	if err != nil {
-		return loopResult{}, 0, fmt.Errorf("core: %w", err)
+		return loopResult{}, nil, fmt.Errorf("core: %w", err)
 	}
-	_, cpu := cpuPerOp(cpu0, sampleCPU(0), 1)
-	return res, cpu, nil
+	byKind, _ := cpuPerOp(cpu0, sampleCPU(0), 1)
+	return res, byKind, nil
 }
 
 func (c *coreCreates) close() { c.pool.Close() }
@@ -122,8 +128,14 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
+	// The anchor's ids have the shapes of the core's load's: a random session id, and order and
+	// gateway payment ids that grow by client (core-ROUND-WORKER-N, gp_fake_N). Random order ids
+	// scattered the anchor's index inserts as its tables grew, and its rate fell round by round
+	// while the core's held (the eighth session's log). pgbench keeps a client's variables from
+	// one transaction to the next: n counts the client's transactions from the -D n=0 below.
 	script, err := buildScript(stmts, map[string]string{capOrder: "oid", res.Session.ID: "sid", res.Session.GatewayPaymentID: "gpid"},
-		`SELECT u::text AS sid, 'pgbench-' || u AS oid, 'gp_pgbench_' || u AS gpid FROM gen_random_uuid() AS u \gset`)
+		`\set n :n + 1
+SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id || '-' || :n AS oid, 'gp_pgbench_' || :round || '_' || :client_id || '_' || :n AS gpid \gset`)
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
@@ -135,16 +147,17 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 	// pgbench's (its process and PostgreSQL).
 	var coreCPU, anchorCPU float64
 	var anchorTxns int
-	for range rounds {
-		got, cpu, err := core.round(ctx, d)
+	for round := range rounds {
+		got, coreKinds, err := core.roundByKind(ctx, d)
 		if err != nil {
 			return nil, err
 		}
+		cpu := coreKinds["bench"] + coreKinds["postgres"]
 		coreCPU += cpu
 		ours.n += got.n
 		ours.elapsed += got.elapsed
 		cpu0 := sampleCPU(0)
-		pg, err := runPgbench(ctx, env, benchURL, script, benchClients, d)
+		pg, err := runPgbench(ctx, env, benchURL, script.with("n=0", fmt.Sprintf("round=%d", round)), benchClients, d)
 		if err != nil {
 			return nil, err
 		}
@@ -152,8 +165,10 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 		anchorCPU += byKind["postgres"] + pg.cpu*1000
 		anchorTxns += pg.txns
 		tps += pg.tps / float64(rounds)
-		env.Logf("  create: round: core %.0f/s (%.2f ms CPU each), pgbench %.0f/s (%.2f ms)", got.rate(), cpu/float64(max(got.n, 1)),
-			pg.tps, (byKind["postgres"]+pg.cpu*1000)/float64(max(pg.txns, 1)))
+		n, m := float64(max(got.n, 1)), float64(max(pg.txns, 1))
+		env.Logf("  create: round: core %.0f/s (%.2f ms CPU each: Go %.2f, PostgreSQL %.2f), pgbench %.0f/s (%.2f ms: pgbench %.2f, PostgreSQL %.2f)",
+			got.rate(), cpu/n, coreKinds["bench"]/n, coreKinds["postgres"]/n,
+			pg.tps, (byKind["postgres"]+pg.cpu*1000)/m, pg.cpu*1000/m, byKind["postgres"]/m)
 	}
 	coreRate := ours.rate()
 	coreCPU /= float64(max(ours.n, 1))

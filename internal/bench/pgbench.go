@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ import (
 //
 // One difference is pgbench's, not ours, and it makes the anchor slower, not faster: pgbench has
 // no string variables, so a script whose operation needs fresh ids (a new order, a new session)
-// starts with one `SELECT gen_random_uuid() … \gset`. A pgx batch (one round trip) becomes a
+// starts with one `SELECT … \gset` that makes them, shaped like the ids of the core's load. A pgx batch (one round trip) becomes a
 // \startpipeline block — including the core's BEGIN and SET LOCAL lock_timeout, which travel in
 // the pipeline of each transaction's first statement (payments/tx.go).
 
@@ -104,6 +105,12 @@ func (r *recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDa
 type pgbenchScript struct {
 	text    string
 	defines []string
+}
+
+// with is the script with more -D definitions (initial values of its variables).
+func (s pgbenchScript) with(defines ...string) pgbenchScript {
+	s.defines = append(slices.Clone(s.defines), defines...)
+	return s
 }
 
 var placeholder = regexp.MustCompile(`\$(\d+)`)
