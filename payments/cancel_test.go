@@ -417,6 +417,49 @@ func TestCancelReverseLostThenSwept(t *testing.T) {
 	}
 }
 
+// A cancel whose reverse was lost, and whose payment the gateway then reports captured (a check
+// or a webhook, before the patrol repeats the reverse): the session ends Completed with its
+// case, and its reverse operation is refused in the same transaction, not left Pending forever
+// (the payment page would show a reverse still under way, and nothing would ever finish it).
+func TestCancelOvertakenByCaptureRefusesItsReverse(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-overtaken", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil || res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("after lost reverse = %s %v", res.Session.Status, err)
+	}
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	got, err := b.svc.Check(ctx, api, sess.ID)
+	if err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("check = %s %v, want Completed", got.Status, err)
+	}
+	var status, detail string
+	if err := b.pool.QueryRow(ctx, `SELECT status, detail FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&status, &detail); err != nil {
+		t.Fatal(err)
+	}
+	if status != "Refused" || !strings.Contains(detail, "captured") {
+		t.Fatalf("reverse operation = %s %q, want Refused naming the capture", status, detail)
+	}
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'cancel_lost_race' AND session_id = $1`, sess.ID) != 1 {
+		t.Fatal("want a cancel_lost_race case")
+	}
+	// The patrol has nothing left to do for it: no second reverse.
+	b.clock.Advance(time.Hour)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("gateway reverses = %d, want 1", n)
+	}
+}
+
 // Codes never appear in logs.
 func TestCancelCodeNeverLogged(t *testing.T) {
 	t.Parallel()

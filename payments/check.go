@@ -318,6 +318,13 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		}
 		if oc.to == StatusCompleted {
 			queueCompleteOrder(b, cur, now)
+			if asked {
+				// The capture overtook our reverse (a check or webhook came before the reverse's
+				// answer, or its repeat): the reverse is refused with the transition, or it would
+				// stay Pending with nothing left to finish it.
+				b.Queue(`UPDATE reverse_operations SET status = 'Refused', detail = 'the payment was captured before the reverse', updated_at = $2
+					WHERE session_id = $1 AND status = 'Pending'`, id, now)
+			}
 		}
 		if commit != nil && !reversed && untrusted == "" && oc.caseKind == "" {
 			// Nothing follows: the COMMIT rides with the batch. Its statements' callbacks reject
