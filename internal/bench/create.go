@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/pprof"
+	"slices"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -141,6 +144,24 @@ SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id
 	}
 	env.Logf("  create: %d statements per Create", len(stmts))
 
+	// The third side, reported without a target: the same statements in the same pipelines
+	// through pgx alone, on a database of its own, with fresh ids shaped like the core's load's.
+	aloneURL, err := env.NewDatabase(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	alonePool, err := Pool(ctx, aloneURL, benchClients)
+	if err != nil {
+		return nil, err
+	}
+	defer alonePool.Close()
+	aloneRound := 0
+	fresh := func(worker, seq int) map[string]string {
+		return map[string]string{capOrder: fmt.Sprintf("alone-%d-%d-%d", aloneRound, worker, seq), res.Session.ID: uuid.NewString(),
+			res.Session.GatewayPaymentID: fmt.Sprintf("gp_alone_%d_%d_%d", aloneRound, worker, seq)}
+	}
+	var alone loopResult
+
 	var ours loopResult
 	var tps float64
 	// The CPU of each side over its rounds (ms): the core's (this program and PostgreSQL) and
@@ -156,6 +177,18 @@ SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id
 		coreCPU += cpu
 		ours.n += got.n
 		ours.elapsed += got.elapsed
+		aloneRound++
+		cpuAlone := sampleCPU(0)
+		var raw loopResult
+		pprof.Do(ctx, pprof.Labels("figure", "create-pgx-alone"), func(ctx context.Context) {
+			raw, err = pgxAlone(ctx, alonePool, stmts, d, fresh)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pgx alone: %w", err)
+		}
+		aloneKinds, _ := cpuPerOp(cpuAlone, sampleCPU(0), max(raw.n, 1))
+		alone.n += raw.n
+		alone.elapsed += raw.elapsed
 		cpu0 := sampleCPU(0)
 		pg, err := runPgbench(ctx, env, benchURL, script.with("n=0", fmt.Sprintf("round=%d", round)), benchClients, d)
 		if err != nil {
@@ -166,18 +199,22 @@ SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id
 		anchorTxns += pg.txns
 		tps += pg.tps / float64(rounds)
 		n, m := float64(max(got.n, 1)), float64(max(pg.txns, 1))
-		env.Logf("  create: round: core %.0f/s (%.2f ms CPU each: Go %.2f, PostgreSQL %.2f), pgbench %.0f/s (%.2f ms: pgbench %.2f, PostgreSQL %.2f)",
+		env.Logf("  create: round: core %.0f/s (%.2f ms CPU each: Go %.2f, PostgreSQL %.2f), pgx alone %.0f/s (Go %.2f, PostgreSQL %.2f), pgbench %.0f/s (%.2f ms: pgbench %.2f, PostgreSQL %.2f)",
 			got.rate(), cpu/n, coreKinds["bench"]/n, coreKinds["postgres"]/n,
+			raw.rate(), aloneKinds["bench"], aloneKinds["postgres"],
 			pg.tps, (byKind["postgres"]+pg.cpu*1000)/m, pg.cpu*1000/m, byKind["postgres"]/m)
 	}
 	coreRate := ours.rate()
 	coreCPU /= float64(max(ours.n, 1))
 	anchorCPU /= float64(max(anchorTxns, 1))
-	env.Logf("  create: core %.0f/s, pgbench %.0f/s", coreRate, tps)
+	env.Logf("  create: core %.0f/s, pgx alone %.0f/s, pgbench %.0f/s", coreRate, alone.rate(), tps)
 	env.Logf("  create: CPU per Create, the core (this program: the core and its load; PostgreSQL) %.2f ms, pgbench (its process; PostgreSQL) %.2f ms: where both keep the cores busy, the core reaches at most %.2f of pgbench",
 		coreCPU, anchorCPU, anchorCPU/max(coreCPU, 1e-9))
 	out := []Figure{{Name: fmt.Sprintf("create, distinct orders, gateway 0ms, C=%d", benchClients), Value: coreRate, Unit: "creates/s",
 		Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients), AnchorValue: tps, MinRatio: 0.8},
+		{Name: fmt.Sprintf("create through pgx alone (the same statements and pipelines on held connections, no core), C=%d", benchClients),
+			Value: alone.rate(), Unit: "creates/s", Anchor: fmt.Sprintf("pgbench: Create's %d statements, C=%d", len(stmts), benchClients),
+			AnchorValue: tps, ReportOnly: true},
 		// What the two rates are made of: the machine's CPU per Create on each side.
 		{Name: "create: CPU per Create through the core, all processes (this program: the core and its load; PostgreSQL)",
 			Value: coreCPU, Unit: "ms", Anchor: "CPU per transaction of the pgbench anchor (pgbench; PostgreSQL)", AnchorValue: anchorCPU, ReportOnly: true}}
@@ -255,7 +292,7 @@ func clickFigures(ctx context.Context, env *Env) ([]Figure, error) {
 		ours.n += got.n
 		ours.elapsed += got.elapsed
 		pprof.Do(ctx, pprof.Labels("figure", "clicks-pgx-alone"), func(ctx context.Context) {
-			got, err = pgxAlone(ctx, rawPool, stmts, d)
+			got, err = pgxAlone(ctx, rawPool, stmts, d, nil)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pgx alone: %w", err)
@@ -280,8 +317,10 @@ func clickFigures(ctx context.Context, env *Env) ([]Figure, error) {
 
 // pgxAlone runs recorded statements, one after another, in a closed loop of benchClients
 // goroutines for d, each on a pool connection it holds for the whole loop, reading every row
-// without decoding it: the least a Go client on pgx can do for them.
-func pgxAlone(ctx context.Context, pool *pgxpool.Pool, stmts []statement, d time.Duration) (loopResult, error) {
+// without decoding it: the least a Go client on pgx can do for them. A recorded batch is sent
+// as one batch (the core's pipelines). fresh, when not nil, gives every run new values for the
+// recorded arguments it names by their text (a new order's ids); the rest are sent as recorded.
+func pgxAlone(ctx context.Context, pool *pgxpool.Pool, stmts []statement, d time.Duration, fresh func(worker, seq int) map[string]string) (loopResult, error) {
 	conns := make([]*pgxpool.Conn, benchClients)
 	for i := range conns {
 		c, err := pool.Acquire(ctx)
@@ -291,19 +330,79 @@ func pgxAlone(ctx context.Context, pool *pgxpool.Pool, stmts []statement, d time
 		defer c.Release()
 		conns[i] = c
 	}
-	return closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, worker, _ int) error {
-		for _, st := range stmts {
-			rows, err := conns[worker].Query(ctx, st.sql, st.args...)
-			if err != nil {
+	// Which arguments vary, found once: the loop only swaps them.
+	type slot struct {
+		arg  int
+		text string
+	}
+	varying := make([][]slot, len(stmts))
+	if fresh != nil {
+		names := fresh(0, 0)
+		for i, st := range stmts {
+			for j, a := range st.args {
+				if text, _, err := argText(a); err == nil {
+					if _, ok := names[text]; ok {
+						varying[i] = append(varying[i], slot{j, text})
+					}
+				}
+			}
+		}
+	}
+	readAll := func(rows pgx.Rows) error {
+		for rows.Next() {
+			_ = rows.RawValues()
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	return closedLoop(ctx, benchClients, d, 0, func(ctx context.Context, worker, seq int) error {
+		conn := conns[worker]
+		var values map[string]string
+		if fresh != nil {
+			values = fresh(worker, seq)
+		}
+		argsOf := func(i int) []any {
+			if len(varying[i]) == 0 {
+				return stmts[i].args
+			}
+			args := slices.Clone(stmts[i].args)
+			for _, v := range varying[i] {
+				args[v.arg] = values[v.text]
+			}
+			return args
+		}
+		for i := 0; i < len(stmts); {
+			if stmts[i].batch == 0 {
+				rows, err := conn.Query(ctx, stmts[i].sql, argsOf(i)...)
+				if err != nil {
+					return err
+				}
+				if err := readAll(rows); err != nil {
+					return err
+				}
+				i++
+				continue
+			}
+			b := &pgx.Batch{}
+			j := i
+			for ; j < len(stmts) && stmts[j].batch == stmts[i].batch; j++ {
+				b.Queue(stmts[j].sql, argsOf(j)...)
+			}
+			br := conn.SendBatch(ctx, b)
+			for range j - i {
+				rows, err := br.Query()
+				if err == nil {
+					err = readAll(rows)
+				}
+				if err != nil {
+					br.Close()
+					return err
+				}
+			}
+			if err := br.Close(); err != nil {
 				return err
 			}
-			for rows.Next() {
-				_ = rows.RawValues()
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
+			i = j
 		}
 		return nil
 	})
