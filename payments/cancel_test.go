@@ -386,13 +386,11 @@ func TestCancelCodeOnAFinishedPayment(t *testing.T) {
 	}
 }
 
-// No answer to the reverse: the session stays Canceling, and the sweeper repeats the reverse with
-// the same key until the gateway confirms.
-func TestCancelReverseLostThenSwept(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
+// cancelWithLostReverse requests and confirms the cancel of sess while the gateway's answer to
+// the reverse is lost: the session stays Canceling with its reverse operation Pending.
+func (b *bench) cancelWithLostReverse(t *testing.T, sess payments.Session) {
+	t.Helper()
 	ctx := context.Background()
-	sess := b.registered(t, "o-lost-rev", 100)
 	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -402,6 +400,16 @@ func TestCancelReverseLostThenSwept(t *testing.T) {
 	if err != nil || res.Session.Status != payments.StatusCanceling {
 		t.Fatalf("after lost reverse = %s %v", res.Session.Status, err)
 	}
+}
+
+// No answer to the reverse: the session stays Canceling, and the sweeper repeats the reverse with
+// the same key until the gateway confirms.
+func TestCancelReverseLostThenSwept(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-lost-rev", 100)
+	b.cancelWithLostReverse(t, sess)
 	b.clock.Advance(time.Minute)
 	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("sweep = %d %v", n, err)
@@ -426,15 +434,7 @@ func TestCancelOvertakenByCaptureRefusesItsReverse(t *testing.T) {
 	b := newBench(t)
 	ctx := context.Background()
 	sess := b.registered(t, "o-overtaken", 100)
-	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
-	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
-	if err != nil || res.Session.Status != payments.StatusCanceling {
-		t.Fatalf("after lost reverse = %s %v", res.Session.Status, err)
-	}
+	b.cancelWithLostReverse(t, sess)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
 	got, err := b.svc.Check(ctx, api, sess.ID)
 	if err != nil || got.Status != payments.StatusCompleted {
