@@ -27,7 +27,7 @@ func applyLyingAbout(t *testing.T, svc *Service, cur Session, gp GatewayPayment)
 		if _, err := tx.Exec(ctx, `UPDATE orders SET customer_contact = 'marker' WHERE order_id = $1`, cur.OrderID); err != nil {
 			return err
 		}
-		_, err := svc.applyLocked(ctx, tx, Actor{Kind: ActorSweeper, ID: "test"}, cur, false, gp, "test", svc.Now(), nil, &mayHaveCommitted)
+		_, err := svc.applyLocked(ctx, tx, Actor{Kind: ActorSweeper, ID: "test"}, cur, "", false, gp, "test", svc.Now(), nil, &mayHaveCommitted)
 		return err
 	})
 	return mayHaveCommitted, err
@@ -116,7 +116,7 @@ func TestApplyCommitsWithItsTransition(t *testing.T) {
 	svc, _, log := tracedService(t, time.Second)
 	sess := seedSession(t, svc, "rides", "Registered", true)
 	log.reset()
-	out, err := svc.applyOne(context.Background(), Actor{Kind: ActorSweeper, ID: "test"}, sess,
+	out, err := svc.applyOne(context.Background(), Actor{Kind: ActorSweeper, ID: "test"}, sess, "",
 		GatewayPayment{ID: sess.GatewayPaymentID, Status: GatewaySucceeded, Amount: 1000, Currency: "EUR"}, "test")
 	if err != nil || out.Status != StatusCompleted {
 		t.Fatalf("apply: %s, %v; want Completed", out.Status, err)

@@ -207,16 +207,56 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 //
 // A patrol drive's answer (ctx carries its lease) goes through the replica's settle batcher
 // instead (settle_batch.go): several drives' answers in one transaction, each the same writes.
+//
+// An answer that would open a finance case against a state the session reached after the caller
+// read it (another check, a webhook or a cancel decided in between) may be older than the answer
+// that decided: two checks' answers are not applied in the order the gateway gave them. Such an
+// answer writes nothing; the gateway is asked again about the session as it is now, and that
+// answer is applied (staleAnswer). A contradiction that is real survives the second question.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
-	if token, leased := leaseOf(ctx, sess.ID); leased && s.settles != nil {
-		return s.settles.settle(&settleItem{ctx: ctx, actor: actor, sess: sess, token: token, gp: gp, reason: reason, call: pendingCallLog(ctx)})
+	for asked := 1; ; asked++ {
+		seen := sess.Status
+		if asked > maxAsks {
+			seen = "" // the session keeps moving: this answer is applied as it is
+		}
+		var out Session
+		var err error
+		if token, leased := leaseOf(ctx, sess.ID); leased && s.settles != nil {
+			out, err = s.settles.settle(&settleItem{ctx: ctx, actor: actor, sess: sess, seen: seen, token: token, gp: gp, reason: reason, call: pendingCallLog(ctx)})
+		} else {
+			out, err = s.applyOne(ctx, actor, sess, seen, gp, reason)
+		}
+		var stale *staleAnswer
+		if !errors.As(err, &stale) {
+			return out, err
+		}
+		s.log.Info("a gateway answer was overtaken by a newer decision; asking the gateway again",
+			"session_id", sess.ID, "answer", string(gp.Status), "read", string(sess.Status), "now", string(stale.now.Status))
+		fresh, found, gerr := s.gatewayState(ctx, stale.now)
+		if gerr != nil || !found {
+			// The newer decision stands; a real contradiction is found by the next look.
+			return stale.now, nil
+		}
+		sess, gp = stale.now, fresh
 	}
-	return s.applyOne(ctx, actor, sess, gp, reason)
 }
 
-// applyOne is applyGatewayPayment in a transaction of its own.
-func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
+// maxAsks bounds how often one apply asks the gateway about a session that keeps moving.
+const maxAsks = 3
+
+// staleAnswer is an answer overtaken by a newer decision (applyGatewayPayment): the session
+// left the state seen before the gateway was asked, and the answer would open a case against
+// the state it is in now. Nothing was written; now is the session as read under the locks.
+type staleAnswer struct{ now Session }
+
+func (e *staleAnswer) Error() string {
+	return "apply: the gateway's answer was overtaken by a newer decision (now " + string(e.now.Status) + ")"
+}
+
+// applyOne is applyGatewayPayment in a transaction of its own. seen is the session's status
+// when the gateway was asked ("": do not compare).
+func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen Status, gp GatewayPayment, reason string) (Session, error) {
 	id := sess.ID
 	ctx, span := s.startSpan(ctx, "payments.apply", id, sess.OrderID)
 	defer span.End()
@@ -248,7 +288,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 		if h := s.cfg.Hooks.AfterApplyLock; h != nil {
 			h(ctx, id)
 		}
-		out, err = s.applyLocked(ctx, tx, actor, cur, asked, gp, reason, now, nil, &mayHaveCommitted)
+		out, err = s.applyLocked(ctx, tx, actor, cur, seen, asked, gp, reason, now, nil, &mayHaveCommitted)
 		return err
 	})
 	if call != nil {
@@ -263,7 +303,8 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 }
 
 // applyLocked decides and writes what gp means for cur, the session as read under the order and
-// session locks the caller holds in tx (asked: a reverse was asked for it). The transition and the
+// session locks the caller holds in tx (asked: a reverse was asked for it; seen: its status when
+// the gateway was asked, "" not to compare; see staleAnswer). The transition and the
 // order's Paid status with its ledger entry go in one round trip.
 //
 // queue, when not nil, collects the plain settles of a settle batch, which the caller writes in
@@ -277,7 +318,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, gp Ga
 // (commitWith), one round trip less. *commit then says whether the transaction may have committed
 // even though this call failed: true unless the server answered with an error (a refused guard,
 // which raises in SQL, skips the COMMIT) or nothing was sent.
-func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, commit *bool) (out Session, err error) {
+func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, seen Status, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, commit *bool) (out Session, err error) {
 	id := cur.ID
 	out = cur
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
@@ -297,6 +338,9 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		}
 	}
 	oc := decide(cur.Status, gp.Status, asked)
+	if oc.caseKind != "" && seen != "" && cur.Status != seen {
+		return out, &staleAnswer{now: cur} // before any write (applyGatewayPayment asks again)
+	}
 	reversed := oc.to == StatusCanceled || (oc.to == StatusFailed && asked)
 	if oc.to != "" {
 		if !oc.to.Terminal() {

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,6 +48,7 @@ type settleItem struct {
 	ctx    context.Context // the drive's: its lease, its call log slot, its span
 	actor  Actor
 	sess   Session
+	seen   Status // sess's status when the gateway was asked ("": do not compare)
 	token  string
 	gp     GatewayPayment
 	reason string
@@ -309,7 +311,7 @@ func queueCallLogs(b *pgx.Batch, calls [][]any) {
 func (s *Service) settleBatch(items []*settleItem) {
 	if len(items) == 1 {
 		it := items[0]
-		it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+		it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.seen, it.gp, it.reason)
 		return
 	}
 	ctx := context.WithoutCancel(items[0].ctx)
@@ -383,7 +385,12 @@ func (s *Service) settleBatch(items []*settleItem) {
 			// The item's own lease (the batch's ctx is its leader's): applyLocked ends it with a
 			// terminal transition (sessionPatch.endLease).
 			ictx := context.WithValue(s.traceSession(ctx, cur), leaseCtxKey{}, it.ctx.Value(leaseCtxKey{}))
-			out, err := s.applyLocked(ictx, tx, it.actor, cur, asked[cur.ID], it.gp, it.reason, now, q, nil)
+			out, err := s.applyLocked(ictx, tx, it.actor, cur, it.seen, asked[cur.ID], it.gp, it.reason, now, q, nil)
+			var stale *staleAnswer
+			if errors.As(err, &stale) {
+				it.err = err // nothing written for it: its drive asks again (applyGatewayPayment)
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -414,6 +421,6 @@ func (s *Service) settleBatch(items []*settleItem) {
 			s.writeCallLog(it.ctx, it.call.args, true)
 			it.call.committed = true
 		}
-		it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+		it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.seen, it.gp, it.reason)
 	}
 }

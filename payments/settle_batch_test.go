@@ -153,6 +153,34 @@ func TestSettleBatchSkipsASessionWhoseLeaseWasLost(t *testing.T) {
 	}
 }
 
+// An answer overtaken by a newer decision (the session moved on after its drive's claim, and the
+// answer would open a case against the new state) writes nothing and is told so (staleAnswer: its
+// drive asks the gateway again); the rest of the batch settles in one transaction.
+func TestSettleBatchSkipsAnOvertakenAnswer(t *testing.T) {
+	t.Parallel()
+	f := newSettleFixture(t, 6)
+	for _, it := range f.items {
+		it.seen = it.sess.Status
+	}
+	odd := f.items[3]
+	odd.gp.Status = GatewayAuthorized // given before a webhook completed the session
+	if _, err := f.pool.Exec(context.Background(), `UPDATE payment_sessions SET status = 'Completed' WHERE id = $1`, odd.sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.svc.settleBatch(f.items)
+	var stale *staleAnswer
+	if !errors.As(odd.err, &stale) || stale.now.Status != StatusCompleted {
+		t.Fatalf("overtaken answer: err = %v, want staleAnswer with the session Completed", odd.err)
+	}
+	others := f.completedExcept(t, odd)
+	if n := f.count(t, `SELECT count(*) FROM finance_cases`); n != 0 {
+		t.Fatalf("%d finance cases, want none", n)
+	}
+	if n := f.transactions(t, f.ids(others)); n != 1 {
+		t.Fatalf("the others settled in %d transactions, want 1", n)
+	}
+}
+
 // One answer that cannot be written (its order is no longer awaiting payment through it: the
 // ledger's invariant refuses) fails the batch's transaction; every other answer is then applied
 // in a transaction of its own and settles, and only the bad one reports an error. Without the
@@ -361,7 +389,7 @@ func TestSettleBatchWritesWhatOneByOneWrites(t *testing.T) {
 	mixAnswers(t, single)
 	batched.svc.settleBatch(batched.items)
 	for _, it := range single.items {
-		it.out, it.err = single.svc.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+		it.out, it.err = single.svc.applyOne(it.ctx, it.actor, it.sess, it.seen, it.gp, it.reason)
 		if it.err == nil {
 			it.call.committed = true
 		}
@@ -436,7 +464,7 @@ func TestSettleEndsTheLeaseOfATerminalSession(t *testing.T) {
 			f.svc.settleBatch(f.items)
 		} else {
 			for _, it := range f.items {
-				it.out, it.err = f.svc.applyOne(it.ctx, it.actor, it.sess, it.gp, it.reason)
+				it.out, it.err = f.svc.applyOne(it.ctx, it.actor, it.sess, "", it.gp, it.reason)
 			}
 		}
 		for i, it := range f.items {
