@@ -568,6 +568,92 @@ func TestWebhookNotMarkedProcessedWhenTheGatewayIsDown(t *testing.T) {
 	}
 }
 
+// A copy of an event that arrives while the first delivery is still applying it is acknowledged
+// (200: a duplicate, for the contract), and the first delivery then fails (audit 5, F2). A
+// gateway that counts the copy's 200 as the event delivered never sends it again: the patrol
+// retries the event on the looks' schedule and applies it. A retry never takes an event a live
+// delivery holds, and waits for its time.
+func TestWebhookFailedWhileACopyWasAcknowledgedIsRetriedByThePatrol(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newWHBench(t, whRefgw)
+	s := b.registered(t, "order-copy")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	body := whEvent("evt_copy", s, s.GatewayPaymentID, "succeeded")
+
+	gate := b.gw.Hold(fakegw.OpStatus)
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- b.deliverSigned(body) }()
+	<-gate.Arrived() // the first delivery holds the event and waits for the gateway
+	whWantStatus(t, b.deliverSigned(body), http.StatusOK)
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("retry while a delivery holds the event = %d %v, want 0", n, err)
+	}
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	b.gw.Unhold(fakegw.OpStatus)
+	gate.Release()
+	if rec := <-first; rec.Code < 500 {
+		t.Fatalf("first delivery: %d, want 5xx (its apply failed)", rec.Code)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusRegistered {
+		t.Fatalf("session %s after the failed apply, want Registered", st)
+	}
+
+	// No delivery comes again. Before its time the patrol leaves the event; then applies it.
+	b.clock.Advance(payments.DefaultBackoff[0] - time.Second)
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("retry before its time = %d %v, want 0", n, err)
+	}
+	b.clock.Advance(time.Second)
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("retry = %d %v, want 1", n, err)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("session %s after the retry, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_copy' AND processed_at IS NOT NULL
+		AND outcome = 'applied' AND error IS NULL AND deliveries = 2 AND attempts = 1`); n != 1 {
+		t.Fatal("the retried event is not marked processed after one failed attempt and two deliveries")
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 1 {
+		t.Fatalf("ledger entries = %d, want 1", n)
+	}
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("retry of a processed event = %d %v, want 0", n, err)
+	}
+}
+
+// A retry that fails again waits for the next step of the schedule.
+func TestWebhookRetryFollowsTheSchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newWHBench(t, whRefgw)
+	s := b.registered(t, "order-retry-again")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 2)
+	if rec := b.deliverSigned(whEvent("evt_again", s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
+		t.Fatalf("delivery: %d, want 5xx", rec.Code)
+	}
+	b.clock.Advance(payments.DefaultBackoff[0])
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("first retry = %d %v, want 1 (failing)", n, err)
+	}
+	b.clock.Advance(payments.DefaultBackoff[1] - time.Second)
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("retry before the schedule's second step = %d %v, want 0", n, err)
+	}
+	b.clock.Advance(time.Second)
+	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("second retry = %d %v, want 1", n, err)
+	}
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("session %s, want Completed", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_again' AND processed_at IS NOT NULL AND attempts = 2`); n != 1 {
+		t.Fatal("want the event processed after two failed attempts")
+	}
+}
+
 // TestWebhookSecondGatewayPaymentOfASessionOpensCase: a gateway that ignored our idempotency key
 // holds two payments with one session's reference; an event about the other one is a finance case
 // (the customer may pay twice), not something to attach or ignore silently.

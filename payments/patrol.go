@@ -620,13 +620,14 @@ func (s *Service) driveContext(ctx context.Context) (context.Context, context.Ca
 }
 
 // PatrolRound is one round of this replica's patrol over everything it drives — due sessions,
-// pending refunds, undelivered messages — through one pool, then its heartbeat.
+// pending refunds, webhook events whose apply failed, undelivered messages — through one pool,
+// then its heartbeat.
 func (s *Service) PatrolRound(ctx context.Context) (RoundReport, error) {
 	return s.patrolRound(ctx, 0)
 }
 
 func (s *Service) patrolRound(ctx context.Context, beatEvery time.Duration) (RoundReport, error) {
-	sources := []patrolSource{s.sessionSource(), s.refundSource()}
+	sources := []patrolSource{s.sessionSource(), s.refundSource(), s.webhookSource()}
 	if s.cfg.Notifier != nil {
 		sources = append(sources, s.outboxSource())
 	}

@@ -121,11 +121,19 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 	if processed || !mine {
 		return EventResult{Outcome: EventDuplicate}, nil
 	}
+	return s.processEvent(ctx, rowID, token, ev)
+}
 
+// processEvent is steps 2 and 3 of HandleGatewayEvent for an event whose claim (token) this
+// caller holds: a delivery, or the patrol's retry (webhookSource). A failed apply releases the
+// claim with its error and the time of the patrol's next try (the looks' schedule by attempts).
+func (s *Service) processEvent(ctx context.Context, rowID int64, token string, ev GatewayEvent) (EventResult, error) {
 	res, err := s.applyEvent(ctx, ev)
+	ctx = context.WithoutCancel(ctx) // what was done must be recorded
 	if err != nil {
-		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL, error = $3
-			WHERE id = $1 AND claim_token = $2`, rowID, token, truncate(err.Error(), 2000)); xerr != nil {
+		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL, error = $3,
+			attempts = attempts + 1, retry_at = $4::timestamptz + ($5::interval[])[least(attempts + 1, cardinality($5::interval[]))]
+			WHERE id = $1 AND claim_token = $2`, rowID, token, truncate(err.Error(), 2000), s.cfg.Clock.Now(), s.cfg.Backoff); xerr != nil {
 			s.log.Error("webhook: release claim", "event", ev.ID, "err", xerr)
 		}
 		return EventResult{}, err
@@ -135,12 +143,63 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 		sid = res.Session.ID
 	}
 	if _, err := s.db.Exec(ctx, `UPDATE webhook_events SET processed_at = $2, outcome = $3, session_id = $4,
-		error = NULL, claim_token = NULL, claimed_until = NULL
+		error = NULL, claim_token = NULL, claimed_until = NULL, retry_at = NULL
 		WHERE id = $1 AND processed_at IS NULL`, rowID, s.cfg.Clock.Now(), string(res.Outcome), sid); err != nil {
-		// Applied but not marked: the redelivery applies the hint again, which Check makes harmless.
+		// Applied but not marked: the next delivery or retry applies the hint again, which Check
+		// makes harmless.
 		return EventResult{}, fmt.Errorf("webhook: mark processed: %w", err)
 	}
 	return res, nil
+}
+
+// RetryWebhooksOnce is one round of the patrol over failed webhook events only (tests).
+func (s *Service) RetryWebhooksOnce(ctx context.Context) (int, error) {
+	rep, err := s.runRound(ctx, []patrolSource{s.webhookSource()}, nil, 0)
+	return rep.Driven, err
+}
+
+// webhookSource is the patrol's work on the webhook inbox: events of this gateway not processed,
+// whose retry is due (a failed apply's retry_at; a delivery that died: its claim ran out) and
+// that no delivery holds. Each is applied as its delivery would have been (processEvent), so an
+// event is applied even when the gateway never delivers it again: it may have counted the 200
+// a copy got while the first delivery was still applying as the event delivered.
+func (s *Service) webhookSource() patrolSource {
+	return patrolSource{kind: "webhook", gateway: true, claim: func(ctx context.Context, limit int) ([]patrolJob, error) {
+		now := s.cfg.Clock.Now()
+		rows, err := s.db.Query(ctx, `
+			UPDATE webhook_events SET claim_token = gen_random_uuid(), claimed_until = $3
+			WHERE id = ANY(ARRAY(
+				SELECT id FROM webhook_events
+				WHERE processed_at IS NULL AND coalesce(retry_at, received_at) <= $1
+				  AND (claimed_until IS NULL OR claimed_until <= $1) AND gateway = $4
+				ORDER BY coalesce(retry_at, received_at)
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED))
+			RETURNING id, claim_token::text, event_id, event_type, coalesce(gateway_payment_id, ''), coalesce(reference, '')`,
+			now, limit, now.Add(s.cfg.RegisterGrace), s.gw.Name())
+		if err != nil {
+			return nil, fmt.Errorf("webhook retry: claim: %w", err)
+		}
+		defer rows.Close()
+		var jobs []patrolJob
+		for rows.Next() {
+			var id int64
+			var token string
+			var ev GatewayEvent
+			if err := rows.Scan(&id, &token, &ev.ID, &ev.Type, &ev.PaymentID, &ev.Reference); err != nil {
+				return nil, fmt.Errorf("webhook retry: claim: %w", err)
+			}
+			jobs = append(jobs, patrolJob{id: fmt.Sprintf("webhook:%d", id), token: token, run: func(ctx context.Context) driveEnd {
+				dctx, cancel := s.driveContext(ctx)
+				defer cancel()
+				if _, err := s.processEvent(dctx, id, token, ev); err != nil {
+					s.log.Warn("webhook retry: the event's apply failed again", "event", ev.ID, "err", err)
+				}
+				return endDone
+			}})
+		}
+		return jobs, rows.Err()
+	}}
 }
 
 // applyEvent is step 2 of HandleGatewayEvent.
