@@ -330,9 +330,13 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 	return int(cleared), err
 }
 
-// roundUp writes a wait for people: whole minutes, at least one.
-func roundUp(d time.Duration) time.Duration {
-	return max(d.Round(time.Minute), time.Minute)
+// roundUp writes a wait for people, never shorter than it is: whole seconds up to a minute (what
+// Retry-After says), whole minutes above.
+func roundUp(d time.Duration) string {
+	if secs := (max(d, 0) + time.Second - 1).Truncate(time.Second); secs < time.Minute {
+		return secs.String() // "15s", as Retry-After says
+	}
+	return strings.TrimSuffix((d + time.Minute - 1).Truncate(time.Minute).String(), "0s") // "1m", "58m", "23h59m"
 }
 
 // codeHash is HMAC-SHA256(secret, challenge id || 0 || code): a keyed hash, so a database dump
