@@ -122,6 +122,9 @@ func Load(getenv func(string) string) (Config, error) {
 		NotifyWebhookURL:     getenv("NOTIFY_WEBHOOK_URL"),
 		ReplicaID:            getenv("REPLICA_ID"),
 	}
+	if c.GatewayWebhookSecret != "" && len(c.WebhookSecrets()) == 0 {
+		return c, errorf("GATEWAY_WEBHOOK_SECRET", "lists no secret (only commas and spaces); unset it to refuse every webhook")
+	}
 	if c.DatabaseURL != "" {
 		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 			// pgx masks the password in its message.
@@ -144,6 +147,10 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(v); err != nil {
 			return c, errorf("PUBLIC_BASE_URL", "%v", err)
 		}
+		if u, _ := url.Parse(v); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
+			// Paths are appended to it (…/checkout/{order}): a query or fragment would swallow them.
+			return c, errorf("PUBLIC_BASE_URL", "must be a base URL without credentials, query or fragment (e.g. https://pay.example.com or https://example.com/pay)")
+		}
 		c.PublicBaseURL = strings.TrimRight(v, "/")
 	} else {
 		if host == "" || host == "0.0.0.0" || host == "::" {
@@ -159,7 +166,7 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, errorf("GATEWAY_URL", "%v", err)
 		}
 	}
-	if c.GatewayTimeout, err = duration(getenv, "GATEWAY_TIMEOUT", 10*time.Second); err != nil {
+	if c.GatewayTimeout, err = durationIn(getenv, "GATEWAY_TIMEOUT", 10*time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
 		return c, err
 	}
 	if c.NotifyWebhookURL != "" {
@@ -172,7 +179,7 @@ func Load(getenv func(string) string) (Config, error) {
 	} else if len(c.ReplicaID) > 128 || strings.IndexFunc(c.ReplicaID, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
 		return c, errorf("REPLICA_ID", "must be 1-128 printable characters without spaces")
 	}
-	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second); err != nil {
+	if c.SweepInterval, err = durationIn(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
 		return c, err
 	}
 	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {
@@ -358,6 +365,17 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("config: write secret: %w", err)
 	}
 	return []byte(s), nil
+}
+
+// durationIn is duration within [lo, hi]: a sweep every nanosecond keeps an idle replica busy
+// with thousands of transactions a second, and a gateway timeout of years overflows the leases
+// and graces derived from it.
+func durationIn(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
+	d, err := duration(getenv, name, def)
+	if err == nil && (d < lo || d > hi) {
+		return 0, errorf(name, "must be between %s and %s, got %s", lo, hi, d)
+	}
+	return d, err
 }
 
 func duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {

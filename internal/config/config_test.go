@@ -111,11 +111,19 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_TIMEOUT", "10"},
 		{"GATEWAY_TIMEOUT", "-1s"},
 		{"GATEWAY_TIMEOUT", "0s"},
+		{"GATEWAY_TIMEOUT", "1ns"},
+		{"GATEWAY_TIMEOUT", "2000000h"},
+		{"PUBLIC_BASE_URL", "https://example.com/shop?x=1"},
+		{"PUBLIC_BASE_URL", "https://example.com/#pay"},
+		{"PUBLIC_BASE_URL", "https://u:hunter2@example.com"},
+		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
 		{"NOTIFY_WEBHOOK_URL", "/hook"},
 		{"REPLICA_ID", "two words"},
 		{"REPLICA_ID", strings.Repeat("r", 129)},
 		{"SWEEP_INTERVAL", "often"},
 		{"SWEEP_INTERVAL", "0"},
+		{"SWEEP_INTERVAL", "1ns"},
+		{"SWEEP_INTERVAL", "48h"},
 		{"SWEEP_CONCURRENCY", "0"},
 		{"SWEEP_CONCURRENCY", "many"},
 		{"SWEEP_CONCURRENCY", "100000"},
@@ -146,6 +154,62 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		if strings.Contains(msg, "hunter2") {
 			t.Errorf("%s: the password leaked into the message: %q", tc.name, msg)
 		}
+	}
+}
+
+// The OpenTelemetry SDK's own variables, when traces are exported: a bad value stops the binary
+// naming the variable, and a header's value (a collector's token) is never quoted (audit 6: the
+// SDK printed "Authorization: Bearer …" to stderr and started without it). Tracing off, they are
+// not read.
+func TestOTelSDKSettingsAreChecked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notPEM := dir + "/ca.pem"
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cr3t-collector-token"
+	for _, tc := range []struct{ name, value string }{
+		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer " + secret},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20" + secret + "%zz"},
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x=1,," + secret},
+		{"OTEL_EXPORTER_OTLP_TIMEOUT", "abc"},
+		{"OTEL_EXPORTER_OTLP_TIMEOUT", "-5"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "lots"},
+		{"OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"},
+		{"OTEL_EXPORTER_OTLP_CERTIFICATE", dir + "/nonexistent.pem"},
+		{"OTEL_EXPORTER_OTLP_CERTIFICATE", notPEM},
+		{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", notPEM},
+		{"OTEL_TRACES_SAMPLER", "bogus"},
+	} {
+		vars := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", tc.name: tc.value}
+		if tc.name == "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE" {
+			vars["OTEL_EXPORTER_OTLP_CLIENT_KEY"] = notPEM
+		}
+		_, err := Load(env(vars))
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Var != tc.name {
+			t.Errorf("%s=%q: error %v, want a config error naming %s", tc.name, tc.value, err, tc.name)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, secret) || strings.Contains(msg, "\n") {
+			t.Errorf("%s: want one line without the header's value, got %q", tc.name, msg)
+		}
+	}
+	ratio := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"}
+	if _, err := Load(env(ratio)); err == nil || !strings.HasPrefix(err.Error(), "OTEL_TRACES_SAMPLER_ARG: ") {
+		t.Errorf("sampler ratio 1.5: %v, want an error naming OTEL_TRACES_SAMPLER_ARG", err)
+	}
+	good := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+		"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20" + secret + ",x-tenant=acme", "OTEL_EXPORTER_OTLP_TIMEOUT": "5000",
+		"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+	if _, err := Load(env(good)); err != nil {
+		t.Errorf("good settings: %v", err)
+	}
+	off := map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "garbage", "OTEL_TRACES_SAMPLER": "bogus"}
+	if _, err := Load(env(off)); err != nil {
+		t.Errorf("tracing off reads none of them: %v", err)
 	}
 }
 
@@ -204,7 +268,6 @@ func TestWebhookSecretsIsACommaSeparatedList(t *testing.T) {
 		{"whsec_one", []string{"whsec_one"}},
 		{"whsec_old,whsec_new", []string{"whsec_old", "whsec_new"}},
 		{" whsec_old , whsec_new ,", []string{"whsec_old", "whsec_new"}},
-		{",,", nil},
 	} {
 		c, err := Load(env(map[string]string{"GATEWAY_WEBHOOK_SECRET": tc.raw}))
 		if err != nil {
