@@ -216,9 +216,10 @@ func TestDeploySystemdUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const releaseBound = 5 * time.Second // RunSweeper's bound on giving leases back
-	if need := shutdownGrace + defaults.GatewayTimeout + releaseBound + tracingFlushTimeout; stop <= need {
+	grace := shutdownGraceFor(defaults.GatewayTimeout)
+	if need := grace + defaults.GatewayTimeout + releaseBound + tracingFlushTimeout; stop <= need {
 		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + GATEWAY_TIMEOUT %s + lease release %s + last spans %s)",
-			stop, need, shutdownGrace, defaults.GatewayTimeout, releaseBound, tracingFlushTimeout)
+			stop, need, grace, defaults.GatewayTimeout, releaseBound, tracingFlushTimeout)
 	}
 
 	// systemd's own reading of the unit, with ExecStart pointing at a binary that exists here.
@@ -243,5 +244,17 @@ func TestDeploySystemdUnit(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// Requests in flight at a stop get at least one gateway call's time (audit 6: with
+// GATEWAY_TIMEOUT=30s a Create waiting at the gateway was cut after a fixed 15 s).
+func TestShutdownGraceFollowsTheGatewayTimeout(t *testing.T) {
+	for timeout, want := range map[time.Duration]time.Duration{
+		time.Second: shutdownGrace, 10 * time.Second: shutdownGrace, 30 * time.Second: 35 * time.Second,
+	} {
+		if got := shutdownGraceFor(timeout); got != want {
+			t.Errorf("grace for GATEWAY_TIMEOUT %s = %s, want %s", timeout, got, want)
+		}
 	}
 }

@@ -23,8 +23,15 @@ import (
 	"pitlane/web"
 )
 
-// shutdownGrace bounds graceful shutdown: in-flight requests get this long to finish.
+// shutdownGrace bounds graceful shutdown: in-flight requests get this long to finish, or a
+// gateway call's timeout and a little more when that is longer (shutdownGraceFor).
 const shutdownGrace = 15 * time.Second
+
+// shutdownGraceFor is how long requests in flight get to finish at a stop: at least one gateway
+// call (GATEWAY_TIMEOUT) and the short transactions around it, and never less than shutdownGrace.
+func shutdownGraceFor(gatewayTimeout time.Duration) time.Duration {
+	return max(shutdownGrace, gatewayTimeout+5*time.Second)
+}
 
 // runServe: `pitlane serve`.
 func runServe(ctx context.Context, env *Env, args []string) error {
@@ -269,10 +276,15 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "cause", context.Cause(ctx))
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	grace := shutdownGraceFor(cfg.GatewayTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("graceful shutdown: %w", err)
+		// A request still running now is cut. What it started is safe: a session it left
+		// Registering is the patrol's, an idempotency key in progress goes stale. The stop itself
+		// goes on as asked (exit 0): systemd would mark the unit failed otherwise.
+		logger.Warn("shutdown grace ran out: cutting the requests still in flight", "grace", grace, "err", err)
+		_ = srv.Close()
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
