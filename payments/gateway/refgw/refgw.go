@@ -9,7 +9,9 @@
 //     answer we could not read, 409 idempotency_key_in_use or 422 idempotency_key_reused (an
 //     earlier request under the key, with another body). The gateway may have acted.
 //   - FailureNotSent: no connection to the gateway was ever obtained, so not one byte of the
-//     request left this process. Certain that nothing happened.
+//     request left this process; or the gateway refused our credentials (401/403: a wrong or
+//     rotated-away GATEWAY_API_KEY), which is no answer about the payment. Certain that nothing
+//     happened, and safe to send again.
 //
 // "Not sent" is decided by httptrace's GotConn, not by inspecting error types: GotConn runs on
 // the caller's goroutine before the transport writes anything, so if it never fired, nothing was
@@ -325,6 +327,13 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 		}
 		if ge.Code == "" {
 			ge.Code = defaultCode(resp.StatusCode)
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			// Our credentials were refused (GATEWAY_API_KEY wrong, or rotated away): the gateway
+			// did nothing, and nothing about the payment was refused. Like a call that never
+			// reached it: safe to send again once the key is right, counted as the gateway
+			// failing (the error-ratio alert), and no payment is failed for it.
+			ge.Kind = payments.FailureNotSent
 		}
 		switch ge.Code {
 		case "idempotency_key_in_use":

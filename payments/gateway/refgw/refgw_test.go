@@ -355,12 +355,20 @@ func TestRefusalsAreDefinitive(t *testing.T) {
 	}
 }
 
-func TestWrongKeyIsDefinitiveUnauthorized(t *testing.T) {
+// A wrong or rotated-away API key is not a refusal of the payment: the gateway did nothing, and
+// the call is safe to send again once the key is right (not_sent). As a definitive refusal it
+// failed every new payment and stayed out of the gateway error-ratio alert (audit 6).
+func TestWrongKeyIsNotSentUnauthorized(t *testing.T) {
 	t.Parallel()
-	_, c := simEnv(t, gatewaysim.Options{}, refgw.Options{APIKey: "sk_wrong"})
+	sim, c := simEnv(t, gatewaysim.Options{}, refgw.Options{APIKey: "sk_wrong"})
 	_, err := c.Status(context.Background(), "gp_1")
-	if ge := failure(t, err, payments.FailureDefinitive); ge.HTTPStatus != 401 || ge.Code != "unauthorized" {
+	if ge := failure(t, err, payments.FailureNotSent); ge.HTTPStatus != 401 || ge.Code != "unauthorized" {
 		t.Errorf("%+v", ge)
+	}
+	_, err = c.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: "k-wrong-key", Reference: "r", Amount: 100, Currency: "EUR"})
+	failure(t, err, payments.FailureNotSent)
+	if n := len(sim.Payments()); n != 0 {
+		t.Errorf("the gateway holds %d payments after a refused key", n)
 	}
 }
 

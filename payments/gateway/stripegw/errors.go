@@ -95,6 +95,10 @@ func classify(op string, ci *callInfo, err error) error {
 			se.Code == stripe.ErrorCodeIdempotencyKeyInUse,
 			se.Code == stripe.ErrorCodeLockTimeout:
 			ge.Kind = payments.FailureUnknown
+		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
+			// Our key was refused: Stripe did nothing, and nothing about the payment was
+			// refused (see refgw): retried once the key is right, never a failed payment.
+			ge.Kind = payments.FailureNotSent
 		default:
 			ge.Kind = payments.FailureDefinitive
 		}

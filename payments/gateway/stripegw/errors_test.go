@@ -100,7 +100,7 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 			payments.FailureUnknown, 429, "rate_limit", ""},
 		{"401 bad key", register,
 			stripeError(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`),
-			payments.FailureDefinitive, 401, "invalid_request_error", ""},
+			payments.FailureNotSent, 401, "invalid_request_error", ""}, // our key, not the payment: retried once it is right
 		{"403 html", register,
 			func(w http.ResponseWriter, r *http.Request) { http.Error(w, "forbidden", http.StatusForbidden) },
 			payments.FailureDefinitive, 403, "", ""},
