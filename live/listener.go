@@ -72,6 +72,17 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// A pooler in transaction mode (pgbouncer) accepts the LISTEN, then hands its server
+	// connection to other clients: notifications go astray and the page waits for nothing while
+	// the hub says it listens. Such a pooler gives its clients a cancel key of its own, so the
+	// backend pid announced at connect is not the one the server reports.
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return false, fmt.Errorf("live: backend pid: %w", err)
+	}
+	if pid != conn.PgConn().PID() {
+		return false, fmt.Errorf("%w (the server's backend pid %d is not the %d announced at connect)", ErrNotDirect, pid, conn.PgConn().PID())
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return false, fmt.Errorf("live: listen: %w", err)
 	}
@@ -117,6 +128,10 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 		h.publish(ev)
 	}
 }
+
+// ErrNotDirect: the listener's connection goes through a pooler, where a LISTEN does not hold.
+// The hub stays down (pages poll; pitlane_live_listener_up is 0) and tries again later.
+var ErrNotDirect = errors.New("live: the listener's connection is not direct to PostgreSQL (a pooler such as pgbouncer is in between, where LISTEN does not hold): set LISTEN_DATABASE_URL to a direct URL")
 
 // errRest ends a listen whose hub rests: no page was open for IdleAfter.
 var errRest = errors.New("live: no page open")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,6 +231,52 @@ func TestLiveBehindPgbouncer(t *testing.T) {
 	}
 	until(t, list, "the check through pgbouncer", func(p live.Pending) bool { return p.Last.Session == res.Session.ID && p.Last.Status == "Completed" })
 }
+
+// TestListenerRefusesAPooledConnection: with the listener's URL through pgbouncer in transaction
+// mode (LISTEN_DATABASE_URL left unset behind pgbouncer), a LISTEN is accepted and then lost
+// with its server connection. The listener must see it is not on a direct connection and stay
+// down (pages poll, the alert can fire) instead of saying it listens (audit 6).
+func TestListenerRefusesAPooledConnection(t *testing.T) {
+	refused := make(chan string, 10)
+	b := newBench(t, func(c *live.Config) {
+		c.ConnString = pgbouncer.Start(t, c.ConnString, 2)
+		c.Logger = slog.New(recordHandler{func(r slog.Record) {
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "err" && strings.Contains(a.Value.String(), "not direct") {
+					select {
+					case refused <- a.Value.String():
+					default:
+					}
+				}
+				return true
+			})
+		}})
+	})
+	sub := b.subscribe(t, live.Topic{Page: live.PagePayments})
+	for range 2 { // the first attempt and a retry
+		select {
+		case <-refused:
+		case pid := <-b.listening:
+			t.Fatalf("the listener listens through pgbouncer (backend %d)", pid)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the listener never tried")
+		}
+	}
+	if b.hub.Up() || b.hub.Listening() {
+		t.Fatalf("through pgbouncer: Up %v, Listening %v; want down", b.hub.Up(), b.hub.Listening())
+	}
+	if p, ok := sub.TryNext(); ok && !p.Down {
+		t.Fatalf("the page was told %+v, want down (poll)", p)
+	}
+}
+
+// recordHandler hands every log record to f.
+type recordHandler struct{ f func(slog.Record) }
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error { h.f(r); return nil }
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordHandler) WithGroup(string) slog.Handler                 { return h }
 
 // TestPatrolHeartbeatsNotifyTheDashboard: a replica's patrol row reaches the dashboard when it
 // arrives, when its sessions in flight change and when it leaves, but not when it only beats
