@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,9 @@ import (
 func runGatewaysim(ctx context.Context, env *Env, args []string) error {
 	out := &listenWatcher{w: env.Stdout}
 	err := gatewaysim.Main(ctx, args, out, env.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: its flags were listed
+	}
 	if err != nil && !out.listening.Load() {
 		return Usagef("%s", strings.TrimPrefix(err.Error(), "gatewaysim: "))
 	}

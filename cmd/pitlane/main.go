@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,11 +31,11 @@ type command struct {
 // commands is the dispatch table.
 var commands = []command{
 	{"migrate", "apply the embedded migrations to DATABASE_URL; exits 0 when the schema is current", runMigrate},
-	{"serve", "web console, JSON API and webhook receiver (needs DATABASE_URL)", runServe},
+	{"serve", "web console, JSON API, webhook receiver and sweeper (needs DATABASE_URL)", runServe},
 	{"dev", "private PostgreSQL (when DATABASE_URL is unset), migrations, then serve", runDev},
 	{"apikey", "create NAME | revoke ID|PREFIX | list: API clients (create prints the key once)", runApikey},
-	{"gatewaysim", "the reference-gateway simulator on its own (--addr :8090), with fault injection", runGatewaysim},
-	{"user", "create --email E --role support|finance|admin: a console user (password on stdin)", runUser},
+	{"gatewaysim", "the reference-gateway simulator on its own (--addr :8090; faults through its /_sim/ control API)", runGatewaysim},
+	{"user", "create --email E --role support|finance|admin | disable E | role E ROLE | password E: console users (passwords on stdin)", runUser},
 	{"reconcile", "[--since 24h]: compare recent sessions with the gateway now, under the patrol's lease (exit 75: another replica runs)", runReconcile},
 }
 
@@ -94,6 +95,10 @@ func Main(args []string, env *Env) int {
 		fmt.Fprintf(env.Stderr, "pitlane: unknown command %q (see `pitlane help`)\n", args[0])
 		return 2
 	}
+	if len(args) > 1 && isHelp(args[1]) && cmd.name != "gatewaysim" { // gatewaysim lists its own flags
+		fmt.Fprintf(env.Stdout, "usage: pitlane %s %s\n\nConfiguration comes from the environment (DATABASE_URL, HTTP_ADDR, …); see README.md.\n", cmd.name, cmd.summary)
+		return 0
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -105,7 +110,7 @@ func Main(args []string, env *Env) int {
 	}()
 
 	err := cmd.run(ctx, env, args[1:])
-	if err == nil {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintf(env.Stderr, "pitlane %s: %s\n", cmd.name, oneLine(err.Error()))
@@ -120,6 +125,8 @@ func Main(args []string, env *Env) int {
 	}
 	return 1
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: pitlane <command> [arguments]")

@@ -199,6 +199,25 @@ func TestInvalidSettingsExitTwoWithOneLine(t *testing.T) {
 	}
 }
 
+// Every command's -h prints its usage and exits 0 (audit 6: migrate and serve answered "takes no
+// arguments", dev and reconcile "flag: help requested", all with exit 2).
+func TestEveryCommandHelpExitsZero(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		for _, h := range []string{"-h", "--help"} {
+			var stdout, stderr bytes.Buffer
+			env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+				Getenv: func(string) string { return "" }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			if code := Main([]string{c.name, h}, env); code != 0 {
+				t.Errorf("pitlane %s %s: exit %d (stderr %q), want 0", c.name, h, code, stderr.String())
+			}
+			if !strings.Contains(stdout.String()+stderr.String(), "usage") && !strings.Contains(stdout.String()+stderr.String(), "Usage") {
+				t.Errorf("pitlane %s %s: no usage in %q %q", c.name, h, stdout.String(), stderr.String())
+			}
+		}
+	}
+}
+
 func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
