@@ -654,6 +654,37 @@ func TestWebhookRetryFollowsTheSchedule(t *testing.T) {
 	}
 }
 
+// After a long outage the retries' wait stops growing at five minutes: an event that failed for
+// a day is applied within minutes of the gateway's return, not on the looks' daily step.
+func TestWebhookRetryWaitIsCapped(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, whRefgw)
+	s := b.registered(t, "order-retry-capped")
+	if rec := b.deliverSigned(whEvent("evt_capped", s, s.GatewayPaymentID, "succeeded")); rec.Code != http.StatusOK {
+		t.Fatalf("delivery: %d", rec.Code)
+	}
+	// The event failed many times already (attempts far along the schedule), then once more.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE webhook_events SET processed_at = NULL, attempts = 14, claim_token = gen_random_uuid(),
+		claimed_until = $1 WHERE event_id = 'evt_capped'`, b.clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE webhook_events SET claimed_until = $1 WHERE event_id = 'evt_capped'`, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.RetryWebhooksOnce(context.Background()); err != nil || n != 1 {
+		t.Fatalf("retry = %d %v, want 1 (failing)", n, err)
+	}
+	var wait time.Duration
+	if err := b.pool.QueryRow(context.Background(), `SELECT extract(epoch FROM retry_at - $1) * 1e9 FROM webhook_events WHERE event_id = 'evt_capped'`,
+		b.clock.Now()).Scan(&wait); err != nil {
+		t.Fatal(err)
+	}
+	if wait != 5*time.Minute {
+		t.Fatalf("next retry in %s, want 5m (the cap, not the schedule's hours)", wait)
+	}
+}
+
 // TestWebhookSecondGatewayPaymentOfASessionOpensCase: a gateway that ignored our idempotency key
 // holds two payments with one session's reference; an event about the other one is a finance case
 // (the customer may pay twice), not something to attach or ignore silently.

@@ -126,14 +126,16 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 
 // processEvent is steps 2 and 3 of HandleGatewayEvent for an event whose claim (token) this
 // caller holds: a delivery, or the patrol's retry (webhookSource). A failed apply releases the
-// claim with its error and the time of the patrol's next try (the looks' schedule by attempts).
+// claim with its error and the time of the patrol's next try (the looks' schedule by attempts,
+// at most maxWebhookRetryWait).
 func (s *Service) processEvent(ctx context.Context, rowID int64, token string, ev GatewayEvent) (EventResult, error) {
 	res, err := s.applyEvent(ctx, ev)
 	ctx = context.WithoutCancel(ctx) // what was done must be recorded
 	if err != nil {
 		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL, error = $3,
-			attempts = attempts + 1, retry_at = $4::timestamptz + ($5::interval[])[least(attempts + 1, cardinality($5::interval[]))]
-			WHERE id = $1 AND claim_token = $2`, rowID, token, truncate(err.Error(), 2000), s.cfg.Clock.Now(), s.cfg.Backoff); xerr != nil {
+			attempts = attempts + 1,
+			retry_at = $4::timestamptz + least(($5::interval[])[least(attempts + 1, cardinality($5::interval[]))], $6::interval)
+			WHERE id = $1 AND claim_token = $2`, rowID, token, truncate(err.Error(), 2000), s.cfg.Clock.Now(), s.cfg.Backoff, maxWebhookRetryWait); xerr != nil {
 			s.log.Error("webhook: release claim", "event", ev.ID, "err", xerr)
 		}
 		return EventResult{}, err
@@ -151,6 +153,11 @@ func (s *Service) processEvent(ctx context.Context, rowID int64, token string, e
 	}
 	return res, nil
 }
+
+// maxWebhookRetryWait caps the wait between the patrol's tries of a failed event: the looks'
+// schedule grows to a day, and an event that failed through a long gateway outage must be
+// applied within minutes of the gateway's return, not a day later (its alert fires meanwhile).
+const maxWebhookRetryWait = 5 * time.Minute
 
 // RetryWebhooksOnce is one round of the patrol over failed webhook events only (tests).
 func (s *Service) RetryWebhooksOnce(ctx context.Context) (int, error) {
