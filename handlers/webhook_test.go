@@ -654,6 +654,29 @@ func TestWebhookRetryFollowsTheSchedule(t *testing.T) {
 	}
 }
 
+// The replica's patrol (PatrolRound, what `pitlane serve` runs) retries failed events along with
+// sessions and refunds: the event is marked processed by the patrol, not only the session settled.
+func TestWebhookRetryIsPartOfThePatrol(t *testing.T) {
+	t.Parallel()
+	b := newWHBench(t, whRefgw)
+	s := b.registered(t, "order-patrol-retry")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	if rec := b.deliverSigned(whEvent("evt_patrol", s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
+		t.Fatalf("delivery: %d, want 5xx", rec.Code)
+	}
+	b.clock.Advance(payments.DefaultBackoff[0])
+	if _, err := b.svc.PatrolRound(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt_patrol' AND processed_at IS NOT NULL AND attempts = 1`); n != 1 {
+		t.Fatal("the patrol round did not apply the failed event")
+	}
+	if st := b.status(t, s.ID); st != payments.StatusCompleted {
+		t.Fatalf("session %s, want Completed", st)
+	}
+}
+
 // After a long outage the retries' wait stops growing at five minutes: an event that failed for
 // a day is applied within minutes of the gateway's return, not on the looks' daily step.
 func TestWebhookRetryWaitIsCapped(t *testing.T) {
