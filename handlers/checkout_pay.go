@@ -54,12 +54,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 		}
 	}
 	res, err := h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
-	follow := h.svc.OrderPagePath(id) // with the page token: the follow-up page opens for this customer
-	if strings.Contains(follow, "?") {
-		follow += "&intent=" + url.QueryEscape(key)
-	} else {
-		follow += "?intent=" + url.QueryEscape(key)
-	}
+	follow := h.svc.OrderPagePath(id, url.Values{"intent": {key}}) // with the page token: the follow-up page opens for this customer
 	switch code := payments.ErrorCode(err); {
 	case err == nil:
 	case code == payments.EBUSY:

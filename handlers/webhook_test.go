@@ -126,6 +126,19 @@ func (b *whBench) registered(t *testing.T, order string) payments.Session {
 	return res.Session
 }
 
+// failedDelivery delivers a "succeeded" event of a new session of order whose apply fails: the
+// gateway's status call fails failures times from now (the first of them the delivery's).
+func (b *whBench) failedDelivery(t *testing.T, order, eventID string, failures int) payments.Session {
+	t.Helper()
+	s := b.registered(t, order)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, failures)
+	if rec := b.deliverSigned(whEvent(eventID, s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
+		t.Fatalf("delivery: %d, want 5xx", rec.Code)
+	}
+	return s
+}
+
 // refgwEvent is a reference-gateway event body (gateway-api.md) for a payment in a status.
 func whEvent(id string, s payments.Session, gatewayPaymentID, status string) []byte {
 	body, _ := json.Marshal(map[string]any{
@@ -628,12 +641,7 @@ func TestWebhookRetryFollowsTheSchedule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newWHBench(t, whRefgw)
-	s := b.registered(t, "order-retry-again")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 2)
-	if rec := b.deliverSigned(whEvent("evt_again", s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
-		t.Fatalf("delivery: %d, want 5xx", rec.Code)
-	}
+	s := b.failedDelivery(t, "order-retry-again", "evt_again", 2)
 	b.clock.Advance(payments.DefaultBackoff[0])
 	if n, err := b.svc.RetryWebhooksOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("first retry = %d %v, want 1 (failing)", n, err)
@@ -659,12 +667,7 @@ func TestWebhookRetryFollowsTheSchedule(t *testing.T) {
 func TestWebhookRetryIsPartOfThePatrol(t *testing.T) {
 	t.Parallel()
 	b := newWHBench(t, whRefgw)
-	s := b.registered(t, "order-patrol-retry")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
-	if rec := b.deliverSigned(whEvent("evt_patrol", s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
-		t.Fatalf("delivery: %d, want 5xx", rec.Code)
-	}
+	s := b.failedDelivery(t, "order-patrol-retry", "evt_patrol", 1)
 	b.clock.Advance(payments.DefaultBackoff[0])
 	if _, err := b.svc.PatrolRound(context.Background()); err != nil {
 		t.Fatal(err)
@@ -687,14 +690,11 @@ func TestWebhookRetryWaitIsCapped(t *testing.T) {
 		t.Fatalf("delivery: %d", rec.Code)
 	}
 	// The event failed many times already (attempts far along the schedule), then once more.
-	if _, err := b.pool.Exec(context.Background(), `UPDATE webhook_events SET processed_at = NULL, attempts = 14, claim_token = gen_random_uuid(),
-		claimed_until = $1 WHERE event_id = 'evt_capped'`, b.clock.Now().Add(time.Minute)); err != nil {
+	if _, err := b.pool.Exec(context.Background(), `UPDATE webhook_events SET processed_at = NULL, attempts = 14, retry_at = $1
+		WHERE event_id = 'evt_capped'`, b.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
-	if _, err := b.pool.Exec(context.Background(), `UPDATE webhook_events SET claimed_until = $1 WHERE event_id = 'evt_capped'`, b.clock.Now()); err != nil {
-		t.Fatal(err)
-	}
 	if n, err := b.svc.RetryWebhooksOnce(context.Background()); err != nil || n != 1 {
 		t.Fatalf("retry = %d %v, want 1 (failing)", n, err)
 	}

@@ -233,13 +233,29 @@ func (s *Service) VerifyOrderPageToken(orderID, token string) bool {
 	return valid
 }
 
-// OrderPagePath is the order's checkout page with its page token.
-func (s *Service) OrderPagePath(orderID string) string {
-	p := CheckoutPath(orderID)
-	if tok := s.OrderPageToken(orderID); tok != "" {
-		p += "?" + OrderPageParam + "=" + tok
+// OrderPagePath is the order's checkout page with its page token and q's parameters (q may be nil).
+func (s *Service) OrderPagePath(orderID string, q url.Values) string {
+	return s.withPageToken(CheckoutPath(orderID), orderID, q)
+}
+
+// withPageToken adds the order's page token (none on a service without a secret) and q to the
+// query of u, a URL of the order's page.
+func (s *Service) withPageToken(u, orderID string, q url.Values) string {
+	v := url.Values{}
+	for k, vs := range q {
+		v[k] = vs
 	}
-	return p
+	if tok := s.OrderPageToken(orderID); tok != "" {
+		v.Set(OrderPageParam, tok)
+	}
+	if len(v) == 0 {
+		return u
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + v.Encode()
 }
 
 func orderPageMAC(key []byte, orderID string) []byte {
@@ -254,13 +270,8 @@ func orderPageMAC(key []byte, orderID string) []byte {
 // with the order's page token (the page opens for nobody else without a link).
 func (s *Service) returnURL(sess Session) string {
 	u := s.cfg.ReturnURL(sess)
-	tok := s.OrderPageToken(sess.OrderID)
-	if u == "" || tok == "" {
+	if u == "" {
 		return u
 	}
-	sep := "?"
-	if strings.Contains(u, "?") {
-		sep = "&"
-	}
-	return u + sep + OrderPageParam + "=" + tok
+	return s.withPageToken(u, sess.OrderID, nil)
 }

@@ -202,7 +202,7 @@ func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string
 		return payments.CheckoutPath(orderID)
 	}
 	if svc != nil && svc.VerifyOrderPageToken(orderID, r.PostFormValue(payments.OrderPageParam)) {
-		return svc.OrderPagePath(orderID)
+		return svc.OrderPagePath(orderID, nil)
 	}
 	return payments.CheckoutPath(orderID)
 }

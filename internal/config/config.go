@@ -166,7 +166,7 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, errorf("GATEWAY_URL", "%v", err)
 		}
 	}
-	if c.GatewayTimeout, err = durationIn(getenv, "GATEWAY_TIMEOUT", 10*time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
+	if c.GatewayTimeout, err = duration(getenv, "GATEWAY_TIMEOUT", 10*time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
 		return c, err
 	}
 	if c.NotifyWebhookURL != "" {
@@ -179,7 +179,7 @@ func Load(getenv func(string) string) (Config, error) {
 	} else if len(c.ReplicaID) > 128 || strings.IndexFunc(c.ReplicaID, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
 		return c, errorf("REPLICA_ID", "must be 1-128 printable characters without spaces")
 	}
-	if c.SweepInterval, err = durationIn(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
+	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
 		return c, err
 	}
 	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {
@@ -367,28 +367,22 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// durationIn is duration within [lo, hi]: a sweep every nanosecond keeps an idle replica busy
-// with thousands of transactions a second, and a gateway timeout of years overflows the leases
-// and graces derived from it.
-func durationIn(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
-	d, err := duration(getenv, name, def)
-	if err == nil && (d < lo || d > hi) {
-		return 0, errorf(name, "must be between %s and %s, got %s", lo, hi, d)
-	}
-	return d, err
-}
-
-func duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+// duration reads a duration within [lo, hi] (def when unset): a sweep every nanosecond keeps
+// an idle replica busy with thousands of transactions a second, and a gateway timeout of years
+// overflows the leases and graces derived from it.
+func duration(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
 	v := getenv(name)
 	if v == "" {
 		return def, nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0, errorf(name, "%q is not a duration (e.g. %s)", v, def)
-	}
-	if d <= 0 {
+	case d <= 0:
 		return 0, errorf(name, "must be positive, got %s", v)
+	case d < lo || d > hi:
+		return 0, errorf(name, "must be between %s and %s, got %s", lo, hi, d)
 	}
 	return d, nil
 }

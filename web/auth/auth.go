@@ -266,19 +266,17 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 			req := c.Request()
 			ctx := req.Context()
 			c.Response().Header().Set("Cache-Control", "no-store")
-			email := m.signedInEmail(ctx)
-			if email == "" {
-				return m.toSignIn(c)
-			}
-			u, err := m.access.User(ctx, email)
-			if payments.ErrorCode(err) == payments.ENOTFOUND || (err == nil && (u.Disabled() || u.SessionEpoch != m.sm.GetInt(ctx, keyEpoch))) {
-				if err := m.sm.Destroy(ctx); err != nil {
-					return fmt.Errorf("end session of a removed user: %w", err)
-				}
-				return m.toSignIn(c)
-			}
+			u, ok, err := m.current(ctx)
 			if err != nil {
 				return err
+			}
+			if !ok {
+				if m.signedInEmail(ctx) != "" { // a user removed, disabled or signed out since
+					if err := m.sm.Destroy(ctx); err != nil {
+						return fmt.Errorf("end session of a removed user: %w", err)
+					}
+				}
+				return m.toSignIn(c)
 			}
 			v := views.ViewerFrom(ctx)
 			v.Email, v.Role = u.Email, u.Role
@@ -298,22 +296,34 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 // password (another session epoch) or a role without the permission ends it, as the user's next
 // request would be refused. A request that did not pass Require may not.
 func (m *Manager) Still(c echo.Context) error {
-	ctx := c.Request().Context()
-	p, ok := c.Get(permKey).(access.Permission)
-	email := m.signedInEmail(ctx)
-	if !ok || email == "" {
-		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
-	}
-	u, err := m.access.User(ctx, email)
+	p, required := c.Get(permKey).(access.Permission)
+	u, ok, err := m.current(c.Request().Context())
 	switch {
 	case err != nil:
 		return err
-	case u.Disabled() || u.SessionEpoch != m.sm.GetInt(ctx, keyEpoch):
+	case !required || !ok:
 		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
 	case !u.Role.Can(p):
 		return payments.Errorf(payments.EFORBIDDEN, "the role (%s) no longer has this page", u.Role)
 	}
 	return nil
+}
+
+// current reads the session's user again: ok is false when nobody is signed in, or the user
+// was removed, disabled or signed out by a new password (another session epoch) since.
+func (m *Manager) current(ctx context.Context) (u access.User, ok bool, err error) {
+	email := m.signedInEmail(ctx)
+	if email == "" {
+		return u, false, nil
+	}
+	u, err = m.access.User(ctx, email)
+	switch {
+	case payments.ErrorCode(err) == payments.ENOTFOUND:
+		return u, false, nil
+	case err != nil:
+		return u, false, err
+	}
+	return u, !u.Disabled() && u.SessionEpoch == m.sm.GetInt(ctx, keyEpoch), nil
 }
 
 func (m *Manager) toSignIn(c echo.Context) error {
