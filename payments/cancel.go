@@ -29,7 +29,12 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if err != nil {
 			return err
 		}
-		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
+		// A Canceling payment's cancel was confirmed already: a new code would reach the customer
+		// for nothing and spend one of the payment's code requests.
+		if cur.Status == StatusCanceling {
+			return Errorf(ECONFLICT, "the cancel of this payment is already under way (Canceling): no new code was sent")
+		}
+		if !cur.Status.Cancelable() {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
 		ch, outboxID, msg, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code",

@@ -425,6 +425,37 @@ func TestCancelReverseLostThenSwept(t *testing.T) {
 	}
 }
 
+// A cancel asked again while the first one is under way (Canceling, its reverse's answer lost)
+// is refused as a conflict: it sends the customer no code and spends none of the payment's code
+// requests (audit 7: it sent a fresh code for a cancel already confirmed).
+func TestCancelRequestWhileCancelingSendsNoCode(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel-again", 100)
+	b.cancelWithLostReverse(t, sess)
+	outbox := b.count(t, `SELECT count(*) FROM outbox`)
+	codes := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE session_id = $1`, sess.ID)
+	_, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(payments.ErrorMessage(err), "already under way") {
+		t.Fatalf("cancel asked again while Canceling: %v, want a conflict saying the cancel is under way", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox`); n != outbox {
+		t.Fatalf("messages to the customer: %d, want %d (no new code)", n, outbox)
+	}
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE session_id = $1`, sess.ID); n != codes {
+		t.Fatalf("challenges: %d, want %d", n, codes)
+	}
+	// The patrol still finishes the cancel that is under way.
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if final, _ := b.svc.Get(ctx, sess.ID); final.Status != payments.StatusCanceled {
+		t.Fatalf("after sweep = %s", final.Status)
+	}
+}
+
 // A cancel whose reverse was lost, and whose payment the gateway then reports captured (a check
 // or a webhook, before the patrol repeats the reverse): the session ends Completed with its
 // case, and its reverse operation is refused in the same transaction, not left Pending forever
