@@ -429,13 +429,17 @@ func idempotencyKeyHeader(h http.Header) (string, error) {
 		return "", payments.Invalid(HeaderIdempotencyKey, "send one Idempotency-Key header, not %d", len(vals))
 	}
 	v := vals[0]
-	if len(v) == 0 || len(v) > 255 {
-		return "", payments.Invalid(HeaderIdempotencyKey, "Idempotency-Key must be 1-255 characters")
+	const rule = "Idempotency-Key must be 1-255 printable ASCII characters"
+	if len(v) == 0 {
+		return "", payments.Invalid(HeaderIdempotencyKey, "%s; this one is empty", rule)
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] > 0x7e {
-			return "", payments.Invalid(HeaderIdempotencyKey, "Idempotency-Key must be printable ASCII")
+			return "", payments.Invalid(HeaderIdempotencyKey, "%s; this one has another byte at position %d", rule, i+1)
 		}
+	}
+	if len(v) > 255 {
+		return "", payments.Invalid(HeaderIdempotencyKey, "%s; this one has %d", rule, len(v))
 	}
 	return v, nil
 }

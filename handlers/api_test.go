@@ -152,11 +152,18 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 		{"order id characters", post(createPath("bad%20id"), ok), 422, "order_id"},
 		{"order id too long", post(createPath(strings.Repeat("o", 65)), ok), 422, "order_id"},
 		{"key too long", post(createPath("o"), ok, "Idempotency-Key", strings.Repeat("k", 256)), 422, "Idempotency-Key"},
+		{"key not ASCII", post(createPath("o"), ok, "Idempotency-Key", strings.Repeat("é", 10)), 422, "Idempotency-Key"},
+		{"key with a control byte", post(createPath("o"), ok, "Idempotency-Key", "a\tb"), 422, "Idempotency-Key"},
 		{"body over 64 KiB", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"`+strings.Repeat("a", 64<<10)+`"}`), 413, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, b.do(tc.c), tc.status, tc.field)
+			p := wantProblem(t, b.do(tc.c), tc.status, tc.field)
+			// A refused key names the whole rule, whichever part it broke (a key of 10 é
+			// is 10 characters: "must be 1-255 characters" alone misled).
+			if tc.field == "Idempotency-Key" && !strings.Contains(p.Detail, "1-255 printable ASCII characters") {
+				t.Fatalf("detail %q does not state the rule", p.Detail)
+			}
 		})
 	}
 	// A body over the limit without a Content-Length (chunked) is cut off while reading.

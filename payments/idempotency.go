@@ -281,7 +281,7 @@ func (x *Idempotency) validate(r IdempotencyRequest) error {
 		return fmt.Errorf("idempotency: unknown kind %q", r.Kind)
 	}
 	if r.Key == "" || len(r.Key) > maxIdempotencyKeyLength {
-		return Invalid("Idempotency-Key", "Idempotency-Key must be 1-255 characters")
+		return Invalid("Idempotency-Key", "Idempotency-Key must be 1-255 printable ASCII characters")
 	}
 	if len(r.Fingerprint) == 0 {
 		return fmt.Errorf("idempotency: empty fingerprint")
