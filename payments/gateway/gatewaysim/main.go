@@ -53,6 +53,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *webhookURL != "" && *webhookSecret == "" {
 		return errors.New("gatewaysim: --webhook-url needs --webhook-secret (or GATEWAY_WEBHOOK_SECRET)")
 	}
+	// The webhook faults shape webhooks: without a URL none are sent, and a fault asked for
+	// would be dropped without a word (a test run would believe it injected it).
+	if *webhookURL == "" && (*whDuplicate != 0 || *whDelay != 0 || *whReorder) {
+		return errors.New("gatewaysim: --webhook-duplicate, --webhook-delay and --webhook-reorder need --webhook-url (or GATEWAY_WEBHOOK_URL): without it no webhooks are sent")
+	}
+	if *whDuplicate < 0 || *whDelay < 0 {
+		return errors.New("gatewaysim: --webhook-duplicate and --webhook-delay cannot be negative")
+	}
 
 	level := slog.LevelInfo
 	if *verbose {

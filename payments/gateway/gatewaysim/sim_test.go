@@ -745,8 +745,17 @@ func TestMainRejectsBadFlags(t *testing.T) {
 		{"--no-such-flag"},
 		{"--webhook-url", "http://x", "--webhook-secret", ""},
 		{"extra"},
+		// Webhook faults with no webhooks to shape were dropped without a word (audit 7).
+		{"--webhook-duplicate", "2"},
+		{"--webhook-delay", "1s"},
+		{"--webhook-reorder"},
+		{"--webhook-url", "http://x", "--webhook-secret", "s", "--webhook-duplicate", "-1"},
 	} {
-		if err := gatewaysim.Main(context.Background(), args, io.Discard, io.Discard); err == nil {
+		// Canceled already: a Main that accepts its flags listens and returns nil at once
+		// instead of serving until the test times out.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := gatewaysim.Main(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), io.Discard, io.Discard); err == nil {
 			t.Errorf("Main(%q) accepted", args)
 		}
 	}
