@@ -90,7 +90,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 
 	// The gateway: the in-process simulator (and its demo orders) unless GATEWAY/GATEWAY_URL
 	// name another one.
-	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: private || *demo}
+	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: private || *demo,
+		simState: filepath.Join(*dir, "gatewaysim.json")}
 	return serveWith(ctx, cfg, pool, env.Logger, serveOptions{
 		prepare: d.prepare,
 		started: d.started,

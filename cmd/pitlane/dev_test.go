@@ -18,6 +18,7 @@ import (
 
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
+	"pitlane/payments/gateway/gatewaysim"
 	"pitlane/payments/gateway/refgw"
 	"pitlane/payments/gateway/stripegw"
 	"pitlane/web"
@@ -331,5 +332,56 @@ func startDev(t *testing.T, env map[string]string, args ...string) (banner []str
 			return fmt.Errorf("dev after SIGTERM: %w; stderr: %s", err, stderr.String())
 		}
 		return nil
+	}
+}
+
+// TestDevSimulatorKeepsItsPaymentsAcrossRestarts: dev keeps its database across restarts, and
+// its simulator now keeps its payments beside it (--dir): the demo's waiting payment is still
+// known to the simulator of the next run, so its hosted page and every check of it answer.
+// Before, the new simulator answered 404 for every payment of earlier runs, and the patrol and
+// reconciliation flagged them all for finance.
+func TestDevSimulatorKeepsItsPaymentsAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	dir := t.TempDir()
+	env := map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	paymentAt := func(sim, id string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, sim+"/v1/payments/"+id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+gatewaysim.DefaultAPIKey)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	banner, stop := startDev(t, env, "dev", "--dir", dir, "--demo")
+	var gp string
+	if err := pool.QueryRow(context.Background(), `SELECT gateway_payment_id FROM payment_sessions WHERE order_id = $1`, demoWaiting).Scan(&gp); err != nil {
+		t.Fatal(err)
+	}
+	if code := paymentAt(devSimURL(banner), gp); code != http.StatusOK {
+		t.Fatalf("first run: the simulator answers %d for %s's payment", code, demoWaiting)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	banner, stop = startDev(t, env, "dev", "--dir", dir, "--demo")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if code := paymentAt(devSimURL(banner), gp); code != http.StatusOK {
+		t.Fatalf("after a restart the simulator answers %d for %s's payment %s, want 200", code, demoWaiting, gp)
 	}
 }

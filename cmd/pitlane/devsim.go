@@ -46,7 +46,12 @@ func usesDevSimulator(cfg config.Config) bool {
 // webhooks to this replica's /webhooks/gateway, and points cfg at it. Secrets that are not
 // configured are made up: the API key is the simulator's default, the webhook secret is derived
 // from SECRET_KEY (stable across restarts of the same dev directory).
-func startDevSimulator(cfg *config.Config, logger *slog.Logger) (*devSimulator, func(), error) {
+//
+// statePath (non-empty) is where the simulator keeps its payments between runs: loaded before it
+// serves, saved when it stops. dev keeps its database across restarts, and a simulator that
+// forgot its payments left the demo's sessions pointing at nothing (dead hosted-page links, the
+// patrol flagging every one for finance).
+func startDevSimulator(cfg *config.Config, logger *slog.Logger, statePath string) (*devSimulator, func(), error) {
 	ln, err := listenNear(cfg.HTTPAddr, 10)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dev: gateway simulator: %w", err)
@@ -72,6 +77,12 @@ func startDevSimulator(cfg *config.Config, logger *slog.Logger) (*devSimulator, 
 		Logger:        logger.With("component", "gatewaysim"),
 		TickInterval:  devSimTick,
 	})
+	if statePath != "" {
+		if err := sim.LoadState(statePath); err != nil {
+			// The demo still runs, with a simulator that knows nothing of earlier runs.
+			logger.Warn("dev: gateway simulator starts empty; delete the file to silence this", "err", err)
+		}
+	}
 	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -88,6 +99,11 @@ func startDevSimulator(cfg *config.Config, logger *slog.Logger) (*devSimulator, 
 		}
 		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Warn("dev: gateway simulator", "err", err)
+		}
+		if statePath != "" {
+			if err := sim.SaveState(statePath); err != nil {
+				logger.Warn("dev: gateway simulator state not kept", "err", err)
+			}
 		}
 	}
 	return &devSimulator{sim: sim, url: base}, stop, nil
@@ -111,6 +127,8 @@ func listenNear(addr string, offset int) (net.Listener, error) {
 type devStart struct {
 	logger  *slog.Logger
 	withSim bool
+	// simState is where the in-process simulator keeps its payments between runs.
+	simState string
 	// seed: demo orders and logins go into the database (dev's private one, or --demo).
 	seed bool
 
@@ -127,7 +145,7 @@ func (d *devStart) prepare(_ context.Context, cfg *config.Config) (func(), error
 	if !d.withSim {
 		return func() {}, checkGateway(*cfg, "dev")
 	}
-	sim, stop, err := startDevSimulator(cfg, d.logger)
+	sim, stop, err := startDevSimulator(cfg, d.logger, d.simState)
 	d.sim = sim
 	return stop, err
 }

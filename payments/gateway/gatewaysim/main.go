@@ -39,6 +39,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		whDuplicate   = fs.Int("webhook-duplicate", 0, "send every webhook this many extra times")
 		whDelay       = fs.Duration("webhook-delay", 0, "hold every webhook this long before sending it")
 		whReorder     = fs.Bool("webhook-reorder", false, "send a payment's webhooks newest first once it is final")
+		statePath     = fs.String("state", "", "keep payments, refunds and idempotency keys in this file across restarts (read at start, written at stop); empty: memory only")
 		verbose       = fs.Bool("v", false, "log every call")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +83,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:        logger,
 		TickInterval:  *tick,
 	})
+	if *statePath != "" {
+		if err := sim.LoadState(*statePath); err != nil {
+			_ = sim.Close()
+			_ = ln.Close()
+			return err
+		}
+	}
 	sim.SetIgnoreIdempotencyKeys(*ignoreKeys)
 	sim.SetWebhookFaults(WebhookFaults{Duplicate: *whDuplicate, Delay: *whDelay, Reorder: *whReorder})
 
@@ -102,11 +110,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	_ = sim.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var errs []error
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("gatewaysim: shutdown: %w", err)
+		errs = append(errs, fmt.Errorf("gatewaysim: shutdown: %w", err))
+	} else {
+		<-serveErr // http.ErrServerClosed
 	}
-	<-serveErr // http.ErrServerClosed
-	return nil
+	if *statePath != "" { // the handlers have returned: nothing changes it any more
+		errs = append(errs, sim.SaveState(*statePath))
+	}
+	return errors.Join(errs...)
 }
 
 func envOr(name, fallback string) string {
