@@ -279,17 +279,17 @@ func TestBrowserCheckoutDeclineRetryPaid(t *testing.T) {
 	within(t, ctx, 20*time.Second, chromedp.Navigate(srv.URL+b.link(t, "o-story", 2500, "EUR")), state(views.CheckoutPay))
 	checkPage(t, ctx, phone, "story-1-pay")
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="checkout-pay"]`)),
+		liveClick(chromedp.CSS(`[data-testid="checkout-pay"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#bank`)),
-		chromedp.Click(chromedp.CSS(`#decline`)),
+		liveClick(chromedp.CSS(`#decline`)),
 		state(views.CheckoutDeclined),
 	)
 	checkPage(t, ctx, phone, "story-2-declined")
 
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="checkout-retry"]`)),
+		liveClick(chromedp.CSS(`[data-testid="checkout-retry"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#bank`)),
-		chromedp.Click(chromedp.CSS(`#approve`)),
+		liveClick(chromedp.CSS(`#approve`)),
 		state(views.CheckoutConfirming),
 	)
 	checkPage(t, ctx, phone, "story-3-processing")
@@ -361,7 +361,7 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 				_, err := cdp.Call(ctx, tg, network.ClearBrowserCookies, cdp.Empty{})
 				return err
 			}),
-			chromedp.Click(chromedp.CSS(`[data-testid="checkout-pay"]`)),
+			liveClick(chromedp.CSS(`[data-testid="checkout-pay"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-error"][data-status="403"]`)),
 		)
 		checkPage(t, ctx, vp, "error-403")

@@ -102,6 +102,23 @@ func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromed
 	}
 }
 
+// liveClick is chromedp.Click made safe against a live region's swap. A page's live region is
+// re-rendered when its stream says so, and right after an action it usually says so once for
+// the action's own change (the hub hears the commit's notification after the page took its
+// position: a redundant refresh, never a missed one). A swap between chromedp's query of the
+// node and its click fails the click with "Could not find node" before any mouse event is sent,
+// so querying again and clicking is safe; it is tried up to three times.
+func liveClick[S chromedp.Selectable](sel S) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for attempt := 1; ; attempt++ {
+			_, err := chromedp.Click(sel)(ctx, tg)
+			if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Could not find node") {
+				return err
+			}
+		}
+	})
+}
+
 // handClick returns a click on the button with the data-testid as a hand makes one: press and
 // release at the button's place, with the click count given, so a double click is click(1) and,
 // a moment later when the first request is on its way, click(2). (Two clicks within the same
@@ -244,7 +261,7 @@ func TestBrowserDashboardLiveUpdate(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="login-form"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-email"]`), "sup@example.com"),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-password"]`), testPassword),
-		chromedp.Click(chromedp.CSS(`[data-testid="login-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="login-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="dashboard-live"]`)),
 	)
 	before, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.pitlaneMarker = "no reload";

@@ -45,7 +45,7 @@ func browserLogin(t *testing.T, ctx context.Context, base, email string) {
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="login-form"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-email"]`), email),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="login-password"]`), testPassword),
-		chromedp.Click(chromedp.CSS(`[data-testid="login-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="login-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="whoami"]`)),
 	)
 }
@@ -122,7 +122,7 @@ func TestBrowserWorkbenchBulkCheck(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="stuck-table"]`)),
 	)
 	screenshot(t, ctx, "finance-stuck.png")
-	within(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-testid="stuck-select-all"]`)))
+	within(t, ctx, 10*time.Second, liveClick(chromedp.CSS(`[data-testid="stuck-select-all"]`)))
 	ticked, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="stuck-select"]:checked').length`))
 	if err != nil || ticked != 3 {
 		t.Fatalf("select all ticked %d rows (%v)", ticked, err)
@@ -181,21 +181,21 @@ func TestBrowserFourEyesResolution(t *testing.T) {
 	browserLogin(t, ctx, srv.URL, "fin@example.com")
 	within(t, ctx, 20*time.Second,
 		chromedp.Navigate(srv.URL+"/finance/stuck"),
-		chromedp.Click(chromedp.CSS(`[data-testid="stuck-row"][data-id="`+s.ID+`"] [data-testid="stuck-propose"]`)),
+		liveClick(chromedp.CSS(`[data-testid="stuck-row"][data-id="`+s.ID+`"] [data-testid="stuck-propose"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="propose-form"]`)),
-		chromedp.Click(chromedp.CSS(`[data-testid="propose-outcome-Completed"]`)),
+		liveClick(chromedp.CSS(`[data-testid="propose-outcome-Completed"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="propose-reason"]`), "the gateway's dashboard shows it captured"),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="propose-evidence"]`), "gateway dashboard export, ticket FIN-12"),
 	)
 	screenshot(t, ctx, "finance-propose.png")
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="propose-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="propose-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="resolutions-pending"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="resolution-own"]`)),
 	)
 	// The proposer's own approval: refused, with the reason on the page; nothing changed.
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="approve"]`)),
+		liveClick(chromedp.CSS(`[data-testid="approve"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="flash-error"]`)),
 	)
 	if msg := browserText(t, ctx, "flash-error"); !strings.Contains(msg, "a second finance or admin user must approve it") {
@@ -207,13 +207,13 @@ func TestBrowserFourEyesResolution(t *testing.T) {
 	}
 
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="logout"]`)),
+		liveClick(chromedp.CSS(`[data-testid="logout"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="login-form"]`)),
 	)
 	browserLogin(t, ctx, srv.URL, "adm@example.com")
 	within(t, ctx, 20*time.Second,
 		chromedp.Navigate(srv.URL+"/finance/resolutions"),
-		chromedp.Click(chromedp.CSS(`[data-testid="approve"]`)),
+		liveClick(chromedp.CSS(`[data-testid="approve"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="flash"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="resolutions-decided"]`)),
 	)

@@ -115,7 +115,7 @@ func TestBrowserOpsPage(t *testing.T) {
 
 	// The numbers of a chart: a table under "The numbers", opened without any script.
 	within(t, ctx, 10*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="chart-gateway"] summary`)),
+		liveClick(chromedp.CSS(`[data-testid="chart-gateway"] summary`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gateway-table"]`)),
 	)
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="gateway-row"]').length`))

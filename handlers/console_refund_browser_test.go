@@ -42,7 +42,7 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 		t.Fatalf("marker: %q %v", marker, err)
 	}
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="refund-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="refund-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="refund-code"]`)),
 	)
 	if msg := browserText(t, ctx, "flash"); !strings.Contains(msg, "code for the refund went to the customer") {
@@ -58,7 +58,7 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 	}
 	typeInto(t, ctx, "refund-code", wrong)
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="flash-error"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="refund-code"]`)),
 	)
@@ -68,7 +68,7 @@ func TestBrowserSupportRefundByCode(t *testing.T) {
 	typeInto(t, ctx, "refund-code", code)
 	screenshot(t, ctx, "payment-refund-code.png")
 	within(t, ctx, 20*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
+		liveClick(chromedp.CSS(`[data-testid="refund-confirm-submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="refund-row"]`)),
 	)
 	if got := browserText(t, ctx, "refund-status"); got != payments.RefundSucceeded {
