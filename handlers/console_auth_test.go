@@ -241,6 +241,14 @@ func TestCSRF(t *testing.T) {
 	if b.audits(t, payments.AuditPaymentCheck, s.ID) != 1 {
 		t.Fatal("check not audited")
 	}
+	// The right token in the URL's query instead of the form or the header is refused: it would
+	// invite tokens into links, where history, proxies and logs keep them (audit 8).
+	if rec := a.do(newFormRequest("/payments/"+s.ID+"/check?csrf_token="+url.QueryEscape(a.csrf), url.Values{})); rec.Code != http.StatusForbidden {
+		t.Fatalf("check with the token in the query: %d, want 403", rec.Code)
+	}
+	if b.audits(t, payments.AuditPaymentCheck, s.ID) != 1 {
+		t.Fatal("a check with the token in the query was done")
+	}
 	// The token changes with the session: the pre-sign-in one is worthless after sign-in.
 	if rec := a.post("/payments/"+s.ID+"/check", url.Values{"csrf_token": {a.csrfBeforeLogin()}}); rec.Code != http.StatusForbidden {
 		t.Fatalf("pre-sign-in token accepted after sign-in: %d", rec.Code)

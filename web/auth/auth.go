@@ -174,9 +174,11 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 				return next(c)
 			}
+			// The header (htmx) or the form's body, never the URL's query: a token there would
+			// leak through history, proxies and logs, and no form of ours puts it there.
 			got := req.Header.Get(views.CSRFHeader)
 			if got == "" {
-				got = c.FormValue(views.CSRFField)
+				got = c.Request().PostFormValue(views.CSRFField) // the request as set above: it keeps the parsed form
 			}
 			if token == "" || !m.csrfAccepts(c, token, got) {
 				return payments.Errorf(payments.EFORBIDDEN,
