@@ -148,6 +148,8 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 		{"currency number", post(createPath("o"), `{"amount":100,"currency":978}`), 422, "currency"},
 		{"contact with NUL", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"a\u0000b"}`), 422, "customer_contact"},
 		{"contact object", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":{}}`), 422, "customer_contact"},
+		{"contact with a right-to-left override", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"\u202egnp.exe@evil.com"}`), 422, "customer_contact"},
+		{"contact with a zero-width space", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"ana\u200b@example.com"}`), 422, "customer_contact"},
 		{"contact too long", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"`+strings.Repeat("a", 321)+`"}`), 422, "customer_contact"},
 		{"order id characters", post(createPath("bad%20id"), ok), 422, "order_id"},
 		{"order id too long", post(createPath(strings.Repeat("o", 65)), ok), 422, "order_id"},

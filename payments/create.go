@@ -88,10 +88,16 @@ func plainText(s string) bool {
 // ValidateContact: where the customer's messages (one-time codes) go — at most 320 characters of
 // printable UTF-8 (an email address, a phone number, a handle the shop's notifier knows).
 // A NUL byte, a line break or an escape in it could never be delivered to anyone and would
-// break the message's headers or a terminal showing it.
+// break the message's headers or a terminal showing it. Nor a format character (Unicode Cf:
+// a right-to-left override, a zero-width space): support reads this field to know whom a code
+// goes to, and "\u202egnp.exe@evil.com" shows as another address than the one it is.
 func ValidateContact(contact string) error {
 	if !PlainLine(contact) {
 		return Invalid("customer_contact", "customer_contact must be UTF-8 text without control characters (NUL, line breaks, escapes)")
+	}
+	if i := strings.IndexFunc(contact, func(r rune) bool { return unicode.Is(unicode.Cf, r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(contact[i:])
+		return Invalid("customer_contact", "customer_contact must not contain invisible formatting characters (U+%04X at byte %d): they make it show as another address than it is", r, i+1)
 	}
 	if utf8.RuneCountInString(contact) > 320 {
 		return Invalid("customer_contact", "customer_contact must be at most 320 characters")
