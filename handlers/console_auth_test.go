@@ -63,6 +63,14 @@ func TestConsoleSignIn(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM sessions WHERE expiry > now()`); n != 1 {
 		t.Fatalf("%d sessions in PostgreSQL, want 1", n)
 	}
+	// The session is kept under the SHA-256 of the cookie's token, never the token itself: a
+	// database copy holds nothing one could replay as this user (audit 8).
+	if n := b.count(t, `SELECT count(*) FROM sessions WHERE token = $1`, first.Value); n != 0 {
+		t.Fatal("the session cookie's token is stored in clear")
+	}
+	if n := b.count(t, `SELECT count(*) FROM sessions WHERE token = encode(sha256(convert_to($1, 'UTF8')), 'hex')`, first.Value); n != 1 {
+		t.Fatal("the session is not stored under the SHA-256 of its token")
+	}
 	doc = page(t, a.get("/"), http.StatusOK)
 	wantText(t, doc, "whoami", "ana@example.com")
 	wantText(t, doc, "whoami-role", "support")

@@ -92,7 +92,7 @@ func New(cfg Config) *Manager {
 	// this package owns the store, so it owns its reaper.
 	m.sm = &scs.SessionManager{
 		Lifetime: SessionLifetime,
-		Store:    pgxstore.NewWithCleanupInterval(cfg.DB, 0),
+		Store:    hashedStore{next: pgxstore.NewWithCleanupInterval(cfg.DB, 0)},
 		Codec:    scs.GobCodec{},
 		ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			m.log.Error("session", "err", err)
