@@ -136,7 +136,7 @@ func TestSampleOpsOneRowPerMinute(t *testing.T) {
 }
 
 // TestRunSweeperSamplesOps: the patrol's loop writes the minute's sample and its housekeeping
-// reaps samples past OpsSampleRetention. The loop is caught in its reconciliation (held at the
+// reaps samples past OpsSampleRetention (and redacts dead codes in the outbox). The loop is caught in its reconciliation (held at the
 // gateway), which comes after both.
 func TestRunSweeperSamplesOps(t *testing.T) {
 	t.Parallel()
@@ -145,6 +145,9 @@ func TestRunSweeperSamplesOps(t *testing.T) {
 	old, kept := t0.Add(-payments.OpsSampleRetention-time.Hour), t0.Add(-payments.OpsSampleRetention+time.Hour)
 	b.sampleAt(t, b.plain, old)
 	b.sampleAt(t, b.plain, kept)
+	// A code from an hour ago, never delivered (no notifier): the housekeeping redacts it.
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 123456', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
 	b.clock.Set(t0.Add(15 * time.Second))
 	gate := b.gw.Hold(fakegw.OpFind)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -160,6 +163,9 @@ func TestRunSweeperSamplesOps(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM ops_samples WHERE at = $1 AND taken_by = 'replica-a' AND registered = 2`, t0); n != 1 {
 		t.Fatal("this minute's sample is not the patrol's, or miscounted")
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%123456%'`); n != 0 {
+		t.Fatal("the housekeeping left a dead code in clear in the outbox")
 	}
 	cancel()
 	gate.Open()

@@ -163,6 +163,37 @@ func (s *Service) outboxSource() patrolSource {
 	}}
 }
 
+// RedactDeadCodes replaces the text of messages whose one-time code can no longer be used
+// (consumed, superseded by a newer code, expired, out of attempts) by its redacted text, in
+// batches of at most batch rows (FOR UPDATE SKIP LOCKED: never waiting for a delivery's claim).
+// A delivered message keeps only its redacted text already; without a NOTIFY_WEBHOOK_URL
+// nothing is ever delivered (the outbox is the channel admins relay from), and every code ever
+// sent stayed in clear in the table and in each copy of the database. A message from before
+// messages named their challenge is dead after CodeTTL. The patrol's housekeeping calls it.
+func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
+	if batch <= 0 {
+		batch = DefaultReapBatch
+	}
+	total := 0
+	for {
+		tag, err := s.db.Exec(ctx, `WITH dead AS (
+				SELECT o.id FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+				WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
+				  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
+				       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2))
+				ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
+			UPDATE outbox o SET body = o.redacted_body FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL), batch)
+		if err != nil {
+			return total, fmt.Errorf("redact dead codes: %w", err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < batch || ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+	}
+}
+
 // outboxLeaseID names an outbox row's lease in a drive's context.
 func outboxLeaseID(id int64) string { return fmt.Sprintf("outbox:%d", id) }
 

@@ -157,3 +157,63 @@ func TestOutboxRetrySkipsDeadCodes(t *testing.T) {
 		t.Fatalf("outbox page reasons %q", reasons)
 	}
 }
+
+// TestDeadCodesAreRedactedFromTheOutbox: with no notifier the outbox is the customer's channel
+// and nothing is ever delivered, so every code stayed in clear in the table (and each copy of
+// the database) for good (audit 8). The housekeeping's RedactDeadCodes now leaves only the
+// redacted text of a code that was superseded, consumed or expired, and a live code alone.
+func TestDeadCodesAreRedactedFromTheOutbox(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	inClear := func(challengeID string) bool {
+		t.Helper()
+		var body string
+		if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1`, challengeID).Scan(&body); err != nil {
+			t.Fatal(err)
+		}
+		return codeRe.MatchString(body)
+	}
+	redact := func(want int) {
+		t.Helper()
+		if n, err := b.svc.RedactDeadCodes(ctx, b.clock.Now(), 0); err != nil || n != want {
+			t.Fatalf("RedactDeadCodes = %d %v, want %d", n, err, want)
+		}
+	}
+
+	sess := b.registered(t, "o-dead-codes", 100)
+	first, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.svc.RequestCancel(ctx, api, sess.ID) // supersedes the first
+	if err != nil {
+		t.Fatal(err)
+	}
+	redact(1)
+	if inClear(first.ID) || !inClear(second.ID) {
+		t.Fatalf("after a newer code: first in clear %v (want false), second %v (want true)", inClear(first.ID), inClear(second.ID))
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, second.ID, b.lastCode(t, sess.ID)); err != nil {
+		t.Fatal(err)
+	}
+	redact(1)
+	if inClear(second.ID) {
+		t.Fatal("a consumed code is still in clear")
+	}
+
+	other := b.registered(t, "o-dead-codes-2", 100)
+	expiring, err := b.svc.RequestCancel(ctx, api, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redact(0) // a live code stays: an admin relays it from the outbox
+	if !inClear(expiring.ID) {
+		t.Fatal("a live code was redacted")
+	}
+	b.clock.Advance(expiring.ExpiresAt.Sub(b.clock.Now()))
+	redact(1)
+	if inClear(expiring.ID) {
+		t.Fatal("an expired code is still in clear")
+	}
+}

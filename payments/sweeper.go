@@ -195,7 +195,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 }
 
 // HousekeepingEvery is how often (by the service clock) a replica's patrol also reaps expired
-// idempotency keys and old checkout intents. Every
+// idempotency keys and old checkout intents, and redacts dead codes in the outbox. Every
 // replica may do it: the deletes are batched and skip rows another replica holds.
 const HousekeepingEvery = 5 * time.Minute
 
@@ -205,6 +205,9 @@ func (s *Service) housekeep(ctx context.Context) {
 		s.log.Error("reap idempotency keys", "err", err)
 	} else if n > 0 {
 		s.log.Info("reaped idempotency keys", "count", n)
+	}
+	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
+		s.log.Error("redact dead codes", "err", err)
 	}
 	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
 		s.log.Error("reap checkout intents", "err", err)
