@@ -176,8 +176,8 @@ func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email strin
 	var u User
 	err = s.inTx(ctx, "create user", func(tx pgx.Tx) error {
 		var err error
-		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
-			VALUES ($1, $2, $3, $4) RETURNING `+userColumns, email, string(role), string(hash), now))
+		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by)
+			VALUES ($1, $2, $3, $4, $5) RETURNING `+userColumns, email, string(role), string(hash), now, passwordSetter(by, email)))
 		if err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "staff_users_email_key" {
@@ -264,6 +264,17 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash)})
 }
 
+// passwordSetter is who, besides its owner, knows a password by sets for email: a console user
+// other than the owner (migration 00490). nil for the command line ("cli:<os user>": an
+// operator, outside the console's roles), dev's demo seeding and the owner: none is a staff
+// user's email.
+func passwordSetter(by payments.Staff, email string) any {
+	if !strings.Contains(by.Email, "@") || NormalizeEmail(by.Email) == email {
+		return nil
+	}
+	return NormalizeEmail(by.Email)
+}
+
 // userChange is one of the changes changeUser applies.
 type userChange struct {
 	disable      bool
@@ -327,8 +338,11 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 				target.ID, string(ch.role)))
 		case ch.passwordHash != "":
 			action, detail = payments.AuditUserPassword, "password replaced; sessions ended"
-			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET password_hash = $2, session_epoch = session_epoch + 1
-				WHERE id = $1 RETURNING `+userColumns, target.ID, ch.passwordHash))
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET password_hash = $2, session_epoch = session_epoch + 1,
+				password_set_by = $3 WHERE id = $1 RETURNING `+userColumns, target.ID, ch.passwordHash, passwordSetter(by, email)))
+			if err == nil && passwordSetter(by, email) != nil {
+				detail += "; " + by.Email + " knows it: they count as this user for the second-person rules"
+			}
 			if err == nil {
 				_, err = tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email)
 			}

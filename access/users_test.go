@@ -225,3 +225,52 @@ func TestPasswordMustBeTypable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPasswordSetByIsRecorded: a password a console user set for someone else (creating the user
+// or replacing the password) records who, because they know it (the second-person rules in
+// package payments treat the two accounts as one person); the command line and the owner record
+// nobody, and a password set from the command line clears it.
+func TestPasswordSetByIsRecorded(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	admin := payments.Staff{Email: "Root@Example.com", Role: string(access.RoleAdmin)}
+	setBy := func(email string) string {
+		t.Helper()
+		var by *string
+		if err := b.pool.QueryRow(ctx, `SELECT password_set_by FROM staff_users WHERE email = $1`, email).Scan(&by); err != nil {
+			t.Fatal(err)
+		}
+		if by == nil {
+			return ""
+		}
+		return *by
+	}
+	if _, err := b.acc.CreateUser(ctx, admin, "ana@example.com", access.RoleFinance, testPassword); err != nil {
+		t.Fatal(err)
+	}
+	if got := setBy("ana@example.com"); got != "root@example.com" {
+		t.Fatalf("created in the console by an admin: set by %q", got)
+	}
+	if _, err := b.acc.SetPassword(ctx, cli, "ana@example.com", testPassword+"2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := setBy("ana@example.com"); got != "" {
+		t.Fatalf("replaced from the command line: set by %q, want nobody", got)
+	}
+	if _, err := b.acc.SetPassword(ctx, admin, "ana@example.com", testPassword+"3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := setBy("ana@example.com"); got != "root@example.com" {
+		t.Fatalf("replaced in the console by an admin: set by %q", got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND detail LIKE '%knows it%'`, payments.AuditUserPassword); n != 1 {
+		t.Fatalf("%d audit entries saying who knows the password, want 1", n)
+	}
+	if _, err := b.acc.CreateUser(ctx, cli, "bo@example.com", access.RoleSupport, testPassword); err != nil {
+		t.Fatal(err)
+	}
+	if got := setBy("bo@example.com"); got != "" {
+		t.Fatalf("created from the command line: set by %q", got)
+	}
+}

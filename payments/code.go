@@ -148,15 +148,18 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		consumedAt   *time.Time
 		supersededAt *time.Time
 		seen         bool
+		seenBy       *string // who read the code in the outbox and set the confirmer's password, or whose the confirmer set
 	)
 	seer := ""
 	if by.Kind == ActorStaff {
 		seer = by.ID
 	}
 	err := tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at,
-			coalesce(amount, 0), coalesce(request_key, ''), $4 = ANY(seen_by)
+			coalesce(amount, 0), coalesce(request_key, ''), $4 = ANY(seen_by),
+			coalesce((SELECT u.password_set_by FROM staff_users u WHERE u.email = $4 AND u.password_set_by = ANY(seen_by)),
+				(SELECT u.email FROM staff_users u WHERE u.email = ANY(seen_by) AND u.password_set_by = $4 LIMIT 1))
 		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action), seer).
-		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen)
+		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen, &seenBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return codeAttempt{}, Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
 	}
@@ -185,6 +188,12 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	if seen {
 		return codeAttempt{}, Errorf(EFORBIDDEN, "you saw this code in the outbox: it stands for the customer's consent only when someone who did not read it confirms it with the customer")
+	}
+	// Whoever set an account's password knows it and could be the one typing (or reading): to
+	// this rule the two accounts are one person (migration 00490).
+	if seenBy != nil {
+		return codeAttempt{}, Errorf(EFORBIDDEN, "%s saw this code in the outbox, and one of you set the other's password, so one person could be "+
+			"reading and confirming it: someone else must confirm it with the customer (or get a password set from the command line)", *seenBy)
 	}
 	// The payment's guess budget first: once it is spent, no code (not even the right one) is
 	// tried, so guessing on and on never pays.

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +70,29 @@ const (
 
 // errSelfApproval is the refusal of approving one's own proposal.
 var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outcome: a second finance or admin user must approve it"}
+
+// passwordLinkSQL holds when one of the staff accounts $a and $b set the other's password
+// (staff_users.password_set_by, migration 00490): whoever set it knows it and could be acting as
+// that account, so the two are one person to the second-person rules.
+func passwordLinkSQL(a, b string) string {
+	return `EXISTS (SELECT 1 FROM staff_users u WHERE (u.email = ` + a + ` AND u.password_set_by = ` + b + `)
+		OR (u.email = ` + b + ` AND u.password_set_by = ` + a + `))`
+}
+
+// passwordLinked reports whether one of two staff accounts set the other's password.
+func passwordLinked(ctx context.Context, q querier, a, b string) (bool, error) {
+	var linked bool
+	if err := q.QueryRow(ctx, `SELECT `+passwordLinkSQL("$1", "$2"), a, b).Scan(&linked); err != nil {
+		return false, fmt.Errorf("password link: %w", err)
+	}
+	return linked, nil
+}
+
+// errLinkedApproval refuses an approval by an account that the proposer's could be acting as.
+func errLinkedApproval(proposer, approver string) error {
+	return Errorf(EFORBIDDEN, "one of %s and %s set the other's password, so one person could be acting as both: "+
+		"another finance or admin user must approve it (or the account's owner gets a password set from the command line)", proposer, approver)
+}
 
 // Resolution is one proposal with its session's money and current status.
 type Resolution struct {
@@ -336,6 +360,11 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 	if approving && r.ProposedBy == by.Email {
 		return errSelfApproval
 	}
+	if approving {
+		if linked, err := passwordLinked(ctx, q, r.ProposedBy, by.Email); err != nil || linked {
+			return cmp.Or(err, errLinkedApproval(r.ProposedBy, by.Email))
+		}
+	}
 	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
 }
 
@@ -357,6 +386,13 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	if p.Pending() && p.ProposedBy == by.Email {
 		return Resolution{}, errSelfApproval
 	}
+	if p.Pending() {
+		if linked, err := passwordLinked(ctx, s.db, p.ProposedBy, by.Email); err != nil {
+			return Resolution{}, err
+		} else if linked {
+			return Resolution{}, errLinkedApproval(p.ProposedBy, by.Email)
+		}
+	}
 	now := s.cfg.Clock.Now()
 	var cur Session
 	var refund *Refund
@@ -369,7 +405,7 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			h(ctx, p.SessionID)
 		}
 		tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
-			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2`, id, by.Email, now)
+			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT `+passwordLinkSQL("proposed_by", "$2"), id, by.Email, now)
 		if err != nil {
 			return dbError("approve resolution", err, "")
 		}

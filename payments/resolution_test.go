@@ -412,3 +412,55 @@ func TestFinanceOperationsAreSpans(t *testing.T) {
 		t.Errorf("payments.resolution.approve attributes: %v", approve.Attributes)
 	}
 }
+
+// An admin who proposed, set a finance user's password and signed in as them approved their own
+// proposal (audit 8): four-eyes bound accounts, not people. An account and whoever set its
+// password are now one person to it, both ways; a finance user whose password neither set
+// approves as before.
+func TestResolutionApproverWhosePasswordTheProposerSet(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.passwordSetBy(t, fin1, adm.Email)
+
+	s := b.flagged(t, "o-4eyes-taken-over", 4200)
+	p := b.propose(t, adm, s.ID, payments.StatusCompleted)
+	_, err := b.svc.ApproveResolution(ctx, fin1, p.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "one of adm@example.com and fin1@example.com set the other's password")
+	if cur, _ := b.svc.Get(ctx, s.ID); cur.Status != payments.StatusRegistered {
+		t.Fatalf("the linked approval changed the payment: %s", cur.Status)
+	}
+
+	s2 := b.flagged(t, "o-4eyes-taken-over-2", 4200)
+	p2 := b.propose(t, fin1, s2.ID, payments.StatusCompleted)
+	_, err = b.svc.ApproveResolution(ctx, adm, p2.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "set the other's password")
+
+	if a, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil || a.SessionStatus != payments.StatusCompleted {
+		t.Fatalf("an unlinked finance user approves = %+v %v", a, err)
+	}
+}
+
+// The password is set between the approval's own check and its write (held at the resolution
+// lock): the UPDATE's guard refuses it all the same.
+func TestResolutionApproverLinkedWhileApproving(t *testing.T) {
+	t.Parallel()
+	var pool *pgxpool.Pool // the bench's, set below: the hook writes on a connection of its own
+	b := newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterResolutionLock = func(ctx context.Context, _ string) {
+			if _, err := pool.Exec(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by)
+				VALUES ($1, 'finance', 'x', now(), $2)`, fin1.Email, adm.Email); err != nil {
+				panic(err)
+			}
+		}
+	})
+	pool = b.pool
+	ctx := context.Background()
+	s := b.flagged(t, "o-4eyes-linked-late", 4200)
+	p := b.propose(t, adm, s.ID, payments.StatusCompleted)
+	_, err := b.svc.ApproveResolution(ctx, fin1, p.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "set the other's password")
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p.ID); n != 1 {
+		t.Fatal("the proposal was decided")
+	}
+}

@@ -521,3 +521,59 @@ func TestCodeSeenInTheOutboxIsNotConfirmedByItsReader(t *testing.T) {
 		t.Fatalf("the customer's confirmation = %+v %v", r, err)
 	}
 }
+
+// passwordSetBy records that setter set account's password in the console (what
+// access.SetPassword and CreateUser write, migration 00490).
+func (b *bench) passwordSetBy(t *testing.T, account payments.Staff, setter string) {
+	t.Helper()
+	b.exec(t, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by) VALUES ($1, $2, 'x', $3, $4)
+		ON CONFLICT (email) DO UPDATE SET password_set_by = excluded.password_set_by`, account.Email, account.Role, b.clock.Now(), setter)
+}
+
+// An admin who read a code in the outbox, set a support user's password and signed in as them
+// confirmed the code alone (audit 8): "whoever reads a code does not confirm it" bound accounts,
+// not people. Whoever set an account's password now counts as that account: its confirmation of
+// a code the setter read is refused (nothing consumed, no wrong guess), and the other way round
+// (the setter confirming a code the account read); a support user whose password the admin did
+// not set confirms it as before.
+func TestCodeSeenByWhoeverSetTheConfirmersPassword(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	admin := payments.Staff{Email: "admin@example.com", Role: "admin"}
+	other := payments.Staff{Email: "support2@example.com", Role: "support"}
+	s := b.completed(t, "o-taken-over", 10000)
+	b.passwordSetBy(t, supportStaff, admin.Email)
+
+	ch, err := b.svc.RequestRefundCode(ctx, admin, staffRefund(s.ID, 8000, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, s.ID)
+	if _, err := b.svc.Outbox(ctx, admin, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	wantCode(t, err, payments.EFORBIDDEN, "admin@example.com saw this code in the outbox, and one of you set the other's password")
+	if n := b.count(t, `SELECT count(*) FROM refunds`) + b.count(t, `SELECT count(*) FROM code_wrong_guesses`); n != 0 {
+		t.Fatalf("refunds and wrong guesses = %d, want 0", n)
+	}
+	if res, err := b.svc.ConfirmRefund(ctx, other, s.ID, ch.ID, code); err != nil || res.Refund.Amount != 8000 {
+		t.Fatalf("a support user whose password the admin did not set = %+v %v", res, err)
+	}
+
+	// The other way round: the admin set the reader's password (a second admin account).
+	reader := payments.Staff{Email: "admin2@example.com", Role: "admin"}
+	b.passwordSetBy(t, reader, admin.Email)
+	p := b.registered(t, "o-taken-over-2", 1000)
+	cc, err := b.svc.RequestCancel(ctx, reader.Actor(), p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code = b.lastCode(t, p.ID)
+	if _, err := b.svc.Outbox(ctx, reader, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.ConfirmCancel(ctx, admin.Actor(), p.ID, cc.ID, code)
+	wantCode(t, err, payments.EFORBIDDEN, "admin2@example.com saw this code in the outbox")
+}
