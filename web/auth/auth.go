@@ -174,6 +174,14 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 				return next(c)
 			}
+			// A browser that says the request comes from another site (Sec-Fetch-Site, sent by
+			// every current browser) is refused before the token is looked at: a second layer
+			// that holds even if a token leaked. No form of ours posts from another site (the
+			// gateway sends the customer back with a GET).
+			if req.Header.Get("Sec-Fetch-Site") == "cross-site" {
+				return payments.Errorf(payments.EFORBIDDEN,
+					"This form was sent from another site (CSRF check failed). Open the page on this site and try again.")
+			}
 			// The header (htmx) or the form's body, never the URL's query: a token there would
 			// leak through history, proxies and logs, and no form of ours puts it there.
 			got := req.Header.Get(views.CSRFHeader)
