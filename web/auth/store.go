@@ -14,8 +14,10 @@ import (
 // for API keys (SHA-256), passwords (bcrypt) and one-time codes (keyed hashes). Tokens are 32
 // random bytes, so a plain hash is enough: nothing to guess them from.
 //
-// Deploying this ends the sessions stored before it (their rows are under the clear token): everyone
-// signs in once more.
+// Deploying this ends the sessions stored before it (their rows are under the clear token, which
+// the new replicas no longer look up): everyone signs in once more. Those rows are not deleted
+// by a migration (migrations only expand: a replica of the release before still serves them
+// during a rolling deploy); they expire within the session lifetime (12 h) and are reaped.
 type hashedStore struct{ next scs.Store }
 
 func hashToken(token string) string {
