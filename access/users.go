@@ -173,11 +173,12 @@ func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email strin
 		return User{}, fmt.Errorf("create user: hash: %w", err)
 	}
 	now := s.clock.Now()
+	setter, _ := passwordSetter(by, email) // nobody creates their own account
 	var u User
 	err = s.inTx(ctx, "create user", func(tx pgx.Tx) error {
 		var err error
 		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by)
-			VALUES ($1, $2, $3, $4, $5) RETURNING `+userColumns, email, string(role), string(hash), now, passwordSetter(by, email)))
+			VALUES ($1, $2, $3, $4, $5) RETURNING `+userColumns, email, string(role), string(hash), now, setter))
 		if err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "staff_users_email_key" {
@@ -264,15 +265,19 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash)})
 }
 
-// passwordSetter is who, besides its owner, knows a password by sets for email: a console user
-// other than the owner (migration 00490). nil for the command line ("cli:<os user>": an
-// operator, outside the console's roles), dev's demo seeding and the owner: none is a staff
-// user's email.
-func passwordSetter(by payments.Staff, email string) any {
-	if !strings.Contains(by.Email, "@") || NormalizeEmail(by.Email) == email {
-		return nil
+// passwordSetter is who, besides its owner, knows a password by sets for email (migration
+// 00490): a console user other than the owner. nil for the command line ("cli:<os user>": an
+// operator, outside the console's roles) and dev's demo seeding, neither a staff user's email.
+// keep: the owner sets their own, and whoever set it before stays recorded (they could be the
+// one at the keyboard, taking the account over for good).
+func passwordSetter(by payments.Staff, email string) (setter any, keep bool) {
+	switch {
+	case !strings.Contains(by.Email, "@"):
+		return nil, false
+	case NormalizeEmail(by.Email) == email:
+		return nil, true
 	}
-	return NormalizeEmail(by.Email)
+	return NormalizeEmail(by.Email), false
 }
 
 // userChange is one of the changes changeUser applies.
@@ -338,9 +343,11 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 				target.ID, string(ch.role)))
 		case ch.passwordHash != "":
 			action, detail = payments.AuditUserPassword, "password replaced; sessions ended"
+			setter, keep := passwordSetter(by, email)
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET password_hash = $2, session_epoch = session_epoch + 1,
-				password_set_by = $3 WHERE id = $1 RETURNING `+userColumns, target.ID, ch.passwordHash, passwordSetter(by, email)))
-			if err == nil && passwordSetter(by, email) != nil {
+				password_set_by = CASE WHEN $4 THEN password_set_by ELSE $3 END WHERE id = $1 RETURNING `+userColumns,
+				target.ID, ch.passwordHash, setter, keep))
+			if err == nil && setter != nil {
 				detail += "; " + by.Email + " knows it: they count as this user for the second-person rules"
 			}
 			if err == nil {

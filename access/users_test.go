@@ -264,6 +264,14 @@ func TestPasswordSetByIsRecorded(t *testing.T) {
 	if got := setBy("ana@example.com"); got != "root@example.com" {
 		t.Fatalf("replaced in the console by an admin: set by %q", got)
 	}
+	// The owner setting their own keeps the setter: it could be the admin at the keyboard, who
+	// would otherwise erase the link they are bound by.
+	if _, err := b.acc.SetPassword(ctx, payments.Staff{Email: "ana@example.com", Role: string(access.RoleFinance)}, "ana@example.com", testPassword+"4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := setBy("ana@example.com"); got != "root@example.com" {
+		t.Fatalf("replaced by its owner: set by %q, want root@example.com kept", got)
+	}
 	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND detail LIKE '%knows it%'`, payments.AuditUserPassword); n != 1 {
 		t.Fatalf("%d audit entries saying who knows the password, want 1", n)
 	}

@@ -148,7 +148,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		consumedAt   *time.Time
 		supersededAt *time.Time
 		seen         bool
-		seenBy       *string // who read the code in the outbox and set the confirmer's password, or whose the confirmer set
+		seenBy       *string // who read the code in the outbox, linked to the confirmer by a password one of them set
 	)
 	seer := ""
 	if by.Kind == ActorStaff {
@@ -156,8 +156,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	err := tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at,
 			coalesce(amount, 0), coalesce(request_key, ''), $4 = ANY(seen_by),
-			coalesce((SELECT u.password_set_by FROM staff_users u WHERE u.email = $4 AND u.password_set_by = ANY(seen_by)),
-				(SELECT u.email FROM staff_users u WHERE u.email = ANY(seen_by) AND u.password_set_by = $4 LIMIT 1))
+			(SELECT s FROM unnest(seen_by) s WHERE password_linked(s, $4) LIMIT 1)
 		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action), seer).
 		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen, &seenBy)
 	if errors.Is(err, pgx.ErrNoRows) {

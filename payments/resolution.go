@@ -71,12 +71,12 @@ const (
 // errSelfApproval is the refusal of approving one's own proposal.
 var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outcome: a second finance or admin user must approve it"}
 
-// passwordLinkSQL holds when one of the staff accounts $a and $b set the other's password
-// (staff_users.password_set_by, migration 00490): whoever set it knows it and could be acting as
-// that account, so the two are one person to the second-person rules.
+// passwordLinkSQL holds when one of the staff accounts a and b set the other's password,
+// directly or through accounts whose passwords they set (the SQL function password_linked,
+// migration 00490): whoever set a password knows it and could be acting as that account, so the
+// two are one person to the second-person rules.
 func passwordLinkSQL(a, b string) string {
-	return `EXISTS (SELECT 1 FROM staff_users u WHERE (u.email = ` + a + ` AND u.password_set_by = ` + b + `)
-		OR (u.email = ` + b + ` AND u.password_set_by = ` + a + `))`
+	return `password_linked(` + a + `, ` + b + `)`
 }
 
 // passwordLinked reports whether one of two staff accounts set the other's password.
@@ -90,7 +90,7 @@ func passwordLinked(ctx context.Context, q querier, a, b string) (bool, error) {
 
 // errLinkedApproval refuses an approval by an account that the proposer's could be acting as.
 func errLinkedApproval(proposer, approver string) error {
-	return Errorf(EFORBIDDEN, "one of %s and %s set the other's password, so one person could be acting as both: "+
+	return Errorf(EFORBIDDEN, "one of %s and %s set the other's password (or a password of someone who did), so one person could be acting as both: "+
 		"another finance or admin user must approve it (or the account's owner gets a password set from the command line)", proposer, approver)
 }
 

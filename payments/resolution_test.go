@@ -436,6 +436,12 @@ func TestResolutionApproverWhosePasswordTheProposerSet(t *testing.T) {
 	_, err = b.svc.ApproveResolution(ctx, adm, p2.ID)
 	wantCode(t, err, payments.EFORBIDDEN, "set the other's password")
 
+	// A chain: the admin set fin1's password and, as fin1, fin3's: fin3 is the admin's too.
+	fin3 := payments.Staff{Email: "fin3@example.com", Role: "finance"}
+	b.passwordSetBy(t, fin3, fin1.Email)
+	_, err = b.svc.ApproveResolution(ctx, fin3, p.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "set the other's password")
+
 	if a, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil || a.SessionStatus != payments.StatusCompleted {
 		t.Fatalf("an unlinked finance user approves = %+v %v", a, err)
 	}
