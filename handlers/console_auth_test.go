@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -114,6 +115,45 @@ func TestConsoleSignIn(t *testing.T) {
 	again := a.cookie(auth.SessionCookie)
 	if before == nil || again == nil || again.Value == before.Value || again.Value == first.Value {
 		t.Fatalf("sign-in did not renew the session token: before %v, after %v", before, again)
+	}
+}
+
+// TestSessionStoreHoldsHashes: a session row is keyed by the SHA-256 of the cookie's token, and
+// a row's key is no cookie: presented as one, it signs nobody in (a fallback that looked it up
+// as a clear token would make every stored hash a credential again). A session of the release
+// before, stored under its clear token, still works on this one during a rolling deploy.
+func TestSessionStoreHoldsHashes(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ana@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.login("ana@example.com")
+	token := a.cookie(auth.SessionCookie).Value
+	var key string
+	if err := b.pool.QueryRow(context.Background(), `SELECT token FROM sessions WHERE token = encode(sha256(convert_to($1, 'UTF8')), 'hex')`, token).Scan(&key); err != nil {
+		t.Fatalf("no session row under the token's hash: %v", err)
+	}
+	signedIn := func(cookie string) bool {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: cookie})
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, r)
+		return rec.Code == http.StatusOK
+	}
+	if !signedIn(token) {
+		t.Fatal("the cookie's own token does not sign in")
+	}
+	if signedIn(key) {
+		t.Fatal("the row's key (the hash) works as a cookie")
+	}
+	// The release before kept rows under the clear token (43 characters, like scs's).
+	old := strings.Repeat("o", 43)
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO sessions (token, data, expiry) SELECT $1, data, expiry FROM sessions WHERE token = $2`, old, key); err != nil {
+		t.Fatal(err)
+	}
+	if !signedIn(old) {
+		t.Fatal("a session of the release before (under its clear token) does not sign in during the roll")
 	}
 }
 
