@@ -216,4 +216,39 @@ func TestDeadCodesAreRedactedFromTheOutbox(t *testing.T) {
 	if inClear(expiring.ID) {
 		t.Fatal("an expired code is still in clear")
 	}
+
+	// Out of attempts: the code is dead while it has time left.
+	third := b.registered(t, "o-dead-codes-3", 100)
+	spent, err := b.svc.RequestCancel(ctx, api, third.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := b.lastCode(t, third.ID)
+	wrong := "000000"
+	if right == wrong {
+		wrong = "111111"
+	}
+	for range 5 { // the code's attempts (Config.CodeAttempts, default 5)
+		if _, err := b.svc.ConfirmCancel(ctx, api, third.ID, spent.ID, wrong); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong code: %v", err)
+		}
+	}
+	redact(1)
+	if inClear(spent.ID) {
+		t.Fatal("a code out of attempts is still in clear")
+	}
+
+	// A message from before messages named their challenge: dead after CodeTTL from its own
+	// age, alive before.
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at) VALUES
+		('cancel_code', 'x', 'your code is 222222', 'your code is ••••••', $1),
+		('cancel_code', 'x', 'your code is 333333', 'your code is ••••••', $2)`,
+		b.clock.Now().Add(-10*time.Minute), b.clock.Now().Add(-time.Minute)) // CodeTTL: 10 minutes
+	redact(1)
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%222222%'`); n != 0 {
+		t.Fatal("an old message without a challenge is still in clear")
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%333333%'`); n != 1 {
+		t.Fatal("a recent message without a challenge was redacted")
+	}
 }
