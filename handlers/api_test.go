@@ -149,6 +149,8 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 		{"contact with NUL", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"a\u0000b"}`), 422, "customer_contact"},
 		{"contact object", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":{}}`), 422, "customer_contact"},
 		{"contact with a right-to-left override", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"\u202egnp.exe@evil.com"}`), 422, "customer_contact"},
+		{"contact with a line separator", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"ana\u2028@example.com"}`), 422, "customer_contact"},
+		{"contact with a private-use character", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"ana\ue000@example.com"}`), 422, "customer_contact"},
 		{"contact with a zero-width space", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"ana\u200b@example.com"}`), 422, "customer_contact"},
 		{"contact too long", post(createPath("o"), `{"amount":100,"currency":"EUR","customer_contact":"`+strings.Repeat("a", 321)+`"}`), 422, "customer_contact"},
 		{"order id characters", post(createPath("bad%20id"), ok), 422, "order_id"},
@@ -183,6 +185,8 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 	}
 	// application/*+json and an explicit UTF-8 charset are JSON.
 	wantPayment(t, b.do(post(createPath("o"), ok, "Content-Type", "application/merge-patch+json; charset=UTF-8")), http.StatusCreated)
+	// A contact in any script, with a no-break space pasted from a web page, is a contact.
+	wantPayment(t, b.do(post(createPath("o-contact"), `{"amount":100,"currency":"EUR","customer_contact":"Zoë Müller +49\u00a030 1234 / 山田"}`)), http.StatusCreated)
 }
 
 func TestAPIGetPaymentAndOrder(t *testing.T) {

@@ -88,14 +88,17 @@ func plainText(s string) bool {
 // ValidateContact: where the customer's messages (one-time codes) go — at most 320 characters of
 // printable UTF-8 (an email address, a phone number, a handle the shop's notifier knows).
 // A NUL byte, a line break or an escape in it could never be delivered to anyone and would
-// break the message's headers or a terminal showing it. Nor a format character (Unicode Cf:
-// a right-to-left override, a zero-width space): support reads this field to know whom a code
-// goes to, and "\u202egnp.exe@evil.com" shows as another address than the one it is.
+// break the message's headers or a terminal showing it. Nor an invisible one (a right-to-left
+// override, a zero-width space, a line separator, a private-use character): support reads this
+// field to know whom a code goes to, and "\u202egnp.exe@evil.com" shows as another address than
+// the one it is.
 func ValidateContact(contact string) error {
 	if !PlainLine(contact) {
 		return Invalid("customer_contact", "customer_contact must be UTF-8 text without control characters (NUL, line breaks, escapes)")
 	}
-	if i := strings.IndexFunc(contact, func(r rune) bool { return unicode.Is(unicode.Cf, r) }); i >= 0 {
+	// Printable characters and spaces only: no format character (Cf), line or paragraph
+	// separator, private-use or unassigned code point, which show as nothing or as something else.
+	if i := strings.IndexFunc(contact, func(r rune) bool { return !unicode.IsPrint(r) && !unicode.Is(unicode.Zs, r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(contact[i:])
 		return Invalid("customer_contact", "customer_contact must not contain invisible formatting characters (U+%04X at byte %d): they make it show as another address than it is", r, i+1)
 	}
