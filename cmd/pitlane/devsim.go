@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -79,8 +80,11 @@ func startDevSimulator(cfg *config.Config, logger *slog.Logger, statePath string
 	})
 	if statePath != "" {
 		if err := sim.LoadState(statePath); err != nil {
-			// The demo still runs, with a simulator that knows nothing of earlier runs.
-			logger.Warn("dev: gateway simulator starts empty; delete the file to silence this", "err", err)
+			// The demo still runs, with a simulator that knows nothing of earlier runs; the file
+			// is kept aside, not overwritten by this run's state at stop.
+			aside := statePath + ".unreadable"
+			rerr := os.Rename(statePath, aside)
+			logger.Warn("dev: gateway simulator starts empty", "err", err, "kept_as", aside, "rename_err", rerr)
 		}
 	}
 	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
