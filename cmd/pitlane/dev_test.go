@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -383,5 +385,29 @@ func TestDevSimulatorKeepsItsPaymentsAcrossRestarts(t *testing.T) {
 	}()
 	if code := paymentAt(devSimURL(banner), gp); code != http.StatusOK {
 		t.Fatalf("after a restart the simulator answers %d for %s's payment %s, want 200", code, demoWaiting, gp)
+	}
+}
+
+// TestDevSimulatorKeepsAnUnreadableStateAside: a state file the simulator cannot read is renamed
+// (.unreadable) before the run starts empty, so the run's own state, saved at stop, does not
+// overwrite what it held.
+func TestDevSimulatorKeepsAnUnreadableStateAside(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gatewaysim.json")
+	if err := os.WriteFile(path, []byte("not a state"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{HTTPAddr: "127.0.0.1:0", PublicBaseURL: "http://127.0.0.1:1", SecretKey: []byte(strings.Repeat("k", 32))}
+	_, stop, err := startDevSimulator(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if b, err := os.ReadFile(path + ".unreadable"); err != nil || string(b) != "not a state" {
+		t.Fatalf("the unreadable file kept aside: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), `"version"`) {
+		t.Fatalf("the run's own state at stop: %q %v", b, err)
 	}
 }
