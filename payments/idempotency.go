@@ -616,18 +616,26 @@ func (x *Idempotency) Abandon(ctx context.Context, r IdempotencyRequest, token s
 // The sweeper loop calls it; nothing needs it to run promptly: Acquire treats an expired row as
 // absent.
 func (s *Service) ReapIdempotencyKeys(ctx context.Context, now time.Time, batch int) (int, error) {
+	return s.execBatches(ctx, "reap idempotency keys", batch, `WITH doomed AS (
+			SELECT client_id, kind, key FROM idempotency_keys
+			WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM idempotency_keys k USING doomed d
+		WHERE k.client_id = d.client_id AND k.kind = d.kind AND k.key = d.key`, now)
+}
+
+// execBatches runs sql, a statement that touches at most batch rows (its last parameter, after
+// args; DefaultReapBatch when batch <= 0), again and again until a run touches fewer or ctx
+// ends, each run its own short statement. It returns how many rows the runs touched.
+func (s *Service) execBatches(ctx context.Context, op string, batch int, sql string, args ...any) (int, error) {
 	if batch <= 0 {
 		batch = DefaultReapBatch
 	}
+	args = append(args, batch)
 	total := 0
 	for {
-		tag, err := s.db.Exec(ctx, `WITH doomed AS (
-				SELECT client_id, kind, key FROM idempotency_keys
-				WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-			DELETE FROM idempotency_keys k USING doomed d
-			WHERE k.client_id = d.client_id AND k.kind = d.kind AND k.key = d.key`, now, batch)
+		tag, err := s.db.Exec(ctx, sql, args...)
 		if err != nil {
-			return total, fmt.Errorf("reap idempotency keys: %w", err)
+			return total, fmt.Errorf("%s: %w", op, err)
 		}
 		n := int(tag.RowsAffected())
 		total += n

@@ -171,27 +171,13 @@ func (s *Service) outboxSource() patrolSource {
 // sent stayed in clear in the table and in each copy of the database. A message from before
 // messages named their challenge is dead after CodeTTL. The patrol's housekeeping calls it.
 func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
-	if batch <= 0 {
-		batch = DefaultReapBatch
-	}
-	total := 0
-	for {
-		tag, err := s.db.Exec(ctx, `WITH dead AS (
-				SELECT o.id FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
-				WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
-				  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
-				       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2))
-				ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
-			UPDATE outbox o SET body = o.redacted_body FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL), batch)
-		if err != nil {
-			return total, fmt.Errorf("redact dead codes: %w", err)
-		}
-		n := int(tag.RowsAffected())
-		total += n
-		if n < batch || ctx.Err() != nil {
-			return total, ctx.Err()
-		}
-	}
+	return s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
+			SELECT o.id FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+			WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
+			  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
+			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2))
+			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
+		UPDATE outbox o SET body = o.redacted_body FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL))
 }
 
 // outboxLeaseID names an outbox row's lease in a drive's context.
