@@ -68,7 +68,7 @@ func (h *Live) Payment(c echo.Context) error {
 }
 
 // LiveHeader marks the requests static/live.js makes to refresh a page's live region.
-const LiveHeader = "X-Pitlane-Live"
+const LiveHeader = views.LiveHeader
 
 // liveRefresh reports whether the request refreshes a live region (rather than, say, htmx
 // following an action's redirect to the same page).

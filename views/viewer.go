@@ -44,6 +44,10 @@ const (
 	CSRFHeader = "X-CSRF-Token"
 )
 
+// LiveHeader marks the requests static/live.js makes to refresh a page's live region: the
+// page's own requests, not the user's (the console's idle timeout does not count them).
+const LiveHeader = "X-Pitlane-Live"
+
 type liveKey struct{}
 
 // WithLive returns ctx carrying the live hub's position when the page was read (handlers.Live

@@ -50,7 +50,8 @@ func routes(e *echo.Echo, d Deps) {
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token
 	// (per session when signed in, cookie-bound otherwise). Roles: access.Role.Can.
-	am := auth.New(auth.Config{DB: d.DB, Access: d.Access, Secret: d.SecretKey, SecretFallbacks: d.SecretKeyFallbacks, Secure: d.SecureCookies, Logger: d.Logger})
+	am := auth.New(auth.Config{DB: d.DB, Access: d.Access, Secret: d.SecretKey, SecretFallbacks: d.SecretKeyFallbacks, Secure: d.SecureCookies, Logger: d.Logger,
+		IdleTimeout: d.ConsoleIdleTimeout, Now: d.SessionClock})
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
 	lv := handlers.NewLive(d.Live, d.Logger, am.Still)

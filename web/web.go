@@ -34,6 +34,12 @@ type Deps struct {
 	SecretKeyFallbacks [][]byte
 	// SecureCookies marks the console's cookies Secure: set it when PUBLIC_BASE_URL is https.
 	SecureCookies bool
+	// ConsoleIdleTimeout (CONSOLE_IDLE_TIMEOUT) signs staff out after this long without a
+	// request of their own; 0: auth.DefaultIdleTimeout.
+	ConsoleIdleTimeout time.Duration
+	// SessionClock is the console sessions' clock (idle timeout); nil: the wall clock, which
+	// sessions live on anyway (their lifetime, the store's expiry). Tests move it.
+	SessionClock func() time.Time
 	// HSTS sends Strict-Transport-Security on every response: set it when PUBLIC_BASE_URL is
 	// https (browsers then never try plain http on this host again).
 	HSTS bool

@@ -218,18 +218,19 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		SecretKeyFallbacks: cfg.SecretKeyFallbacks,
 		// Cookies marked Secure only reach an https origin, and HSTS only makes sense on one:
 		// set exactly when browsers use one.
-		SecureCookies:    https,
-		HSTS:             https,
-		TrustedProxies:   cfg.TrustedProxies,
-		Payments:         svc,
-		Access:           access.New(pool, nil), // built whatever the gateway: the console signs people in anyway
-		Idempotency:      payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
-		Webhooks:         handlers.WebhookConfig{Verifier: verifier},
-		Metrics:          metrics,
-		MetricsElsewhere: cfg.MetricsAddr != "",
-		MerchantName:     cfg.Merchant(),
-		TracerProvider:   tp,
-		Live:             hub,
+		SecureCookies:      https,
+		ConsoleIdleTimeout: cfg.ConsoleIdleTimeout,
+		HSTS:               https,
+		TrustedProxies:     cfg.TrustedProxies,
+		Payments:           svc,
+		Access:             access.New(pool, nil), // built whatever the gateway: the console signs people in anyway
+		Idempotency:        payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
+		Webhooks:           handlers.WebhookConfig{Verifier: verifier},
+		Metrics:            metrics,
+		MetricsElsewhere:   cfg.MetricsAddr != "",
+		MerchantName:       cfg.Merchant(),
+		TracerProvider:     tp,
+		Live:               hub,
 	})
 	srv := httpServer(e, cfg, logger)
 	// Shutdown waits for connections to go idle, which a live stream never does by itself:

@@ -69,6 +69,10 @@ type Config struct {
 	// is how much of one payment finance refunds from the console without a second person;
 	// beyond it (and in any currency not listed) a refund needs a four-eyes approval.
 	RefundDirectLimit map[string]int64
+	// ConsoleIdleTimeout (CONSOLE_IDLE_TIMEOUT, default 30m, 1m to 12h) signs a staff user out
+	// of the console after this long without a request of their own; a page refreshing itself
+	// does not count.
+	ConsoleIdleTimeout time.Duration
 	// OTLPTracesEndpoint is where spans are exported over OTLP/HTTP, from the standard
 	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (otel.go). "": tracing exports nothing.
 	OTLPTracesEndpoint string
@@ -180,6 +184,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return c, errorf("REPLICA_ID", "must be 1-128 printable characters without spaces")
 	}
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
+		return c, err
+	}
+	if c.ConsoleIdleTimeout, err = duration(getenv, "CONSOLE_IDLE_TIMEOUT", 30*time.Minute, time.Minute, 12*time.Hour); err != nil {
 		return c, err
 	}
 	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
 		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second ||
-		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil {
+		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil || c.ConsoleIdleTimeout != 30*time.Minute {
 		t.Errorf("defaults: %+v", c)
 	}
 	if !strings.HasSuffix(c.ReplicaID, "-"+strconv.Itoa(os.Getpid())) {
@@ -50,6 +50,7 @@ func TestValues(t *testing.T) {
 		"TRUSTED_PROXIES":      "10.0.0.0/8, 192.168.1.7,fd00::/8",
 		"METRICS_ADDR":         "127.0.0.1:9091",
 		"REFUND_DIRECT_LIMIT":  "EUR:50000, JPY:8000",
+		"CONSOLE_IDLE_TIMEOUT": "15m",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +61,9 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Join(proxies, " ") != "10.0.0.0/8 192.168.1.7/32 fd00::/8" || c.MetricsAddr != "127.0.0.1:9091" {
 		t.Errorf("TRUSTED_PROXIES %v, METRICS_ADDR %q", proxies, c.MetricsAddr)
+	}
+	if c.ConsoleIdleTimeout != 15*time.Minute {
+		t.Errorf("CONSOLE_IDLE_TIMEOUT %s", c.ConsoleIdleTimeout)
 	}
 	if len(c.RefundDirectLimit) != 2 || c.RefundDirectLimit["EUR"] != 50000 || c.RefundDirectLimit["JPY"] != 8000 {
 		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
@@ -124,6 +128,9 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"SWEEP_INTERVAL", "0"},
 		{"SWEEP_INTERVAL", "1ns"},
 		{"SWEEP_INTERVAL", "48h"},
+		{"CONSOLE_IDLE_TIMEOUT", "30"},
+		{"CONSOLE_IDLE_TIMEOUT", "10s"},
+		{"CONSOLE_IDLE_TIMEOUT", "13h"},
 		{"SWEEP_CONCURRENCY", "0"},
 		{"SWEEP_CONCURRENCY", "many"},
 		{"SWEEP_CONCURRENCY", "100000"},

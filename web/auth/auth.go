@@ -34,6 +34,7 @@ const (
 	keyCSRF       = "csrf"
 	keyFlash      = "flash"
 	keyFlashError = "flash_error"
+	keySeen       = "seen" // unix seconds of the user's last request of their own (idle timeout)
 )
 
 // Cookie names.
@@ -46,6 +47,16 @@ const (
 // SessionLifetime is how long a sign-in lasts (a working day); the cookie itself dies with the
 // browser.
 const SessionLifetime = 12 * time.Hour
+
+// DefaultIdleTimeout signs a staff user out after half an hour without a request of their own
+// (CONSOLE_IDLE_TIMEOUT). A live page refreshing itself is not the user's request: a console
+// left open on a desk stops showing payments and stops accepting actions.
+const DefaultIdleTimeout = 30 * time.Minute
+
+// seenEvery: the time of the user's last request is written to the session at most this often,
+// not on every request (each write is a row update of the sessions table). The timeout is thus
+// judged up to this much early, never late.
+const seenEvery = time.Minute
 
 // Config is what the manager needs.
 type Config struct {
@@ -61,6 +72,12 @@ type Config struct {
 	// Secure marks cookies Secure (set it when the console is served over https).
 	Secure bool
 	Logger *slog.Logger
+	// IdleTimeout (CONSOLE_IDLE_TIMEOUT) ends a session after this long without a request of
+	// the user's own; 0: DefaultIdleTimeout. A session still ends SessionLifetime after sign-in.
+	IdleTimeout time.Duration
+	// Now is the sessions' clock (nil: time.Now). Sessions live on the wall clock, as scs's
+	// lifetime and the store's expiry do; tests move this one.
+	Now func() time.Time
 }
 
 // Manager is the console's sessions, CSRF protection and role checks.
@@ -72,13 +89,22 @@ type Manager struct {
 	fallbacks [][]byte
 	secure    bool
 	log       *slog.Logger
+	idle      time.Duration
+	now       func() time.Time
 }
 
 // New builds the manager.
 func New(cfg Config) *Manager {
-	m := &Manager{db: cfg.DB, access: cfg.Access, secret: cfg.Secret, fallbacks: cfg.SecretFallbacks, secure: cfg.Secure, log: cfg.Logger}
+	m := &Manager{db: cfg.DB, access: cfg.Access, secret: cfg.Secret, fallbacks: cfg.SecretFallbacks, secure: cfg.Secure, log: cfg.Logger,
+		idle: cfg.IdleTimeout, now: cfg.Now}
 	if m.log == nil {
 		m.log = slog.Default()
+	}
+	if m.idle <= 0 {
+		m.idle = DefaultIdleTimeout
+	}
+	if m.now == nil {
+		m.now = time.Now
 	}
 	if len(m.secret) == 0 {
 		// Without a configured secret CSRF tokens of anonymous visitors are still unguessable
@@ -288,6 +314,15 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 				}
 				return m.toSignIn(c)
 			}
+			if m.idleOut(ctx) {
+				if err := m.endIdle(ctx); err != nil {
+					return err
+				}
+				return m.toSignIn(c)
+			}
+			if !passive(req) {
+				m.touch(ctx)
+			}
 			v := views.ViewerFrom(ctx)
 			v.Email, v.Role = u.Email, u.Role
 			c.SetRequest(req.WithContext(views.WithViewer(ctx, v)))
@@ -311,7 +346,7 @@ func (m *Manager) Still(c echo.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case !required || !ok:
+	case !required || !ok || m.idleOut(c.Request().Context()):
 		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
 	case !u.Role.Can(p):
 		return payments.Errorf(payments.EFORBIDDEN, "the role (%s) no longer has this page", u.Role)
@@ -336,6 +371,66 @@ func (m *Manager) current(ctx context.Context) (u access.User, ok bool, err erro
 	return u, !u.Disabled() && u.SessionEpoch == m.sm.GetInt(ctx, keyEpoch), nil
 }
 
+// passive reports whether a request is the page's own rather than the user's: a live region's
+// refresh (static/live.js marks it) or a live stream (EventSource asks for text/event-stream).
+// Neither keeps a session from idling out.
+func passive(r *http.Request) bool {
+	return r.Header.Get(views.LiveHeader) == "1" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// idleOut reports whether the signed-in session saw no request of its user for the idle
+// timeout. A session signed in before the timeout existed (no time kept) is not idle: its first
+// request keeps the time.
+func (m *Manager) idleOut(ctx context.Context) bool {
+	seen := m.sm.GetInt64(ctx, keySeen)
+	return seen != 0 && m.now().Sub(time.Unix(seen, 0)) > m.idle
+}
+
+// touch keeps the time of the user's request, at most once every seenEvery.
+func (m *Manager) touch(ctx context.Context) {
+	now := m.now()
+	if seen := m.sm.GetInt64(ctx, keySeen); seen == 0 || now.Sub(time.Unix(seen, 0)) >= seenEvery {
+		m.sm.Put(ctx, keySeen, now.Unix())
+	}
+}
+
+// endIdle ends a session that idled out as SignOut does, saying why.
+func (m *Manager) endIdle(ctx context.Context) error {
+	return m.end(ctx, keyFlashError, fmt.Sprintf("You were signed out after %s without activity. Sign in again.", idleText(m.idle)))
+}
+
+// end ends the signed-in session: a new token (the old one is deleted from the store and
+// worthless from now on) carrying nothing but a message for the sign-in page, and expiring in
+// minutes.
+func (m *Manager) end(ctx context.Context, key, msg string) error {
+	if err := m.sm.RenewToken(ctx); err != nil {
+		return fmt.Errorf("end session: renew token: %w", err)
+	}
+	if err := m.sm.Clear(ctx); err != nil {
+		return fmt.Errorf("end session: clear: %w", err)
+	}
+	m.sm.SetDeadline(ctx, time.Now().Add(5*time.Minute))
+	m.sm.Put(ctx, key, msg)
+	return nil
+}
+
+// idleText says a timeout the way the sign-in page does ("30 minutes", "1 hour").
+func idleText(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		if d == time.Hour {
+			return "1 hour"
+		}
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d%time.Minute == 0:
+		if d == time.Minute {
+			return "1 minute"
+		}
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
+}
+
 func (m *Manager) toSignIn(c echo.Context) error {
 	req := c.Request()
 	target := "/login"
@@ -344,6 +439,11 @@ func (m *Manager) toSignIn(c echo.Context) error {
 	}
 	if req.Header.Get("HX-Request") == "true" {
 		c.Response().Header().Set("HX-Redirect", target)
+		return c.NoContent(http.StatusUnauthorized)
+	}
+	if strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+		// A live stream: an EventSource would follow a redirect and load the sign-in page
+		// (taking its message). Refused, the page polls, and the poll leads the window there.
 		return c.NoContent(http.StatusUnauthorized)
 	}
 	return c.Redirect(http.StatusSeeOther, target)
@@ -374,6 +474,7 @@ func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	m.sm.Put(ctx, keyEmail, u.Email)
 	m.sm.Put(ctx, keyEpoch, u.SessionEpoch)
 	m.sm.Put(ctx, keyCSRF, randomToken())
+	m.sm.Put(ctx, keySeen, m.now().Unix())
 	if _, err := m.ReapSessions(ctx); err != nil {
 		m.log.Warn("reap expired sessions", "err", err)
 	}
@@ -396,20 +497,10 @@ func (m *Manager) ReapSessions(ctx context.Context) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// SignOut ends the staff user's session: a new token (the signed-in one is deleted from the
-// store and worthless from now on) carrying nothing but the "signed out" message for the
-// sign-in page, and expiring in minutes.
+// SignOut ends the staff user's session (end), with the "signed out" message for the sign-in
+// page.
 func (m *Manager) SignOut(c echo.Context) error {
-	ctx := c.Request().Context()
-	if err := m.sm.RenewToken(ctx); err != nil {
-		return fmt.Errorf("sign out: renew token: %w", err)
-	}
-	if err := m.sm.Clear(ctx); err != nil {
-		return fmt.Errorf("sign out: clear: %w", err)
-	}
-	m.sm.SetDeadline(ctx, time.Now().Add(5*time.Minute))
-	m.sm.Put(ctx, keyFlash, "You are signed out.")
-	return nil
+	return m.end(c.Request().Context(), keyFlash, "You are signed out.")
 }
 
 // Flash keeps a message for the next page this browser shows (after a redirect).

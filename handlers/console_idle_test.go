@@ -1,0 +1,125 @@
+package handlers_test
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/labstack/echo/v4"
+
+	"pitlane/access"
+	"pitlane/handlers"
+	"pitlane/payments"
+	"pitlane/web"
+)
+
+// The console's idle timeout: a staff session ends after CONSOLE_IDLE_TIMEOUT without a request
+// of the user's own. A live page refreshing itself (its region's refreshes, its stream) is not
+// one, so a console left open on a desk signs out. The sessions' clock is their own (the wall
+// clock in production); these tests move it.
+
+// idleRouter is the bench's router with a session clock of its own and a 30-minute timeout.
+func idleRouter(b *consoleBench) (*echo.Echo, *payments.ManualClock) {
+	clock := payments.NewManualClock(consoleT0)
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-a", Payments: b.svc,
+		Access: access.New(b.pool, b.clock), SecretKey: []byte("console-test-secret-console-test-secret"),
+		MerchantName: testMerchant, Live: b.hub, ConsoleIdleTimeout: 30 * time.Minute, SessionClock: clock.Now})
+	return e, clock
+}
+
+// TestConsoleSignsOutAfterIdleTimeout: the user's own requests keep the session; live refreshes
+// do not; past the timeout the next request (a live refresh here) ends the session and sends the
+// browser to the sign-in page, which says why; signing in again works.
+func TestConsoleSignsOutAfterIdleTimeout(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	e, clock := idleRouter(b)
+	a := newAgent(t, e)
+	a.login("sup@example.com")
+	live := func() *http.Response {
+		t.Helper()
+		return a.get("/", "HX-Request", "true", handlers.LiveHeader, "1").Result()
+	}
+
+	clock.Advance(29 * time.Minute)
+	if rec := a.get("/payments"); rec.Code != http.StatusOK {
+		t.Fatalf("29 minutes after sign-in: %d", rec.Code)
+	}
+	clock.Advance(29 * time.Minute) // 58 minutes after sign-in, 29 after the last request
+	if rec := a.get("/"); rec.Code != http.StatusOK {
+		t.Fatalf("29 minutes after the user's last request: %d (their requests must keep the session)", rec.Code)
+	}
+	clock.Advance(20 * time.Minute)
+	if r := live(); r.StatusCode != http.StatusOK {
+		t.Fatalf("a live refresh 20 minutes after the user's last request: %d", r.StatusCode)
+	}
+	clock.Advance(11 * time.Minute) // 31 minutes after the user's last request, 11 after the refresh
+	r := live()
+	if r.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(r.Header.Get("HX-Redirect"), "/login") {
+		t.Fatalf("a live refresh 31 minutes after the user's last request: %d HX-Redirect %q; want 401 to the sign-in page (a live refresh must not keep the session)",
+			r.StatusCode, r.Header.Get("HX-Redirect"))
+	}
+	rec := a.get("/payments")
+	if rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/login") {
+		t.Fatalf("after the timeout: %d %q, want the sign-in page", rec.Code, rec.Header().Get("Location"))
+	}
+	wantText(t, page(t, a.follow(rec), http.StatusOK), "flash-error", "signed out after 30 minutes without activity")
+	a.login("sup@example.com")
+	if rec := a.get("/payments"); rec.Code != http.StatusOK {
+		t.Fatalf("after signing in again: %d", rec.Code)
+	}
+}
+
+// TestConsoleIdleTimeoutEndsAnOpenStream: a live stream does not keep its session either; once
+// the user has been idle for the timeout the stream tells nothing more and ends, and a new
+// stream is refused (the browser then polls, and the poll sends it to sign in).
+func TestConsoleIdleTimeoutEndsAnOpenStream(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	e, clock := idleRouter(b)
+	srv := b.server(t, e)
+	a := newAgent(t, e)
+	a.login("fin@example.com")
+
+	clock.Advance(20 * time.Minute) // a stream opened now does not count as the user's request
+	es, resp := openStream(t, srv, a, "/live/dashboard?since="+b.hub.Position().String(), "Accept", "text/event-stream")
+	if es == nil {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	b.payment(t, "o-idle-1", 1999)
+	es.want("id: ")
+	clock.Advance(11 * time.Minute) // 31 minutes after sign-in, the user's last request
+	if es2, resp := openStream(t, srv, a, "/live/dashboard?since="+b.hub.Position().String(), "Accept", "text/event-stream"); es2 != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a new stream 31 minutes after the user's last request: %v %d, want 401 (a stream must not keep the session)", es2 != nil, resp.StatusCode)
+	}
+	b.payment(t, "o-idle-2", 1999)
+	if line, err := es.r.ReadString('\n'); err == nil {
+		t.Fatalf("the open stream went on after the timeout: %q", line)
+	}
+	if rec := a.get("/"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("dashboard after the timeout: %d", rec.Code)
+	}
+}
+
+// TestBrowserConsoleLeftOpenEndsOnSignIn: Chromium with the dashboard open and nobody at the
+// desk. Past the timeout the next change ends the page's stream; the browser's reconnect is
+// refused, the page's fallback poll is sent to sign in, and the window shows the sign-in page
+// with the reason instead of payments.
+func TestBrowserConsoleLeftOpenEndsOnSignIn(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	e, clock := idleRouter(b)
+	srv := b.server(t, e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "fin@example.com")
+
+	openLive(t, ctx, srv.URL+"/")
+	clock.Advance(31 * time.Minute)
+	b.payment(t, "o-idle-browser", 1999)
+	within(t, ctx, 30*time.Second, chromedp.WaitVisible(`[data-testid="login-form"]`))
+	waitJS(t, ctx, "the reason on the sign-in page", `(document.querySelector('[data-testid="flash-error"]') || {}).textContent?.includes("without activity") === true`)
+}
