@@ -22,6 +22,9 @@ type Attempt struct {
 	Address string
 	// UserAgent goes into the audit entry of a successful sign-in.
 	UserAgent string
+	// Reauth: a signed-in user proving their password again (ChangeOwnPassword). The same
+	// throttle and failure count; a success writes no sign-in entry (the change writes its own).
+	Reauth bool
 }
 
 // errWrongLogin is SignIn's answer to a wrong password, an unknown email and a disabled user
@@ -121,6 +124,9 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 			if _, err := tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email); err != nil {
 				return fmt.Errorf("sign in: clear throttle: %w", err)
 			}
+			if a.Reauth {
+				return nil // proving a password again is no sign-in: the change it allows writes its own entry
+			}
 			return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: u.Email, Role: string(u.Role), Action: payments.AuditLogin,
 				Target: u.Email, Detail: strings.TrimSpace("from " + a.Address + " " + strings.TrimSpace(a.UserAgent))}, now)
 		})
@@ -132,8 +138,12 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 
 	// 3b. Refused: the failure is already counted. A real account's failures are audited.
 	if found {
+		detail := "from " + a.Address
+		if a.Reauth {
+			detail += ", proving the password again (password change)"
+		}
 		if err := s.RecordAudit(ctx, payments.AuditEntry{Actor: u.Email, Action: payments.AuditLoginFailed, Target: u.Email,
-			Detail: "from " + a.Address}); err != nil {
+			Detail: detail}); err != nil {
 			return User{}, err
 		}
 	}
@@ -148,3 +158,24 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 
 // errRollback ends a transaction without committing and without being an error to the caller.
 var errRollback = errors.New("rollback")
+
+// ChangeOwnPassword replaces a signed-in user's password once they prove the current one. The
+// proof is a sign-in attempt (Attempt.Reauth): the same throttle, the same failure count and
+// lockout of the account, the same audit entry for a failure. So a console session someone else
+// got hold of neither changes the password without knowing it nor guesses it faster than the
+// sign-in page allows. The new password ends every session of the user (SetPassword); the
+// caller starts the current one again. Whoever set the password before stays recorded
+// (passwordSetter): the account's owner changing it cannot be told from that person.
+func (s *Service) ChangeOwnPassword(ctx context.Context, a Attempt, password string) (User, error) {
+	if err := ValidatePassword(password); err != nil { // a bad new password costs no attempt
+		return User{}, err
+	}
+	a.Reauth = true
+	u, err := s.SignIn(ctx, a)
+	if payments.ErrorCode(err) == payments.EWRONG {
+		return User{}, &payments.Error{Code: payments.EWRONG, Field: "current_password", Message: "your current password is not the one you typed"}
+	} else if err != nil {
+		return User{}, err
+	}
+	return s.SetPassword(ctx, u.Staff(), u.Email, password)
+}

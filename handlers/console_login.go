@@ -32,8 +32,7 @@ func (h *Console) LoginPage(c echo.Context) error {
 func (h *Console) Login(c echo.Context) error {
 	email := access.NormalizeEmail(c.FormValue("email"))
 	next := auth.LocalPath(c.FormValue("next"))
-	u, err := h.access.SignIn(c.Request().Context(), access.Attempt{Email: email, Password: c.FormValue("password"),
-		Address: c.RealIP(), UserAgent: c.Request().UserAgent()})
+	u, err := h.access.SignIn(c.Request().Context(), accessAttempt(c, email, c.FormValue("password")))
 	if err != nil {
 		code := payments.ErrorCode(err)
 		if code == payments.EINTERNAL || code == payments.EUNAVAIL {
@@ -57,6 +56,12 @@ func (h *Console) Login(c echo.Context) error {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, next)
+}
+
+// accessAttempt is a sign-in attempt of the request's client (its address as the router
+// determined it: X-Forwarded-For only from TRUSTED_PROXIES).
+func accessAttempt(c echo.Context, email, password string) access.Attempt {
+	return access.Attempt{Email: email, Password: password, Address: c.RealIP(), UserAgent: c.Request().UserAgent()}
 }
 
 // Logout: POST /logout.

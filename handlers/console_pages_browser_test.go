@@ -242,6 +242,7 @@ func TestBrowserEveryConsolePage(t *testing.T) {
 	visit("finance-ledger", "/finance/ledger", "/finance/ledger", "ledger-totals", testid("ledger-row"), testid("ledger-export"))
 	visit("outbox", "/outbox", "/outbox", "outbox-table", testid("outbox-row"), testid("outbox-warning"))
 	visit("admin-users", "/admin/users", "/admin/users", "users-table", testid("user-row"), testid("user-role-form"))
+	visit("account", "/account", "/account", "account-password-form", testid("account-current"), testid("account-new"), testid("account-repeat"))
 	visit("admin-audit", "/admin/audit", "/admin/audit", "audit-table", testid("audit-row")+`[data-action="`+payments.AuditCancelConfirm+`"]`)
 
 	// Every console page of the router was opened (and answered).

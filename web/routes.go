@@ -65,6 +65,8 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/login", con.Login, pages()...)
 	e.POST("/logout", con.Logout, pages()...)
 	e.GET("/", con.Dashboard, pages(view)...)
+	e.GET("/account", con.Account, pages(view)...)
+	e.POST("/account/password", con.ChangePassword, pages(view)...)
 	e.GET("/payments", con.Payments, pages(view)...)
 	e.GET("/payments/new", con.NewPayment, pages(operate)...)
 	e.POST("/payments", con.CreatePayment, pages(operate)...)

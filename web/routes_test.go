@@ -97,6 +97,8 @@ var routeRules = map[string]routeRule{
 	"GET /locks":                                 con(access.PermView),
 	"GET /ops":                                   con(access.PermView),
 	"GET /outbox":                                con(access.PermAdmin),
+	"GET /account":                               con(access.PermView),
+	"POST /account/password":                     con(access.PermView),
 	"GET /admin/users":                           con(access.PermAdmin),
 	"POST /admin/users/:id/disable":              con(access.PermAdmin),
 	"POST /admin/users/:id/role":                 con(access.PermAdmin),

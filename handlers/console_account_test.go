@@ -1,0 +1,86 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+// TestConsoleChangeOwnPassword: any staff user changes their own password on /account. The
+// current password is proven like a sign-in (a wrong one is counted towards the account's
+// lockout and audited); the repeat must match; the new password takes over at once; the user
+// stays signed in here and every other session of theirs ends.
+func TestConsoleChangeOwnPassword(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	const newPassword = "a much longer new secret"
+	here, elsewhere := b.agent(t), b.agent(t)
+	here.login("sup@example.com")
+	elsewhere.login("sup@example.com")
+
+	doc := page(t, here.get("/account"), http.StatusOK)
+	wantText(t, doc, "account-email", "sup@example.com")
+	wantText(t, doc, "account-role", "support")
+
+	change := func(current, next, repeat string) string {
+		t.Helper()
+		rec := here.post("/account/password", url.Values{"current_password": {current}, "password": {next}, "password_repeat": {repeat}})
+		d := page(t, here.follow(rec), http.StatusOK)
+		if msg := text(d, "flash-error"); msg != "" {
+			return msg
+		}
+		return text(d, "flash")
+	}
+	if msg := change("not my password", newPassword, newPassword); msg != "your current password is not the one you typed" {
+		t.Fatalf("a wrong current password: %q", msg)
+	}
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle WHERE email = 'sup@example.com'`); n != 1 {
+		t.Fatalf("a wrong current password was not counted towards the lockout (%d throttle rows)", n)
+	}
+	if n := b.audits(t, payments.AuditLoginFailed, "sup@example.com"); n != 1 {
+		t.Fatalf("a wrong current password: %d login_failed entries, want 1", n)
+	}
+	if msg := change(testPassword, newPassword, newPassword+"x"); msg != "The new password and its repeat differ; nothing was changed." {
+		t.Fatalf("a repeat that differs: %q", msg)
+	}
+	if msg := change(testPassword, "short", "short"); !strings.Contains(msg, "at least 12 characters") {
+		t.Fatalf("a short new password: %q", msg)
+	}
+	if n := b.audits(t, payments.AuditUserPassword, "sup@example.com"); n != 0 {
+		t.Fatalf("refused changes wrote %d user.password entries", n)
+	}
+	if _, err := b.access.SignIn(context.Background(), access.Attempt{Email: "sup@example.com", Password: testPassword}); err != nil {
+		t.Fatalf("after refused changes the password must be the old one: %v", err)
+	}
+
+	logins := b.audits(t, payments.AuditLogin, "sup@example.com")
+	if msg := change(testPassword, newPassword, newPassword); msg != "Your password is changed. Your sessions elsewhere are signed out." {
+		t.Fatalf("the change: %q", msg)
+	}
+	if n := b.audits(t, payments.AuditLogin, "sup@example.com"); n != logins {
+		t.Fatalf("proving the password for the change wrote %d sign-in entries", n-logins)
+	}
+	if rec := here.get("/payments"); rec.Code != http.StatusOK {
+		t.Fatalf("the session that changed the password: %d, want it still signed in", rec.Code)
+	}
+	if rec := elsewhere.get("/payments"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("another session of the user: %d, want it signed out", rec.Code)
+	}
+	if _, err := b.access.SignIn(context.Background(), access.Attempt{Email: "sup@example.com", Password: testPassword}); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("the old password after the change: %v", err)
+	}
+	if _, err := b.access.SignIn(context.Background(), access.Attempt{Email: "sup@example.com", Password: newPassword}); err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	if n := b.audits(t, payments.AuditUserPassword, "sup@example.com"); n != 1 {
+		t.Fatalf("the change wrote %d user.password entries, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'sup@example.com' AND actor = 'sup@example.com'`, payments.AuditUserPassword); n != 1 {
+		t.Fatal("the user.password entry does not name the user as its actor")
+	}
+}
