@@ -46,7 +46,7 @@ func TestBenchSmall(t *testing.T) {
 		names[f.Name] = true
 	}
 	// Every figure function of the program ran and reported (issue 12's table, issue 10's drain).
-	for _, want := range []string{"create, distinct orders", "clicks on one hot order", "duplicate storm", "idempotency key overhead",
+	for _, want := range []string{"create, distinct orders", "create sweep, C=2", "create sweep, each side", "clicks on one hot order", "duplicate storm", "idempotency key overhead",
 		"lock independence", "API Create over HTTP", "resident memory", "console at", "sweeper drain"} {
 		found := false
 		for name := range names {

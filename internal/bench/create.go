@@ -23,8 +23,9 @@ import (
 // cluster; and the hot order — C clients clicking Pay on one order whose session exists — beside
 // pgbench running the statements of one such click.
 
-// benchClients is the figures' C: a few clients per core of these small machines, enough to keep
-// PostgreSQL busy (pgbench peaks there too).
+// benchClients is the figures' C: a few clients per core of these small machines, as many as a
+// replica's pool has connections here (pgxpool's default, at least 4). Both sides' rates depend
+// on it, in opposite directions: the create-sweep figure runs C = 2, 4 and 8.
 const benchClients = 4
 
 var api = payments.Actor{Kind: payments.ActorAPI, ID: "bench"}
@@ -53,22 +54,28 @@ func coreService(ctx context.Context, url string, conns int32, gw *fakegw.Gatewa
 // coreCreates is the create figure's load (benchClients clients creating payments for new
 // orders through payments.Create, fake gateway at 0 ms) on a database of its own, warmed up.
 type coreCreates struct {
-	svc    *payments.Service
-	pool   *pgxpool.Pool
-	rounds int // numbers the orders of each round apart
+	svc     *payments.Service
+	pool    *pgxpool.Pool
+	clients int
+	rounds  int // numbers the orders of each round apart
 }
 
 func newCoreCreates(ctx context.Context, env *Env) (*coreCreates, error) {
+	return newCoreCreatesC(ctx, env, benchClients)
+}
+
+// newCoreCreatesC is the load with another C (clients, and as many connections).
+func newCoreCreatesC(ctx context.Context, env *Env, clients int) (*coreCreates, error) {
 	url, err := env.NewDatabase(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	svc, pool, err := coreService(ctx, url, benchClients, fakegw.New(), nil)
+	svc, pool, err := coreService(ctx, url, int32(clients), fakegw.New(), nil)
 	if err != nil {
 		return nil, err
 	}
-	c := &coreCreates{svc: svc, pool: pool}
-	if _, err := closedLoop(ctx, benchClients, 0, benchClients*4, c.create(0)); err != nil {
+	c := &coreCreates{svc: svc, pool: pool, clients: clients}
+	if _, err := closedLoop(ctx, clients, 0, clients*4, c.create(0)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("core warm-up: %w", err)
 	}
@@ -92,7 +99,7 @@ func (c *coreCreates) round(ctx context.Context, d time.Duration) (loopResult, f
 func (c *coreCreates) roundByKind(ctx context.Context, d time.Duration) (loopResult, map[string]float64, error) {
 	c.rounds++
 	cpu0 := sampleCPU(0)
-	res, err := closedLoop(ctx, benchClients, d, 0, c.create(c.rounds))
+	res, err := closedLoop(ctx, c.clients, d, 0, c.create(c.rounds))
 	if err != nil {
 		return loopResult{}, nil, fmt.Errorf("core: %w", err)
 	}
@@ -117,31 +124,11 @@ func createFigures(ctx context.Context, env *Env) ([]Figure, error) {
 		return nil, err
 	}
 
-	// One Create, recorded, on the anchor's database: the anchor's script.
-	rec := &recorder{}
-	capSvc, capPool, err := coreService(ctx, benchURL, 1, fakegw.New(), rec)
+	capt, err := captureCreate(ctx, benchURL)
 	if err != nil {
 		return nil, err
 	}
-	defer capPool.Close()
-	const capOrder = "bench-captured-order-0001"
-	rec.start()
-	res, err := capSvc.Create(ctx, api, payments.CreateInput{OrderID: capOrder, Amount: 1000, Currency: "EUR"})
-	stmts := rec.stop()
-	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
-	}
-	// The anchor's ids have the shapes of the core's load's: a random session id, and order and
-	// gateway payment ids that grow by client (core-ROUND-WORKER-N, gp_fake_N). Random order ids
-	// scattered the anchor's index inserts as its tables grew, and its rate fell round by round
-	// while the core's held (the eighth session's log). pgbench keeps a client's variables from
-	// one transaction to the next: n counts the client's transactions from the -D n=0 below.
-	script, err := buildScript(stmts, map[string]string{capOrder: "oid", res.Session.ID: "sid", res.Session.GatewayPaymentID: "gpid"},
-		`\set n :n + 1
-SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id || '-' || :n AS oid, 'gp_pgbench_' || :round || '_' || :client_id || '_' || :n AS gpid \gset`)
-	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
-	}
+	stmts, script, res := capt.stmts, capt.script, capt.res
 	env.Logf("  create: %d statements per Create", len(stmts))
 
 	// The third side, reported without a target: the same statements in the same pipelines
@@ -157,7 +144,7 @@ SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id
 	defer alonePool.Close()
 	aloneRound := 0
 	fresh := func(worker, seq int) map[string]string {
-		return map[string]string{capOrder: fmt.Sprintf("alone-%d-%d-%d", aloneRound, worker, seq), res.Session.ID: uuid.NewString(),
+		return map[string]string{captureOrder: fmt.Sprintf("alone-%d-%d-%d", aloneRound, worker, seq), res.Session.ID: uuid.NewString(),
 			res.Session.GatewayPaymentID: fmt.Sprintf("gp_alone_%d_%d_%d", aloneRound, worker, seq)}
 	}
 	var alone loopResult
@@ -219,6 +206,108 @@ SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id
 		{Name: "create: CPU per Create through the core, all processes (this program: the core and its load; PostgreSQL)",
 			Value: coreCPU, Unit: "ms", Anchor: "CPU per transaction of the pgbench anchor (pgbench; PostgreSQL)", AnchorValue: anchorCPU, ReportOnly: true}}
 
+	return out, nil
+}
+
+// captureOrder is the order of the recorded Create.
+const captureOrder = "bench-captured-order-0001"
+
+// capturedCreate is one Create recorded on the anchor's database, and the pgbench script of its
+// statements.
+type capturedCreate struct {
+	stmts  []statement
+	script pgbenchScript
+	res    payments.CreateResult
+}
+
+// captureCreate records one Create on the database at url (the anchor's: its row stays there)
+// and builds the anchor's script from its statements.
+func captureCreate(ctx context.Context, url string) (capturedCreate, error) {
+	rec := &recorder{}
+	capSvc, capPool, err := coreService(ctx, url, 1, fakegw.New(), rec)
+	if err != nil {
+		return capturedCreate{}, err
+	}
+	defer capPool.Close()
+	rec.start()
+	res, err := capSvc.Create(ctx, api, payments.CreateInput{OrderID: captureOrder, Amount: 1000, Currency: "EUR"})
+	stmts := rec.stop()
+	if err != nil {
+		return capturedCreate{}, fmt.Errorf("capture: %w", err)
+	}
+	// The anchor's ids have the shapes of the core's load's: a random session id, and order and
+	// gateway payment ids that grow by client (core-ROUND-WORKER-N, gp_fake_N). Random order ids
+	// scattered the anchor's index inserts as its tables grew, and its rate fell round by round
+	// while the core's held (the eighth session's log). pgbench keeps a client's variables from
+	// one transaction to the next: n counts the client's transactions from -D n=0.
+	script, err := buildScript(stmts, map[string]string{captureOrder: "oid", res.Session.ID: "sid", res.Session.GatewayPaymentID: "gpid"},
+		`\set n :n + 1
+SELECT gen_random_uuid()::text AS sid, 'pgbench-' || :round || '-' || :client_id || '-' || :n AS oid, 'gp_pgbench_' || :round || '_' || :client_id || '_' || :n AS gpid \gset`)
+	if err != nil {
+		return capturedCreate{}, fmt.Errorf("capture: %w", err)
+	}
+	return capturedCreate{stmts: stmts, script: script, res: res}, nil
+}
+
+// sweepClients are the C of the create-sweep figure.
+var sweepClients = []int{2, 4, 8}
+
+// createSweep runs the create figure's two sides at C = 2, 4 and 8, reported without a target:
+// one rate per side and C, and each side at its best C against the other's. The create figure
+// judges the two at one C; this shows how that judgement moves with C. Each C gets databases of
+// its own; the sides alternate round by round as in the create figure.
+func createSweep(ctx context.Context, env *Env) ([]Figure, error) {
+	d := time.Duration(env.Size(1, 5)) * time.Second
+	rounds := env.Size(1, 2)
+	var out []Figure
+	var bestCore, bestAnchor float64
+	var bestCoreC, bestAnchorC int
+	for _, clients := range sweepClients {
+		core, err := newCoreCreatesC(ctx, env, clients)
+		if err != nil {
+			return nil, err
+		}
+		benchURL, err := env.NewDatabase(ctx, true)
+		if err != nil {
+			core.close()
+			return nil, err
+		}
+		capt, err := captureCreate(ctx, benchURL)
+		if err != nil {
+			core.close()
+			return nil, err
+		}
+		var ours loopResult
+		var tps float64
+		for round := range rounds {
+			got, _, err := core.round(ctx, d)
+			if err != nil {
+				core.close()
+				return nil, err
+			}
+			ours.n += got.n
+			ours.elapsed += got.elapsed
+			pg, err := runPgbench(ctx, env, benchURL, capt.script.with("n=0", fmt.Sprintf("round=%d", round)), clients, d)
+			if err != nil {
+				core.close()
+				return nil, err
+			}
+			tps += pg.tps / float64(rounds)
+		}
+		core.close()
+		rate := ours.rate()
+		env.Logf("  create-sweep: C=%d: core %.0f/s, pgbench %.0f/s (%.2f)", clients, rate, tps, rate/max(tps, 1e-9))
+		out = append(out, Figure{Name: fmt.Sprintf("create sweep, C=%d", clients), Value: rate, Unit: "creates/s",
+			Anchor: fmt.Sprintf("pgbench: Create's statements, C=%d", clients), AnchorValue: tps, ReportOnly: true})
+		if rate > bestCore {
+			bestCore, bestCoreC = rate, clients
+		}
+		if tps > bestAnchor {
+			bestAnchor, bestAnchorC = tps, clients
+		}
+	}
+	out = append(out, Figure{Name: fmt.Sprintf("create sweep, each side at its best C (the core at C=%d)", bestCoreC), Value: bestCore,
+		Unit: "creates/s", Anchor: fmt.Sprintf("pgbench at its best C (C=%d)", bestAnchorC), AnchorValue: bestAnchor, ReportOnly: true})
 	return out, nil
 }
 

@@ -50,6 +50,7 @@ type figure struct {
 // figures is the program, in the order it runs.
 var figures = []figure{
 	{"create", createFigures},
+	{"create-sweep", createSweep},
 	{"clicks", clickFigures},
 	{"storm", duplicateStorm},
 	{"idempotency", idempotencyOverhead},
