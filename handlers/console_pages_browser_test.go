@@ -212,6 +212,8 @@ func TestBrowserEveryConsolePage(t *testing.T) {
 		if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`)); err != nil {
 			t.Fatal(err)
 		}
+		injectAxe(t, ctx)
+		checkA11y(t, ctx, path)
 		screenshot(t, ctx, "console-"+shot+".png")
 	}
 

@@ -34,7 +34,7 @@ func financeTabs(active string) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<nav class=\"tabs\" data-testid=\"finance-tabs\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<nav class=\"tabs\" aria-label=\"Finance pages\" data-testid=\"finance-tabs\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -817,7 +817,7 @@ func flaggedList(sessions []payments.Session) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "<table data-testid=\"flagged-table\"><thead><tr><th>Payment</th><th>Order</th><th>Status</th><th class=\"num\">Amount</th><th>Flagged</th><th>Why</th><th></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "<table data-testid=\"flagged-table\"><thead><tr><th>Payment</th><th>Order</th><th>Status</th><th class=\"num\">Amount</th><th>Flagged</th><th>Why</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -1060,7 +1060,7 @@ func challengeTable(d payments.PaymentDetail) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 69, "<table data-testid=\"challenges\"><thead><tr><th>Challenge</th><th>Confirms</th><th>Requested by</th><th>Created</th><th>Expires</th><th>Attempts</th><th>Used</th><th></th></tr></thead> <tbody>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 69, "<table data-testid=\"challenges\"><thead><tr><th>Challenge</th><th>Confirms</th><th>Requested by</th><th>Created</th><th>Expires</th><th>Attempts</th><th>Used</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -93,7 +93,7 @@ func Payments(v PaymentsView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" placeholder=\"order id, payment id or gateway payment id\" data-testid=\"search-q\"> <select name=\"status\" data-testid=\"search-status\"><option value=\"\">any status</option> ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" placeholder=\"order id, payment id or gateway payment id\" data-testid=\"search-q\"> <select name=\"status\" aria-label=\"status\" data-testid=\"search-status\"><option value=\"\">any status</option> ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -600,7 +600,7 @@ func stuckList(v StuckView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 46, "<th>Payment</th><th>State</th><th>Age</th><th class=\"num\">Amount</th><th class=\"num\">Looks</th><th>Lease</th><th>Last gateway answer</th><th>Next look</th><th>Flag</th><th></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 46, "<th>Payment</th><th>State</th><th>Age</th><th class=\"num\">Amount</th><th class=\"num\">Looks</th><th>Lease</th><th>Last gateway answer</th><th>Next look</th><th>Flag</th><th><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
