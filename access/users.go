@@ -265,6 +265,13 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash)})
 }
 
+// EndSessions ends every console session of the user (another session epoch: each ends at its
+// next request, on every replica). The user's own "sign out everywhere else" on /account; the
+// caller starts the current session again.
+func (s *Service) EndSessions(ctx context.Context, by payments.Staff, email string) (User, error) {
+	return s.changeUser(ctx, by, email, userChange{endSessions: true})
+}
+
 // passwordSetter is who, besides its owner, knows a password by sets for email (migration
 // 00490): a console user other than the owner. nil for the command line ("cli:<os user>": an
 // operator, outside the console's roles) and dev's demo seeding, neither a staff user's email.
@@ -283,6 +290,7 @@ func passwordSetter(by payments.Staff, email string) (setter any, keep bool) {
 // userChange is one of the changes changeUser applies.
 type userChange struct {
 	disable      bool
+	endSessions  bool
 	role         Role   // "" keeps the role
 	passwordHash string // "" keeps the password
 }
@@ -353,6 +361,10 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if err == nil {
 				_, err = tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email)
 			}
+		case ch.endSessions:
+			action, detail = payments.AuditUserSessions, "every session ended"
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET session_epoch = session_epoch + 1
+				WHERE id = $1 RETURNING `+userColumns, target.ID))
 		default:
 			return errors.New("change user: no change")
 		}

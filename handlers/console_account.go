@@ -24,6 +24,20 @@ func (h *Console) Account(c echo.Context) error {
 	return render.HTML(c, http.StatusOK, views.Account(views.AccountView{Page: h.page(c, "Your account", ""), User: u}))
 }
 
+// EndOtherSessions: POST /account/sessions, "sign out everywhere else": every session of the
+// user ends (access.EndSessions), and this one starts again on a new token.
+func (h *Console) EndOtherSessions(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	u, err := h.access.EndSessions(c.Request().Context(), st, st.Email)
+	if err == nil {
+		err = h.auth.SignIn(c, u)
+	}
+	return h.done(c, "/account", "You are signed out everywhere else.", err)
+}
+
 // ChangePassword: POST /account/password (current_password, password, password_repeat). The
 // current password is proven like a sign-in (access.ChangeOwnPassword: throttle, lockout,
 // audit). The new one ends every session of the user, this one too, which then starts again

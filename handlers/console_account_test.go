@@ -84,3 +84,32 @@ func TestConsoleChangeOwnPassword(t *testing.T) {
 		t.Fatal("the user.password entry does not name the user as its actor")
 	}
 }
+
+// TestConsoleSignOutEverywhereElse: "Sign out everywhere else" on /account ends every other
+// session of the user at its next request and keeps this one; another user's sessions stay;
+// the audit log has it.
+func TestConsoleSignOutEverywhereElse(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	here, elsewhere, colleague := b.agent(t), b.agent(t), b.agent(t)
+	here.login("fin@example.com")
+	elsewhere.login("fin@example.com")
+	colleague.login("sup@example.com")
+
+	page(t, here.get("/account"), http.StatusOK)
+	d := page(t, here.follow(here.post("/account/sessions", nil)), http.StatusOK)
+	wantText(t, d, "flash", "You are signed out everywhere else.")
+	if rec := here.get("/finance/ledger"); rec.Code != http.StatusOK {
+		t.Fatalf("the session that asked: %d, want it still signed in", rec.Code)
+	}
+	if rec := elsewhere.get("/payments"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the user's other session: %d, want it signed out", rec.Code)
+	}
+	if rec := colleague.get("/payments"); rec.Code != http.StatusOK {
+		t.Fatalf("another user's session: %d, want it untouched", rec.Code)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = 'fin@example.com' AND target = 'fin@example.com'`, payments.AuditUserSessions); n != 1 {
+		t.Fatalf("%d %s entries, want 1", n, payments.AuditUserSessions)
+	}
+}

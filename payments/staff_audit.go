@@ -18,6 +18,7 @@ const (
 	AuditUserDisable   = "user.disable"
 	AuditUserRole      = "user.role"
 	AuditUserPassword  = "user.password"
+	AuditUserSessions  = "user.sessions_end"
 	AuditPaymentCreate = "payment.create"
 	AuditPaymentCheck  = "payment.check"
 	AuditCancelRequest = "payment.cancel_request"

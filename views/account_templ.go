@@ -94,7 +94,15 @@ func Account(v AccountView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\" autocomplete=\"username\" hidden> <label>Current password <input type=\"password\" name=\"current_password\" required autocomplete=\"current-password\" data-testid=\"account-current\"></label> <label>New password <input type=\"password\" name=\"password\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-new\"></label> <label>New password again <input type=\"password\" name=\"password_repeat\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-repeat\"></label> <button type=\"submit\" data-testid=\"account-submit\">Change password</button></form></section>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\" autocomplete=\"username\" hidden> <label>Current password <input type=\"password\" name=\"current_password\" required autocomplete=\"current-password\" data-testid=\"account-current\"></label> <label>New password <input type=\"password\" name=\"password\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-new\"></label> <label>New password again <input type=\"password\" name=\"password_repeat\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-repeat\"></label> <button type=\"submit\" data-testid=\"account-submit\">Change password</button></form><h2>Other sessions</h2><p class=\"muted small\">Signed in on another computer and not sure you signed out there? This ends every session of yours but this one, on every replica, at its next request.</p><form method=\"post\" action=\"/account/sessions\" data-testid=\"account-sessions-form\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = CSRFInput().Render(ctx, templ_7745c5c3_Buffer)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<button type=\"submit\" data-testid=\"account-sessions-submit\">Sign out everywhere else</button></form></section>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

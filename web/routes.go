@@ -67,6 +67,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/", con.Dashboard, pages(view)...)
 	e.GET("/account", con.Account, pages(view)...)
 	e.POST("/account/password", con.ChangePassword, pages(view)...)
+	e.POST("/account/sessions", con.EndOtherSessions, pages(view)...)
 	e.GET("/payments", con.Payments, pages(view)...)
 	e.GET("/payments/new", con.NewPayment, pages(operate)...)
 	e.POST("/payments", con.CreatePayment, pages(operate)...)
