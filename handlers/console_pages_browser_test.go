@@ -246,6 +246,11 @@ func TestBrowserEveryConsolePage(t *testing.T) {
 	visit("admin-users", "/admin/users", "/admin/users", "users-table", testid("user-row"), testid("user-role-form"))
 	visit("account", "/account", "/account", "account-password-form", testid("account-current"), testid("account-new"), testid("account-repeat"))
 	visit("admin-audit", "/admin/audit", "/admin/audit", "audit-table", testid("audit-row")+`[data-action="`+payments.AuditCancelConfirm+`"]`)
+	// The console's error page (here a 404) passes the same checks.
+	within(t, ctx, 20*time.Second, chromedp.Navigate(srv.URL+"/payments/00000000-0000-4000-8000-000000000000"),
+		chromedp.WaitVisible(chromedp.CSS(testid("error"))))
+	injectAxe(t, ctx)
+	checkA11y(t, ctx, "the error page")
 
 	// Every console page of the router was opened (and answered).
 	var missed []string
