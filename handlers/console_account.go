@@ -21,7 +21,8 @@ func (h *Console) Account(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render.HTML(c, http.StatusOK, views.Account(views.AccountView{Page: h.page(c, "Your account", ""), User: u}))
+	return render.HTML(c, http.StatusOK, views.Account(views.AccountView{Page: h.page(c, "Your account", ""), User: u,
+		Idle: h.auth.IdleTimeout()}))
 }
 
 // EndOtherSessions: POST /account/sessions, "sign out everywhere else": every session of the

@@ -26,6 +26,7 @@ func TestConsoleChangeOwnPassword(t *testing.T) {
 	doc := page(t, here.get("/account"), http.StatusOK)
 	wantText(t, doc, "account-email", "sup@example.com")
 	wantText(t, doc, "account-role", "support")
+	wantText(t, doc, "account-idle", "after 30 minutes without a request of yours")
 
 	change := func(current, next, repeat string) string {
 		t.Helper()

@@ -15,6 +15,7 @@ import "pitlane/access"
 type AccountView struct {
 	Page Page
 	User access.User
+	Idle string // the console's idle timeout in words ("30 minutes")
 }
 
 // Account shows who is signed in and lets them change their own password (any role).
@@ -54,7 +55,7 @@ func Account(v AccountView) templ.Component {
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(v.User.Email)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 18, Col: 50}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 19, Col: 50}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 			if templ_7745c5c3_Err != nil {
@@ -67,34 +68,26 @@ func Account(v AccountView) templ.Component {
 			var templ_7745c5c3_Var4 string
 			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(string(v.User.Role))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 20, Col: 56}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 21, Col: 56}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "</dd></dl><h2>Change your password</h2><p class=\"muted small\">At least 12 characters. Changing it signs you out everywhere else. Your current password is checked like a sign-in: wrong ones count towards the account's lockout.</p><form class=\"form\" method=\"post\" action=\"/account/password\" data-testid=\"account-password-form\">")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = CSRFInput().Render(ctx, templ_7745c5c3_Buffer)
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<input type=\"text\" name=\"username\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "</dd></dl><p class=\"muted small\" data-testid=\"account-idle\">The console signs you out after ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var5 string
-			templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.User.Email).Resolve(ctx)
+			templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(v.Idle)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 26, Col: 59}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 23, Col: 93}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\" autocomplete=\"username\" hidden> <label>Current password <input type=\"password\" name=\"current_password\" required autocomplete=\"current-password\" data-testid=\"account-current\"></label> <label>New password <input type=\"password\" name=\"password\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-new\"></label> <label>New password again <input type=\"password\" name=\"password_repeat\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-repeat\"></label> <button type=\"submit\" data-testid=\"account-submit\">Change password</button></form><h2>Other sessions</h2><p class=\"muted small\">Signed in on another computer and not sure you signed out there? This ends every session of yours but this one, on every replica, at its next request.</p><form method=\"post\" action=\"/account/sessions\" data-testid=\"account-sessions-form\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, " without a request of yours; a page refreshing itself does not count.</p><h2>Change your password</h2><p class=\"muted small\">At least 12 characters. Changing it signs you out everywhere else. Your current password is checked like a sign-in: wrong ones count towards the account's lockout.</p><form class=\"form\" method=\"post\" action=\"/account/password\" data-testid=\"account-password-form\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -102,7 +95,28 @@ func Account(v AccountView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<button type=\"submit\" data-testid=\"account-sessions-submit\">Sign out everywhere else</button></form></section>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<input type=\"text\" name=\"username\" value=\"")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var6 string
+			templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.User.Email).Resolve(ctx)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/account.templ`, Line: 28, Col: 59}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "\" autocomplete=\"username\" hidden> <label>Current password <input type=\"password\" name=\"current_password\" required autocomplete=\"current-password\" data-testid=\"account-current\"></label> <label>New password <input type=\"password\" name=\"password\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-new\"></label> <label>New password again <input type=\"password\" name=\"password_repeat\" required minlength=\"12\" autocomplete=\"new-password\" data-testid=\"account-repeat\"></label> <button type=\"submit\" data-testid=\"account-submit\">Change password</button></form><h2>Other sessions</h2><p class=\"muted small\">Signed in on another computer and not sure you signed out there? This ends every session of yours but this one, on every replica, at its next request.</p><form method=\"post\" action=\"/account/sessions\" data-testid=\"account-sessions-form\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = CSRFInput().Render(ctx, templ_7745c5c3_Buffer)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "<button type=\"submit\" data-testid=\"account-sessions-submit\">Sign out everywhere else</button></form></section>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

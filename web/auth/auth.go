@@ -521,6 +521,10 @@ func (m *Manager) PopFlash(c echo.Context) (msg, errMsg string) {
 	return m.sm.PopString(ctx, keyFlash), m.sm.PopString(ctx, keyFlashError)
 }
 
+// IdleTimeout is how long a session lasts without a request of its user, in words for pages
+// ("30 minutes").
+func (m *Manager) IdleTimeout() string { return idleText(m.idle) }
+
 // SignedIn returns the email of the signed-in staff user ("" when nobody is), without the
 // database check Require does.
 func (m *Manager) SignedIn(c echo.Context) string {
