@@ -27,7 +27,7 @@ func notConsolePage(path string) bool {
 			return true
 		}
 	}
-	return slices.Contains([]string{"/healthz", "/readyz", "/metrics", "/finance/ledger.csv"}, path)
+	return slices.Contains([]string{"/healthz", "/readyz", "/metrics", "/finance/ledger.csv", "/admin/audit.csv"}, path)
 }
 
 // routeStatuses serves the bench's router and remembers, per route pattern (as echo matched

@@ -19,6 +19,7 @@ const (
 	AuditUserRole      = "user.role"
 	AuditUserPassword  = "user.password"
 	AuditUserSessions  = "user.sessions_end"
+	AuditAuditExport   = "audit.export"
 	AuditPaymentCreate = "payment.create"
 	AuditPaymentCheck  = "payment.check"
 	AuditCancelRequest = "payment.cancel_request"
@@ -81,6 +82,32 @@ type AuditFilter struct {
 	Target string
 	Actor  string
 	Limit  int
+}
+
+// ExportAudit hands fn every entry under f (its Limit ignored), oldest first, as PostgreSQL
+// sends them, and returns how many it handed over.
+func (s *Service) ExportAudit(ctx context.Context, f AuditFilter, fn func(AuditEntry) error) (int, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, target, detail FROM audit_log
+		WHERE ($1 = '' OR target = $1) AND ($2 = '' OR actor = $2) ORDER BY id`, f.Target, f.Actor)
+	if err != nil {
+		return 0, fmt.Errorf("export audit log: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var e AuditEntry
+		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail); err != nil {
+			return n, fmt.Errorf("export audit log: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("export audit log: %w", err)
+	}
+	return n, nil
 }
 
 // AuditLog returns entries newest first.

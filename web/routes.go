@@ -101,6 +101,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/admin/users/:id/role", con.SetUserRole, pages(admin)...)
 	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)
+	e.GET("/admin/audit.csv", con.AuditCSV, pages(admin)...)
 	// Live streams (server-sent events): each behind the role check of the page it feeds.
 	e.GET("/live/dashboard", lv.Stream(live.PageDashboard), pages(view)...)
 	e.GET("/live/payments", lv.Stream(live.PagePayments), pages(view)...)

@@ -105,6 +105,7 @@ var routeRules = map[string]routeRule{
 	"POST /admin/users/:id/role":                 con(access.PermAdmin),
 	"POST /admin/users/:id/password":             con(access.PermAdmin),
 	"GET /admin/audit":                           con(access.PermAdmin),
+	"GET /admin/audit.csv":                       con(access.PermAdmin),
 	"GET /live/dashboard":                        con(access.PermView),
 	"GET /live/payments":                         con(access.PermView),
 	"GET /live/payments/:id":                     con(access.PermView),
