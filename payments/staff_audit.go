@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,6 +83,19 @@ type AuditFilter struct {
 	Target string
 	Actor  string
 	Limit  int
+}
+
+// Query is the filter as a URL query (actor, target; the empty ones left out): the audit page's
+// links and the export's audit entry.
+func (f AuditFilter) Query() string {
+	q := url.Values{}
+	if f.Actor != "" {
+		q.Set("actor", f.Actor)
+	}
+	if f.Target != "" {
+		q.Set("target", f.Target)
+	}
+	return q.Encode()
 }
 
 // ExportAudit hands fn every entry under f (its Limit ignored), oldest first, as PostgreSQL

@@ -375,7 +375,13 @@ func (m *Manager) current(ctx context.Context) (u access.User, ok bool, err erro
 // refresh (static/live.js marks it) or a live stream (EventSource asks for text/event-stream).
 // Neither keeps a session from idling out.
 func passive(r *http.Request) bool {
-	return r.Header.Get(views.LiveHeader) == "1" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	return r.Header.Get(views.LiveHeader) == "1" || stream(r)
+}
+
+// stream reports whether the request opens a live stream (an EventSource asks for
+// text/event-stream).
+func stream(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
 // idleOut reports whether the signed-in session saw no request of its user for the idle
@@ -441,7 +447,7 @@ func (m *Manager) toSignIn(c echo.Context) error {
 		c.Response().Header().Set("HX-Redirect", target)
 		return c.NoContent(http.StatusUnauthorized)
 	}
-	if strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+	if stream(req) {
 		// A live stream: an EventSource would follow a redirect and load the sign-in page
 		// (taking its message). Refused, the page polls, and the poll leads the window there.
 		return c.NoContent(http.StatusUnauthorized)
