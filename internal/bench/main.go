@@ -8,8 +8,10 @@
 // same work). The program reports; nothing asserts a time. `make test` runs it small once
 // (BENCH_SCALE=small, through TestBenchSmall) to prove it still works, without verdicts.
 //
-// Settings: BENCH_SCALE=small (default full), BENCH_OUT (default .pitlane/bench/report.json),
-// BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_MEMORY_ORDERS (the
+// Settings: BENCH_SCALE=small (default full), BENCH_OUT (default .pitlane/bench/report.json; the
+// same table in Markdown, with the run's commit, time and machine, goes beside it as report.md,
+// and a full run of every figure is also kept as last-full.json and last-full.md, which a later
+// partial run does not overwrite), BENCH_FIGURES (comma-separated figure names to run; default all), BENCH_MEMORY_ORDERS (the
 // memory figure's order count, default 200,000), BENCH_PROFILE=DIR (write a
 // Go CPU profile and the cluster's pg_stat_statements top list there: where a missed target is
 // looked into).
@@ -19,12 +21,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
@@ -124,6 +128,11 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "BENCH_SCALE: must be full or small, got %q\n", scale)
 		return 2
 	}
+	figs, err := selected(getenv("BENCH_FIGURES"))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
 	out := getenv("BENCH_OUT")
 	if out == "" {
 		out = ".pitlane/bench/report.json"
@@ -174,31 +183,67 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 	version := serverVersion(ctx, cluster.URL("postgres"))
 	fmt.Fprintf(stdout, "pitlane bench: scale %s, %d CPU cores, PostgreSQL %s (private, fsync off)\n", scale, runtime.NumCPU(), version)
-	rep, err := measure(ctx, env, selected(getenv("BENCH_FIGURES")))
+	meta := RunMeta{Started: time.Now().UTC(), Commit: sourceCommit(ctx), Scale: scale, Cores: runtime.NumCPU(), PostgreSQL: version, Figures: names(figs)}
+	rep, err := measure(ctx, env, figs)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
-	rep.Print(stdout, scale == "full")
-	if err := rep.WriteJSON(out); err != nil {
+	meta.Finished = time.Now().UTC()
+	judge := scale == "full"
+	rep.Print(stdout, judge)
+	written, err := rep.Write(out, meta, judge, scale == "full" && len(figs) == len(figures))
+	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "report: %s\n", out)
+	fmt.Fprintf(stdout, "report: %s\n", strings.Join(written, ", "))
 	return 0
 }
 
-// selected returns the figures named in list (all when empty).
-func selected(list string) []figure {
+// selected returns the figures named in list (all when empty), in the program's order. A name
+// that is no figure is refused: a typo would otherwise run nothing and write an empty report.
+func selected(list string) ([]figure, error) {
 	if strings.TrimSpace(list) == "" {
-		return figures
+		return figures, nil
 	}
-	names := strings.Split(list, ",")
 	var out []figure
-	for _, f := range figures {
-		if slices.Contains(names, f.name) {
-			out = append(out, f)
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(figures, func(f figure) bool { return f.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("BENCH_FIGURES: no figure %q; the figures are %s", name, strings.Join(names(figures), ","))
 		}
+		if !slices.ContainsFunc(out, func(f figure) bool { return f.name == name }) {
+			out = append(out, figures[i])
+		}
+	}
+	slices.SortFunc(out, func(a, b figure) int {
+		return slices.IndexFunc(figures, func(f figure) bool { return f.name == a.name }) -
+			slices.IndexFunc(figures, func(f figure) bool { return f.name == b.name })
+	})
+	return out, nil
+}
+
+// sourceCommit names the commit of the source the bench runs from ("+dirty" with local changes
+// to tracked files; "unknown" outside a git work tree).
+func sourceCommit(ctx context.Context) string {
+	head, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	commit := strings.TrimSpace(string(head))
+	if changed, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(changed)) > 0 {
+		commit += "+dirty"
+	}
+	return commit
+}
+
+// names lists the figures' names.
+func names(figs []figure) []string {
+	out := make([]string, len(figs))
+	for i, f := range figs {
+		out[i] = f.name
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Figure is one measured number beside its anchor: what a reader needs to tell whether the
@@ -136,9 +137,6 @@ func (r Report) Print(w io.Writer, judge bool) {
 
 // WriteJSON writes report.json (creating its directory).
 func (r Report) WriteJSON(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // ">= 0.80" stays readable
@@ -146,8 +144,97 @@ func (r Report) WriteJSON(path string) error {
 	if err := enc.Encode(r.rows()); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	return writeFile(path, b.Bytes())
+}
+
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
+}
+
+// RunMeta says which run a report is of: what a table copied into docs/performance.md needs
+// beside it (a table without its commit and machine cannot be told from another run's).
+type RunMeta struct {
+	Started, Finished time.Time
+	Commit            string // the source's commit, "+dirty" when it had local changes
+	Scale             string
+	Cores             int
+	PostgreSQL        string
+	Figures           []string // the figure functions run (BENCH_FIGURES)
+}
+
+// Markdown writes the run's table as Markdown under a line saying which run it is.
+func (r Report) Markdown(w io.Writer, m RunMeta, judge bool) {
+	fmt.Fprintf(w, "`make bench` at scale %s, %s–%s UTC, commit %s, %d CPU cores, PostgreSQL %s (private, fsync off); figures: %s.\n\n",
+		m.Scale, m.Started.Format("2006-01-02 15:04"), m.Finished.Format("15:04"), m.Commit, m.Cores, m.PostgreSQL, strings.Join(m.Figures, ", "))
+	cols := []string{"figure", "value", "unit", "anchor", "anchor value", "ratio", "target"}
+	if judge {
+		cols = append(cols, "verdict")
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	cell := strings.NewReplacer("|", `\|`, "\n", " ").Replace
+	for _, x := range r.rows() {
+		anchorValue, ratio := "—", "—"
+		if x.AnchorValue != 0 {
+			anchorValue, ratio = number(x.AnchorValue), fmt.Sprintf("%.3f", x.Ratio)
+		}
+		cells := []string{cell(x.Name), number(x.Value), cell(x.Unit), cell(x.Anchor), anchorValue, ratio, cell(x.Target)}
+		if judge {
+			cells = append(cells, x.Verdict)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+// number writes a figure for people: whole numbers with thousands separators from 100 up, two
+// decimals below.
+func number(v float64) string {
+	if math.Abs(v) < 100 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	digits := fmt.Sprintf("%.0f", math.Abs(v))
+	var b strings.Builder
+	if v < 0 {
+		b.WriteByte('-')
+	}
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
+}
+
+// Write writes the report as JSON to path and as Markdown beside it (report.md), and returns the
+// files written. full (scale full, every figure) also keeps both as last-full.json and
+// last-full.md in the same directory: the last full run stays at hand when a partial run
+// (BENCH_FIGURES) or a small one writes report.json after it.
+func (r Report) Write(path string, m RunMeta, judge, full bool) ([]string, error) {
+	var md bytes.Buffer
+	r.Markdown(&md, m, judge)
+	mdPath := strings.TrimSuffix(path, ".json") + ".md"
+	written := []string{path, mdPath}
+	if err := r.WriteJSON(path); err != nil {
+		return nil, err
+	}
+	if err := writeFile(mdPath, md.Bytes()); err != nil {
+		return nil, err
+	}
+	if full {
+		dir := filepath.Dir(path)
+		if err := r.WriteJSON(filepath.Join(dir, "last-full.json")); err != nil {
+			return nil, err
+		}
+		if err := writeFile(filepath.Join(dir, "last-full.md"), md.Bytes()); err != nil {
+			return nil, err
+		}
+		written = append(written, filepath.Join(dir, "last-full.json"), filepath.Join(dir, "last-full.md"))
+	}
+	return written, nil
 }
