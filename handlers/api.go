@@ -74,7 +74,13 @@ func nullable(s string) *string {
 
 func paymentLocation(id string) string { return paymentsPath + id }
 
-func toPaymentJSON(s payments.Session) paymentJSON {
+// paymentJSON is the contract's payment object of s. A stored confirmation_url goes out only
+// while it is trusted (the core checks it when it stores it; this catches a row stored before
+// GATEWAY_CONFIRMATION_HOSTS was narrowed): shops send their customers to it.
+func (a *API) paymentJSON(s payments.Session) paymentJSON {
+	if !a.svc.TrustedConfirmationURL(s.ConfirmationURL) {
+		s.ConfirmationURL = ""
+	}
 	return paymentJSON{
 		ID:               s.ID,
 		OrderID:          s.OrderID,

@@ -55,7 +55,7 @@ func (a *API) CreatePayment(c echo.Context) error {
 	if out.Replayed {
 		return a.replay(c, ir, out)
 	}
-	return writeCreated(c, out.Status, sess, false)
+	return a.writeCreated(c, out.Status, sess, false)
 }
 
 // createdStatus is the contract's status for a Create: a new session the gateway has (or has
@@ -72,8 +72,8 @@ func createdStatus(res payments.CreateResult) int {
 	}
 }
 
-func writeCreated(c echo.Context, status int, s payments.Session, replayed bool) error {
-	return writeResource(c, status, paymentLocation(s.ID), toPaymentJSON(s), replayed)
+func (a *API) writeCreated(c echo.Context, status int, s payments.Session, replayed bool) error {
+	return writeResource(c, status, paymentLocation(s.ID), a.paymentJSON(s), replayed)
 }
 
 // writeResource answers with a resource the request created (or replays): its Location, and
@@ -105,12 +105,12 @@ func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payment
 			return err
 		}
 		if ok && active.Amount == sess.Amount && active.Currency == sess.Currency {
-			return writeCreated(c, http.StatusOK, active, false)
+			return a.writeCreated(c, http.StatusOK, active, false)
 		}
 	}
 	status := out.Status
 	if ir.Kind == payments.IdempotencyIntentKey || status < 200 || status > 299 {
 		status = http.StatusOK
 	}
-	return writeCreated(c, status, sess, true)
+	return a.writeCreated(c, status, sess, true)
 }

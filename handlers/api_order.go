@@ -29,7 +29,7 @@ func (a *API) GetOrder(c echo.Context) error {
 	}
 	out := orderJSON{OrderID: o.OrderID, Status: o.Status, Payments: make([]paymentJSON, 0, len(sessions))}
 	for _, s := range sessions {
-		out.Payments = append(out.Payments, toPaymentJSON(s))
+		out.Payments = append(out.Payments, a.paymentJSON(s))
 	}
 	return writeJSON(c, http.StatusOK, out)
 }

@@ -79,23 +79,51 @@ func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
 // check again before using a stored one (TrustedConfirmationURL), for rows from before the rule.
 
 // confirmationURLProblem says why raw may not be sent to customers ("" when it may): only an
-// absolute https URL, or one on the configured gateway's own origin (GatewayURL: dev's simulator
-// serves its payment pages over http), without user info.
+// absolute https URL (on one of ConfirmationHosts when they are configured), or one on the
+// configured gateway's own origin (GatewayURL: dev's simulator serves its payment pages over
+// http), without user info.
 func (s *Service) confirmationURLProblem(raw string) string {
 	if raw == "" {
 		return ""
 	}
 	u, err := url.Parse(raw)
 	switch {
-	case err == nil && u.Host != "" && u.User == nil && u.Scheme == "https":
+	case err != nil || u.Host == "" || u.User != nil:
+	case s.onGatewayOrigin(u):
 		return ""
-	case err == nil && u.Host != "" && u.User == nil && s.onGatewayOrigin(u):
+	case u.Scheme == "https" && s.confirmationHostAllowed(u.Hostname()):
 		return ""
+	case u.Scheme == "https":
+		return fmt.Sprintf("the gateway's confirmation_url %q is on %s, which is not one of GATEWAY_CONFIRMATION_HOSTS; not stored", clip(raw), u.Hostname())
 	}
+	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", clip(raw))
+}
+
+// confirmationHostAllowed reports whether host may serve confirmation pages: any host when no
+// ConfirmationHosts are configured; else one listed, or a subdomain of a "*." entry.
+func (s *Service) confirmationHostAllowed(host string) bool {
+	if len(s.cfg.ConfirmationHosts) == 0 {
+		return true
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, h := range s.cfg.ConfirmationHosts {
+		if parent, wild := strings.CutPrefix(h, "*."); wild {
+			if strings.HasSuffix(host, "."+parent) {
+				return true
+			}
+		} else if host == h {
+			return true
+		}
+	}
+	return false
+}
+
+// clip shortens a gateway's value for a message.
+func clip(raw string) string {
 	if len(raw) > 200 {
-		raw = raw[:200] + "…"
+		return raw[:200] + "…"
 	}
-	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", raw)
+	return raw
 }
 
 // TrustedConfirmationURL reports whether raw may be shown to a customer or redirected to.

@@ -178,3 +178,53 @@ func TestConfirmationURLMustBeHTTPSOrTheGatewaysOrigin(t *testing.T) {
 		})
 	}
 }
+
+// With GATEWAY_CONFIRMATION_HOSTS set, "https" is not enough: the page must be on a listed host
+// (or a subdomain of a "*." entry). The gateway's own origin stays trusted. A URL off the list is
+// dropped, the session flagged and one untrusted_confirmation_url case opened, the answer's
+// state applied — as for any untrusted URL. Without the list any https host was accepted.
+func TestConfirmationHostsNarrowHTTPS(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url   string
+		trust bool
+	}{
+		{"https://hooks.stripe.com/redirect/1", true},
+		{"https://HOOKS.stripe.com./redirect/1", true},
+		{"https://acs.pay.example.com/3ds", true},
+		{"https://a.b.pay.example.com/3ds", true},
+		{"http://127.0.0.1:8090/pay/1", true}, // the gateway's own origin
+		{"https://pay.example.com/p/1", false}, // "*." is subdomains only
+		{"https://evil.example/pay/1", false},
+		{"https://hooks.stripe.com.evil.example/pay", false},
+		{"https://evilpay.example.com/pay", false},
+		{"http://hooks.stripe.com/redirect/1", false}, // listed, but not https
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t, func(c *payments.Config) {
+				c.GatewayURL = "http://127.0.0.1:8090"
+				c.ConfirmationHosts = []string{"hooks.stripe.com", "*.pay.example.com"}
+			})
+			b.gw.SetConfirmationURL(tc.url)
+			res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-host", Amount: 100, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := res.Session
+			cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
+			if s.Status != payments.StatusRegistered {
+				t.Fatalf("session %+v: the answer's state must still apply", s)
+			}
+			if tc.trust {
+				if s.ConfirmationURL != tc.url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(tc.url) {
+					t.Fatalf("listed host: session %+v, %d cases", s, cases)
+				}
+				return
+			}
+			if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(tc.url) {
+				t.Fatalf("host off the list: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
+			}
+		})
+	}
+}

@@ -116,6 +116,10 @@ type Config struct {
 	// GatewayURL (GATEWAY_URL) is the configured gateway's base URL: a confirmation_url on its
 	// own origin is trusted even over plain http (dev's simulator); any other must be https.
 	GatewayURL string
+	// ConfirmationHosts (GATEWAY_CONFIRMATION_HOSTS) narrows "any https URL": when set, an https
+	// confirmation_url must be on one of these hosts (lower case; "*.example.com" is any
+	// subdomain of example.com, not example.com itself). The gateway's own origin stays trusted.
+	ConfirmationHosts []string
 	// RefundDirectLimit (REFUND_DIRECT_LIMIT) is, per currency in minor units, how much of a
 	// payment finance may refund without a second person; a currency not listed: nothing.
 	RefundDirectLimit map[string]int64

@@ -99,6 +99,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		PublicBaseURL: cfg.PublicBaseURL,
 		// The gateway's own origin may serve payment pages over http (dev's simulator).
 		GatewayURL: cfg.GatewayURL,
+		// GATEWAY_CONFIRMATION_HOSTS: the hosts whose https pages customers may be sent to.
+		ConfirmationHosts: cfg.ConfirmationHosts,
 		// The patrol's width, and the lease and in-flight graces derived from the gateway timeout.
 		SweepConcurrency:  cfg.SweepConcurrency,
 		GatewayTimeout:    cfg.GatewayTimeout,

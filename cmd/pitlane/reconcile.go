@@ -64,7 +64,7 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	defer pool.Close()
 	owner := reconcileOwner(cfg.ReplicaID, os.Getpid())
 	svc := payments.NewService(pool, payments.Config{Gateway: gw, Logger: env.Logger.With("component", "reconcile"), ReplicaID: owner,
-		GatewayURL: cfg.GatewayURL}) // a payment page on the gateway's own origin is trusted, as in serve
+		GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts}) // the same pages trusted as in serve
 
 	rep, err := svc.ReconcileSince(ctx, *since, payments.ReconcileConfig{})
 	if err != nil && !rep.Leader {

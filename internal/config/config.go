@@ -42,10 +42,14 @@ type Config struct {
 	GatewayAPIKey        string        // GATEWAY_API_KEY
 	GatewayWebhookSecret string        // GATEWAY_WEBHOOK_SECRET: one secret or a comma-separated list (WebhookSecrets)
 	GatewayTimeout       time.Duration // GATEWAY_TIMEOUT, default 10s
-	NotifyWebhookURL     string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
-	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
-	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
-	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
+	// ConfirmationHosts (GATEWAY_CONFIRMATION_HOSTS: comma-separated host names, "*.example.com"
+	// for any subdomain) are the hosts whose https pages the gateway may send customers to.
+	// Empty: any https host (and always the gateway's own origin).
+	ConfirmationHosts []string
+	NotifyWebhookURL  string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
+	ReplicaID         string        // REPLICA_ID, default host name + "-" + pid
+	SweepInterval     time.Duration // SWEEP_INTERVAL, default 2s
+	SweepConcurrency  int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
 	// whose X-Forwarded-For names the client. Empty: the peer is the client.
 	TrustedProxies []*net.IPNet
@@ -173,6 +177,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.GatewayTimeout, err = duration(getenv, "GATEWAY_TIMEOUT", 10*time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
 		return c, err
 	}
+	if c.ConfirmationHosts, err = parseHosts(getenv("GATEWAY_CONFIRMATION_HOSTS")); err != nil {
+		return c, err
+	}
 	if c.NotifyWebhookURL != "" {
 		if err := checkHTTPURL(c.NotifyWebhookURL); err != nil {
 			return c, errorf("NOTIFY_WEBHOOK_URL", "%v", err)
@@ -260,6 +267,43 @@ func parseRefundLimit(v string) (map[string]int64, error) {
 		out[cur] = n
 	}
 	return out, nil
+}
+
+// parseHosts reads GATEWAY_CONFIRMATION_HOSTS: host names (lower-cased), each optionally "*."
+// followed by a name with at least two labels, comma-separated. A URL, a port or a bare "*" is
+// refused: the list names hosts, and a wildcard over a whole top-level domain allows anyone.
+func parseHosts(v string) ([]string, error) {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.ToLower(strings.TrimSpace(item))
+		if item == "" {
+			continue
+		}
+		name, wild := strings.CutPrefix(item, "*.")
+		if !hostName(name) || (wild && !strings.Contains(name, ".")) {
+			return nil, errorf("GATEWAY_CONFIRMATION_HOSTS", "%q is not a host name or *.domain (e.g. pay.example.com,*.stripe.com; no scheme, port or path)", item)
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+// hostName reports whether s is a DNS name (letters, digits and hyphens in dot-separated labels
+// of 1-63 characters, none starting or ending with a hyphen) or an IP address.
+func hostName(s string) bool {
+	if net.ParseIP(s) != nil {
+		return true
+	}
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.IndexFunc(label, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') }) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseProxies reads TRUSTED_PROXIES: addresses (a single host) or CIDR ranges, comma-separated.

@@ -36,21 +36,22 @@ func TestDefaults(t *testing.T) {
 func TestValues(t *testing.T) {
 	t.Parallel()
 	c, err := Load(env(map[string]string{
-		"DATABASE_URL":         "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
-		"HTTP_ADDR":            ":9090",
-		"GATEWAY":              "stripe",
-		"GATEWAY_URL":          "http://127.0.0.1:12111",
-		"GATEWAY_TIMEOUT":      "1500ms",
-		"NOTIFY_WEBHOOK_URL":   "https://notify.example/hook",
-		"REPLICA_ID":           "replica-a",
-		"SWEEP_INTERVAL":       "250ms",
-		"SWEEP_CONCURRENCY":    "64",
-		"SECRET_KEY":           strings.Repeat("k", 32),
-		"SECRET_KEY_FALLBACKS": strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
-		"TRUSTED_PROXIES":      "10.0.0.0/8, 192.168.1.7,fd00::/8",
-		"METRICS_ADDR":         "127.0.0.1:9091",
-		"REFUND_DIRECT_LIMIT":  "EUR:50000, JPY:8000",
-		"CONSOLE_IDLE_TIMEOUT": "15m",
+		"DATABASE_URL":               "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
+		"HTTP_ADDR":                  ":9090",
+		"GATEWAY":                    "stripe",
+		"GATEWAY_URL":                "http://127.0.0.1:12111",
+		"GATEWAY_TIMEOUT":            "1500ms",
+		"NOTIFY_WEBHOOK_URL":         "https://notify.example/hook",
+		"REPLICA_ID":                 "replica-a",
+		"SWEEP_INTERVAL":             "250ms",
+		"SWEEP_CONCURRENCY":          "64",
+		"SECRET_KEY":                 strings.Repeat("k", 32),
+		"SECRET_KEY_FALLBACKS":       strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
+		"TRUSTED_PROXIES":            "10.0.0.0/8, 192.168.1.7,fd00::/8",
+		"METRICS_ADDR":               "127.0.0.1:9091",
+		"REFUND_DIRECT_LIMIT":        "EUR:50000, JPY:8000",
+		"CONSOLE_IDLE_TIMEOUT":       "15m",
+		"GATEWAY_CONFIRMATION_HOSTS": " Hooks.Stripe.com, *.pay.example.com ,",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +62,9 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Join(proxies, " ") != "10.0.0.0/8 192.168.1.7/32 fd00::/8" || c.MetricsAddr != "127.0.0.1:9091" {
 		t.Errorf("TRUSTED_PROXIES %v, METRICS_ADDR %q", proxies, c.MetricsAddr)
+	}
+	if strings.Join(c.ConfirmationHosts, " ") != "hooks.stripe.com *.pay.example.com" {
+		t.Errorf("GATEWAY_CONFIRMATION_HOSTS %q", c.ConfirmationHosts)
 	}
 	if c.ConsoleIdleTimeout != 15*time.Minute {
 		t.Errorf("CONSOLE_IDLE_TIMEOUT %s", c.ConsoleIdleTimeout)
@@ -147,6 +151,14 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"REFUND_DIRECT_LIMIT", "EUR:5.00"},
 		{"REFUND_DIRECT_LIMIT", "EUR:-1"},
 		{"REFUND_DIRECT_LIMIT", "EUR:1,EUR:2"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "https://pay.example.com"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "pay.example.com:443"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "pay.example.com/checkout"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "*"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "*.com"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "pay..example.com"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "-pay.example.com"},
+		{"GATEWAY_CONFIRMATION_HOSTS", "pay_1.example.com"},
 	} {
 		_, err := Load(env(map[string]string{tc.name: tc.value}))
 		var cerr *Error
