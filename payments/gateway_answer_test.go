@@ -155,27 +155,35 @@ func TestConfirmationURLMustBeHTTPSOrTheGatewaysOrigin(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
-			b := newBench(t, func(c *payments.Config) { c.GatewayURL = "http://127.0.0.1:8090" })
-			b.gw.SetConfirmationURL(tc.url)
-			res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-url", Amount: 100, Currency: "EUR"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := res.Session
-			if s.Status != payments.StatusRegistered || s.GatewayPaymentID == "" {
-				t.Fatalf("session %+v: the answer's state must still apply", s)
-			}
-			cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
-			if tc.trust {
-				if s.ConfirmationURL != tc.url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(tc.url) {
-					t.Fatalf("trusted URL: session %+v, %d cases", s, cases)
-				}
-				return
-			}
-			if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(tc.url) {
-				t.Fatalf("untrusted URL: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
-			}
+			checkConfirmationURL(t, tc.url, tc.trust, func(c *payments.Config) { c.GatewayURL = "http://127.0.0.1:8090" })
 		})
+	}
+}
+
+// checkConfirmationURL registers a payment whose answer names url on a service configured by
+// cfg: a trusted URL is stored as it is; an untrusted one is dropped, the session flagged and one
+// untrusted_confirmation_url case opened. The answer's state applies either way.
+func checkConfirmationURL(t *testing.T, url string, trust bool, cfg func(*payments.Config)) {
+	t.Helper()
+	b := newBench(t, cfg)
+	b.gw.SetConfirmationURL(url)
+	res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-url", Amount: 100, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Session
+	if s.Status != payments.StatusRegistered || s.GatewayPaymentID == "" {
+		t.Fatalf("session %+v: the answer's state must still apply", s)
+	}
+	cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
+	if trust {
+		if s.ConfirmationURL != url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(url) {
+			t.Fatalf("trusted URL: session %+v, %d cases", s, cases)
+		}
+		return
+	}
+	if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(url) {
+		t.Fatalf("untrusted URL: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
 	}
 }
 
@@ -193,7 +201,7 @@ func TestConfirmationHostsNarrowHTTPS(t *testing.T) {
 		{"https://HOOKS.stripe.com./redirect/1", true},
 		{"https://acs.pay.example.com/3ds", true},
 		{"https://a.b.pay.example.com/3ds", true},
-		{"http://127.0.0.1:8090/pay/1", true}, // the gateway's own origin
+		{"http://127.0.0.1:8090/pay/1", true},  // the gateway's own origin
 		{"https://pay.example.com/p/1", false}, // "*." is subdomains only
 		{"https://evil.example/pay/1", false},
 		{"https://hooks.stripe.com.evil.example/pay", false},
@@ -202,29 +210,10 @@ func TestConfirmationHostsNarrowHTTPS(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
-			b := newBench(t, func(c *payments.Config) {
+			checkConfirmationURL(t, tc.url, tc.trust, func(c *payments.Config) {
 				c.GatewayURL = "http://127.0.0.1:8090"
 				c.ConfirmationHosts = []string{"hooks.stripe.com", "*.pay.example.com"}
 			})
-			b.gw.SetConfirmationURL(tc.url)
-			res, err := b.svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-host", Amount: 100, Currency: "EUR"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := res.Session
-			cases := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'untrusted_confirmation_url'`, s.ID)
-			if s.Status != payments.StatusRegistered {
-				t.Fatalf("session %+v: the answer's state must still apply", s)
-			}
-			if tc.trust {
-				if s.ConfirmationURL != tc.url || s.FlaggedAt != nil || cases != 0 || !b.svc.TrustedConfirmationURL(tc.url) {
-					t.Fatalf("listed host: session %+v, %d cases", s, cases)
-				}
-				return
-			}
-			if s.ConfirmationURL != "" || s.FlaggedAt == nil || cases != 1 || b.svc.TrustedConfirmationURL(tc.url) {
-				t.Fatalf("host off the list: session %+v, %d cases; want it dropped, flagged, one case", s, cases)
-			}
 		})
 	}
 }
