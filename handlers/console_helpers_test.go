@@ -51,6 +51,8 @@ type consoleBench struct {
 	access *access.Service
 	hub    *live.Hub // the live listener every replica of the bench shares
 	e      *echo.Echo
+	// deps adjusts the web.Deps of replicas built from now on (nil: as in the bench's first).
+	deps func(*web.Deps)
 }
 
 func newConsoleBench(t testing.TB) *consoleBench {
@@ -114,9 +116,12 @@ func (b *consoleBench) replicaWith(pool *pgxpool.Pool, id string, gw payments.Ga
 		m(&cfg)
 	}
 	svc := payments.NewService(pool, cfg)
-	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
-		SecretKey: []byte("console-test-secret-console-test-secret"), MerchantName: testMerchant, Live: hub})
-	return svc, e
+	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: id, Payments: svc, Access: access.New(pool, b.clock),
+		SecretKey: []byte("console-test-secret-console-test-secret"), MerchantName: testMerchant, Live: hub}
+	if b.deps != nil {
+		b.deps(&deps)
+	}
+	return svc, web.New(deps)
 }
 
 // server serves h (the bench's router, or a wrapper of it) over HTTP until the test ends. Its
@@ -171,25 +176,29 @@ type agent struct {
 	h    http.Handler
 	jar  *cookiejar.Jar
 	csrf string
+	site *url.URL // whose cookies the jar sends: siteURL, or an https one
 }
 
 var siteURL, _ = url.Parse("http://console.test/")
 
 func (b *consoleBench) agent(t testing.TB) *agent { return newAgent(t, b.e) }
 
-func newAgent(t testing.TB, h http.Handler) *agent {
+func newAgent(t testing.TB, h http.Handler) *agent { return newAgentAt(t, h, siteURL) }
+
+// newAgentAt is a browser on site (https: it sends Secure cookies).
+func newAgentAt(t testing.TB, h http.Handler, site *url.URL) *agent {
 	jar, _ := cookiejar.New(nil)
-	return &agent{t: t, h: h, jar: jar}
+	return &agent{t: t, h: h, jar: jar, site: site}
 }
 
 func (a *agent) do(r *http.Request) *httptest.ResponseRecorder {
 	a.t.Helper()
-	for _, c := range a.jar.Cookies(siteURL) {
+	for _, c := range a.jar.Cookies(a.site) {
 		r.AddCookie(c)
 	}
 	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, r)
-	a.jar.SetCookies(siteURL, rec.Result().Cookies())
+	a.jar.SetCookies(a.site, rec.Result().Cookies())
 	if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
 		if doc, err := goquery.NewDocumentFromReader(strings.NewReader(rec.Body.String())); err == nil {
 			if tok, ok := doc.Find(`meta[name="csrf-token"]`).Attr("content"); ok && tok != "" {
@@ -239,7 +248,7 @@ func (a *agent) follow(rec *httptest.ResponseRecorder) *httptest.ResponseRecorde
 }
 
 func (a *agent) cookie(name string) *http.Cookie {
-	for _, c := range a.jar.Cookies(siteURL) {
+	for _, c := range a.jar.Cookies(a.site) {
 		if c.Name == name {
 			return c
 		}

@@ -37,11 +37,23 @@ const (
 	keySeen       = "seen" // unix seconds of the user's last request of their own (idle timeout)
 )
 
-// Cookie names.
+// Cookie names. Served over https (Config.Secure), both carry the __Host- prefix
+// (HostSessionCookie, HostCSRFCookie): a browser then takes them only from this exact host, with
+// Secure and Path=/ and no Domain, so a page on a sibling or parent domain cannot plant a session
+// or a CSRF seed of its own choosing. Over plain http (dev) the prefix is not allowed.
+//
+// Rolling out the prefix without signing everyone out (this release): a replica reads the
+// prefixed cookie and, without it, the unprefixed one (set by replicas before this release); it
+// writes both, with the same value, so replicas on either side of a rolling deploy read the same
+// session. The next release stops reading and writing the unprefixed names.
 const (
 	SessionCookie = "pitlane_session"
 	// CSRFCookie binds the CSRF token of visitors without a session (sign-in page, checkout).
 	CSRFCookie = "pitlane_csrf"
+	// HostPrefix is the cookie name prefix browsers bind to the exact host (RFC 6265bis).
+	HostPrefix        = "__Host-"
+	HostSessionCookie = HostPrefix + SessionCookie
+	HostCSRFCookie    = HostPrefix + CSRFCookie
 )
 
 // SessionLifetime is how long a sign-in lasts (a working day); the cookie itself dies with the
@@ -88,9 +100,13 @@ type Manager struct {
 	secret    []byte
 	fallbacks [][]byte
 	secure    bool
-	log       *slog.Logger
-	idle      time.Duration
-	now       func() time.Time
+	// The cookies' names: the __Host- ones over https. legacy names the unprefixed ones still read
+	// and written beside them during the rollout (nil over http, where they are the names).
+	sessionName, csrfName string
+	legacy                *struct{ session, csrf string }
+	log                   *slog.Logger
+	idle                  time.Duration
+	now                   func() time.Time
 }
 
 // New builds the manager.
@@ -105,6 +121,11 @@ func New(cfg Config) *Manager {
 	}
 	if m.now == nil {
 		m.now = time.Now
+	}
+	m.sessionName, m.csrfName = SessionCookie, CSRFCookie
+	if m.secure {
+		m.sessionName, m.csrfName = HostSessionCookie, HostCSRFCookie
+		m.legacy = &struct{ session, csrf string }{SessionCookie, CSRFCookie}
 	}
 	if len(m.secret) == 0 {
 		// Without a configured secret CSRF tokens of anonymous visitors are still unguessable
@@ -125,7 +146,7 @@ func New(cfg Config) *Manager {
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		},
 		Cookie: scs.SessionCookie{
-			Name:     SessionCookie,
+			Name:     m.sessionName,
 			HttpOnly: true,
 			Path:     "/",
 			SameSite: http.SameSiteLaxMode,
@@ -145,22 +166,29 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 			req := c.Request()
 			c.Response().Header().Add("Vary", "Cookie")
 			var token string
-			if ck, err := req.Cookie(SessionCookie); err == nil {
+			migrate := false
+			if ck, err := req.Cookie(m.sessionName); err == nil {
 				token = ck.Value
+			} else if m.legacy != nil {
+				if ck, err := req.Cookie(m.legacy.session); err == nil {
+					token, migrate = ck.Value, true // signed in on a replica before this release
+				}
 			}
 			ctx, err := m.sm.Load(req.Context(), token)
 			if err != nil {
 				return fmt.Errorf("load session: %w", err)
 			}
 			c.SetRequest(req.WithContext(ctx))
-			c.Response().Before(func() { m.save(c) })
+			c.Response().Before(func() { m.save(c, migrate) })
 			return next(c)
 		}
 	}
 }
 
 // save commits a changed session and writes its cookie (the work scs's LoadAndSave does).
-func (m *Manager) save(c echo.Context) {
+// migrate: the session came in under the unprefixed cookie only; its prefixed one is written
+// even when nothing changed.
+func (m *Manager) save(c echo.Context, migrate bool) {
 	ctx := c.Request().Context()
 	w := c.Response().Writer
 	switch m.sm.Status(ctx) {
@@ -170,10 +198,28 @@ func (m *Manager) save(c echo.Context) {
 			m.log.Error("save session", "err", err)
 			return
 		}
-		m.sm.WriteSessionCookie(ctx, w, token, expiry)
+		m.writeSessionCookie(ctx, w, token, expiry)
 	case scs.Destroyed:
-		m.sm.WriteSessionCookie(ctx, w, "", time.Time{})
+		m.writeSessionCookie(ctx, w, "", time.Time{})
+	case scs.Unmodified:
+		if token := m.sm.Token(ctx); migrate && token != "" {
+			m.sm.WriteSessionCookie(ctx, w, token, m.now().Add(SessionLifetime)) // not persisted: ends with the browser
+		}
 	}
+}
+
+// writeSessionCookie writes the session cookie, and during the __Host- rollout the unprefixed
+// one with the same token beside it (a replica before this release reads only that one).
+func (m *Manager) writeSessionCookie(ctx context.Context, w http.ResponseWriter, token string, expiry time.Time) {
+	m.sm.WriteSessionCookie(ctx, w, token, expiry)
+	if m.legacy == nil {
+		return
+	}
+	ck := &http.Cookie{Name: m.legacy.session, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode}
+	if expiry.IsZero() {
+		ck.MaxAge = -1
+	}
+	http.SetCookie(w, ck)
 }
 
 // signedInEmail is the email of the session's staff user, "" when nobody is signed in.
@@ -235,16 +281,45 @@ func (m *Manager) csrfToken(c echo.Context) string {
 		}
 		return t
 	}
+	seeds := m.csrfSeeds(c)
+	if len(seeds) > 0 && !seeds[0].legacy {
+		return cookieToken(m.secret, seeds[0].value)
+	}
 	var seed string
-	if ck, err := c.Request().Cookie(CSRFCookie); err == nil && len(ck.Value) >= 32 {
-		seed = ck.Value
+	if len(seeds) > 0 {
+		seed = seeds[0].value // set by a replica before this release: kept, under the new name too
 	} else {
 		seed = randomToken()
-		c.SetCookie(&http.Cookie{Name: CSRFCookie, Value: seed, Path: "/", HttpOnly: true, Secure: m.secure, SameSite: http.SameSiteLaxMode})
 		// The request itself carries no (valid) cookie: an unsafe request will fail the check
 		// below, and the page rendered now gets a token matching the new cookie.
 	}
+	c.SetCookie(&http.Cookie{Name: m.csrfName, Value: seed, Path: "/", HttpOnly: true, Secure: m.secure, SameSite: http.SameSiteLaxMode})
+	if m.legacy != nil && len(seeds) == 0 {
+		c.SetCookie(&http.Cookie{Name: m.legacy.csrf, Value: seed, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+	}
 	return cookieToken(m.secret, seed)
+}
+
+// csrfSeed is a visitor's CSRF cookie value; legacy: from the unprefixed cookie.
+type csrfSeed struct {
+	value  string
+	legacy bool
+}
+
+// csrfSeeds are the request's CSRF cookie seeds, the prefixed one first. During the __Host-
+// rollout a browser may hold both, different: a form rendered by a replica before this release
+// is bound to the unprefixed one.
+func (m *Manager) csrfSeeds(c echo.Context) []csrfSeed {
+	var out []csrfSeed
+	if ck, err := c.Request().Cookie(m.csrfName); err == nil && len(ck.Value) >= 32 {
+		out = append(out, csrfSeed{value: ck.Value})
+	}
+	if m.legacy != nil {
+		if ck, err := c.Request().Cookie(m.legacy.csrf); err == nil && len(ck.Value) >= 32 {
+			out = append(out, csrfSeed{value: ck.Value, legacy: true})
+		}
+	}
+	return out
 }
 
 // cookieToken is the CSRF token bound to a visitor's cookie seed under a secret.
@@ -259,15 +334,16 @@ func cookieToken(secret []byte, seed string) string {
 // rendered under the other side of a SECRET_KEY rotation). Constant-time comparisons.
 func (m *Manager) csrfAccepts(c echo.Context, token, got string) bool {
 	ok := hmac.Equal([]byte(got), []byte(token))
-	if ok || len(m.fallbacks) == 0 || m.signedInEmail(c.Request().Context()) != "" {
+	if ok || m.signedInEmail(c.Request().Context()) != "" {
 		return ok
 	}
-	ck, err := c.Request().Cookie(CSRFCookie)
-	if err != nil || len(ck.Value) < 32 {
-		return false
-	}
-	for _, fb := range m.fallbacks {
-		ok = hmac.Equal([]byte(got), []byte(cookieToken(fb, ck.Value))) || ok
+	for i, seed := range m.csrfSeeds(c) {
+		if i > 0 { // the first seed under the primary secret is token itself
+			ok = hmac.Equal([]byte(got), []byte(cookieToken(m.secret, seed.value))) || ok
+		}
+		for _, fb := range m.fallbacks {
+			ok = hmac.Equal([]byte(got), []byte(cookieToken(fb, seed.value))) || ok
+		}
 	}
 	return ok
 }

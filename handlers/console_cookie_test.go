@@ -1,0 +1,108 @@
+package handlers_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"pitlane/access"
+	"pitlane/web"
+	"pitlane/web/auth"
+)
+
+var httpsSite, _ = url.Parse("https://console.test/")
+
+// setCookie is the Set-Cookie line of rec for the cookie name ("" when none).
+func setCookie(rec interface{ Header() http.Header }, name string) string {
+	for _, line := range rec.Header().Values("Set-Cookie") {
+		if strings.HasPrefix(line, name+"=") {
+			return line
+		}
+	}
+	return ""
+}
+
+// Over https the console's cookies carry the __Host- prefix: a browser takes them only from this
+// exact host (Secure, Path=/, no Domain), so a page on a sibling or parent domain cannot plant a
+// session or a CSRF seed. During the rollout the unprefixed cookie is written beside each with the
+// same value (replicas before this release read only that one), and a sign-out moves both.
+// Before, both cookies were unprefixed.
+func TestConsoleCookiesOverHTTPSAreHostPrefixed(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.deps = func(d *web.Deps) { d.SecureCookies = true }
+	_, eNew := b.replica(b.pool, "replica-https", b.gw)
+	a := newAgentAt(t, eNew, httpsSite)
+
+	csrf := setCookie(a.get("/login"), auth.HostCSRFCookie)
+	for _, want := range []string{"Path=/", "Secure", "HttpOnly"} {
+		if !strings.Contains(csrf, want) || strings.Contains(csrf, "Domain=") {
+			t.Fatalf("CSRF cookie %q: want %s and no Domain", csrf, want)
+		}
+	}
+	rec := a.post("/login", url.Values{"email": {"sup@example.com"}, "password": {testPassword}})
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d %s", rec.Code, rec.Body)
+	}
+	session := setCookie(rec, auth.HostSessionCookie)
+	for _, want := range []string{"Path=/", "Secure", "HttpOnly", "SameSite=Lax"} {
+		if !strings.Contains(session, want) || strings.Contains(session, "Domain=") {
+			t.Fatalf("session cookie %q: want %s and no Domain", session, want)
+		}
+	}
+	prefixed, plain := a.cookie(auth.HostSessionCookie), a.cookie(auth.SessionCookie)
+	if prefixed == nil || plain == nil || prefixed.Value != plain.Value {
+		t.Fatalf("rollout: the unprefixed session cookie must carry the same token: %v %v", prefixed, plain)
+	}
+	if got := a.get("/"); got.Code != http.StatusOK {
+		t.Fatalf("dashboard: %d", got.Code)
+	}
+	a.post("/logout", nil)
+	if p, u := a.cookie(auth.HostSessionCookie), a.cookie(auth.SessionCookie); p == nil || u == nil || p.Value != u.Value || p.Value == prefixed.Value {
+		t.Fatalf("sign-out must move both cookies to the same new token: %v %v", p, u)
+	}
+	if a.get("/").Code != http.StatusSeeOther {
+		t.Fatal("signed in after sign-out")
+	}
+	// A token left in only one of the two cookies does not sign anyone in again.
+	a.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.SessionCookie, Value: prefixed.Value}})
+	if a.get("/").Code != http.StatusSeeOther {
+		t.Fatal("the signed-out token in the unprefixed cookie signed the browser in")
+	}
+}
+
+// A rolling deploy signs nobody out: a browser signed in by a replica before this release (only
+// the unprefixed cookie) is signed in on a new one, which gives it the prefixed cookie with the
+// same token; a sign-in form rendered by an old replica posts fine to a new one. Without the
+// fallback the new replica saw nobody and refused the form.
+func TestConsoleHostPrefixRolloutKeepsOldCookies(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.deps = func(d *web.Deps) { d.SecureCookies = true }
+	_, eNew := b.replica(b.pool, "replica-new", b.gw)
+
+	old := b.agent(t) // the bench's first replica stands for one before this release
+	old.login("sup@example.com")
+	a := newAgentAt(t, eNew, httpsSite)
+	a.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.SessionCookie, Value: old.cookie(auth.SessionCookie).Value}})
+	rec := a.get("/")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("a session from an old replica on a new one: %d (want the dashboard)", rec.Code)
+	}
+	if c := a.cookie(auth.HostSessionCookie); c == nil || c.Value != old.cookie(auth.SessionCookie).Value {
+		t.Fatalf("the new replica must give the browser the prefixed cookie with the same token: %v", c)
+	}
+
+	visitor := newAgent(t, b.e)
+	visitor.get("/login") // rendered by the old replica: its token is bound to the unprefixed seed
+	seed := visitor.cookie(auth.CSRFCookie)
+	moved := newAgentAt(t, eNew, httpsSite)
+	moved.jar.SetCookies(httpsSite, []*http.Cookie{seed})
+	moved.csrf = visitor.csrf
+	if rec := moved.post("/login", url.Values{"email": {"sup@example.com"}, "password": {testPassword}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("an old replica's sign-in form on a new one: %d %s", rec.Code, rec.Body)
+	}
+}
