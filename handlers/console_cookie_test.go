@@ -23,6 +23,16 @@ func setCookie(rec interface{ Header() http.Header }, name string) string {
 	return ""
 }
 
+// httpsBench is a console bench with a support user and a second replica served over https
+// (SecureCookies), as of this release; the bench's first replica stands for one before it.
+func httpsBench(t *testing.T) (*consoleBench, http.Handler) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.deps = func(d *web.Deps) { d.SecureCookies = true }
+	_, e := b.replica(b.pool, "replica-https", b.gw)
+	return b, e
+}
+
 // Over https the console's cookies carry the __Host- prefix: a browser takes them only from this
 // exact host (Secure, Path=/, no Domain), so a page on a sibling or parent domain cannot plant a
 // session or a CSRF seed. During the rollout the unprefixed cookie is written beside each with the
@@ -30,10 +40,7 @@ func setCookie(rec interface{ Header() http.Header }, name string) string {
 // Before, both cookies were unprefixed.
 func TestConsoleCookiesOverHTTPSAreHostPrefixed(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", access.RoleSupport)
-	b.deps = func(d *web.Deps) { d.SecureCookies = true }
-	_, eNew := b.replica(b.pool, "replica-https", b.gw)
+	_, eNew := httpsBench(t)
 	a := newAgentAt(t, eNew, httpsSite)
 
 	csrf := setCookie(a.get("/login"), auth.HostCSRFCookie)
@@ -79,12 +86,9 @@ func TestConsoleCookiesOverHTTPSAreHostPrefixed(t *testing.T) {
 // fallback the new replica saw nobody and refused the form.
 func TestConsoleHostPrefixRolloutKeepsOldCookies(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", access.RoleSupport)
-	b.deps = func(d *web.Deps) { d.SecureCookies = true }
-	_, eNew := b.replica(b.pool, "replica-new", b.gw)
+	b, eNew := httpsBench(t)
 
-	old := b.agent(t) // the bench's first replica stands for one before this release
+	old := b.agent(t) // on the bench's first replica: one before this release
 	old.login("sup@example.com")
 	a := newAgentAt(t, eNew, httpsSite)
 	a.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.SessionCookie, Value: old.cookie(auth.SessionCookie).Value}})
