@@ -85,6 +85,29 @@ func (a *API) GetRefund(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, toRefundJSON(r))
 }
 
+// refundListJSON is a payment's refunds.
+type refundListJSON struct {
+	PaymentID string       `json:"payment_id"`
+	Refunds   []refundJSON `json:"refunds"`
+	HasMore   bool         `json:"has_more"`
+}
+
+// ListRefunds: GET /api/v1/payments/{id}/refunds → 200 the payment's refunds as they are now,
+// oldest first (at most payments.MaxRefundsListed; has_more says whether there are others);
+// 404 no such payment. What a shop reconciles its refunds with, or finds a refund whose
+// answer it lost by.
+func (a *API) ListRefunds(c echo.Context) error {
+	refunds, more, err := a.svc.RefundsOf(c.Request().Context(), pathParam(c, "id"))
+	if err != nil {
+		return err
+	}
+	out := refundListJSON{PaymentID: pathParam(c, "id"), Refunds: make([]refundJSON, len(refunds)), HasMore: more}
+	for i, r := range refunds {
+		out.Refunds[i] = toRefundJSON(r)
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
 // refundStatus is the contract's status for a refund: the gateway answered (Succeeded, Failed)
 // → 201; not yet (Pending) → 202.
 func refundStatus(r payments.Refund) int {

@@ -376,3 +376,34 @@ func TestAPIKeylessRefundAcrossAClockBoundaryIsOneRefund(t *testing.T) {
 		t.Fatalf("refunds = %d, want 2", n)
 	}
 }
+
+// A shop lists a payment's refunds as they are now, oldest first: how it reconciles its refunds,
+// or finds one whose answer it lost. An unknown payment is 404; a payment without refunds an
+// empty list (not null).
+func TestAPIListRefunds(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-list", 1000)
+	type list struct {
+		PaymentID string   `json:"payment_id"`
+		Refunds   []refund `json:"refunds"`
+		HasMore   bool     `json:"has_more"`
+	}
+	rec := b.do(get(refundsPath(p.ID)))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"refunds":[]`) {
+		t.Fatalf("no refunds yet: %d %s", rec.Code, rec.Body)
+	}
+	first := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":100}`, "Idempotency-Key", "r-1")), http.StatusCreated)
+	b.clock.Advance(time.Second)
+	b.gw.SetRefundOutcome("pending") // the gateway has not settled the second one yet
+	second := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":250}`, "Idempotency-Key", "r-2")), http.StatusAccepted)
+	rec = b.do(get(refundsPath(p.ID)))
+	got := decode[list](t, rec)
+	if rec.Code != http.StatusOK || got.PaymentID != p.ID || got.HasMore || len(got.Refunds) != 2 ||
+		got.Refunds[0] != first || got.Refunds[1].ID != second.ID || got.Refunds[1].Status != "Pending" {
+		t.Fatalf("refunds of %s: %d %+v; want %s then %s (Pending)", p.ID, rec.Code, got, first.ID, second.ID)
+	}
+	for _, id := range []string{"00000000-0000-4000-8000-000000000000", first.ID, "not-a-uuid"} {
+		wantProblem(t, b.do(get(refundsPath(id))), http.StatusNotFound, "")
+	}
+}

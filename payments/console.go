@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -318,12 +319,8 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	if d.WrongCodes, d.CodesLockedUntil, err = codeLock(ctx, s.db, id, d.At); err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: %w", err)
 	}
-	rows, err = s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, id`, id)
-	if err != nil {
-		return PaymentDetail{}, fmt.Errorf("payment detail: refunds: %w", err)
-	}
-	if d.Refunds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) }); err != nil {
-		return PaymentDetail{}, fmt.Errorf("payment detail: refunds: %w", err)
+	if d.Refunds, err = listRefunds(ctx, s.db, id, math.MaxInt32); err != nil {
+		return PaymentDetail{}, fmt.Errorf("payment detail: %w", err)
 	}
 	proposals, err := s.ListResolutions(ctx, ResolutionFilter{SessionID: id, Limit: 50})
 	if err != nil {

@@ -61,6 +61,37 @@ func (s *Service) GetRefund(ctx context.Context, id string) (Refund, error) {
 	return r, nil
 }
 
+// MaxRefundsListed bounds RefundsOf: a payment's refunds oldest first, at most this many.
+const MaxRefundsListed = 1000
+
+// RefundsOf returns the refunds of a payment, oldest first (at most MaxRefundsListed; more:
+// true when there are others after them); ENOTFOUND when there is no such payment.
+func (s *Service) RefundsOf(ctx context.Context, paymentID string) (refunds []Refund, more bool, err error) {
+	if _, err := s.Get(ctx, paymentID); err != nil {
+		return nil, false, err
+	}
+	if refunds, err = listRefunds(ctx, s.db, paymentID, MaxRefundsListed+1); err != nil {
+		return nil, false, err
+	}
+	if len(refunds) > MaxRefundsListed {
+		return refunds[:MaxRefundsListed], true, nil
+	}
+	return refunds, false, nil
+}
+
+// listRefunds reads up to limit refunds of a session, oldest first.
+func listRefunds(ctx context.Context, q querier, sessionID string, limit int) ([]Refund, error) {
+	rows, err := q.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, id LIMIT $2`, sessionID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("refunds of %s: %w", sessionID, err)
+	}
+	refunds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return nil, fmt.Errorf("refunds of %s: %w", sessionID, err)
+	}
+	return refunds, nil
+}
+
 // RefundInput asks for a refund. RequestKey identifies the request (an API idempotency key or a
 // derived intent, scoped by the caller): the same key again returns the refund it created.
 type RefundInput struct {

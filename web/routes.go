@@ -45,6 +45,7 @@ func routes(e *echo.Echo, d Deps) {
 	v1.POST("/payments/:id/cancel", api.CancelPayment, write)
 	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, write)
 	v1.POST("/payments/:id/refunds", api.CreateRefund, refund)
+	v1.GET("/payments/:id/refunds", api.ListRefunds, read)
 	v1.GET("/refunds/:id", api.GetRefund, read)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
