@@ -50,7 +50,9 @@ func (h *Console) ConfirmCancel(c echo.Context) error {
 			msg = "This code was already used; the payment is " + string(res.Session.Status) + "."
 		}
 	}
-	h.audit(c, payments.AuditCancelConfirm, id, detail)
+	if err != nil || res.Replayed {
+		h.audit(c, payments.AuditCancelConfirm, id, detail) // a cancel it started, the core audited with it
+	}
 	to := "/payments/" + id
 	if err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
 		// The code form again, with the refusal; a payment that cannot be canceled (any more)

@@ -13,8 +13,9 @@ import (
 
 // Refunds from the payment page (payments/staff_refund.go). Each form carries an intent key
 // rendered with the page, so submitting one form twice makes one code, refund or proposal.
-// Audited right after the core returns, with the outcome (a four-eyes proposal is audited by
-// the core, in its transaction).
+// A refund claimed or a proposal made is audited by the core, in the transaction that does it;
+// the console audits the rest right after the core returns, with the outcome (a code sent, a
+// refusal, a form sent again).
 
 // readRefundForm reads a refund form posted for the payment of the path.
 func (h *Console) readRefundForm(c echo.Context) (payments.Session, payments.StaffRefundInput, error) {
@@ -82,7 +83,9 @@ func (h *Console) ConfirmRefund(c echo.Context) error {
 			msg = "This code was already used. " + msg
 		}
 	}
-	h.audit(c, payments.AuditRefundConfirm, id, detail)
+	if err != nil || !res.Created {
+		h.audit(c, payments.AuditRefundConfirm, id, detail) // a refund it claimed, the core audited with it
+	}
 	to := "/payments/" + id
 	if err != nil {
 		to += "?challenge=" + url.QueryEscape(challenge) // the code form again, with the refusal
@@ -116,14 +119,14 @@ func (h *Console) RefundPayment(c echo.Context) error {
 			msg = fmt.Sprintf("This form was sent already: proposal %s (%s).", p.Target(), p.State)
 		}
 	default:
+		// A refund the form claimed now, the core audited in the claim's transaction.
 		r := *res.Refund
-		detail := fmt.Sprintf("refund %s of %s, %s: %s", r.ID, views.Money(r.Amount, r.Currency), r.Status, strings.TrimSpace(in.Reason))
 		msg = refundText(r)
 		if res.Replayed {
-			detail += " (form sent again; nothing new done)"
 			msg = "This form was sent already. " + msg
+			h.audit(c, payments.AuditRefund, sess.ID, fmt.Sprintf("refund %s of %s, %s: %s (form sent again; nothing new done)",
+				r.ID, views.Money(r.Amount, r.Currency), r.Status, strings.TrimSpace(in.Reason)))
 		}
-		h.audit(c, payments.AuditRefund, sess.ID, detail)
 	}
 	return h.done(c, "/payments/"+sess.ID, msg, err)
 }

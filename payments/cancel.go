@@ -121,6 +121,9 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if err != nil {
 			return err
 		}
+		if err := auditStaff(ctx, tx, actor, AuditCancelConfirm, sessionID, "challenge "+challengeID+": now Canceling (the reverse goes to the gateway after commit)", now); err != nil {
+			return err
+		}
 		res = ConfirmResult{Session: updated}
 		newCancel = true
 		return nil

@@ -40,6 +40,9 @@ const (
 type Actor struct {
 	Kind ActorKind
 	ID   string
+	// Role is a staff actor's role (Staff.Actor), for the audit entry the core writes with a
+	// staff member's money-moving action (auditStaff); "" for every other kind.
+	Role string
 }
 
 // Session is one payment session.

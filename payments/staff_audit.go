@@ -38,7 +38,19 @@ type Staff struct {
 }
 
 // Actor is the staff user as the core's actor.
-func (s Staff) Actor() Actor { return Actor{Kind: ActorStaff, ID: s.Email} }
+func (s Staff) Actor() Actor { return Actor{Kind: ActorStaff, ID: s.Email, Role: s.Role} }
+
+// auditStaff writes the audit entry of a staff member's money-moving action (a cancel confirmed,
+// a refund claimed) in the transaction that does it: the action and its entry commit together,
+// and a crash after the commit cannot leave money moved by a person with no audit entry. Other
+// actors (API clients, the patrol, webhooks) are recorded by the timeline and write nothing here.
+// The console then audits only what the core did not: refusals, replays, requests for codes.
+func auditStaff(ctx context.Context, tx pgx.Tx, actor Actor, action, target, detail string, now time.Time) error {
+	if actor.Kind != ActorStaff {
+		return nil
+	}
+	return recordAudit(ctx, tx, AuditEntry{Actor: actor.ID, Role: actor.Role, Action: action, Target: target, Detail: detail}, now)
+}
 
 // AuditEntry is one row of the audit log.
 type AuditEntry struct {
@@ -51,10 +63,12 @@ type AuditEntry struct {
 	Detail string
 }
 
-// RecordAudit appends one entry, in its own statement. Actions of the core (Check, Cancel, …)
-// own their transactions, so their entry follows the action: it records the outcome, and a crash
-// between the two loses the entry, never the action. Actions of the console's own (resolve a
-// case, retry a flagged session) write their entry in the same transaction (recordAudit).
+// RecordAudit appends one entry, in its own statement: what the console records of an action
+// that moved no money (a Check, a code request, a refusal, a replay), after the core's own
+// transaction, with the outcome; a crash between the two loses that entry, never an action.
+// Money-moving staff actions (a cancel confirmed, a refund claimed) are written by the core in
+// the action's transaction (auditStaff), as are the console's own actions (resolve a case, retry
+// a flagged session, the four-eyes steps).
 func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
 	return recordAudit(context.WithoutCancel(ctx), s.db, e, s.cfg.Clock.Now())
 }

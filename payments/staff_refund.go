@@ -162,7 +162,11 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 		}
 		res.Refund, res.Created, err = s.claimRefund(ctx, tx, cur, by.Actor(),
 			RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey, besideProposal: true}, now)
-		return err
+		if err != nil || !res.Created {
+			return err
+		}
+		return auditStaff(ctx, tx, by.Actor(), AuditRefundConfirm, cur.ID, fmt.Sprintf("challenge %s: refund %s of %s %s claimed (the gateway is asked after commit)",
+			challengeID, res.Refund.ID, FormatMinor(res.Refund.Amount, cur.Currency), cur.Currency), now)
 	})
 	if err != nil {
 		return RefundResult{}, err
@@ -238,7 +242,11 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		}
 		r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey(), besideProposal: true}, now)
 		out.Refund = &r
-		return err
+		if err != nil {
+			return err
+		}
+		return auditStaff(ctx, tx, by.Actor(), AuditRefund, cur.ID, fmt.Sprintf("refund %s of %s %s claimed (the gateway is asked after commit): %s",
+			r.ID, FormatMinor(in.Amount, cur.Currency), cur.Currency, in.Reason), now)
 	})
 	if err != nil {
 		return FinanceRefund{}, err
