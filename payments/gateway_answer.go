@@ -94,9 +94,9 @@ func (s *Service) confirmationURLProblem(raw string) string {
 	case u.Scheme == "https" && s.confirmationHostAllowed(u.Hostname()):
 		return ""
 	case u.Scheme == "https":
-		return fmt.Sprintf("the gateway's confirmation_url %q is on %s, which is not one of GATEWAY_CONFIRMATION_HOSTS; not stored", clip(raw), u.Hostname())
+		return fmt.Sprintf("the gateway's confirmation_url %q is on %s, which is not one of GATEWAY_CONFIRMATION_HOSTS; not stored", truncate(raw, 200), u.Hostname())
 	}
-	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", clip(raw))
+	return fmt.Sprintf("the gateway's confirmation_url %q is neither https nor on the configured gateway's origin; not stored", truncate(raw, 200))
 }
 
 // confirmationHostAllowed reports whether host may serve confirmation pages: any host when no
@@ -116,14 +116,6 @@ func (s *Service) confirmationHostAllowed(host string) bool {
 		}
 	}
 	return false
-}
-
-// clip shortens a gateway's value for a message.
-func clip(raw string) string {
-	if len(raw) > 200 {
-		return raw[:200] + "…"
-	}
-	return raw
 }
 
 // TrustedConfirmationURL reports whether raw may be shown to a customer or redirected to.

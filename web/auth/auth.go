@@ -100,10 +100,11 @@ type Manager struct {
 	secret    []byte
 	fallbacks [][]byte
 	secure    bool
-	// The cookies' names: the __Host- ones over https. legacy names the unprefixed ones still read
-	// and written beside them during the rollout (nil over http, where they are the names).
+	// The cookies' names: the __Host- ones over https. legacy: the unprefixed ones (SessionCookie,
+	// CSRFCookie) are still read and written beside them during the rollout (over http they are
+	// the names).
 	sessionName, csrfName string
-	legacy                *struct{ session, csrf string }
+	legacy                bool
 	log                   *slog.Logger
 	idle                  time.Duration
 	now                   func() time.Time
@@ -125,7 +126,7 @@ func New(cfg Config) *Manager {
 	m.sessionName, m.csrfName = SessionCookie, CSRFCookie
 	if m.secure {
 		m.sessionName, m.csrfName = HostSessionCookie, HostCSRFCookie
-		m.legacy = &struct{ session, csrf string }{SessionCookie, CSRFCookie}
+		m.legacy = true
 	}
 	if len(m.secret) == 0 {
 		// Without a configured secret CSRF tokens of anonymous visitors are still unguessable
@@ -169,8 +170,8 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 			migrate := false
 			if ck, err := req.Cookie(m.sessionName); err == nil {
 				token = ck.Value
-			} else if m.legacy != nil {
-				if ck, err := req.Cookie(m.legacy.session); err == nil {
+			} else if m.legacy {
+				if ck, err := req.Cookie(SessionCookie); err == nil {
 					token, migrate = ck.Value, true // signed in on a replica before this release
 				}
 			}
@@ -212,10 +213,10 @@ func (m *Manager) save(c echo.Context, migrate bool) {
 // one with the same token beside it (a replica before this release reads only that one).
 func (m *Manager) writeSessionCookie(ctx context.Context, w http.ResponseWriter, token string, expiry time.Time) {
 	m.sm.WriteSessionCookie(ctx, w, token, expiry)
-	if m.legacy == nil {
+	if !m.legacy {
 		return
 	}
-	ck := &http.Cookie{Name: m.legacy.session, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode}
+	ck := &http.Cookie{Name: SessionCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode}
 	if expiry.IsZero() {
 		ck.MaxAge = -1
 	}
@@ -294,8 +295,8 @@ func (m *Manager) csrfToken(c echo.Context) string {
 		// below, and the page rendered now gets a token matching the new cookie.
 	}
 	c.SetCookie(&http.Cookie{Name: m.csrfName, Value: seed, Path: "/", HttpOnly: true, Secure: m.secure, SameSite: http.SameSiteLaxMode})
-	if m.legacy != nil && len(seeds) == 0 {
-		c.SetCookie(&http.Cookie{Name: m.legacy.csrf, Value: seed, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+	if m.legacy && len(seeds) == 0 {
+		c.SetCookie(&http.Cookie{Name: CSRFCookie, Value: seed, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
 	}
 	return cookieToken(m.secret, seed)
 }
@@ -314,8 +315,8 @@ func (m *Manager) csrfSeeds(c echo.Context) []csrfSeed {
 	if ck, err := c.Request().Cookie(m.csrfName); err == nil && len(ck.Value) >= 32 {
 		out = append(out, csrfSeed{value: ck.Value})
 	}
-	if m.legacy != nil {
-		if ck, err := c.Request().Cookie(m.legacy.csrf); err == nil && len(ck.Value) >= 32 {
+	if m.legacy {
+		if ck, err := c.Request().Cookie(CSRFCookie); err == nil && len(ck.Value) >= 32 {
 			out = append(out, csrfSeed{value: ck.Value, legacy: true})
 		}
 	}
