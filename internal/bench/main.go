@@ -207,21 +207,19 @@ func selected(list string) ([]figure, error) {
 	if strings.TrimSpace(list) == "" {
 		return figures, nil
 	}
-	var out []figure
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		i := slices.IndexFunc(figures, func(f figure) bool { return f.name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("BENCH_FIGURES: no figure %q; the figures are %s", name, strings.Join(names(figures), ","))
-		}
-		if !slices.ContainsFunc(out, func(f figure) bool { return f.name == name }) {
-			out = append(out, figures[i])
+	wanted := strings.Split(list, ",")
+	for i, name := range wanted {
+		wanted[i] = strings.TrimSpace(name)
+		if !slices.ContainsFunc(figures, func(f figure) bool { return f.name == wanted[i] }) {
+			return nil, fmt.Errorf("BENCH_FIGURES: no figure %q; the figures are %s", wanted[i], strings.Join(names(figures), ","))
 		}
 	}
-	slices.SortFunc(out, func(a, b figure) int {
-		return slices.IndexFunc(figures, func(f figure) bool { return f.name == a.name }) -
-			slices.IndexFunc(figures, func(f figure) bool { return f.name == b.name })
-	})
+	var out []figure
+	for _, f := range figures {
+		if slices.Contains(wanted, f.name) {
+			out = append(out, f)
+		}
+	}
 	return out, nil
 }
 
