@@ -101,8 +101,11 @@ check-generated:
 	@$(GO) tool templ generate -check -log-level warn \
 	  || { echo "make: generated templ code is stale: run 'make generate' and commit the *_templ.go files" >&2; exit 1; }
 
+## vet: go vet, then staticcheck (pinned as a go.mod tool: it finds dead code and deprecated
+## calls that vet does not).
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 $(TESTPG): FORCE
 	@$(GO) build -o $(TESTPG) ./internal/pgrunner/cmd/testpg

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"log/slog"
 	"net/url"
 	"time"
@@ -104,12 +103,6 @@ func writeJSON(c echo.Context, status int, body any) error {
 // actor is the API client as the core's timeline records it.
 func actor(c echo.Context) payments.Actor {
 	return payments.Actor{Kind: payments.ActorAPI, ID: ClientFrom(c).ID}
-}
-
-// detached keeps bookkeeping that must happen after an effect (completing an idempotency key)
-// alive when the client has hung up.
-func detached(c echo.Context) context.Context {
-	return context.WithoutCancel(c.Request().Context())
 }
 
 // pathParam returns a path parameter, unescaped (echo routes on the raw path when the request

@@ -75,7 +75,7 @@ func Names(spans tracetest.SpanStubs) string {
 func Attr(s tracetest.SpanStub, key attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -102,11 +102,11 @@ func Mentions(spans tracetest.SpanStubs, values ...string) []string {
 		check(s.Name, "name", s.Name)
 		check(s.Name, "status", s.Status.Description)
 		for _, kv := range s.Attributes {
-			check(s.Name, string(kv.Key), kv.Value.Emit())
+			check(s.Name, string(kv.Key), kv.Value.String())
 		}
 		for _, ev := range s.Events {
 			for _, kv := range ev.Attributes {
-				check(s.Name, ev.Name+"."+string(kv.Key), kv.Value.Emit())
+				check(s.Name, ev.Name+"."+string(kv.Key), kv.Value.String())
 			}
 		}
 	}

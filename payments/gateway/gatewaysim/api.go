@@ -53,7 +53,7 @@ type refundJSON struct {
 }
 
 func refundToJSON(r Refund) refundJSON {
-	return refundJSON{ID: r.ID, PaymentID: r.PaymentID, Amount: r.Amount, Status: r.Status}
+	return refundJSON(r)
 }
 
 type errorJSON struct {
