@@ -55,9 +55,6 @@ func New(db *pgxpool.Pool, clock payments.Clock) *Service {
 	return &Service{db: db, clock: clock, PasswordCost: DefaultPasswordCost, Limits: DefaultLimits}
 }
 
-// Now is the service clock's time.
-func (s *Service) Now() time.Time { return s.clock.Now() }
-
 // dummyHash is what an unknown email's password is compared against: a real bcrypt hash of the
 // configured cost, made once (it costs as much as a sign-in), so that an unknown email takes as
 // long as a known one with a wrong password.

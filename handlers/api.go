@@ -34,9 +34,6 @@ func NewAPI(svc *payments.Service, acc *access.Service, idem payments.Idempotenc
 	return &API{svc: svc, access: acc, idem: payments.NewIdempotency(svc, idem), log: log}
 }
 
-// Idempotency is the key store the create handler uses.
-func (a *API) Idempotency() *payments.Idempotency { return a.idem }
-
 // Header names of the contract.
 const (
 	HeaderIdempotencyKey           = "Idempotency-Key"

@@ -114,9 +114,6 @@ func errorf(v, format string, args ...any) *Error {
 	return &Error{Var: v, Msg: fmt.Sprintf(format, args...)}
 }
 
-// FromEnv loads the configuration from the process environment.
-func FromEnv() (Config, error) { return Load(os.Getenv) }
-
 // Load reads and validates every variable through getenv and returns the first problem, in
 // the order of the contract's table.
 func Load(getenv func(string) string) (Config, error) {
