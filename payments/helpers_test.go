@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/internal/testdb"
@@ -117,3 +118,20 @@ func scale(small, full int) int {
 }
 
 var api = payments.Actor{Kind: payments.ActorAPI, ID: "test-client"}
+
+// beginHolder opens the transaction a race test holds a lock in, and returns it with its
+// backend's pid (for waitBlockedBy). It is rolled back when the test ends unless committed.
+func beginHolder(t *testing.T, pool *pgxpool.Pool) (pgx.Tx, int32) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(ctx) }) //nolint:errcheck // a no-op after commit
+	var pid int32
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return holder, pid
+}

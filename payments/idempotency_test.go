@@ -87,15 +87,7 @@ type acquireResult struct {
 func raceFreshKey(t *testing.T, b *bench, clientID string, acquire func(context.Context) acquireResult) (a, c acquireResult) {
 	t.Helper()
 	ctx := context.Background()
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck // committed below
-	var holderPID int32
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := beginHolder(t, b.pool)
 	if _, err := holder.Exec(ctx, `SELECT 1 FROM api_clients WHERE id = $1 FOR UPDATE`, clientID); err != nil {
 		t.Fatal(err)
 	}
