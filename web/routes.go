@@ -47,6 +47,7 @@ func routes(e *echo.Echo, d Deps) {
 	v1.POST("/payments/:id/refunds", api.CreateRefund, refund)
 	v1.GET("/payments/:id/refunds", api.ListRefunds, read)
 	v1.GET("/refunds/:id", api.GetRefund, read)
+	v1.GET("/events", api.ListEvents, read)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token

@@ -1,0 +1,116 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+type feedEvent struct {
+	ID         string  `json:"id"`
+	Type       string  `json:"type"`
+	PaymentID  string  `json:"payment_id"`
+	OrderID    string  `json:"order_id"`
+	Amount     int64   `json:"amount"`
+	Currency   string  `json:"currency"`
+	FromStatus *string `json:"from_status"`
+	Status     string  `json:"status"`
+	By         string  `json:"by"`
+	CreatedAt  string  `json:"created_at"`
+	Links      struct {
+		Self string `json:"self"`
+	} `json:"links"`
+}
+
+type feedPage struct {
+	Data       []feedEvent `json:"data"`
+	NextCursor string      `json:"next_cursor"`
+	HasMore    bool        `json:"has_more"`
+}
+
+func eventsPath(after string, limit string) string {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit != "" {
+		q.Set("limit", limit)
+	}
+	return "/api/v1/events?" + q.Encode()
+}
+
+// GET /api/v1/events: a shop follows every payment's changes with one cursor. The fields of the
+// contract's style, a page boundary that loses nothing, an empty answer that hands the cursor
+// back, and 422s naming the bad parameter.
+func TestAPIEventsFeed(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-events", 1200) // Registering, Registered, Completed
+
+	// The feed lags behind the oldest transaction still writing in the cluster (other tests
+	// share it): read until the three are there. From then on they stay.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec := b.do(get(eventsPath("", "1000")))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("events: %d %s", rec.Code, rec.Body)
+		}
+		if n := len(decode[feedPage](t, rec).Data); n == 3 {
+			break
+		} else if n > 3 || time.Now().After(deadline) {
+			t.Fatalf("events: %d, want 3: %s", n, rec.Body)
+		}
+	}
+
+	rec := b.do(get(eventsPath("", "2")))
+	first := decode[feedPage](t, rec)
+	if rec.Code != http.StatusOK || len(first.Data) != 2 || !first.HasMore || first.NextCursor != first.Data[1].ID {
+		t.Fatalf("first page: %d %s", rec.Code, rec.Body)
+	}
+	var raw struct {
+		Data []map[string]json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(raw.Data[0]["from_status"]); got != "null" {
+		t.Fatalf("the first state's from_status = %s, want null", got)
+	}
+	rec = b.do(get(eventsPath(first.NextCursor, "2")))
+	second := decode[feedPage](t, rec)
+	if rec.Code != http.StatusOK || len(second.Data) != 1 || second.HasMore || second.NextCursor != second.Data[0].ID {
+		t.Fatalf("second page: %d %s", rec.Code, rec.Body)
+	}
+	all := append(first.Data, second.Data...)
+	for i, want := range []struct{ from, to string }{{"", "Registering"}, {"Registering", "Registered"}, {"Registered", "Completed"}} {
+		e := all[i]
+		from := ""
+		if e.FromStatus != nil {
+			from = *e.FromStatus
+		}
+		if e.Type != "payment.status_changed" || e.PaymentID != p.ID || e.OrderID != "o-events" || e.Amount != 1200 ||
+			e.Currency != "EUR" || from != want.from || e.Status != want.to || e.By != "api" ||
+			e.Links.Self != "/api/v1/payments/"+p.ID {
+			t.Fatalf("event %d = %+v, want %s → %s of %s", i, e, want.from, want.to, p.ID)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, e.CreatedAt); err != nil {
+			t.Fatalf("created_at %q: %v", e.CreatedAt, err)
+		}
+	}
+
+	// Nothing new: an empty list (not null) and the cursor back.
+	rec = b.do(get(eventsPath(second.NextCursor, "")))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"data":[]`) || decode[feedPage](t, rec).NextCursor != second.NextCursor {
+		t.Fatalf("at the end: %d %s", rec.Code, rec.Body)
+	}
+
+	for _, bad := range []struct{ after, limit, field string }{
+		{"", "0", "limit"}, {"", "1001", "limit"}, {"", "ten", "limit"}, {"", "-5", "limit"},
+		{"latest", "", "after"}, {"12", "", "after"}, {all[0].ID + "x", "", "after"},
+	} {
+		wantProblem(t, b.do(get(eventsPath(bad.after, bad.limit))), http.StatusUnprocessableEntity, bad.field)
+	}
+}
