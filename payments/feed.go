@@ -105,3 +105,48 @@ const feedSQL = `
 	  AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
 	ORDER BY e.xid, e.id
 	LIMIT $3`
+
+// FeedBody is the feed as JSON, the same for GET /api/v1/events and the events webhook: what a
+// shop's reader parses once.
+type FeedBody struct {
+	Data       []FeedEventBody `json:"data"`
+	NextCursor string          `json:"next_cursor"`
+	HasMore    bool            `json:"has_more"`
+}
+
+// FeedEventBody is one event in FeedBody. Its id is the feed's cursor for it.
+type FeedEventBody struct {
+	ID         string    `json:"id"`
+	Type       string    `json:"type"`
+	PaymentID  string    `json:"payment_id"`
+	OrderID    string    `json:"order_id"`
+	Amount     int64     `json:"amount"`
+	Currency   string    `json:"currency"`
+	FromStatus *string   `json:"from_status"`
+	Status     string    `json:"status"`
+	By         string    `json:"by"`
+	CreatedAt  time.Time `json:"created_at"`
+	Links      struct {
+		Self string `json:"self"`
+	} `json:"links"`
+}
+
+// FeedEventPaymentStatus is the one type of event the feed has today; readers skip types they
+// do not know, so others can be added.
+const FeedEventPaymentStatus = "payment.status_changed"
+
+// Body is the page as the feed's JSON.
+func (p FeedPage) Body() FeedBody {
+	out := FeedBody{Data: make([]FeedEventBody, len(p.Events)), NextCursor: p.Next, HasMore: p.More}
+	for i, e := range p.Events {
+		b := FeedEventBody{ID: e.Cursor, Type: FeedEventPaymentStatus, PaymentID: e.SessionID, OrderID: e.OrderID,
+			Amount: e.Amount, Currency: e.Currency, Status: string(e.To), By: string(e.By), CreatedAt: e.At}
+		if e.From != "" {
+			from := string(e.From)
+			b.FromStatus = &from
+		}
+		b.Links.Self = "/api/v1/payments/" + e.SessionID
+		out.Data[i] = b
+	}
+	return out
+}
