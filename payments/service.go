@@ -126,6 +126,9 @@ type Config struct {
 	// RefundDirectLimit (REFUND_DIRECT_LIMIT) is, per currency in minor units, how much of a
 	// payment finance may refund without a second person; a currency not listed: nothing.
 	RefundDirectLimit map[string]int64
+	// EventsWebhook (EVENTS_WEBHOOK_URL, EVENTS_WEBHOOK_SECRET) POSTs the events feed to the shop
+	// (feed_push.go); a zero value: off.
+	EventsWebhook EventsWebhook
 	// CodeTTL and CodeAttempts bound one-time codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int

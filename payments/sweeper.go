@@ -238,6 +238,11 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
 			s.log.Error("patrol", "err", err)
 		}
+		// The events webhook (feed_push.go): off unless EVENTS_WEBHOOK_URL is set; one replica
+		// at a time delivers (a lease on its one row).
+		if _, err := s.PushEvents(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("events webhook", "err", err)
+		}
 		// The Operations page's sample of this minute (ops_samples.go): tried once per minute per
 		// replica; the first replica in the minute writes it, the others find it written.
 		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {

@@ -109,6 +109,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}
 	}
+	// EVENTS_WEBHOOK_URL: the events feed POSTed to the shop (off when unset).
+	pcfg.EventsWebhook = payments.EventsWebhook{URL: cfg.EventsWebhookURL, Secrets: cfg.EventsWebhookSecrets}
 	return payments.NewService(pool, pcfg), verifier, nil
 }
 

@@ -52,7 +52,8 @@ func pitlane(env map[string]string, args ...string) *exec.Cmd {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
 		case "DATABASE_URL", "HTTP_ADDR", "PUBLIC_BASE_URL", "GATEWAY", "GATEWAY_URL", "GATEWAY_API_KEY",
-			"GATEWAY_WEBHOOK_SECRET", "GATEWAY_TIMEOUT", "NOTIFY_WEBHOOK_URL", "REPLICA_ID", "SWEEP_INTERVAL", "SWEEP_CONCURRENCY", "SECRET_KEY", "LISTEN_DATABASE_URL":
+			"GATEWAY_WEBHOOK_SECRET", "GATEWAY_TIMEOUT", "NOTIFY_WEBHOOK_URL", "REPLICA_ID", "SWEEP_INTERVAL", "SWEEP_CONCURRENCY", "SECRET_KEY", "LISTEN_DATABASE_URL",
+			"EVENTS_WEBHOOK_URL", "EVENTS_WEBHOOK_SECRET":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -164,6 +165,7 @@ func TestInvalidSettingsExitTwoWithOneLine(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "PUBLIC_BASE_URL": "example.com"}, []string{"serve"}, "PUBLIC_BASE_URL"},
 		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "NOTIFY_WEBHOOK_URL": "nope"}, []string{"serve"}, "NOTIFY_WEBHOOK_URL"},
 		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "REPLICA_ID": "a b"}, []string{"serve"}, "REPLICA_ID"},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "EVENTS_WEBHOOK_URL": "https://shop.example/hook"}, []string{"serve"}, "EVENTS_WEBHOOK_SECRET"},
 		{map[string]string{"DATABASE_URL": "postgres://x:pw@h:port/x"}, []string{"migrate"}, "DATABASE_URL"},
 		{map[string]string{"GATEWAY_URL": "not a url"}, []string{"dev"}, "GATEWAY_URL"},
 		{nil, []string{"migrate", "extra"}, "no arguments"},

@@ -46,10 +46,15 @@ type Config struct {
 	// for any subdomain) are the hosts whose https pages the gateway may send customers to.
 	// Empty: any https host (and always the gateway's own origin).
 	ConfirmationHosts []string
-	NotifyWebhookURL  string        // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
-	ReplicaID         string        // REPLICA_ID, default host name + "-" + pid
-	SweepInterval     time.Duration // SWEEP_INTERVAL, default 2s
-	SweepConcurrency  int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
+	NotifyWebhookURL  string // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
+	// EventsWebhookURL (EVENTS_WEBHOOK_URL) is where the events feed is POSTed for the shop; ""
+	// turns the events webhook off. EventsWebhookSecrets (EVENTS_WEBHOOK_SECRET, comma-separated
+	// while rotating, each at least MinSecretKeyLen characters) sign each POST, one v1 entry each.
+	EventsWebhookURL     string
+	EventsWebhookSecrets [][]byte
+	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
+	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
 	// whose X-Forwarded-For names the client. Empty: the peer is the client.
 	TrustedProxies []*net.IPNet
@@ -181,6 +186,25 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(c.NotifyWebhookURL); err != nil {
 			return c, errorf("NOTIFY_WEBHOOK_URL", "%v", err)
 		}
+	}
+	if c.EventsWebhookURL = getenv("EVENTS_WEBHOOK_URL"); c.EventsWebhookURL != "" {
+		if err := checkHTTPURL(c.EventsWebhookURL); err != nil {
+			return c, errorf("EVENTS_WEBHOOK_URL", "%v", err)
+		}
+		for v := range strings.SplitSeq(getenv("EVENTS_WEBHOOK_SECRET"), ",") {
+			if v = strings.TrimSpace(v); v == "" {
+				continue
+			}
+			if len(v) < MinSecretKeyLen {
+				return c, errorf("EVENTS_WEBHOOK_SECRET", "every secret must be at least %d characters", MinSecretKeyLen)
+			}
+			c.EventsWebhookSecrets = append(c.EventsWebhookSecrets, []byte(v))
+		}
+		if len(c.EventsWebhookSecrets) == 0 {
+			return c, errorf("EVENTS_WEBHOOK_SECRET", "is required with EVENTS_WEBHOOK_URL: the shop checks each POST's signature with it")
+		}
+	} else if getenv("EVENTS_WEBHOOK_SECRET") != "" {
+		return c, errorf("EVENTS_WEBHOOK_SECRET", "is set but EVENTS_WEBHOOK_URL is not: set the URL or unset the secret")
 	}
 	if c.ReplicaID == "" {
 		c.ReplicaID = defaultReplicaID()

@@ -52,6 +52,8 @@ func TestValues(t *testing.T) {
 		"REFUND_DIRECT_LIMIT":        "EUR:50000, JPY:8000",
 		"CONSOLE_IDLE_TIMEOUT":       "15m",
 		"GATEWAY_CONFIRMATION_HOSTS": " Hooks.Stripe.com, *.pay.example.com ,",
+		"EVENTS_WEBHOOK_URL":         "https://shop.example/pitlane-events",
+		"EVENTS_WEBHOOK_SECRET":      strings.Repeat("e", 32) + " , " + strings.Repeat("f", 33),
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +67,9 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Join(c.ConfirmationHosts, " ") != "hooks.stripe.com *.pay.example.com" {
 		t.Errorf("GATEWAY_CONFIRMATION_HOSTS %q", c.ConfirmationHosts)
+	}
+	if c.EventsWebhookURL != "https://shop.example/pitlane-events" || len(c.EventsWebhookSecrets) != 2 || len(c.EventsWebhookSecrets[1]) != 33 {
+		t.Errorf("EVENTS_WEBHOOK_URL %q, EVENTS_WEBHOOK_SECRET %q", c.EventsWebhookURL, c.EventsWebhookSecrets)
 	}
 	if c.ConsoleIdleTimeout != 15*time.Minute {
 		t.Errorf("CONSOLE_IDLE_TIMEOUT %s", c.ConsoleIdleTimeout)
@@ -126,6 +131,8 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"PUBLIC_BASE_URL", "https://u:hunter2@example.com"},
 		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
 		{"NOTIFY_WEBHOOK_URL", "/hook"},
+		{"EVENTS_WEBHOOK_URL", "/hook"},
+		{"EVENTS_WEBHOOK_SECRET", strings.Repeat("s", 32)}, // without the URL
 		{"REPLICA_ID", "two words"},
 		{"REPLICA_ID", strings.Repeat("r", 129)},
 		{"SWEEP_INTERVAL", "often"},
@@ -294,6 +301,18 @@ func TestWebhookSecretsIsACommaSeparatedList(t *testing.T) {
 		}
 		if got := c.WebhookSecrets(); strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
 			t.Errorf("%q: %q, want %q", tc.raw, got, tc.want)
+		}
+	}
+}
+
+// The events webhook needs a secret (the shop verifies each POST), each as long as SECRET_KEY.
+func TestEventsWebhookNeedsASecret(t *testing.T) {
+	t.Parallel()
+	for _, secret := range []string{"", " , ", "short", strings.Repeat("s", 32) + ",short"} {
+		_, err := Load(env(map[string]string{"EVENTS_WEBHOOK_URL": "https://shop.example/hook", "EVENTS_WEBHOOK_SECRET": secret}))
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Var != "EVENTS_WEBHOOK_SECRET" {
+			t.Errorf("EVENTS_WEBHOOK_SECRET=%q: %v, want an error naming it", secret, err)
 		}
 	}
 }

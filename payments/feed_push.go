@@ -1,0 +1,162 @@
+package payments
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pitlane/payments/gateway/webhooksig"
+)
+
+// The events webhook: the events feed (feed.go) POSTed to one URL of the shop
+// (EVENTS_WEBHOOK_URL), so that it hears of a completed, failed or canceled payment without
+// asking. Each POST is one page of the feed, the body GET /api/v1/events answers
+// (FeedBody), signed like the gateway's webhooks (EventsWebhookSignatureHeader: t=…,v1=…, one
+// v1 per secret while they rotate).
+//
+// Delivery is at least once, in the feed's order, from where it began: the first round starts
+// at the feed's end (a new endpoint is not sent the history; GET /api/v1/events has it). The
+// patrol of every replica tries a round each tick; the one row of events_webhook (migration
+// 00211) says how far delivery got. A round takes the row with a lease, POSTs the page after its
+// cursor, and moves the cursor only while its lease token is still the row's: a replica whose
+// lease ran out mid-POST (a slow shop) writes nothing, and the replica that took over sends the
+// same page again, so a page is never skipped and may arrive twice. A shop dedups by event id.
+// A POST that fails (no answer, not 2xx) leaves the cursor and waits: 1 s, doubling, at most
+// EventsWebhookMaxBackoff, before any replica tries again.
+
+// EventsWebhook configures the events webhook. URL "" turns it off.
+type EventsWebhook struct {
+	URL string
+	// Secrets sign each POST, one v1 entry each (EVENTS_WEBHOOK_SECRET; several while rotating).
+	Secrets [][]byte
+	// Client sends the POSTs (nil: one with EventsWebhookTimeout).
+	Client *http.Client
+}
+
+const (
+	// EventsWebhookSignatureHeader carries the POST's signature (webhooksig's scheme).
+	EventsWebhookSignatureHeader = "Pitlane-Signature"
+	// EventsWebhookBatch is how many events one POST carries at most.
+	EventsWebhookBatch = 100
+	// EventsWebhookTimeout bounds one POST; the lease a round holds is twice as long.
+	EventsWebhookTimeout = 10 * time.Second
+	// EventsWebhookMaxBackoff is the longest wait after failed POSTs.
+	EventsWebhookMaxBackoff = 5 * time.Minute
+	// eventsWebhookPagesPerRound bounds one round, so a long backlog does not hold the patrol.
+	eventsWebhookPagesPerRound = 10
+)
+
+// PushEvents runs one round of the events webhook: while there are events after the cursor (at
+// most eventsWebhookPagesPerRound pages), it takes the row, POSTs a page and moves the cursor.
+// It returns how many events the shop acknowledged. Nothing to do when the webhook is off, the
+// row is leased by another replica, or a failed POST's wait has not passed.
+func (s *Service) PushEvents(ctx context.Context) (int, error) {
+	if s.cfg.EventsWebhook.URL == "" {
+		return 0, nil
+	}
+	sent := 0
+	for range eventsWebhookPagesPerRound {
+		n, more, err := s.pushEventsPage(ctx)
+		sent += n
+		if err != nil || !more {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// pushEventsPage POSTs one page; more: another page may be ready.
+func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err error) {
+	now := s.cfg.Clock.Now()
+	// The row, once: delivery begins at the feed's end as of now (what is still being written
+	// sorts after it, so it is delivered).
+	if _, err := s.db.Exec(ctx, `INSERT INTO events_webhook (cursor, started_at)
+		SELECT coalesce((SELECT xid::text || '-' || id FROM session_events
+			WHERE xid IS NOT NULL AND xid < pg_snapshot_xmin(pg_current_snapshot())
+			ORDER BY xid DESC, id DESC LIMIT 1), ''), $1
+		ON CONFLICT (id) DO NOTHING`, now); err != nil {
+		return 0, false, dbError("events webhook: start", err, "")
+	}
+	var cursor, token string
+	var attempts int
+	err = s.db.QueryRow(ctx, `UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid()
+		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3) AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
+		RETURNING cursor, lease_token::text, attempts`,
+		s.cfg.ReplicaID, now.Add(2*EventsWebhookTimeout), now).Scan(&cursor, &token, &attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil // another replica delivers, or the wait after a failure runs
+	}
+	if err != nil {
+		return 0, false, dbError("events webhook: take", err, "")
+	}
+	// release writes the round's outcome and gives the row back, only while the lease is still
+	// this round's; kept is false when another replica had taken the row over meanwhile.
+	release := func(ctx context.Context, sql string, args ...any) (kept bool, err error) {
+		tag, err := s.db.Exec(context.WithoutCancel(ctx), sql, append([]any{token}, args...)...)
+		if err != nil {
+			return false, dbError("events webhook: write", err, "")
+		}
+		if tag.RowsAffected() == 0 {
+			s.log.Warn("events webhook: the lease ran out during the POST; the replica that took over sends the page again", "replica", s.cfg.ReplicaID)
+			return false, nil
+		}
+		return true, nil
+	}
+	page, err := s.Feed(ctx, cursor, EventsWebhookBatch)
+	if err != nil || len(page.Events) == 0 {
+		if _, rerr := release(ctx, `UPDATE events_webhook SET lease_owner = NULL, lease_until = NULL, lease_token = NULL
+			WHERE id = 1 AND lease_token = $1`); err == nil {
+			err = rerr
+		}
+		return 0, false, err
+	}
+	if perr := s.postEvents(ctx, page.Body()); perr != nil {
+		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)
+		s.log.Warn("events webhook: POST failed", "url", s.cfg.EventsWebhook.URL, "err", perr, "attempt", attempts+1, "retry_in", wait)
+		_, err := release(ctx, `UPDATE events_webhook SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
+			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = 1 AND lease_token = $1`,
+			s.cfg.Clock.Now().Add(wait), truncate(perr.Error(), 500))
+		return 0, false, err
+	}
+	kept, err := release(ctx, `UPDATE events_webhook SET cursor = $2, attempts = 0, next_attempt_at = NULL, last_error = '',
+		delivered_at = $3, delivered_events = delivered_events + $4, lease_owner = NULL, lease_until = NULL, lease_token = NULL
+		WHERE id = 1 AND lease_token = $1`, page.Next, s.cfg.Clock.Now(), len(page.Events))
+	return len(page.Events), page.More && kept, err
+}
+
+// postEvents POSTs body, signed; any answer but 2xx is a failure.
+func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, EventsWebhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.EventsWebhook.URL, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(EventsWebhookSignatureHeader, webhooksig.SignAll(s.cfg.EventsWebhook.Secrets, s.cfg.Clock.Now(), raw))
+	c := s.cfg.EventsWebhook.Client
+	if c == nil {
+		c = &http.Client{Timeout: EventsWebhookTimeout}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // the answer's body says nothing
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s answered %d", s.cfg.EventsWebhook.URL, resp.StatusCode)
+	}
+	return nil
+}
