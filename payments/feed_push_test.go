@@ -203,6 +203,9 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	if n := b.count(t, `SELECT attempts FROM events_webhook WHERE last_error LIKE '%answered 503'`); n != 2 {
 		t.Fatalf("attempts recorded = %d", n)
 	}
+	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 2 {
+		t.Fatalf("Stats: %d failures, %v; want 2 (pitlane_events_webhook_failures)", st.EventsWebhookFailures, err)
+	}
 	b.clock.Advance(4 * time.Second)
 	sh.mu.Lock()
 	sh.status = http.StatusNoContent
@@ -214,6 +217,9 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	wantChanges(t, got, "o-retry:Registering", "o-retry:Registered")
 	if n := b.count(t, `SELECT attempts FROM events_webhook WHERE last_error = '' AND next_attempt_at IS NULL`); n != 0 {
 		t.Fatalf("attempts after success = %d", n)
+	}
+	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 0 {
+		t.Fatalf("Stats after success: %d failures, %v", st.EventsWebhookFailures, err)
 	}
 }
 

@@ -23,6 +23,9 @@ type Stats struct {
 	LeasedSessions    int // sessions a sweeper holds right now
 	OpenCases         map[string]int
 	UnprocessedEvents int
+	// EventsWebhookFailures is how many POSTs of the events webhook failed in a row (0 when it
+	// delivers, or is off): feed_push.go's attempts.
+	EventsWebhookFailures int
 	// Stuck is the finance workbench's stuck money (active sessions older than SettleWithin,
 	// flagged or not) per currency, the largest amounts first: at most MaxStuckCurrencies
 	// currencies, the rest summed into one StuckOtherCurrencies entry, so a metric labelled by
@@ -87,8 +90,9 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		(SELECT min(next_check_at) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
 			AND (lease_until IS NULL OR lease_until <= $1)),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
-		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)`, now).
-		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents); err != nil {
+		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL),
+		(SELECT coalesce(max(attempts), 0) FROM events_webhook)`, now).
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &st.EventsWebhookFailures); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}
 	if oldest != nil && now.After(*oldest) {
