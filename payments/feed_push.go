@@ -22,8 +22,9 @@ import (
 // v1 per secret while they rotate).
 //
 // Delivery is at least once, in the feed's order, from where it began: the first round starts
-// at the feed's end (a new endpoint is not sent the history; GET /api/v1/events has it). The
-// patrol of every replica tries a round each tick; the one row of events_webhook (migration
+// at the feed's end (a new endpoint is not sent the history; GET /api/v1/events has it). Every
+// replica tries a round each SWEEP_INTERVAL, on a loop of its own beside the patrol (a slow shop
+// never holds the patrol's rounds); the one row of events_webhook (migration
 // 00211) says how far delivery got. A round takes the row with a lease, POSTs the page after its
 // cursor, and moves the cursor only while its lease token is still the row's: a replica whose
 // lease ran out mid-POST (a slow shop) writes nothing, and the replica that took over sends the
@@ -49,7 +50,7 @@ const (
 	EventsWebhookTimeout = 10 * time.Second
 	// EventsWebhookMaxBackoff is the longest wait after failed POSTs.
 	EventsWebhookMaxBackoff = 5 * time.Minute
-	// eventsWebhookPagesPerRound bounds one round, so a long backlog does not hold the patrol.
+	// eventsWebhookPagesPerRound bounds one round, so a long backlog yields between rounds.
 	eventsWebhookPagesPerRound = 10
 )
 
@@ -70,6 +71,23 @@ func (s *Service) PushEvents(ctx context.Context) (int, error) {
 		}
 	}
 	return sent, nil
+}
+
+// runEventsWebhook runs a round of the events webhook every interval until ctx ends (RunSweeper
+// starts it beside the patrol when EVENTS_WEBHOOK_URL is set).
+func (s *Service) runEventsWebhook(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := s.PushEvents(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("events webhook", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // pushEventsPage POSTs one page; more: another page may be ready.
@@ -117,7 +135,13 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		}
 		return 0, false, err
 	}
-	if perr := s.postEvents(ctx, page.Body()); perr != nil {
+	if perr := s.postEvents(ctx, page.Body()); perr != nil && ctx.Err() != nil {
+		// Shutdown cut the POST: give the row back as it was (another replica sends the page;
+		// the shop did nothing wrong, so no attempt is counted).
+		_, err := release(ctx, `UPDATE events_webhook SET lease_owner = NULL, lease_until = NULL, lease_token = NULL
+			WHERE id = 1 AND lease_token = $1`)
+		return 0, false, err
+	} else if perr != nil {
 		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)
 		s.log.Warn("events webhook: POST failed", "url", s.cfg.EventsWebhook.URL, "err", perr, "attempt", attempts+1, "retry_in", wait)
 		_, err := release(ctx, `UPDATE events_webhook SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,

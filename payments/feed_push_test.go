@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 	"pitlane/payments/gateway/webhooksig"
 )
 
@@ -299,4 +300,39 @@ func TestEventsWebhookLeaseLapseSendsAgainNeverSkips(t *testing.T) {
 	_, got := sh.counts()
 	wantChanges(t, got, "o-slow:Registering", "o-slow:Registered", "o-later:Registering", "o-later:Registered",
 		"o-slow:Registering", "o-slow:Registered", "o-next:Registering", "o-next:Registered")
+}
+
+// A shop that holds the events webhook's POST does not hold the patrol: with the POST parked at
+// the shop, a session that falls due is still driven (its gateway look arrives). Shutdown then
+// cuts the POST and gives the row back without counting a failure. Negative control (run by
+// hand): pushing from inside the patrol's loop leaves the due session undriven.
+func TestSlowShopDoesNotHoldThePatrol(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	svc := b.service(b.pool, "replica-a", sh.config)
+	push(t, svc)
+	due := b.registered(t, "o-due", 100) // due at its first look, 5 s on
+	feedReady(t, b, 2)
+	sh.mu.Lock()
+	sh.park = true
+	sh.mu.Unlock()
+	look := b.gw.Hold(fakegw.OpStatus)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { svc.RunSweeper(ctx, 10*time.Millisecond); close(done) }()
+	mustWait(t, sh.arrived, "the webhook's POST at the shop")
+	b.clock.Advance(payments.DefaultBackoff[0] + time.Second)
+	if id := mustWait(t, look.Arrived(), "the patrol's look at the due session while the shop holds the POST"); id != due.GatewayPaymentID {
+		t.Fatalf("looked at %s, want %s", id, due.GatewayPaymentID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM events_webhook WHERE attempts = 0 AND lease_token IS NOT NULL`); n != 1 {
+		t.Fatal("the look came only after the POST had ended (timed out): the shop held the patrol")
+	}
+	look.Open()
+	cancel()
+	mustWait(t, done, "the sweeper to stop")
+	if n := b.count(t, `SELECT count(*) FROM events_webhook WHERE attempts = 0 AND lease_token IS NULL AND last_error = ''`); n != 1 {
+		t.Fatal("shutdown's cut POST was counted as a failure or kept its lease")
+	}
 }

@@ -229,6 +229,13 @@ func (s *Service) housekeep(ctx context.Context) {
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	if s.cfg.EventsWebhook.URL != "" {
+		// The events webhook (feed_push.go) on its own loop: a slow shop holds its POSTs, never
+		// the patrol's rounds (TestSlowShopDoesNotHoldThePatrol).
+		pushed := make(chan struct{})
+		go func() { defer close(pushed); s.runEventsWebhook(ctx, interval) }()
+		defer func() { <-pushed }()
+	}
 	var lastHousekeeping, lastReconcile, lastSample time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
@@ -237,11 +244,6 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		}
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
 			s.log.Error("patrol", "err", err)
-		}
-		// The events webhook (feed_push.go): off unless EVENTS_WEBHOOK_URL is set; one replica
-		// at a time delivers (a lease on its one row).
-		if _, err := s.PushEvents(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("events webhook", "err", err)
 		}
 		// The Operations page's sample of this minute (ops_samples.go): tried once per minute per
 		// replica; the first replica in the minute writes it, the others find it written.
