@@ -143,7 +143,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		return 0, false, err
 	} else if perr != nil {
 		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)
-		s.log.Warn("events webhook: POST failed", "url", s.cfg.EventsWebhook.URL, "err", perr, "attempt", attempts+1, "retry_in", wait)
+		s.log.Warn("events webhook: POST failed", "err", perr, "attempt", attempts+1, "retry_in", wait)
 		_, err := release(ctx, `UPDATE events_webhook SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
 			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = 1 AND lease_token = $1`,
 			s.cfg.Clock.Now().Add(wait), truncate(perr.Error(), 500))
@@ -171,7 +171,9 @@ func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
 	req.Header.Set(EventsWebhookSignatureHeader, webhooksig.SignAll(s.cfg.EventsWebhook.Secrets, s.cfg.Clock.Now(), raw))
 	c := s.cfg.EventsWebhook.Client
 	if c == nil {
-		c = &http.Client{Timeout: EventsWebhookTimeout}
+		// A redirect is an answer that is not 2xx, not a place to send the events to.
+		c = &http.Client{Timeout: EventsWebhookTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -180,7 +182,9 @@ func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // the answer's body says nothing
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s answered %d", s.cfg.EventsWebhook.URL, resp.StatusCode)
+		// Not the URL: it may carry credentials (https://user:password@…), and this goes to the
+		// log and to events_webhook.last_error.
+		return fmt.Errorf("the shop's endpoint answered %d", resp.StatusCode)
 	}
 	return nil
 }

@@ -60,6 +60,9 @@ func newShop(t *testing.T, clock *payments.ManualClock) *shop {
 			s.arrived <- struct{}{}
 			<-s.release
 		}
+		if status/100 == 3 {
+			w.Header().Set("Location", "/elsewhere") // followed, it would be a second POST here
+		}
 		if status/100 == 2 {
 			s.mu.Lock()
 			s.events = append(s.events, body.Data...)
@@ -186,12 +189,17 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	push(t, svc) // delivery begins
 	b.registered(t, "o-retry", 900)
 	feedReady(t, b, 2)
-	sh.mu.Lock()
-	sh.status = http.StatusServiceUnavailable
-	sh.mu.Unlock()
 	posts := func() int { p, _ := sh.counts(); return p }
 
-	for i, wait := range []time.Duration{time.Second, 2 * time.Second} {
+	// A redirect first (a failure, not followed: one POST), then a 503.
+	for i, tc := range []struct {
+		status int
+		wait   time.Duration
+	}{{http.StatusTemporaryRedirect, time.Second}, {http.StatusServiceUnavailable, 2 * time.Second}} {
+		sh.mu.Lock()
+		sh.status = tc.status
+		sh.mu.Unlock()
+		wait := tc.wait
 		if n := push(t, svc); n != 0 || posts() != i+1 {
 			t.Fatalf("failure %d: sent %d, %d POSTs", i+1, n, posts())
 		}
