@@ -35,7 +35,7 @@ func TestAPIEventsFeed(t *testing.T) {
 
 	// The feed lags behind the oldest transaction still writing in the cluster (other tests
 	// share it): read until the three are there. From then on they stay.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		rec := b.do(get(eventsPath("", "1000")))
 		if rec.Code != http.StatusOK {

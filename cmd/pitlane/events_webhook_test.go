@@ -71,7 +71,7 @@ func TestServePushesEventsToTheShop(t *testing.T) {
 			if e.PaymentID != res.Session.ID || e.OrderID != "o-pushed" || e.Status != want || e.Amount != 4200 {
 				t.Fatalf("the shop got %+v, want o-pushed %s", e, want)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(60 * time.Second):
 			t.Fatalf("the shop never got o-pushed's %s", want)
 		}
 	}
