@@ -93,6 +93,10 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 	return page, nil
 }
 
+// feedServes is which timeline rows (alias e) the feed serves: those written since migration
+// 00210 whose transaction is older than the oldest one still running.
+const feedServes = `e.xid IS NOT NULL AND e.xid < pg_snapshot_xmin(pg_current_snapshot())`
+
 // feedSQL reads the feed: $1 the cursor's transaction id (text: xid8 has no Go type in pgx),
 // $2 its row id, $3 how many rows. It walks session_events_feed (migration 00210) from the
 // cursor, the bound on the index's first column included (TestFeedReadsByItsIndex).
@@ -100,9 +104,8 @@ const feedSQL = `
 	SELECT e.xid::text || '-' || e.id, e.session_id::text, s.order_id, s.amount, s.currency,
 		coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.created_at
 	FROM session_events e JOIN payment_sessions s ON s.id = e.session_id
-	WHERE e.xid IS NOT NULL
+	WHERE ` + feedServes + `
 	  AND (e.xid, e.id) > ($1::text::xid8, $2::bigint)
-	  AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
 	ORDER BY e.xid, e.id
 	LIMIT $3`
 

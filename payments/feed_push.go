@@ -62,6 +62,14 @@ func (s *Service) PushEvents(ctx context.Context) (int, error) {
 	if s.cfg.EventsWebhook.URL == "" {
 		return 0, nil
 	}
+	// The row, once: delivery begins at the feed's end as of now (what is still being written
+	// sorts after it, so it is delivered).
+	if _, err := s.db.Exec(ctx, `INSERT INTO events_webhook (cursor, started_at)
+		SELECT coalesce((SELECT e.xid::text || '-' || e.id FROM session_events e WHERE `+feedServes+`
+			ORDER BY e.xid DESC, e.id DESC LIMIT 1), ''), $1
+		ON CONFLICT (id) DO NOTHING`, s.cfg.Clock.Now()); err != nil {
+		return 0, dbError("events webhook: start", err, "")
+	}
 	sent := 0
 	for range eventsWebhookPagesPerRound {
 		n, more, err := s.pushEventsPage(ctx)
@@ -90,18 +98,13 @@ func (s *Service) runEventsWebhook(ctx context.Context, interval time.Duration) 
 	}
 }
 
+// giveBackEventsWebhook ends a round's lease and changes nothing else ($1 the lease token).
+const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lease_until = NULL, lease_token = NULL
+	WHERE id = 1 AND lease_token = $1`
+
 // pushEventsPage POSTs one page; more: another page may be ready.
 func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err error) {
 	now := s.cfg.Clock.Now()
-	// The row, once: delivery begins at the feed's end as of now (what is still being written
-	// sorts after it, so it is delivered).
-	if _, err := s.db.Exec(ctx, `INSERT INTO events_webhook (cursor, started_at)
-		SELECT coalesce((SELECT xid::text || '-' || id FROM session_events
-			WHERE xid IS NOT NULL AND xid < pg_snapshot_xmin(pg_current_snapshot())
-			ORDER BY xid DESC, id DESC LIMIT 1), ''), $1
-		ON CONFLICT (id) DO NOTHING`, now); err != nil {
-		return 0, false, dbError("events webhook: start", err, "")
-	}
 	var cursor, token string
 	var attempts int
 	err = s.db.QueryRow(ctx, `UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid()
@@ -129,8 +132,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	}
 	page, err := s.Feed(ctx, cursor, EventsWebhookBatch)
 	if err != nil || len(page.Events) == 0 {
-		if _, rerr := release(ctx, `UPDATE events_webhook SET lease_owner = NULL, lease_until = NULL, lease_token = NULL
-			WHERE id = 1 AND lease_token = $1`); err == nil {
+		if _, rerr := release(ctx, giveBackEventsWebhook); err == nil {
 			err = rerr
 		}
 		return 0, false, err
@@ -138,8 +140,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	if perr := s.postEvents(ctx, page.Body()); perr != nil && ctx.Err() != nil {
 		// Shutdown cut the POST: give the row back as it was (another replica sends the page;
 		// the shop did nothing wrong, so no attempt is counted).
-		_, err := release(ctx, `UPDATE events_webhook SET lease_owner = NULL, lease_until = NULL, lease_token = NULL
-			WHERE id = 1 AND lease_token = $1`)
+		_, err := release(ctx, giveBackEventsWebhook)
 		return 0, false, err
 	} else if perr != nil {
 		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)

@@ -191,14 +191,8 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(c.EventsWebhookURL); err != nil {
 			return c, errorf("EVENTS_WEBHOOK_URL", "%v", err)
 		}
-		for v := range strings.SplitSeq(getenv("EVENTS_WEBHOOK_SECRET"), ",") {
-			if v = strings.TrimSpace(v); v == "" {
-				continue
-			}
-			if len(v) < MinSecretKeyLen {
-				return c, errorf("EVENTS_WEBHOOK_SECRET", "every secret must be at least %d characters", MinSecretKeyLen)
-			}
-			c.EventsWebhookSecrets = append(c.EventsWebhookSecrets, []byte(v))
+		if c.EventsWebhookSecrets, err = secretList(getenv, "EVENTS_WEBHOOK_SECRET"); err != nil {
+			return c, err
 		}
 		if len(c.EventsWebhookSecrets) == 0 {
 			return c, errorf("EVENTS_WEBHOOK_SECRET", "is required with EVENTS_WEBHOOK_URL: the shop checks each POST's signature with it")
@@ -243,14 +237,8 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.SecretKey = []byte(v)
 	}
-	for _, v := range strings.Split(getenv("SECRET_KEY_FALLBACKS"), ",") {
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		if len(v) < MinSecretKeyLen {
-			return c, errorf("SECRET_KEY_FALLBACKS", "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
-		}
-		c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, []byte(v))
+	if c.SecretKeyFallbacks, err = secretList(getenv, "SECRET_KEY_FALLBACKS"); err != nil {
+		return c, err
 	}
 	if c.RefundDirectLimit, err = parseRefundLimit(getenv("REFUND_DIRECT_LIMIT")); err != nil {
 		return c, err
@@ -286,6 +274,23 @@ func parseRefundLimit(v string) (map[string]int64, error) {
 			out = map[string]int64{}
 		}
 		out[cur] = n
+	}
+	return out, nil
+}
+
+// secretList reads a comma-separated list of secrets (a rotation's old and new), each at least
+// MinSecretKeyLen characters, as long as SECRET_KEY must be. Spaces around entries and empty
+// entries are dropped; nil when unset.
+func secretList(getenv func(string) string, name string) ([][]byte, error) {
+	var out [][]byte
+	for v := range strings.SplitSeq(getenv(name), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if len(v) < MinSecretKeyLen {
+			return nil, errorf(name, "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
+		}
+		out = append(out, []byte(v))
 	}
 	return out, nil
 }
