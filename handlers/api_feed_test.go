@@ -98,6 +98,32 @@ func TestAPIEventsFeed(t *testing.T) {
 		t.Fatalf("at the end: %d %s", rec.Code, rec.Body)
 	}
 
+	// A refund through the API: its claim and its outcome, with its id and its own link.
+	r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":500}`)), http.StatusCreated)
+	var refundEvents []map[string]json.RawMessage
+	for deadline := time.Now().Add(60 * time.Second); len(refundEvents) < 2; {
+		rec = b.do(get(eventsPath(second.NextCursor, "")))
+		var page struct {
+			Data []map[string]json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); rec.Code != http.StatusOK || err != nil || len(page.Data) > 2 || time.Now().After(deadline) {
+			t.Fatalf("the refund's events: %d %s", rec.Code, rec.Body)
+		}
+		refundEvents = page.Data
+	}
+	for i, want := range []string{
+		`"type":"refund.status_changed","payment_id":"` + p.ID + `","refund_id":"` + r.ID + `","order_id":"o-events","amount":500,"currency":"EUR","from_status":null,"status":"Pending","by":"api"`,
+		`"type":"refund.status_changed","payment_id":"` + p.ID + `","refund_id":"` + r.ID + `","order_id":"o-events","amount":500,"currency":"EUR","from_status":"Pending","status":"Succeeded","by":"api"`,
+	} {
+		e := refundEvents[i]
+		got := `"type":` + string(e["type"]) + `,"payment_id":` + string(e["payment_id"]) + `,"refund_id":` + string(e["refund_id"]) +
+			`,"order_id":` + string(e["order_id"]) + `,"amount":` + string(e["amount"]) + `,"currency":` + string(e["currency"]) +
+			`,"from_status":` + string(e["from_status"]) + `,"status":` + string(e["status"]) + `,"by":` + string(e["by"])
+		if got != want || string(e["links"]) != `{"self":"/api/v1/refunds/`+r.ID+`"}` {
+			t.Fatalf("refund event %d = %s %s, want %s", i, got, e["links"], want)
+		}
+	}
+
 	for _, bad := range []struct{ after, limit, field string }{
 		{"", "0", "limit"}, {"", "1001", "limit"}, {"", "ten", "limit"}, {"", "-5", "limit"},
 		{"latest", "", "after"}, {"12", "", "after"}, {all[0].ID + "x", "", "after"},

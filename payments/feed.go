@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The events feed: every status change of every payment (the timeline's rows, session_events),
-// for a shop that follows its payments from one place instead of polling each order. A reader
+// The events feed: every status change of every payment (the timeline's rows, session_events)
+// and of every refund (refund_events, migration 00212), for a shop that follows its payments from one place instead of polling each order. A reader
 // keeps the cursor of the last event it handled and asks for what came after it.
 //
 // The order is the writing transaction's id (xid8), then the row's id within it, and the feed
@@ -21,18 +21,25 @@ import (
 // still writing in the cluster (normally milliseconds; a transaction left open holds the feed
 // back until it ends, and loses nothing).
 
-// FeedEvent is one status change of a payment.
+// FeedEvent is one status change of a payment or of a refund.
 type FeedEvent struct {
 	// Cursor names this event in the feed: "<transaction id>-<row id>". Opaque to readers.
-	Cursor    string
+	Cursor string
+	// Type is FeedEventPaymentStatus or FeedEventRefundStatus.
+	Type      string
 	SessionID string
 	OrderID   string
-	Amount    int64
-	Currency  string
-	From      Status // "" for the session's first state
-	To        Status
-	By        ActorKind
-	At        time.Time
+	// RefundID: the refund whose status changed (refund events only).
+	RefundID string
+	// Amount and Currency are the payment's, or the refund's for a refund event.
+	Amount   int64
+	Currency string
+	// From and To are payment statuses (Status), or refund statuses (RefundPending, …) for a
+	// refund event. From is "" for the first state.
+	From string
+	To   string
+	By   ActorKind
+	At   time.Time
 }
 
 // FeedPage is one read of the feed.
@@ -75,9 +82,9 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 	}
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FeedEvent, error) {
 		var e FeedEvent
-		var from, to, by string
-		err := r.Scan(&e.Cursor, &e.SessionID, &e.OrderID, &e.Amount, &e.Currency, &from, &to, &by, &e.At)
-		e.From, e.To, e.By = Status(from), Status(to), ActorKind(by)
+		var by string
+		err := r.Scan(&e.Cursor, &e.Type, &e.SessionID, &e.RefundID, &e.OrderID, &e.Amount, &e.Currency, &e.From, &e.To, &by, &e.At)
+		e.By = ActorKind(by)
 		return e, err
 	})
 	if err != nil {
@@ -93,20 +100,38 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 	return page, nil
 }
 
-// feedServes is which timeline rows (alias e) the feed serves: those written since migration
-// 00210 whose transaction is older than the oldest one still running.
+// feedServes is which event rows (alias e) the feed serves: those written since migrations
+// 00210 and 00212 whose transaction is older than the oldest one still running.
 const feedServes = `e.xid IS NOT NULL AND e.xid < pg_snapshot_xmin(pg_current_snapshot())`
 
-// feedSQL reads the feed: $1 the cursor's transaction id (text: xid8 has no Go type in pgx),
-// $2 its row id, $3 how many rows. It walks session_events_feed (migration 00210) from the
-// cursor, the bound on the index's first column included (TestFeedReadsByItsIndex).
-const feedSQL = `
-	SELECT e.xid::text || '-' || e.id, e.session_id::text, s.order_id, s.amount, s.currency,
-		coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.created_at
+// feedEvents is the events the feed serves, payments' and refunds', as one relation (alias ev:
+// xid, id, type, session_id, refund_id, order_id, amount, currency, from_status, to_status,
+// actor_kind, created_at) of at most 2 × limit rows: each table's events that match where
+// (written over alias e), in order (over e), the first limit of them. Each branch walks its own
+// (xid, id) index; the caller orders and limits the two together. (One UNION ALL ordered once
+// outside would sort both tables whole: PostgreSQL merges the branches of a UNION ALL in order
+// only when they have no WHERE, and these have feedServes. TestFeedReadsByItsIndex.)
+func feedEvents(where, order, limit string) string {
+	return `(
+	(SELECT e.xid, e.id, '` + FeedEventPaymentStatus + `'::text AS type, e.session_id, ''::text AS refund_id, s.order_id, s.amount, s.currency,
+		coalesce(e.from_status, '') AS from_status, e.to_status, e.actor_kind, e.created_at
 	FROM session_events e JOIN payment_sessions s ON s.id = e.session_id
-	WHERE ` + feedServes + `
-	  AND (e.xid, e.id) > ($1::text::xid8, $2::bigint)
-	ORDER BY e.xid, e.id
+	WHERE ` + feedServes + ` AND ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
+	UNION ALL
+	(SELECT e.xid, e.id, '` + FeedEventRefundStatus + `'::text, f.session_id, f.id::text, f.order_id, f.amount, f.currency,
+		coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.created_at
+	FROM refund_events e JOIN refunds f ON f.id = e.refund_id
+	WHERE ` + feedServes + ` AND ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
+) ev`
+}
+
+// feedSQL reads the feed: $1 the cursor's transaction id (text: xid8 has no Go type in pgx),
+// $2 its row id, $3 how many rows.
+var feedSQL = `
+	SELECT ev.xid::text || '-' || ev.id, ev.type, ev.session_id::text, ev.refund_id, ev.order_id, ev.amount, ev.currency,
+		ev.from_status, ev.to_status, ev.actor_kind, ev.created_at
+	FROM ` + feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, `e.xid, e.id`, `$3`) + `
+	ORDER BY ev.xid, ev.id
 	LIMIT $3`
 
 // FeedBody is the feed as JSON, the same for GET /api/v1/events and the events webhook: what a
@@ -122,6 +147,7 @@ type FeedEventBody struct {
 	ID         string    `json:"id"`
 	Type       string    `json:"type"`
 	PaymentID  string    `json:"payment_id"`
+	RefundID   string    `json:"refund_id,omitempty"`
 	OrderID    string    `json:"order_id"`
 	Amount     int64     `json:"amount"`
 	Currency   string    `json:"currency"`
@@ -134,21 +160,26 @@ type FeedEventBody struct {
 	} `json:"links"`
 }
 
-// FeedEventPaymentStatus is the one type of event the feed has today; readers skip types they
-// do not know, so others can be added.
-const FeedEventPaymentStatus = "payment.status_changed"
+// The types of the feed's events. Readers skip types they do not know, so others can be added.
+const (
+	FeedEventPaymentStatus = "payment.status_changed"
+	FeedEventRefundStatus  = "refund.status_changed"
+)
 
 // Body is the page as the feed's JSON.
 func (p FeedPage) Body() FeedBody {
 	out := FeedBody{Data: make([]FeedEventBody, len(p.Events)), NextCursor: p.Next, HasMore: p.More}
 	for i, e := range p.Events {
-		b := FeedEventBody{ID: e.Cursor, Type: FeedEventPaymentStatus, PaymentID: e.SessionID, OrderID: e.OrderID,
-			Amount: e.Amount, Currency: e.Currency, Status: string(e.To), By: string(e.By), CreatedAt: e.At}
+		b := FeedEventBody{ID: e.Cursor, Type: e.Type, PaymentID: e.SessionID, RefundID: e.RefundID, OrderID: e.OrderID,
+			Amount: e.Amount, Currency: e.Currency, Status: e.To, By: string(e.By), CreatedAt: e.At}
 		if e.From != "" {
-			from := string(e.From)
+			from := e.From
 			b.FromStatus = &from
 		}
 		b.Links.Self = "/api/v1/payments/" + e.SessionID
+		if e.RefundID != "" {
+			b.Links.Self = "/api/v1/refunds/" + e.RefundID
+		}
 		out.Data[i] = b
 	}
 	return out

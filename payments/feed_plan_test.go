@@ -3,16 +3,19 @@ package payments
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"pitlane/internal/testdb"
 )
 
-// The feed reads session_events through its own index from the cursor on, and payment_sessions
-// by primary key: no sequential scan and no sort, as a custom plan and as the generic plan a
-// prepared statement may switch to. make test fills 100 000 sessions with two events each,
-// written by 40 transactions; make polygon (PITLANE_SCALE=full) a million.
+// The feed reads session_events and refund_events each through its own (xid, id) index from
+// the cursor on, and payment_sessions and refunds by primary key: no sequential scan, and no
+// sort but the one of the two branches' first rows (at most 2 × limit), as a custom plan and as
+// the generic plan a prepared statement may switch to. make test fills 100 000 sessions with
+// two events each, written by 40 transactions, and a refund with two events for every fifth
+// Completed one; make polygon (PITLANE_SCALE=full) a million.
 func TestFeedReadsByItsIndex(t *testing.T) {
 	t.Parallel()
 	n := 100_000
@@ -32,8 +35,23 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE session_events`); err != nil {
-		t.Fatal(err)
+	for k := range txs {
+		if _, err := pool.Exec(ctx, `WITH r AS (
+				INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
+				SELECT gen_random_uuid(), id, order_id, amount, currency, 'Succeeded', 'fill', created_at, created_at
+				FROM (SELECT *, row_number() OVER (ORDER BY id) AS i FROM payment_sessions WHERE status = 'Completed') p
+				WHERE p.i % 5 = 0 AND p.i / 5 % $1 = $2
+				RETURNING id, created_at)
+			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
+			SELECT r.id, s.from_status, s.to_status, 'api', r.created_at
+			FROM r, (VALUES (NULL, 'Pending'), ('Pending', 'Succeeded')) s (from_status, to_status)`, txs, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"session_events", "refunds", "refund_events"} {
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var midXid string
 	var midID int64
@@ -54,25 +72,51 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 			"from the middle": {midXid, midID, DefaultFeedRead + 1},
 		} {
 			var walk func(node map[string]any)
-			var feedIndex bool
+			used := map[any]bool{}
 			walk = func(node map[string]any) {
 				switch node["Node Type"] {
-				case "Seq Scan", "Sort", "Incremental Sort":
-					t.Errorf("%s, %s: %s of %v in the plan", mode, name, node["Node Type"], node["Relation Name"])
-				}
-				if node["Index Name"] == "session_events_feed" {
-					feedIndex = true
-				}
-				if kids, ok := node["Plans"].([]any); ok {
-					for _, k := range kids {
-						walk(k.(map[string]any))
+				case "Seq Scan":
+					t.Errorf("%s, %s: Seq Scan of %v in the plan", mode, name, node["Relation Name"])
+				case "Sort", "Incremental Sort":
+					if scansUnbounded(node) {
+						t.Errorf("%s, %s: %s of a table's rows in the plan", mode, name, node["Node Type"])
 					}
+				}
+				used[node["Index Name"]] = true
+				for _, k := range planChildren(node) {
+					walk(k)
 				}
 			}
 			walk(explain(t, conn.Conn(), feedSQL, args))
-			if !feedIndex {
-				t.Errorf("%s, %s: session_events_feed not used", mode, name)
+			for _, index := range []string{"session_events_feed", "refund_events_feed", "payment_sessions_pkey", "refunds_pkey"} {
+				if !used[index] {
+					t.Errorf("%s, %s: %s not used", mode, name, index)
+				}
 			}
 		}
 	}
+}
+
+func planChildren(node map[string]any) []map[string]any {
+	kids, _ := node["Plans"].([]any)
+	out := make([]map[string]any, len(kids))
+	for i, k := range kids {
+		out[i] = k.(map[string]any)
+	}
+	return out
+}
+
+// scansUnbounded reports whether a plan node reads a table other than through a Limit below it.
+func scansUnbounded(node map[string]any) bool {
+	for _, k := range planChildren(node) {
+		typ, _ := k["Node Type"].(string)
+		switch {
+		case typ == "Limit":
+		case strings.HasSuffix(typ, "Scan") && typ != "Subquery Scan":
+			return true
+		case scansUnbounded(k):
+			return true
+		}
+	}
+	return false
 }

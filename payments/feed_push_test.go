@@ -119,16 +119,16 @@ func wantChanges(t *testing.T, got []payments.FeedEventBody, want ...string) {
 	}
 }
 
-// Delivery begins at the feed's end (a payment made before is not sent), then sends every
-// change once, in order, signed; a backlog over one POST goes in pages within one round; a
+// Delivery begins at the feed's end (a payment and its refund made before are not sent), then
+// sends every change once, payments' and refunds', in order, signed; a backlog over one POST goes in pages within one round; a
 // round with nothing new POSTs nothing.
 func TestEventsWebhookDeliversEachChangeInOrder(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	sh := newShop(t, b.clock)
 	svc := b.service(b.pool, "replica-a", sh.config)
-	b.registered(t, "o-before", 100)
-	feedAll(t, b.plain, "", payments.MaxFeedRead, 2) // served: the feed's end is after them
+	b.refundIn(t, b.completed(t, "o-before", 100), 10, "k-before")
+	feedAll(t, b.plain, "", payments.MaxFeedRead, 5) // served: the feed's end is after them
 	if n := push(t, svc); n != 0 {
 		t.Fatalf("the first round sent %d events of the history", n)
 	}
@@ -138,13 +138,16 @@ func TestEventsWebhookDeliversEachChangeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.registered(t, "o-push-2", 700)
-	feedReady(t, b, 5)
-	if n := push(t, svc); n != 5 {
-		t.Fatalf("sent %d, want 5", n)
+	refund := b.refundIn(t, paid, 500, "k-push")
+	feedReady(t, b, 7)
+	if n := push(t, svc); n != 7 {
+		t.Fatalf("sent %d, want 7", n)
 	}
 	posts, got := sh.counts()
-	wantChanges(t, got, "o-push-1:Registering", "o-push-1:Registered", "o-push-1:Completed", "o-push-2:Registering", "o-push-2:Registered")
-	if posts != 1 || got[0].FromStatus != nil || got[2].PaymentID != paid.ID || got[2].Amount != 1500 {
+	wantChanges(t, got, "o-push-1:Registering", "o-push-1:Registered", "o-push-1:Completed", "o-push-2:Registering", "o-push-2:Registered",
+		"o-push-1:Pending", "o-push-1:Succeeded")
+	if posts != 1 || got[0].FromStatus != nil || got[2].PaymentID != paid.ID || got[2].Amount != 1500 ||
+		got[6].Type != payments.FeedEventRefundStatus || got[6].RefundID != refund.ID || got[6].Amount != 500 {
 		t.Fatalf("%d POSTs, events %+v", posts, got)
 	}
 	if n := push(t, svc); n != 0 {
@@ -163,7 +166,7 @@ func TestEventsWebhookDeliversEachChangeInOrder(t *testing.T) {
 		t.Fatalf("backlog: sent %d, want 110", n)
 	}
 	posts, got = sh.counts()
-	if posts != 3 || len(got) != 115 {
+	if posts != 3 || len(got) != 117 {
 		t.Fatalf("backlog: %d POSTs, %d events", posts, len(got))
 	}
 	seen := map[string]bool{}
@@ -173,7 +176,7 @@ func TestEventsWebhookDeliversEachChangeInOrder(t *testing.T) {
 		}
 		seen[e.ID] = true
 	}
-	if n := b.count(t, `SELECT delivered_events FROM events_webhook`); n != 115 {
+	if n := b.count(t, `SELECT delivered_events FROM events_webhook`); n != 117 {
 		t.Fatalf("delivered_events = %d", n)
 	}
 }

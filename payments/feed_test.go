@@ -78,7 +78,7 @@ func TestFeedPagesEveryChangeOnce(t *testing.T) {
 		{"o-feed-2", payments.StatusRegistered, payments.StatusFailed},
 	}
 	for i, e := range all {
-		if got := (change{e.OrderID, e.From, e.To}); got != wantOrder[i] {
+		if got := (change{e.OrderID, payments.Status(e.From), payments.Status(e.To)}); got != wantOrder[i] {
 			t.Fatalf("event %d = %+v, want %+v", i, got, wantOrder[i])
 		}
 		if sess := map[string]payments.Session{"o-feed-1": paid, "o-feed-2": declined}[e.OrderID]; e.SessionID != sess.ID || e.Amount != sess.Amount || e.Currency != sess.Currency {
@@ -118,19 +118,22 @@ func TestFeedPagesEveryChangeOnce(t *testing.T) {
 // the test holds ledger_day_deltas, which the entry's trigger writes, in SHARE mode, and
 // pg_blocking_pids shows the wait. (Not accounting_entries itself: a statement not yet prepared
 // on the connection takes its table's lock when pgx prepares the batch, before the transition
-// runs.) Meanwhile payment B is created and committed: its rows have larger ids than A's
-// uncommitted one. A reader then must be given nothing past A: had it been given B's rows, its
-// cursor would pass A's id and A's completion — the one change a shop waits for — would never
-// reach it. Once A commits, the reader gets A's Completed and then B's rows, each once.
-// Negative control (run by hand): ordering by id alone without the xmin bound gives the reader
-// B's rows while A is open, and A's Completed never.
+// runs.) Meanwhile payment B is created and committed, and a refund of payment C: their rows
+// have larger ids than A's uncommitted one. A reader then must be given nothing past A: had it
+// been given B's rows or C's refund, its cursor would pass A's id and A's completion — the one
+// change a shop waits for — would never reach it. Once A commits, the reader gets A's Completed,
+// then B's rows, then the refund's, each once.
+// Negative controls (run by hand): ordering by id alone without the xmin bound gives the reader
+// B's rows while A is open, and A's Completed never; the refunds' branch without the bound gives
+// it the refund.
 func TestFeedWaitsForATransitionStillOpen(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
 	a := b.registered(t, "o-feed-a", 2500)
 	b.gw.SetStatus(a.GatewayPaymentID, payments.GatewaySucceeded)
-	_, start := feedAll(t, b.svc, "", payments.MaxFeedRead, 2)
+	c := b.completed(t, "o-feed-c", 900)
+	_, start := feedAll(t, b.svc, "", payments.MaxFeedRead, 5)
 
 	holder, holderPID := beginHolder(t, b.pool)
 	if _, err := holder.Exec(ctx, `LOCK TABLE ledger_day_deltas IN SHARE MODE`); err != nil {
@@ -140,6 +143,8 @@ func TestFeedWaitsForATransitionStillOpen(t *testing.T) {
 	waitBlockedBy(t, b.pool, holderPID) // A's transition is written, its ledger entry waits
 
 	bSess := b.registered(t, "o-feed-b", 800) // committed while A is open
+	b.gw.SetRefundOutcome("pending")          // (a refund that succeeds would write the ledger too, and wait)
+	refund := b.refundIn(t, c, 400, "k-c")
 	page, err := b.svc.Feed(ctx, start, payments.MaxFeedRead)
 	if err != nil {
 		t.Fatal(err)
@@ -154,10 +159,11 @@ func TestFeedWaitsForATransitionStillOpen(t *testing.T) {
 	if r := mustWait(t, check, "A's check"); r.err != nil || r.s.Status != payments.StatusCompleted {
 		t.Fatalf("check A = %s, %v", r.s.Status, r.err)
 	}
-	got, _ := feedAll(t, b.svc, start, payments.MaxFeedRead, 3)
-	if got[0].SessionID != a.ID || got[0].To != payments.StatusCompleted ||
-		got[1].SessionID != bSess.ID || got[1].To != payments.StatusRegistering ||
-		got[2].SessionID != bSess.ID || got[2].To != payments.StatusRegistered {
+	got, _ := feedAll(t, b.svc, start, payments.MaxFeedRead, 4)
+	if got[0].SessionID != a.ID || payments.Status(got[0].To) != payments.StatusCompleted ||
+		got[1].SessionID != bSess.ID || payments.Status(got[1].To) != payments.StatusRegistering ||
+		got[2].SessionID != bSess.ID || payments.Status(got[2].To) != payments.StatusRegistered ||
+		got[3].RefundID != refund.ID || got[3].To != payments.RefundPending {
 		t.Fatalf("after A committed the feed gave %+v", got)
 	}
 	// The interleaving really happened: A's row took its id before B's rows took theirs.
@@ -165,4 +171,72 @@ func TestFeedWaitsForATransitionStillOpen(t *testing.T) {
 		WHERE a.session_id = $1 AND a.to_status = 'Completed' AND b.session_id = $2 AND a.id < b.id`, a.ID, bSess.ID); n != 2 {
 		t.Fatalf("A's Completed row is older than %d of B's 2 rows, want both", n)
 	}
+	if n := b.count(t, `SELECT count(*) FROM session_events a, refund_events r
+		WHERE a.session_id = $1 AND a.to_status = 'Completed' AND r.refund_id = $2 AND a.id < r.id`, a.ID, refund.ID); n != 1 {
+		t.Fatal("A's Completed row is not older than the refund's")
+	}
+}
+
+// A refund's status changes are in the feed beside its payment's, in the order they committed:
+// its claim as Pending and its outcome, each once, with the refund's id and amount and who
+// caused it (the request that made it when the gateway answered at once, the patrol when the
+// patrol's drive settled it). A refund the gateway refuses ends Failed in the feed.
+func TestFeedCarriesRefunds(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	paid := b.completed(t, "o-feed-refund", 1000)
+	_, start := feedAll(t, b.svc, "", payments.MaxFeedRead, 3)
+
+	at := b.refundIn(t, paid, 300, "k-at-once")
+	b.gw.SetRefundOutcome("pending")
+	later := b.refundIn(t, paid, 200, "k-later")
+	b.gw.SetRefundOutcome("failed")
+	refused := b.refundIn(t, paid, 100, "k-refused")
+	b.gw.SetRefundOutcome("succeeded")
+	b.gw.SetRefundStatus(paid.GatewayPaymentID, "succeeded")
+	b.clock.Advance(time.Minute)
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("the patrol drove %d refunds, %v", n, err)
+	}
+
+	got, end := feedAll(t, b.svc, start, payments.MaxFeedRead, 6)
+	type change struct {
+		refund   string
+		amount   int64
+		from, to string
+		by       payments.ActorKind
+	}
+	want := []change{
+		{at.ID, 300, "", payments.RefundPending, payments.ActorAPI}, {at.ID, 300, payments.RefundPending, payments.RefundSucceeded, payments.ActorAPI},
+		{later.ID, 200, "", payments.RefundPending, payments.ActorAPI},
+		{refused.ID, 100, "", payments.RefundPending, payments.ActorAPI}, {refused.ID, 100, payments.RefundPending, payments.RefundFailed, payments.ActorAPI},
+		{later.ID, 200, payments.RefundPending, payments.RefundSucceeded, payments.ActorSweeper},
+	}
+	for i, e := range got {
+		if c := (change{e.RefundID, e.Amount, e.From, e.To, e.By}); c != want[i] {
+			t.Fatalf("event %d = %+v, want %+v", i, c, want[i])
+		}
+		if e.Type != payments.FeedEventRefundStatus || e.SessionID != paid.ID || e.OrderID != paid.OrderID || e.Currency != paid.Currency {
+			t.Fatalf("event %d = %+v, not a refund of %+v", i, e, paid)
+		}
+	}
+	// As JSON (GET /api/v1/events, the events webhook): the refund's id and its own link.
+	body := payments.FeedPage{Events: got[1:2], Next: end}.Body().Data[0]
+	if body.Type != "refund.status_changed" || body.RefundID != at.ID || body.PaymentID != paid.ID ||
+		body.Links.Self != "/api/v1/refunds/"+at.ID || body.FromStatus == nil || *body.FromStatus != "Pending" || body.Status != "Succeeded" {
+		t.Fatalf("as JSON: %+v", body)
+	}
+	if page, err := b.svc.Feed(ctx, end, 10); err != nil || len(page.Events) != 0 {
+		t.Fatalf("after the end: %+v, %v", page, err)
+	}
+}
+
+func (b *bench) refundIn(t *testing.T, paid payments.Session, amount int64, key string) payments.Refund {
+	t.Helper()
+	r, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: paid.ID, Amount: amount, RequestKey: key})
+	if err != nil {
+		t.Fatalf("refund %d: %v", amount, err)
+	}
+	return r.Refund
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -180,11 +181,17 @@ func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor
 	if _, _, err := refundRoom(ctx, tx, cur, in.Amount, in.besideProposal); err != nil {
 		return Refund{}, false, err
 	}
-	r, err = scanRefund(tx.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
-		next_check_at, created_by, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING `+refundColumns,
+	// The refund and its first event (the feed's, migration 00212) in one statement.
+	r, err = scanRefund(tx.QueryRow(ctx, `WITH r AS (
+			INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+				next_check_at, created_by, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING *
+		), e AS (
+			INSERT INTO refund_events (refund_id, to_status, actor_kind, created_at) SELECT id, status, $10, created_at FROM r
+		)
+		SELECT `+refundColumns+` FROM r`,
 		uuid.NewString(), cur.ID, cur.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.RegisterGrace),
-		string(actor.Kind)+":"+actor.ID, now))
+		string(actor.Kind)+":"+actor.ID, now, string(actor.Kind)))
 	if err != nil {
 		return Refund{}, false, dbError("refund: insert", err, "")
 	}
@@ -348,9 +355,21 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			out.GatewayRefundID = gr.ID
 			return err
 		}
-		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET status = $2, detail = $3,
-			gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
-			WHERE id = $1 AND status = 'Pending' RETURNING `+refundColumns, r.ID, status, detail, gr.ID, now))
+		// The outcome and its event in one statement. Who caused it: the patrol when it drove the
+		// refund under its lease, otherwise the request that made it (the API or staff).
+		by := string(ActorSweeper)
+		if _, leased := leaseOf(ctx, r.ID); !leased {
+			by, _, _ = strings.Cut(cur.CreatedBy, ":")
+		}
+		out, err = scanRefund(tx.QueryRow(ctx, `WITH r AS (
+				UPDATE refunds SET status = $2, detail = $3,
+					gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
+				WHERE id = $1 AND status = 'Pending' RETURNING *
+			), e AS (
+				INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
+				SELECT id, 'Pending', status, $6, updated_at FROM r
+			)
+			SELECT `+refundColumns+` FROM r`, r.ID, status, detail, gr.ID, now, by))
 		if err != nil {
 			return dbError("refund: apply", err, "")
 		}
