@@ -74,6 +74,9 @@ func TestOpsPage(t *testing.T) {
 	if got := text(doc, "replica-row-state"); got != "sweeping" {
 		t.Fatalf("replica state %q", got)
 	}
+	if got := text(doc, "webhook-state"); got != "off" { // no EVENTS_WEBHOOK_URL in the bench
+		t.Fatalf("events webhook state %q", got)
+	}
 	if doc.Find(`[style]`).Length() != 0 || doc.Find(`script:not([src])`).Length() != 0 {
 		t.Fatal("inline style or script on the Operations page")
 	}
@@ -83,7 +86,7 @@ func TestOpsPage(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "<html") || frag.Find(testid("ops-title")).Length() != 0 {
 		t.Fatal("the htmx request got the whole page")
 	}
-	if frag.Find(testid("ops-live")).Length() != 1 || frag.Find(testid("chart-gateway")).Length() != 1 {
+	if frag.Find(testid("ops-live")).Length() != 1 || frag.Find(testid("chart-gateway")).Length() != 1 || frag.Find(testid("events-webhook")).Length() != 1 {
 		t.Fatalf("the fragment lacks the charts: %.300s", rec.Body.String())
 	}
 }

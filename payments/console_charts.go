@@ -102,6 +102,7 @@ type OpsCharts struct {
 	Gateway  []GatewayMinute // OpsGatewayWindow in minutes, oldest first, the current minute last
 	Replicas []ReplicaHealth // by replica id
 	Latest   *OpsSample      // the newest sample of the day (nil: none yet)
+	Webhook  EventsWebhookState
 }
 
 // OpsCharts reads the Operations page's figures. Buckets end at the current one: the last bar
@@ -129,6 +130,9 @@ func (s *Service) OpsCharts(ctx context.Context) (OpsCharts, error) {
 		return OpsCharts{}, err
 	}
 	if oc.Replicas, err = s.ReplicaHealth(ctx); err != nil {
+		return OpsCharts{}, err
+	}
+	if oc.Webhook, err = s.EventsWebhookStatus(ctx); err != nil {
 		return OpsCharts{}, err
 	}
 	return oc, nil

@@ -63,20 +63,14 @@ const (
 // oldest first. A malformed cursor or a limit outside 1..MaxFeedRead is EINVALID naming the
 // field ("after", "limit").
 func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, error) {
-	var xid, id uint64
-	if after != "" {
-		x, i, ok := strings.Cut(after, "-")
-		var errX, errI error
-		xid, errX = strconv.ParseUint(x, 10, 64)
-		id, errI = strconv.ParseUint(i, 10, 63) // a bigint, no sign
-		if !ok || errX != nil || errI != nil {
-			return FeedPage{}, Invalid("after", "after must be the id of an event the feed returned (like 1234-5678)")
-		}
+	xid, id, err := parseFeedCursor(after)
+	if err != nil {
+		return FeedPage{}, err
 	}
 	if limit < 1 || limit > MaxFeedRead {
 		return FeedPage{}, Invalid("limit", "limit must be between 1 and %d", MaxFeedRead)
 	}
-	rows, err := s.db.Query(ctx, feedSQL, strconv.FormatUint(xid, 10), int64(id), limit+1)
+	rows, err := s.db.Query(ctx, feedSQL, xid, id, limit+1)
 	if err != nil {
 		return FeedPage{}, dbError("events", err, "")
 	}
@@ -98,6 +92,21 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 		page.Next = page.Events[n-1].Cursor
 	}
 	return page, nil
+}
+
+// parseFeedCursor splits a cursor into feedSQL's $1 and $2 ("" is the feed's start);
+// EINVALID on "after" when it is not one the feed gives.
+func parseFeedCursor(after string) (xid string, id int64, err error) {
+	if after == "" {
+		return "0", 0, nil
+	}
+	x, i, ok := strings.Cut(after, "-")
+	xv, errX := strconv.ParseUint(x, 10, 64)
+	iv, errI := strconv.ParseUint(i, 10, 63) // a bigint, no sign
+	if !ok || errX != nil || errI != nil {
+		return "", 0, Invalid("after", "after must be the id of an event the feed returned (like 1234-5678)")
+	}
+	return strconv.FormatUint(xv, 10), int64(iv), nil
 }
 
 // feedServes is which event rows (alias e) the feed serves: those written since migrations

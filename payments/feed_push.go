@@ -189,3 +189,57 @@ func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
 	}
 	return nil
 }
+
+// EventsWebhookState is where the events webhook stands, for the Operations page.
+type EventsWebhookState struct {
+	// On: this replica pushes (EVENTS_WEBHOOK_URL is set here). The rest is the whole
+	// database's, whichever replica delivers.
+	On bool
+	// Started: delivery has begun (the first round wrote the row); nothing below is set before.
+	Started         bool
+	StartedAt       time.Time
+	DeliveredAt     *time.Time
+	DeliveredEvents int64
+	// Waiting counts the events after the cursor, at most EventsWebhookWaitingShown+1 (more
+	// than that: "over EventsWebhookWaitingShown"); OldestWaiting is the oldest one's time.
+	Waiting       int
+	OldestWaiting *time.Time
+	// Failures are the failed POSTs in a row; NextAttemptAt and LastError say when the next
+	// try comes and why the last one failed.
+	Failures      int
+	NextAttemptAt *time.Time
+	LastError     string
+	LeaseOwner    string // the replica POSTing right now, when its lease is still live
+}
+
+// EventsWebhookWaitingShown bounds the count of waiting events EventsWebhookStatus reads.
+const EventsWebhookWaitingShown = 1000
+
+// EventsWebhookStatus reads where the events webhook stands.
+func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, error) {
+	st := EventsWebhookState{On: s.cfg.EventsWebhook.URL != ""}
+	now := s.cfg.Clock.Now()
+	var cursor string
+	err := s.db.QueryRow(ctx, `SELECT cursor, started_at, delivered_at, delivered_events, attempts, next_attempt_at, last_error,
+			CASE WHEN lease_until > $1 THEN coalesce(lease_owner, '') ELSE '' END
+		FROM events_webhook WHERE id = 1`, now).
+		Scan(&cursor, &st.StartedAt, &st.DeliveredAt, &st.DeliveredEvents, &st.Failures, &st.NextAttemptAt, &st.LastError, &st.LeaseOwner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, dbError("events webhook: status", err, "")
+	}
+	st.Started = true
+	xid, id, err := parseFeedCursor(cursor)
+	if err != nil {
+		return st, err
+	}
+	if err := s.db.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
+		feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, `e.xid, e.id`, `$3`),
+		xid, id, EventsWebhookWaitingShown+1).Scan(&st.Waiting, &st.OldestWaiting); err != nil {
+		return st, dbError("events webhook: waiting", err, "")
+	}
+	st.Waiting = min(st.Waiting, EventsWebhookWaitingShown+1) // (each table gave at most that many)
+	return st, nil
+}

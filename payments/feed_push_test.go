@@ -189,6 +189,9 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	b := newBench(t)
 	sh := newShop(t, b.clock)
 	svc := b.service(b.pool, "replica-a", sh.config)
+	if st := webhookStatus(t, svc); !st.On || st.Started {
+		t.Fatalf("before the first round: %+v", st)
+	}
 	push(t, svc) // delivery begins
 	b.registered(t, "o-retry", 900)
 	feedReady(t, b, 2)
@@ -218,6 +221,13 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 2 {
 		t.Fatalf("Stats: %d failures, %v; want 2 (pitlane_events_webhook_failures)", st.EventsWebhookFailures, err)
 	}
+	// The Operations page's view of it, from a replica that does not push: failing, what waits.
+	st := webhookStatus(t, b.plain)
+	if st.On || !st.Started || st.Failures != 2 || st.LastError != "the shop's endpoint answered 503" ||
+		st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(b.clock.Now()) || // (the 503 came 2 s ago, its wait ends now)
+		st.Waiting != 2 || st.OldestWaiting == nil || !st.OldestWaiting.Equal(t0) || st.DeliveredAt != nil || st.LeaseOwner != "" {
+		t.Fatalf("status while failing: %+v", st)
+	}
 	b.clock.Advance(4 * time.Second)
 	sh.mu.Lock()
 	sh.status = http.StatusNoContent
@@ -233,6 +243,19 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 0 {
 		t.Fatalf("Stats after success: %d failures, %v", st.EventsWebhookFailures, err)
 	}
+	if st := webhookStatus(t, svc); st.Failures != 0 || st.LastError != "" || st.Waiting != 0 || st.OldestWaiting != nil ||
+		st.DeliveredEvents != 2 || st.DeliveredAt == nil || !st.DeliveredAt.Equal(b.clock.Now()) {
+		t.Fatalf("status after success: %+v", st)
+	}
+}
+
+func webhookStatus(t *testing.T, svc *payments.Service) payments.EventsWebhookState {
+	t.Helper()
+	st, err := svc.EventsWebhookStatus(context.Background())
+	if err != nil {
+		t.Fatalf("EventsWebhookStatus: %v", err)
+	}
+	return st
 }
 
 // parkedPush: two replicas with the events webhook, delivery begun, one payment of order made,
@@ -267,6 +290,9 @@ func TestEventsWebhookOneReplicaAtATime(t *testing.T) {
 	}
 	if posts, _ := sh.counts(); posts != 1 {
 		t.Fatalf("%d POSTs while A's was in flight, want 1", posts)
+	}
+	if st := webhookStatus(t, other); st.LeaseOwner != "replica-a" || st.Waiting != 2 {
+		t.Fatalf("status while A's POST is in flight: %+v", st)
 	}
 	sh.let()
 	if n := mustWait(t, done, "A's round"); n != 2 {

@@ -350,3 +350,51 @@ func replicasChart(oc payments.OpsCharts) replicaChart {
 	}
 	return c
 }
+
+// webhookBehind: events waiting longer than this make the events webhook "behind".
+const webhookBehind = time.Minute
+
+// WebhookState is how the events webhook is doing, in a word, and its badge's class.
+func WebhookState(w payments.EventsWebhookState, now time.Time) (string, string) {
+	switch {
+	case !w.Started && !w.On:
+		return "off", "off"
+	case !w.Started:
+		return "starting", "ok"
+	case w.Failures > 0:
+		return "failing", "warn"
+	case w.OldestWaiting != nil && w.OldestWaiting.Before(now.Add(-webhookBehind)):
+		return "behind", "warn"
+	default:
+		return "delivering", "ok"
+	}
+}
+
+// webhookWaiting says what waits for the shop ("none", "12 events, the oldest from 3s ago").
+func webhookWaiting(w payments.EventsWebhookState, now time.Time) string {
+	switch {
+	case w.Waiting == 0:
+		return "none"
+	case w.Waiting > payments.EventsWebhookWaitingShown:
+		return "over " + count(payments.EventsWebhookWaitingShown) + " events, the oldest from " + ago(now, *w.OldestWaiting)
+	case w.Waiting == 1:
+		return "1 event, from " + ago(now, *w.OldestWaiting)
+	default:
+		return count(w.Waiting) + " events, the oldest from " + ago(now, *w.OldestWaiting)
+	}
+}
+
+// webhookFailing says how the events webhook fails ("3 failed POSTs in a row; the next at …: why").
+func webhookFailing(w payments.EventsWebhookState) string {
+	out := strconv.Itoa(w.Failures) + " failed POSTs in a row"
+	if w.Failures == 1 {
+		out = "1 failed POST"
+	}
+	if w.NextAttemptAt != nil {
+		out += "; the next at " + When(*w.NextAttemptAt)
+	}
+	if w.LastError != "" {
+		out += ": " + w.LastError
+	}
+	return out
+}

@@ -267,3 +267,49 @@ func TestOpsPageEmpty(t *testing.T) {
 		seen[id] = true
 	})
 }
+
+// TestEventsWebhookCard: the events webhook's state in a word and its figures — off, starting,
+// delivering, behind, failing (with why and when next) — and what waits, capped.
+func TestEventsWebhookCard(t *testing.T) {
+	t.Parallel()
+	started := opsNow.Add(-time.Hour)
+	delivered := opsNow.Add(-30 * time.Second)
+	for _, tc := range []struct {
+		name  string
+		w     payments.EventsWebhookState
+		state string
+		want  map[string]string // testid → text it contains
+	}{
+		{"off", payments.EventsWebhookState{}, "off",
+			map[string]string{"webhook-note": "EVENTS_WEBHOOK_URL is not set on this replica"}},
+		{"starting", payments.EventsWebhookState{On: true}, "starting",
+			map[string]string{"webhook-note": "Begins at the feed's end"}},
+		{"delivering", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, DeliveredAt: &delivered, DeliveredEvents: 204,
+			Waiting: 3, OldestWaiting: ptr(opsNow.Add(-2 * time.Second)), LeaseOwner: "replica-a"}, "delivering",
+			map[string]string{"webhook-delivered": "204 events since 2026-11-30 11:10:05 UTC, the last 30s ago",
+				"webhook-waiting": "3 events, the oldest from 2s ago", "webhook-lease": "replica-a"}},
+		{"behind", payments.EventsWebhookState{On: true, Started: true, StartedAt: started,
+			Waiting: payments.EventsWebhookWaitingShown + 1, OldestWaiting: ptr(opsNow.Add(-5 * time.Minute))}, "behind",
+			map[string]string{"webhook-delivered": "none yet", "webhook-waiting": "over 1000 events, the oldest from 5m ago"}},
+		{"failing elsewhere", payments.EventsWebhookState{Started: true, StartedAt: started, DeliveredAt: &delivered, DeliveredEvents: 1,
+			Waiting: 1, OldestWaiting: ptr(opsNow.Add(-10 * time.Second)), Failures: 3, NextAttemptAt: ptr(opsNow.Add(4 * time.Second)),
+			LastError: "the shop's endpoint answered 503"}, "failing",
+			map[string]string{"webhook-failing": "3 failed POSTs in a row; the next at 2026-11-30 12:10:09 UTC: the shop's endpoint answered 503",
+				"webhook-waiting": "1 event, from 10s ago", "webhook-note": "does not push"}},
+	} {
+		oc := opsFixture()
+		oc.Webhook = tc.w
+		doc := render(t, EventsWebhookCard(oc))
+		if got := strings.TrimSpace(doc.Find(`[data-testid="webhook-state"]`).Text()); got != tc.state {
+			t.Errorf("%s: state %q, want %q", tc.name, got, tc.state)
+		}
+		for id, want := range tc.want {
+			if got := strings.Join(strings.Fields(doc.Find(fmt.Sprintf(`[data-testid=%q]`, id)).Text()), " "); !strings.Contains(got, want) {
+				t.Errorf("%s: %s = %q, want it to say %q", tc.name, id, got, want)
+			}
+		}
+		if n := doc.Find(`[data-testid="webhook-failing"]`).Length(); (n == 1) != (tc.w.Failures > 0) {
+			t.Errorf("%s: %d failing lines", tc.name, n)
+		}
+	}
+}
