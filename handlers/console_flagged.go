@@ -9,17 +9,24 @@ import (
 	"pitlane/web/render"
 )
 
-// Flagged: GET /finance/flagged, sessions the patrol gave up on. An htmx request gets only the
-// live list.
+// Flagged: GET /finance/flagged, the sessions and refunds the patrol gave up on. An htmx
+// request gets only the live lists.
 func (h *Console) Flagged(c echo.Context) error {
-	list, err := h.svc.ListFlagged(c.Request().Context())
+	ctx := c.Request().Context()
+	list, err := h.svc.ListFlagged(ctx)
 	if err != nil {
 		return err
 	}
-	if htmx(c) {
-		return render.Fragments(c, http.StatusOK, views.Flagged(views.FlaggedView{Sessions: list}), views.FlaggedLive)
+	refunds, err := h.svc.ListFlaggedRefunds(ctx)
+	if err != nil {
+		return err
 	}
-	return render.HTML(c, http.StatusOK, views.Flagged(views.FlaggedView{Page: h.page(c, "Flagged sessions", "finance"), Sessions: list}))
+	v := views.FlaggedView{Sessions: list, Refunds: refunds}
+	if htmx(c) {
+		return render.Fragments(c, http.StatusOK, views.Flagged(v), views.FlaggedLive)
+	}
+	v.Page = h.page(c, "Flagged sessions", "finance")
+	return render.HTML(c, http.StatusOK, views.Flagged(v))
 }
 
 // RetryFlagged: POST /finance/flagged/:id/retry. Clears the flag and makes the session due now
@@ -35,4 +42,30 @@ func (h *Console) RetryFlagged(c echo.Context) error {
 		msg = "Payment " + views.Short(s.ID) + " of order " + s.OrderID + " is back with the patrol."
 	}
 	return h.done(c, "/finance/flagged", msg, err)
+}
+
+// RetryFlaggedRefund: POST /finance/flagged/refunds/:id/retry. Clears a flagged refund's flag
+// and makes it due now with a fresh patrol schedule; audited in the same transaction
+// (payments.RetryFlaggedRefund). Back to the flagged list, or with back=payment to the
+// refund's payment page (its form there).
+func (h *Console) RetryFlaggedRefund(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.svc.RetryFlaggedRefund(c.Request().Context(), st, c.Param("id"))
+	msg := ""
+	if err == nil {
+		msg = "Refund " + views.Short(r.ID) + " of order " + r.OrderID + " is back with the patrol."
+	}
+	to := "/finance/flagged"
+	if c.FormValue("back") == "payment" {
+		if err != nil { // (r is empty): the refund as it is, for its payment
+			r, _ = h.svc.GetRefund(c.Request().Context(), c.Param("id"))
+		}
+		if r.PaymentID != "" {
+			to = string(views.PaymentURL(r.PaymentID))
+		}
+	}
+	return h.done(c, to, msg, err)
 }

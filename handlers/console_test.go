@@ -265,6 +265,61 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("sweep after retry: %d, %v", n, err)
 	}
+
+	// A refund whose schedule ran out: listed beside the sessions, "retry now" gives it back to
+	// the patrol, audited under its payment.
+	var refundID string
+	if err := b.pool.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+			created_at, updated_at, flagged_at, flag_reason, check_attempts)
+		VALUES (gen_random_uuid(), $1, 'o-late', 700, 'EUR', 'Pending', 'k', $2, $2, $2, 'no final answer', 9) RETURNING id::text`,
+		s.ID, consoleT0).Scan(&refundID); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, fin.get("/finance/flagged"), http.StatusOK)
+	row := doc.Find(`[data-testid="flagged-refund-row"][data-id="` + refundID + `"]`)
+	if row.Length() != 1 || !strings.Contains(row.Text(), "7.00 EUR") || !strings.Contains(row.Text(), "o-late") {
+		t.Fatalf("flagged refund not listed: %q", row.Text())
+	}
+	action, _ = row.Find(testid("refund-retry-form")).Attr("action")
+	doc = page(t, fin.follow(fin.post(action, url.Values{})), http.StatusOK)
+	wantText(t, doc, "flash", "is back with the patrol")
+	wantText(t, doc, "flagged-refunds-empty", "No flagged refunds")
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND flagged_at IS NULL AND next_check_at = $2 AND check_attempts = 0`, refundID, consoleT0); n != 1 {
+		t.Fatal("the refund is not due now with a fresh schedule")
+	}
+	if b.audits(t, payments.AuditRefundRetry, s.ID) != 1 {
+		t.Fatal("refund retry not audited under its payment")
+	}
+	doc = page(t, fin.follow(fin.post(action, url.Values{})), http.StatusOK)
+	wantText(t, doc, "flash-error", "not flagged")
+
+	// On the payment's page: the refund marked flagged, with why, and its own "retry now", which
+	// comes back to the page.
+	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET flagged_at = $2, flag_reason = 'no final answer after 9 looks', next_check_at = NULL WHERE id = $1`,
+		refundID, consoleT0); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, fin.get("/payments/"+s.ID), http.StatusOK)
+	row = doc.Find(`[data-testid="refund-row"][data-id="` + refundID + `"]`)
+	if row.Find(testid("refund-flagged")).Length() != 1 || !strings.Contains(row.Find(testid("refund-flag-reason")).Text(), "no final answer after 9 looks") {
+		t.Fatalf("the payment page's refund row: %q", row.Text())
+	}
+	form := row.Find(testid("refund-retry-form"))
+	action, _ = form.Attr("action")
+	back, _ := form.Find(`input[name="back"]`).Attr("value")
+	rec := fin.post(action, url.Values{"back": {back}})
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || loc != "/payments/"+s.ID {
+		t.Fatalf("retry from the payment page: %d to %q", rec.Code, loc)
+	}
+	doc = page(t, fin.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "is back with the patrol")
+	if doc.Find(testid("refund-flagged")).Length() != 0 {
+		t.Fatal("still marked flagged after retry now")
+	}
+	rec = fin.post(action, url.Values{"back": {"https://evil.example/"}}) // only "payment" is a place to go back to
+	if loc := rec.Header().Get("Location"); loc != "/finance/flagged" {
+		t.Fatalf("back=elsewhere went to %q", loc)
+	}
 }
 
 // TestLocksPage holds a create-order advisory lock in a transaction, as Create's claim does, and

@@ -85,7 +85,7 @@ var pageKinds = map[Page][]Kind{
 	PageLocks:       {KindSession}, // leases; advisory locks notify nothing (see docs/console.md)
 	PageStuck:       {KindSession, KindCall, KindCase, KindResolution, KindClaim},
 	PageCases:       {KindCase, KindSession},
-	PageFlagged:     {KindSession},
+	PageFlagged:     {KindSession, KindRefund},
 	PageResolutions: {KindResolution, KindSession},
 	PageLedger:      {KindLedger},
 }

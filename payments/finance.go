@@ -95,3 +95,55 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 	})
 	return out, err
 }
+
+// RetryFlaggedRefund sends a flagged refund (its schedule ran out still Pending: a
+// refund_unsettled case) back to the patrol now, like RetryFlagged does a session: the flag is
+// cleared, the refund is due at once and its schedule starts over. The patrol's drive asks the
+// gateway in the way that never refunds twice (askRefund) and applies the answer as always. The
+// case stays open until finance resolves it. Audited in the same transaction, under the
+// payment (the refund's session) so the payment page shows it. It changes no status, so it
+// takes only the refund row.
+func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (Refund, error) {
+	if !validUUID(id) {
+		return Refund{}, Errorf(ENOTFOUND, "refund %q not found", id)
+	}
+	now := s.cfg.Clock.Now()
+	var out Refund
+	err := s.inTx(ctx, "retry flagged refund", func(tx pgx.Tx) error {
+		var reason string
+		err := tx.QueryRow(ctx, `SELECT coalesce(flag_reason, '') FROM refunds
+			WHERE id = $1 AND flagged_at IS NOT NULL AND status = 'Pending' FOR UPDATE`, id).Scan(&reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, gerr := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1`, id)); gerr != nil {
+				return dbError("retry flagged refund", gerr, "refund %q not found", id)
+			}
+			return Errorf(ECONFLICT, "refund %s is not flagged (or no longer Pending)", id)
+		}
+		if err != nil {
+			return dbError("retry flagged refund: lock", err, "")
+		}
+		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL,
+			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+refundColumns, id, now))
+		if err != nil {
+			return dbError("retry flagged refund", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditRefundRetry,
+			Target: out.PaymentID, Detail: "refund " + id + ": flag cleared (" + reason + "); due now"}, now)
+	})
+	return out, err
+}
+
+// ListFlaggedRefunds returns the refunds the patrol gave up on (flagged, still Pending), oldest
+// flag first, at most 500.
+func (s *Service) ListFlaggedRefunds(ctx context.Context) ([]Refund, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds
+		WHERE flagged_at IS NOT NULL AND status = 'Pending' ORDER BY flagged_at, id LIMIT 500`)
+	if err != nil {
+		return nil, fmt.Errorf("flagged refunds: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return nil, fmt.Errorf("flagged refunds: %w", err)
+	}
+	return out, nil
+}

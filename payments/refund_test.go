@@ -124,13 +124,15 @@ func TestRefundLostAnswerDrivenByPatrol(t *testing.T) {
 
 // Pending refunds follow the sweeper's schedule: when it runs out with no answer from the gateway,
 // the refund is flagged and a refund_unsettled case opens for finance; the patrol asks no more
-// (before: retried hourly forever).
+// (before: retried hourly forever). Once the gateway answers again, finance's "retry now" gives
+// the refund back to the patrol with a fresh schedule (before: it stayed Pending for ever,
+// holding its amount): the next round settles it, one ledger entry, the case left to finance.
 func TestRefundScheduleRunsOutFlagsForFinance(t *testing.T) {
 	t.Parallel()
 	b := newBench(t, func(c *payments.Config) { c.Backoff = []time.Duration{time.Second, time.Second, time.Second} })
 	ctx := context.Background()
 	s := b.completed(t, "o-refund-exhausted", 1000)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 100)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 4) // the request and the schedule's three looks
 	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k"})
 	if err != nil || r.Refund.Status != payments.RefundPending {
 		t.Fatalf("refund = %+v %v", r, err)
@@ -154,6 +156,42 @@ func TestRefundScheduleRunsOutFlagsForFinance(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM refunds WHERE lease_token IS NOT NULL OR next_check_at IS NOT NULL`); n != 0 {
 		t.Fatalf("%d refunds still leased or scheduled", n)
+	}
+
+	fin := payments.Staff{Email: "fin@example.com", Role: "finance"}
+	if list, err := b.svc.ListFlaggedRefunds(ctx); err != nil || len(list) != 1 || list[0].ID != r.Refund.ID {
+		t.Fatalf("flagged refunds = %+v, %v", list, err)
+	}
+	back, err := b.svc.RetryFlaggedRefund(ctx, fin, r.Refund.ID)
+	if err != nil || back.FlaggedAt != nil || back.Status != payments.RefundPending {
+		t.Fatalf("retry now = %+v, %v", back, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND next_check_at = $2 AND check_attempts = 0`, r.Refund.ID, b.clock.Now()); n != 1 {
+		t.Fatal("after retry now the refund is not due now with a fresh schedule")
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND actor = 'fin@example.com'`, payments.AuditRefundRetry, s.ID); n != 1 {
+		t.Fatalf("retry now audited %d times under the payment", n)
+	}
+	if _, err := b.svc.RetryFlaggedRefund(ctx, fin, r.Refund.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("retry of a refund no longer flagged = %v, want conflict", err)
+	}
+	if _, err := b.svc.RetryFlaggedRefund(ctx, fin, "not-a-refund"); payments.ErrorCode(err) != payments.ENOTFOUND {
+		t.Fatalf("retry of no refund = %v, want not found", err)
+	}
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("the patrol after retry now drove %d, %v", n, err)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.Status != payments.RefundSucceeded || b.gw.Refunds(s.GatewayPaymentID) != 1 {
+		t.Fatalf("after the patrol: %s, refunded %d times at the gateway", got.Status, b.gw.Refunds(s.GatewayPaymentID))
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.Refund.ID); n != 1 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND resolved_at IS NULL`); n != 1 {
+		t.Fatal("the case is finance's to resolve, not the patrol's")
+	}
+	if list, _ := b.svc.ListFlaggedRefunds(ctx); len(list) != 0 {
+		t.Fatalf("still flagged: %+v", list)
 	}
 }
 

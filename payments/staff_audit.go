@@ -27,6 +27,7 @@ const (
 	AuditCancelConfirm = "payment.cancel_confirm"
 	AuditCaseResolve   = "case.resolve"
 	AuditFlagRetry     = "session.retry_now"
+	AuditRefundRetry   = "refund.retry_now"
 	AuditCodesUnlock   = "payment.codes_unlock"
 )
 

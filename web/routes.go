@@ -86,6 +86,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/finance/cases/:id/resolve", con.ResolveCase, pages(resolve)...)
 	e.GET("/finance/flagged", con.Flagged, pages(finance)...)
 	e.POST("/finance/flagged/:id/retry", con.RetryFlagged, pages(resolve)...)
+	e.POST("/finance/flagged/refunds/:id/retry", con.RetryFlaggedRefund, pages(resolve)...)
 	e.GET("/finance/ledger", con.Ledger, pages(finance)...)
 	e.GET("/finance/ledger.csv", con.LedgerCSV, pages(finance)...)
 	e.GET("/finance/stuck", con.Stuck, pages(finance)...)
