@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"pitlane/internal/testdb"
 )
 
@@ -35,19 +37,7 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for k := range txs {
-		if _, err := pool.Exec(ctx, `WITH r AS (
-				INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
-				SELECT gen_random_uuid(), id, order_id, amount, currency, 'Succeeded', 'fill', created_at, created_at
-				FROM (SELECT *, row_number() OVER (ORDER BY id) AS i FROM payment_sessions WHERE status = 'Completed') p
-				WHERE p.i % 5 = 0 AND p.i / 5 % $1 = $2
-				RETURNING id, created_at)
-			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
-			SELECT r.id, s.from_status, s.to_status, 'api', r.created_at
-			FROM r, (VALUES (NULL, 'Pending'), ('Pending', 'Succeeded')) s (from_status, to_status)`, txs, k); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillRefunds(t, pool, txs)
 	for _, table := range []string{"session_events", "refunds", "refund_events"} {
 		if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
 			t.Fatal(err)
@@ -119,4 +109,66 @@ func scansUnbounded(node map[string]any) bool {
 		}
 	}
 	return false
+}
+
+// fillRefunds refunds every fifth Completed session of fillSessions whole (Succeeded, with its
+// two feed events), in txs transactions.
+func fillRefunds(t *testing.T, pool *pgxpool.Pool, txs int) {
+	t.Helper()
+	for k := range txs {
+		if _, err := pool.Exec(context.Background(), `WITH r AS (
+				INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
+				SELECT gen_random_uuid(), id, order_id, amount, currency, 'Succeeded', 'fill', created_at, created_at
+				FROM (SELECT *, row_number() OVER (ORDER BY id) AS i FROM payment_sessions WHERE status = 'Completed') p
+				WHERE p.i % 5 = 0 AND p.i / 5 % $1 = $2
+				RETURNING id, created_at)
+			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
+			SELECT r.id, s.from_status, s.to_status, 'api', r.created_at
+			FROM r, (VALUES (NULL, 'Pending'), ('Pending', 'Succeeded')) s (from_status, to_status)`, txs, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The flagged refunds (the flagged page, refreshed on every refund change) are read through
+// their partial index, never by walking every refund: 100 000 sessions, a refund of every fifth
+// Completed one, three of them flagged and Pending (a million sessions in make polygon).
+// Negative control (run by hand): without refunds_flagged, a Seq Scan of refunds.
+func TestFlaggedRefundsReadByTheirIndex(t *testing.T) {
+	t.Parallel()
+	n := 100_000
+	if os.Getenv("PITLANE_SCALE") == "full" {
+		n = 1_000_000
+	}
+	pool := testdb.New(t)
+	ctx := context.Background()
+	fillSessions(t, pool, n, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	fillRefunds(t, pool, 1)
+	if _, err := pool.Exec(ctx, `UPDATE refunds SET status = 'Pending', flagged_at = created_at, flag_reason = 'fill'
+		WHERE id IN (SELECT id FROM refunds ORDER BY id LIMIT 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE refunds`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var walk func(node map[string]any)
+	used := false
+	walk = func(node map[string]any) {
+		if node["Node Type"] == "Seq Scan" {
+			t.Errorf("Seq Scan of %v in the plan", node["Relation Name"])
+		}
+		used = used || node["Index Name"] == "refunds_flagged"
+		for _, k := range planChildren(node) {
+			walk(k)
+		}
+	}
+	walk(explain(t, conn.Conn(), flaggedRefundsSQL, nil))
+	if !used {
+		t.Error("refunds_flagged not used")
+	}
 }

@@ -133,11 +133,14 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 	return out, err
 }
 
+// flaggedRefundsSQL reads the flagged refunds through refunds_flagged (migration 00213).
+const flaggedRefundsSQL = `SELECT ` + refundColumns + ` FROM refunds
+	WHERE flagged_at IS NOT NULL AND status = 'Pending' ORDER BY flagged_at, id LIMIT 500`
+
 // ListFlaggedRefunds returns the refunds the patrol gave up on (flagged, still Pending), oldest
 // flag first, at most 500.
 func (s *Service) ListFlaggedRefunds(ctx context.Context) ([]Refund, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds
-		WHERE flagged_at IS NOT NULL AND status = 'Pending' ORDER BY flagged_at, id LIMIT 500`)
+	rows, err := s.db.Query(ctx, flaggedRefundsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("flagged refunds: %w", err)
 	}

@@ -171,9 +171,12 @@ func explainWith(t *testing.T, conn *pgx.Conn, options, sql string, args []any) 
 			t.Fatalf("explain: no literal for %T", a)
 		}
 	}
+	execute := "EXECUTE stuck_plan"
+	if len(lits) > 0 {
+		execute += "(" + strings.Join(lits, ", ") + ")"
+	}
 	var out string
-	if err := conn.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE stuck_plan("+strings.Join(lits, ", ")+")",
-		pgx.QueryExecModeSimpleProtocol).Scan(&out); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN ("+options+") "+execute, pgx.QueryExecModeSimpleProtocol).Scan(&out); err != nil {
 		t.Fatalf("explain: %v\n%s", err, sql)
 	}
 	var plans []map[string]any
