@@ -97,6 +97,12 @@ func TestAPIEventsFeed(t *testing.T) {
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"data":[]`) || decode[feedPage](t, rec).NextCursor != second.NextCursor {
 		t.Fatalf("at the end: %d %s", rec.Code, rec.Body)
 	}
+	// after=end: no history, the end's cursor, for a reader that starts now.
+	rec = b.do(get(eventsPath("end", "")))
+	if end := decode[feedPage](t, rec); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"data":[]`) ||
+		end.NextCursor != second.NextCursor || end.HasMore {
+		t.Fatalf("after=end: %d %s", rec.Code, rec.Body)
+	}
 
 	// A refund through the API: its claim and its outcome, with its id and its own link.
 	r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":500}`)), http.StatusCreated)

@@ -59,16 +59,27 @@ const (
 	DefaultFeedRead = 100
 )
 
-// Feed returns up to limit events after the cursor after ("" reads from the feed's start),
-// oldest first. A malformed cursor or a limit outside 1..MaxFeedRead is EINVALID naming the
-// field ("after", "limit").
+// FeedEnd, passed as Feed's after, reads no event and answers the feed's end as the cursor to
+// read after: a new reader that wants what happens from now on, not the history.
+const FeedEnd = "end"
+
+// Feed returns up to limit events after the cursor after ("" reads from the feed's start;
+// FeedEnd answers none, with the feed's end as Next), oldest first. A malformed cursor or a
+// limit outside 1..MaxFeedRead is EINVALID naming the field ("after", "limit").
 func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, error) {
+	if limit < 1 || limit > MaxFeedRead {
+		return FeedPage{}, Invalid("limit", "limit must be between 1 and %d", MaxFeedRead)
+	}
+	if after == FeedEnd {
+		var end string
+		if err := s.db.QueryRow(ctx, feedEndSQL).Scan(&end); err != nil {
+			return FeedPage{}, dbError("events: end", err, "")
+		}
+		return FeedPage{Events: []FeedEvent{}, Next: end}, nil
+	}
 	xid, id, err := parseFeedCursor(after)
 	if err != nil {
 		return FeedPage{}, err
-	}
-	if limit < 1 || limit > MaxFeedRead {
-		return FeedPage{}, Invalid("limit", "limit must be between 1 and %d", MaxFeedRead)
 	}
 	rows, err := s.db.Query(ctx, feedSQL, xid, id, limit+1)
 	if err != nil {
@@ -104,7 +115,7 @@ func parseFeedCursor(after string) (xid string, id int64, err error) {
 	xv, errX := strconv.ParseUint(x, 10, 64)
 	iv, errI := strconv.ParseUint(i, 10, 63) // a bigint, no sign
 	if !ok || errX != nil || errI != nil {
-		return "", 0, Invalid("after", "after must be the id of an event the feed returned (like 1234-5678)")
+		return "", 0, Invalid("after", "after must be the id of an event the feed returned (like 1234-5678), or %q for the feed's end", FeedEnd)
 	}
 	return strconv.FormatUint(xv, 10), int64(iv), nil
 }
@@ -142,6 +153,12 @@ var feedSQL = `
 	FROM ` + feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, `e.xid, e.id`, `$3`) + `
 	ORDER BY ev.xid, ev.id
 	LIMIT $3`
+
+// feedEndSQL is the feed's end: the cursor of the last event it serves ('' when it serves
+// none). What is still being written sorts after it, so a reader starting there misses nothing
+// from then on.
+var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(`true`, `e.xid DESC, e.id DESC`, `1`) + `
+	ORDER BY ev.xid DESC, ev.id DESC LIMIT 1), '')`
 
 // FeedBody is the feed as JSON, the same for GET /api/v1/events and the events webhook: what a
 // shop's reader parses once.

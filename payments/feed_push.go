@@ -65,8 +65,7 @@ func (s *Service) PushEvents(ctx context.Context) (int, error) {
 	// The row, once: delivery begins at the feed's end as of now (what is still being written
 	// sorts after it, so it is delivered).
 	if _, err := s.db.Exec(ctx, `INSERT INTO events_webhook (cursor, started_at)
-		SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM `+feedEvents(`true`, `e.xid DESC, e.id DESC`, `1`)+`
-			ORDER BY ev.xid DESC, ev.id DESC LIMIT 1), ''), $1
+		SELECT (`+feedEndSQL+`), $1
 		ON CONFLICT (id) DO NOTHING`, s.cfg.Clock.Now()); err != nil {
 		return 0, dbError("events webhook: start", err, "")
 	}

@@ -107,6 +107,14 @@ func TestFeedPagesEveryChangeOnce(t *testing.T) {
 			t.Fatalf("Feed(%q, %d) = %v, want EINVALID on %s", bad.after, bad.limit, err, bad.field)
 		}
 	}
+	// A new reader that wants only what happens from now on starts at the end.
+	if page, err := b.svc.Feed(context.Background(), payments.FeedEnd, 10); err != nil || len(page.Events) != 0 || page.More || page.Next != end {
+		t.Fatalf("the end: %+v, %v; want no events and %q", page, err, end)
+	}
+	later := b.registered(t, "o-feed-3", 300)
+	if got, _ := feedAll(t, b.svc, end, payments.MaxFeedRead, 2); got[0].SessionID != later.ID || got[1].SessionID != later.ID {
+		t.Fatalf("after the end: %+v", got)
+	}
 	// The largest cursor there can be: nothing after it, no error.
 	if page, err := b.svc.Feed(context.Background(), "18446744073709551615-9223372036854775807", 10); err != nil || len(page.Events) != 0 {
 		t.Fatalf("after the largest cursor: %+v, %v", page, err)
