@@ -21,11 +21,14 @@ import (
 // interrupted half way, seeds what is missing and nothing twice).
 const (
 	demoWaiting   = "demo-1001" // Registered: waiting for the customer on the hosted page
-	demoCompleted = "demo-1002" // Completed, with its PaymentReceived ledger entry
+	demoCompleted = "demo-1002" // Completed, with its PaymentReceived ledger entry, and 10.00 of it refunded
 	demoFailed    = "demo-1003" // Failed: the customer declined
 	demoCanceled  = "demo-1004" // Canceled with a one-time code, reversed at the gateway
 	demoUnknown   = "demo-1005" // Unknown: the register answer was lost; the sweeper resolves it
 )
+
+// demoRefund is how much of demoCompleted is refunded (minor units).
+const demoRefund = 1000
 
 var demoOrders = []string{demoWaiting, demoCompleted, demoFailed, demoCanceled, demoUnknown}
 
@@ -69,7 +72,11 @@ func seedDemoOrder(ctx context.Context, cfg config.Config, svc *payments.Service
 		if _, err := sim.Succeed(res.Session.GatewayPaymentID); err != nil {
 			return err
 		}
-		_, err = svc.Check(ctx, demoActor, res.Session.ID)
+		if _, err = svc.Check(ctx, demoActor, res.Session.ID); err != nil {
+			return err
+		}
+		// A partial refund: its RefundIssued entry, its events in the feed, the refunds table.
+		_, err = svc.CreateRefund(ctx, demoActor, payments.RefundInput{PaymentID: res.Session.ID, Amount: demoRefund, RequestKey: "demo"})
 		return err
 
 	case demoFailed:
@@ -157,6 +164,10 @@ func printDemo(ctx context.Context, w io.Writer, svc *payments.Service) {
 			note = append(note, "pay at "+s.ConfirmationURL)
 		case payments.StatusCompleted:
 			note = append(note, "ledger: PaymentReceived")
+			refunds, _, _ := svc.RefundsOf(ctx, s.ID)
+			for _, r := range refunds {
+				note = append(note, "refund "+minor(r.Amount)+" "+r.Status)
+			}
 		case payments.StatusUnknown, payments.StatusRegistering:
 			note = append(note, "the sweeper settles it within seconds")
 		}

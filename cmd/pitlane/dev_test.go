@@ -122,6 +122,15 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 	if ledger != 1 {
 		t.Errorf("demo order %s has %d PaymentReceived entries, want 1", demoCompleted, ledger)
 	}
+	var refunded, refundEvents int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT coalesce(sum(amount), 0) FROM accounting_entries WHERE order_id = $1 AND entry_type = 'RefundIssued'),
+		(SELECT count(*) FROM refund_events e JOIN refunds r ON r.id = e.refund_id WHERE r.order_id = $1 AND r.status = 'Succeeded')`,
+		demoCompleted).Scan(&refunded, &refundEvents); err != nil {
+		t.Fatal(err)
+	}
+	if refunded != demoRefund || refundEvents != 2 {
+		t.Errorf("demo order %s: %d refunded (want %d), %d refund events (want 2: Pending, Succeeded)", demoCompleted, refunded, demoRefund, refundEvents)
+	}
 }
 
 // checkDevCheckoutLink: the banner's signed checkout link is for the fresh order demo-2001 on
