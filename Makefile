@@ -104,6 +104,8 @@ check-generated:
 ## vet: go vet, then staticcheck (pinned as a go.mod tool: it finds dead code and deprecated
 ## calls that vet does not).
 vet:
+	@unformatted="$$($$($(GO) env GOROOT)/bin/gofmt -l $$($(GO) list -f '{{.Dir}}' ./...))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt: these files are not formatted:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
