@@ -154,7 +154,7 @@ var feedSQL = `
 	ORDER BY ev.xid, ev.id
 	LIMIT $3`
 
-// feedEndSQL is the feed's end: the cursor of the last event it serves ('' when it serves
+// feedEndSQL is the feed's end: the cursor of the last event it serves (empty when it serves
 // none). What is still being written sorts after it, so a reader starting there misses nothing
 // from then on.
 var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(`true`, `e.xid DESC, e.id DESC`, `1`) + `

@@ -218,8 +218,9 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	if n := b.count(t, `SELECT attempts FROM events_webhook WHERE last_error LIKE '%answered 503'`); n != 2 {
 		t.Fatalf("attempts recorded = %d", n)
 	}
-	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 2 {
-		t.Fatalf("Stats: %d failures, %v; want 2 (pitlane_events_webhook_failures)", st.EventsWebhookFailures, err)
+	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 2 || st.EventsWebhookLag != 3*time.Second {
+		t.Fatalf("Stats: %d failures, lag %v, %v; want 2 (pitlane_events_webhook_failures) and 3s since the payment (pitlane_events_webhook_lag_seconds)",
+			st.EventsWebhookFailures, st.EventsWebhookLag, err)
 	}
 	// The Operations page's view of it, from a replica that does not push: failing, what waits.
 	st := webhookStatus(t, b.plain)
@@ -240,8 +241,8 @@ func TestEventsWebhookRetriesAfterAFailure(t *testing.T) {
 	if n := b.count(t, `SELECT attempts FROM events_webhook WHERE last_error = '' AND next_attempt_at IS NULL`); n != 0 {
 		t.Fatalf("attempts after success = %d", n)
 	}
-	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 0 {
-		t.Fatalf("Stats after success: %d failures, %v", st.EventsWebhookFailures, err)
+	if st, err := b.plain.Stats(context.Background()); err != nil || st.EventsWebhookFailures != 0 || st.EventsWebhookLag != 0 {
+		t.Fatalf("Stats after success: %d failures, lag %v, %v", st.EventsWebhookFailures, st.EventsWebhookLag, err)
 	}
 	if st := webhookStatus(t, svc); st.Failures != 0 || st.LastError != "" || st.Waiting != 0 || st.OldestWaiting != nil ||
 		st.DeliveredEvents != 2 || st.DeliveredAt == nil || !st.DeliveredAt.Equal(b.clock.Now()) {

@@ -26,6 +26,11 @@ type Stats struct {
 	// EventsWebhookFailures is how many POSTs of the events webhook failed in a row (0 when it
 	// delivers, or is off): feed_push.go's attempts.
 	EventsWebhookFailures int
+	// EventsWebhookLag is how long the oldest event the events webhook has not delivered yet has
+	// waited (0 when none waits, or delivery never began). It grows when the shop is slow or
+	// failing, and when no replica pushes any more (EVENTS_WEBHOOK_URL unset everywhere: delete
+	// the events_webhook row to turn delivery off for good).
+	EventsWebhookLag time.Duration
 	// Stuck is the finance workbench's stuck money (active sessions older than SettleWithin,
 	// flagged or not) per currency, the largest amounts first: at most MaxStuckCurrencies
 	// currencies, the rest summed into one StuckOtherCurrencies entry, so a metric labelled by
@@ -82,6 +87,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 
 	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
 	var oldest *time.Time
+	var pushCursor *string
 	now := s.cfg.Clock.Now()
 	if err := s.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
@@ -91,9 +97,19 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 			AND (lease_until IS NULL OR lease_until <= $1)),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
 		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL),
-		(SELECT coalesce(max(attempts), 0) FROM events_webhook)`, now).
-		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &st.EventsWebhookFailures); err != nil {
+		(SELECT coalesce(max(attempts), 0) FROM events_webhook),
+		(SELECT cursor FROM events_webhook)`, now).
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &st.EventsWebhookFailures, &pushCursor); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
+	}
+	if pushCursor != nil {
+		_, waiting, err := s.eventsAfter(ctx, *pushCursor, 1)
+		if err != nil {
+			return Stats{}, fmt.Errorf("stats: %w", err)
+		}
+		if waiting != nil && now.After(*waiting) {
+			st.EventsWebhookLag = now.Sub(*waiting)
+		}
 	}
 	if oldest != nil && now.After(*oldest) {
 		st.OldestDue = now.Sub(*oldest)

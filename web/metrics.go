@@ -154,8 +154,8 @@ type statsCollector struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	up, sessions, flagged, due, overdue, leased, cases, events, pushFailures *prometheus.Desc
-	stuckSessions, stuckAmount                                               *prometheus.Desc
+	up, sessions, flagged, due, overdue, leased, cases, events, pushFailures, pushLag *prometheus.Desc
+	stuckSessions, stuckAmount                                                        *prometheus.Desc
 }
 
 func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector {
@@ -173,6 +173,8 @@ func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector 
 		events:   prometheus.NewDesc("pitlane_webhook_events_unprocessed", "Verified webhook events not yet applied (whole database).", nil, nil),
 		pushFailures: prometheus.NewDesc("pitlane_events_webhook_failures",
 			"Failed POSTs in a row of the events webhook (EVENTS_WEBHOOK_URL); 0 when it delivers or is off (whole database).", nil, nil),
+		pushLag: prometheus.NewDesc("pitlane_events_webhook_lag_seconds",
+			"How long the oldest event the events webhook has not delivered yet has waited; 0 when none waits or delivery never began (whole database).", nil, nil),
 		stuckSessions: prometheus.NewDesc("pitlane_stuck_sessions",
 			"Stuck sessions (active longer than the expected settle time, the finance workbench's list) by currency; at most 20 currencies, the rest as \"other\" (whole database).", []string{"currency"}, nil),
 		stuckAmount: prometheus.NewDesc("pitlane_stuck_amount",
@@ -190,6 +192,7 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.cases
 	ch <- s.events
 	ch <- s.pushFailures
+	ch <- s.pushLag
 	ch <- s.stuckSessions
 	ch <- s.stuckAmount
 }
@@ -216,6 +219,7 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(s.events, prometheus.GaugeValue, float64(st.UnprocessedEvents))
 	ch <- prometheus.MustNewConstMetric(s.pushFailures, prometheus.GaugeValue, float64(st.EventsWebhookFailures))
+	ch <- prometheus.MustNewConstMetric(s.pushLag, prometheus.GaugeValue, st.EventsWebhookLag.Seconds())
 	for _, m := range st.Stuck {
 		ch <- prometheus.MustNewConstMetric(s.stuckSessions, prometheus.GaugeValue, float64(m.Sessions), m.Currency)
 		ch <- prometheus.MustNewConstMetric(s.stuckAmount, prometheus.GaugeValue, float64(m.Amount), m.Currency)

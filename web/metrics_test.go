@@ -86,6 +86,7 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		`pitlane_stats_up 1`,
 		`pitlane_webhook_events_unprocessed 0`,
 		`pitlane_events_webhook_failures 0`,
+		`pitlane_events_webhook_lag_seconds 0`,
 		`pitlane_http_requests_total{method="GET",route="/healthz",status="200"} 2`,
 		`pitlane_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
 	} {
