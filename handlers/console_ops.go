@@ -22,3 +22,14 @@ func (h *Console) Ops(c echo.Context) error {
 	}
 	return render.HTML(c, http.StatusOK, views.Ops(views.OpsView{Page: h.page(c, "Operations", "ops"), C: oc}))
 }
+
+// RetryEventsWebhook: POST /ops/events-webhook/retry (admins). Ends the events webhook's wait
+// after failed POSTs, so the next round sends at once; audited (payments.RetryEventsWebhookNow).
+func (h *Console) RetryEventsWebhook(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	err = h.svc.RetryEventsWebhookNow(c.Request().Context(), st)
+	return h.done(c, "/ops", "The events webhook sends again on the next round.", err)
+}

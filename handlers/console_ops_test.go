@@ -90,3 +90,51 @@ func TestOpsPage(t *testing.T) {
 		t.Fatalf("the fragment lacks the charts: %.300s", rec.Body.String())
 	}
 }
+
+// The events webhook's card while the shop fails: the failures, what waits, and for an admin
+// (only) "Send now", which ends the wait, says so and is audited.
+func TestOpsEventsWebhookSendNow(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO events_webhook (cursor, started_at, attempts, next_attempt_at, last_error)
+		VALUES ('', $1, 3, $2, 'the shop''s endpoint answered 502')`, consoleT0, consoleT0.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.get("/ops"), 200)
+	if got := text(doc, "webhook-state"); got != "failing" {
+		t.Fatalf("state %q", got)
+	}
+	wantText(t, doc, "webhook-failing", "3 failed POSTs in a row")
+	wantText(t, doc, "webhook-failing", "answered 502")
+	if doc.Find(testid("webhook-waiting")).Length() != 1 { // (how many: the feed lags behind other tests' open transactions)
+		t.Fatal("no waiting line")
+	}
+	if doc.Find(testid("webhook-retry-form")).Length() != 0 {
+		t.Fatal("support is offered Send now")
+	}
+
+	adm := b.agent(t)
+	adm.login("adm@example.com")
+	doc = page(t, adm.get("/ops"), 200)
+	action, ok := doc.Find(testid("webhook-retry-form")).Attr("action")
+	if !ok {
+		t.Fatal("no Send now for an admin")
+	}
+	doc = page(t, adm.follow(adm.post(action, nil)), 200)
+	wantText(t, doc, "flash", "sends again on the next round")
+	if doc.Find(testid("webhook-retry-form")).Length() != 0 {
+		t.Fatal("Send now still offered once the wait ended")
+	}
+	if n := b.count(t, `SELECT count(*) FROM events_webhook WHERE next_attempt_at IS NULL AND attempts = 3`); n != 1 {
+		t.Fatal("the wait did not end (or the failures were forgotten)")
+	}
+	if b.audits(t, payments.AuditEventsWebhookRetry, "events_webhook") != 1 {
+		t.Fatal("send now not audited")
+	}
+	doc = page(t, adm.follow(adm.post(action, nil)), 200)
+	wantText(t, doc, "flash-error", "not waiting to retry")
+}

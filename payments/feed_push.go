@@ -250,3 +250,24 @@ func (s *Service) eventsAfter(ctx context.Context, cursor string, limit int) (n 
 	}
 	return min(n, limit), oldest, nil // (each table gave at most limit)
 }
+
+// RetryEventsWebhookNow ends the wait after failed POSTs of the events webhook, so that the next
+// round of any replica that pushes sends at once (an operator who fixed the shop's endpoint need
+// not wait up to EventsWebhookMaxBackoff). The failures in a row stay counted until a POST
+// succeeds. ECONFLICT when delivery does not wait for a retry. Audited in the same transaction.
+func (s *Service) RetryEventsWebhookNow(ctx context.Context, by Staff) error {
+	now := s.cfg.Clock.Now()
+	return s.inTx(ctx, "events webhook: retry now", func(tx pgx.Tx) error {
+		var attempts int
+		err := tx.QueryRow(ctx, `UPDATE events_webhook SET next_attempt_at = NULL
+			WHERE id = 1 AND next_attempt_at > $1 RETURNING attempts`, now).Scan(&attempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Errorf(ECONFLICT, "the events webhook is not waiting to retry: it delivers, or its next try is due already")
+		}
+		if err != nil {
+			return dbError("events webhook: retry now", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditEventsWebhookRetry,
+			Target: "events_webhook", Detail: fmt.Sprintf("wait ended after %d failed POSTs in a row", attempts)}, now)
+	})
+}

@@ -374,3 +374,44 @@ func TestSlowShopDoesNotHoldThePatrol(t *testing.T) {
 		t.Fatal("shutdown's cut POST was counted as a failure or kept its lease")
 	}
 }
+
+// "Send now": an operator who fixed the shop's endpoint ends the wait after failed POSTs; the
+// next round sends at once (before: up to five minutes later), audited. Nothing to end while
+// delivery is not waiting.
+func TestEventsWebhookSendNow(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	svc := b.service(b.pool, "replica-a", sh.config)
+	ops := payments.Staff{Email: "admin@example.com", Role: "admin"}
+	if err := svc.RetryEventsWebhookNow(context.Background(), ops); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("before delivery began: %v, want conflict", err)
+	}
+	push(t, svc)
+	b.registered(t, "o-send-now", 700)
+	feedReady(t, b, 2)
+	sh.mu.Lock()
+	sh.status = http.StatusBadGateway
+	sh.mu.Unlock()
+	posts := func() int { p, _ := sh.counts(); return p }
+	push(t, svc)
+	if push(t, svc); posts() != 1 {
+		t.Fatalf("%d POSTs during the wait, want 1", posts())
+	}
+	sh.mu.Lock()
+	sh.status = http.StatusOK
+	sh.mu.Unlock()
+	if err := svc.RetryEventsWebhookNow(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	if n := push(t, svc); n != 2 || posts() != 2 {
+		t.Fatalf("after send now: sent %d in %d POSTs", n, posts())
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = 'admin@example.com' AND detail LIKE '%after 1 failed POSTs%'`,
+		payments.AuditEventsWebhookRetry); n != 1 {
+		t.Fatalf("send now audited %d times", n)
+	}
+	if err := svc.RetryEventsWebhookNow(context.Background(), ops); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("while delivering: %v, want conflict", err)
+	}
+}

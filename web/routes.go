@@ -98,6 +98,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/finance/resolutions/:id/reject", con.RejectResolution, pages(resolve)...)
 	e.GET("/locks", con.Locks, pages(view)...)
 	e.GET("/ops", con.Ops, pages(view)...)
+	e.POST("/ops/events-webhook/retry", con.RetryEventsWebhook, pages(admin)...)
 	e.GET("/outbox", con.Outbox, pages(admin)...)
 	e.GET("/admin/users", con.Users, pages(admin)...)
 	e.POST("/admin/users/:id/disable", con.DisableUser, pages(admin)...)

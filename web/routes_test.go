@@ -99,6 +99,7 @@ var routeRules = map[string]routeRule{
 	"POST /finance/resolutions/:id/reject":       con(access.PermResolve),
 	"GET /locks":                                 con(access.PermView),
 	"GET /ops":                                   con(access.PermView),
+	"POST /ops/events-webhook/retry":             con(access.PermAdmin),
 	"GET /outbox":                                con(access.PermAdmin),
 	"GET /account":                               con(access.PermView),
 	"POST /account/password":                     con(access.PermView),
