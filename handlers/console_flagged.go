@@ -2,9 +2,11 @@ package handlers
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
 )
@@ -68,4 +70,26 @@ func (h *Console) RetryFlaggedRefund(c echo.Context) error {
 		}
 	}
 	return h.done(c, to, msg, err)
+}
+
+// ProposeRefundOutcome: POST /finance/flagged/refunds/:id/propose (outcome, reason, evidence).
+// Proposes how a flagged refund ended; a second finance or admin user approves it on the
+// resolutions page (payments.ProposeRefundOutcome). A refusal goes back to the payment's page.
+func (h *Console) ProposeRefundOutcome(c echo.Context) error {
+	st, err := staff(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	r, err := h.svc.ProposeRefundOutcome(ctx, st, payments.RefundOutcomeInput{RefundID: c.Param("id"),
+		Outcome: c.FormValue("outcome"), Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence")})
+	if err == nil {
+		return h.done(c, "/finance/resolutions#proposal-"+strconv.FormatInt(r.ID, 10),
+			"Proposal "+r.Target()+": mark refund "+views.Short(r.RefundID)+" "+r.RefundOutcome+". A second finance or admin user must approve it.", nil)
+	}
+	refund, gerr := h.svc.GetRefund(ctx, c.Param("id"))
+	if gerr != nil {
+		return gerr
+	}
+	return h.done(c, string(views.PaymentURL(refund.PaymentID)), "", err)
 }

@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -220,4 +222,63 @@ func TestConsoleFinanceRefundDirectAndFourEyes(t *testing.T) {
 	if p, a := b.audits(t, payments.AuditResolutionPropose, s.ID), b.audits(t, payments.AuditResolutionApprove, s.ID); p != 1 || a != 1 {
 		t.Fatalf("audit: %d proposals, %d approvals", p, a)
 	}
+}
+
+// A flagged refund settled by hand from the console: finance proposes Failed on the payment's
+// page, the page then says a proposal waits (no second form), the proposer's approval is
+// refused and a second finance user's goes through: the refund is Failed and refundable again.
+func TestRefundSettledByHandInTheConsole(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin1@example.com", access.RoleFinance)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	s := b.completed(t, "o-refund-stuck", 2000)
+	var refundID string
+	if err := b.pool.QueryRow(context.Background(), `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+			created_at, updated_at, flagged_at, flag_reason, check_attempts)
+		VALUES (gen_random_uuid(), $1, $2, 1500, 'EUR', 'Pending', 'k', $3, $3, $3, 'no final answer', 9) RETURNING id::text`,
+		s.ID, s.OrderID, consoleT0).Scan(&refundID); err != nil {
+		t.Fatal(err)
+	}
+	fin1, fin2 := b.agent(t), b.agent(t)
+	fin1.login("fin1@example.com")
+	fin2.login("fin2@example.com")
+
+	doc := page(t, fin1.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refundable", "5.00")
+	form := doc.Find(`[data-testid="refund-row"][data-id="` + refundID + `"] ` + testid("refund-settle-form"))
+	action, ok := form.Attr("action")
+	if !ok {
+		t.Fatal("no settle-by-hand form on the flagged refund")
+	}
+	rec := fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"never executed, says the gateway"}, "evidence": {"ticket GW-9"}})
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
+		t.Fatalf("propose: %d to %q", rec.Code, loc)
+	}
+	doc = page(t, fin1.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash", "A second finance or admin user must approve it")
+	row := doc.Find(testid("resolution-row"))
+	if !strings.Contains(row.Text(), "Pending → Failed") {
+		t.Fatalf("the proposal's row: %q", row.Text())
+	}
+	approve, _ := row.Find(testid("approve-form")).Attr("action")
+
+	doc = page(t, fin1.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refund-settle-waiting", "waits for a second")
+	if doc.Find(testid("refund-settle-form")).Length() != 0 {
+		t.Fatal("a second proposal form while one waits")
+	}
+	doc = page(t, fin1.follow(fin1.post(approve, nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "second finance or admin user")
+	doc = page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
+	wantText(t, doc, "resolution-state", "approved")
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND status = 'Failed' AND flagged_at IS NULL`, refundID); n != 1 {
+		t.Fatal("the approved outcome was not applied")
+	}
+	doc = page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refundable", "20.00")
+
+	// A refusal goes back to the payment's page with the reason.
+	doc = page(t, fin1.follow(fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"r"}, "evidence": {"e"}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "Failed already")
 }

@@ -207,12 +207,14 @@ type PaymentDetail struct {
 	WrongCodes       int
 	CodesLockedUntil *time.Time
 	Refunds          []Refund // oldest first
-	// RefundProposals are the payment's four-eyes refund proposals, newest first.
-	RefundProposals []Resolution
-	Cases           []FinanceCase
-	Ledger          []LedgerEntry
-	Audit           []AuditEntry // staff actions on this payment, newest first
-	At              time.Time
+	// RefundProposals are the payment's four-eyes refund proposals, newest first;
+	// RefundSettleProposals its proposed outcomes for refunds stuck Pending.
+	RefundProposals       []Resolution
+	RefundSettleProposals []Resolution
+	Cases                 []FinanceCase
+	Ledger                []LedgerEntry
+	Audit                 []AuditEntry // staff actions on this payment, newest first
+	At                    time.Time
 }
 
 // Refundable is how much of the payment may still be refunded from the console: the amount
@@ -240,6 +242,17 @@ func (d PaymentDetail) WaitingRefundProposal() *Resolution {
 	for i := range d.RefundProposals {
 		if d.RefundProposals[i].Pending() {
 			return &d.RefundProposals[i]
+		}
+	}
+	return nil
+}
+
+// WaitingRefundSettle returns the proposed outcome of refund id that waits for a second
+// person, if any.
+func (d PaymentDetail) WaitingRefundSettle(id string) *Resolution {
+	for i := range d.RefundSettleProposals {
+		if p := &d.RefundSettleProposals[i]; p.Pending() && p.RefundID == id {
+			return p
 		}
 	}
 	return nil
@@ -327,8 +340,11 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 		return PaymentDetail{}, err
 	}
 	for _, p := range proposals {
-		if p.IsRefund() {
+		switch p.Kind {
+		case ProposalRefund:
 			d.RefundProposals = append(d.RefundProposals, p)
+		case ProposalRefundSettle:
+			d.RefundSettleProposals = append(d.RefundSettleProposals, p)
 		}
 	}
 	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, id); err != nil {

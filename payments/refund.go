@@ -355,33 +355,42 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			out.GatewayRefundID = gr.ID
 			return err
 		}
-		// The outcome and its event in one statement. Who caused it: the patrol when it drove the
-		// refund under its lease, otherwise the request that made it (the API or staff).
+		// Who caused it: the patrol when it drove the refund under its lease, otherwise the
+		// request that made it (the API or staff).
 		by := string(ActorSweeper)
 		if _, leased := leaseOf(ctx, r.ID); !leased {
 			by, _, _ = strings.Cut(cur.CreatedBy, ":")
 		}
-		out, err = scanRefund(tx.QueryRow(ctx, `WITH r AS (
-				UPDATE refunds SET status = $2, detail = $3,
-					gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
-				WHERE id = $1 AND status = 'Pending' RETURNING *
-			), e AS (
-				INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
-				SELECT id, 'Pending', status, $6, updated_at FROM r
-			)
-			SELECT `+refundColumns+` FROM r`, r.ID, status, detail, gr.ID, now, by))
-		if err != nil {
-			return dbError("refund: apply", err, "")
-		}
-		if status == RefundSucceeded {
-			if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
-				VALUES ($1, $2, 'RefundIssued', $3, $4, $5, $6)`, r.OrderID, r.PaymentID, r.Amount, r.Currency, r.ID, now); err != nil {
-				return dbError("refund: ledger", err, "")
-			}
-		}
-		return nil
+		out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now)
+		return err
 	})
 	return out, err
+}
+
+// settleRefundRow writes a Pending refund's outcome (cur, locked by the caller under the order →
+// session locks): its status with its feed event (who: by) in one statement, and for Succeeded
+// the one RefundIssued ledger entry. The gateway's answer (driveRefund) and an approved four-eyes
+// outcome (approveRefundOutcome) both settle through here.
+func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID, by string, now time.Time) (Refund, error) {
+	out, err := scanRefund(tx.QueryRow(ctx, `WITH r AS (
+			UPDATE refunds SET status = $2, detail = $3,
+				gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
+			WHERE id = $1 AND status = 'Pending' RETURNING *
+		), e AS (
+			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
+			SELECT id, 'Pending', status, $6, updated_at FROM r
+		)
+		SELECT `+refundColumns+` FROM r`, cur.ID, status, detail, gatewayRefundID, now, by))
+	if err != nil {
+		return Refund{}, dbError("refund: apply", err, "")
+	}
+	if status == RefundSucceeded {
+		if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+			VALUES ($1, $2, 'RefundIssued', $3, $4, $5, $6)`, cur.OrderID, cur.PaymentID, cur.Amount, cur.Currency, cur.ID, now); err != nil {
+			return Refund{}, dbError("refund: ledger", err, "")
+		}
+	}
+	return out, nil
 }
 
 // DriveRefunds is one round of the patrol over Pending refunds (patrol.go): the same pool, lease

@@ -40,8 +40,9 @@ import (
 
 // Proposal kinds.
 const (
-	ProposalSettle = "settle" // an outcome for a stuck session
-	ProposalRefund = "refund" // a refund of a Completed payment above the direct limit
+	ProposalSettle       = "settle"        // an outcome for a stuck session
+	ProposalRefund       = "refund"        // a refund of a Completed payment above the direct limit
+	ProposalRefundSettle = "refund_settle" // an outcome for a refund stuck Pending (refund_settle.go)
 )
 
 // Resolution proposal states: proposed → approved | rejected, by guarded UPDATEs only.
@@ -96,9 +97,11 @@ type Resolution struct {
 	SessionID string
 	OrderID   string
 	Outcome   Status // settle: the proposed outcome
-	// RefundAmount (refund): what the approval refunds; RefundID: the refund it made.
+	// RefundAmount (refund): what the approval refunds; RefundID: the refund it made (refund)
+	// or the refund it settles (refund_settle), RefundOutcome: how (Succeeded or Failed).
 	RefundAmount     int64
 	RefundID         string
+	RefundOutcome    string
 	requestKey       string
 	StatusAtProposal Status
 	Reason           string
@@ -122,6 +125,9 @@ func (r Resolution) IsRefund() bool { return r.Kind == ProposalRefund }
 
 // What says what the proposal does, for the audit log and messages.
 func (r Resolution) What() string {
+	if r.Kind == ProposalRefundSettle {
+		return "refund " + Short(r.RefundID) + " " + RefundPending + " → " + r.RefundOutcome
+	}
 	if r.IsRefund() {
 		return "refund " + FormatMinor(r.RefundAmount, r.Currency) + " " + r.Currency
 	}
@@ -207,14 +213,14 @@ func (in ProposalInput) validate() (ProposalInput, error) {
 const resolutionColumns = `rp.id, rp.kind, rp.session_id::text, rp.order_id, coalesce(rp.outcome, ''), rp.status_at_proposal,
 	coalesce(rp.refund_amount, 0), coalesce(rp.refund_id::text, ''), coalesce(rp.request_key, ''), rp.reason, rp.evidence,
 	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
-	ps.amount, ps.currency, ps.status`
+	ps.amount, ps.currency, ps.status, coalesce(rp.refund_outcome, '')`
 
 func scanResolution(row pgx.Row) (Resolution, error) {
 	var r Resolution
 	var outcome, at, cur string
 	err := row.Scan(&r.ID, &r.Kind, &r.SessionID, &r.OrderID, &outcome, &at, &r.RefundAmount, &r.RefundID, &r.requestKey,
 		&r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
-		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur)
+		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome)
 	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
 	return r, err
 }
@@ -406,6 +412,13 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 				Short(cur.ID), p.StatusAtProposal, cur.Status)
 		}
 		detail := fmt.Sprintf("#%d %s (proposed by %s): %s", id, p.What(), p.ProposedBy, p.Reason)
+		if p.Kind == ProposalRefundSettle {
+			if err := s.approveRefundOutcome(ctx, tx, cur, p, by, now); err != nil {
+				return err
+			}
+			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+				Detail: detail + "; refund " + p.RefundID}, now)
+		}
 		if p.IsRefund() {
 			r, err := s.approveRefund(ctx, tx, cur, p, by, now)
 			if err != nil {

@@ -87,6 +87,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/finance/flagged", con.Flagged, pages(finance)...)
 	e.POST("/finance/flagged/:id/retry", con.RetryFlagged, pages(resolve)...)
 	e.POST("/finance/flagged/refunds/:id/retry", con.RetryFlaggedRefund, pages(resolve)...)
+	e.POST("/finance/flagged/refunds/:id/propose", con.ProposeRefundOutcome, pages(resolve)...)
 	e.GET("/finance/ledger", con.Ledger, pages(finance)...)
 	e.GET("/finance/ledger.csv", con.LedgerCSV, pages(finance)...)
 	e.GET("/finance/stuck", con.Stuck, pages(finance)...)

@@ -88,6 +88,7 @@ var routeRules = map[string]routeRule{
 	"GET /finance/flagged":                       con(access.PermFinance),
 	"POST /finance/flagged/:id/retry":            con(access.PermResolve),
 	"POST /finance/flagged/refunds/:id/retry":    con(access.PermResolve),
+	"POST /finance/flagged/refunds/:id/propose":  con(access.PermResolve),
 	"GET /finance/ledger":                        con(access.PermFinance),
 	"GET /finance/ledger.csv":                    con(access.PermFinance),
 	"GET /finance/stuck":                         con(access.PermFinance),

@@ -1,0 +1,122 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A refund settled by hand, with four eyes. When a refund's patrol schedule ran out still
+// Pending (flagged, a refund_unsettled case) and asking again does not help — the gateway keeps
+// saying "pending", or has no record and its support says what happened — finance proposes the
+// outcome with the evidence, and a second finance or admin user approves it (the machinery of
+// resolution.go: kind ProposalRefundSettle). Until then the refund's amount stays counted as
+// refunded; after a Failed outcome it may be refunded again, after a Succeeded one the ledger has
+// its RefundIssued entry.
+
+// RefundOutcomeInput is finance's proposed outcome for a refund stuck Pending.
+type RefundOutcomeInput struct {
+	RefundID string
+	Outcome  string // RefundSucceeded or RefundFailed
+	Reason   string
+	Evidence string
+}
+
+// ProposeRefundOutcome records finance's proposed outcome for a flagged Pending refund, audited
+// in the same transaction. It changes no refund: the order → session → refund locks only make
+// the eligibility it checks the one a concurrent drive or approval leaves behind.
+func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundOutcomeInput) (Resolution, error) {
+	if in.Outcome != RefundSucceeded && in.Outcome != RefundFailed {
+		return Resolution{}, Invalid("outcome", "choose Succeeded (the money went back) or Failed (it did not)")
+	}
+	var err error
+	if in.Reason, err = requiredText("reason", in.Reason, "say why this outcome is right", MaxReasonLength); err != nil {
+		return Resolution{}, err
+	}
+	if in.Evidence, err = requiredText("evidence", in.Evidence, "give the evidence (gateway support, bank statement, ticket)", MaxEvidenceLength); err != nil {
+		return Resolution{}, err
+	}
+	r, err := s.GetRefund(ctx, in.RefundID)
+	if err != nil {
+		return Resolution{}, err
+	}
+	now := s.cfg.Clock.Now()
+	var id int64
+	err = s.inTx(ctx, "propose refund outcome", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, r.OrderID, r.PaymentID)
+		if err != nil {
+			return err
+		}
+		locked, err := lockRefund(ctx, tx, r.ID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case locked.Status != RefundPending:
+			return Errorf(ECONFLICT, "refund %s is %s already: there is nothing to settle", Short(r.ID), locked.Status)
+		case locked.FlaggedAt == nil:
+			return Errorf(ECONFLICT, "only a flagged refund is settled by hand; the patrol still asks the gateway about refund %s", Short(r.ID))
+		}
+		if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, kind, refund_id, refund_outcome,
+				status_at_proposal, reason, evidence, proposed_by, proposed_at)
+			VALUES ($1, $2, 'refund_settle', $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+			cur.ID, cur.OrderID, r.ID, in.Outcome, string(cur.Status), in.Reason, in.Evidence, by.Email, now).Scan(&id); err != nil {
+			return dbError("propose refund outcome", err, "")
+		}
+		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditResolutionPropose, Target: cur.ID,
+			Detail: fmt.Sprintf("#%d refund %s Pending → %s: %s", id, r.ID, in.Outcome, in.Reason)}, now)
+	})
+	if err != nil {
+		return Resolution{}, err
+	}
+	return getResolution(ctx, s.db, id)
+}
+
+// lockRefund reads a refund FOR UPDATE (after its order and session: the lock order).
+func lockRefund(ctx context.Context, tx pgx.Tx, id string) (Refund, error) {
+	r, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, Errorf(ENOTFOUND, "refund %q not found", id)
+	}
+	if err != nil {
+		return Refund{}, fmt.Errorf("refund: lock: %w", err)
+	}
+	return r, nil
+}
+
+// approveRefundOutcome is the approval's effect for a refund_settle proposal p, in
+// ApproveResolution's transaction under the order → session locks: the refund, still Pending,
+// gets the proposed outcome (its feed event by staff; Succeeded writes the RefundIssued entry),
+// its flag is cleared, and the session's refund_unsettled case is resolved when no other refund
+// of it is left flagged. A refund that moved since the proposal (the gateway answered after a
+// retry) is a conflict: the approval does not happen.
+func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) error {
+	r, err := lockRefund(ctx, tx, p.RefundID)
+	if err != nil {
+		return err
+	}
+	if r.Status != RefundPending {
+		return Errorf(ECONFLICT, "refund %s is %s already (the gateway answered since the proposal): reject the proposal", Short(r.ID), r.Status)
+	}
+	detail := fmt.Sprintf("settled by hand: resolution #%d, proposed by %s, approved by %s", p.ID, p.ProposedBy, by.Email)
+	if _, err := settleRefundRow(ctx, tx, r, p.RefundOutcome, detail, "", string(ActorStaff), now); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL WHERE id = $1`, r.ID); err != nil {
+		return fmt.Errorf("approve refund outcome: flag: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+		WHERE session_id = $1 AND kind = $5 AND resolved_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM refunds WHERE session_id = $1 AND status = 'Pending' AND flagged_at IS NOT NULL)`,
+		cur.ID, now, by.Email, fmt.Sprintf("refund %s settled as %s by resolution #%d (proposed by %s)", r.ID, p.RefundOutcome, p.ID, p.ProposedBy),
+		CaseRefundUnsettled); err != nil {
+		return fmt.Errorf("approve refund outcome: cases: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// shortSchedule is a patrol schedule of three looks a second apart.
+func shortSchedule(c *payments.Config) {
+	c.Backoff = []time.Duration{time.Second, time.Second, time.Second}
+}
+
+// flaggedRefund refunds amount of s while the gateway fails every time, and drives the patrol
+// until the schedule runs out: the refund is Pending, flagged, with a refund_unsettled case.
+func (b *bench) flaggedRefund(t *testing.T, s payments.Session, amount int64, key string) payments.Refund {
+	t.Helper()
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 4) // the request and the schedule's three looks
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: amount, RequestKey: key})
+	if err != nil || r.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0))
+	for range 5 {
+		if _, err := b.svc.DriveRefunds(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
+	got, err := b.svc.GetRefund(ctx, r.Refund.ID)
+	if err != nil || got.FlaggedAt == nil || got.Status != payments.RefundPending {
+		t.Fatalf("setup: %+v %v", got, err)
+	}
+	return got
+}
+
+// A refund the gateway never settles: finance proposes Failed with the evidence, the proposer
+// cannot approve it, a second person does. The refund is Failed (its feed event by staff, no
+// ledger entry), unflagged, the case resolved, the money free to refund again; all audited.
+func TestRefundOutcomeByHandFailed(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-by-hand", 1000)
+	r := b.flaggedRefund(t, s, 600, "k")
+
+	in := payments.RefundOutcomeInput{RefundID: r.ID, Outcome: payments.RefundFailed, Reason: "the gateway's support: never executed", Evidence: "ticket GW-77"}
+	for _, bad := range []payments.RefundOutcomeInput{
+		{RefundID: r.ID, Outcome: "Pending", Reason: "x", Evidence: "y"},
+		{RefundID: r.ID, Outcome: payments.RefundFailed, Reason: " ", Evidence: "y"},
+		{RefundID: r.ID, Outcome: payments.RefundFailed, Reason: "x", Evidence: ""},
+	} {
+		if _, err := b.svc.ProposeRefundOutcome(ctx, fin1, bad); payments.ErrorCode(err) != payments.EINVALID {
+			t.Fatalf("proposal %+v = %v, want invalid", bad, err)
+		}
+	}
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, in)
+	if err != nil || p.Kind != payments.ProposalRefundSettle || p.RefundID != r.ID || p.RefundOutcome != payments.RefundFailed || !p.Pending() {
+		t.Fatalf("proposal = %+v, %v", p, err)
+	}
+	if _, err := b.svc.ProposeRefundOutcome(ctx, fin2, in); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("a second proposal while one waits = %v, want conflict", err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin1, p.ID); payments.ErrorCode(err) != payments.EFORBIDDEN {
+		t.Fatalf("the proposer's approval = %v, want forbidden", err)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r.ID); got.Status != payments.RefundPending {
+		t.Fatalf("before the second person: %s", got.Status)
+	}
+	approved, err := b.svc.ApproveResolution(ctx, fin2, p.ID)
+	if err != nil || approved.State != payments.ResolutionApproved {
+		t.Fatalf("approval = %+v, %v", approved, err)
+	}
+	got, err := b.svc.GetRefund(ctx, r.ID)
+	if err != nil || got.Status != payments.RefundFailed || got.FlaggedAt != nil {
+		t.Fatalf("after approval: %+v, %v", got, err)
+	}
+	for sql, want := range map[string]int{
+		`SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND $1 <> ''`:                                                0,
+		`SELECT count(*) FROM refund_events WHERE refund_id = $1 AND from_status = 'Pending' AND to_status = 'Failed' AND actor_kind = 'staff'`: 1,
+		`SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND resolved_at IS NULL AND $1 <> ''`:                               0,
+		`SELECT count(*) FROM audit_log WHERE action IN ('resolution.propose', 'resolution.approve') AND detail LIKE '%' || $1 || '%'`:          2,
+	} {
+		if n := b.count(t, sql, r.ID); n != want {
+			t.Errorf("%s = %d, want %d", sql, n, want)
+		}
+	}
+	// The money is free again: a refund of the whole amount goes through.
+	if again, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k2"}); err != nil || again.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("refund after the Failed one = %+v, %v", again, err)
+	}
+}
+
+// Succeeded by hand writes the one RefundIssued entry. A proposal overtaken by the gateway (a
+// retry after the proposal settled the refund) cannot be approved: the approval changes nothing
+// and the proposal is rejected instead. A refund that is not flagged is not settled by hand.
+func TestRefundOutcomeByHandSucceededAndOvertaken(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-by-hand-ok", 1000)
+	r := b.flaggedRefund(t, s, 300, "k1")
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r.ID, Outcome: payments.RefundSucceeded,
+		Reason: "the bank statement shows it", Evidence: "statement 2026-11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1 AND amount = 300`, r.ID); n != 1 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r.ID); got.Status != payments.RefundSucceeded {
+		t.Fatalf("after approval: %s", got.Status)
+	}
+
+	// Overtaken: proposed Failed, then retried and settled by the gateway before the approval.
+	r2 := b.flaggedRefund(t, s, 200, "k2")
+	p2, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r2.ID, Outcome: payments.RefundFailed,
+		Reason: "looks lost", Evidence: "no trace in the dashboard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.RetryFlaggedRefund(ctx, fin2, r2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("drive after retry: %d, %v", n, err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p2.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("approval of an overtaken proposal = %v, want conflict", err)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r2.ID); got.Status != payments.RefundSucceeded {
+		t.Fatalf("the gateway's answer was overwritten: %s", got.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p2.ID); n != 1 {
+		t.Fatal("the refused approval changed the proposal")
+	}
+	if _, err := b.svc.RejectResolution(ctx, fin2, p2.ID, "the gateway answered"); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("RefundIssued entries = %d, want 2 (one per refund)", n)
+	}
+
+	// Not flagged: the patrol still asks.
+	b.gw.SetRefundOutcome("pending")
+	pending, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 100, RequestKey: "k3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: pending.Refund.ID, Outcome: payments.RefundFailed,
+		Reason: "x", Evidence: "y"}); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("proposal for a refund the patrol still asks about = %v, want conflict", err)
+	}
+}
