@@ -368,13 +368,14 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 }
 
 // settleRefundRow writes a Pending refund's outcome (cur, locked by the caller under the order →
-// session locks): its status with its feed event (who: by) in one statement, and for Succeeded
-// the one RefundIssued ledger entry. The gateway's answer (driveRefund) and an approved four-eyes
-// outcome (approveRefundOutcome) both settle through here.
+// session locks): its status with its feed event (who: by) in one statement, a settled refund
+// no longer flagged, and for Succeeded the one RefundIssued ledger entry. The gateway's answer
+// (driveRefund) and an approved four-eyes outcome (approveRefundOutcome) both settle through here.
 func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID, by string, now time.Time) (Refund, error) {
 	out, err := scanRefund(tx.QueryRow(ctx, `WITH r AS (
 			UPDATE refunds SET status = $2, detail = $3,
-				gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5
+				gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5,
+				flagged_at = NULL, flag_reason = NULL
 			WHERE id = $1 AND status = 'Pending' RETURNING *
 		), e AS (
 			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)

@@ -92,8 +92,8 @@ func lockRefund(ctx context.Context, tx pgx.Tx, id string) (Refund, error) {
 
 // approveRefundOutcome is the approval's effect for a refund_settle proposal p, in
 // ApproveResolution's transaction under the order → session locks: the refund, still Pending,
-// gets the proposed outcome (its feed event by staff; Succeeded writes the RefundIssued entry),
-// its flag is cleared, and the session's refund_unsettled case is resolved when no other refund
+// gets the proposed outcome (settleRefundRow: its feed event by staff, the flag cleared,
+// Succeeded writes the RefundIssued entry), and the session's refund_unsettled case is resolved when no other refund
 // of it is left flagged. A refund that moved since the proposal (the gateway answered after a
 // retry) is a conflict: the approval does not happen.
 func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) error {
@@ -107,9 +107,6 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 	detail := fmt.Sprintf("settled by hand: resolution #%d, proposed by %s, approved by %s", p.ID, p.ProposedBy, by.Email)
 	if _, err := settleRefundRow(ctx, tx, r, p.RefundOutcome, detail, "", string(ActorStaff), now); err != nil {
 		return err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL WHERE id = $1`, r.ID); err != nil {
-		return fmt.Errorf("approve refund outcome: flag: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
 		WHERE session_id = $1 AND kind = $5 AND resolved_at IS NULL
