@@ -16,17 +16,41 @@ import (
 // came. A cursor is final: no change ever appears before one the feed has returned
 // (payments/feed.go). A malformed after or limit → 422 naming it.
 func (a *API) ListEvents(c echo.Context) error {
-	limit := payments.DefaultFeedRead
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return payments.Invalid("limit", "limit must be a whole number between 1 and %d", payments.MaxFeedRead)
-		}
-		limit = n
+	limit, err := feedLimit(c)
+	if err != nil {
+		return err
 	}
 	page, err := a.svc.Feed(c.Request().Context(), c.QueryParam("after"), limit)
 	if err != nil {
 		return err
 	}
 	return writeJSON(c, http.StatusOK, page.Body())
+}
+
+// ListPaymentEvents: GET /api/v1/payments/{id}/events?after=CURSOR&limit=N → 200 one payment's
+// part of the feed (its status changes and its refunds'), with the same cursors, pages and
+// body as ListEvents; an unknown payment → 404.
+func (a *API) ListPaymentEvents(c echo.Context) error {
+	limit, err := feedLimit(c)
+	if err != nil {
+		return err
+	}
+	page, err := a.svc.PaymentFeed(c.Request().Context(), pathParam(c, "id"), c.QueryParam("after"), limit)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, page.Body())
+}
+
+// feedLimit is a feed read's limit query parameter (payments.DefaultFeedRead when absent).
+func feedLimit(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return payments.DefaultFeedRead, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, payments.Invalid("limit", "limit must be a whole number between 1 and %d", payments.MaxFeedRead)
+	}
+	return n, nil
 }

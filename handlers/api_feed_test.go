@@ -137,3 +137,48 @@ func TestAPIEventsFeed(t *testing.T) {
 		wantProblem(t, b.do(get(eventsPath(bad.after, bad.limit))), http.StatusUnprocessableEntity, bad.field)
 	}
 }
+
+// GET /api/v1/payments/{id}/events: one payment's part of the feed — its changes and its
+// refunds', not another payment's — with the feed's cursors; 404 for an unknown payment, 422
+// naming a bad parameter.
+func TestAPIPaymentEvents(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-pevents", 1200)
+	other := b.completedPayment(t, "o-pevents-other", 900)
+	wantRefund(t, b.do(post(refundsPath(other.ID), `{"amount":100}`)), http.StatusCreated)
+	r := wantRefund(t, b.do(post(refundsPath(p.ID), `{"amount":500}`)), http.StatusCreated)
+
+	path := func(id, after, limit string) string {
+		return "/api/v1/payments/" + id + "/events?" + url.Values{"after": {after}, "limit": {limit}}.Encode()
+	}
+	var got feedPage
+	for deadline := time.Now().Add(60 * time.Second); len(got.Data) < 5; { // the feed's lag (TestAPIEventsFeed)
+		rec := b.do(get(path(p.ID, "", "")))
+		got = decode[feedPage](t, rec)
+		if rec.Code != http.StatusOK || len(got.Data) > 5 || time.Now().After(deadline) {
+			t.Fatalf("the payment's events: %d %s", rec.Code, rec.Body)
+		}
+	}
+	for i, want := range []struct{ typ, refund, to string }{
+		{"payment.status_changed", "", "Registering"}, {"payment.status_changed", "", "Registered"}, {"payment.status_changed", "", "Completed"},
+		{"refund.status_changed", r.ID, "Pending"}, {"refund.status_changed", r.ID, "Succeeded"},
+	} {
+		if e := got.Data[i]; e.PaymentID != p.ID || e.Type != want.typ || e.RefundID != want.refund || e.Status != want.to {
+			t.Fatalf("event %d = %+v, want %+v", i, e, want)
+		}
+	}
+	if got.NextCursor != got.Data[4].ID || got.HasMore {
+		t.Fatalf("next %q, more %v", got.NextCursor, got.HasMore)
+	}
+	rec := b.do(get(path(p.ID, got.Data[1].ID, "2")))
+	if page := decode[feedPage](t, rec); rec.Code != http.StatusOK || len(page.Data) != 2 || !page.HasMore || page.Data[0].ID != got.Data[2].ID {
+		t.Fatalf("a page after the second event: %d %s", rec.Code, rec.Body)
+	}
+
+	wantProblem(t, b.do(get(path("6f1c2c3e-0000-4000-8000-000000000000", "", ""))), http.StatusNotFound, "")
+	wantProblem(t, b.do(get(path("nope", "", ""))), http.StatusNotFound, "")
+	for _, bad := range []struct{ after, limit, field string }{{"", "0", "limit"}, {"", "ten", "limit"}, {"latest", "", "after"}} {
+		wantProblem(t, b.do(get(path(p.ID, bad.after, bad.limit))), http.StatusUnprocessableEntity, bad.field)
+	}
+}

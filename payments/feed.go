@@ -70,6 +70,27 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 	if limit < 1 || limit > MaxFeedRead {
 		return FeedPage{}, Invalid("limit", "limit must be between 1 and %d", MaxFeedRead)
 	}
+	return s.readFeed(ctx, feedSQL, after, limit)
+}
+
+// PaymentFeed returns up to limit of one payment's events (its own status changes and its
+// refunds') after the cursor after ("" from its first), oldest first: the feed's events of that
+// payment, with the feed's cursors, so a cursor from either reads on in this one. An unknown
+// payment is ENOTFOUND; the rest is as in Feed (FeedEnd: the whole feed's end, after which
+// this payment's next change comes).
+func (s *Service) PaymentFeed(ctx context.Context, paymentID, after string, limit int) (FeedPage, error) {
+	if limit < 1 || limit > MaxFeedRead {
+		return FeedPage{}, Invalid("limit", "limit must be between 1 and %d", MaxFeedRead)
+	}
+	if _, err := s.Get(ctx, paymentID); err != nil {
+		return FeedPage{}, err
+	}
+	return s.readFeed(ctx, paymentFeedSQL, after, limit, paymentID)
+}
+
+// readFeed runs a feed read (feedSQL or paymentFeedSQL, with more arguments after the
+// cursor's and the limit's) after the cursor after, limit having been checked.
+func (s *Service) readFeed(ctx context.Context, sql, after string, limit int, more ...any) (FeedPage, error) {
 	if after == FeedEnd {
 		var end string
 		if err := s.db.QueryRow(ctx, feedEndSQL).Scan(&end); err != nil {
@@ -81,7 +102,7 @@ func (s *Service) Feed(ctx context.Context, after string, limit int) (FeedPage, 
 	if err != nil {
 		return FeedPage{}, err
 	}
-	rows, err := s.db.Query(ctx, feedSQL, xid, id, limit+1)
+	rows, err := s.db.Query(ctx, sql, append([]any{xid, id, limit + 1}, more...)...)
 	if err != nil {
 		return FeedPage{}, dbError("events", err, "")
 	}
@@ -127,37 +148,50 @@ const feedServes = `e.xid IS NOT NULL AND e.xid < pg_snapshot_xmin(pg_current_sn
 // feedEvents is the events the feed serves, payments' and refunds', as one relation (alias ev:
 // xid, id, type, session_id, refund_id, order_id, amount, currency, from_status, to_status,
 // actor_kind, created_at) of at most 2 × limit rows: each table's events that match where
-// (written over alias e), in order (over e), the first limit of them. Each branch walks its own
-// (xid, id) index; the caller orders and limits the two together. (One UNION ALL ordered once
+// (written over alias e) and, when of is not "", belong to the payment of names (an SQL
+// expression), in order (over e), the first limit of them. Each branch walks its own (xid, id)
+// index (one payment's: its events and refunds by their own indexes); the caller orders and
+// limits the two together. (One UNION ALL ordered once
 // outside would sort both tables whole: PostgreSQL merges the branches of a UNION ALL in order
 // only when they have no WHERE, and these have feedServes. TestFeedReadsByItsIndex.)
-func feedEvents(where, order, limit string) string {
+func feedEvents(where, of, order, limit string) string {
+	sessionOf, refundOf := "", ""
+	if of != "" {
+		sessionOf, refundOf = ` AND e.session_id = `+of, ` AND f.session_id = `+of
+	}
 	return `(
 	(SELECT e.xid, e.id, '` + FeedEventPaymentStatus + `'::text AS type, e.session_id, ''::text AS refund_id, s.order_id, s.amount, s.currency,
 		coalesce(e.from_status, '') AS from_status, e.to_status, e.actor_kind, e.created_at
 	FROM session_events e JOIN payment_sessions s ON s.id = e.session_id
-	WHERE ` + feedServes + ` AND ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
+	WHERE ` + feedServes + ` AND ` + where + sessionOf + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
 	UNION ALL
 	(SELECT e.xid, e.id, '` + FeedEventRefundStatus + `'::text, f.session_id, f.id::text, f.order_id, f.amount, f.currency,
 		coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.created_at
 	FROM refund_events e JOIN refunds f ON f.id = e.refund_id
-	WHERE ` + feedServes + ` AND ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
+	WHERE ` + feedServes + ` AND ` + where + refundOf + ` ORDER BY ` + order + ` LIMIT ` + limit + `)
 ) ev`
 }
 
 // feedSQL reads the feed: $1 the cursor's transaction id (text: xid8 has no Go type in pgx),
 // $2 its row id, $3 how many rows.
-var feedSQL = `
+var feedSQL = feedRead(``)
+
+// paymentFeedSQL reads one payment's part of the feed: feedSQL's arguments, and $4 the payment.
+var paymentFeedSQL = feedRead(`$4::uuid`)
+
+func feedRead(of string) string {
+	return `
 	SELECT ev.xid::text || '-' || ev.id, ev.type, ev.session_id::text, ev.refund_id, ev.order_id, ev.amount, ev.currency,
 		ev.from_status, ev.to_status, ev.actor_kind, ev.created_at
-	FROM ` + feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, `e.xid, e.id`, `$3`) + `
+	FROM ` + feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, of, `e.xid, e.id`, `$3`) + `
 	ORDER BY ev.xid, ev.id
 	LIMIT $3`
+}
 
 // feedEndSQL is the feed's end: the cursor of the last event it serves (empty when it serves
 // none). What is still being written sorts after it, so a reader starting there misses nothing
 // from then on.
-var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(`true`, `e.xid DESC, e.id DESC`, `1`) + `
+var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(`true`, ``, `e.xid DESC, e.id DESC`, `1`) + `
 	ORDER BY ev.xid DESC, ev.id DESC LIMIT 1), '')`
 
 // FeedBody is the feed as JSON, the same for GET /api/v1/events and the events webhook: what a

@@ -18,6 +18,9 @@ import (
 // the generic plan a prepared statement may switch to. make test fills 100 000 sessions with
 // two events each, written by 40 transactions, and a refund with two events for every fifth
 // Completed one; make polygon (PITLANE_SCALE=full) a million.
+//
+// One payment's events are read through that payment's own indexes (its timeline's, its
+// refunds', their events'), not by walking the whole feed.
 func TestFeedReadsByItsIndex(t *testing.T) {
 	t.Parallel()
 	n := 100_000
@@ -46,6 +49,10 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 	var midXid string
 	var midID int64
 	if err := pool.QueryRow(ctx, `SELECT xid::text, id FROM session_events ORDER BY xid, id OFFSET $1 LIMIT 1`, n).Scan(&midXid, &midID); err != nil {
+		t.Fatal(err)
+	}
+	var refunded string
+	if err := pool.QueryRow(ctx, `SELECT session_id::text FROM refunds LIMIT 1`).Scan(&refunded); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pool.Acquire(ctx)
@@ -83,6 +90,28 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 					t.Errorf("%s, %s: %s not used", mode, name, index)
 				}
 			}
+		}
+		// One payment's events (GET /api/v1/payments/{id}/events), one with a refund: through
+		// the payment's own indexes, never the whole feed's.
+		used := map[any]bool{}
+		var walk func(node map[string]any)
+		walk = func(node map[string]any) {
+			if node["Node Type"] == "Seq Scan" {
+				t.Errorf("%s, a payment's events: Seq Scan of %v in the plan", mode, node["Relation Name"])
+			}
+			used[node["Index Name"]] = true
+			for _, k := range planChildren(node) {
+				walk(k)
+			}
+		}
+		walk(explain(t, conn.Conn(), paymentFeedSQL, []any{"0", int64(0), DefaultFeedRead + 1, refunded}))
+		for _, index := range []string{"session_events_session", "refunds_session_id_request_key_key", "refund_events_refund"} {
+			if !used[index] {
+				t.Errorf("%s, a payment's events: %s not used", mode, index)
+			}
+		}
+		if used["session_events_feed"] || used["refund_events_feed"] {
+			t.Errorf("%s, a payment's events: walks the whole feed's index", mode)
 		}
 	}
 }

@@ -244,7 +244,7 @@ func (s *Service) eventsAfter(ctx context.Context, cursor string, limit int) (n 
 		return 0, nil, err
 	}
 	if err := s.db.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
-		feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, `e.xid, e.id`, `$3`),
+		feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, ``, `e.xid, e.id`, `$3`),
 		xid, id, limit).Scan(&n, &oldest); err != nil {
 		return 0, nil, dbError("events webhook: waiting", err, "")
 	}

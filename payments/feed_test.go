@@ -15,10 +15,16 @@ import (
 // deadline is for a failing test only: a passing read returns as soon as the events are there).
 func feedAll(t *testing.T, svc *payments.Service, after string, limit, want int) ([]payments.FeedEvent, string) {
 	t.Helper()
+	return feedAllOf(t, svc.Feed, after, limit, want)
+}
+
+// feedAllOf is feedAll over another read of the feed (a payment's: PaymentFeed).
+func feedAllOf(t *testing.T, read func(ctx context.Context, after string, limit int) (payments.FeedPage, error), after string, limit, want int) ([]payments.FeedEvent, string) {
+	t.Helper()
 	var got []payments.FeedEvent
 	deadline := time.Now().Add(60 * time.Second)
 	for len(got) < want {
-		page, err := svc.Feed(context.Background(), after, limit)
+		page, err := read(context.Background(), after, limit)
 		if err != nil {
 			t.Fatalf("Feed(%q, %d): %v", after, limit, err)
 		}
@@ -247,4 +253,84 @@ func (b *bench) refundIn(t *testing.T, paid payments.Session, amount int64, key 
 		t.Fatalf("refund %d: %v", amount, err)
 	}
 	return r.Refund
+}
+
+// One payment's part of the feed (GET /api/v1/payments/{id}/events): exactly the feed's events
+// of that payment — its own changes and its refunds', none of another payment's — in the feed's
+// order, with the feed's cursors, page by page as whole. A cursor from the whole feed reads on in
+// the payment's, the end included. An unknown payment is ENOTFOUND, a bad cursor or limit
+// EINVALID.
+// Negative controls (run by hand): without the payment filter in the refunds' branch the
+// payment's list carries the other payment's refund; without it in the payments' branch, the
+// other payment's changes.
+func TestPaymentFeedIsThePaymentsPartOfTheFeed(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	a := b.completed(t, "o-pfeed-a", 1000)
+	other := b.completed(t, "o-pfeed-b", 800)
+	b.refundIn(t, other, 100, "k-b")
+	b.refundIn(t, a, 300, "k-a")
+	b.gw.SetRefundOutcome("failed")
+	b.refundIn(t, a, 200, "k-a2")
+
+	all, end := feedAll(t, b.svc, "", payments.MaxFeedRead, 3+3+2+2+2)
+	var want []payments.FeedEvent
+	for _, e := range all {
+		if e.SessionID == a.ID {
+			want = append(want, e)
+		}
+	}
+	if len(want) != 3+2+2 {
+		t.Fatalf("the feed has %d events of payment A, want 7: %+v", len(want), all)
+	}
+	ofA := func(ctx context.Context, after string, limit int) (payments.FeedPage, error) {
+		return b.svc.PaymentFeed(ctx, a.ID, after, limit)
+	}
+	for _, limit := range []int{payments.MaxFeedRead, 1, 3} {
+		got, next := feedAllOf(t, ofA, "", limit, len(want))
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("limit %d: event %d = %+v, want %+v", limit, i, got[i], want[i])
+			}
+		}
+		if next != want[len(want)-1].Cursor {
+			t.Fatalf("limit %d: next %q, want the last event's %q", limit, next, want[len(want)-1].Cursor)
+		}
+		if page, err := b.svc.PaymentFeed(ctx, a.ID, next, limit); err != nil || len(page.Events) != 0 || page.More || page.Next != next {
+			t.Fatalf("limit %d: after the payment's last event: %+v, %v", limit, page, err)
+		}
+	}
+	// The whole feed's cursors read on: from A's first refund event, A's later ones only.
+	if got, _ := feedAllOf(t, ofA, want[2].Cursor, 10, 4); got[0] != want[3] || got[3] != want[6] {
+		t.Fatalf("after %s: %+v", want[2].Cursor, got)
+	}
+	// From the end: nothing, the whole feed's end; then A's next change and not B's.
+	page, err := b.svc.PaymentFeed(ctx, a.ID, payments.FeedEnd, 10)
+	if err != nil || len(page.Events) != 0 || page.Next != end {
+		t.Fatalf("the end: %+v, %v; want no events and %q", page, err, end)
+	}
+	b.gw.SetRefundOutcome("succeeded")
+	b.refundIn(t, other, 50, "k-b2")
+	last := b.refundIn(t, a, 100, "k-a3")
+	if got, _ := feedAllOf(t, ofA, end, 10, 2); got[0].RefundID != last.ID || got[1].RefundID != last.ID || got[1].To != payments.RefundSucceeded {
+		t.Fatalf("after the end: %+v", got)
+	}
+
+	for _, id := range []string{"6f1c2c3e-0000-4000-8000-000000000000", "not-a-uuid", ""} {
+		if _, err := b.svc.PaymentFeed(ctx, id, "", 10); payments.ErrorCode(err) != payments.ENOTFOUND {
+			t.Fatalf("PaymentFeed(%q) = %v, want ENOTFOUND", id, err)
+		}
+	}
+	for _, bad := range []struct {
+		after string
+		limit int
+		field string
+	}{{"x", 10, "after"}, {"1-2-3", 10, "after"}, {"", 0, "limit"}, {"", payments.MaxFeedRead + 1, "limit"}} {
+		_, err := b.svc.PaymentFeed(ctx, a.ID, bad.after, bad.limit)
+		var e *payments.Error
+		if payments.ErrorCode(err) != payments.EINVALID || !errors.As(err, &e) || e.Field != bad.field {
+			t.Fatalf("PaymentFeed(%q, %d) = %v, want EINVALID on %s", bad.after, bad.limit, err, bad.field)
+		}
+	}
 }

@@ -46,6 +46,7 @@ func routes(e *echo.Echo, d Deps) {
 	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, write)
 	v1.POST("/payments/:id/refunds", api.CreateRefund, refund)
 	v1.GET("/payments/:id/refunds", api.ListRefunds, read)
+	v1.GET("/payments/:id/events", api.ListPaymentEvents, read)
 	v1.GET("/refunds/:id", api.GetRefund, read)
 	v1.GET("/events", api.ListEvents, read)
 

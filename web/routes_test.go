@@ -63,6 +63,7 @@ var routeRules = map[string]routeRule{
 	"POST /api/v1/payments/:id/cancel/confirm":     key(access.ScopePaymentsWrite),
 	"POST /api/v1/payments/:id/refunds":            key(access.ScopeRefundsWrite),
 	"GET /api/v1/payments/:id/refunds":             key(access.ScopePaymentsRead),
+	"GET /api/v1/payments/:id/events":              key(access.ScopePaymentsRead),
 	"GET /api/v1/refunds/:id":                      key(access.ScopePaymentsRead),
 	"GET /api/v1/events":                           key(access.ScopePaymentsRead),
 
