@@ -1,9 +1,11 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
@@ -27,7 +29,7 @@ func (h *Console) Flagged(c echo.Context) error {
 	if htmx(c) {
 		return render.Fragments(c, http.StatusOK, views.Flagged(v), views.FlaggedLive)
 	}
-	v.Page = h.page(c, "Flagged sessions", "finance")
+	v.Page = h.page(c, "Flagged payments and refunds", "finance")
 	return render.HTML(c, http.StatusOK, views.Flagged(v))
 }
 
@@ -74,7 +76,9 @@ func (h *Console) RetryFlaggedRefund(c echo.Context) error {
 
 // ProposeRefundOutcome: POST /finance/flagged/refunds/:id/propose (outcome, reason, evidence).
 // Proposes how a flagged refund ended; a second finance or admin user approves it on the
-// resolutions page (payments.ProposeRefundOutcome). A refusal goes back to the payment's page.
+// resolutions page (payments.ProposeRefundOutcome). A refusal shows the payment's page with the
+// form again as it was sent (422 invalid, 409 conflict), or, when the refund is no longer one
+// to propose for, goes back to that page with the reason.
 func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 	st, err := staff(c)
 	if err != nil {
@@ -87,9 +91,35 @@ func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 		return h.done(c, "/finance/resolutions#proposal-"+strconv.FormatInt(r.ID, 10),
 			"Proposal "+r.Target()+": mark refund "+views.Short(r.RefundID)+" "+r.RefundOutcome+". A second finance or admin user must approve it.", nil)
 	}
+	code := payments.ErrorCode(err)
+	if code == payments.EINTERNAL || code == payments.ENOTFOUND {
+		return err
+	}
 	refund, gerr := h.svc.GetRefund(ctx, c.Param("id"))
 	if gerr != nil {
 		return gerr
 	}
-	return h.done(c, string(views.PaymentURL(refund.PaymentID)), "", err)
+	d, gerr := h.svc.PaymentDetail(ctx, refund.PaymentID)
+	if gerr != nil {
+		return gerr
+	}
+	if refund.FlaggedAt == nil || refund.Status != payments.RefundPending || d.WaitingRefundSettle(refund.ID) != nil {
+		// No form to fill in again (settled meanwhile, or another proposal waits): the page as
+		// it is now says what happened, the flash why this was refused.
+		return h.done(c, string(views.PaymentURL(refund.PaymentID)), "", err)
+	}
+	// The form again, open, with what was typed and why it was refused: a reason and evidence
+	// that took minutes to write are not lost to a missing outcome or a race.
+	var de *payments.Error
+	errors.As(err, &de)
+	status := http.StatusUnprocessableEntity
+	if code == payments.ECONFLICT {
+		status = http.StatusConflict
+	}
+	h.auth.Flash(c, false, payments.ErrorMessage(err))
+	v := views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
+		RefundSettle: &views.RefundSettleDraft{RefundID: refund.ID, Outcome: c.FormValue("outcome"),
+			Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: de.Field}}
+	v.Page = h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
+	return render.HTML(c, status, views.Payment(v))
 }

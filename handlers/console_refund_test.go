@@ -233,13 +233,7 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	b.user(t, "fin1@example.com", access.RoleFinance)
 	b.user(t, "fin2@example.com", access.RoleFinance)
 	s := b.completed(t, "o-refund-stuck", 2000)
-	var refundID string
-	if err := b.pool.QueryRow(context.Background(), `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
-			created_at, updated_at, flagged_at, flag_reason, check_attempts)
-		VALUES (gen_random_uuid(), $1, $2, 1500, 'EUR', 'Pending', 'k', $3, $3, $3, 'no final answer', 9) RETURNING id::text`,
-		s.ID, s.OrderID, consoleT0).Scan(&refundID); err != nil {
-		t.Fatal(err)
-	}
+	refundID := b.flaggedRefund(t, s, 1500)
 	fin1, fin2 := b.agent(t), b.agent(t)
 	fin1.login("fin1@example.com")
 	fin2.login("fin2@example.com")
@@ -251,7 +245,24 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	if !ok {
 		t.Fatal("no settle-by-hand form on the flagged refund")
 	}
-	rec := fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"never executed, says the gateway"}, "evidence": {"ticket GW-9"}})
+	// Refused for a missing field: the page again (422), the form open with what was typed, the
+	// field marked, the live refresh held; nothing proposed.
+	rec := fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"never executed, says the gateway"}, "evidence": {" "}})
+	doc = page(t, rec, http.StatusUnprocessableEntity)
+	wantText(t, doc, "flash-error", "evidence")
+	settle := doc.Find(`[data-testid="refund-row"][data-id="` + refundID + `"] ` + testid("refund-settle"))
+	if _, open := settle.Attr("open"); !open || settle.AttrOr("data-live-keep", "no") == "no" {
+		t.Fatalf("the refused form is not open and held: %s", settleHTML(settle))
+	}
+	if settle.Find(testid("refund-settle-reason")).Text() != "never executed, says the gateway" ||
+		settle.Find(testid("refund-settle-failed")).AttrOr("checked", "no") == "no" ||
+		settle.Find(testid("refund-settle-evidence")).AttrOr("aria-invalid", "") != "true" {
+		t.Fatalf("the refused form lost what was typed: %s", settleHTML(settle))
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals`); n != 0 {
+		t.Fatalf("%d proposals after a refusal", n)
+	}
+	rec = fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"never executed, says the gateway"}, "evidence": {"ticket GW-9"}})
 	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
 		t.Fatalf("propose: %d to %q", rec.Code, loc)
 	}
@@ -281,4 +292,24 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	// A refusal goes back to the payment's page with the reason.
 	doc = page(t, fin1.follow(fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"r"}, "evidence": {"e"}})), http.StatusOK)
 	wantText(t, doc, "flash-error", "Failed already")
+}
+
+// settleHTML is a selection's HTML for a failure message.
+func settleHTML(s *goquery.Selection) string {
+	h, _ := s.Html()
+	return h
+}
+
+// flaggedRefund inserts a refund of the payment that the patrol gave up on: Pending, flagged
+// "no final answer" after nine checks, and returns its id.
+func (b *consoleBench) flaggedRefund(t *testing.T, s payments.Session, amount int64) string {
+	t.Helper()
+	var id string
+	if err := b.pool.QueryRow(context.Background(), `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
+			created_at, updated_at, flagged_at, flag_reason, check_attempts)
+		VALUES (gen_random_uuid(), $1, $2, $3, 'EUR', 'Pending', 'k', $4, $4, $4, 'no final answer', 9) RETURNING id::text`,
+		s.ID, s.OrderID, amount, consoleT0).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

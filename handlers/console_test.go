@@ -268,13 +268,7 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 
 	// A refund whose schedule ran out: listed beside the sessions, "retry now" gives it back to
 	// the patrol, audited under its payment.
-	var refundID string
-	if err := b.pool.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
-			created_at, updated_at, flagged_at, flag_reason, check_attempts)
-		VALUES (gen_random_uuid(), $1, 'o-late', 700, 'EUR', 'Pending', 'k', $2, $2, $2, 'no final answer', 9) RETURNING id::text`,
-		s.ID, consoleT0).Scan(&refundID); err != nil {
-		t.Fatal(err)
-	}
+	refundID := b.flaggedRefund(t, s, 700)
 	doc = page(t, fin.get("/finance/flagged"), http.StatusOK)
 	row := doc.Find(`[data-testid="flagged-refund-row"][data-id="` + refundID + `"]`)
 	if row.Length() != 1 || !strings.Contains(row.Text(), "7.00 EUR") || !strings.Contains(row.Text(), "o-late") {

@@ -203,3 +203,46 @@ func TestBrowserLiveRefreshDoesNotEatTypedInput(t *testing.T) {
 	}
 	noReload(t, ctx)
 }
+
+// TestBrowserRefusedProposalKeepsItsForm: finance proposes how a flagged refund ended and is
+// refused (the evidence was blank): the payment's page comes back with the form open and what
+// was typed in it, and a change to the payment while it is open does not refresh the page over
+// it (the server marked it data-live-keep; live.js holds the refresh and says the page is
+// behind).
+func TestBrowserRefusedProposalKeepsItsForm(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	s := b.completed(t, "o-live-settle", 2000)
+	b.flaggedRefund(t, s, 1500)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "fin@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+
+	const reason = "the gateway's support says it never ran"
+	within(t, ctx, 20*time.Second,
+		liveClick(chromedp.CSS(`[data-testid="refund-settle"] summary`)),
+		liveClick(chromedp.CSS(`[data-testid="refund-settle-failed"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="refund-settle-reason"]`), reason),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="refund-settle-evidence"]`), " "),
+		liveClick(chromedp.CSS(`[data-testid="refund-settle-submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="flash-error"]`)),
+	)
+	waitJS(t, ctx, "the page's live stream to open", `document.documentElement.getAttribute("data-live-state") === "live"`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.pitlaneMarker = "no reload"`)); err != nil {
+		t.Fatal(err)
+	}
+	kept := `(() => { const d = document.querySelector('[data-testid="refund-settle"]');
+		return d.open && d.querySelector('[data-testid="refund-settle-reason"]').value === "` + reason + `" &&
+			d.querySelector('[data-testid="refund-settle-failed"]').checked; })()`
+	waitJS(t, ctx, "the form open with what was typed", kept)
+
+	// The payment changes meanwhile: the page is told, and stays as it is, behind.
+	if _, err := b.svc.CreateRefund(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+		payments.RefundInput{PaymentID: s.ID, Amount: 100}); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the live refresh held", `document.documentElement.hasAttribute("data-live-stale")`)
+	waitJS(t, ctx, "the form still open with what was typed", kept)
+	noReload(t, ctx)
+}

@@ -36,13 +36,29 @@
     document.documentElement.setAttribute("data-live-state", s);
   }
 
+  // behind: the region missed a refresh (the tab hidden, the user busy in it) and will catch up;
+  // the page's root says so (data-live-stale) for anyone who looks.
+  function behind(v) {
+    stale = v;
+    if (v) {
+      document.documentElement.setAttribute("data-live-stale", "");
+    } else {
+      document.documentElement.removeAttribute("data-live-stale");
+    }
+  }
+
   function region() {
     return document.getElementById(id);
   }
 
   // busy: the user is in the middle of something inside the region (a focused field, a typed
-  // value, a ticked box) that a swap would throw away.
+  // value, a ticked box) that a swap would throw away, or the server sent a form back to be
+  // finished (data-live-keep: a refused proposal with what was typed; it is not refreshed
+  // until it is sent again or the user leaves the page).
   function busy(el) {
+    if (el.querySelector("[data-live-keep]")) {
+      return true;
+    }
     var a = document.activeElement;
     if (a && el.contains(a) && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName)) {
       return true;
@@ -76,14 +92,14 @@
       return;
     }
     if (document.visibilityState === "hidden" || busy(el)) {
-      stale = true;
+      behind(true);
       return;
     }
     if (inflight) {
       again = true;
       return;
     }
-    stale = false;
+    behind(false);
     inflight = true;
     var done = function () {
       inflight = false;
@@ -171,7 +187,7 @@
     var cfg = e.detail.requestConfig;
     if (el && cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1" && busy(el)) {
       e.detail.shouldSwap = false;
-      stale = true;
+      behind(true);
     }
   });
   document.addEventListener("visibilitychange", function () {

@@ -65,7 +65,7 @@ func Resolutions(v ResolutionsView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p class=\"muted\">A flagged, Unknown or mismatched payment is settled by hand in two steps: one person proposes the outcome with a reason and evidence (\"Settle by hand…\" on \"Stuck money\" or \"Flagged sessions\"), a second finance or admin user approves it. The approved outcome is applied like the gateway's own answer would be: one status change, at most one PaymentReceived entry. A refund above the direct limit (from the payment's page) waits here the same way; its approval refunds through the gateway, once.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p class=\"muted\">A flagged, Unknown or mismatched payment is settled by hand in two steps: one person proposes the outcome with a reason and evidence (\"Settle by hand…\" on \"Stuck money\" or \"Flagged\"), a second finance or admin user approves it. The approved outcome is applied like the gateway's own answer would be: one status change, at most one PaymentReceived entry. A refund above the direct limit (from the payment's page) waits here the same way; its approval refunds through the gateway, once.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
