@@ -102,7 +102,8 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 // gateway in the way that never refunds twice (askRefund) and applies the answer as always. The
 // case stays open until finance resolves it. Audited in the same transaction, under the
 // payment (the refund's session) so the payment page shows it. It changes no status, so it
-// takes only the refund row.
+// takes only the refund row. While a proposal to settle the refund by hand waits, it is refused
+// (ECONFLICT): the gateway is not asked while people decide.
 func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (Refund, error) {
 	if !validUUID(id) {
 		return Refund{}, Errorf(ENOTFOUND, "refund %q not found", id)
@@ -121,6 +122,17 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 		}
 		if err != nil {
 			return dbError("retry flagged refund: lock", err, "")
+		}
+		// A proposal to settle it by hand waits: sending it back to the patrol would have the
+		// gateway asked while people decide its outcome. (The proposal is made under this row's
+		// lock too, so one of the two sees the other.)
+		var proposal int64
+		switch err := tx.QueryRow(ctx, `SELECT id FROM resolution_proposals
+			WHERE refund_id = $1 AND kind = 'refund_settle' AND state = 'proposed'`, id).Scan(&proposal); {
+		case err == nil:
+			return Errorf(ECONFLICT, "proposal #%d to settle refund %s by hand waits for a second person: approve or reject it first", proposal, Short(id))
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("retry flagged refund: proposal: %w", err)
 		}
 		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL,
 			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+refundColumns, id, now))

@@ -156,7 +156,7 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		return RefundResult{}, err
 	}
 	in.Bind.committed()
-	if out, err = s.settleRefund(ctx, sess, out); err != nil {
+	if out, err = s.settleRefund(ctx, sess, out, created); err != nil {
 		return RefundResult{}, err
 	}
 	return RefundResult{Refund: out, Created: created}, nil
@@ -244,8 +244,16 @@ func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withW
 // settleRefund asks the gateway about a refund just claimed (still Pending) and applies the
 // answer. No answer is not an error: the refund stays Pending for the patrol, and is returned as
 // the database has it.
-func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
-	if r.Status != RefundPending {
+//
+// Only the request that created the refund (created) asks, and it asks without a lease: the
+// refund is new, due for the patrol only after RegisterGrace, and neither flagged nor proposed
+// for, so nothing else drives it meanwhile. A request that found the refund an earlier one made
+// (a key taken over, a code form sent again) returns it as stored: the request that made it, or
+// the patrol under its lease, settles it. Driving it here too would be a second, unleased
+// drive beside the patrol's, a retry or an approval by hand — and once the gateway may have
+// forgotten the key (Stripe: 24 hours), two drives that both find nothing both send.
+func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, created bool) (Refund, error) {
+	if r.Status != RefundPending || !created {
 		return r, nil
 	}
 	out, err := s.driveRefund(ctx, sess, r)
@@ -281,7 +289,8 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 	}
 	if token, leased := leaseOf(ctx, r.ID); leased {
 		var holds bool
-		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2)`, r.ID, token).Scan(&holds); err != nil {
+		// Still leased, and still Pending: a refund settled meanwhile is never sent again.
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2 AND status = 'Pending')`, r.ID, token).Scan(&holds); err != nil {
 			return gr, false, fmt.Errorf("refund: lease check: %w", err)
 		}
 		if !holds {
@@ -344,6 +353,13 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		}
 		out = cur
 		if cur.Status != RefundPending {
+			if status != "" && status != cur.Status {
+				// The gateway's word contradicts the outcome settled meanwhile: never written over
+				// it, and never silent (a refund settled Failed by hand that the gateway did pay,
+				// and the amount refundable again, must reach finance).
+				return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
+					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, status, cur.Detail), now)
+			}
 			return nil // applied already (the patrol or a concurrent request got there first)
 		}
 		if mismatch != "" {

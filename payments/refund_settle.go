@@ -95,14 +95,22 @@ func lockRefund(ctx context.Context, tx pgx.Tx, id string) (Refund, error) {
 // gets the proposed outcome (settleRefundRow: its feed event by staff, the flag cleared,
 // Succeeded writes the RefundIssued entry), and the session's refund_unsettled case is resolved when no other refund
 // of it is left flagged. A refund that moved since the proposal (the gateway answered after a
-// retry) is a conflict: the approval does not happen.
+// retry) is a conflict: the approval does not happen. So is one no longer flagged (sent back to
+// the patrol, which may be asking the gateway right now): only a refund nobody drives is
+// settled by hand. (Nothing but the patrol drives a flagged refund's kind: a request drives
+// only the refund it created, settleRefund, and a flagged one is never new.)
 func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) error {
 	r, err := lockRefund(ctx, tx, p.RefundID)
 	if err != nil {
 		return err
 	}
-	if r.Status != RefundPending {
+	switch {
+	case r.Status != RefundPending:
 		return Errorf(ECONFLICT, "refund %s is %s already (the gateway answered since the proposal): reject the proposal", Short(r.ID), r.Status)
+	case r.FlaggedAt == nil:
+		// Sent back to the patrol since the proposal ("Retry now"): its drive may be asking the
+		// gateway right now, and an outcome by hand must never race the gateway's own answer.
+		return Errorf(ECONFLICT, "refund %s went back to the patrol since the proposal and is being asked about again: reject the proposal, and propose again if the patrol flags it again", Short(r.ID))
 	}
 	detail := fmt.Sprintf("settled by hand: resolution #%d, proposed by %s, approved by %s", p.ID, p.ProposedBy, by.Email)
 	if _, err := settleRefundRow(ctx, tx, r, p.RefundOutcome, detail, "", string(ActorStaff), now); err != nil {

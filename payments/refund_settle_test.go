@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,9 +96,12 @@ func TestRefundOutcomeByHandFailed(t *testing.T) {
 	}
 }
 
-// Succeeded by hand writes the one RefundIssued entry. A proposal overtaken by the gateway (a
-// retry after the proposal settled the refund) cannot be approved: the approval changes nothing
-// and the proposal is rejected instead. A refund that is not flagged is not settled by hand.
+// Succeeded by hand writes the one RefundIssued entry. While a proposal waits, "Retry now" is
+// refused; a refund back with the patrol (no longer flagged) cannot be approved, nor one the
+// gateway's answer settled since the proposal: the approval changes nothing and the proposal is
+// rejected instead. A refund that is not flagged is not settled by hand.
+// Negative controls (run by hand): without the retry's proposal check the retry goes through;
+// without the approval's flag check the refund back with the patrol is settled Failed.
 func TestRefundOutcomeByHandSucceededAndOvertaken(t *testing.T) {
 	t.Parallel()
 	b := newBench(t, shortSchedule)
@@ -119,27 +123,40 @@ func TestRefundOutcomeByHandSucceededAndOvertaken(t *testing.T) {
 		t.Fatalf("after approval: %s", got.Status)
 	}
 
-	// Overtaken: proposed Failed, then retried and settled by the gateway before the approval.
+	// While a proposal waits, the refund is not sent back to the patrol: the gateway is not asked
+	// while people decide its outcome.
 	r2 := b.flaggedRefund(t, s, 200, "k2")
 	p2, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r2.ID, Outcome: payments.RefundFailed,
 		Reason: "looks lost", Evidence: "no trace in the dashboard"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.RetryFlaggedRefund(ctx, fin2, r2.ID); err != nil {
+	if _, err := b.svc.RetryFlaggedRefund(ctx, fin2, r2.ID); payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "waits") {
+		t.Fatalf("retry while a proposal waits = %v, want conflict", err)
+	}
+	// A refund no longer flagged (back with the patrol, which may be asking the gateway right
+	// now) is not settled by hand: the approval is refused and changes nothing.
+	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL, next_check_at = $2 WHERE id = $1`, r2.ID, b.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p2.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("approval of a refund back with the patrol = %v, want conflict", err)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r2.ID); got.Status != payments.RefundPending {
+		t.Fatalf("a refund back with the patrol was settled by hand: %s", got.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p2.ID); n != 1 {
+		t.Fatal("the refused approval changed the proposal")
+	}
+	// Overtaken: the gateway's answer settles it; the proposal can then only be rejected.
 	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
-		t.Fatalf("drive after retry: %d, %v", n, err)
+		t.Fatalf("the patrol's drive: %d, %v", n, err)
 	}
 	if _, err := b.svc.ApproveResolution(ctx, fin2, p2.ID); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("approval of an overtaken proposal = %v, want conflict", err)
 	}
 	if got, _ := b.svc.GetRefund(ctx, r2.ID); got.Status != payments.RefundSucceeded {
 		t.Fatalf("the gateway's answer was overwritten: %s", got.Status)
-	}
-	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p2.ID); n != 1 {
-		t.Fatal("the refused approval changed the proposal")
 	}
 	if _, err := b.svc.RejectResolution(ctx, fin2, p2.ID, "the gateway answered"); err != nil {
 		t.Fatal(err)

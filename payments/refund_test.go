@@ -312,3 +312,77 @@ func TestRefundLeaseLapseParkedDriveAppliesNothing(t *testing.T) {
 		t.Fatalf("ledger entries = %d", n)
 	}
 }
+
+// settledMeanwhile drives refund id with the patrol while its gateway call op is held, and
+// writes the refund's outcome (Failed, as by hand) while it is held: what the drive finds when
+// the gateway lets it go.
+func (b *bench) settledMeanwhile(t *testing.T, op, id string) {
+	t.Helper()
+	ctx := context.Background()
+	gate := b.gw.Hold(op)
+	defer gate.Open()
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.DriveRefunds(ctx); done <- err }()
+	mustWait(t, gate.Arrived(), "the patrol's "+op)
+	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET status = 'Failed', detail = 'settled by hand', next_check_at = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	gate.Open()
+	if err := mustWait(t, done, "the patrol's round"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A refund settled while the patrol's drive was on its way (it looked the refund up by key: the
+// gateway may have forgotten it) is never sent to the gateway again: the drive's last check
+// before sending wants the refund still Pending, not only its lease.
+// Negative control (run by hand): with the lease alone checked, the settled refund is sent.
+func TestRefundSettledMeanwhileIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.SetKeyRetention(time.Hour)
+	s := b.completed(t, "o-refund-settled-meanwhile", 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.clock.Advance(2 * time.Hour)
+	b.settledMeanwhile(t, fakegw.OpFindRefund, r.Refund.ID)
+	if n := b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID); n != 1 {
+		t.Fatalf("refund asked for %d times, want only the request's 1", n)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.Status != payments.RefundFailed {
+		t.Fatalf("refund %s", got.Status)
+	}
+}
+
+// The gateway's answer contradicting an outcome written while the drive asked (Failed here,
+// succeeded there: the customer has the money and the amount looks refundable again) is never
+// written over it, and never dropped in silence: a gateway_mismatch case for finance.
+// Negative control (run by hand): without the case, the answer is dropped and nobody is told.
+func TestRefundAnswerContradictingItsOutcomeIsACase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-contradicted", 1000)
+	b.gw.SetRefundOutcome("pending")
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID == "" {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
+	b.clock.Advance(time.Minute)
+	b.settledMeanwhile(t, fakegw.OpRefundStatus, r.Refund.ID)
+	if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.Status != payments.RefundFailed {
+		t.Fatalf("the outcome was written over: %s", got.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL
+		AND detail LIKE '%' || $3 || '%Failed here, but the gateway answers Succeeded%'`, s.ID, payments.CaseGatewayMismatch, r.Refund.ID); n != 1 {
+		t.Fatalf("gateway_mismatch cases naming the refund = %d, want 1", n)
+	}
+}

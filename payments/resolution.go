@@ -390,7 +390,7 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	}
 	now := s.cfg.Clock.Now()
 	var cur Session
-	var refund *Refund
+	var refund *RefundResult
 	err = s.inTx(ctx, "approve resolution", func(tx pgx.Tx) error {
 		cur, err = lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
 		if err != nil {
@@ -426,7 +426,7 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			}
 			refund = &r
 			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
-				Detail: detail + "; refund " + r.ID}, now)
+				Detail: detail + "; refund " + r.Refund.ID}, now)
 		}
 		reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
 		sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
@@ -456,7 +456,7 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 		return Resolution{}, err
 	}
 	if refund != nil {
-		if _, err := s.settleRefund(ctx, cur, *refund); err != nil {
+		if _, err := s.settleRefund(ctx, cur, refund.Refund, refund.Created); err != nil {
 			return Resolution{}, err
 		}
 	}

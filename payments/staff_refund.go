@@ -174,7 +174,7 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 	if wrong != nil {
 		return RefundResult{}, wrong
 	}
-	res.Refund, err = s.settleRefund(ctx, sess, res.Refund)
+	res.Refund, err = s.settleRefund(ctx, sess, res.Refund, res.Created)
 	return res, err
 }
 
@@ -257,7 +257,7 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		return out, err
 	}
 	if !out.Replayed {
-		r, err := s.settleRefund(ctx, sess, *out.Refund)
+		r, err := s.settleRefund(ctx, sess, *out.Refund, true)
 		out.Refund = &r
 		return out, err
 	}
@@ -294,13 +294,13 @@ func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in Sta
 // approveRefund is the approval's effect for a refund proposal p, in ApproveResolution's
 // transaction under the order → session locks: the refund claimed with the form's request key
 // (the refund core re-checks the payment and the amount received) and bound to the proposal.
-func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) (Refund, error) {
-	r, _, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey}, now)
+func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) (RefundResult, error) {
+	r, created, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey}, now)
 	if err != nil {
-		return Refund{}, err
+		return RefundResult{}, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE resolution_proposals SET refund_id = $2 WHERE id = $1`, p.ID, r.ID); err != nil {
-		return Refund{}, fmt.Errorf("approve refund: bind: %w", err)
+		return RefundResult{}, fmt.Errorf("approve refund: bind: %w", err)
 	}
-	return r, nil
+	return RefundResult{Refund: r, Created: created}, nil
 }

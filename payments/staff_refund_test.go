@@ -577,3 +577,45 @@ func TestCodeSeenByWhoeverSetTheConfirmersPassword(t *testing.T) {
 	_, err = b.svc.ConfirmCancel(ctx, admin.Actor(), p.ID, cc.ID, code)
 	wantCode(t, err, payments.EFORBIDDEN, "admin2@example.com saw this code in the outbox")
 }
+
+// The same code sent again after its refund was flagged (the patrol gave up on it) answers the
+// refund as it is and asks the gateway nothing: a replay is not a second drive. Support's old
+// form would otherwise drive a flagged refund unleased — around "Retry now" (finance's), beside
+// a proposal to settle it by hand, and once the gateway may have forgotten the key, beside the
+// patrol's own drive, both finding nothing and both sending.
+// Negative control (run by hand): with settleRefund driving what a replay found, the gateway is
+// asked again.
+func TestRefundCodeReplayDoesNotDriveTheRefund(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-replay-flagged", 1000)
+	ch, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 400, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, s.ID)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 4) // the request and the schedule's three looks
+	res, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	if err != nil || !res.Created || res.Refund.Status != payments.RefundPending {
+		t.Fatalf("confirm = %+v %v", res, err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0))
+	for range 5 {
+		if _, err := b.svc.DriveRefunds(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
+	if got, _ := b.svc.GetRefund(ctx, res.Refund.ID); got.FlaggedAt == nil || got.Status != payments.RefundPending {
+		t.Fatalf("setup: %+v", got)
+	}
+	asked := b.gw.KeyCalls(fakegw.OpRefund, res.Refund.ID)
+	replay, err := b.svc.ConfirmRefund(ctx, supportStaff, s.ID, ch.ID, code)
+	if err != nil || replay.Created || replay.Refund.ID != res.Refund.ID || replay.Refund.Status != payments.RefundPending || replay.Refund.FlaggedAt == nil {
+		t.Fatalf("the same code again = %+v %v, want the flagged refund as it is", replay, err)
+	}
+	if n := b.gw.KeyCalls(fakegw.OpRefund, res.Refund.ID); n != asked {
+		t.Fatalf("the replay asked the gateway: %d refund calls, %d before", n, asked)
+	}
+}
