@@ -250,14 +250,7 @@ func TestRefundPendingAtGatewayIsReadNotAskedAgain(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	s := b.completed(t, "o-refund-pending", 1000)
-	b.gw.SetRefundOutcome("pending")
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID == "" {
-		t.Fatalf("refund = %+v %v", r, err)
-	}
-	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
-	b.clock.Advance(time.Minute)
+	_, r := b.pendingAtGateway(t, "o-refund-pending")
 	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
 		t.Fatalf("drive = %d %v", n, err)
 	}
@@ -366,14 +359,7 @@ func TestRefundAnswerContradictingItsOutcomeIsACase(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	s := b.completed(t, "o-refund-contradicted", 1000)
-	b.gw.SetRefundOutcome("pending")
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID == "" {
-		t.Fatalf("refund = %+v %v", r, err)
-	}
-	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
-	b.clock.Advance(time.Minute)
+	s, r := b.pendingAtGateway(t, "o-refund-contradicted")
 	b.settledMeanwhile(t, fakegw.OpRefundStatus, r.Refund.ID)
 	if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.Status != payments.RefundFailed {
 		t.Fatalf("the outcome was written over: %s", got.Status)
@@ -385,4 +371,20 @@ func TestRefundAnswerContradictingItsOutcomeIsACase(t *testing.T) {
 		AND detail LIKE '%' || $3 || '%Failed here, but the gateway answers Succeeded%'`, s.ID, payments.CaseGatewayMismatch, r.Refund.ID); n != 1 {
 		t.Fatalf("gateway_mismatch cases naming the refund = %d, want 1", n)
 	}
+}
+
+// pendingAtGateway makes a refund of 3.00 of a new Completed payment for order that the gateway
+// answered pending (so it has the gateway's refund id) and has succeeded since, due for the
+// patrol's look.
+func (b *bench) pendingAtGateway(t *testing.T, order string) (payments.Session, payments.RefundResult) {
+	t.Helper()
+	s := b.completed(t, order, 1000)
+	b.gw.SetRefundOutcome("pending")
+	r, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID == "" {
+		t.Fatalf("refund = %+v %v", r, err)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
+	b.clock.Advance(time.Minute)
+	return s, r
 }
