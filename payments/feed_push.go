@@ -165,7 +165,7 @@ func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.EventsWebhook.URL, bytes.NewReader(raw))
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(EventsWebhookSignatureHeader, webhooksig.SignAll(s.cfg.EventsWebhook.Secrets, s.cfg.Clock.Now(), raw))
@@ -177,7 +177,7 @@ func (s *Service) postEvents(ctx context.Context, body FeedBody) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // the answer's body says nothing

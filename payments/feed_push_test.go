@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -413,5 +414,44 @@ func TestEventsWebhookSendNow(t *testing.T) {
 	}
 	if err := svc.RetryEventsWebhookNow(context.Background(), ops); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("while delivering: %v, want conflict", err)
+	}
+}
+
+// A failed POST to a webhook is recorded without its URL: a user name, a path or a token in the
+// query stays out of the log, the outbox and events_webhook.last_error (the Operations page
+// shows it to support). What failed stays: the refusal, the status.
+// Negative control (run by hand): returning the client's error as it is puts the URL in both.
+func TestWebhookErrorsNameNoURL(t *testing.T) {
+	t.Parallel()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	refused := "http://shop-user:pw@" + closed.Listener.Addr().String() + "/hook-path?token=SECRET-TOKEN"
+	closed.Close()
+	answers500 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	t.Cleanup(answers500.Close)
+	leaks := func(msg string) bool {
+		return strings.Contains(msg, "SECRET-TOKEN") || strings.Contains(msg, "shop-user") || strings.Contains(msg, "hook-path")
+	}
+
+	for _, tc := range []struct{ url, want string }{{refused, "refused"}, {answers500.URL + "/hook-path?token=SECRET-TOKEN", "500"}} {
+		err := payments.WebhookNotifier{URL: tc.url}.Notify(context.Background(), payments.Message{To: "c@example.com", Kind: "cancel_code", Text: "x"})
+		if err == nil || leaks(err.Error()) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("notify to %s: %v", tc.url, err)
+		}
+	}
+
+	b := newBench(t)
+	svc := b.service(b.pool, "replica-a", func(c *payments.Config) {
+		c.EventsWebhook = payments.EventsWebhook{URL: refused, Secrets: [][]byte{shopSecret}}
+	})
+	push(t, svc) // delivery begins
+	b.registered(t, "o-hook-refused", 900)
+	feedReady(t, b, 2)
+	push(t, svc)
+	var last string
+	if err := b.pool.QueryRow(context.Background(), `SELECT coalesce(last_error, '') FROM events_webhook`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if last == "" || leaks(last) || !strings.Contains(last, "refused") {
+		t.Fatalf("events_webhook.last_error = %q", last)
 	}
 }

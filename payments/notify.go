@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,7 +49,7 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	c := n.Client
@@ -56,11 +58,11 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("notify: %s answered %d", n.URL, resp.StatusCode)
+		return fmt.Errorf("notify: the endpoint answered %d", resp.StatusCode)
 	}
 	return nil
 }
@@ -216,4 +218,18 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
 	return uerr != nil || tag.RowsAffected() == 1
+}
+
+// withoutURL is an HTTP client's error without the URL it names. Go's *url.Error carries the
+// whole request URL — a user name, a path, a query that may hold a token (only a password is
+// masked) — and the errors of the webhooks pitlane POSTs to (NOTIFY_WEBHOOK_URL,
+// EVENTS_WEBHOOK_URL) are logged and stored where staff read them (the outbox, the Operations
+// page's events webhook card). What failed is kept: "Post: dial tcp 10.0.0.7:443: connection
+// refused", a timeout, a TLS error.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
 }
