@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +22,7 @@ import (
 // refunds', their events'), not by walking the whole feed.
 func TestFeedReadsByItsIndex(t *testing.T) {
 	t.Parallel()
-	n := 100_000
-	if os.Getenv("PITLANE_SCALE") == "full" {
-		n = 1_000_000
-	}
+	n := planScale()
 	pool := testdb.New(t)
 	ctx := context.Background()
 	fillSessions(t, pool, n, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
@@ -165,10 +161,7 @@ func fillRefunds(t *testing.T, pool *pgxpool.Pool, txs int) {
 // Negative control (run by hand): without refunds_flagged, a Seq Scan of refunds.
 func TestFlaggedRefundsReadByTheirIndex(t *testing.T) {
 	t.Parallel()
-	n := 100_000
-	if os.Getenv("PITLANE_SCALE") == "full" {
-		n = 1_000_000
-	}
+	n := planScale()
 	pool := testdb.New(t)
 	ctx := context.Background()
 	fillSessions(t, pool, n, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))

@@ -25,10 +25,7 @@ import (
 // million. enable_seqscan stays on: the planner must choose the index, not be forced to it.
 func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 	t.Parallel()
-	n := 100_000
-	if os.Getenv("PITLANE_SCALE") == "full" {
-		n = 1_000_000
-	}
+	n := planScale()
 	pool := testdb.New(t)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -95,6 +92,15 @@ func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 			checkPlan(t, mode+" totals "+name, explain(t, conn.Conn(), tsql, targs), "")
 		}
 	}
+}
+
+// planScale is how many sessions a plan test fills: 100 000 in make test, a million in make
+// polygon (PITLANE_SCALE=full).
+func planScale() int {
+	if os.Getenv("PITLANE_SCALE") == "full" {
+		return 1_000_000
+	}
+	return 100_000
 }
 
 // fillSessions writes n sessions straight into the table (the core's paths would take minutes):
@@ -167,6 +173,8 @@ func explainWith(t *testing.T, conn *pgx.Conn, options, sql string, args []any) 
 			lits[i] = fmt.Sprint(v)
 		case time.Duration:
 			lits[i] = fmt.Sprintf("'%d microseconds'::interval", v.Microseconds())
+		case nil:
+			lits[i] = "NULL"
 		default:
 			t.Fatalf("explain: no literal for %T", a)
 		}

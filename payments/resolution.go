@@ -506,17 +506,24 @@ func (s *Service) ListResolutions(ctx context.Context, f ResolutionFilter) ([]Re
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
 	}
-	var sessionID any
+	// Only the filters given, each its own statement: "($2 IS NULL OR rp.session_id = $2)"
+	// would leave a prepared statement's generic plan walking every proposal for one payment's
+	// (TestPaymentPageReadsByIndexes).
+	where, args := "true", []any{f.Limit}
+	if f.State != "" {
+		args = append(args, f.State)
+		where += fmt.Sprintf(" AND rp.state = $%d", len(args))
+	}
 	if f.SessionID != "" {
 		if !validUUID(f.SessionID) {
 			return nil, nil
 		}
-		sessionID = f.SessionID
+		args = append(args, f.SessionID)
+		where += fmt.Sprintf(" AND rp.session_id = $%d::uuid", len(args))
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+resolutionColumns+`
 		FROM resolution_proposals rp JOIN payment_sessions ps ON ps.id = rp.session_id
-		WHERE ($1 = '' OR rp.state = $1) AND ($2::uuid IS NULL OR rp.session_id = $2::uuid)
-		ORDER BY rp.proposed_at DESC, rp.id DESC LIMIT $3`, f.State, sessionID, f.Limit)
+		WHERE `+where+` ORDER BY rp.proposed_at DESC, rp.id DESC LIMIT $1`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list proposals: %w", err)
 	}

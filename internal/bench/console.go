@@ -44,6 +44,14 @@ var consolePages = []struct{ name, path string }{
 	{"ledger", "/finance/ledger"},
 	{"resolutions", "/finance/resolutions"},
 	{"locks", "/locks"},
+	{"payment page, Completed", "/payments/" + seededSessionID(1)},
+	{"payment page, flagged Unknown", "/payments/" + seededSessionID(990)},
+}
+
+// seededSessionID is the id seedConsole gives its i-th session (i % 1000 says its state:
+// seedConsole's at).
+func seededSessionID(i int) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprint(i))).String()
 }
 
 func consoleAtScale(ctx context.Context, env *Env) ([]Figure, error) {
@@ -236,7 +244,7 @@ func seedConsole(ctx context.Context, dbURL string, n int) error {
 		currency          string
 	}
 	at := func(i int) row {
-		r := row{id: uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprint(i))).String(), order: fmt.Sprintf("ord-%07d", i),
+		r := row{id: seededSessionID(i), order: fmt.Sprintf("ord-%07d", i),
 			created: now.Add(-span + time.Duration(i)*span/time.Duration(n)), amount: int64(500 + i%100_000), currency: []string{"EUR", "USD", "GBP"}[i%3]}
 		switch k := i % 1000; {
 		case k < 850:
