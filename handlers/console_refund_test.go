@@ -274,20 +274,31 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	}
 	approve, _ := row.Find(testid("approve-form")).Attr("action")
 
+	// While it waits: no second proposal form (for another flagged refund of the payment either:
+	// one proposal waits per payment), and no "Retry now" for the refund people are deciding on.
+	other := b.flaggedRefund(t, s, 300)
 	doc = page(t, fin1.get("/payments/"+s.ID), http.StatusOK)
 	wantText(t, doc, "refund-settle-waiting", "waits for a second")
 	if doc.Find(testid("refund-settle-form")).Length() != 0 {
 		t.Fatal("a second proposal form while one waits")
 	}
+	inRow := func(id, what string) *goquery.Selection {
+		return doc.Find(`[data-testid="refund-row"][data-id="` + id + `"] ` + testid(what))
+	}
+	if inRow(refundID, "refund-retry-form").Length() != 0 || inRow(other, "refund-retry-form").Length() != 1 ||
+		!strings.Contains(inRow(other, "refund-settle-blocked").Text(), "one proposal waits per payment") {
+		t.Fatalf("the refunds' rows while a proposal waits: %s", settleHTML(doc.Find(testid("refunds-table"))))
+	}
 	doc = page(t, fin1.follow(fin1.post(approve, nil)), http.StatusOK)
 	wantText(t, doc, "flash-error", "second finance or admin user")
 	doc = page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
 	wantText(t, doc, "resolution-state", "approved")
+	wantText(t, doc, "flash", "refund "+refundID[:8]+" of payment "+s.ID[:8]+" of order "+s.OrderID+" is Failed")
 	if n := b.count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND status = 'Failed' AND flagged_at IS NULL`, refundID); n != 1 {
 		t.Fatal("the approved outcome was not applied")
 	}
 	doc = page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
-	wantText(t, doc, "refundable", "20.00")
+	wantText(t, doc, "refundable", "17.00") // the other flagged refund still holds 3.00
 
 	// A refusal goes back to the payment's page with the reason.
 	doc = page(t, fin1.follow(fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"r"}, "evidence": {"e"}})), http.StatusOK)
@@ -307,7 +318,7 @@ func (b *consoleBench) flaggedRefund(t *testing.T, s payments.Session, amount in
 	var id string
 	if err := b.pool.QueryRow(context.Background(), `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key,
 			created_at, updated_at, flagged_at, flag_reason, check_attempts)
-		VALUES (gen_random_uuid(), $1, $2, $3, 'EUR', 'Pending', 'k', $4, $4, $4, 'no final answer', 9) RETURNING id::text`,
+		VALUES (gen_random_uuid(), $1, $2, $3, 'EUR', 'Pending', gen_random_uuid()::text, $4, $4, $4, 'no final answer', 9) RETURNING id::text`,
 		s.ID, s.OrderID, amount, consoleT0).Scan(&id); err != nil {
 		t.Fatal(err)
 	}

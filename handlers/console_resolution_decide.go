@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/payments"
 	"pitlane/views"
 )
 
@@ -33,6 +34,9 @@ func (h *Console) ApproveResolution(c echo.Context) error {
 	r, err := h.svc.ApproveResolution(c.Request().Context(), st, id)
 	msg := ""
 	switch {
+	case err == nil && r.Kind == payments.ProposalRefundSettle:
+		msg = "Proposal " + r.Target() + " approved: refund " + views.Short(r.RefundID) + " of payment " + views.Short(r.SessionID) +
+			" of order " + r.OrderID + " is " + r.RefundOutcome + "."
 	case err == nil && r.IsRefund():
 		msg = "Proposal " + r.Target() + " approved: " + r.What() + " of payment " + views.Short(r.SessionID) + " of order " + r.OrderID + " sent to the gateway."
 	case err == nil:
@@ -57,6 +61,9 @@ func (h *Console) RejectResolution(c echo.Context) error {
 	msg := ""
 	if err == nil {
 		msg = "Proposal " + r.Target() + " rejected; payment " + views.Short(r.SessionID) + " is unchanged."
+		if r.Kind == payments.ProposalRefundSettle {
+			msg = "Proposal " + r.Target() + " rejected; refund " + views.Short(r.RefundID) + " is unchanged (still Pending, flagged)."
+		}
 	}
 	return h.done(c, "/finance/resolutions", msg, err)
 }

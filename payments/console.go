@@ -258,6 +258,19 @@ func (d PaymentDetail) WaitingRefundSettle(id string) *Resolution {
 	return nil
 }
 
+// WaitingProposal is the payment's proposal still waiting for a second person, if any (of its
+// refunds: at most one waits per payment, whatever it proposes).
+func (d PaymentDetail) WaitingProposal() *Resolution {
+	for _, list := range [][]Resolution{d.RefundProposals, d.RefundSettleProposals} {
+		for i := range list {
+			if list[i].Pending() {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
 // Challenge returns the session's challenge with this id.
 func (d PaymentDetail) Challenge(id string) (ChallengeInfo, bool) {
 	for _, c := range d.Challenges {
