@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -231,7 +232,7 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 	}
 	// The summary's amount is the session's where the page shows one; a refused link names none
 	// (not even the last payment's: the customer followed a link for another amount).
-	if v.Currency == "" && v.Session != nil && v.State != views.CheckoutBadLink && v.State != views.CheckoutExpired {
+	if v.Currency == "" && v.Session != nil && v.State != views.CheckoutBadLink && v.State != views.CheckoutExpired && v.State != views.CheckoutReplaced {
 		v.Amount, v.Currency = v.Session.Amount, v.Session.Currency
 	}
 	return h.render(c, status, v)
@@ -267,16 +268,32 @@ type payOffer struct {
 // payment's (latest, nil when none). A link that does not verify is never replaced by the last
 // payment's amount: the customer would see another amount than the link they followed, and a
 // changed link is worth saying so. The error is VerifyCheckoutLink's (EEXPIRED: an expired
-// link) or EINVALID.
+// link), EINVALID, or payments.ErrLinkReplaced when the shop has made a newer link for another
+// amount or currency (the order's checkout price).
 func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (payOffer, error) {
 	q := c.QueryParams()
-	if namesALink(q) {
-		return h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
+	var offer payOffer
+	switch {
+	case namesALink(q):
+		var err error
+		if offer, err = h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig")); err != nil {
+			return payOffer{}, err
+		}
+	case latest != nil:
+		offer = payOffer{amount: latest.Amount, currency: latest.Currency}
+	default:
+		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
 	}
-	if latest != nil {
-		return payOffer{amount: latest.Amount, currency: latest.Currency}, nil
+	// A genuine offer the shop has replaced since (a newer link for another amount): the Pay
+	// click's claim would refuse it, so the page offers nothing and says why.
+	amount, currency, priced, err := h.svc.CheckoutPrice(c.Request().Context(), orderID)
+	switch {
+	case err != nil:
+		return payOffer{}, err
+	case priced && (amount != offer.amount || currency != offer.currency):
+		return payOffer{}, payments.ErrLinkReplaced
 	}
-	return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
+	return offer, nil
 }
 
 // verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form) and
@@ -295,12 +312,16 @@ func (h *Checkout) verifiedOffer(orderID, amount, currency, exp, sig string) (pa
 }
 
 // refusedLink is the page state and status for a link that pays nothing: expired → 410 (the
-// link was genuine, its time is up), anything else → 400 (incomplete or changed). A status other
+// link was genuine, its time is up), replaced by a newer link for another amount → 409,
+// anything else → 400 (incomplete or changed). A status other
 // than 200 chosen by the caller (a refused Pay POST) is kept.
 func refusedLink(err error, status int) (string, int) {
 	state, refused := views.CheckoutBadLink, http.StatusBadRequest
-	if payments.ErrorCode(err) == payments.EEXPIRED {
+	switch {
+	case payments.ErrorCode(err) == payments.EEXPIRED:
 		state, refused = views.CheckoutExpired, http.StatusGone
+	case errors.Is(err, payments.ErrLinkReplaced):
+		state, refused = views.CheckoutReplaced, http.StatusConflict
 	}
 	if status == http.StatusOK {
 		status = refused

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -59,6 +60,10 @@ func (h *Checkout) Pay(c echo.Context) error {
 	case err == nil:
 	case code == payments.EBUSY:
 		return c.Redirect(http.StatusSeeOther, follow)
+	case errors.Is(err, payments.ErrLinkReplaced):
+		// The shop made a newer link for another amount since this form was rendered: nothing
+		// is started, and the page says so (409).
+		return h.refuse(c, id, err)
 	case code == payments.EINTERNAL:
 		return err
 	default:

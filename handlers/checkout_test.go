@@ -382,3 +382,60 @@ func TestCheckoutLinksExpire(t *testing.T) {
 		}
 	}
 }
+
+// A checkout link the shop has replaced with a newer one for another amount pays nothing: a
+// customer holding the link from before the order was re-priced (or its Pay form, rendered
+// before) is told the link was replaced (409) and nothing is started; the newest link pays. The
+// page's "try again" of a payment declined at the old price is replaced too. A newer link of
+// the same amount leaves older ones valid, and the shop's own API is not held to the price.
+// Negative control (run by hand): without the claim's price check, the old form pays 100.00 and
+// the order is paid at the old price.
+func TestCheckoutReplacedLinkPaysNothing(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	old := b.link(t, "o-repriced", 10000, "EUR")
+	sameAmount := b.link(t, "o-repriced", 10000, "EUR")
+	action, form := payForm(t, a, old) // rendered while the link was current
+	payForm(t, a, sameAmount)          // a second link of the same amount: both valid
+	current := b.link(t, "o-repriced", 15000, "EUR")
+
+	for _, l := range []string{old, sameAmount} {
+		doc := noPayForm(t, a, l, http.StatusConflict)
+		wantText(t, doc, "checkout-replaced", "was replaced")
+	}
+	doc := page(t, a.post(action, form), http.StatusConflict)
+	wantText(t, doc, "checkout-replaced", "was replaced")
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("a replaced link started %d sessions, %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	action, form = payForm(t, a, current)
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the current link's Pay: %d %s", rec.Code, rec.Body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-repriced' AND amount = 15000`); n != 1 {
+		t.Fatalf("sessions at the current price = %d", n)
+	}
+
+	// Declined at the old price, then re-priced: the page's "try again" (no link, the order's
+	// page token) offers nothing, and its form rendered before pays nothing.
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
+	action, form = payForm(t, a, b.link(t, "o-declined-repriced", 500, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d %s", rec.Code, rec.Body)
+	}
+	retryAction, retry := payForm(t, a, b.orderPage("o-declined-repriced", ""))
+	b.link(t, "o-declined-repriced", 700, "EUR")
+	doc = noPayForm(t, a, b.orderPage("o-declined-repriced", ""), http.StatusConflict)
+	wantText(t, doc, "checkout-replaced", "was replaced")
+	page(t, a.post(retryAction, retry), http.StatusConflict)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-declined-repriced'`); n != 1 {
+		t.Fatalf("the replaced retry started a payment: %d sessions", n)
+	}
+
+	// The shop's own API decides: a Create for another amount is not the checkout page's.
+	if _, err := b.svc.Create(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+		payments.CreateInput{OrderID: "o-declined-repriced", Amount: 650, Currency: "EUR"}); err != nil {
+		t.Fatalf("the shop's Create: %v", err)
+	}
+}

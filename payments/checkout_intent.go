@@ -98,6 +98,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		sess, err := s.Get(ctx, bound)
 		return CheckoutPayResult{Session: sess, Replayed: true}, err
 	}
+	in.checkoutPrice = true // the order's checkout price, if the shop set one, is what a Pay click pays
 	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
 	if err != nil {
 		// No session for this click (refused, or the outcome is unknown): let the key go so the

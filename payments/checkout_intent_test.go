@@ -86,3 +86,43 @@ func TestCheckoutPayStaleClickIsTakenOver(t *testing.T) {
 		t.Fatalf("%d registrations, want 1", n)
 	}
 }
+
+// A Pay click from the checkout page and the shop making a newer link for another amount, at
+// once: the click's claim is parked after its read, holding the order's lock; the link waits for
+// that lock (seen in pg_locks), and when the click's session at the old price exists, the link
+// is refused (the order has an active payment of another amount), never made beside it. So a
+// shop told "here is your new link" can never find the order paid at the old price by a click
+// that raced it.
+// Negative control (run by hand): with CheckoutLink not taking the order's lock, the link is
+// made while the old price's session is created.
+func TestCheckoutLinkWaitsForAPayClickInItsClaim(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterClaimRead = p.hook })
+	ctx := context.Background()
+	if _, err := b.svc.CheckoutLink(ctx, "o-race-price", 1000, "EUR", 0); err != nil {
+		t.Fatal(err)
+	}
+	clicked := make(chan error, 1)
+	go func() {
+		_, err := b.svc.CheckoutPay(ctx, uuid.NewString(), payments.CreateInput{OrderID: "o-race-price", Amount: 1000, Currency: "EUR"}, 0)
+		clicked <- err
+	}()
+	mustWait(t, p.arrived, "the click's claim to read")
+	linked := make(chan error, 1)
+	go func() {
+		_, err := b.svc.CheckoutLink(ctx, "o-race-price", 1500, "EUR", 0)
+		linked <- err
+	}()
+	waitLockWaiters(t, b.pool, 1)
+	p.let(1)
+	if err := mustWait(t, clicked, "the click"); err != nil {
+		t.Fatalf("the click: %v", err)
+	}
+	if err := mustWait(t, linked, "the link"); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("the new link = %v, want a conflict with the click's payment", err)
+	}
+	if amount, _, _, _ := b.svc.CheckoutPrice(ctx, "o-race-price"); amount != 1000 {
+		t.Fatalf("the order's checkout price = %d, want the old 1000 (the new link was not made)", amount)
+	}
+}

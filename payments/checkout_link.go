@@ -30,9 +30,29 @@ import (
 // unambiguous: order ids and currencies cannot hold a 0 byte and the numbers are decimal. An
 // order that is already paid offers no Pay form whatever the link says.
 //
-// Nothing is stored: any replica with the same secret verifies any link (SECRET_KEY must be the
-// same on every replica, as for CSRF tokens and cancel codes; SECRET_KEY_FALLBACKS verify too,
-// which is how the secret rotates without breaking links in customers' hands).
+// The link itself is not stored: any replica with the same secret verifies any link (SECRET_KEY
+// must be the same on every replica, as for CSRF tokens and cancel codes; SECRET_KEY_FALLBACKS
+// verify too, which is how the secret rotates without breaking links in customers' hands).
+// What is stored is the order's checkout price, the newest link's amount and currency
+// (checkout_prices): a genuine link for another amount was replaced and pays nothing
+// (ErrLinkReplaced), nor does the page's "try again" of a payment at the old price.
+
+// ErrLinkReplaced: the shop has made a newer link for this order with another amount or
+// currency.
+var ErrLinkReplaced = &Error{Code: ECONFLICT, Message: "the shop has changed this order's amount since this payment link was made; please use the newest link from the shop"}
+
+// CheckoutPrice is the order's checkout price, the newest link's amount and currency (ok false
+// when no link was made for it).
+func (s *Service) CheckoutPrice(ctx context.Context, orderID string) (amount int64, currency string, ok bool, err error) {
+	err = s.db.QueryRow(ctx, `SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, orderID).Scan(&amount, &currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	if err != nil {
+		return 0, "", false, dbError("checkout price", err, "")
+	}
+	return amount, currency, true, nil
+}
 
 // Lifetimes of checkout links (the API call's "expires_in" chooses within the bounds).
 const (
@@ -88,8 +108,10 @@ func (s *Service) CheckoutURL(l CheckoutLink) string {
 // CheckoutLink signs a link for the order's payment of amount in currency (validated like
 // Create's input), valid for ttl from now (0: DefaultCheckoutLinkTTL; otherwise between
 // MinCheckoutLinkTTL and MaxCheckoutLinkTTL, else EINVALID naming "expires_in"). An order that is
-// already paid gets none (ECONFLICT); an order pitlane has not seen yet is the usual case. It
-// writes nothing.
+// already paid gets none (ECONFLICT); an order pitlane has not seen yet is the usual case. The
+// link's amount and currency become the order's checkout price: a Pay click from the checkout
+// page pays only that (ErrLinkReplaced otherwise), so a link made before the shop re-priced the
+// order pays nothing.
 func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64, currency string, ttl time.Duration) (CheckoutLink, error) {
 	if err := (CreateInput{OrderID: orderID, Amount: amount, Currency: currency}).Validate(); err != nil {
 		return CheckoutLink{}, err
@@ -105,27 +127,45 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 	if err != nil {
 		return CheckoutLink{}, err
 	}
-	var (
-		status         string
-		activeAmount   *int64
-		activeCurrency *string
-	)
-	err = s.db.QueryRow(ctx, `SELECT o.status, a.amount, a.currency FROM orders o
-		LEFT JOIN LATERAL (SELECT amount, currency FROM payment_sessions WHERE order_id = o.order_id AND `+activeStatusSQL+`) a ON true
-		WHERE o.order_id = $1`, orderID).Scan(&status, &activeAmount, &activeCurrency)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows): // no payment yet: the usual case
-	case err != nil:
-		return CheckoutLink{}, dbError("checkout link: read order", err, "")
-	case status == OrderPaid:
-		return CheckoutLink{}, Errorf(ECONFLICT, "order %s is already paid", orderID)
-	case activeAmount != nil && (*activeAmount != amount || *activeCurrency != currency):
-		// The page would show that payment, not this amount, and a Pay click for this amount
-		// would be refused as Create refuses it: say so to the shop now, not to the customer.
-		return CheckoutLink{}, Errorf(ECONFLICT, "order %s has an active payment of %d %s; a link for %d %s could not be paid while it runs (cancel it first, or link its amount)",
-			orderID, *activeAmount, *activeCurrency, amount, currency)
+	now := s.cfg.Clock.Now()
+	// Under the order's claim lock (Create's): the order's state read here is the one a Pay
+	// click's claim will see, and the price set here is the one it checks (checkout_prices,
+	// migration 00520). A link made while a claim runs waits for it (lock_timeout bounds that).
+	err = s.inTx(ctx, "checkout link", func(tx pgx.Tx) error {
+		var (
+			status         string
+			activeAmount   *int64
+			activeCurrency *string
+		)
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), orderID); err != nil {
+			return dbError("checkout link: lock", err, "")
+		}
+		err := tx.QueryRow(ctx, `SELECT o.status, a.amount, a.currency FROM orders o
+			LEFT JOIN LATERAL (SELECT amount, currency FROM payment_sessions WHERE order_id = o.order_id AND `+activeStatusSQL+`) a ON true
+			WHERE o.order_id = $1`, orderID).Scan(&status, &activeAmount, &activeCurrency)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows): // no payment yet: the usual case
+		case err != nil:
+			return dbError("checkout link: read order", err, "")
+		case status == OrderPaid:
+			return Errorf(ECONFLICT, "order %s is already paid", orderID)
+		case activeAmount != nil && (*activeAmount != amount || *activeCurrency != currency):
+			// The page would show that payment, not this amount, and a Pay click for this amount
+			// would be refused as Create refuses it: say so to the shop now, not to the customer.
+			return Errorf(ECONFLICT, "order %s has an active payment of %d %s; a link for %d %s could not be paid while it runs (cancel it first, or link its amount)",
+				orderID, *activeAmount, *activeCurrency, amount, currency)
+		}
+		// The order's checkout price from now on: earlier links for another amount or currency
+		// pay nothing any more.
+		_, err = tx.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at`,
+			orderID, amount, currency, now)
+		return err
+	})
+	if err != nil {
+		return CheckoutLink{}, err
 	}
-	exp := s.cfg.Clock.Now().Add(ttl).Truncate(time.Second)
+	exp := now.Add(ttl).Truncate(time.Second)
 	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp,
 		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix()))}, nil
 }

@@ -57,6 +57,10 @@ type CreateInput struct {
 	// points at the session from the moment the session exists. Not used when the claim finds an
 	// existing session (the caller completes the key then).
 	Bind *KeyBinding
+	// checkoutPrice: a Pay click from the checkout page (CheckoutPay), which pays only the
+	// order's checkout price (checkout_prices: the newest link's amount and currency) when the
+	// shop made a link; the claim reads it under the order's lock, in its batch.
+	checkoutPrice bool
 }
 
 // Validate checks the input against the contract and names the field at fault.
@@ -294,6 +298,21 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			}
 			return err
 		})
+		var (
+			priced    bool
+			price     int64
+			priceCurr string
+		)
+		if in.checkoutPrice {
+			b.Queue(`SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, in.OrderID).QueryRow(func(r pgx.Row) error {
+				err := r.Scan(&price, &priceCurr)
+				priced = err == nil
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return dbError("create: claim", err, "")
 		}
@@ -308,6 +327,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return nil
 		case hasActive:
 			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
+		case priced && (price != in.Amount || priceCurr != in.Currency):
+			return ErrLinkReplaced
 		}
 		id := uuid.NewString()
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
