@@ -126,3 +126,57 @@ func TestCheckoutLinkWaitsForAPayClickInItsClaim(t *testing.T) {
 		t.Fatalf("the order's checkout price = %d, want the old 1000 (the new link was not made)", amount)
 	}
 }
+
+// The order's contact is the shop's: a Pay click from the checkout page (anyone holding the
+// order's link or page) gives its own payment a contact, and fills the order's only when it has
+// none. Otherwise a link holder could redirect the codes of the shop's later payments that name
+// no contact (a cancel's one-time code) to an address of their choosing.
+// Negative control (run by hand): with the click's contact overwriting the order's, the later
+// payment's cancel code goes to the click's address.
+func TestCheckoutClickDoesNotTakeOverTheOrdersContact(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	declined := func(s payments.Session) {
+		t.Helper()
+		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+		if got, err := b.svc.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
+			t.Fatalf("check = %+v %v", got, err)
+		}
+	}
+	first, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-contact", Amount: 900, Currency: "EUR", CustomerContact: "customer@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	declined(first.Session)
+	click, err := b.svc.CheckoutPay(ctx, uuid.NewString(), payments.CreateInput{OrderID: "o-contact", Amount: 900, Currency: "EUR",
+		CustomerContact: "someone-else@example.com"}, 0)
+	if err != nil || click.Session.CustomerContact != "someone-else@example.com" {
+		t.Fatalf("the click = %+v %v, want its own contact", click.Session, err)
+	}
+	declined(click.Session)
+	later, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-contact", Amount: 900, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.RequestCancel(ctx, api, later.Session.ID); err != nil {
+		t.Fatal(err)
+	}
+	var to string
+	if err := b.pool.QueryRow(ctx, `SELECT to_addr FROM outbox WHERE payment_id = $1 ORDER BY id DESC LIMIT 1`, later.Session.ID).Scan(&to); err != nil {
+		t.Fatal(err)
+	}
+	if to != "customer@example.com" {
+		t.Fatalf("the later payment's cancel code went to %q, want the order's customer@example.com", to)
+	}
+	// An order with no contact yet takes the click's.
+	fresh, err := b.svc.CheckoutPay(ctx, uuid.NewString(), payments.CreateInput{OrderID: "o-contact-new", Amount: 900, Currency: "EUR",
+		CustomerContact: "payer@example.com"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declined(fresh.Session)
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE order_id = 'o-contact-new' AND customer_contact = 'payer@example.com'`); n != 1 {
+		t.Fatal("an order with no contact did not take the click's")
+	}
+}

@@ -335,7 +335,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		// between commit and the gateway's answer, another replica recovers it.
 		due := now.Add(s.cfg.RegisterGrace)
 		// The session, the order's pointer to it and the timeline event: one statement, sent with
-		// the COMMIT (one round trip): it either writes all three or fails and rolls back.
+		// the COMMIT (one round trip): it either writes all three or fails and rolls back. The
+		// order's contact (where codes of later payments without their own go) is the shop's to
+		// change; a checkout page's Pay click (a customer: anyone holding the order's link) only
+		// fills it when the order has none.
 		var (
 			ins  pgx.Batch
 			sess Session
@@ -346,7 +349,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				VALUES ($1, $2, $3, $4, 'Registering', $5, nullif($6, ''), $7, $8, $8)
 				RETURNING `+sessionColumns+`),
 			ord AS (
-				UPDATE orders SET active_session_id = $1, customer_contact = coalesce(nullif($6, ''), customer_contact),
+				UPDATE orders SET active_session_id = $1, customer_contact = CASE WHEN $9 = '`+string(ActorCustomer)+`'
+					THEN coalesce(customer_contact, nullif($6, '')) ELSE coalesce(nullif($6, ''), customer_contact) END,
 				updated_at = $8 WHERE order_id = $2),
 			ev AS (
 				INSERT INTO session_events (session_id, from_status, to_status, actor_kind, actor_id, reason, created_at)
