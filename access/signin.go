@@ -22,6 +22,10 @@ type Attempt struct {
 	Address string
 	// UserAgent goes into the audit entry of a successful sign-in.
 	UserAgent string
+	// Device is the browser's device token (RememberDevice), "" when it has none: trusted for
+	// the attempt's email, the attempt skips the address and global buckets and the account's
+	// lock (devices.go).
+	Device string
 	// Reauth: a signed-in user proving their password again (ChangeOwnPassword). The same
 	// throttle and failure count; a success writes no sign-in entry (the change writes its own).
 	Reauth bool
@@ -55,7 +59,17 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	// costs nothing and writes nothing.
 	var refusal error
 	var failures int // this attempt's place in the account's run of failures, if it fails
+	trusted := false
+	if a.Device != "" {
+		var err error
+		if trusted, err = s.trustedDevice(ctx, a.Device, email, now); err != nil {
+			return User{}, err
+		}
+	}
 	err := s.inTx(ctx, "sign in: throttle", func(tx pgx.Tx) error {
+		if trusted {
+			return nil // a device that signed in to this account before: no bucket, no lock (devices.go)
+		}
 		ok, err := takeBucket(ctx, tx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
 		if err != nil {
 			return err
@@ -115,11 +129,13 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	// to one's own account must not wash away one's failures on others), clear the account's count.
 	if match && found && !u.Disabled() {
 		err := s.inTx(ctx, "sign in: success", func(tx pgx.Tx) error {
-			if err := giveBack(ctx, tx, scopeAddress, addr); err != nil {
-				return err
-			}
-			if err := giveBack(ctx, tx, scopeGlobal, ""); err != nil {
-				return err
+			if !trusted { // a trusted attempt took no units
+				if err := giveBack(ctx, tx, scopeAddress, addr); err != nil {
+					return err
+				}
+				if err := giveBack(ctx, tx, scopeGlobal, ""); err != nil {
+					return err
+				}
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email); err != nil {
 				return fmt.Errorf("sign in: clear throttle: %w", err)
@@ -136,7 +152,13 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		return u, nil
 	}
 
-	// 3b. Refused: the failure is already counted. A real account's failures are audited.
+	// 3b. Refused: the failure is already counted (a trusted device's, on the device). A real
+	// account's failures are audited.
+	if trusted {
+		if err := s.deviceFailed(ctx, a.Device); err != nil {
+			return User{}, err
+		}
+	}
 	if found {
 		detail := "from " + a.Address
 		if a.Reauth {
@@ -150,7 +172,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	if _, err := s.ReapThrottle(ctx, reapPerFailure); err != nil {
 		return User{}, err
 	}
-	if failures >= s.Limits.AccountFailures { // this failure set the lock
+	if !trusted && failures >= s.Limits.AccountFailures { // this failure set the lock
 		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow), now)
 	}
 	return User{}, errWrongLogin

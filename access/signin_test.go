@@ -272,3 +272,69 @@ func TestAddressKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustedDeviceSignsInThroughAFlood: a flood from many addresses fills the global bucket
+// and five guesses lock the account; the owner's browser, which signed in before (its device
+// token), still signs in — and only to that account. A trusted device that gets the password
+// wrong as often as locks an account is trusted no more. A token never issued, or of another
+// account, is an attempt like any other.
+// Negative control (run by hand): without the trusted bypass, the owner gets 429.
+func TestTrustedDeviceSignsInThroughAFlood(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.acc.Limits.GlobalBurst = 5
+	b.user(t, "ana@example.com", access.RoleAdmin)
+	b.user(t, "bo@example.com", access.RoleSupport)
+	ctx := context.Background()
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.7")); err != nil {
+		t.Fatal(err)
+	}
+	device, err := b.acc.RememberDevice(ctx, "ana@example.com", "")
+	if err != nil || len(device) != 64 {
+		t.Fatalf("device token %q %v", device, err)
+	}
+	if again, err := b.acc.RememberDevice(ctx, "ana@example.com", device); err != nil || again != device {
+		t.Fatalf("remembering a trusted device again = %q %v, want the same token", again, err)
+	}
+	b.clock.Advance(access.DefaultLimits.GlobalWindow) // the sign-in's own unit drained
+	// The flood: the global bucket full, and five guesses at ana's account.
+	for i := range 5 {
+		if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", "guess guess guess", fmt.Sprintf("198.51.100.%d", i+1))); payments.ErrorCode(err) != payments.EWRONG &&
+			payments.ErrorCode(err) != payments.ELOCKED {
+			t.Fatalf("flood attempt %d: %v", i, err)
+		}
+	}
+	withDevice := func(email, password, token string) error {
+		a := attempt(email, password, "203.0.113.9")
+		a.Device = token
+		_, err := b.acc.SignIn(ctx, a)
+		return err
+	}
+	if err := withDevice("ana@example.com", testPassword, ""); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("the owner without the device during the flood: %v, want throttled", err)
+	}
+	if err := withDevice("ana@example.com", testPassword, device); err != nil {
+		t.Fatalf("the owner's device during the flood: %v", err)
+	}
+	for name, token := range map[string]string{"another account's": device, "never issued": strings.Repeat("ab", 32)} {
+		email := "bo@example.com"
+		if name == "never issued" {
+			email = "ana@example.com"
+		}
+		if err := withDevice(email, testPassword, token); payments.ErrorCode(err) != payments.ELOCKED {
+			t.Fatalf("a device token %s: %v, want throttled like any attempt", name, err)
+		}
+	}
+	// Guessing from the trusted device: five wrong passwords and it is trusted no more.
+	for i := range access.DefaultLimits.AccountFailures {
+		if err := withDevice("ana@example.com", "guess guess guess", device); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("device guess %d: %v", i, err)
+		}
+	}
+	if err := withDevice("ana@example.com", testPassword, device); payments.ErrorCode(err) != payments.ELOCKED {
+		t.Fatalf("the spent device during the flood: %v, want throttled", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com'`, payments.AuditLoginFailed); n != 5+access.DefaultLimits.AccountFailures {
+		t.Fatalf("failed sign-ins audited: %d", n)
+	}
+}

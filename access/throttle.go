@@ -27,7 +27,8 @@ import (
 //
 // An attempt takes its units before the password is looked at (a successful sign-in gives the
 // address and global units back), so parallel guesses are counted one by one and a throttled
-// attempt costs no bcrypt and writes nothing.
+// attempt costs no bcrypt and writes nothing. A browser that signed in to the account before
+// (its device token, devices.go) takes none of them.
 type Limits struct {
 	AccountFailures int
 	AccountWindow   time.Duration
@@ -177,6 +178,12 @@ func (s *Service) ReapThrottle(ctx context.Context, batch int) (int64, error) {
 		now.Add(-s.Limits.AccountWindow), now, batch)
 	if err != nil {
 		return n, fmt.Errorf("reap login throttle: %w", err)
+	}
+	n += tag.RowsAffected()
+	tag, err = s.db.Exec(ctx, `DELETE FROM staff_devices WHERE token_hash IN (
+		SELECT token_hash FROM staff_devices WHERE last_used_at < $1 LIMIT $2)`, now.Add(-DeviceTTL), batch)
+	if err != nil {
+		return n, fmt.Errorf("reap devices: %w", err)
 	}
 	return n + tag.RowsAffected(), nil
 }

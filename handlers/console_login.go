@@ -27,12 +27,15 @@ func (h *Console) LoginPage(c echo.Context) error {
 
 // Login: POST /login. A wrong password, an unknown email and a disabled user look the same;
 // the throttle (per account, per client address, overall: access.Limits) answers 429 with
-// Retry-After (when the refusal lapses). Success
-// renews the session token and goes to the page the user wanted. access.SignIn audits.
+// Retry-After (when the refusal lapses), except for a browser that signed in to the account
+// before (its device cookie: access/devices.go). Success renews the session token, keeps the
+// device cookie and goes to the page the user wanted. access.SignIn audits.
 func (h *Console) Login(c echo.Context) error {
 	email := access.NormalizeEmail(c.FormValue("email"))
 	next := auth.LocalPath(c.FormValue("next"))
-	u, err := h.access.SignIn(c.Request().Context(), accessAttempt(c, email, c.FormValue("password")))
+	a := accessAttempt(c, email, c.FormValue("password"))
+	a.Device = h.auth.DeviceToken(c)
+	u, err := h.access.SignIn(c.Request().Context(), a)
 	if err != nil {
 		code := payments.ErrorCode(err)
 		if code == payments.EINTERNAL || code == payments.EUNAVAIL {
@@ -55,6 +58,13 @@ func (h *Console) Login(c echo.Context) error {
 	if err := h.auth.SignIn(c, u); err != nil {
 		return err
 	}
+	// This browser may sign in to this account from now on whatever the throttle's address
+	// and global buckets say (access/devices.go).
+	device, err := h.access.RememberDevice(c.Request().Context(), u.Email, a.Device)
+	if err != nil {
+		return err
+	}
+	h.auth.SetDeviceToken(c, device)
 	return c.Redirect(http.StatusSeeOther, next)
 }
 

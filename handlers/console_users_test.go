@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -146,4 +147,34 @@ func TestSignInSprayThroughTheRouter(t *testing.T) {
 	if rec := a.do(r); rec.Code != http.StatusSeeOther || a.cookie(auth.SessionCookie) == nil {
 		t.Fatalf("another client behind the proxy: %d", rec.Code)
 	}
+}
+
+// TestDeviceCookieSignsInThroughAFullThrottle: signing in keeps a device cookie; when a flood has filled the throttle's global bucket, that browser still signs in to
+// its account, and a fresh one gets 429.
+func TestDeviceCookieSignsInThroughAFullThrottle(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ana@example.com", access.RoleAdmin)
+	known := b.agent(t)
+	known.login("ana@example.com")
+	var device *http.Cookie
+	for _, c := range known.jar.Cookies(siteURL) {
+		if c.Name == auth.DeviceCookie || c.Name == auth.HostDeviceCookie { // __Host- when served over https
+			device = c
+		}
+	}
+	if device == nil || len(device.Value) != 64 {
+		t.Fatalf("no device cookie after signing in: %v", known.jar.Cookies(siteURL))
+	}
+	known.post("/logout", url.Values{})
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO login_buckets (scope, key, level, updated_at) VALUES ('global', '', 1e9, $1)
+		ON CONFLICT (scope, key) DO UPDATE SET level = 1e9, updated_at = $1`, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fresh := b.agent(t)
+	fresh.get("/login")
+	if rec := fresh.post("/login", url.Values{"email": {"ana@example.com"}, "password": {testPassword}}); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a fresh browser during the flood: %d, want 429", rec.Code)
+	}
+	known.login("ana@example.com")
 }

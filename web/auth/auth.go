@@ -54,6 +54,11 @@ const (
 	HostPrefix        = "__Host-"
 	HostSessionCookie = HostPrefix + SessionCookie
 	HostCSRFCookie    = HostPrefix + CSRFCookie
+	// DeviceCookie keeps a browser's device token (access.RememberDevice): its sign-ins to the
+	// account it signed in to before skip the throttle's address and global buckets. The
+	// __Host- prefix over https, like the others; new, so it has no unprefixed past.
+	DeviceCookie     = "pitlane_device"
+	HostDeviceCookie = HostPrefix + DeviceCookie
 )
 
 // SessionLifetime is how long a sign-in lasts (a working day); the cookie itself dies with the
@@ -613,3 +618,28 @@ func (m *Manager) IdleTimeout() string { return idleText(m.idle) }
 func (m *Manager) SignedIn(c echo.Context) string {
 	return m.signedInEmail(c.Request().Context())
 }
+
+func (m *Manager) deviceName() string {
+	if m.secure {
+		return HostDeviceCookie
+	}
+	return DeviceCookie
+}
+
+// DeviceToken is the browser's device token ("" when it sent none).
+func (m *Manager) DeviceToken(c echo.Context) string {
+	if ck, err := c.Request().Cookie(m.deviceName()); err == nil {
+		return ck.Value
+	}
+	return ""
+}
+
+// SetDeviceToken keeps the browser's device token for access.DeviceTTL (HttpOnly, SameSite
+// Strict: only the sign-in form, on this site, needs it).
+func (m *Manager) SetDeviceToken(c echo.Context, token string) {
+	c.SetCookie(&http.Cookie{Name: m.deviceName(), Value: token, Path: "/", HttpOnly: true, Secure: m.secure,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(deviceCookieAge / time.Second)})
+}
+
+// deviceCookieAge is access.DeviceTTL (not imported: access does not belong under web/auth).
+const deviceCookieAge = 90 * 24 * time.Hour
