@@ -104,12 +104,13 @@ const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lea
 // pushEventsPage POSTs one page; more: another page may be ready.
 func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err error) {
 	now := s.cfg.Clock.Now()
+	leaseUntil := now.Add(2 * EventsWebhookTimeout)
 	var cursor, token string
 	var attempts int
 	err = s.db.QueryRow(ctx, `UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid()
 		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3) AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
 		RETURNING cursor, lease_token::text, attempts`,
-		s.cfg.ReplicaID, now.Add(2*EventsWebhookTimeout), now).Scan(&cursor, &token, &attempts)
+		s.cfg.ReplicaID, leaseUntil, now).Scan(&cursor, &token, &attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil // another replica delivers, or the wait after a failure runs
 	}
@@ -134,6 +135,18 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		if _, rerr := release(ctx, giveBackEventsWebhook); err == nil {
 			err = rerr
 		}
+		return 0, false, err
+	}
+	if h := s.cfg.Hooks.AfterEventsPageRead; h != nil {
+		h(ctx)
+	}
+	if s.cfg.Clock.Now().Add(EventsWebhookTimeout).After(leaseUntil) {
+		// Less of the lease is left than a POST may take (the feed read was slow): a POST sent
+		// now could outlive the lease while another replica takes the row over and sends this
+		// page, or the next one, beside it — out of order at the shop. Give the row back; the
+		// next round reads again with a fresh lease.
+		s.log.Warn("events webhook: the page took too long to read; sending it next round", "replica", s.cfg.ReplicaID)
+		_, err := release(ctx, giveBackEventsWebhook)
 		return 0, false, err
 	}
 	if perr := s.postEvents(ctx, page.Body()); perr != nil && ctx.Err() != nil {

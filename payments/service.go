@@ -94,6 +94,9 @@ type Hooks struct {
 	// AfterRefundLock runs inside the console's refunds (RefundByFinance, ConfirmRefund) once the
 	// order and session rows are locked.
 	AfterRefundLock func(ctx context.Context, sessionID string)
+	// AfterEventsPageRead runs in a round of the events webhook after it took the row and read
+	// the page, before it POSTs.
+	AfterEventsPageRead func(ctx context.Context)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
