@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -336,5 +340,69 @@ func TestTrustedDeviceSignsInThroughAFlood(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com'`, payments.AuditLoginFailed); n != 5+access.DefaultLimits.AccountFailures {
 		t.Fatalf("failed sign-ins audited: %d", n)
+	}
+}
+
+// sqlLog records the text of every statement a pool sends.
+type sqlLog struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sqls = append(l.sqls, d.SQL)
+	return ctx
+}
+func (l *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *sqlLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.sqls
+	l.sqls = nil
+	return out
+}
+
+// TestFailedSignInsSendTheSameStatements: a wrong password for a real account and any password
+// for a made-up email send the same statements, in the same order (their arguments differ): the
+// same round trips and the same writes, so neither the work nor its WAL flushes tell whether the
+// account exists. The real account's failure is still audited; the made-up email's is not.
+// Negative control: the audit INSERT of its own for real accounts (the code before) is one
+// statement more.
+func TestFailedSignInsSendTheSameStatements(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.user(t, "ana@example.com", access.RoleSupport)
+	log := &sqlLog{}
+	cfg := b.pool.Config().Copy()
+	cfg.ConnConfig.Tracer = log
+	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer traced.Close()
+	acc := access.New(traced, b.clock)
+	ctx := context.Background()
+	fail := func(email, addr string) []string {
+		t.Helper()
+		log.take()
+		if _, err := acc.SignIn(ctx, attempt(email, "guess guess guess", addr)); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("%s: %v", email, err)
+		}
+		return log.take()
+	}
+	fail("warm-up@example.com", "192.0.2.1") // the dummy hash
+	known := fail("ana@example.com", "192.0.2.2")
+	unknown := fail("nobody@example.com", "192.0.2.3")
+	if !slices.Equal(known, unknown) {
+		t.Fatalf("a real account's failure sent\n%s\n\na made-up email's\n%s", strings.Join(known, "\n---\n"), strings.Join(unknown, "\n---\n"))
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = 'ana@example.com'`, payments.AuditLoginFailed); n != 1 {
+		t.Fatalf("the real account's failure audited %d times", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target <> 'ana@example.com'`, payments.AuditLoginFailed); n != 0 {
+		t.Fatalf("made-up emails audited: %d", n)
 	}
 }
