@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"pitlane/access"
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
 
@@ -343,28 +340,6 @@ func TestTrustedDeviceSignsInThroughAFlood(t *testing.T) {
 	}
 }
 
-// sqlLog records the text of every statement a pool sends.
-type sqlLog struct {
-	mu   sync.Mutex
-	sqls []string
-}
-
-func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sqls = append(l.sqls, d.SQL)
-	return ctx
-}
-func (l *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (l *sqlLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.sqls
-	l.sqls = nil
-	return out
-}
-
 // TestFailedSignInsSendTheSameStatements: a wrong password for a real account and any password
 // for a made-up email send the same statements, in the same order (their arguments differ): the
 // same round trips and the same writes, so neither the work nor its WAL flushes tell whether the
@@ -375,23 +350,20 @@ func TestFailedSignInsSendTheSameStatements(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.user(t, "ana@example.com", access.RoleSupport)
-	log := &sqlLog{}
-	cfg := b.pool.Config().Copy()
-	cfg.ConnConfig.Tracer = log
-	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer traced.Close()
-	acc := access.New(traced, b.clock)
+	log := &testdb.StatementLog{}
+	acc := access.New(testdb.Traced(t, b.pool, log), b.clock)
 	ctx := context.Background()
 	fail := func(email, addr string) []string {
 		t.Helper()
-		log.take()
+		log.Take()
 		if _, err := acc.SignIn(ctx, attempt(email, "guess guess guess", addr)); payments.ErrorCode(err) != payments.EWRONG {
 			t.Fatalf("%s: %v", email, err)
 		}
-		return log.take()
+		var sqls []string
+		for _, st := range log.Take() {
+			sqls = append(sqls, st.SQL)
+		}
+		return sqls
 	}
 	fail("warm-up@example.com", "192.0.2.1") // the dummy hash
 	known := fail("ana@example.com", "192.0.2.2")

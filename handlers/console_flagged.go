@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
@@ -117,9 +116,9 @@ func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 		status = http.StatusConflict
 	}
 	h.auth.Flash(c, false, payments.ErrorMessage(err))
-	v := views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
-		RefundSettle: &views.RefundSettleDraft{RefundID: refund.ID, Outcome: c.FormValue("outcome"),
-			Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: de.Field}}
-	v.Page = h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
+	v := h.paymentView(d)
+	v.RefundSettle = &views.RefundSettleDraft{RefundID: refund.ID, Outcome: c.FormValue("outcome"),
+		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: de.Field}
+	v.Page = h.paymentPage(c, d)
 	return render.HTML(c, status, views.Payment(v))
 }

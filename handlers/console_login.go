@@ -64,7 +64,7 @@ func (h *Console) Login(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.auth.SetDeviceToken(c, device)
+	h.auth.SetDeviceToken(c, device, access.DeviceTTL)
 	return c.Redirect(http.StatusSeeOther, next)
 }
 

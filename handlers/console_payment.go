@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
 )
@@ -19,8 +20,7 @@ func (h *Console) Payment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// A fresh intent key for the page's refund form: every submission of that form is one refund.
-	v := views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency)}
+	v := h.paymentView(d)
 	if id := c.QueryParam("challenge"); id != "" {
 		if ch, ok := d.Challenge(id); ok {
 			v.Challenge = &ch
@@ -35,6 +35,17 @@ func (h *Console) Payment(c echo.Context) error {
 		// live refresh (static/live.js fetches location) keeps showing what the action opened.
 		c.Response().Header().Set("HX-Replace-Url", c.Request().URL.RequestURI())
 	}
-	v.Page = h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
+	v.Page = h.paymentPage(c, d)
 	return render.HTML(c, http.StatusOK, views.Payment(v))
+}
+
+// paymentView is a payment's page with a fresh intent key for its refund form (every
+// submission of that form is one refund).
+func (h *Console) paymentView(d payments.PaymentDetail) views.PaymentView {
+	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency)}
+}
+
+// paymentPage is the layout's part of a payment's page (title, navigation, flashes).
+func (h *Console) paymentPage(c echo.Context, d payments.PaymentDetail) views.Page {
+	return h.page(c, "Payment "+views.Short(d.Session.ID), "payments")
 }

@@ -3,46 +3,11 @@ package payments
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"pitlane/internal/testdb"
 )
-
-// statementLog records every statement a pool sends, with its arguments (pgx's tracers: plain
-// queries and each query of a batch).
-type statementLog struct {
-	mu    sync.Mutex
-	stmts []loggedStatement
-}
-
-type loggedStatement struct {
-	sql  string
-	args []any
-}
-
-func (l *statementLog) add(sql string, args []any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stmts = append(l.stmts, loggedStatement{sql, append([]any(nil), args...)})
-}
-
-func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.add(d.SQL, d.Args)
-	return ctx
-}
-func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	l.add(d.SQL, d.Args)
-}
-func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // The payment page (PaymentDetail: the console's most visited page, read again on every live
 // refresh) reads each of its lists through an index on the payment: no statement it sends reads
@@ -91,21 +56,15 @@ func TestPaymentPageReadsByIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	log := &statementLog{}
-	cfg := pool.Config().Copy()
-	cfg.ConnConfig.Tracer = log
-	cfg.MaxConns = 1
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer traced.Close()
+	log := &testdb.StatementLog{}
+	traced := testdb.Traced(t, pool, log)
 	d, err := NewService(traced, Config{}).PaymentDetail(ctx, id)
 	if err != nil || len(d.Ledger) != 1 || len(d.Refunds) != 1 {
 		t.Fatalf("PaymentDetail = %d ledger entries, %d refunds, %v", len(d.Ledger), len(d.Refunds), err)
 	}
-	if len(log.stmts) < 8 {
-		t.Fatalf("recorded %d statements", len(log.stmts))
+	stmts := log.Take()
+	if len(stmts) < 8 {
+		t.Fatalf("recorded %d statements", len(stmts))
 	}
 
 	conn, err := pool.Acquire(ctx)
@@ -118,8 +77,8 @@ func TestPaymentPageReadsByIndexes(t *testing.T) {
 		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		for _, st := range log.stmts {
-			plan := explainWith(t, conn.Conn(), "ANALYZE, FORMAT JSON", st.sql, st.args)
+		for _, st := range stmts {
+			plan := explainWith(t, conn.Conn(), "ANALYZE, FORMAT JSON", st.SQL, st.Args)
 			var walk func(node map[string]any)
 			walk = func(node map[string]any) {
 				if rel, ok := node["Relation Name"].(string); ok {
@@ -128,7 +87,7 @@ func TestPaymentPageReadsByIndexes(t *testing.T) {
 					removed, _ := node["Rows Removed by Filter"].(float64)
 					if read := rows*loops + removed*loops; read > most {
 						js, _ := json.MarshalIndent(plan, "", "  ")
-						t.Errorf("%s: %s reads %.0f rows of %s for one payment:\n%s\n%s", mode, node["Node Type"], read, rel, st.sql, js)
+						t.Errorf("%s: %s reads %.0f rows of %s for one payment:\n%s\n%s", mode, node["Node Type"], read, rel, st.SQL, js)
 					}
 				}
 				for _, k := range planChildren(node) {

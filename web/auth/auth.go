@@ -634,12 +634,9 @@ func (m *Manager) DeviceToken(c echo.Context) string {
 	return ""
 }
 
-// SetDeviceToken keeps the browser's device token for access.DeviceTTL (HttpOnly, SameSite
-// Strict: only the sign-in form, on this site, needs it).
-func (m *Manager) SetDeviceToken(c echo.Context, token string) {
+// SetDeviceToken keeps the browser's device token for ttl (access.DeviceTTL: as long as it is
+// trusted), HttpOnly, SameSite Strict: only the sign-in form, on this site, needs it.
+func (m *Manager) SetDeviceToken(c echo.Context, token string, ttl time.Duration) {
 	c.SetCookie(&http.Cookie{Name: m.deviceName(), Value: token, Path: "/", HttpOnly: true, Secure: m.secure,
-		SameSite: http.SameSiteStrictMode, MaxAge: int(deviceCookieAge / time.Second)})
+		SameSite: http.SameSiteStrictMode, MaxAge: int(ttl / time.Second)})
 }
-
-// deviceCookieAge is access.DeviceTTL (not imported: access does not belong under web/auth).
-const deviceCookieAge = 90 * 24 * time.Hour
