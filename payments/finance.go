@@ -65,7 +65,10 @@ func CaseTarget(id int64) string { return "case:" + strconv.FormatInt(id, 10) }
 // is due at once and its backoff schedule starts over (a finance user who asks for a retry wants
 // the patrol to keep looking, not to give up again after one more look). The sweep_exhausted
 // case stays open until finance resolves it. Audited in the same transaction. It changes no
-// status, so it takes only the session row (no order lock needed for the lock order).
+// status, so it takes only the session row (no order lock needed for the lock order). While a
+// proposal to settle the session by hand waits, it is refused (ECONFLICT), as RetryFlaggedRefund
+// is: the gateway is not asked while people decide, and the approval would otherwise settle a
+// session the patrol is driving again.
 func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Session, error) {
 	if !validUUID(id) {
 		return Session{}, Errorf(ENOTFOUND, "payment %q not found", id)
@@ -84,6 +87,15 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		}
 		if err != nil {
 			return dbError("retry flagged: lock", err, "")
+		}
+		// The proposal is made under this row's lock too, so one of the two sees the other.
+		var proposal int64
+		switch err := tx.QueryRow(ctx, `SELECT id FROM resolution_proposals
+			WHERE session_id = $1 AND kind = 'settle' AND state = 'proposed'`, id).Scan(&proposal); {
+		case err == nil:
+			return Errorf(ECONFLICT, "proposal #%d to settle payment %s by hand waits for a second person: approve or reject it first", proposal, Short(id))
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("retry flagged: proposal: %w", err)
 		}
 		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL,
 			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, now))

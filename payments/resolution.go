@@ -428,6 +428,17 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
 				Detail: detail + "; refund " + r.Refund.ID}, now)
 		}
+		// What made the session settleable by hand must still hold: a session sent back to the
+		// patrol since (its flag cleared) is being asked about again, and the gateway's word,
+		// not this decision, settles it.
+		mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
+		if err != nil {
+			return err
+		}
+		if Settleable(cur, mismatch) == "" {
+			return Errorf(ECONFLICT, "payment %s is no longer flagged, Unknown or mismatched: the patrol looks at it again; reject the proposal",
+				Short(cur.ID))
+		}
 		reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
 		sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
 		if err != nil {

@@ -470,3 +470,31 @@ func TestResolutionApproverLinkedWhileApproving(t *testing.T) {
 		t.Fatal("the proposal was decided")
 	}
 }
+
+// A flagged session with a waiting proposal to settle it by hand is not sent back to the patrol
+// ("Retry now" is refused, nothing changes), and a proposal for a session that was sent back
+// anyway (its flag cleared: an older replica, or by hand in SQL) is not approved: the patrol
+// asks the gateway again, and its word settles the session, not the proposal.
+func TestResolutionRetryWhileAProposalWaits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-retry-proposed", 4200)
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+
+	_, err := b.svc.RetryFlagged(ctx, fin2, s.ID)
+	wantCode(t, err, payments.ECONFLICT, "waits for a second person")
+	if cur, _ := b.svc.Get(ctx, s.ID); cur.FlaggedAt == nil || cur.NextCheckAt != nil {
+		t.Fatalf("refused retry changed the session: flagged %v, due %v", cur.FlaggedAt, cur.NextCheckAt)
+	}
+
+	b.exec(t, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL, next_check_at = $2 WHERE id = $1`, s.ID, b.clock.Now())
+	_, err = b.svc.ApproveResolution(ctx, adm, p.ID)
+	wantCode(t, err, payments.ECONFLICT, "no longer flagged")
+	if cur, _ := b.svc.Get(ctx, s.ID); cur.Status != payments.StatusRegistered {
+		t.Fatalf("approval settled a session the patrol drives: %s", cur.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p.ID); n != 1 {
+		t.Fatalf("proposal no longer waits to be rejected")
+	}
+}
