@@ -137,6 +137,9 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if !newCancel {
 		return res, nil
 	}
+	if h := s.cfg.Hooks.AfterCancelCommit; h != nil {
+		h(ctx, sessionID)
+	}
 	sessAfter, err := s.driveReverse(ctx, actor, res.Session)
 	if err != nil {
 		// The cancel is committed; the sweeper finishes the reverse. Report the state as it is.
@@ -166,13 +169,24 @@ func lostRace(sess Session) error {
 // driveReverse asks the gateway to reverse a Canceling session with its reverse operation's id
 // as the idempotency key, and applies the answer: reversed → Canceled; not reversible because it
 // succeeded → Completed (the payment won the race) and a finance case; no answer → it stays
-// Canceling for the sweeper, which repeats this with the same key.
+// Canceling for the sweeper, which repeats this with the same key. A refusal while the payment
+// can still be reversed (pending or authorized at the gateway: a 400, a proxy's 404) is not
+// the end of the customer's cancel: the operation stays Pending and the patrol sends it again
+// with the same key, until its schedule runs out and the session is flagged for finance.
 func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (Session, error) {
 	ctx, span := s.startSpan(ctx, "payments.cancel.reverse", sess.ID, sess.OrderID)
 	defer span.End()
-	var opID string
-	if err := s.db.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID); err != nil {
+	// The operation, and whether there is still a reverse to send: a check or a webhook may
+	// have applied the gateway's "succeeded" since the cancel committed (ConfirmCancel drives
+	// without a lease), and no reverse is sent for a payment we already call Completed.
+	var opID, opStatus string
+	var status Status
+	if err := s.db.QueryRow(ctx, `SELECT r.id::text, r.status, s.status FROM reverse_operations r
+		JOIN payment_sessions s ON s.id = r.session_id WHERE r.session_id = $1`, sess.ID).Scan(&opID, &opStatus, &status); err != nil {
 		return sess, dbError("reverse: operation", err, "no reverse operation for payment %s", sess.ID)
+	}
+	if status != StatusCanceling || opStatus != "Pending" {
+		return s.Get(ctx, sess.ID)
 	}
 	if sess.GatewayPaymentID == "" {
 		// The registration's answer was lost: find the payment by our reference first.
@@ -212,22 +226,37 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 		return s.applyGatewayPayment(ctx, actor, sess, gp, "gateway reversed the payment")
 	}
 	if FailureOf(err) == FailureDefinitive {
-		// Not reversible: ask what it is now and apply that (succeeded → Completed + case,
-		// declined/expired → Failed). The operation is refused either way.
+		// Refused: ask what the payment is now. Final (succeeded → Completed + case,
+		// declined/expired → Failed): the operation is refused, and the answer applied.
+		// Reversed after all (another of our requests got through): applied, Canceled.
 		cur, found, serr := s.gatewayState(ctx, sess)
 		if serr != nil {
 			return sess, serr
 		}
-		if _, xerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE reverse_operations SET status = 'Refused', detail = $2, updated_at = $3
-			WHERE id = $1 AND status = 'Pending'`, opID, err.Error(), s.cfg.Clock.Now()); xerr != nil {
-			return sess, fmt.Errorf("reverse: refuse op: %w", xerr)
+		if !found || !reverseRefusalFinal(cur.Status) {
+			// Still pending or authorized, or not found by its id: the money may be held and
+			// the customer's cancel stands. The operation stays Pending for the patrol.
+			return sess, fmt.Errorf("reverse refused while the payment is %q at the gateway; the patrol sends it again: %w", cur.Status, err)
 		}
-		if !found {
-			return sess, err
+		if cur.Status != GatewayReversed {
+			if _, xerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE reverse_operations SET status = 'Refused', detail = $2, updated_at = $3
+				WHERE id = $1 AND status = 'Pending'`, opID, err.Error(), s.cfg.Clock.Now()); xerr != nil {
+				return sess, fmt.Errorf("reverse: refuse op: %w", xerr)
+			}
 		}
 		return s.applyGatewayPayment(ctx, actor, sess, cur, "reverse refused: "+GatewayErrorCode(err))
 	}
 	return sess, err
+}
+
+// reverseRefusalFinal says whether a refused reverse ends the cancel: the gateway's payment is
+// final (succeeded, declined, expired, reversed), so there is nothing left to reverse.
+func reverseRefusalFinal(st GatewayStatus) bool {
+	switch st {
+	case GatewaySucceeded, GatewayDeclined, GatewayExpired, GatewayReversed:
+		return true
+	}
+	return false
 }
 
 func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess Session) (Session, error) {

@@ -646,3 +646,76 @@ func TestCancelWhileTheRegistrationIsInFlightReversesWhatAppears(t *testing.T) {
 		t.Fatalf("gateway payments = %d, want 1", n)
 	}
 }
+
+// A reverse the gateway refuses while the payment is still held (authorized: a 400, a proxy's
+// 404, anything but not_reversible) does not end the customer's confirmed cancel: the operation
+// stays Pending and the patrol sends it again with the same key. Before, it was marked Refused
+// at once, the patrol then only Checked the session, a new cancel was refused (Canceling), and
+// the held money was captured later as a "lost race" (an outside review).
+func TestCancelReverseRefusedWhileHeldIsSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-rev-refused", 1000)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
+	if got, err := b.svc.Check(ctx, api, sess.ID); err != nil || got.Status != payments.StatusAuthorized {
+		t.Fatalf("check = %s %v", got.Status, err)
+	}
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.Fail(fakegw.OpReverse, fakegw.Definitive, 1)
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil || res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("confirm = %s %v, want Canceling", res.Session.Status, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1 AND status = 'Pending'`, sess.ID); n != 1 {
+		t.Fatal("the refused reverse's operation is no longer Pending: nothing would send it again")
+	}
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, _ := b.svc.Get(ctx, sess.ID)
+	gp, _ := b.gw.Payment(sess.GatewayPaymentID)
+	if final.Status != payments.StatusCanceled || gp.Status != payments.GatewayReversed {
+		t.Fatalf("after the patrol: session %s, gateway %s; want Canceled, reversed", final.Status, gp.Status)
+	}
+	var opID string
+	_ = b.pool.QueryRow(ctx, `SELECT id::text FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&opID)
+	if b.gw.KeyCalls(fakegw.OpReverse, opID) != 2 || b.gw.Calls(fakegw.OpReverse) != 2 {
+		t.Fatalf("reverses = %d, want 2 under the operation's key", b.gw.Calls(fakegw.OpReverse))
+	}
+	if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1 AND status = 'Succeeded'`, sess.ID); n != 1 {
+		t.Fatal("the operation is not Succeeded")
+	}
+}
+
+// A capture applied between the cancel's commit and its reverse (a check or a webhook: the
+// confirm drives without a lease) leaves no reverse to send: none goes to the gateway for a
+// payment we already call Completed.
+func TestCancelNoReverseAfterACaptureApplied(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterCancelCommit = func(ctx context.Context, id string) {
+			s, _ := b.svc.Get(ctx, id)
+			b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+			if got, err := b.svc.Check(ctx, api, id); err != nil || got.Status != payments.StatusCompleted {
+				t.Errorf("check in the gap = %s %v", got.Status, err)
+			}
+		}
+	})
+	ctx := context.Background()
+	sess := b.registered(t, "o-captured-gap", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	wantCode(t, err, payments.ECONFLICT, "captured before the cancel")
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Fatalf("gateway reverses = %d for a payment already Completed, want 0", n)
+	}
+}

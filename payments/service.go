@@ -84,6 +84,9 @@ type Hooks struct {
 	BeforeRegister func(ctx context.Context, sessionID string)
 	// AfterCancelLock runs inside ConfirmCancel once the order and session rows are locked.
 	AfterCancelLock func(ctx context.Context, sessionID string)
+	// AfterCancelCommit runs in ConfirmCancel after the cancel committed (Canceling) and before
+	// the reverse is sent.
+	AfterCancelCommit func(ctx context.Context, sessionID string)
 	// AfterSweepClaim runs after a sweeper committed its claim of due sessions.
 	AfterSweepClaim func(ctx context.Context, ids []string)
 	// AfterCheckNowClaim runs inside CheckNow's claim transaction, after the claim statement and

@@ -278,9 +278,9 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 	req.GetBody = nil
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Accept", "application/json")
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	// The contract: "Every request: … Content-Type: application/json", GETs and bodiless
+	// POSTs (reverse) included; a strict gateway may refuse a request without it.
+	req.Header.Set("Content-Type", "application/json")
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
@@ -334,6 +334,14 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 			// reached it: safe to send again once the key is right, counted as the gateway
 			// failing (the error-ratio alert), and no payment is failed for it.
 			ge.Kind = payments.FailureNotSent
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+			// "Slow down" and "your request took too long": neither refuses the payment, and a
+			// 408 may come from a proxy while the gateway still works on the request. Not a
+			// refusal (which fails a registration, or ends a confirmed cancel): unknown, asked
+			// again with the same key, and counted as the gateway failing, so the patrol backs
+			// off instead of hammering a gateway that throttles it. Stripe's adapter says so too.
+			ge.Kind = payments.FailureUnknown
 		}
 		switch ge.Code {
 		case "idempotency_key_in_use":

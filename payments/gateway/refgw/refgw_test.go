@@ -484,6 +484,35 @@ func TestWhatTheClientSends(t *testing.T) {
 	if r = got.Load(); r.URL.Query().Get("reference") != "ref & co" || r.Method != "GET" || r.Header.Get("Idempotency-Key") != "" {
 		t.Errorf("find: %s %s %v", r.Method, r.URL, r.Header)
 	}
+	// "Every request: Authorization …, Content-Type: application/json": the GETs too.
+	if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Authorization") != "Bearer "+apiKey {
+		t.Errorf("find: headers %v", r.Header)
+	}
+	_, _ = c.Status(context.Background(), "gp_2")
+	if r = got.Load(); r.Method != "GET" || r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Authorization") != "Bearer "+apiKey {
+		t.Errorf("status: %s %v", r.Method, r.Header)
+	}
+}
+
+// 429 (slow down) and 408 (took too long, maybe said by a proxy while the gateway still works
+// on the request) refuse nothing: as refusals they failed a registration, and ended a customer's
+// confirmed cancel without reversing anything (an outside review). They are unknown, like a 5xx:
+// asked again with the same key, counted as the gateway failing.
+func TestThrottledIsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout} {
+		c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			io.WriteString(w, `{"error":"rate_limited"}`)
+		})
+		_, err := c.Reverse(context.Background(), "gp_1", "rev-key")
+		if ge := failure(t, err, payments.FailureUnknown); ge.HTTPStatus != code {
+			t.Errorf("%d reverse: %+v", code, ge)
+		}
+		_, err = c.Register(context.Background(), regReq("reg-key", "ref"))
+		failure(t, err, payments.FailureUnknown)
+	}
 }
 
 func TestUnknownAnswerFieldsAreIgnored(t *testing.T) {
@@ -519,7 +548,7 @@ func TestUnusableAnswers(t *testing.T) {
 		{"redirect is not followed", 302, ``, register, payments.FailureUnknown, ""},
 		{"404 without a body", 404, ``, status, payments.FailureDefinitive, "not_found"},
 		{"400 with a message", 400, `{"error":"invalid_request","message":"currency"}`, register, payments.FailureDefinitive, "invalid_request"},
-		{"429", 429, ``, register, payments.FailureDefinitive, "http_429"},
+		{"429 is not a refusal (TestThrottledIsUnknown)", 429, ``, register, payments.FailureUnknown, "http_429"},
 		{"4xx body over the limit stays a refusal", 409, `{"error":"not_reversible","status":"succeeded","pad":"` + strings.Repeat("x", 2000) + `"}`, reverse, payments.FailureDefinitive, "http_409"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
