@@ -54,8 +54,9 @@ type webhookAnswer struct {
 // Receive verifies the signature over the raw body before anything else, so a forged or stale
 // event writes nothing (the verifier's refusal is a domain error: malformed → 400, bad or stale
 // signature → 401); then hands the event to the core, which records it once, applies it as a
-// hint through Check and marks it processed. A failure to apply answers 5xx (from the core's
-// error) so that the gateway delivers it again.
+// hint through Check and marks it processed. A valid event answers 200, also when applying it
+// failed this time (outcome "queued": the patrol retries it); only an event that could not be
+// recorded answers 5xx, so that the gateway delivers it again.
 func (h *Webhooks) Receive(c echo.Context) error {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxWebhookBody+1))
 	if err != nil {

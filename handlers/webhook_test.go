@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,8 +134,8 @@ func (b *whBench) failedDelivery(t *testing.T, order, eventID string, failures i
 	s := b.registered(t, order)
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
 	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, failures)
-	if rec := b.deliverSigned(whEvent(eventID, s, s.GatewayPaymentID, "succeeded")); rec.Code < 500 {
-		t.Fatalf("delivery: %d, want 5xx", rec.Code)
+	if rec := b.deliverSigned(whEvent(eventID, s, s.GatewayPaymentID, "succeeded")); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"outcome":"queued"`) {
+		t.Fatalf("delivery: %d %s, want 200 queued", rec.Code, rec.Body.String())
 	}
 	return s
 }
@@ -545,8 +546,9 @@ func TestWebhookUnknownPaymentIsRecordedAndAcknowledged(t *testing.T) {
 }
 
 // TestWebhookNotMarkedProcessedWhenTheGatewayIsDown: the hint cannot be applied (the gateway
-// does not answer), so the receiver answers 5xx, leaves the event unprocessed with its error,
-// and the gateway's redelivery applies it.
+// does not answer). The event is valid and recorded, so the receiver answers 200 (the contract:
+// "a valid event → 200"; outcome "queued") and leaves the event unprocessed with its error and
+// the patrol's retry time; a redelivery, if one comes, applies it.
 func TestWebhookNotMarkedProcessedWhenTheGatewayIsDown(t *testing.T) {
 	t.Parallel()
 	b := newWHBench(t, whRefgw)
@@ -556,17 +558,17 @@ func TestWebhookNotMarkedProcessedWhenTheGatewayIsDown(t *testing.T) {
 
 	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
 	rec := b.deliverSigned(body)
-	if rec.Code < 500 {
-		t.Fatalf("status %d while the gateway is down, want 5xx so the gateway redelivers; %s", rec.Code, rec.Body.String())
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"outcome":"queued"`) {
+		t.Fatalf("status %d %s while the gateway is down, want 200 queued: the event is recorded and the patrol retries it", rec.Code, rec.Body.String())
 	}
-	var processed bool
+	var processed, retry bool
 	var errText string
-	if err := b.pool.QueryRow(context.Background(), `SELECT processed_at IS NOT NULL, coalesce(error, '') FROM webhook_events WHERE event_id = 'evt_down'`).
-		Scan(&processed, &errText); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT processed_at IS NOT NULL, coalesce(error, ''), retry_at IS NOT NULL FROM webhook_events WHERE event_id = 'evt_down'`).
+		Scan(&processed, &errText, &retry); err != nil {
 		t.Fatal(err)
 	}
-	if processed || errText == "" {
-		t.Fatalf("after a failed apply: processed=%v error=%q, want unprocessed with the error", processed, errText)
+	if processed || errText == "" || !retry {
+		t.Fatalf("after a failed apply: processed=%v error=%q retry=%v, want unprocessed with the error and a retry time", processed, errText, retry)
 	}
 	if st := b.status(t, s.ID); st != payments.StatusRegistered {
 		t.Fatalf("session %s, want unchanged", st)
@@ -605,8 +607,8 @@ func TestWebhookFailedWhileACopyWasAcknowledgedIsRetriedByThePatrol(t *testing.T
 	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
 	b.gw.Unhold(fakegw.OpStatus)
 	gate.Release()
-	if rec := <-first; rec.Code < 500 {
-		t.Fatalf("first delivery: %d, want 5xx (its apply failed)", rec.Code)
+	if rec := <-first; rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"outcome":"queued"`) {
+		t.Fatalf("first delivery: %d %s, want 200 queued (its apply failed; the patrol retries it)", rec.Code, rec.Body.String())
 	}
 	if st := b.status(t, s.ID); st != payments.StatusRegistered {
 		t.Fatalf("session %s after the failed apply, want Registered", st)

@@ -53,6 +53,10 @@ const (
 	// EventDuplicate: an earlier delivery of the same event processed it, or is processing it
 	// right now; this one changed nothing and asked the gateway nothing.
 	EventDuplicate EventOutcome = "duplicate"
+	// EventQueued: recorded, but applying it failed this time (the gateway did not answer the
+	// check, a lock wait timed out); the patrol applies it on its retry schedule, whether or not
+	// the gateway delivers it again.
+	EventQueued EventOutcome = "queued"
 )
 
 // EventResult is the outcome of HandleGatewayEvent.
@@ -77,8 +81,10 @@ type EventResult struct {
 //     rule. So the 20th copy of "succeeded", or a late "authorized" after "succeeded", changes
 //     nothing, and a success for a Canceled session becomes a late-payment case.
 //  3. Mark the event processed. If applying failed (gateway down, lock timeout), the event is
-//     NOT marked processed: the claim is released with the error recorded, and the error is
-//     returned so the receiver answers 5xx and the gateway redelivers.
+//     NOT marked processed: the claim is released with the error recorded and the patrol's next
+//     try (webhookSource), and the delivery is answered EventQueued: the event is ours now (the
+//     contract: "a valid event → 200"), and a redelivery, if one comes, may apply it sooner.
+//     Only an event that could not be recorded returns an error (the receiver's 5xx).
 //
 // An event for a payment no session of ours knows is recorded as EventUnknownPayment and logged;
 // it is not a finance case here: gateway accounts are often shared (other shops, a staging
@@ -121,7 +127,14 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 	if processed || !mine {
 		return EventResult{Outcome: EventDuplicate}, nil
 	}
-	return s.processEvent(ctx, rowID, token, ev)
+	res, err := s.processEvent(ctx, rowID, token, ev)
+	if err != nil {
+		// Recorded, claim released with its retry time (or, if even that failed, running out
+		// at claimed_until): the patrol applies it.
+		s.log.Warn("webhook: apply failed; the patrol retries the event", "event", ev.ID, "err", err)
+		return EventResult{Outcome: EventQueued}, nil
+	}
+	return res, nil
 }
 
 // processEvent is steps 2 and 3 of HandleGatewayEvent for an event whose claim (token) this
