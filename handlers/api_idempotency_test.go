@@ -433,8 +433,9 @@ func waitBlockedOrAnswered(t *testing.T, b *apiBench, rec <-chan *httptest.Respo
 		default:
 		}
 		var waiting int
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+		// By the waiting backend's database: a row lock's wait (a transactionid lock) names none.
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {

@@ -40,8 +40,11 @@ func refundLocation(id string) string { return refundsPath + id }
 // key; an uncertain one abandons it to the same request. While a client key's first request
 // still runs: 409 + Retry-After. A keyless refund's intent is completed with the refund in the
 // refund's claim (Bind), so an identical keyless request that arrives while the first one waits
-// for the gateway replays the Pending refund (202): the contract's "is the same refund"; only one
-// arriving within the claim's own few milliseconds still gets 409 + Retry-After.
+// for the gateway replays the Pending refund (202): the contract's "is the same refund". One that
+// arrives while the first is still before or inside its claim runs the refund itself
+// (BusyRunsEffect) under the first one's RequestKey (the slot's Since is the holder's use): under
+// the payment's locks whichever claims first makes the refund and the other finds it, never a
+// 409 and never a second refund.
 //
 // The core binds the refund to RequestKey, derived from the key slot (client, kind, key, the
 // use's start): a request that takes the slot over after its first holder died or gave up finds
@@ -56,7 +59,7 @@ func (a *API) CreateRefund(c echo.Context) error {
 		ir.Kind, ir.Key, ir.Fingerprint = payments.IdempotencyClientKey, req.Key, req.Fingerprint
 	} else {
 		// As for create: the intent is the operation, so its fingerprint is the intent key.
-		ir.Kind, ir.Key = payments.IdempotencyIntentKey, payments.RefundIntentKey(req.PaymentID, req.Amount)
+		ir.Kind, ir.Key, ir.BusyRunsEffect = payments.IdempotencyIntentKey, payments.RefundIntentKey(req.PaymentID, req.Amount), true
 		ir.Fingerprint = payments.Fingerprint(http.MethodPost, req.Path, []byte(ir.Key))
 	}
 	var refund payments.Refund

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,5 +414,45 @@ func TestAPIListRefunds(t *testing.T) {
 	}
 	for _, id := range []string{"00000000-0000-4000-8000-000000000000", first.ID, "not-a-uuid"} {
 		wantProblem(t, b.do(get(refundsPath(id))), http.StatusNotFound, "")
+	}
+}
+
+// Identical keyless refunds are the same refund (contract: "Keyless requests"), also while the
+// first is inside its claim: the duplicate gave 409 busy (an outside review: up to 5 of 12 in a
+// burst). The interleaving: the first holds the intent and is parked inside its claim (the
+// payment's locks held); the duplicate must wait for the claim (seen in pg_locks), then find the
+// first's refund by the first's RequestKey. One refund, one gateway call, no 409.
+func TestAPIKeylessIdenticalRefundsNeverConflict(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	var parked atomic.Bool // only the first claim parks; the duplicate's goes on
+	b := newAPIBench(t, benchOpt{core: func(c *payments.Config) {
+		c.Hooks.AfterRefundLock = func(ctx context.Context, id string) {
+			if parked.CompareAndSwap(false, true) {
+				p.hook(ctx, id)
+			}
+		}
+	}})
+	t.Cleanup(func() { p.release <- struct{}{} })
+	pay := b.completedPayment(t, "o-refund-burst", 1000)
+	c := post(refundsPath(pay.ID), `{"amount":300}`)
+	first := b.goDo(b.e, c)
+	mustWait(t, p.arrived, "the first refund inside its claim")
+	second := b.goDo(b.e, c)
+	waitBlockedOrAnswered(t, b, second)
+	p.release <- struct{}{}
+	r1 := wantRefund(t, mustWait(t, first, "first"), http.StatusCreated)
+	rec := mustWait(t, second, "duplicate")
+	if rec.Code != http.StatusCreated && rec.Code != http.StatusAccepted {
+		t.Fatalf("duplicate = %d %s, want the same refund (201/202)", rec.Code, rec.Body)
+	}
+	if r2 := wantRefund(t, rec, rec.Code); r2.ID != r1.ID {
+		t.Fatalf("two refunds: %s and %s", r1.ID, r2.ID)
+	}
+	if n := b.refunds(t); n != 1 {
+		t.Fatalf("refunds = %d", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refund calls = %d", n)
 	}
 }

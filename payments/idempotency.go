@@ -154,7 +154,10 @@ type IdempotencyRequest struct {
 	// anyway, without the key, instead of answering EBUSY. Only for an effect that is itself
 	// idempotent for the business operation: Create, whose per-order claim answers "same
 	// parameters → this session", so identical keyless Creates arriving together all get the one
-	// session (200/201/202), never a 409 (contract: "Keyless requests").
+	// session (200/201/202), never a 409 (contract: "Keyless requests"); and a refund, whose
+	// effect gets the slot's Since (the use the holder runs under) and so the holder's own
+	// RequestKey: under the payment's locks the one refund of that key is made once and found
+	// by the other ("is the same refund").
 	BusyRunsEffect bool
 }
 
@@ -344,6 +347,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 		return Slot{}, dbError("idempotency: insert", err, "")
 	}
 	var out Slot
+	var busySince time.Time
 	busy, reused := false, false
 	err = x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
 		// Two tries: the reaper (which does not take the advisory lock) may delete an expired
@@ -422,7 +426,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				}
 				return nil
 			case holder != nil && lockedTill != nil && lockedTill.After(now):
-				busy = true // committed: the slide above must stay
+				busy, busySince = true, since // committed: the slide above must stay
 				return nil
 			}
 			// Held by a request that died (lock stale) or that gave up with an uncertain outcome:
@@ -446,7 +450,9 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 		if r.Kind != IdempotencyIntentKey || !r.BusyRunsEffect { // otherwise Run answers it anyway
 			x.conflict(r, ConflictInProgress)
 		}
-		return Slot{}, Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
+		// The use the holder runs under (Since) comes back with the refusal: Run's
+		// BusyRunsEffect hands it to the effect.
+		return Slot{Since: busySince}, Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
 	}
 	return out, nil
 }
@@ -497,7 +503,8 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	slot, err := x.Acquire(ctx, r)
 	if err != nil {
 		if ErrorCode(err) == EBUSY && r.Kind == IdempotencyIntentKey && r.BusyRunsEffect {
-			id, status, err := effect(ctx, Slot{})
+			// Without the key: no Token, no Binding; Since is the holder's use.
+			id, status, err := effect(ctx, Slot{Since: slot.Since})
 			return Outcome{ResourceID: id, Status: status}, err
 		}
 		return Outcome{}, err

@@ -146,6 +146,9 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		if err != nil {
 			return err
 		}
+		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
+			h(ctx, cur.ID)
+		}
 		out, created, err = s.claimRefund(ctx, tx, cur, actor, in, now)
 		if err != nil || in.Bind == nil {
 			return err

@@ -94,8 +94,8 @@ type Hooks struct {
 	AfterCheckNowClaim func(ctx context.Context, ids []string)
 	// AfterResolutionLock runs inside ApproveResolution once the order and session rows are locked.
 	AfterResolutionLock func(ctx context.Context, sessionID string)
-	// AfterRefundLock runs inside the console's refunds (RefundByFinance, ConfirmRefund) once the
-	// order and session rows are locked.
+	// AfterRefundLock runs inside a refund's claim (the API's CreateRefund, the console's
+	// RefundByFinance and ConfirmRefund) once the order and session rows are locked.
 	AfterRefundLock func(ctx context.Context, sessionID string)
 	// AfterEventsPageRead runs in a round of the events webhook after it took the row and read
 	// the page, before it POSTs.
