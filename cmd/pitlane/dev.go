@@ -8,6 +8,8 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"pitlane/internal/config"
 	"pitlane/internal/pgrunner"
 )
@@ -21,8 +23,10 @@ const devDatabase = "pitlane"
 // Ctrl-C stops the server, then the database.
 //
 // With DATABASE_URL set, the database may be shared (a team's staging database): dev seeds
-// nothing there, no demo accounts with printed passwords above all, unless --demo says to, and
-// its banner says which it did.
+// demo data there only while it has no staff user but dev's own demo ones (a new database, as
+// the contract's "demo orders and demo staff logins printed on start" has it), never demo
+// accounts with printed passwords beside real people's, unless --demo says to; its banner says
+// which it did.
 func runDev(ctx context.Context, env *Env, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -90,11 +94,31 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 
 	// The gateway: the in-process simulator (and its demo orders) unless GATEWAY/GATEWAY_URL
 	// name another one.
-	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: private || *demo,
+	seed := private || *demo
+	if !seed {
+		if seed, err = onlyDemoStaff(ctx, pool); err != nil {
+			return err
+		}
+	}
+	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: seed,
 		simState: filepath.Join(*dir, "gatewaysim.json")}
 	return serveWith(ctx, cfg, pool, env.Logger, serveOptions{
 		prepare: d.prepare,
 		started: d.started,
 		ready:   func(url string) { d.printReady(ctx, env.Stdout, url, dbNote, n) },
 	})
+}
+
+// onlyDemoStaff says whether the database has no staff user but dev's demo ones: a new database
+// (or one dev seeded before), where seeding the demo hurts no one.
+func onlyDemoStaff(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	emails := make([]string, len(demoStaff))
+	for i, u := range demoStaff {
+		emails[i] = u.email
+	}
+	var others bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM staff_users WHERE email <> ALL($1))`, emails).Scan(&others); err != nil {
+		return false, fmt.Errorf("dev: read staff users: %w", err)
+	}
+	return !others, nil
 }

@@ -273,42 +273,54 @@ func TestServeWithoutSecretKeyExitsTwo(t *testing.T) {
 	}
 }
 
-// TestDevSeedsSharedDatabaseOnlyWithDemo: with DATABASE_URL set (a database that may be shared)
-// dev seeds no demo logins (with their printed passwords) and no demo orders, and says so; with
-// --demo it seeds them.
+// TestDevSeedsSharedDatabaseOnlyWithDemo: with DATABASE_URL set, a new database (no staff user
+// but dev's demo ones) gets the demo logins and orders printed on start, as the contract has it;
+// a database with staff users of its own (a team's, maybe shared) gets no demo logins with
+// printed passwords and no demo orders, and the banner says so; --demo seeds them there too.
 func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
 	t.Parallel()
-	url := testdb.NewURL(t)
-	pool := testdb.Pool(t, url)
-	count := func(sql string) int {
+	run := func(url string, args ...string) (text string, users, orders int) {
 		t.Helper()
-		var n int
-		if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	for _, demo := range []bool{false, true} {
-		args := []string{"dev", "--dir", t.TempDir()}
-		if demo {
-			args = append(args, "--demo")
-		}
-		banner, stop := startDev(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, args...)
+		banner, stop := startDev(t, map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}, append([]string{"dev", "--dir", t.TempDir()}, args...)...)
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		text := strings.Join(banner, "\n")
-		users, orders := count(`SELECT count(*) FROM staff_users`), count(`SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`)
-		if !demo {
-			if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
-				t.Fatalf("without --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
-			}
-			continue
+		pool := testdb.Pool(t, url)
+		ctx := context.Background()
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM staff_users WHERE email LIKE '%@pitlane.dev'`).Scan(&users); err != nil {
+			t.Fatal(err)
 		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE order_id LIKE 'demo-%'`).Scan(&orders); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(banner, "\n"), users, orders
+	}
+	seeded := func(what, text string, users, orders int) {
+		t.Helper()
 		if users != len(demoStaff) || orders != len(demoOrders) || !strings.Contains(text, "demo-pass") || strings.Contains(text, "none seeded") {
-			t.Fatalf("with --demo: %d users, %d demo orders; banner:\n%s", users, orders, text)
+			t.Fatalf("%s: %d demo users, %d demo orders; banner:\n%s", what, users, orders, text)
 		}
 	}
+
+	fresh := testdb.NewURL(t)
+	text, users, orders := run(fresh)
+	seeded("a new database", text, users, orders)
+	text, users, orders = run(fresh) // dev's own demo users are no one else's
+	if users != len(demoStaff) || !strings.Contains(text, "demo-pass") {
+		t.Fatalf("a database dev seeded before: %d demo users; banner:\n%s", users, text)
+	}
+
+	shared := testdb.NewURL(t)
+	if _, err := testdb.Pool(t, shared).Exec(context.Background(), `INSERT INTO staff_users (email, role, password_hash, created_at)
+		VALUES ('ops@team.example', 'admin', 'x', now())`); err != nil {
+		t.Fatal(err)
+	}
+	text, users, orders = run(shared)
+	if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
+		t.Fatalf("a database with staff of its own, without --demo: %d demo users, %d demo orders; banner:\n%s", users, orders, text)
+	}
+	text, users, orders = run(shared, "--demo")
+	seeded("with --demo", text, users, orders)
 }
 
 // startDev runs `pitlane dev` as a process until it printed its banner (up to "Ctrl-C …") and
