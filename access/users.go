@@ -343,7 +343,10 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if target.Disabled() {
 				detail = "already disabled"
 			}
-			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = coalesce(disabled_at, $2)
+			// Its sessions end for good: the epoch moves on too, so an account enabled again
+			// (by hand in SQL) does not revive them.
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = coalesce(disabled_at, $2),
+				session_epoch = session_epoch + CASE WHEN disabled_at IS NULL THEN 1 ELSE 0 END
 				WHERE id = $1 RETURNING `+userColumns, target.ID, now))
 		case ch.role != "":
 			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)

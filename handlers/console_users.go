@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"pitlane/access"
+	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/auth"
 	"pitlane/web/render"
@@ -43,8 +44,13 @@ func (h *Console) SetUserRole(c echo.Context) error {
 
 // SetUserPassword: POST /admin/users/{id}/password with password. The user's sessions end (a
 // new password throws out whoever knew the old one) and a sign-in lockout of theirs is lifted.
+// Not the admin's own: that is /account's, which asks for the current password first, so a
+// session someone else got hold of cannot lock its owner out (an outside review).
 func (h *Console) SetUserPassword(c echo.Context) error {
 	return h.changeUser(c, func(u access.User) (string, error) {
+		if access.NormalizeEmail(u.Email) == access.NormalizeEmail(auth.Staff(c).Email) {
+			return "", payments.Errorf(payments.EFORBIDDEN, "change your own password on your account page: it asks for the current one")
+		}
 		_, err := h.access.SetPassword(c.Request().Context(), auth.Staff(c), u.Email, c.FormValue("password"))
 		return fmt.Sprintf("%s has a new password; their sessions are ended.", u.Email), err
 	})

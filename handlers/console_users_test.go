@@ -62,6 +62,21 @@ func TestUsersPageChangesUsers(t *testing.T) {
 	rec = adm.post("/admin/users/"+b.userID(t, "bo@example.com")+"/password", url.Values{"password": {"short"}})
 	wantText(t, page(t, adm.follow(rec), http.StatusOK), "flash-error", "at least 12 characters")
 
+	// The admin's own password is /account's (it asks for the current one): a session someone
+	// else got hold of cannot lock its owner out from here (an outside review). No form on the
+	// admin's own row; a forged post is refused, nothing changes.
+	doc = page(t, adm.get("/admin/users"), http.StatusOK)
+	if n := doc.Find(`[data-testid="user-row"][data-email="root@example.com"] ` + testid("user-password-form")).Length(); n != 0 {
+		t.Fatal("a password form on the admin's own row")
+	}
+	rec = adm.post("/admin/users/"+b.userID(t, "root@example.com")+"/password", url.Values{"password": {"the thief's own password"}})
+	wantText(t, page(t, adm.follow(rec), http.StatusOK), "flash-error", "your account page")
+	owner := b.agent(t)
+	owner.get("/login")
+	if rec := owner.post("/login", url.Values{"email": {"root@example.com"}, "password": {testPassword}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the owner with their password after the refused change: %d", rec.Code)
+	}
+
 	// Disable: ana is out at her next request.
 	rec = adm.post("/admin/users/"+b.userID(t, "ana@example.com")+"/disable", nil)
 	wantText(t, page(t, adm.follow(rec), http.StatusOK), "flash", "ana@example.com is disabled")
@@ -74,6 +89,9 @@ func TestUsersPageChangesUsers(t *testing.T) {
 	rec = adm.post("/admin/users/"+b.userID(t, "root@example.com")+"/role", url.Values{"role": {"support"}})
 	wantText(t, page(t, adm.follow(rec), http.StatusOK), "flash-error", "last admin")
 
+	if n := b.count(t, `SELECT count(*) FROM staff_users WHERE email = 'ana@example.com' AND session_epoch > 0`); n != 1 {
+		t.Error("disabling ana left her session epoch: enabling her again by hand would revive her sessions")
+	}
 	for action, n := range map[string]int{payments.AuditUserRole: 1, payments.AuditUserPassword: 1, payments.AuditUserDisable: 1} {
 		if got := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = 'root@example.com' AND role = 'admin'`, action); got != n {
 			t.Errorf("%s: %d audit rows, want %d", action, got, n)

@@ -32,6 +32,14 @@ func TestHeadIsAnsweredLikeGet(t *testing.T) {
 				get.StatusCode, get.Header.Get("Content-Type"))
 		}
 	}
+	// Nor where the GET writes: the outbox marks codes seen, the exports are audited. A HEAD
+	// there would do it for a body nobody gets (an outside review).
+	for _, path := range []string{"/outbox", "/finance/ledger.csv", "/admin/audit.csv"} {
+		resp, err := http.Head(srv.URL + path)
+		if err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodGet {
+			t.Errorf("HEAD %s = %v %v, want 405 with Allow: GET", path, resp, err)
+		}
+	}
 	// A route with no GET still says which methods it has.
 	if resp, err := http.Head(srv.URL + "/logout"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("HEAD /logout = %v %v, want 405", resp, err)

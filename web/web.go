@@ -137,11 +137,19 @@ func New(d Deps) *echo.Echo {
 // itself, so its method is changed in place for the handler's run), and what the handler
 // writes as a body is dropped, so the answer is the GET's status and headers alone. The method
 // is HEAD again before the error handler and net/http see the response.
+//
+// Not where the GET does more than read: the outbox marks the codes it shows as seen by the
+// viewer (who may then not confirm them), and the CSV exports write an audit entry and read
+// every row. A HEAD there would do that for a body nobody gets: 405, Allow: GET.
 func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.Method != http.MethodHead {
 			return next(c)
+		}
+		if getWithEffects[r.URL.Path] {
+			c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
+			return echo.NewHTTPError(http.StatusMethodNotAllowed, "HEAD is not served here: the GET does more than read")
 		}
 		res := c.Response()
 		w := res.Writer
@@ -150,6 +158,9 @@ func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+// getWithEffects are the GET routes that write something (headAsGet).
+var getWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": true, "/admin/audit.csv": true}
 
 // headWriter drops a body: the answer to a HEAD request.
 type headWriter struct{ http.ResponseWriter }
