@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -192,7 +193,7 @@ func requiredText(field, s, missing string, max int) (string, error) {
 	if !plainText(s) {
 		return "", Invalid(field, "the %s must be plain text (no NUL or other control characters)", field)
 	}
-	if len(s) > max {
+	if utf8.RuneCountInString(s) > max { // characters, as the message says: not bytes
 		return "", Invalid(field, "the %s must be at most %d characters", field, max)
 	}
 	return s, nil

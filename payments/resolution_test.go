@@ -498,3 +498,16 @@ func TestResolutionRetryWhileAProposalWaits(t *testing.T) {
 		t.Fatalf("proposal no longer waits to be rejected")
 	}
 }
+
+// The limits are characters, as their messages say, and as PostgreSQL's length() in the
+// tables' checks counts them: 2,000 Cyrillic letters (4,000 bytes) are a valid reason.
+func TestResolutionTextLimitsCountCharacters(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.flagged(t, "o-cyrillic", 4200)
+	r, err := b.svc.ProposeResolution(context.Background(), fin1, payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed,
+		Reason: strings.Repeat("я", payments.MaxReasonLength), Evidence: strings.Repeat("ж", payments.MaxEvidenceLength)})
+	if err != nil || r.ID == 0 {
+		t.Fatalf("propose with a reason of %d characters = %v", payments.MaxReasonLength, err)
+	}
+}
