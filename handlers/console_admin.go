@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -28,16 +29,28 @@ func (h *Console) Outbox(c echo.Context) error {
 	return render.HTML(c, http.StatusOK, views.Outbox(views.OutboxView{Page: h.page(c, "Outbox", "outbox"), Messages: msgs}))
 }
 
-// auditFilter is the audit page's filter from the query (actor, target).
-func auditFilter(c echo.Context) payments.AuditFilter {
-	return payments.AuditFilter{Actor: strings.TrimSpace(c.QueryParam("actor")), Target: strings.TrimSpace(c.QueryParam("target"))}
+// auditFilter is the audit page's filter from the query (actor, target), refused (400) when a
+// value holds what PostgreSQL cannot take (a NUL, invalid UTF-8) before anything is sent: the
+// CSV's status goes out with its first byte, so the database's refusal could only abort the
+// download.
+func auditFilter(c echo.Context) (payments.AuditFilter, error) {
+	f := payments.AuditFilter{Actor: strings.TrimSpace(c.QueryParam("actor")), Target: strings.TrimSpace(c.QueryParam("target"))}
+	for _, v := range []struct{ field, s string }{{"actor", f.Actor}, {"target", f.Target}} {
+		if !utf8.ValidString(v.s) || strings.ContainsRune(v.s, 0) {
+			return f, &payments.Error{Code: payments.EMALFORMED, Field: v.field,
+				Message: "the " + v.field + " filter holds characters that cannot be stored (a NUL byte or invalid UTF-8)"}
+		}
+	}
+	return f, nil
 }
 
 // Audit: GET /admin/audit[?actor=…&target=…], the newest 200 entries under the filter.
 func (h *Console) Audit(c echo.Context) error {
-	f := auditFilter(c)
+	f, err := auditFilter(c)
+	if err != nil {
+		return err
+	}
 	v := views.AuditView{Actor: f.Actor, Target: f.Target}
-	var err error
 	if v.Entries, err = h.svc.AuditLog(c.Request().Context(), f); err != nil {
 		return err
 	}
@@ -50,7 +63,10 @@ func (h *Console) Audit(c echo.Context) error {
 // of them. Text cells are kept from being read as formulas (details carry what staff typed).
 // Audited itself, with the row count.
 func (h *Console) AuditCSV(c echo.Context) error {
-	f := auditFilter(c)
+	f, err := auditFilter(c)
+	if err != nil {
+		return err
+	}
 	return h.streamCSV(c, "audit", payments.AuditAuditExport, "audit_log", f.Query(),
 		[]string{"id", "at", "actor", "role", "action", "target", "detail"},
 		func(write func([]string) error) (int, error) {

@@ -106,8 +106,9 @@ func ledgerFilter(f views.LedgerFilterForm) (payments.LedgerFilter, error) {
 			return time.Time{}, nil
 		}
 		t, err := time.Parse(time.DateOnly, s)
-		if err != nil {
-			return t, payments.Invalid(field, "%s must be a date like 2026-11-30", field)
+		if err != nil || t.Year() < 1 {
+			// Go reads year 0; PostgreSQL has no year 0 (1 BC) and refused it as a 500.
+			return time.Time{}, payments.Invalid(field, "%s must be a date like 2026-11-30", field)
 		}
 		return t, nil
 	}
