@@ -2,9 +2,11 @@ package handlers
 
 import (
 	"encoding/csv"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,6 +16,11 @@ import (
 // csvFlushEvery is how many CSV rows go out per flush: the browser sees the download start at
 // once and the server holds no more than this many rows in its buffer.
 const csvFlushEvery = 500
+
+// csvWriteWait is how long reading the next csvFlushEvery rows and writing them may take. Each
+// flush moves the deadline on, so the server's WriteTimeout (a minute by default) does not cut
+// an export of the whole ledger that takes longer.
+const csvWriteWait = time.Minute
 
 // streamCSV sends a CSV download named pitlane-<name>-<time>.csv: the header, then each row
 // export writes, flushed every csvFlushEvery rows. The export is audited (action, target, the
@@ -26,6 +33,13 @@ func (h *Console) streamCSV(c echo.Context, name, action, target, filter string,
 		return err
 	}
 	w := c.Response()
+	rc := http.NewResponseController(w)
+	extend := func() {
+		if err := rc.SetWriteDeadline(time.Now().Add(csvWriteWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			h.log.Warn(name+" export: write deadline", "err", err)
+		}
+	}
+	extend()
 	w.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 	w.Header().Set(echo.HeaderContentDisposition, `attachment; filename="pitlane-`+name+`-`+h.svc.Now().UTC().Format("20060102-150405")+`.csv"`)
 	w.Header().Set("Cache-Control", "no-store")
@@ -40,6 +54,7 @@ func (h *Console) streamCSV(c echo.Context, name, action, target, filter string,
 		if rows++; rows%csvFlushEvery == 0 {
 			cw.Flush()
 			w.Flush()
+			extend()
 		}
 		return cw.Error()
 	})

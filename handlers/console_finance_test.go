@@ -3,10 +3,13 @@ package handlers_test
 import (
 	"context"
 	"encoding/csv"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -266,5 +269,26 @@ func TestLedgerCSVExport(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND detail LIKE 'rows 1202,%'`, payments.AuditLedgerExport); n != 1 {
 		t.Fatal("the export's audit entry lacks its row count")
+	}
+
+	// The server's WriteTimeout does not cut the export: the stream moves its write deadline on
+	// as it goes (an outside review: a ledger taking longer than the minute always aborted).
+	// Here a real server whose WriteTimeout has passed before the handler writes a byte.
+	srv := httptest.NewUnstartedServer(b.e)
+	srv.Config.WriteTimeout = time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/finance/ledger.csv", nil)
+	for _, c := range fin.jar.Cookies(fin.site) {
+		req.AddCookie(c)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("export past the server's WriteTimeout: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if recs, _ := csv.NewReader(strings.NewReader(string(body))).ReadAll(); err != nil || resp.StatusCode != http.StatusOK || len(recs) != 1+3+1200 {
+		t.Fatalf("export past the server's WriteTimeout: %d, %d records, %v", resp.StatusCode, len(recs), err)
 	}
 }
