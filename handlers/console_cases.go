@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
 )
@@ -17,15 +18,23 @@ func (h *Console) Finance(c echo.Context) error {
 
 // Cases: GET /finance/cases[?all=1]. An htmx request gets only the live list.
 func (h *Console) Cases(c echo.Context) error {
-	all := c.QueryParam("all") != ""
-	cases, err := h.svc.ListCases(c.Request().Context(), all)
-	if err != nil {
+	v := views.CasesView{All: c.QueryParam("all") != ""}
+	if a := c.QueryParam("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n <= 0 {
+			return payments.Invalid("after", "after must be a case number")
+		}
+		v.After = n
+	}
+	var err error
+	if v.CasePage, err = h.svc.ListCases(c.Request().Context(), v.All, v.After); err != nil {
 		return err
 	}
 	if htmx(c) {
-		return render.Fragments(c, http.StatusOK, views.Cases(views.CasesView{All: all, Cases: cases}), views.CasesLive)
+		return render.Fragments(c, http.StatusOK, views.Cases(v), views.CasesLive)
 	}
-	return render.HTML(c, http.StatusOK, views.Cases(views.CasesView{Page: h.page(c, "Finance cases", "finance"), All: all, Cases: cases}))
+	v.Page = h.page(c, "Finance cases", "finance")
+	return render.HTML(c, http.StatusOK, views.Cases(v))
 }
 
 // ResolveCase: POST /finance/cases/:id/resolve with a note (required). The resolution and its

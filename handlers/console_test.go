@@ -460,3 +460,56 @@ func TestAdminPages(t *testing.T) {
 	doc = page(t, adm.get("/nothing-here"), http.StatusNotFound)
 	wantText(t, doc, "error-status", "404")
 }
+
+// The open cases list the longest waiting first, a page at a time, with how many are open in
+// all: after an outage opened more than a page of cases, the oldest (the most urgent) were cut
+// off the newest-first list and could not be resolved from the console (an outside review).
+func TestFinanceCasesOldestFirstInPages(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	ctx := context.Background()
+	n := payments.CasesPerPage + 5
+	if _, err := b.pool.Exec(ctx, `INSERT INTO finance_cases (kind, detail, created_at, resolved_at, resolved_by, resolution)
+		SELECT 'reconcile_orphan', 'case ' || i, $1::timestamptz + i * interval '1 minute',
+			CASE WHEN i % 3 = 0 THEN $1::timestamptz + interval '1 day' END, CASE WHEN i % 3 = 0 THEN 'fin@example.com' END,
+			CASE WHEN i % 3 = 0 THEN 'done' END
+		FROM generate_series(1, $2::int) i`, consoleT0, n+n/2); err != nil {
+		t.Fatal(err)
+	}
+	open := b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`)
+	oldest := b.count(t, `SELECT min(id) FROM finance_cases WHERE resolved_at IS NULL`)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+
+	doc := page(t, fin.get("/finance/cases"), http.StatusOK)
+	wantText(t, doc, "cases-open-count", strconv.Itoa(open))
+	rows := doc.Find(testid("case-row"))
+	if first, _ := rows.First().Attr("data-case"); rows.Length() != payments.CasesPerPage || first != strconv.Itoa(oldest) {
+		t.Fatalf("first page: %d rows from case %s, want %d from the oldest open %d", rows.Length(), first, payments.CasesPerPage, oldest)
+	}
+	seen := rows.Length()
+	next, ok := doc.Find(testid("cases-next")).Attr("href")
+	for ok {
+		doc = page(t, fin.get(next), http.StatusOK)
+		seen += doc.Find(testid("case-row")).Length()
+		if doc.Find(testid("case-resolution")+" .badge.ok").Length() != 0 {
+			t.Fatal("a resolved case among the open ones")
+		}
+		next, ok = doc.Find(testid("cases-next")).Attr("href")
+	}
+	if seen != open {
+		t.Fatalf("paged through %d open cases, want every one of %d", seen, open)
+	}
+	// Every case, newest first, pages too.
+	doc = page(t, fin.get("/finance/cases?all=1"), http.StatusOK)
+	if first, _ := doc.Find(testid("case-row")).First().Attr("data-case"); first != strconv.Itoa(b.count(t, `SELECT max(id) FROM finance_cases`)) {
+		t.Fatalf("all: first %s, want the newest", first)
+	}
+	if next, _ := doc.Find(testid("cases-next")).Attr("href"); !strings.Contains(next, "all=1") {
+		t.Fatalf("all: next %q", next)
+	}
+	if rec := fin.get("/finance/cases?after=x"); rec.Code < 400 || rec.Code >= 500 {
+		t.Fatalf("after=x: %d", rec.Code)
+	}
+}

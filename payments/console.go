@@ -360,7 +360,7 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 			d.RefundSettleProposals = append(d.RefundSettleProposals, p)
 		}
 	}
-	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, id); err != nil {
+	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, `fc.id DESC`, 500, id); err != nil {
 		return PaymentDetail{}, err
 	}
 	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, id); err != nil {

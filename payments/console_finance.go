@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,12 +29,13 @@ type FinanceCase struct {
 // Open reports whether the case awaits a resolution.
 func (c FinanceCase) Open() bool { return c.ResolvedAt == nil }
 
-func (s *Service) listCases(ctx context.Context, where string, args ...any) ([]FinanceCase, error) {
+// listCases reads the cases under where (its arguments args), in order, at most limit.
+func (s *Service) listCases(ctx context.Context, where, order string, limit int, args ...any) ([]FinanceCase, error) {
 	rows, err := s.db.Query(ctx, `SELECT fc.id, coalesce(fc.session_id::text, ''), coalesce(fc.order_id, ''), fc.kind, fc.detail,
 		fc.created_at, fc.resolved_at, coalesce(fc.resolved_by, ''), coalesce(fc.resolution, ''),
 		coalesce(ps.amount, 0), coalesce(ps.currency, ''), coalesce(ps.status, '')
 		FROM finance_cases fc LEFT JOIN payment_sessions ps ON ps.id = fc.session_id
-		WHERE `+where+` ORDER BY fc.id DESC LIMIT 500`, args...)
+		WHERE `+where+` ORDER BY `+order+` LIMIT `+strconv.Itoa(limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("finance cases: %w", err)
 	}
@@ -51,12 +53,44 @@ func (s *Service) listCases(ctx context.Context, where string, args ...any) ([]F
 	return out, nil
 }
 
-// ListCases returns finance cases newest first: the open ones, or all when all is set.
-func (s *Service) ListCases(ctx context.Context, all bool) ([]FinanceCase, error) {
-	if all {
-		return s.listCases(ctx, `true`)
+// CasesPerPage is how many cases the cases page lists at once.
+const CasesPerPage = 200
+
+// CasePage is one page of the cases list.
+type CasePage struct {
+	Cases []FinanceCase
+	// Open counts every open case, on this page or not.
+	Open int64
+	// Next is the id the next page starts after (ListCases' after); 0 on the last page.
+	Next int64
+}
+
+// ListCases returns a page of finance cases after the case id after (0: from the start): the
+// open ones oldest first (the longest waiting are the most urgent, and none is ever out of
+// reach), or with all every case newest first (the history), with the count of open cases.
+// Both read by index (finance_cases_open, migration 00540; the primary key).
+func (s *Service) ListCases(ctx context.Context, all bool, after int64) (CasePage, error) {
+	var p CasePage
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`).Scan(&p.Open); err != nil {
+		return p, fmt.Errorf("finance cases: count: %w", err)
 	}
-	return s.listCases(ctx, `fc.resolved_at IS NULL`)
+	var err error
+	switch {
+	case all && after > 0:
+		p.Cases, err = s.listCases(ctx, `fc.id < $1`, `fc.id DESC`, CasesPerPage+1, after)
+	case all:
+		p.Cases, err = s.listCases(ctx, `true`, `fc.id DESC`, CasesPerPage+1)
+	default:
+		p.Cases, err = s.listCases(ctx, `fc.resolved_at IS NULL AND fc.id > $1`, `fc.id`, CasesPerPage+1, after)
+	}
+	if err != nil {
+		return p, err
+	}
+	if len(p.Cases) > CasesPerPage {
+		p.Cases = p.Cases[:CasesPerPage]
+		p.Next = p.Cases[CasesPerPage-1].ID
+	}
+	return p, nil
 }
 
 // ListFlagged returns the active sessions the patrol gave up on (its schedule ran out), oldest
