@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
@@ -292,4 +293,41 @@ func wantText(t testing.TB, doc *goquery.Document, id, want string) {
 	if got := text(doc, id); !strings.Contains(got, want) {
 		t.Fatalf("%s = %q, want it to contain %q", id, got, want)
 	}
+}
+
+// pastWriteTimeout sends r with the agent's cookies (and, for a form, its CSRF token) to a real
+// server of h whose WriteTimeout has passed before the handler writes a byte: a handler that
+// does not move its write deadline on answers nothing. It returns the answer and its body.
+func (a *agent) pastWriteTimeout(h http.Handler, method, path string, form url.Values) (*http.Response, []byte) {
+	a.t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.WriteTimeout = time.Millisecond
+	srv.Start()
+	a.t.Cleanup(srv.Close)
+	var body io.Reader
+	if form != nil {
+		form.Set("csrf_token", a.csrf)
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, srv.URL+path, body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for _, c := range a.jar.Cookies(a.site) {
+		req.AddCookie(c)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s past the server's WriteTimeout: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatalf("%s %s past the server's WriteTimeout: body: %v", method, path, err)
+	}
+	return resp, b
 }

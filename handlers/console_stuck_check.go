@@ -1,9 +1,12 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -31,6 +34,11 @@ func (h *Console) CheckStuck(c echo.Context) error {
 	ids := form["id"]
 	if one := c.FormValue("one"); one != "" {
 		ids = []string{one}
+	}
+	// With the gateway timing out, a page's checks take up to their claim's time, longer than
+	// the server's WriteTimeout: the answer (a redirect with the summary) must still go out.
+	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(payments.CheckNowClaimTTL + 30*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.log.Warn("check now: write deadline", "err", err)
 	}
 	res, err := h.svc.CheckNow(c.Request().Context(), st, ids)
 	if err != nil {

@@ -382,6 +382,11 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 
 	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckNowClaimTTL)
 	defer cancel()
+	// A check starts only while one more fits in the claim's time: a gateway call, a lock wait
+	// and some margin. With the gateway timing out, a full page's checks queue behind each other
+	// four at a time, and the last ones would otherwise run out of time half-way (or after the
+	// browser gave up). Those are left unasked, their claims released, and the summary says so.
+	startBy := now.Add(CheckNowClaimTTL - s.cfg.GatewayTimeout - s.cfg.LockTimeout - 10*time.Second)
 	g := new(errgroup.Group)
 	g.SetLimit(checkNowParallel)
 	for i := range results {
@@ -390,6 +395,11 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 			continue
 		}
 		g.Go(func() error {
+			if s.cfg.Clock.Now().After(startBy) {
+				r.Skipped = "not asked: the gateway answered too slowly to check them all in one go; check it again"
+				s.endCheckClaim(work, r.SessionID, token, 0)
+				return nil
+			}
 			r.Checked = true
 			after, err := s.Check(work, by.Actor(), r.SessionID)
 			r.After, r.Err = after.Status, err
@@ -462,7 +472,13 @@ func (s *Service) checkNowPlan(ctx context.Context, ids, valid []string, claimed
 // releaseCheckClaim shortens this request's claim to the cooldown. The token guard leaves a
 // claim that expired and was taken by someone else alone.
 func (s *Service) releaseCheckClaim(ctx context.Context, id, token string) {
-	until := s.cfg.Clock.Now().Add(CheckNowCooldown)
+	s.endCheckClaim(ctx, id, token, CheckNowCooldown)
+}
+
+// endCheckClaim ends this request's claim of a session cooldown from now (0: at once, for a
+// session it did not ask about).
+func (s *Service) endCheckClaim(ctx context.Context, id, token string, cooldown time.Duration) {
+	until := s.cfg.Clock.Now().Add(cooldown)
 	if _, err := s.db.Exec(context.WithoutCancel(ctx), `UPDATE finance_check_claims SET until = $3
 		WHERE session_id = $1 AND token = $2 AND until > $3`, id, token, until); err != nil {
 		s.log.Error("check now: release claim", "session", id, "err", err)
