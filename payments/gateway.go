@@ -64,7 +64,9 @@ type Gateway interface {
 	// Reverse voids a not-yet-captured payment. A payment that can no longer be reversed is a
 	// definitive error with Code "not_reversible" and GatewayStatus set when known.
 	Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey string) (GatewayPayment, error)
-	Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64) (GatewayRefund, error)
+	// Refund refunds amount (minor units of currency, the payment's ISO 4217 currency: an
+	// adapter whose gateway counts a currency in other units converts it).
+	Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64, currency string) (GatewayRefund, error)
 	// RefundStatus reads a refund the gateway told us about (by its id), making nothing.
 	RefundStatus(ctx context.Context, gatewayRefundID string) (GatewayRefund, error)
 	// FindRefund looks for the refund of a payment made with idempotencyKey, making nothing:

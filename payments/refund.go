@@ -301,7 +301,7 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 		}
 	}
 	started := time.Now()
-	gr, err = s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount)
+	gr, err = s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount, sess.Currency)
 	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, err)
 	return gr, true, err
 }

@@ -489,7 +489,7 @@ func (g *Gateway) Reverse(ctx context.Context, id, key string) (payments.Gateway
 	return *p, nil
 }
 
-func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (payments.GatewayRefund, error) {
+func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64, _ string) (payments.GatewayRefund, error) {
 	f, err := g.enter(ctx, OpRefund, key, id)
 	if err != nil {
 		return payments.GatewayRefund{}, err

@@ -102,9 +102,9 @@ func (g *Gateway) Reverse(ctx context.Context, id, key string) (payments.Gateway
 	return p, err
 }
 
-func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (payments.GatewayRefund, error) {
+func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
 	started := time.Now()
-	r, err := g.next.Refund(ctx, id, key, amount)
+	r, err := g.next.Refund(ctx, id, key, amount, currency)
 	g.observe("refund", started, err)
 	return r, err
 }

@@ -126,9 +126,9 @@ func (g *Gateway) Reverse(ctx context.Context, id, key string) (payments.Gateway
 	return p, err
 }
 
-func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64) (payments.GatewayRefund, error) {
+func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
 	ctx, span := g.start(ctx, "refund", id)
-	r, err := g.next.Refund(ctx, id, key, amount)
+	r, err := g.next.Refund(ctx, id, key, amount, currency)
 	end(span, "", err)
 	return r, err
 }

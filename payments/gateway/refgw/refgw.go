@@ -203,8 +203,9 @@ func (c *Client) Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey s
 	return p.domain(), nil
 }
 
-// Refund implements payments.Gateway: POST /v1/payments/{id}/refunds.
-func (c *Client) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64) (payments.GatewayRefund, error) {
+// Refund implements payments.Gateway: POST /v1/payments/{id}/refunds. The contract's amounts
+// are ISO 4217 minor units, as the core's: the currency needs no conversion.
+func (c *Client) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64, _ string) (payments.GatewayRefund, error) {
 	if err := checkKey(OpRefund, idempotencyKey); err != nil {
 		return payments.GatewayRefund{}, err
 	}

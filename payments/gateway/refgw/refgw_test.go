@@ -110,11 +110,11 @@ func TestAgainstTheSimulator(t *testing.T) {
 	if _, err := sim.Succeed(second.ID); err != nil {
 		t.Fatal(err)
 	}
-	rf, err := c.Refund(ctx, second.ID, "rf-1", 500)
+	rf, err := c.Refund(ctx, second.ID, "rf-1", 500, "EUR")
 	if err != nil || rf.ID == "" || rf.PaymentID != second.ID || rf.Amount != 500 || rf.Status != "succeeded" {
 		t.Fatalf("Refund = %+v, %v", rf, err)
 	}
-	if again, err := c.Refund(ctx, second.ID, "rf-1", 500); err != nil || again.ID != rf.ID {
+	if again, err := c.Refund(ctx, second.ID, "rf-1", 500, "EUR"); err != nil || again.ID != rf.ID {
 		t.Fatalf("Refund again = %+v, %v", again, err)
 	}
 	if got, err := c.RefundStatus(ctx, rf.ID); err != nil || got != rf {
@@ -267,7 +267,7 @@ func TestConnectionRefusedIsNotSent(t *testing.T) {
 		"status":   func() error { _, err := c.Status(ctx, "gp_1"); return err },
 		"find":     func() error { _, err := c.FindByReference(ctx, "r"); return err },
 		"reverse":  func() error { _, err := c.Reverse(ctx, "gp_1", "k"); return err },
-		"refund":   func() error { _, err := c.Refund(ctx, "gp_1", "k", 1); return err },
+		"refund":   func() error { _, err := c.Refund(ctx, "gp_1", "k", 1, "EUR"); return err },
 	}
 	for name, call := range calls {
 		ge := failure(t, call(), payments.FailureNotSent)
@@ -320,11 +320,11 @@ func TestRefusalsAreDefinitive(t *testing.T) {
 	}
 
 	q, _ := c.Register(ctx, regReq("sess-b", "ref-b"))
-	_, err = c.Refund(ctx, q.ID, "rf-b", 100)
+	_, err = c.Refund(ctx, q.ID, "rf-b", 100, "EUR")
 	if ge := failure(t, err, payments.FailureDefinitive); ge.Code != "not_refundable" {
 		t.Errorf("not_refundable: %+v", ge)
 	}
-	_, err = c.Refund(ctx, p.ID, "rf-c", 2000)
+	_, err = c.Refund(ctx, p.ID, "rf-c", 2000, "EUR")
 	if ge := failure(t, err, payments.FailureDefinitive); ge.Code != "amount_exceeds_remaining" {
 		t.Errorf("amount_exceeds_remaining: %+v", ge)
 	}

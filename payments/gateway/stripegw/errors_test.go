@@ -50,7 +50,7 @@ var reverse = func(g *Gateway) error {
 }
 
 var refund = func(g *Gateway) error {
-	_, err := g.Refund(context.Background(), "pi_1", "k1", 100)
+	_, err := g.Refund(context.Background(), "pi_1", "k1", 100, "EUR")
 	return err
 }
 
@@ -262,8 +262,8 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 		"find without reference":     func() error { _, err := g.FindByReference(ctx, ""); return err },
 		"reverse without key":        func() error { _, err := g.Reverse(ctx, "pi_1", ""); return err },
 		"reverse without id":         func() error { _, err := g.Reverse(ctx, "", "k"); return err },
-		"refund zero amount":         func() error { _, err := g.Refund(ctx, "pi_1", "k", 0); return err },
-		"refund without key":         func() error { _, err := g.Refund(ctx, "pi_1", "", 10); return err },
+		"refund zero amount":         func() error { _, err := g.Refund(ctx, "pi_1", "k", 0, "EUR"); return err },
+		"refund without key":         func() error { _, err := g.Refund(ctx, "pi_1", "", 10, "EUR"); return err },
 	}
 	for name, call := range calls {
 		ge := gatewayError(t, call())

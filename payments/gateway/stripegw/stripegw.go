@@ -144,8 +144,12 @@ func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (p
 	case len(req.Currency) != 3:
 		return payments.GatewayPayment{}, invalid(op, "currency must be an ISO 4217 code")
 	}
+	amount, err := toStripe(op, req.Amount, strings.ToUpper(req.Currency))
+	if err != nil {
+		return payments.GatewayPayment{}, err
+	}
 	params := &stripe.PaymentIntentCreateParams{
-		Amount:   stripe.Int64(req.Amount),
+		Amount:   stripe.Int64(amount),
 		Currency: stripe.String(strings.ToLower(req.Currency)),
 		AutomaticPaymentMethods: &stripe.PaymentIntentCreateAutomaticPaymentMethodsParams{
 			Enabled: stripe.Bool(true),
@@ -246,7 +250,7 @@ func (g *Gateway) Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey 
 }
 
 // Refund refunds part or all of a succeeded PaymentIntent.
-func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64) (payments.GatewayRefund, error) {
+func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey string, amount int64, currency string) (payments.GatewayRefund, error) {
 	const op = "refund"
 	switch {
 	case gatewayPaymentID == "":
@@ -256,9 +260,13 @@ func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey s
 	case amount <= 0:
 		return payments.GatewayRefund{}, invalid(op, "amount must be positive")
 	}
+	stripeAmount, err := toStripe(op, amount, strings.ToUpper(currency))
+	if err != nil {
+		return payments.GatewayRefund{}, err
+	}
 	params := &stripe.RefundCreateParams{
 		PaymentIntent: stripe.String(gatewayPaymentID),
-		Amount:        stripe.Int64(amount),
+		Amount:        stripe.Int64(stripeAmount),
 	}
 	params.SetIdempotencyKey(idempotencyKey)
 	// Stripe forgets idempotency keys after 24 hours; the key in the metadata is how FindRefund
@@ -326,7 +334,7 @@ func refundOf(r *stripe.Refund, paymentID string) payments.GatewayRefund {
 	return payments.GatewayRefund{
 		ID:        r.ID,
 		PaymentID: paymentID,
-		Amount:    r.Amount,
+		Amount:    fromStripe(r.Amount, strings.ToUpper(string(r.Currency))),
 		Status:    refundStatus(r.Status),
 	}
 }
@@ -341,12 +349,12 @@ func paymentOf(pi *stripe.PaymentIntent) payments.GatewayPayment {
 	p := payments.GatewayPayment{
 		ID:        pi.ID,
 		Status:    mapStatus(pi.Status, pi.CancellationReason),
-		Amount:    pi.Amount,
 		Currency:  strings.ToUpper(string(pi.Currency)),
 		Reference: pi.Metadata[MetadataReference],
 	}
+	p.Amount = fromStripe(pi.Amount, p.Currency)
 	if p.Status == payments.GatewaySucceeded {
-		p.Amount = pi.AmountReceived
+		p.Amount = fromStripe(pi.AmountReceived, p.Currency)
 	}
 	if pi.Created != 0 {
 		p.Created = time.Unix(pi.Created, 0).UTC()

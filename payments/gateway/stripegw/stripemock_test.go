@@ -140,11 +140,50 @@ func TestAgainstStripeMock(t *testing.T) {
 		}
 	})
 
+	// Currencies Stripe counts in other units than ISO 4217: the wire carries Stripe's, the
+	// answer comes back in the core's (an outside review: ISK was charged a hundredth, MGA a
+	// hundred times its price, and the echo passed the amount check).
+	t.Run("register in Stripe's units", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			currency   string
+			core       int64
+			wire       string
+			refundCore int64
+			refundWire string
+		}{
+			{"ISK", 5000, "500000", 1000, "100000"}, // ISO 0 decimals, Stripe 2
+			{"MGA", 1000, "10", 500, "5"},           // ISO 2, Stripe 0
+			{"JPY", 500, "500", 100, "100"},         // 0 and 0
+			{"KWD", 1250, "1250", 10, "10"},         // 3 and 3
+			{"EUR", 1999, "1999", 500, "500"},
+		} {
+			g, rec := newTestGateway(t, base, 5*time.Second)
+			p, err := g.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: "k-" + tc.currency,
+				Reference: "r-" + tc.currency, Amount: tc.core, Currency: tc.currency})
+			if err != nil {
+				t.Fatalf("%s: Register: %v", tc.currency, err)
+			}
+			if got := rec.Calls()[0].Form.Get("amount"); got != tc.wire {
+				t.Errorf("%s %d: amount on the wire %s, want %s", tc.currency, tc.core, got, tc.wire)
+			}
+			if p.Amount != tc.core || p.Currency != tc.currency {
+				t.Errorf("%s: answer %d %s, want %d", tc.currency, p.Amount, p.Currency, tc.core)
+			}
+			if _, err := g.Refund(context.Background(), "pi_"+tc.currency, "rf-"+tc.currency, tc.refundCore, tc.currency); err != nil {
+				t.Fatalf("%s: Refund: %v", tc.currency, err)
+			}
+			if got := rec.Calls()[1].Form.Get("amount"); got != tc.refundWire {
+				t.Errorf("%s %d: refund amount on the wire %s, want %s", tc.currency, tc.refundCore, got, tc.refundWire)
+			}
+		}
+	})
+
 	t.Run("refund", func(t *testing.T) {
 		t.Parallel()
 		g, rec := newTestGateway(t, base, 5*time.Second)
 		const key = "rf_91ab"
-		r, err := g.Refund(context.Background(), "pi_refund123", key, 500)
+		r, err := g.Refund(context.Background(), "pi_refund123", key, 500, "EUR")
 		if err != nil {
 			t.Fatalf("Refund: %v", err)
 		}
