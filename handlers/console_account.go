@@ -26,7 +26,8 @@ func (h *Console) Account(c echo.Context) error {
 }
 
 // EndOtherSessions: POST /account/sessions, "sign out everywhere else": every session of the
-// user ends (access.EndSessions), and this one starts again on a new token.
+// user ends (access.EndSessions), and this one starts again on a new token, with the deadline
+// it had (auth.Restart).
 func (h *Console) EndOtherSessions(c echo.Context) error {
 	st, err := staff(c)
 	if err != nil {
@@ -34,7 +35,7 @@ func (h *Console) EndOtherSessions(c echo.Context) error {
 	}
 	u, err := h.access.EndSessions(c.Request().Context(), st, st.Email)
 	if err == nil {
-		err = h.auth.SignIn(c, u)
+		err = h.auth.Restart(c, u)
 	}
 	return h.done(c, "/account", "You are signed out everywhere else.", err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 	"pitlane/web/auth"
 )
 
@@ -463,5 +464,50 @@ func TestRoles(t *testing.T) {
 	}
 	if rec := sup.get("/payments"); rec.Code != http.StatusSeeOther {
 		t.Fatalf("disabled user still served: %d", rec.Code)
+	}
+}
+
+// A request still running when its user signs out does not bring the session back: saving its
+// flash (or its last-seen time) once updated the session, and inserted it again when it was
+// gone, so the signed-out token worked again and the late response set its cookie (an outside
+// review). A Check is held at the gateway while the user signs out in another tab.
+func TestSignOutIsNotUndoneByARequestInFlight(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.login("sup@example.com")
+	p := b.payment(t, "o-race-logout", 1999)
+	old := a.cookie(auth.SessionCookie)
+	withOld := func(r *http.Request) *httptest.ResponseRecorder {
+		r.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: old.Value})
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, r)
+		return rec
+	}
+	gate := b.gw.Hold(fakegw.OpStatus)
+	done := make(chan *httptest.ResponseRecorder, 1)
+	form := url.Values{"csrf_token": {a.csrf}}
+	go func() {
+		r := httptest.NewRequest(http.MethodPost, "/payments/"+p.ID+"/check", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		done <- withOld(r)
+	}()
+	<-gate.Arrived()
+	if rec := a.post("/logout", nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("logout: %d", rec.Code)
+	}
+	if rec := withOld(httptest.NewRequest(http.MethodGet, "/payments", nil)); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the old token right after signing out: %d", rec.Code)
+	}
+	gate.Open()
+	late := <-done
+	for _, sc := range late.Header().Values("Set-Cookie") {
+		if strings.Contains(sc, old.Value) {
+			t.Errorf("the late answer sets the signed-out cookie again: %s", sc)
+		}
+	}
+	if rec := withOld(httptest.NewRequest(http.MethodGet, "/payments", nil)); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the signed-out token works again after the request in flight ended: %d", rec.Code)
 	}
 }

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -108,5 +109,43 @@ func TestConsoleHostPrefixRolloutKeepsOldCookies(t *testing.T) {
 	moved.csrf = visitor.csrf
 	if rec := moved.post("/login", url.Values{"email": {"sup@example.com"}, "password": {testPassword}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("an old replica's sign-in form on a new one: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// The unprefixed CSRF seed of the rollout counts only for a visitor without the __Host- one: a
+// page on a sibling subdomain can plant an unprefixed cookie (Domain=) beside the victim's
+// __Host- seed, with a value the attacker chose and whose token the attacker learned from its
+// own visit. That signed the victim in to the attacker's account (an outside review).
+func TestPlantedLegacyCSRFSeedBesideTheHostOneIsRefused(t *testing.T) {
+	t.Parallel()
+	_, eNew := httpsBench(t)
+	seed := "attacker-chosen-seed-attacker-chosen-seed-0123456789"
+	attacker := newAgentAt(t, eNew, httpsSite)
+	attacker.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.CSRFCookie, Value: seed}})
+	attacker.get("/login")
+	tok := attacker.csrf
+
+	victim := newAgentAt(t, eNew, httpsSite)
+	victim.get("/login")
+	if victim.cookie(auth.HostCSRFCookie) == nil {
+		t.Fatal("the victim has no __Host- CSRF cookie")
+	}
+	victim.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.CSRFCookie, Value: seed}}) // planted by a sibling
+	form := url.Values{"email": {"sup@example.com"}, "password": {testPassword}, "csrf_token": {tok}}
+	r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Sec-Fetch-Site", "same-site")
+	if rec := victim.do(r); rec.Code != http.StatusForbidden {
+		t.Fatalf("a sign-in with the planted seed's token: %d, want 403", rec.Code)
+	}
+	// A visitor with only the unprefixed seed (signed in on a replica before this release)
+	// still posts with its token.
+	old := newAgentAt(t, eNew, httpsSite)
+	old.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.CSRFCookie, Value: seed}})
+	form.Set("csrf_token", tok)
+	r = httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if rec := old.do(r); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a visitor with only the unprefixed seed: %d, want the sign-in", rec.Code)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -145,7 +146,7 @@ func New(cfg Config) *Manager {
 	// this package owns the store, so it owns its reaper.
 	m.sm = &scs.SessionManager{
 		Lifetime: SessionLifetime,
-		Store:    hashedStore{next: pgxstore.NewWithCleanupInterval(cfg.DB, 0)},
+		Store:    hashedStore{next: pgxstore.NewWithCleanupInterval(cfg.DB, 0), db: cfg.DB},
 		Codec:    scs.GobCodec{},
 		ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			m.log.Error("session", "err", err)
@@ -185,7 +186,8 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 				return fmt.Errorf("load session: %w", err)
 			}
 			c.SetRequest(req.WithContext(ctx))
-			c.Response().Before(func() { m.save(c, migrate) })
+			loaded := m.sm.Token(ctx) // "" when the store had no such session
+			c.Response().Before(func() { m.save(c, migrate, loaded) })
 			return next(c)
 		}
 	}
@@ -193,13 +195,22 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 
 // save commits a changed session and writes its cookie (the work scs's LoadAndSave does).
 // migrate: the session came in under the unprefixed cookie only; its prefixed one is written
-// even when nothing changed.
-func (m *Manager) save(c echo.Context, migrate bool) {
+// even when nothing changed. loaded: the token the request's session was loaded under ("" for
+// none); committed under that same token, the session is only updated (hashedStore.CommitCtx),
+// and if it was ended meanwhile nothing is stored and no cookie is written.
+func (m *Manager) save(c echo.Context, migrate bool, loaded string) {
 	ctx := c.Request().Context()
 	w := c.Response().Writer
 	switch m.sm.Status(ctx) {
 	case scs.Modified:
-		token, expiry, err := m.sm.Commit(ctx)
+		cctx := ctx
+		if loaded != "" && m.sm.Token(ctx) == loaded {
+			cctx = context.WithValue(ctx, existingOnlyKey{}, true)
+		}
+		token, expiry, err := m.sm.Commit(cctx)
+		if errors.Is(err, errSessionEnded) {
+			return // signed out (or renewed) in another request meanwhile: it stays ended
+		}
 		if err != nil {
 			m.log.Error("save session", "err", err)
 			return
@@ -320,7 +331,11 @@ func (m *Manager) csrfSeeds(c echo.Context) []csrfSeed {
 	if ck, err := c.Request().Cookie(m.csrfName); err == nil && len(ck.Value) >= 32 {
 		out = append(out, csrfSeed{value: ck.Value})
 	}
-	if m.legacy {
+	if m.legacy && len(out) == 0 {
+		// Only a visitor without the prefixed seed: a page on a sibling subdomain can plant an
+		// unprefixed cookie beside a victim's __Host- one (a Domain= cookie), and a seed the
+		// attacker chose makes a token the attacker knows (an outside review). This release's
+		// replicas write both with the same value, so nobody mid-rollout needs more.
 		if ck, err := c.Request().Cookie(CSRFCookie); err == nil && len(ck.Value) >= 32 {
 			out = append(out, csrfSeed{value: ck.Value, legacy: true})
 		}
@@ -569,6 +584,19 @@ func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	if _, err := m.access.ReapThrottle(ctx, 1000); err != nil {
 		m.log.Warn("reap sign-in throttle", "err", err)
 	}
+	return nil
+}
+
+// Restart starts the signed-in session again on a new token, as SignIn does, but keeps its
+// absolute deadline: "sign out everywhere else" asks for no password, so a copy of the cookie
+// someone else holds must not live on by using it (each use restarted the 12 hours: an outside
+// review). A sign-in or a new password, which prove the password, start a whole lifetime.
+func (m *Manager) Restart(c echo.Context, u access.User) error {
+	deadline := m.sm.Deadline(c.Request().Context())
+	if err := m.SignIn(c, u); err != nil {
+		return err
+	}
+	m.sm.SetDeadline(c.Request().Context(), deadline)
 	return nil
 }
 

@@ -1,12 +1,14 @@
 package auth
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"time"
 
 	"github.com/alexedwards/scs/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // hashedStore keeps sessions under the SHA-256 of their token, not the token itself: the cookie
@@ -22,7 +24,23 @@ import (
 // are not found by an old one: during the roll, sign-ins made on new replicas hold only there.
 // The fallback goes in the next release (a contract step: docs/operations.md); the rows under a
 // clear token expire within the session lifetime (12 h) and are reaped.
-type hashedStore struct{ next scs.Store }
+//
+// A session that existed when the request loaded it is only ever updated, never created again
+// (CommitCtx under existingOnly): a request still running when the user signed out (in another
+// tab, or a stolen copy of the cookie signed out by its owner) would otherwise insert the
+// signed-out token back with the email in it when it saved its flash or its last-seen time,
+// and set its cookie again (an outside review).
+type hashedStore struct {
+	next scs.Store
+	db   *pgxpool.Pool
+}
+
+// existingOnlyKey marks a commit's context: the session was loaded from the store by this
+// request under the token it commits (Manager.save).
+type existingOnlyKey struct{}
+
+// errSessionEnded: the session the request loaded was ended (signed out, renewed) meanwhile.
+var errSessionEnded = errors.New("the session ended while the request ran")
 
 func hashToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
@@ -41,6 +59,28 @@ func (s hashedStore) Find(token string) ([]byte, bool, error) {
 
 func (s hashedStore) Commit(token string, b []byte, expiry time.Time) error {
 	return s.next.Commit(hashToken(token), b, expiry)
+}
+
+// CommitCtx is what scs calls (with the request's context). A session the request loaded is
+// updated where it is; gone (ended meanwhile), it stays gone: errSessionEnded. One found under
+// its clear token (the release before) is stored under its hash as Commit does.
+func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expiry time.Time) error {
+	if only, _ := ctx.Value(existingOnlyKey{}).(bool); !only || s.db == nil {
+		return s.Commit(token, b, expiry)
+	}
+	var updated, clear bool
+	if err := s.db.QueryRow(ctx, `WITH u AS (UPDATE sessions SET data = $2, expiry = $3 WHERE token = $1 RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM sessions WHERE token = $4)`,
+		hashToken(token), b, expiry, token).Scan(&updated, &clear); err != nil {
+		return err
+	}
+	switch {
+	case updated:
+		return nil
+	case clear && len(token) != len(hashToken("")):
+		return s.Commit(token, b, expiry)
+	}
+	return errSessionEnded
 }
 
 func (s hashedStore) Delete(token string) error {
