@@ -311,4 +311,19 @@ func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
 	}
 	change("o-live-3")
 	ended(es)
+
+	// A plain sign-out ends the streams its session opened (it went on for up to their
+	// lifetime: an outside review).
+	adm := b.agent(t)
+	adm.login("adm@example.com")
+	es, resp = openStream(t, srv, adm, "/live/dashboard?since="+b.hub.Position().String())
+	if es == nil {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	es.want("retry: ")
+	if rec := adm.post("/logout", nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", rec.Code)
+	}
+	change("o-live-4")
+	ended(es)
 }

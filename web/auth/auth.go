@@ -437,13 +437,22 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 // lasts: a live stream asks before each event it sends. The user is read again: disabled, a new
 // password (another session epoch) or a role without the permission ends it, as the user's next
 // request would be refused. A request that did not pass Require may not.
+//
+// The session itself is looked up too: a plain sign-out (in this tab or another) deletes it, and
+// a stream opened before kept sending events after it (an outside review).
 func (m *Manager) Still(c echo.Context) error {
 	p, required := c.Get(permKey).(access.Permission)
-	u, ok, err := m.current(c.Request().Context())
+	ctx := c.Request().Context()
+	u, ok, err := m.current(ctx)
+	if err == nil && ok && m.db != nil {
+		token := m.sm.Token(ctx)
+		err = m.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE token = ANY($1) AND expiry > now())`,
+			[]string{hashToken(token), token}).Scan(&ok)
+	}
 	switch {
 	case err != nil:
 		return err
-	case !required || !ok || m.idleOut(c.Request().Context()):
+	case !required || !ok || m.idleOut(ctx):
 		return payments.Errorf(payments.EUNAUTHENTICATED, "signed out")
 	case !u.Role.Can(p):
 		return payments.Errorf(payments.EFORBIDDEN, "the role (%s) no longer has this page", u.Role)
