@@ -3,7 +3,11 @@ package handlers_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
+
+	"pitlane/access"
+	"pitlane/payments"
 )
 
 // HEAD is answered wherever GET is (RFC 9110 §9.3.2): the GET's status and headers, no body.
@@ -43,5 +47,44 @@ func TestHeadIsAnsweredLikeGet(t *testing.T) {
 	// A route with no GET still says which methods it has.
 	if resp, err := http.Head(srv.URL + "/logout"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("HEAD /logout = %v %v, want 405", resp, err)
+	}
+}
+
+// The GETs that write (the outbox marks codes seen by the viewer; the exports are audited) do
+// not answer a navigation from another site: the session cookie (SameSite=Lax) goes along, and a
+// link sent to an admin marked every code in the outbox as seen by them, who could then not
+// confirm it (an outside review). From the console itself they open as before.
+func TestGetsThatWriteRefuseCrossSiteNavigation(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	adm := b.agent(t)
+	adm.login("adm@example.com")
+	for _, path := range []string{"/outbox", "/finance/ledger.csv", "/admin/audit.csv"} {
+		if rec := adm.get(path, "Sec-Fetch-Site", "cross-site"); rec.Code != http.StatusForbidden {
+			t.Errorf("cross-site GET %s = %d, want 403", path, rec.Code)
+		}
+		if rec := adm.get(path, "Sec-Fetch-Site", "same-origin"); rec.Code != http.StatusOK {
+			t.Errorf("same-origin GET %s = %d, want 200", path, rec.Code)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action IN ($1, $2)`, payments.AuditLedgerExport, payments.AuditAuditExport); n != 2 {
+		t.Fatalf("export audit entries = %d, want the two same-origin exports", n)
+	}
+}
+
+// A client's X-Request-Id goes into every log line and the answer: only a short plain id is
+// kept; anything else is replaced by one of ours (an outside review: 64 KiB ids, forged ones).
+func TestRequestIDsAreShortAndPlain(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	if rec := a.get("/login", "X-Request-Id", "shop-7f3a:retry.2"); rec.Header().Get("X-Request-Id") != "shop-7f3a:retry.2" {
+		t.Errorf("a plain id is not kept: %q", rec.Header().Get("X-Request-Id"))
+	}
+	for _, bad := range []string{strings.Repeat("a", 65), "id with spaces", "id\u00e9"} {
+		if got := a.get("/login", "X-Request-Id", bad).Header().Get("X-Request-Id"); got == bad || got == "" {
+			t.Errorf("X-Request-Id %q answered with %q, want one of ours", bad, got)
+		}
 	}
 }

@@ -122,6 +122,8 @@ func New(d Deps) *echo.Echo {
 	// outside recovery so a panic is logged as the 500 it becomes.
 	e.Pre(headAsGet)
 	e.Use(securityHeaders(d.HSTS))
+	e.Use(crossSiteGetWithEffects)
+	e.Use(ownRequestIDs)
 	e.Use(middleware.RequestID())
 	e.Use(tracing(d.TracerProvider)) // outside the logger: its span is in the request's log line
 	e.Use(d.Metrics.middleware())
@@ -159,8 +161,50 @@ func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// getWithEffects are the GET routes that write something (headAsGet).
+// getWithEffects are the GET routes that write something (headAsGet). Nor do they answer a
+// navigation from another site (Sec-Fetch-Site: cross-site; the session cookie is SameSite=Lax,
+// so it goes along): a link in an e-mail to an admin would mark every code in the outbox as seen
+// by them (who may then not confirm it), or write export entries in the audit log.
 var getWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": true, "/admin/audit.csv": true}
+
+// crossSiteGetWithEffects refuses a cross-site navigation to a GET that writes (403): the user
+// opens the page again from the console.
+func crossSiteGetWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if getWithEffects[r.URL.Path] && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			return echo.NewHTTPError(http.StatusForbidden, "this page opens from the console only: a link from another site does not open it")
+		}
+		return next(c)
+	}
+}
+
+// ownRequestIDs drops a client's X-Request-Id unless it is a short plain id (at most 64 of
+// [A-Za-z0-9._:-]), so that RequestID makes one: the id goes into every log line and the
+// answer, and a client could otherwise fill logs with 64 KiB ids or forge another request's.
+func ownRequestIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		if id := h.Get(echo.HeaderXRequestID); id != "" && !plainRequestID(id) {
+			h.Del(echo.HeaderXRequestID)
+		}
+		return next(c)
+	}
+}
+
+func plainRequestID(id string) bool {
+	if len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch ch := id[i]; {
+		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9', ch == '.', ch == '_', ch == ':', ch == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // headWriter drops a body: the answer to a HEAD request.
 type headWriter struct{ http.ResponseWriter }
