@@ -227,7 +227,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 	}
 	if len(batch) < cfg.Batch {
 		// Nothing left in this pass's window: the next run starts a new pass.
-		done := reconcileCursor{passes: cur.passes + 1}
+		done := reconcileCursor{passes: cur.passes + 1, prevPassStartedAt: cur.passStartedAt}
 		ok, err := s.advance(ctx, job, cfg, done)
 		if err != nil {
 			return rep, err
@@ -411,11 +411,14 @@ func (s *Service) ReleaseLeadership(ctx context.Context) error {
 
 // reconcileCursor is a row of reconcile_cursors. passStartedAt nil: no pass under way.
 type reconcileCursor struct {
-	passStartedAt  *time.Time
-	afterUpdatedAt *time.Time
-	afterID        string
-	failures       int
-	passes         int64
+	passStartedAt *time.Time
+	// prevPassStartedAt: where the pass before started (migration 00550): the window reaches
+	// down to it when the pass outlived the lookback.
+	prevPassStartedAt *time.Time
+	afterUpdatedAt    *time.Time
+	afterID           string
+	failures          int
+	passes            int64
 }
 
 func (s *Service) readCursor(ctx context.Context, job string) (reconcileCursor, error) {
@@ -425,13 +428,13 @@ func (s *Service) readCursor(ctx context.Context, job string) (reconcileCursor, 
 		WITH ins AS (
 			INSERT INTO reconcile_cursors (job, updated_at, updated_by) VALUES ($1, $2, $3)
 			ON CONFLICT (job) DO NOTHING
-			RETURNING pass_started_at, after_updated_at, after_id::text, failures, passes
+			RETURNING pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at
 		)
 		SELECT * FROM ins
 		UNION ALL
-		SELECT pass_started_at, after_updated_at, after_id::text, failures, passes FROM reconcile_cursors WHERE job = $1
+		SELECT pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at FROM reconcile_cursors WHERE job = $1
 		LIMIT 1`, job, s.cfg.Clock.Now(), s.cfg.ReplicaID).
-		Scan(&c.passStartedAt, &c.afterUpdatedAt, &afterID, &c.failures, &c.passes)
+		Scan(&c.passStartedAt, &c.afterUpdatedAt, &afterID, &c.failures, &c.passes, &c.prevPassStartedAt)
 	if err != nil {
 		return c, fmt.Errorf("reconcile: read cursor: %w", err)
 	}
@@ -460,8 +463,8 @@ func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, 
 			afterID = c.afterID
 		}
 		_, err = tx.Exec(ctx, `UPDATE reconcile_cursors SET pass_started_at = $2, after_updated_at = $3, after_id = $4,
-			failures = $5, passes = $6, updated_at = $7, updated_by = $8 WHERE job = $1`,
-			job, c.passStartedAt, c.afterUpdatedAt, afterID, c.failures, c.passes, s.cfg.Clock.Now(), s.cfg.ReplicaID)
+			failures = $5, passes = $6, updated_at = $7, updated_by = $8, prev_pass_started_at = $9 WHERE job = $1`,
+			job, c.passStartedAt, c.afterUpdatedAt, afterID, c.failures, c.passes, s.cfg.Clock.Now(), s.cfg.ReplicaID, c.prevPassStartedAt)
 		if err != nil {
 			return fmt.Errorf("reconcile: advance: %w", err)
 		}
@@ -474,6 +477,10 @@ func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, 
 // younger than RegisterGrace are left to the Create that is registering them.
 func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg ReconcileConfig) ([]Session, error) {
 	start := *c.passStartedAt
+	bottom := start.Add(-cfg.Lookback)
+	if c.prevPassStartedAt != nil && c.prevPassStartedAt.Before(bottom) {
+		bottom = *c.prevPassStartedAt // the previous pass outlived the lookback: no gap between them
+	}
 	var afterID any
 	if c.afterID != "" {
 		afterID = c.afterID
@@ -484,7 +491,7 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 		  AND NOT (status = 'Registering' AND created_at > $6)
 		ORDER BY updated_at, id
 		LIMIT $7`,
-		s.gw.Name(), start.Add(-cfg.Lookback), start, c.afterUpdatedAt, afterID,
+		s.gw.Name(), bottom, start, c.afterUpdatedAt, afterID,
 		s.cfg.Clock.Now().Add(-s.cfg.RegisterGrace), cfg.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: batch: %w", err)
@@ -509,40 +516,46 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	if err != nil {
 		return err
 	}
-	// Our own payment: the one the session is attached to, asked for by id when the search does
-	// not list it (a search index may lag; GET by id is the gateway's word). Failed and Canceled
-	// sessions are judged by what the search lists: only money under our reference matters there.
+	// Our own payment: the one the session is attached to, always asked for by id (GET by id is
+	// the gateway's word; a search index may lag, and Stripe's does by up to an hour: its stale
+	// copy of a payment just Completed opened a false gateway_mismatch case, an outside review).
+	// Its answer replaces the search's copy, for Failed and Canceled sessions too.
 	var own GatewayPayment
 	haveOwn := false
-	if sess.Status.Active() || sess.Status == StatusCompleted {
-		for _, gp := range found {
-			if gp.ID == sess.GatewayPaymentID {
-				own, haveOwn = gp, true
-			}
-		}
+	mine := sess.Status.Active() || sess.Status == StatusCompleted
+	switch {
+	case sess.GatewayPaymentID != "":
+		started := time.Now()
+		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
+		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		notFound := err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found"
 		switch {
-		case !haveOwn && sess.GatewayPaymentID != "":
-			started := time.Now()
-			gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
-			s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
-			if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
-				// The gateway lost the payment we attached: flagged (active) and a case, as Check does.
-				if _, ferr := s.flagMissingAtGateway(ctx, sess, err); ferr != nil {
-					return ferr
+		case notFound && mine:
+			// The gateway lost the payment we attached: flagged (active) and a case, as Check does.
+			if _, ferr := s.flagMissingAtGateway(ctx, sess, err); ferr != nil {
+				return ferr
+			}
+			rep.found(sess, CaseGatewayMismatch, fmt.Sprintf("reconciliation: the gateway has no payment %s", sess.GatewayPaymentID))
+			rep.Checked++
+			return nil
+		case notFound:
+		case err != nil:
+			return err
+		default:
+			replaced := false
+			for i := range found {
+				if found[i].ID == gp.ID {
+					found[i], replaced = gp, true
 				}
-				rep.found(sess, CaseGatewayMismatch, fmt.Sprintf("reconciliation: the gateway has no payment %s", sess.GatewayPaymentID))
-				rep.Checked++
-				return nil
 			}
-			if err != nil {
-				return err
+			if !replaced {
+				found = append(found, gp)
 			}
-			own, haveOwn = gp, true
-			found = append(found, gp)
-		case !haveOwn && len(found) > 0:
-			// No id attached yet (the registration's answer was lost): what Check would pick.
-			own, haveOwn = pickPayment(found), true
+			own, haveOwn = gp, mine
 		}
+	case mine && len(found) > 0:
+		// No id attached yet (the registration's answer was lost): what Check would pick.
+		own, haveOwn = pickPayment(found), true
 	}
 
 	if len(found) > 1 {

@@ -300,8 +300,63 @@ func TestReconcileLatePaymentOnFailedSession(t *testing.T) {
 			t.Fatalf("run %d: a dead session came back to life", run)
 		}
 	}
-	if b.gw.Calls(fakegw.OpFind) != 4 || b.gw.Calls(fakegw.OpStatus) != 1 {
-		t.Fatalf("finds %d (want 2 a run), status %d (only the setup's)", b.gw.Calls(fakegw.OpFind), b.gw.Calls(fakegw.OpStatus))
+	// Each run: the search for other payments under the reference, and the session's own by id.
+	if b.gw.Calls(fakegw.OpFind) != 4 || b.gw.Calls(fakegw.OpStatus) != 1+4 {
+		t.Fatalf("finds %d (want 2 a run), status %d (the setup's and 2 a run)", b.gw.Calls(fakegw.OpFind), b.gw.Calls(fakegw.OpStatus))
+	}
+}
+
+// laggingSearch is a gateway whose search index holds an older copy of some payments (Stripe's
+// search lags by up to an hour); GET by id is current.
+type laggingSearch struct {
+	*fakegw.Gateway
+	stale map[string]payments.GatewayStatus
+}
+
+func (g *laggingSearch) FindByReference(ctx context.Context, ref string) ([]payments.GatewayPayment, error) {
+	ps, err := g.Gateway.FindByReference(ctx, ref)
+	for i := range ps {
+		if st, ok := g.stale[ps[i].ID]; ok {
+			ps[i].Status = st
+		}
+	}
+	return ps, err
+}
+
+// Reconciliation judges the session's own payment by its id, never by the search's copy: a
+// payment Completed a minute ago, still pending in a lagging index, opened a false
+// gateway_mismatch case (an outside review); and a Failed session's payment captured since, still
+// declined in the index, was missed.
+func TestReconcileJudgesTheOwnPaymentByID(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	lg := &laggingSearch{Gateway: b.gw, stale: map[string]payments.GatewayStatus{}}
+	svc := payments.NewService(b.pool, payments.Config{Gateway: lg, Clock: b.clock, ReplicaID: "replica-lag",
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	done := b.registered(t, "o-lag-done", 900)
+	lg.stale[done.GatewayPaymentID] = payments.GatewayPending
+	b.gw.SetStatus(done.GatewayPaymentID, payments.GatewaySucceeded)
+	if got, err := svc.Check(ctx, api, done.ID); err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("check = %s %v", got.Status, err)
+	}
+	dead := b.registered(t, "o-lag-dead", 700)
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewayDeclined)
+	if got, err := svc.Check(ctx, api, dead.ID); err != nil || got.Status != payments.StatusFailed {
+		t.Fatalf("check = %s %v", got.Status, err)
+	}
+	lg.stale[dead.GatewayPaymentID] = payments.GatewayDeclined
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // captured late; the index has not seen it
+	b.clock.Advance(time.Minute)
+	rep := reconcile(t, svc, payments.ReconcileConfig{})
+	if rep.Mismatches != 0 || rep.LatePayments != 1 {
+		t.Fatalf("report %+v: want no mismatch and the late payment", rep)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, done.ID); n != 0 {
+		t.Fatal("a false gateway_mismatch case from the search's stale copy")
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID); n != 1 {
+		t.Fatal("the late payment the index had not seen yet was missed")
 	}
 }
 
@@ -451,5 +506,38 @@ func TestReconcileGatewayErrorsRetryThenSkip(t *testing.T) {
 	}
 	if k := b.count(t, `SELECT count(*) FROM gateway_calls WHERE operation = 'find' AND outcome = 'unknown'`); k != 3 {
 		t.Fatalf("%d failed finds logged, want 3", k)
+	}
+}
+
+// A pass that outlives the lookback leaves no sessions between it and the next pass: those
+// updated after the previous pass started but before the next window's bottom were compared by
+// neither (an outside review: a late payment on a Failed session never got its case). Here the
+// lookback is 10 minutes and a pass of one session a run takes 18.
+func TestReconcilePassLongerThanTheLookbackLeavesNoGap(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cfg := payments.ReconcileConfig{Lookback: 10 * time.Minute, Batch: 1}
+	b.registered(t, "o-a", 100)
+	b.registered(t, "o-b", 100)
+	b.clock.Advance(time.Minute)
+	reconcile(t, b.svc, cfg) // a pass starts: o-a
+	b.clock.Advance(time.Minute)
+	dead := b.registered(t, "o-gap", 100) // after the pass started: the next pass's
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewayDeclined)
+	if s, err := b.plain.Check(ctx, api, dead.ID); err != nil || s.Status != payments.StatusFailed {
+		t.Fatalf("setup: %s %v", s.Status, err)
+	}
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // money came late, no webhook
+	for range 3 {                                                    // the pass goes on slowly: o-b, then its end
+		b.clock.Advance(6 * time.Minute)
+		reconcile(t, b.svc, cfg)
+	}
+	for range 3 { // the next pass
+		b.clock.Advance(time.Minute)
+		reconcile(t, b.svc, cfg)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID); n != 1 {
+		t.Fatalf("late_payment cases for the session between the passes = %d, want 1", n)
 	}
 }
