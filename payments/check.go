@@ -456,16 +456,52 @@ func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 // ApplyGatewayHint applies a gateway event (webhook) as a hint: the state applied is whatever
 // the gateway says NOW about the payment, fetched, through the same path as Check. The session
 // is found by the gateway payment id, or by our reference when the registration's answer (and
-// so the id) was lost.
+// so the id) was lost: then the event's payment, read by its id, is what is applied when it
+// carries the session's reference (Check would search by reference, and a gateway's search may
+// lag: Stripe's by up to an hour, and the event was marked applied with nothing applied, an
+// outside review).
 func (s *Service) ApplyGatewayHint(ctx context.Context, actor Actor, gatewayPaymentID, reference string) (Session, error) {
+	return s.applyHint(ctx, actor, gatewayPaymentID, reference, nil)
+}
+
+// applyHint is ApplyGatewayHint with the event's payment when the caller read it already (known).
+func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, reference string, known *GatewayPayment) (Session, error) {
 	var id string
+	byID := true
 	err := s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE gateway = $1 AND gateway_payment_id = $2`,
 		s.gw.Name(), gatewayPaymentID).Scan(&id)
 	if err != nil && validUUID(reference) {
+		byID = false
 		err = s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE id = $1`, reference).Scan(&id)
 	}
 	if err != nil {
 		return Session{}, dbError("hint: find session", err, "no session for gateway payment %q", gatewayPaymentID)
 	}
-	return s.Check(ctx, actor, id)
+	if byID || gatewayPaymentID == "" {
+		return s.Check(ctx, actor, id)
+	}
+	sess, err := s.Get(ctx, id)
+	if err != nil || sess.GatewayPaymentID != "" {
+		if err != nil {
+			return Session{}, err
+		}
+		return s.Check(ctx, actor, id) // attached to another payment meanwhile: Check judges it
+	}
+	gp := known
+	if gp == nil {
+		started := time.Now()
+		got, gerr := s.gw.Status(ctx, gatewayPaymentID)
+		s.logGatewayCall(ctx, sess.ID, "status", "", started, gerr)
+		switch {
+		case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+			return s.Check(ctx, actor, id)
+		case gerr != nil:
+			return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+		}
+		gp = &got
+	}
+	if gp.Reference != sess.Reference() {
+		return s.Check(ctx, actor, id)
+	}
+	return s.applyGatewayPayment(ctx, actor, sess, *gp, "the event's payment, read by its id")
 }

@@ -541,3 +541,39 @@ func TestReconcilePassLongerThanTheLookbackLeavesNoGap(t *testing.T) {
 		t.Fatalf("late_payment cases for the session between the passes = %d, want 1", n)
 	}
 }
+
+// blindSearch is a gateway whose search finds nothing yet (its index lags); GET by id answers.
+type blindSearch struct{ *fakegw.Gateway }
+
+func (blindSearch) FindByReference(context.Context, string) ([]payments.GatewayPayment, error) {
+	return nil, nil
+}
+
+// An event that names only the gateway's payment (Stripe's) for a session whose registration
+// answer was lost: the payment read by its id carries the session's reference, and that answer
+// is applied. Before, the receiver read it, threw it away and ran Check, whose search found
+// nothing yet: the event was marked applied with nothing applied (an outside review).
+func TestWebhookEventForAnUnattachedSessionAppliesThePaymentReadByID(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	svc := payments.NewService(b.pool, payments.Config{Gateway: blindSearch{b.gw}, Clock: b.clock, ReplicaID: "replica-w",
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r, err := svc.Create(ctx, api, payments.CreateInput{OrderID: "o-wh-lost", Amount: 700, Currency: "EUR"})
+	if err == nil && r.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: the registration's answer was not lost: %+v", r.Session)
+	}
+	b.gw.SetStatus("gp_fake_1", payments.GatewaySucceeded)
+	res, err := svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_lost", Type: "payment_intent.succeeded", PaymentID: "gp_fake_1"})
+	if err != nil || res.Outcome != payments.EventApplied {
+		t.Fatalf("event = %+v %v", res, err)
+	}
+	got, _ := svc.Get(ctx, r.Session.ID)
+	if got.Status != payments.StatusCompleted || got.GatewayPaymentID != "gp_fake_1" {
+		t.Fatalf("session %s attached to %q, want Completed through gp_fake_1", got.Status, got.GatewayPaymentID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, got.ID); n != 1 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+}

@@ -241,7 +241,7 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 		case gerr != nil:
 			return EventResult{}, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
 		case gp.Reference != "":
-			sess, err = s.ApplyGatewayHint(ctx, actor, ev.PaymentID, gp.Reference)
+			sess, err = s.applyHint(ctx, actor, ev.PaymentID, gp.Reference, &gp)
 		}
 	}
 	switch {
