@@ -88,14 +88,8 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		if err != nil {
 			return dbError("retry flagged: lock", err, "")
 		}
-		// The proposal is made under this row's lock too, so one of the two sees the other.
-		var proposal int64
-		switch err := tx.QueryRow(ctx, `SELECT id FROM resolution_proposals
-			WHERE session_id = $1 AND kind = 'settle' AND state = 'proposed'`, id).Scan(&proposal); {
-		case err == nil:
-			return Errorf(ECONFLICT, "proposal #%d to settle payment %s by hand waits for a second person: approve or reject it first", proposal, Short(id))
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("retry flagged: proposal: %w", err)
+		if err := noSettleProposal(ctx, tx, "payment", id); err != nil {
+			return err
 		}
 		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL,
 			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, now))
@@ -135,16 +129,8 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 		if err != nil {
 			return dbError("retry flagged refund: lock", err, "")
 		}
-		// A proposal to settle it by hand waits: sending it back to the patrol would have the
-		// gateway asked while people decide its outcome. (The proposal is made under this row's
-		// lock too, so one of the two sees the other.)
-		var proposal int64
-		switch err := tx.QueryRow(ctx, `SELECT id FROM resolution_proposals
-			WHERE refund_id = $1 AND kind = 'refund_settle' AND state = 'proposed'`, id).Scan(&proposal); {
-		case err == nil:
-			return Errorf(ECONFLICT, "proposal #%d to settle refund %s by hand waits for a second person: approve or reject it first", proposal, Short(id))
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("retry flagged refund: proposal: %w", err)
+		if err := noSettleProposal(ctx, tx, "refund", id); err != nil {
+			return err
 		}
 		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL,
 			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+refundColumns, id, now))
@@ -155,6 +141,26 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 			Target: out.PaymentID, Detail: "refund " + id + ": flag cleared (" + reason + "); due now"}, now)
 	})
 	return out, err
+}
+
+// noSettleProposal refuses (ECONFLICT) a retry of a flagged payment or refund (what: "payment"
+// or "refund") while a proposal to settle it by hand waits: sending it back to the patrol would
+// have the gateway asked while people decide its outcome, and the approval would then settle
+// what the patrol drives again. The caller holds the row's lock, under which proposals are made
+// too, so one of the two sees the other.
+func noSettleProposal(ctx context.Context, tx pgx.Tx, what, id string) error {
+	q := `SELECT id FROM resolution_proposals WHERE session_id = $1 AND kind = 'settle' AND state = 'proposed'`
+	if what == "refund" {
+		q = `SELECT id FROM resolution_proposals WHERE refund_id = $1 AND kind = 'refund_settle' AND state = 'proposed'`
+	}
+	var proposal int64
+	switch err := tx.QueryRow(ctx, q, id).Scan(&proposal); {
+	case err == nil:
+		return Errorf(ECONFLICT, "proposal #%d to settle %s %s by hand waits for a second person: approve or reject it first", proposal, what, Short(id))
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("retry flagged %s: proposal: %w", what, err)
+	}
+	return nil
 }
 
 // flaggedRefundsSQL reads the flagged refunds through refunds_flagged (migration 00213).
