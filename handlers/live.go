@@ -2,9 +2,11 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +15,7 @@ import (
 	"pitlane/live"
 	"pitlane/payments"
 	"pitlane/views"
+	"pitlane/web/auth"
 )
 
 // Live serves the console's live streams (server-sent events): each tells one page to fetch its
@@ -24,6 +27,36 @@ type Live struct {
 	hub   *live.Hub
 	log   *slog.Logger
 	still func(echo.Context) error
+
+	mu   sync.Mutex
+	open map[string]int // streams open on this replica per signed-in user
+}
+
+// MaxStreamsPerUser bounds the live streams one user holds open on one replica: a page has one,
+// so this is tabs. Each open stream is a connection, a goroutine and a user read per event; a
+// script opening thousands could starve the pool the payment core uses (an outside review).
+// Past it: 429 with Retry-After, and live.js polls instead. A resource limit of this process,
+// not coordination: each replica counts its own.
+const MaxStreamsPerUser = 16
+
+// hold counts a stream of user, or says the user has too many open here.
+func (h *Live) hold(user string) (release func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open == nil {
+		h.open = map[string]int{}
+	}
+	if h.open[user] >= MaxStreamsPerUser {
+		return nil, false
+	}
+	h.open[user]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.open[user]--; h.open[user] <= 0 {
+			delete(h.open, user)
+		}
+	}, true
 }
 
 // NewLive builds the stream handlers over the replica's hub (nil: the streams answer 503 and
@@ -88,6 +121,12 @@ func (h *Live) serve(c echo.Context, t live.Topic) error {
 	if h.hub == nil {
 		return &payments.Error{Code: payments.EUNAVAIL, Message: "live updates are off on this replica"}
 	}
+	release, ok := h.hold(auth.Staff(c).Email)
+	if !ok {
+		return &payments.Error{Code: payments.ELOCKED, RetryAfter: time.Minute,
+			Message: fmt.Sprintf("more than %d live pages open on this server: this one updates by polling", MaxStreamsPerUser)}
+	}
+	defer release()
 	// A reconnecting EventSource sends the last id it saw; a new one, the page's position.
 	since := c.Request().Header.Get("Last-Event-ID")
 	if since == "" {

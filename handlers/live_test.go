@@ -327,3 +327,33 @@ func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
 	change("o-live-4")
 	ended(es)
 }
+
+// One user holds at most MaxStreamsPerUser live streams open on a replica: each is a connection,
+// a goroutine and a user read per event, and a script opening thousands could starve the pool
+// the payment core uses (an outside review). Past the cap: 429 with Retry-After (live.js then
+// polls); another user is not affected.
+func TestLiveStreamsPerUserAreCapped(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	srv := b.server(t, b.e)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	path := "/live/dashboard?since=" + b.hub.Position().String()
+	for i := range handlers.MaxStreamsPerUser {
+		es, resp := openStream(t, srv, sup, path)
+		if es == nil {
+			t.Fatalf("stream %d: %d", i+1, resp.StatusCode)
+		}
+		es.want("retry: ")
+	}
+	if es, resp := openStream(t, srv, sup, path); es != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("stream %d: %v, want 429 with Retry-After", handlers.MaxStreamsPerUser+1, resp.StatusCode)
+	}
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	if es, resp := openStream(t, srv, fin, path); es == nil {
+		t.Fatalf("another user's stream: %d", resp.StatusCode)
+	}
+}
