@@ -22,7 +22,7 @@ var untraced = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": tr
 
 // tracing makes one server span per request (OpenTelemetry; there is no otelecho in the module
 // proxy this project uses, and this is all of it we need). It continues a trace the caller sent
-// in `traceparent`, is named by the route ("POST /api/v1/orders/:order_id/payments"), and puts
+// in `traceparent` (the JSON API's routes only), is named by the route ("POST /api/v1/orders/:order_id/payments"), and puts
 // its context into the request, so the core's spans and the gateway's below it share the trace.
 //
 // Attributes: method, route, path and status, the client's address (as the sign-in throttle
@@ -48,7 +48,14 @@ func tracing(tp trace.TracerProvider) echo.MiddlewareFunc {
 				return next(c)
 			}
 			req := c.Request()
-			ctx := prop.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+			ctx := req.Context()
+			if strings.HasPrefix(route, "/api/") {
+				// Only the API's callers (services with keys) continue their trace here. An
+				// anonymous page's visitor could otherwise force the sampling of its own requests
+				// (parentbased samplers follow the parent's flag) and choose the trace id that
+				// reaches the gateway (an outside review).
+				ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
+			}
 			name := req.Method
 			attrs := []attribute.KeyValue{
 				semconv.HTTPRequestMethodKey.String(req.Method),

@@ -40,6 +40,7 @@ func TestServerSpans(t *testing.T) {
 		"traceparent", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", "Authorization", "Bearer pl_0123456789ab_"+strings.Repeat("0", 64))
 	serve(http.MethodGet, "/healthz")
 	serve(http.MethodGet, "/no/such/page")
+	serve(http.MethodGet, "/login", "traceparent", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01")
 
 	spans := rec.Spans()
 	api := telemetrytest.One(t, spans, "POST /api/v1/orders/:order_id/payments")
@@ -55,6 +56,11 @@ func TestServerSpans(t *testing.T) {
 	}
 	if got := telemetrytest.One(t, spans, "GET"); telemetrytest.Attr(got, "http.response.status_code") != "404" || telemetrytest.Attr(got, "http.route") != "" {
 		t.Errorf("unknown path span: %v", got.Attributes)
+	}
+	// An anonymous page does not continue a caller's trace: its visitor cannot force sampling or
+	// pick the trace id that reaches the gateway.
+	if login := telemetrytest.One(t, spans, "GET /login"); login.SpanContext.TraceID() == sc.TraceID() || login.Parent.IsValid() {
+		t.Errorf("the sign-in page continued the visitor's traceparent: parent %v", login.Parent)
 	}
 	if leaks := telemetrytest.Mentions(spans, "secret.customer", "contact="); len(leaks) > 0 {
 		t.Errorf("the query string reached a span: %v", leaks)
