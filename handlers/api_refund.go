@@ -104,7 +104,11 @@ func (a *API) ListRefunds(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := refundListJSON{PaymentID: pathParam(c, "id"), Refunds: make([]refundJSON, len(refunds)), HasMore: more}
+	id := pathParam(c, "id")
+	if u, ok := canonicalUUID(id); ok {
+		id = u // as every refund's payment_id says it, whatever case the path used
+	}
+	out := refundListJSON{PaymentID: id, Refunds: make([]refundJSON, len(refunds)), HasMore: more}
 	for i, r := range refunds {
 		out.Refunds[i] = toRefundJSON(r)
 	}

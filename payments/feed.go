@@ -231,7 +231,7 @@ func (p FeedPage) Body() FeedBody {
 	out := FeedBody{Data: make([]FeedEventBody, len(p.Events)), NextCursor: p.Next, HasMore: p.More}
 	for i, e := range p.Events {
 		b := FeedEventBody{ID: e.Cursor, Type: e.Type, PaymentID: e.SessionID, RefundID: e.RefundID, OrderID: e.OrderID,
-			Amount: e.Amount, Currency: e.Currency, Status: e.To, By: string(e.By), CreatedAt: e.At}
+			Amount: e.Amount, Currency: e.Currency, Status: e.To, By: string(e.By), CreatedAt: e.At.UTC()}
 		if e.From != "" {
 			from := e.From
 			b.FromStatus = &from
