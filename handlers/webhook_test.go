@@ -701,7 +701,7 @@ func TestWebhookRetryWaitIsCapped(t *testing.T) {
 		t.Fatalf("retry = %d %v, want 1 (failing)", n, err)
 	}
 	var wait time.Duration
-	if err := b.pool.QueryRow(context.Background(), `SELECT extract(epoch FROM retry_at - $1) * 1e9 FROM webhook_events WHERE event_id = 'evt_capped'`,
+	if err := b.pool.QueryRow(context.Background(), `SELECT (extract(epoch FROM retry_at - $1) * 1e9)::bigint FROM webhook_events WHERE event_id = 'evt_capped'`,
 		b.clock.Now()).Scan(&wait); err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,9 @@ func TestPatrolClaimKeepsItsGenericPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 1 // every claim and the look at the prepared statements share one connection
+	// Prepared statements are what this is about: pgx's default mode, whatever the suite runs in
+	// (make test also runs it in exec mode, pgbouncer's, where nothing is prepared).
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -285,20 +285,34 @@ func (q *settleQueue) writePlain(ctx context.Context, tx pgx.Tx, now time.Time) 
 }
 
 // queueCallLogs queues the call-log rows of a batch (each a callLogSlot's args, as
-// logGatewayAnswer built them) as one INSERT over arrays.
+// logGatewayAnswer built them: a slot always has its session) as one INSERT over arrays. Each
+// column is a typed slice: pgx encodes a []any only in its extended protocol with the server's
+// parameter types at hand, and the exec mode pgbouncer's transaction pooling wants refused it,
+// so every batch fell back to one transaction per answer (an outside review).
 func queueCallLogs(b *pgx.Batch, calls [][]any) {
-	cols := make([][]any, 9)
-	for _, args := range calls {
-		for i := range cols {
-			cols[i] = append(cols[i], args[i])
-		}
+	var (
+		sids, ops, keys, outcomes, details, replicas []string
+		statuses                                     []int32
+		latencies                                    []int64
+		ats                                          []time.Time
+	)
+	for _, a := range calls {
+		sids = append(sids, a[0].(string))
+		ops = append(ops, a[1].(string))
+		keys = append(keys, a[2].(string))
+		outcomes = append(outcomes, a[3].(string))
+		statuses = append(statuses, int32(a[4].(int)))
+		latencies = append(latencies, a[5].(int64))
+		details = append(details, a[6].(string))
+		replicas = append(replicas, a[7].(string))
+		ats = append(ats, a[8].(time.Time))
 	}
 	b.Queue(`INSERT INTO gateway_calls
 			(session_id, operation, idempotency_key, outcome, http_status, latency_ms, detail, replica_id, created_at)
 		SELECT s, o, k, oc, nullif(st, 0), l, d, r, c
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[])
 			AS u(s, o, k, oc, st, l, d, r, c)`,
-		cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8]).Exec(func(tag pgconn.CommandTag) error {
+		sids, ops, keys, outcomes, statuses, latencies, details, replicas, ats).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != int64(len(calls)) {
 			return fmt.Errorf("settle batch: %d of %d call log rows written", tag.RowsAffected(), len(calls))
 		}

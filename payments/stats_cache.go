@@ -38,7 +38,10 @@ func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats,
 		if err != nil {
 			return fmt.Errorf("cached stats: encode: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE stats_cache SET stats = $1 WHERE id = 1`, b); err != nil {
+		// As text: a []byte goes as bytea in the exec and simple protocols (pgbouncer's transaction
+		// pooling, docs/operations.md), which jsonb refuses (an outside review: every scrape's
+		// database counts failed there).
+		if _, err := tx.Exec(ctx, `UPDATE stats_cache SET stats = $1::text::jsonb WHERE id = 1`, string(b)); err != nil {
 			return fmt.Errorf("cached stats: store: %w", err)
 		}
 		counted = true
