@@ -321,9 +321,24 @@ type patrolState struct {
 	last         RoundReport
 	drivenTotal  int64
 	inFlight     atomic.Int64
+	clock        Clock
 }
 
-func newPatrolState(now time.Time) *patrolState { return &patrolState{startedAt: now} }
+func newPatrolState(clock Clock) *patrolState {
+	return &patrolState{startedAt: clock.Now(), clock: clock}
+}
+
+// progress records a round's progress as it happens: a claim of due work (swept), and drives
+// finished.
+func (p *patrolState) progress(swept bool, driven int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if swept {
+		now := p.clock.Now()
+		p.lastSweepAt = &now
+	}
+	p.drivenTotal += driven
+}
 
 // RoundReport is what one round of the patrol did.
 type RoundReport struct {
@@ -392,6 +407,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	toRelease := make([][2][]heldLease, len(sources))
 	finished := func(f finishedDrive) {
 		rep.Driven++
+		p.progress(false, 1) // the heartbeat's total moves with each drive, not at the round's end
 		inFlight--
 		switch f.end {
 		case endRelease:
@@ -498,6 +514,13 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			next = (i + 1) % len(sources)
 			src := sources[i]
 			swept = swept || src.gateway
+			if src.gateway {
+				// A long drain is one round: its claims are sweeping, and the heartbeat says so
+				// as they happen (judged only at the round's end, a replica draining at full
+				// width after an outage looked stuck to PitlaneReplicaNotSweeping: an outside
+				// review).
+				p.progress(true, 0)
+			}
 			jobs, err := src.claim(ctx, free)
 			if err != nil {
 				firstErr = err
@@ -583,7 +606,6 @@ func (s *Service) judgeRound(rep *RoundReport, stats *roundStats, probing, swept
 	if swept {
 		p.lastSweepAt = &now
 	}
-	p.drivenTotal += int64(rep.Driven)
 	minCalls := int64(BackoffMinCalls)
 	if probing {
 		minCalls = 1

@@ -685,3 +685,31 @@ func TestPatrolDrivesTheNextWaveWhileAnswersAreWritten(t *testing.T) {
 		t.Fatalf("%d gateway calls at once, more than the width %d", m, width)
 	}
 }
+
+// A round that drains a backlog is a long one: its heartbeat says it sweeps while it claims, not
+// only at its end. Judged at the round's end, a replica draining at full width after an outage
+// showed no sweep for minutes and PitlaneReplicaNotSweeping (critical, "restart it") fired (an
+// outside review). Its drives count as they finish, once each.
+func TestPatrolHeartbeatShowsARoundInProgress(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 2 })
+	ctx := context.Background()
+	b.seedRegistered(t, 4)
+	gate := b.gw.Hold(fakegw.OpStatus)
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.PatrolRound(ctx); done <- err }()
+	for range 2 {
+		mustWait(t, gate.Arrived(), "a drive at the gateway")
+	}
+	b.svc.BeatNow(ctx)
+	if h := heartbeatOf(t, b.svc, "replica-a"); h.LastSweepAt == nil || h.InFlight != 2 {
+		t.Fatalf("heartbeat mid-round = %+v, want the sweep it is doing and 2 in flight", h)
+	}
+	gate.Open()
+	if err := mustWait(t, done, "the round"); err != nil {
+		t.Fatal(err)
+	}
+	if h := heartbeatOf(t, b.svc, "replica-a"); h.DrivenTotal != 4 || h.LastDriven != 4 {
+		t.Fatalf("heartbeat after the round = %+v, want 4 driven once each", h)
+	}
+}

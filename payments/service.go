@@ -226,7 +226,7 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		cfg.SettleBatch = cfg.SweepConcurrency
 	}
 	s := &Service{db: db, gw: cfg.Gateway, cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
-		patrol: newPatrolState(cfg.Clock.Now())}
+		patrol: newPatrolState(cfg.Clock)}
 	if cfg.SettleBatch > 1 {
 		s.settles = &settleBatcher{s: s, max: cfg.SettleBatch}
 	}
