@@ -140,7 +140,10 @@ func TestSampleOpsOneRowPerMinute(t *testing.T) {
 // gateway), which comes after both.
 func TestRunSweeperSamplesOps(t *testing.T) {
 	t.Parallel()
-	b := newBench(t)
+	passed := make(chan struct{}, 10)
+	b := newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterSweeperPass = func(context.Context) { passed <- struct{}{} }
+	})
 	b.seedRegistered(t, 2)
 	old, kept := t0.Add(-payments.OpsSampleRetention-time.Hour), t0.Add(-payments.OpsSampleRetention+time.Hour)
 	b.sampleAt(t, b.plain, old)
@@ -153,7 +156,8 @@ func TestRunSweeperSamplesOps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.svc.RunSweeper(ctx, time.Hour); close(done) }()
-	mustWait(t, gate.Arrived(), "the patrol's reconciliation")
+	mustWait(t, gate.Arrived(), "the patrol's reconciliation (its own loop)")
+	mustWait(t, passed, "the sweeper's first pass")
 	var ats []time.Time
 	for _, s := range b.samples(t) {
 		ats = append(ats, s.At)

@@ -236,7 +236,12 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		go func() { defer close(pushed); s.runEventsWebhook(ctx, interval) }()
 		defer func() { <-pushed }()
 	}
-	var lastHousekeeping, lastReconcile, lastSample time.Time
+	// Reconciliation on its own loop too: a batch is a search and a read by id per session, one
+	// after another, and inline it held the leader's patrol for as long (an outside review saw
+	// the leader's due sessions wait 90 s behind 55 searches of a slow gateway).
+	reconciled := make(chan struct{})
+	go func() { defer close(reconciled); s.runReconcile(ctx, interval) }()
+	var lastHousekeeping, lastSample time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			s.housekeep(ctx)
@@ -254,16 +259,35 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 				s.log.Error("ops sample", "err", err) // tried again next round
 			}
 		}
-		if now := s.cfg.Clock.Now(); now.Sub(lastReconcile) >= ReconcileEvery {
-			s.reconcileRound(ctx) // only the leader compares; the others try for the leader row
-			lastReconcile = now
+		if h := s.cfg.Hooks.AfterSweeperPass; h != nil {
+			h(ctx)
 		}
 		select {
 		case <-ctx.Done():
+			<-reconciled // its last round ended: nothing renews the leadership given up below
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			s.releaseLeadershipOnShutdown(rctx)
 			s.forgetHeartbeat(rctx)
 			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runReconcile is RunSweeper's reconciliation loop: every ReconcileEvery a round (only the
+// leader compares; the others try for the leader row), looked at every interval.
+func (s *Service) runReconcile(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last time.Time
+	for {
+		if now := s.cfg.Clock.Now(); now.Sub(last) >= ReconcileEvery {
+			s.reconcileRound(ctx)
+			last = now
+		}
+		select {
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}

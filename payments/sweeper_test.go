@@ -363,3 +363,27 @@ func checkInvariants(t *testing.T, b *bench) {
 		}
 	}
 }
+
+// Reconciliation runs beside the patrol, not inside its loop: a batch is a search and a read per
+// session, one after another, and inline it held the leader's patrol for as long (an outside
+// review saw due sessions wait 90 s behind a slow gateway's searches). Here reconciliation is
+// held at its first search while sessions fall due; the patrol still drives them. (Inline, the
+// loop never reached another round: the status call below never came.)
+func TestReconciliationDoesNotHoldThePatrol(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.seedRegistered(t, 2)
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1`, t0.Add(time.Hour)) // not due yet
+	find := b.gw.Hold(fakegw.OpFind)
+	status := b.gw.Hold(fakegw.OpStatus)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, 10*time.Millisecond); close(done) }()
+	mustWait(t, find.Arrived(), "reconciliation's first search")
+	b.clock.Advance(2 * time.Hour) // the sessions fall due
+	mustWait(t, status.Arrived(), "the patrol driving a due session while reconciliation waits")
+	cancel()
+	find.Open()
+	status.Open()
+	mustWait(t, done, "the sweeper to stop")
+}
