@@ -102,11 +102,7 @@ func TestLiveStreamRefreshesThePaymentPage(t *testing.T) {
 	}
 
 	srv := b.server(t, b.e)
-	es, resp := openStream(t, srv, a, stream+"?since="+since)
-	if es == nil {
-		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	es.want("retry: ")
+	es := mustOpenStream(t, srv, a, stream+"?since="+since)
 
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
 	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
@@ -195,11 +191,7 @@ func TestLiveStreamsCheckRoles(t *testing.T) {
 	}
 	fin := b.agent(t)
 	fin.login("fin@example.com")
-	es, resp := openStream(t, srv, fin, "/live/finance/stuck")
-	if es == nil {
-		t.Fatalf("finance on its stream: %d", resp.StatusCode)
-	}
-	es.want("retry: ")
+	es := mustOpenStream(t, srv, fin, "/live/finance/stuck")
 	if n, _ := b.hub.Stats(); n != 1 {
 		t.Fatalf("%d subscriptions, want the one stream", n)
 	}
@@ -229,11 +221,7 @@ func TestLiveIdleStreamCostsNoQuery(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 
-	es, resp := openStream(t, srv, a, "/live/dashboard?since="+hub.Position().String())
-	if es == nil {
-		t.Fatalf("stream: %d", resp.StatusCode)
-	}
-	es.want("retry: ")
+	es := mustOpenStream(t, srv, a, "/live/dashboard?since="+hub.Position().String())
 	ctx := context.Background()
 	listener := func() (state, query string, changed time.Time) {
 		t.Helper()
@@ -286,11 +274,7 @@ func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
 
 	fin := b.agent(t)
 	fin.login("fin@example.com")
-	es, resp := openStream(t, srv, fin, "/live/finance/ledger?since="+b.hub.Position().String())
-	if es == nil {
-		t.Fatalf("stream: %d", resp.StatusCode)
-	}
-	es.want("retry: ")
+	es := mustOpenStream(t, srv, fin, "/live/finance/ledger?since="+b.hub.Position().String())
 	change("o-live-1")
 	es.want("id: ") // while finance: the ledger changed
 	if _, err := b.access.SetRole(ctx, admin, "fin@example.com", access.RoleSupport); err != nil {
@@ -301,11 +285,7 @@ func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
 
 	sup := b.agent(t)
 	sup.login("sup@example.com")
-	es, resp = openStream(t, srv, sup, "/live/dashboard?since="+b.hub.Position().String())
-	if es == nil {
-		t.Fatalf("stream: %d", resp.StatusCode)
-	}
-	es.want("retry: ")
+	es = mustOpenStream(t, srv, sup, "/live/dashboard?since="+b.hub.Position().String())
 	if _, err := b.access.DisableUser(ctx, admin, "sup@example.com"); err != nil {
 		t.Fatal(err)
 	}
@@ -316,11 +296,7 @@ func TestLiveStreamEndsForAUserWhoLostThePage(t *testing.T) {
 	// lifetime: an outside review).
 	adm := b.agent(t)
 	adm.login("adm@example.com")
-	es, resp = openStream(t, srv, adm, "/live/dashboard?since="+b.hub.Position().String())
-	if es == nil {
-		t.Fatalf("stream: %d", resp.StatusCode)
-	}
-	es.want("retry: ")
+	es = mustOpenStream(t, srv, adm, "/live/dashboard?since="+b.hub.Position().String())
 	if rec := adm.post("/logout", nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("sign out: %d", rec.Code)
 	}
@@ -341,12 +317,8 @@ func TestLiveStreamsPerUserAreCapped(t *testing.T) {
 	sup := b.agent(t)
 	sup.login("sup@example.com")
 	path := "/live/dashboard?since=" + b.hub.Position().String()
-	for i := range handlers.MaxStreamsPerUser {
-		es, resp := openStream(t, srv, sup, path)
-		if es == nil {
-			t.Fatalf("stream %d: %d", i+1, resp.StatusCode)
-		}
-		es.want("retry: ")
+	for range handlers.MaxStreamsPerUser {
+		mustOpenStream(t, srv, sup, path)
 	}
 	if es, resp := openStream(t, srv, sup, path); es != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("stream %d: %v, want 429 with Retry-After", handlers.MaxStreamsPerUser+1, resp.StatusCode)
@@ -356,4 +328,15 @@ func TestLiveStreamsPerUserAreCapped(t *testing.T) {
 	if es, resp := openStream(t, srv, fin, path); es == nil {
 		t.Fatalf("another user's stream: %d", resp.StatusCode)
 	}
+}
+
+// mustOpenStream opens a live stream that must be served, and reads its first message.
+func mustOpenStream(t *testing.T, srv *httptest.Server, a *agent, path string) *sse {
+	t.Helper()
+	es, resp := openStream(t, srv, a, path)
+	if es == nil {
+		t.Fatalf("stream %s: %d", path, resp.StatusCode)
+	}
+	es.want("retry: ")
+	return es
 }
