@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -156,12 +157,28 @@ func TestAPIAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	_ = json.Unmarshal(ch.Body.Bytes(), &c)
 	do(post("/api/v1/payments/"+l.ID+"/cancel/confirm", `{"challenge_id":"`+c.ChallengeID+`","code":"000000000"}`), "/api/v1/payments/{id}/cancel/confirm") // 422
 
-	// The feeds, with payments and a refund that Failed: their status members hold "Failed".
-	feed := do(get("/api/v1/events?limit=1000"), "/api/v1/events")
-	if !strings.Contains(feed.Body.String(), `"Failed"`) {
-		t.Fatalf("the feed has no Failed status to check: %s", feed.Body)
-	}
+	// The feeds as they answer now (which of the events above they already serve depends on
+	// transactions running elsewhere in the cluster: the feed holds back what may still commit
+	// before them), and their events' schema against events to and from Failed, as the feed's
+	// own encoder writes them: those failed the document's schema (oneOf over two enums that
+	// both hold Failed).
+	do(get("/api/v1/events?limit=1000"), "/api/v1/events")
 	do(get("/api/v1/payments/"+p.ID+"/events"), "/api/v1/payments/{id}/events")
+	page := payments.FeedPage{Next: "9-2", Events: []payments.FeedEvent{
+		{Cursor: "9-1", Type: payments.FeedEventPaymentStatus, SessionID: p.ID, OrderID: "o-doc-1", Amount: 1500, Currency: "EUR",
+			From: string(payments.StatusRegistered), To: string(payments.StatusFailed), By: payments.ActorAPI, At: time.Now()},
+		{Cursor: "9-2", Type: payments.FeedEventRefundStatus, SessionID: paid.ID, RefundID: paid.ID, OrderID: "o-doc-2", Amount: 200,
+			Currency: "EUR", From: payments.RefundPending, To: payments.RefundFailed, By: payments.ActorSweeper, At: time.Now()},
+	}}
+	body, err := json.Marshal(page.Body())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventsOK := httptest.NewRecorder()
+	eventsOK.Header().Set("Content-Type", "application/json")
+	eventsOK.WriteHeader(http.StatusOK)
+	eventsOK.Body.Write(body)
+	v.check(http.MethodGet, "/api/v1/events", eventsOK)
 	do(get("/api/v1/events?after=bad"), "/api/v1/events") // 422
 	do(call{method: http.MethodPost, path: "/api/v1/payments/" + p.ID + "/check", body: "x=1",
 		headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}, "/api/v1/payments/{id}/check") // 415
