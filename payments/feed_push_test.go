@@ -350,6 +350,7 @@ func TestSlowShopDoesNotHoldThePatrol(t *testing.T) {
 	b := newBench(t)
 	sh := newShop(t, b.clock)
 	svc := b.service(b.pool, "replica-a", sh.config)
+	b.reconcileElsewhere(t)
 	push(t, svc)
 	due := b.registered(t, "o-due", 100) // due at its first look, 5 s on
 	feedReady(t, b, 2)

@@ -484,6 +484,7 @@ func TestPatrolHeartbeatPerReplica(t *testing.T) {
 func TestSweeperShutdownReleasesOnlyItsOwnLeases(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
+	b.reconcileElsewhere(t)
 	ids := b.seedRegistered(t, 2)
 	ctx := context.Background()
 	// The second session is leased by another process that carries the same REPLICA_ID.
@@ -592,6 +593,7 @@ func TestTransactionsBoundLockWaits(t *testing.T) {
 func TestSweeperShutdownHandsSessionsOverAtOnce(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
+	b.reconcileElsewhere(t)
 	const n = 3
 	b.seedRegistered(t, n)
 	ctx := context.Background()

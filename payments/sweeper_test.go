@@ -364,6 +364,16 @@ func checkInvariants(t *testing.T, b *bench) {
 	}
 }
 
+// reconcileElsewhere makes another replica the reconciliation's leader for a day, so that a
+// RunSweeper of the bench only patrols: reconciliation runs on a loop of its own (it reads each
+// session's payment by id), and its gateway calls would otherwise mingle with the patrol's that
+// a test counts or waits for.
+func (b *bench) reconcileElsewhere(t *testing.T) {
+	t.Helper()
+	b.exec(t, `INSERT INTO maintenance_leaders (job, owner, elected_at, until) VALUES ('reconcile:' || $1, 'replica-elsewhere', $2, $3)`,
+		b.gw.Name(), t0, t0.Add(24*time.Hour))
+}
+
 // Reconciliation runs beside the patrol, not inside its loop: a batch is a search and a read per
 // session, one after another, and inline it held the leader's patrol for as long (an outside
 // review saw due sessions wait 90 s behind a slow gateway's searches). Here reconciliation is
