@@ -481,10 +481,10 @@ func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, 
 		return s.Check(ctx, actor, id)
 	}
 	sess, err := s.Get(ctx, id)
-	if err != nil || sess.GatewayPaymentID != "" {
-		if err != nil {
-			return Session{}, err
-		}
+	if err != nil {
+		return Session{}, err
+	}
+	if sess.GatewayPaymentID != "" {
 		return s.Check(ctx, actor, id) // attached to another payment meanwhile: Check judges it
 	}
 	gp := known
