@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,7 +293,16 @@ func TestBrowserCheckoutDeclineRetryPaid(t *testing.T) {
 		liveClick(chromedp.CSS(`#approve`)),
 		state(views.CheckoutConfirming),
 	)
+	// The waiting page reloads itself a second after it arrives, which would pull the page from
+	// under the checks; they look at it a few looks in (its Refresh 30 s away), and the story
+	// goes on from the page as the customer had it.
+	processing, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, ctx, 20*time.Second, chromedp.Navigate(withLook(t, processing, "5")), state(views.CheckoutConfirming))
 	checkPage(t, ctx, phone, "story-3-processing")
+	within(t, ctx, 20*time.Second, chromedp.Navigate(withLook(t, processing, "")), state(views.CheckoutConfirming))
 
 	// The bank captures; pages ask it at most every 5 s (the test's clock), and the waiting page
 	// looks again by itself (Refresh): Paid arrives without a click.
@@ -321,6 +331,21 @@ func TestBrowserCheckoutDeclineRetryPaid(t *testing.T) {
 	if v := csp(); len(v) > 0 {
 		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
 	}
+}
+
+// withLook is a waiting page's URL with its look count set (none when n is empty).
+func withLook(t *testing.T, raw, n string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	if q.Del("look"); n != "" {
+		q.Set("look", n)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // TestBrowserCheckoutStatesAccessible: every state of the checkout, and its error pages (404,
