@@ -18,11 +18,18 @@ type Stats struct {
 	// DueSessions are active sessions whose next look is due and that no live lease covers: the
 	// sweepers' backlog. OldestDue is how overdue the oldest of them is (0 when none): if it
 	// grows, no replica is sweeping.
-	DueSessions       int
-	OldestDue         time.Duration
-	LeasedSessions    int // sessions a sweeper holds right now
-	OpenCases         map[string]int
+	DueSessions    int
+	OldestDue      time.Duration
+	LeasedSessions int // sessions a sweeper holds right now
+	OpenCases      map[string]int
+	// OldestOpenCase is how long the oldest open case of each kind in OpenCases has waited: an
+	// alert on it means "a case waited an hour", which a count above 0 for an hour does not
+	// (a steady flow of cases, each resolved in minutes, keeps the count above 0).
+	OldestOpenCase    map[string]time.Duration
 	UnprocessedEvents int
+	// OldestUnprocessedEvent is how long the oldest verified webhook event not yet applied has
+	// waited since it was first received (0 when none waits).
+	OldestUnprocessedEvent time.Duration
 	// EventsWebhookFailures is how many POSTs of the events webhook failed in a row (0 when it
 	// delivers, or is off): feed_push.go's attempts.
 	EventsWebhookFailures int
@@ -55,7 +62,7 @@ const (
 // Stats counts with aggregate queries (each a scan of an index or a small table); callers bound
 // the time with ctx. The counts are of the whole database, not of this replica.
 func (s *Service) Stats(ctx context.Context) (Stats, error) {
-	st := Stats{Sessions: make(map[Status]int, len(AllStatuses)), OpenCases: map[string]int{}}
+	st := Stats{Sessions: make(map[Status]int, len(AllStatuses)), OpenCases: map[string]int{}, OldestOpenCase: map[string]time.Duration{}}
 	for _, a := range AllStatuses {
 		st.Sessions[a] = 0
 	}
@@ -67,18 +74,21 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		st.Sessions[st2] = n
 	}
 
-	rows, err := s.db.Query(ctx, `SELECT kind, count(*) FROM finance_cases WHERE resolved_at IS NULL GROUP BY kind`)
+	now := s.cfg.Clock.Now()
+	rows, err := s.db.Query(ctx, `SELECT kind, count(*), min(created_at) FROM finance_cases WHERE resolved_at IS NULL GROUP BY kind`)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: cases: %w", err)
 	}
 	for rows.Next() {
 		var kind string
 		var n int
-		if err := rows.Scan(&kind, &n); err != nil {
+		var oldest time.Time
+		if err := rows.Scan(&kind, &n, &oldest); err != nil {
 			rows.Close()
 			return Stats{}, fmt.Errorf("stats: cases: %w", err)
 		}
 		st.OpenCases[kind] = n
+		st.OldestOpenCase[kind] = max(now.Sub(oldest), 0)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -86,9 +96,8 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	}
 
 	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
-	var oldest *time.Time
+	var oldest, oldestEvent *time.Time
 	var pushCursor *string
-	now := s.cfg.Clock.Now()
 	if err := s.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
@@ -97,9 +106,10 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 			AND (lease_until IS NULL OR lease_until <= $1)),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
 		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL),
+		(SELECT min(received_at) FROM webhook_events WHERE processed_at IS NULL),
 		(SELECT coalesce(max(attempts), 0) FROM events_webhook),
 		(SELECT cursor FROM events_webhook)`, now).
-		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &st.EventsWebhookFailures, &pushCursor); err != nil {
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &oldestEvent, &st.EventsWebhookFailures, &pushCursor); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}
 	if pushCursor != nil {
@@ -113,6 +123,9 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	}
 	if oldest != nil && now.After(*oldest) {
 		st.OldestDue = now.Sub(*oldest)
+	}
+	if oldestEvent != nil && now.After(*oldestEvent) {
+		st.OldestUnprocessedEvent = now.Sub(*oldestEvent)
 	}
 	if st.Stuck, err = s.stuckMoney(ctx, now); err != nil {
 		return Stats{}, err

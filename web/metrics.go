@@ -155,7 +155,7 @@ type statsCollector struct {
 	log     *slog.Logger
 
 	up, sessions, flagged, due, overdue, leased, cases, events, pushFailures, pushLag *prometheus.Desc
-	stuckSessions, stuckAmount                                                        *prometheus.Desc
+	stuckSessions, stuckAmount, oldestCase, oldestEvent                               *prometheus.Desc
 }
 
 func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector {
@@ -171,6 +171,10 @@ func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector 
 		leased:   prometheus.NewDesc("pitlane_sweeper_leased_sessions", "Sessions a sweeper holds a live lease on right now (whole database).", nil, nil),
 		cases:    prometheus.NewDesc("pitlane_finance_cases_open", "Open finance cases by kind (whole database).", []string{"kind"}, nil),
 		events:   prometheus.NewDesc("pitlane_webhook_events_unprocessed", "Verified webhook events not yet applied (whole database).", nil, nil),
+		oldestCase: prometheus.NewDesc("pitlane_finance_cases_oldest_open_seconds",
+			"How long the oldest open finance case of each kind has waited (whole database; a kind with no open case has no series).", []string{"kind"}, nil),
+		oldestEvent: prometheus.NewDesc("pitlane_webhook_events_oldest_unprocessed_seconds",
+			"How long the oldest verified webhook event not yet applied has waited since it was first received; 0 when none waits (whole database).", nil, nil),
 		pushFailures: prometheus.NewDesc("pitlane_events_webhook_failures",
 			"Failed POSTs in a row of the events webhook (EVENTS_WEBHOOK_URL); 0 when it delivers or is off (whole database).", nil, nil),
 		pushLag: prometheus.NewDesc("pitlane_events_webhook_lag_seconds",
@@ -190,7 +194,9 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.overdue
 	ch <- s.leased
 	ch <- s.cases
+	ch <- s.oldestCase
 	ch <- s.events
+	ch <- s.oldestEvent
 	ch <- s.pushFailures
 	ch <- s.pushLag
 	ch <- s.stuckSessions
@@ -217,7 +223,11 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for kind, n := range st.OpenCases {
 		ch <- prometheus.MustNewConstMetric(s.cases, prometheus.GaugeValue, float64(n), kind)
 	}
+	for kind, age := range st.OldestOpenCase {
+		ch <- prometheus.MustNewConstMetric(s.oldestCase, prometheus.GaugeValue, age.Seconds(), kind)
+	}
 	ch <- prometheus.MustNewConstMetric(s.events, prometheus.GaugeValue, float64(st.UnprocessedEvents))
+	ch <- prometheus.MustNewConstMetric(s.oldestEvent, prometheus.GaugeValue, st.OldestUnprocessedEvent.Seconds())
 	ch <- prometheus.MustNewConstMetric(s.pushFailures, prometheus.GaugeValue, float64(st.EventsWebhookFailures))
 	ch <- prometheus.MustNewConstMetric(s.pushLag, prometheus.GaugeValue, st.EventsWebhookLag.Seconds())
 	for _, m := range st.Stuck {

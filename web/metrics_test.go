@@ -49,6 +49,22 @@ func TestMetricsServesTextFormat(t *testing.T) {
 	// Both sessions are due for their first look Backoff[0] after their creation; 10 s later the
 	// sweeper's backlog is 2, the oldest overdue by 10 s - Backoff[0].
 	clock.Advance(10 * time.Second)
+	// What waits, and how long: two open late_payment cases (the oldest 20 minutes) beside a
+	// resolved one from two hours ago; an event stored 17 minutes ago and not applied beside an
+	// older applied one. The alerts read the oldest one's age, not the count.
+	now := clock.Now()
+	for _, q := range []string{
+		`INSERT INTO finance_cases (order_id, kind, detail, created_at) VALUES (NULL, 'late_payment', 'x', $1::timestamptz - interval '20 minutes')`,
+		`INSERT INTO finance_cases (order_id, kind, detail, created_at) VALUES (NULL, 'late_payment', 'x', $1::timestamptz - interval '5 minutes')`,
+		`INSERT INTO finance_cases (order_id, kind, detail, created_at, resolved_at) VALUES (NULL, 'late_payment', 'x', $1::timestamptz - interval '2 hours', $1)`,
+		`INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at) VALUES ('fake', 'ev-waits', $1::timestamptz - interval '17 minutes', $1)`,
+		`INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at, processed_at, outcome)
+			VALUES ('fake', 'ev-done', $1::timestamptz - interval '1 hour', $1, $1, 'applied')`,
+	} {
+		if _, err := pool.Exec(ctx, q, now); err != nil {
+			t.Fatal(err)
+		}
+	}
 	do(e, http.MethodGet, "/healthz")
 	do(e, http.MethodGet, "/healthz")
 	do(e, http.MethodGet, "/no/such/page")
@@ -84,7 +100,10 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		fmt.Sprintf(`pitlane_sweeper_oldest_due_seconds %g`, (10*time.Second - payments.DefaultBackoff[0]).Seconds()),
 		`pitlane_sweeper_leased_sessions 0`,
 		`pitlane_stats_up 1`,
-		`pitlane_webhook_events_unprocessed 0`,
+		`pitlane_webhook_events_unprocessed 1`,
+		`pitlane_webhook_events_oldest_unprocessed_seconds 1020`,
+		`pitlane_finance_cases_open{kind="late_payment"} 2`,
+		`pitlane_finance_cases_oldest_open_seconds{kind="late_payment"} 1200`,
 		`pitlane_events_webhook_failures 0`,
 		`pitlane_events_webhook_lag_seconds 0`,
 		`pitlane_http_requests_total{method="GET",route="/healthz",status="200"} 2`,

@@ -214,6 +214,9 @@ func TestRulesAndDashboardNameExportedMetrics(t *testing.T) {
 		for _, m := range metricRe.FindAllStringSubmatch(expr, -1) {
 			uses[m[1]] = append(uses[m[1]], use{where, expr})
 			for _, l := range matcherRe.FindAllStringSubmatch(m[2], -1) {
+				if l[1] == "job" || l[1] == "instance" {
+					continue // Prometheus adds these target labels when it scrapes
+				}
 				labels[m[1]+"\x00"+l[1]] = append(labels[m[1]+"\x00"+l[1]], use{where, expr})
 			}
 		}
