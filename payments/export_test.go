@@ -5,3 +5,7 @@ import "context"
 // BeatNow writes this replica's heartbeat row now, as the patrol's ticker does during a round
 // (for tests that read it mid-round).
 func (s *Service) BeatNow(ctx context.Context) { s.beat(ctx) }
+
+// ReconcileRound runs the patrol's reconciliation round once (RunSweeper's loop does it every
+// ReconcileEvery), with the service's own configuration.
+func (s *Service) ReconcileRound(ctx context.Context) { s.reconcileRound(ctx) }

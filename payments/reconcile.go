@@ -640,7 +640,7 @@ func (s *Service) reconcileRound(ctx context.Context) {
 	if s.gw == nil || s.cfg.ReplicaID == "" {
 		return
 	}
-	rep, err := s.ReconcileOnce(ctx)
+	rep, err := s.ReconcileOnceWith(ctx, ReconcileConfig{Batch: s.cfg.ReconcileBatch})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("reconcile", "err", err)

@@ -253,6 +253,29 @@ func TestRunSweeperReconcilesAndReleasesLeadership(t *testing.T) {
 	}
 }
 
+// The patrol's reconciliation compares RECONCILE_BATCH sessions a run (Config.ReconcileBatch),
+// not the default 100: a shop whose sessions change faster than 100 a minute raises it so a
+// pass still ends. Five sessions, a batch of 3: three gateway searches, the cursor after the
+// third session in the scan's order, the pass not over.
+func TestPatrolReconcilesItsConfiguredBatch(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.ReconcileBatch = 3 })
+	b.seedRegistered(t, 5)
+	order := b.sessionsInScanOrder(t)
+	b.svc.ReconcileRound(context.Background())
+	if n := b.gw.Calls(fakegw.OpFind); n != 3 {
+		t.Fatalf("%d sessions searched for at the gateway in one run, want RECONCILE_BATCH's 3", n)
+	}
+	var after string
+	var passes int
+	if err := b.pool.QueryRow(context.Background(), `SELECT after_id::text, passes FROM reconcile_cursors`).Scan(&after, &passes); err != nil {
+		t.Fatal(err)
+	}
+	if after != order[2] || passes != 0 {
+		t.Fatalf("cursor after %s (pass %d), want after the third session %s in pass 0", after, passes, order[2])
+	}
+}
+
 // A late payment whose webhook was lost: the gateway captured money for a Failed session (and
 // for a Canceled one). Reconciliation opens one late_payment case each and moves no money;
 // running it again opens no second case.

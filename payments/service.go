@@ -150,6 +150,9 @@ type Config struct {
 	// SettleBatch is the most patrol answers one settle transaction writes (settle_batch.go;
 	// default SweepConcurrency). 1: every answer in a transaction of its own.
 	SettleBatch int
+	// ReconcileBatch is how many sessions the patrol's reconciliation compares per run, one run
+	// a minute (RECONCILE_BATCH; default DefaultReconcileConfig.Batch).
+	ReconcileBatch int
 	// LeaseDuration is how long a claim holds a session, refund or message (default
 	// LeaseFor(GatewayTimeout): several gateway timeouts, so one drive always fits).
 	LeaseDuration time.Duration

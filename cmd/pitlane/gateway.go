@@ -105,6 +105,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		SweepConcurrency:  cfg.SweepConcurrency,
 		GatewayTimeout:    cfg.GatewayTimeout,
 		RefundDirectLimit: cfg.RefundDirectLimit,
+		// RECONCILE_BATCH: sessions the reconciliation leader compares each minute.
+		ReconcileBatch: cfg.ReconcileBatch,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}

@@ -55,6 +55,11 @@ type Config struct {
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
 	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
+	// ReconcileBatch (RECONCILE_BATCH, default 100) is how many sessions the reconciliation
+	// leader compares with the gateway each minute: a pass over the sessions changed within the
+	// lookback (7 days) must end within about a day, so a shop changing more than about
+	// 100 × 1,440 sessions a week raises it (each costs one or two gateway reads).
+	ReconcileBatch int
 	// TrustedProxies (TRUSTED_PROXIES: comma-separated addresses or CIDR ranges) are the peers
 	// whose X-Forwarded-For names the client. Empty: the peer is the client.
 	TrustedProxies []*net.IPNet
@@ -212,6 +217,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.SweepConcurrency, err = count(getenv, "SWEEP_CONCURRENCY", 16, MaxSweepConcurrency); err != nil {
+		return c, err
+	}
+	if c.ReconcileBatch, err = count(getenv, "RECONCILE_BATCH", 100, MaxReconcileBatch); err != nil {
 		return c, err
 	}
 	if c.TrustedProxies, err = parseProxies(getenv("TRUSTED_PROXIES")); err != nil {
@@ -468,6 +476,10 @@ func duration(getenv func(string) string, name string, def, lo, hi time.Duration
 // its short transactions, and far more than the pool or the gateway's rate limit allows only
 // queues the drives somewhere else.
 const MaxSweepConcurrency = 1024
+
+// MaxReconcileBatch bounds RECONCILE_BATCH: a run is one session after another, and a run
+// of more than a minute only delays the next one.
+const MaxReconcileBatch = 10000
 
 // count reads a positive integer of at most maxN.
 func count(getenv func(string) string, name string, def, maxN int) (int, error) {

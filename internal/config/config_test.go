@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
-		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second ||
+		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second || c.ReconcileBatch != 100 ||
 		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil || c.ConsoleIdleTimeout != 30*time.Minute {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -45,6 +45,7 @@ func TestValues(t *testing.T) {
 		"REPLICA_ID":                 "replica-a",
 		"SWEEP_INTERVAL":             "250ms",
 		"SWEEP_CONCURRENCY":          "64",
+		"RECONCILE_BATCH":            "2500",
 		"SECRET_KEY":                 strings.Repeat("k", 32),
 		"SECRET_KEY_FALLBACKS":       strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
 		"TRUSTED_PROXIES":            "10.0.0.0/8, 192.168.1.7,fd00::/8",
@@ -78,7 +79,7 @@ func TestValues(t *testing.T) {
 		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
-		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
+		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReconcileBatch != 2500 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
 		t.Errorf("values: %+v", c)
 	}
 	if len(c.SecretKeyFallbacks) != 2 || string(c.SecretKeyFallbacks[0]) != strings.Repeat("o", 32) || len(c.SecretKeyFallbacks[1]) != 40 {
@@ -145,6 +146,8 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"SWEEP_CONCURRENCY", "0"},
 		{"SWEEP_CONCURRENCY", "many"},
 		{"SWEEP_CONCURRENCY", "100000"},
+		{"RECONCILE_BATCH", "0"},
+		{"RECONCILE_BATCH", "20000"},
 		{"SECRET_KEY", "short"},
 		{"SECRET_KEY_FALLBACKS", strings.Repeat("o", 32) + ",short"},
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
