@@ -336,6 +336,11 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		if untrusted = s.confirmationURLProblem(gp.ConfirmationURL); untrusted != "" {
 			patch.confirmationURL = "" // never stored, so never rendered nor redirected to
 		}
+		if cur.Status.Terminal() {
+			// A payment found for a session already over (people settled it while a drive
+			// looked): recorded, but no customer is to be sent to pay it.
+			patch.confirmationURL, untrusted = "", ""
+		}
 	}
 	oc := decide(cur.Status, gp.Status, asked)
 	if oc.caseKind != "" && seen != "" && cur.Status != seen {

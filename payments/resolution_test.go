@@ -511,3 +511,46 @@ func TestResolutionTextLimitsCountCharacters(t *testing.T) {
 		t.Fatalf("propose with a reason of %d characters = %v", payments.MaxReasonLength, err)
 	}
 }
+
+// An approval settles a session while the patrol's drive of it is at the gateway: the drive
+// must not act after it. The session is Unknown with nothing at the gateway (Create's register
+// was refused with a 5xx); the patrol claims it and searches by reference (held); meanwhile a
+// Failed proposal is approved. The search finds nothing, and the drive would register the
+// payment again for a session people closed, attaching a payable confirmation_url to a Failed
+// payment. The terminal transition ends the patrol's lease, so the drive stops before it acts.
+func TestApprovalEndsTheLeaseOfADriveInFlight(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-closed-under-drive", Amount: 700, Currency: "EUR"})
+	if err != nil || r.Session.Status != payments.StatusUnknown || r.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", r.Session, err)
+	}
+	p := b.propose(t, fin1, r.Session.ID, payments.StatusFailed)
+	registers := b.gw.Calls(fakegw.OpRegister)
+
+	gate := b.gw.Hold(fakegw.OpFind)
+	b.clock.Advance(time.Minute)
+	swept := make(chan error, 1)
+	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	mustWait(t, gate.Arrived(), "the drive's search by reference")
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	gate.Open()
+	if err := mustWait(t, swept, "the sweep"); err != nil {
+		t.Fatal(err)
+	}
+
+	if n := b.gw.Calls(fakegw.OpRegister) - registers; n != 0 {
+		t.Errorf("the drive sent %d registrations for a session people closed", n)
+	}
+	if n := b.gw.PaymentsWithReference(r.Session.ID); n != 0 {
+		t.Errorf("%d gateway payments for the Failed session", n)
+	}
+	s, err := b.svc.Get(ctx, r.Session.ID)
+	if err != nil || s.Status != payments.StatusFailed || s.GatewayPaymentID != "" || s.ConfirmationURL != "" {
+		t.Fatalf("after the approval and the drive: %+v %v", s, err)
+	}
+}

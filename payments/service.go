@@ -446,7 +446,11 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 	// One statement: the guarded UPDATE, the timeline event that names the state it replaced
 	// (prev, read in the same snapshot; callers hold the order then session locks, so it is the
 	// state the UPDATE sees), and for a terminal state other than Completed the order's active
-	// pointer let go (Completed's is completeOrder's). No row moved (the edge is not allowed from
+	// pointer let go (Completed's is completeOrder's). A terminal state ends any patrol lease on
+	// the row, whoever moved it: a drive still in flight (an approval settled the session under
+	// it) then finds its lease gone before it acts at the gateway (sessionLeaseHolds) and writes
+	// nothing after (lockOrderAndSessionWith); only the drive's own transition counts its look
+	// (endLease). No row moved (the edge is not allowed from
 	// the current state, or there is no such payment): the statement fails in SQL (migration
 	// 00440's pitlane_transition_done, read from done, which the LEFT JOIN always reads), so
 	// nothing queued after it runs and a COMMIT pipelined behind it is skipped.
@@ -458,9 +462,9 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 				gateway_payment_id = CASE WHEN $3 = '' THEN gateway_payment_id ELSE $3 END,
 				confirmation_url = CASE WHEN $4 = '' THEN confirmation_url ELSE $4 END,
 				next_check_at = CASE WHEN $6 THEN NULL WHEN $5::timestamptz IS NOT NULL THEN $5 ELSE next_check_at END,
-				lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END,
-				lease_until = CASE WHEN $13 THEN NULL ELSE lease_until END,
-				lease_token = CASE WHEN $13 THEN NULL ELSE lease_token END,
+				lease_owner = CASE WHEN $14 THEN NULL ELSE lease_owner END,
+				lease_until = CASE WHEN $14 THEN NULL ELSE lease_until END,
+				lease_token = CASE WHEN $14 THEN NULL ELSE lease_token END,
 				check_attempts = check_attempts + CASE WHEN $13 THEN 1 ELSE 0 END,
 				updated_at = $7
 			WHERE id = $1 AND status = ANY($8)
@@ -477,7 +481,7 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 		done AS MATERIALIZED (SELECT pitlane_transition_done((SELECT count(*) FROM upd), (SELECT status FROM prev), $2))
 		SELECT upd.* FROM done LEFT JOIN upd ON true`,
 		id, string(to), p.gatewayPaymentID, p.confirmationURL, next, clear, now, from,
-		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal()).QueryRow(func(r pgx.Row) error {
+		string(actor.Kind), actor.ID, reason, to.Terminal() && to != StatusCompleted, p.endLease && to.Terminal(), to.Terminal()).QueryRow(func(r pgx.Row) error {
 		sess, err := scanSession(r) // a row always: no row moved raised in SQL
 		if err != nil {
 			return err
