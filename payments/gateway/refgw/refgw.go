@@ -326,6 +326,14 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 			Code:          e.Error,
 			GatewayStatus: payments.GatewayStatus(e.Status),
 		}
+		if resp.StatusCode == http.StatusNotFound && ge.Code != "not_found" {
+			// The contract's "no such payment" is 404 {"error":"not_found"}. A 404 without it is
+			// a balancer's or a misrouted deploy's answer, not the gateway's word: read as a
+			// missing payment, a few minutes of it flagged every session the patrol, a page or
+			// a webhook looked at (an outside review), and counted as answers it never backed
+			// off. Unknown, asked again, and counted as the gateway failing.
+			ge.Kind = payments.FailureUnknown
+		}
 		if ge.Code == "" {
 			ge.Code = defaultCode(resp.StatusCode)
 		}
@@ -382,8 +390,6 @@ func describe(status, message string, readErr error) string {
 
 func defaultCode(status int) string {
 	switch status {
-	case http.StatusNotFound:
-		return "not_found"
 	case http.StatusUnauthorized:
 		return "unauthorized"
 	case http.StatusBadRequest:
