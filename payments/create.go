@@ -407,22 +407,36 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 		return s.applyGatewayPayment(actx, actor, sess, gp, "registered at the gateway")
 	}
 	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
+	return s.registrationFailed(ctx, actor, sess, gerr)
+}
+
+// registrationFailed applies a registration the gateway did not answer with a payment: a
+// Registering session becomes Failed (a definitive refusal), Unknown (the gateway may have
+// acted) or stays Registering, due again (not sent). An Unknown session the patrol registered
+// again (nothing found under its reference first) becomes Failed on a definitive refusal too:
+// the gateway refused the request itself and made nothing under its key, and asking again for
+// days would keep the order blocked behind a payment that never existed (an outside review).
+// Any other failure leaves an Unknown session as it is, for the next look.
+func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Session, gerr error) (Session, error) {
 	// The request's context may be gone (client hung up); the outcome must still be written.
 	ctx = context.WithoutCancel(ctx)
 	now := s.cfg.Clock.Now()
+	refused := FailureOf(gerr) == FailureDefinitive
+	_, leased := leaseOf(ctx, sess.ID)
 	var out Session
 	err := s.inTx(ctx, "register: apply", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
 		if err != nil {
 			return err
 		}
-		if cur.Status != StatusRegistering { // someone (sweeper, webhook) got there first
-			out = cur
+		if cur.Status != StatusRegistering && (cur.Status != StatusUnknown || !refused || cur.GatewayPaymentID != "") {
+			out = cur // someone (sweeper, webhook) got there first
 			return nil
 		}
 		switch FailureOf(gerr) {
 		case FailureDefinitive:
-			out, err = applyTransition(ctx, tx, sess.ID, StatusFailed, actor, "gateway refused registration: "+gerr.Error(), now, sessionPatch{})
+			// A patrol drive's lease ends with the state, its look counted (sessionPatch.endLease).
+			out, err = applyTransition(ctx, tx, sess.ID, StatusFailed, actor, "gateway refused registration: "+gerr.Error(), now, sessionPatch{endLease: leased})
 		case FailureNotSent:
 			next := now.Add(s.cfg.Backoff[0])
 			_, err = tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = $2, updated_at = $3 WHERE id = $1`, sess.ID, next, now)

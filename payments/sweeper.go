@@ -183,6 +183,10 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		// register() applies failures from Registering only; an Unknown session is
 		// re-registered through the same key and its success applied the same way.
 		gp, err = s.registerAgain(ctx, sess)
+		if err != nil && FailureOf(err) == FailureDefinitive {
+			_, err = s.registrationFailed(ctx, actor, sess, err)
+			return err
+		}
 		if err != nil {
 			return err
 		}

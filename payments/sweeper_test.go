@@ -397,3 +397,38 @@ func TestReconciliationDoesNotHoldThePatrol(t *testing.T) {
 	status.Open()
 	mustWait(t, done, "the sweeper to stop")
 }
+
+// An Unknown session with nothing at the gateway (Create's registration got a 5xx) that the
+// patrol registers again and the gateway refuses outright (a 400: the request itself) is Failed
+// at once, as the first refusal would have made it, and the order is free for another payment.
+// Before, the refusal was logged and the session stayed Unknown for the whole schedule (about
+// three days), the order blocked behind a payment that never existed.
+func TestSweeperFailsAnUnknownRegistrationTheGatewayRefuses(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-refused-again", Amount: 100, Currency: "EUR"})
+	if err != nil || r.Session.Status != payments.StatusUnknown || r.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", r.Session, err)
+	}
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
+	b.clock.Advance(time.Minute)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.svc.Get(ctx, r.Session.ID)
+	if err != nil || s.Status != payments.StatusFailed || s.LeaseOwner != "" || s.NextCheckAt != nil || s.CheckAttempts != 1 {
+		t.Fatalf("after the refusal: %+v %v", s, err)
+	}
+	if b.gw.Calls(fakegw.OpFind) != 1 || b.gw.PaymentsWithReference(s.ID) != 0 {
+		t.Fatal("want one search by reference (nothing found), then the refused registration")
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases`); n != 0 {
+		t.Fatalf("%d finance cases for a payment that never existed", n)
+	}
+	again, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-refused-again", Amount: 90, Currency: "EUR"})
+	if err != nil || again.Session.ID == s.ID || again.Session.Status != payments.StatusRegistered {
+		t.Fatalf("a new payment of the order: %+v %v", again.Session, err)
+	}
+}
