@@ -146,6 +146,11 @@ type ProposalInput struct {
 	Evidence  string
 }
 
+// settledCaseKinds are the finance cases a settlement by four eyes answers: they ask what state
+// the payment is in (the schedule ran out, the gateway contradicts it or lost it, its payment
+// page could not be trusted). Cases about other money stay open.
+var settledCaseKinds = []string{CaseSweepExhausted, CaseGatewayMismatch, CaseUntrustedURL}
+
 // Settleable says why a session may be settled by hand ("" when it may not): it is active, and
 // the patrol gave up on it (flagged), or we do not know whether the gateway has it (Unknown),
 // or the gateway contradicted it (an open gateway_mismatch case).
@@ -456,10 +461,26 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 				return fmt.Errorf("approve resolution: reverse: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
-			WHERE session_id = $1 AND resolved_at IS NULL`, cur.ID, now, by.Email,
-			fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy)); err != nil {
+		// The settlement answers the cases that asked what state the payment is in; the others
+		// are about other money (a second gateway payment, a cancel that lost its race, a
+		// reversal nobody asked for) and stay open for finance (an outside review: a duplicate
+		// payment's case was closed by settling the first payment, the second one's money off
+		// the open list).
+		rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
+			fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
+		if err != nil {
 			return fmt.Errorf("approve resolution: cases: %w", err)
+		}
+		closed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("approve resolution: cases: %w", err)
+		}
+		for i, c := range closed {
+			if i == 0 {
+				detail += "; closed case"
+			}
+			detail += fmt.Sprintf(" #%d", c)
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
 			Detail: detail}, now)

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,10 @@ func TestResolutionFourEyesCompleted(t *testing.T) {
 	b := newBench(t)
 	ctx := context.Background()
 	s := b.flagged(t, "o-4eyes", 4200)
+	// A second gateway payment under the session's reference: other money, which settling
+	// this payment does not answer.
+	b.exec(t, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at) VALUES ($1, 'o-4eyes', $2, 'gp_2 too', $3)`,
+		s.ID, payments.CaseDuplicatePayment, b.clock.Now())
 
 	p := b.propose(t, fin1, s.ID, payments.StatusCompleted)
 	if p.State != payments.ResolutionProposed || p.StatusAtProposal != payments.StatusRegistered || p.Amount != 4200 {
@@ -86,8 +91,19 @@ func TestResolutionFourEyesCompleted(t *testing.T) {
 		AND actor_kind = 'staff' AND actor_id = $2 AND reason LIKE 'four-eyes resolution #%proposed by fin1@example.com%'`, s.ID, adm.Email); n != 1 {
 		t.Fatal("no timeline event of the approval")
 	}
-	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 0 {
-		t.Fatalf("%d cases still open after the approval", n)
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND kind <> $2`, s.ID, payments.CaseDuplicatePayment); n != 0 {
+		t.Fatalf("%d cases the settlement answers still open after the approval", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND kind = $2`, s.ID, payments.CaseDuplicatePayment); n != 1 {
+		t.Fatal("the approval closed the duplicate payment's case: the second payment's money is off finance's list")
+	}
+	var closed int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2`, s.ID, payments.CaseSweepExhausted).Scan(&closed); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE $3`,
+		payments.AuditResolutionApprove, s.ID, fmt.Sprintf("%%closed case #%d", closed)); n != 1 {
+		t.Fatal("the approval's audit entry does not name the case it closed")
 	}
 	for action, who := range map[string]string{payments.AuditResolutionPropose: fin1.Email, payments.AuditResolutionApprove: adm.Email} {
 		if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = $2 AND target = $3`, action, who, s.ID); n != 1 {
