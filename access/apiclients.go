@@ -142,7 +142,7 @@ func scanAPIClient(row pgx.Row, extra ...any) (APIClient, error) {
 // CreateAPIClient registers a client whose key has the given scopes (none given: all of them)
 // and returns it with its key. The key exists only in this return value: print it once; it
 // cannot be shown again.
-func (s *Service) CreateAPIClient(ctx context.Context, name string, scopes ...Scope) (APIClient, string, error) {
+func (s *Service) CreateAPIClient(ctx context.Context, by payments.Staff, name string, scopes ...Scope) (APIClient, string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return APIClient{}, "", payments.Invalid("name", "the client name must be 1-200 characters")
@@ -167,8 +167,19 @@ func (s *Service) CreateAPIClient(ctx context.Context, name string, scopes ...Sc
 		}
 		prefix := "pl_" + prefixHex
 		key := prefix + "_" + secret
-		c, err := scanAPIClient(s.db.QueryRow(ctx, `INSERT INTO api_clients (id, name, key_prefix, key_hash, scopes, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+apiClientColumns, uuid.NewString(), name, prefix, hashAPIKey(key), names, now))
+		// The client and its audit entry commit together: a key that can refund money is never
+		// made (or revoked) without the log naming who did it.
+		var c APIClient
+		err = s.inTx(ctx, "create api client", func(tx pgx.Tx) error {
+			var err error
+			c, err = scanAPIClient(tx.QueryRow(ctx, `INSERT INTO api_clients (id, name, key_prefix, key_hash, scopes, created_at)
+				VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+apiClientColumns, uuid.NewString(), name, prefix, hashAPIKey(key), names, now))
+			if err != nil {
+				return err
+			}
+			return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: by.Email, Role: by.Role, Action: payments.AuditAPIKeyCreate,
+				Target: c.KeyPrefix, Detail: fmt.Sprintf("client %q id %s scopes %s", c.Name, c.ID, JoinScopes(c.Scopes))}, now)
+		})
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "api_clients_key_prefix_key" {
 			continue
@@ -211,7 +222,7 @@ func (s *Service) AuthenticateAPIKey(ctx context.Context, key string) (APIClient
 
 // RevokeAPIClient revokes a client named by its id or its key prefix. Revoking twice is not an
 // error; the first revocation time stays.
-func (s *Service) RevokeAPIClient(ctx context.Context, idOrPrefix string) (APIClient, error) {
+func (s *Service) RevokeAPIClient(ctx context.Context, by payments.Staff, idOrPrefix string) (APIClient, error) {
 	var where string
 	switch {
 	case uuid.Validate(idOrPrefix) == nil && len(idOrPrefix) == 36:
@@ -221,10 +232,19 @@ func (s *Service) RevokeAPIClient(ctx context.Context, idOrPrefix string) (APICl
 	default:
 		return APIClient{}, payments.Invalid("client", "name a client by its id (a UUID) or its key prefix (pl_ and 12 hex digits)")
 	}
-	c, err := scanAPIClient(s.db.QueryRow(ctx, `UPDATE api_clients SET revoked_at = coalesce(revoked_at, $2)
-		WHERE `+where+` RETURNING `+apiClientColumns, idOrPrefix, s.clock.Now()))
+	now := s.clock.Now()
+	var c APIClient
+	err := s.inTx(ctx, "revoke api client", func(tx pgx.Tx) error {
+		var err error
+		if c, err = scanAPIClient(tx.QueryRow(ctx, `UPDATE api_clients SET revoked_at = coalesce(revoked_at, $2)
+			WHERE `+where+` RETURNING `+apiClientColumns, idOrPrefix, now)); err != nil {
+			return payments.DBError("revoke api client", err, "no API client %q", idOrPrefix)
+		}
+		return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: by.Email, Role: by.Role, Action: payments.AuditAPIKeyRevoke,
+			Target: c.KeyPrefix, Detail: fmt.Sprintf("client %q id %s", c.Name, c.ID)}, now)
+	})
 	if err != nil {
-		return APIClient{}, payments.DBError("revoke api client", err, "no API client %q", idOrPrefix)
+		return APIClient{}, err
 	}
 	return c, nil
 }

@@ -15,7 +15,7 @@ func TestAPIClientKeys(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	c, key, err := b.acc.CreateAPIClient(ctx, "  shop backend ")
+	c, key, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "  shop backend ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,16 +36,16 @@ func TestAPIClientKeys(t *testing.T) {
 			t.Errorf("key %q: %v, want unauthenticated", k, err)
 		}
 	}
-	if _, _, err := b.acc.CreateAPIClient(ctx, " "); payments.ErrorCode(err) != payments.EINVALID {
+	if _, _, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, " "); payments.ErrorCode(err) != payments.EINVALID {
 		t.Fatalf("empty name = %v", err)
 	}
 
 	b.clock.Advance(time.Second)
-	other, otherKey, err := b.acc.CreateAPIClient(ctx, "other")
+	other, otherKey, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "other")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.acc.RevokeAPIClient(ctx, c.KeyPrefix)
+	r, err := b.acc.RevokeAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, c.KeyPrefix)
 	if err != nil || !r.Revoked() {
 		t.Fatalf("revoke by prefix = %+v %v", r, err)
 	}
@@ -55,14 +55,14 @@ func TestAPIClientKeys(t *testing.T) {
 	if _, err := b.acc.AuthenticateAPIKey(ctx, otherKey); err != nil {
 		t.Fatalf("the other client's key must still work: %v", err)
 	}
-	again, err := b.acc.RevokeAPIClient(ctx, c.ID)
+	again, err := b.acc.RevokeAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, c.ID)
 	if err != nil || !again.RevokedAt.Equal(*r.RevokedAt) {
 		t.Fatalf("revoke twice = %+v %v", again, err)
 	}
-	if _, err := b.acc.RevokeAPIClient(ctx, "pl_ffffffffffff"); payments.ErrorCode(err) != payments.ENOTFOUND {
+	if _, err := b.acc.RevokeAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "pl_ffffffffffff"); payments.ErrorCode(err) != payments.ENOTFOUND {
 		t.Fatalf("unknown prefix = %v", err)
 	}
-	if _, err := b.acc.RevokeAPIClient(ctx, "nonsense"); payments.ErrorCode(err) != payments.EINVALID {
+	if _, err := b.acc.RevokeAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "nonsense"); payments.ErrorCode(err) != payments.EINVALID {
 		t.Fatalf("nonsense = %v", err)
 	}
 	list, err := b.acc.ListAPIClients(ctx)
@@ -77,11 +77,11 @@ func TestAPIClientScopes(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	all, allKey, err := b.acc.CreateAPIClient(ctx, "all")
+	all, allKey, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "all")
 	if err != nil || access.JoinScopes(all.Scopes) != "payments:read,payments:write,refunds:write" {
 		t.Fatalf("default scopes: %+v %v", all, err)
 	}
-	ro, roKey, err := b.acc.CreateAPIClient(ctx, "reader", access.ScopePaymentsRead)
+	ro, roKey, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "reader", access.ScopePaymentsRead)
 	if err != nil || access.JoinScopes(ro.Scopes) != "payments:read" {
 		t.Fatalf("read-only: %+v %v", ro, err)
 	}
@@ -112,7 +112,7 @@ func TestAPIClientScopes(t *testing.T) {
 	if _, err := access.ParseScopes("payments:read,admin"); payments.ErrorCode(err) != payments.EINVALID {
 		t.Errorf("unknown scope: %v", err)
 	}
-	if _, _, err := b.acc.CreateAPIClient(ctx, "bad", "payments:delete"); payments.ErrorCode(err) != payments.EINVALID {
+	if _, _, err := b.acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "bad", "payments:delete"); payments.ErrorCode(err) != payments.EINVALID {
 		t.Errorf("create with an unknown scope: %v", err)
 	}
 	// The table refuses what the code would refuse too.

@@ -53,7 +53,7 @@ func newAPIBench(t testing.TB, opts ...benchOpt) *apiBench {
 	b.access = access.New(b.pool, b.clock)
 	b.svc, b.e = b.server(t, b.pool, "replica-a", opts...)
 	var err error
-	if b.client, b.key, err = b.access.CreateAPIClient(context.Background(), "shop"); err != nil {
+	if b.client, b.key, err = b.access.CreateAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, "shop"); err != nil {
 		t.Fatal(err)
 	}
 	return b

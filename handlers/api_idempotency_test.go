@@ -156,7 +156,7 @@ func TestAPIFailuresBeforeEffectDoNotBurnTheKey(t *testing.T) {
 func TestAPIKeysOfOneClientInvisibleToAnother(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	_, keyB, err := b.access.CreateAPIClient(context.Background(), "other shop")
+	_, keyB, err := b.access.CreateAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, "other shop")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func waitAdvisoryWaiters(t *testing.T, pool *pgxpool.Pool, ns payments.LockNames
 
 func newClient(t *testing.T, b *bench, name string) access.APIClient {
 	t.Helper()
-	c, _, err := access.New(b.pool, b.clock).CreateAPIClient(context.Background(), name)
+	c, _, err := access.New(b.pool, b.clock).CreateAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@ const (
 	AuditRefundRetry        = "refund.retry_now"
 	AuditEventsWebhookRetry = "events_webhook.retry_now"
 	AuditCodesUnlock        = "payment.codes_unlock"
+	AuditAPIKeyCreate       = "apikey.create"
+	AuditAPIKeyRevoke       = "apikey.revoke"
 )
 
 // Staff is who did something in the console, for the audit log and the timeline (package

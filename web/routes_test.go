@@ -248,12 +248,12 @@ func TestRouteAccessMatrix(t *testing.T) {
 			p.signIn(t, e, "")
 		}
 		if p.scopes != nil {
-			c, k, err := acc.CreateAPIClient(ctx, p.name, p.scopes...)
+			c, k, err := acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, p.name, p.scopes...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if p.revoked {
-				if _, err := acc.RevokeAPIClient(ctx, c.ID); err != nil {
+				if _, err := acc.RevokeAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, c.ID); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -288,7 +288,7 @@ func liveMetrics(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, "shop")
+	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

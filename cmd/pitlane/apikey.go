@@ -81,7 +81,7 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 
 	switch sub {
 	case "create":
-		c, key, err := acc.CreateAPIClient(ctx, strings.Join(rest, " "), scopes...)
+		c, key, err := acc.CreateAPIClient(ctx, cliActor(), strings.Join(rest, " "), scopes...)
 		if err != nil {
 			if payments.ErrorCode(err) == payments.EINVALID {
 				return Usagef("apikey create: %s", payments.ErrorMessage(err))
@@ -92,7 +92,7 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stderr, "apikey: created client %q id %s prefix %s scopes %s; the key above is shown only now\n",
 			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes))
 	case "revoke":
-		c, err := acc.RevokeAPIClient(ctx, rest[0])
+		c, err := acc.RevokeAPIClient(ctx, cliActor(), rest[0])
 		if err != nil {
 			if payments.ErrorCode(err) == payments.EINVALID {
 				return Usagef("%s", payments.ErrorMessage(err))

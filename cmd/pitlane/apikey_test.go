@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"pitlane/access"
+	"pitlane/payments"
 	"pitlane/internal/testdb"
 )
 
@@ -63,6 +64,14 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "pl_ffffffffffff"); code != 1 || !strings.Contains(stderr, "no API client") {
 		t.Fatalf("revoke unknown: exit %d %q", code, stderr)
+	}
+	// Both changes are in the audit log, named after whoever ran the command, committed with
+	// the change: a key that can refund money is never made or revoked unattributed.
+	var n int
+	if err := testdb.Pool(t, url).QueryRow(context.Background(), `SELECT count(*) FROM audit_log WHERE actor = $1 AND target = $2
+		AND ((action = $3 AND detail LIKE '%shop backend%payments:read,payments:write,refunds:write') OR (action = $4 AND detail LIKE '%shop backend%'))`,
+		cliActor().Email, c.KeyPrefix, payments.AuditAPIKeyCreate, payments.AuditAPIKeyRevoke).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("audit entries of the key's creation and revocation: %d %v, want 2", n, err)
 	}
 
 	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate", "x"},

@@ -54,7 +54,7 @@ func TestServeShutdownUnderLoad(t *testing.T) {
 		simSrv.Close()
 		sim.Close() //nolint:errcheck
 	})
-	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, "shop")
+	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

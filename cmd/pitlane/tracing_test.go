@@ -70,7 +70,7 @@ func tracingBench(t *testing.T) (*pgxpool.Pool, *tracedGateway, config.Config, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, apiKey, err := access.New(pool, nil).CreateAPIClient(context.Background(), "shop")
+	_, apiKey, err := access.New(pool, nil).CreateAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"pitlane/access"
+	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
 )
 
@@ -89,7 +90,7 @@ func startServer(ctx context.Context, env *Env, registerLatency time.Duration, c
 	if err != nil {
 		return nil, err
 	}
-	_, key, err := access.New(setup, nil).CreateAPIClient(ctx, "bench")
+	_, key, err := access.New(setup, nil).CreateAPIClient(ctx, payments.Staff{Email: "bench"}, "bench")
 	setup.Close()
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func idempotencyOverhead(ctx context.Context, env *Env) ([]Figure, error) {
 	}
 	defer pool.Close()
 	idem := payments.NewIdempotency(svc, payments.IdempotencyConfig{})
-	c, _, err := access.New(pool, nil).CreateAPIClient(ctx, "bench")
+	c, _, err := access.New(pool, nil).CreateAPIClient(ctx, payments.Staff{Email: "bench"}, "bench")
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func createsOverHTTP(ctx context.Context, env *Env, bin string, replicas, n int)
 		return 0, err
 	}
 	defer pool.Close()
-	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, "bench")
+	_, apiKey, err := access.New(pool, nil).CreateAPIClient(ctx, payments.Staff{Email: "bench"}, "bench")
 	if err != nil {
 		return 0, err
 	}
