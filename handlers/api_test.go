@@ -36,7 +36,7 @@ func TestAPIAuthentication(t *testing.T) {
 
 	// A known key works (404: the payment does not exist), then revoked → 403.
 	wantProblem(t, b.do(get(path)), http.StatusNotFound, "")
-	if _, err := b.access.RevokeAPIClient(context.Background(), b.client.KeyPrefix); err != nil {
+	if _, err := b.access.RevokeAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, b.client.KeyPrefix); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(get(path)), http.StatusForbidden, "")
@@ -431,5 +431,27 @@ func TestAPICodeLimits(t *testing.T) {
 	}
 	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
 		t.Fatalf("reverses = %d, want 0", n)
+	}
+}
+
+// A payment that is over (Failed, Canceled) has no payment page for a customer: the API leaves
+// its confirmation_url out even when the gateway's is stored, so a shop never sends a customer
+// to pay a payment pitlane has closed. Its gateway id stays.
+func TestAPIPaymentOverHasNoConfirmationURL(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := wantPayment(t, b.do(post(createPath("order-over"), `{"amount":500,"currency":"EUR"}`)), http.StatusCreated)
+	if p.ConfirmationURL == nil || p.GatewayPaymentID == nil {
+		t.Fatalf("registered payment %+v", p)
+	}
+	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewayDeclined)
+	if c := wantPayment(t, b.do(post("/api/v1/payments/"+p.ID+"/check", "")), http.StatusOK); c.Status != "Failed" || c.ConfirmationURL != nil {
+		t.Fatalf("after the decline: %+v", c)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE id = $1 AND confirmation_url <> ''`, p.ID); n != 1 {
+		t.Fatal("the stored URL is gone: this test no longer shows the API leaving it out")
+	}
+	if g := wantPayment(t, b.do(get("/api/v1/payments/"+p.ID)), http.StatusOK); g.ConfirmationURL != nil || g.GatewayPaymentID == nil {
+		t.Fatalf("GET the Failed payment: %+v", g)
 	}
 }
