@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"pitlane/access"
-	"pitlane/payments"
 	"pitlane/internal/testdb"
+	"pitlane/payments"
 )
 
 func apikeyMain(env map[string]string, args ...string) (code int, stdout, stderr string) {
