@@ -116,7 +116,10 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 			VALUES ($1, $2, $3, 'Pending', $4, $4)`, uuid.NewString(), sessionID, challengeID, now); err != nil {
 			return dbError("confirm cancel: reverse op", err, "")
 		}
-		next := now.Add(s.cfg.Backoff[0])
+		// The reverse goes from here right after the commit: the patrol's first look waits
+		// until it can no longer be in flight (RegisterGrace, as for a Registering session),
+		// or another replica sends the same reverse beside it.
+		next := now.Add(max(s.cfg.Backoff[0], s.cfg.RegisterGrace))
 		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, "cancel confirmed with a one-time code", now, sessionPatch{nextCheckAt: &next})
 		if err != nil {
 			return err

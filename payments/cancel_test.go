@@ -719,3 +719,39 @@ func TestCancelNoReverseAfterACaptureApplied(t *testing.T) {
 		t.Fatalf("gateway reverses = %d for a payment already Completed, want 0", n)
 	}
 }
+
+// A confirmed cancel sends its reverse itself, right after its commit; the patrol must not take
+// the session up while that reverse may still be in flight (a slow gateway: up to the gateway
+// timeout, and a refusal's status read after it). It was due after Backoff[0] (5 s): another
+// replica's patrol claimed it and sent the same reverse concurrently (the gateway's 409 in_use,
+// counted as a failing gateway; with a gateway that ignores keys, two reverses). Now the first
+// look waits RegisterGrace, as a Registering session's does.
+func TestConfirmedCancelIsNotThePatrolsWhileItsReverseRuns(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	var other *payments.Service
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterCancelCommit = func(ctx context.Context, id string) {
+			// The confirm's reverse is about to go (and may take the gateway's timeout): a
+			// patrol round after the old first look.
+			b.clock.Advance(payments.DefaultBackoff[0] + time.Second)
+			if n, err := other.SweepOnce(ctx); err != nil || n != 0 {
+				t.Errorf("another replica's patrol drove %d sessions (%v) while the confirm's reverse was under way", n, err)
+			}
+		}
+	})
+	other = b.service(testdb.Pool(t, b.url), "replica-b")
+	ctx := context.Background()
+	sess := b.registered(t, "o-reverse-in-flight", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil || res.Session.Status != payments.StatusCanceled {
+		t.Fatalf("confirm = %+v %v", res, err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 1 {
+		t.Fatalf("gateway reverses = %d, want the confirm's one", n)
+	}
+}
