@@ -210,7 +210,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	var left int
 	err = tx.QueryRow(ctx, `UPDATE cancel_challenges
 		SET attempts = attempts + 1, consumed_at = CASE WHEN $3 THEN $2::timestamptz END
-		WHERE id = $1 AND consumed_at IS NULL AND attempts < max_attempts AND expires_at > $2
+		WHERE id = $1 AND consumed_at IS NULL AND superseded_at IS NULL AND attempts < max_attempts AND expires_at > $2
 		RETURNING consumed_at IS NOT NULL, max_attempts - attempts`, challengeID, now, match).Scan(&consumed, &left)
 	if err != nil {
 		return codeAttempt{}, fmt.Errorf("one-time code: consume: %w", err)
