@@ -241,12 +241,9 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			// the customer's cancel stands. The operation stays Pending for the patrol.
 			return sess, fmt.Errorf("reverse refused while the payment is %q at the gateway; the patrol sends it again: %w", cur.Status, err)
 		}
-		if cur.Status != GatewayReversed {
-			if _, xerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE reverse_operations SET status = 'Refused', detail = $2, updated_at = $3
-				WHERE id = $1 AND status = 'Pending'`, opID, err.Error(), s.cfg.Clock.Now()); xerr != nil {
-				return sess, fmt.Errorf("reverse: refuse op: %w", xerr)
-			}
-		}
+		// The operation ends with the answer's apply, in its transaction under the locks:
+		// Refused when the payment was captured first (a lost race, with its case), done with
+		// nothing to reverse when it was declined or expired, done when reversed after all.
 		return s.applyGatewayPayment(ctx, actor, sess, cur, "reverse refused: "+GatewayErrorCode(err))
 	}
 	return sess, err

@@ -755,3 +755,51 @@ func TestConfirmedCancelIsNotThePatrolsWhileItsReverseRuns(t *testing.T) {
 		t.Fatalf("gateway reverses = %d, want the confirm's one", n)
 	}
 }
+
+// A Canceling payment the gateway declined or let expire took no money: the cancel is done with
+// nothing to reverse, and the operation says so the same way whichever path learns it — a check
+// (or a webhook) before the reverse went out, or the patrol's reverse refused as not reversible.
+// The refused path marked it Refused (a failed cancel) outside the apply's transaction, the
+// check path Succeeded with no word of why.
+func TestCancelOfADeclinedPaymentEndsWithNothingToReverse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, by := range []string{"check", "patrol"} {
+		for _, st := range []payments.GatewayStatus{payments.GatewayDeclined, payments.GatewayExpired} {
+			t.Run(by+" "+string(st), func(t *testing.T) {
+				t.Parallel()
+				b := newBench(t)
+				sess := b.registered(t, "o-cancel-"+string(st), 1000)
+				ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+				if res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID)); err != nil || res.Session.Status != payments.StatusCanceling {
+					t.Fatalf("confirm = %+v %v", res, err)
+				}
+				b.gw.SetStatus(sess.GatewayPaymentID, st)
+				if by == "check" {
+					if _, err := b.svc.Check(ctx, api, sess.ID); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					b.clock.Advance(time.Hour)
+					if _, err := b.svc.SweepOnce(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got, _ := b.svc.Get(ctx, sess.ID); got.Status != payments.StatusFailed {
+					t.Fatalf("status %s, want Failed", got.Status)
+				}
+				var status, detail string
+				if err := b.pool.QueryRow(ctx, `SELECT status, detail FROM reverse_operations WHERE session_id = $1`, sess.ID).Scan(&status, &detail); err != nil {
+					t.Fatal(err)
+				}
+				if status != "Succeeded" || detail != "nothing to reverse: the gateway says "+string(st) {
+					t.Fatalf("reverse operation %s %q, want Succeeded with nothing to reverse", status, detail)
+				}
+			})
+		}
+	}
+}

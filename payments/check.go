@@ -390,8 +390,14 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 			return out, transitionError(id, err)
 		}
 		if reversed {
-			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', updated_at = $2
-				WHERE session_id = $1 AND status = 'Pending'`, id, now); err != nil {
+			// The cancel is done: reversed by the gateway, or (declined, expired) nothing was
+			// ever taken and there is nothing to reverse; the detail says which.
+			detail := "the gateway reversed the payment"
+			if oc.to != StatusCanceled {
+				detail = "nothing to reverse: the gateway says " + string(gp.Status)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', detail = $3, updated_at = $2
+				WHERE session_id = $1 AND status = 'Pending'`, id, now, detail); err != nil {
 				return out, fmt.Errorf("apply: reverse op done: %w", err)
 			}
 		}

@@ -450,16 +450,24 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 		if err != nil {
 			return err
 		}
-		switch p.Outcome {
-		case StatusCompleted:
+		if p.Outcome == StatusCompleted {
 			if err := completeOrder(ctx, tx, sess, now); err != nil {
 				return err
 			}
-		case StatusCanceled:
-			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = 'Succeeded', detail = $2, updated_at = $3
-				WHERE session_id = $1 AND status = 'Pending'`, cur.ID, fmt.Sprintf("confirmed by people: resolution #%d", id), now); err != nil {
-				return fmt.Errorf("approve resolution: reverse: %w", err)
-			}
+		}
+		// A cancel's reverse still Pending ends with the settlement, or nothing would ever end it
+		// (the session is no longer Canceling, and the patrol leaves it): confirmed for Canceled,
+		// nothing to reverse for Failed, refused for Completed (the money was taken).
+		opStatus, opDetail := "Succeeded", fmt.Sprintf("confirmed by people: resolution #%d", id)
+		switch p.Outcome {
+		case StatusFailed:
+			opDetail = fmt.Sprintf("nothing to reverse: settled by people as Failed, resolution #%d", id)
+		case StatusCompleted:
+			opStatus, opDetail = "Refused", fmt.Sprintf("the payment was captured: settled by people as Completed, resolution #%d", id)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = $2, detail = $3, updated_at = $4
+			WHERE session_id = $1 AND status = 'Pending'`, cur.ID, opStatus, opDetail, now); err != nil {
+			return fmt.Errorf("approve resolution: reverse: %w", err)
 		}
 		// The settlement answers the cases that asked what state the payment is in; the others
 		// are about other money (a second gateway payment, a cancel that lost its race, a

@@ -570,3 +570,45 @@ func TestApprovalEndsTheLeaseOfADriveInFlight(t *testing.T) {
 		t.Fatalf("after the approval and the drive: %+v %v", s, err)
 	}
 }
+
+// A cancel whose reverse never got an answer, settled by four eyes: the reverse operation ends
+// with the settlement (nothing else would end it once the session leaves Canceling), refused
+// when people say the money was taken (Completed), done with nothing to reverse when they say
+// it was not (Failed).
+func TestResolutionOfACancelEndsItsReverse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		outcome        payments.Status
+		status, detail string
+	}{
+		{payments.StatusCompleted, "Refused", "the payment was captured: settled by people as Completed"},
+		{payments.StatusFailed, "Succeeded", "nothing to reverse: settled by people as Failed"},
+		{payments.StatusCanceled, "Succeeded", "confirmed by people"},
+	} {
+		t.Run(string(c.outcome), func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			s := b.registered(t, "o-cancel-settled", 100)
+			ch, err := b.plain.RequestCancel(ctx, api, s.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
+			if res, err := b.plain.ConfirmCancel(ctx, api, s.ID, ch.ID, b.lastCode(t, s.ID)); err != nil || res.Session.Status != payments.StatusCanceling {
+				t.Fatalf("setup: %+v %v", res.Session, err)
+			}
+			b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'reverse never confirmed' WHERE id = $1`, s.ID, b.clock.Now())
+			p := b.propose(t, fin1, s.ID, c.outcome)
+			if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+				t.Fatal(err)
+			}
+			if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1 AND status = $2 AND detail LIKE $3`,
+				s.ID, c.status, c.detail+"%"); n != 1 {
+				var st, d string
+				_ = b.pool.QueryRow(ctx, `SELECT status, detail FROM reverse_operations WHERE session_id = $1`, s.ID).Scan(&st, &d)
+				t.Fatalf("reverse operation %s %q, want %s %q", st, d, c.status, c.detail)
+			}
+		})
+	}
+}
