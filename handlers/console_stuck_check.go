@@ -37,7 +37,7 @@ func (h *Console) CheckStuck(c echo.Context) error {
 	}
 	// With the gateway timing out, a page's checks take up to their claim's time, longer than
 	// the server's WriteTimeout: the answer (a redirect with the summary) must still go out.
-	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(payments.CheckNowClaimTTL + 30*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(h.svc.CheckNowClaimTTL() + 30*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.log.Warn("check now: write deadline", "err", err)
 	}
 	res, err := h.svc.CheckNow(c.Request().Context(), st, ids)

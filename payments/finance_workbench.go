@@ -296,16 +296,33 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 const (
 	// MaxCheckNow bounds one "Check now" request (a workbench page is StuckPageSize rows).
 	MaxCheckNow = 100
-	// CheckNowClaimTTL is how long a claim holds while its checks run: several gateway timeouts
-	// and lock waits, so a check always ends within it; a replica that died mid-way leaves a
-	// claim that simply expires.
-	CheckNowClaimTTL = 2 * time.Minute
+	// MinCheckNowClaimTTL is how long a claim holds while its checks run, at least: several
+	// gateway timeouts and lock waits, so a check always ends within it; a replica that died
+	// mid-way leaves a claim that simply expires. A long GATEWAY_TIMEOUT makes it longer
+	// (Service.CheckNowClaimTTL).
+	MinCheckNowClaimTTL = 2 * time.Minute
 	// CheckNowCooldown is how long a finished check keeps its claim: a double click that arrives
 	// just after the first click's checks ended is still one look.
 	CheckNowCooldown = 10 * time.Second
 	// checkNowParallel bounds the gateway calls one request makes at once.
 	checkNowParallel = 4
 )
+
+// checkNowReserve is the longest one check may take once started: the gateway's status (a
+// timeout), a lock wait, a stale answer asked again (a second timeout) and a third ask's
+// margin, plus 10 s.
+func (s *Service) checkNowReserve() time.Duration {
+	return 3*s.cfg.GatewayTimeout + s.cfg.LockTimeout + 10*time.Second
+}
+
+// CheckNowClaimTTL is how long one "Check now" holds its claims: MinCheckNowClaimTTL, or twice
+// the longest check when the gateway's timeout is long, so a check started while one still
+// fits always ends inside the claim (with GATEWAY_TIMEOUT at a few minutes, a fixed two
+// minutes left every session unasked, an outside review), and at least half the time is for
+// starting checks.
+func (s *Service) CheckNowClaimTTL() time.Duration {
+	return max(MinCheckNowClaimTTL, 2*s.checkNowReserve())
+}
 
 // CheckNowResult is what "Check now" did with one session.
 type CheckNowResult struct {
@@ -355,7 +372,7 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 			ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, claimed_by = excluded.claimed_by,
 				claimed_at = excluded.claimed_at, until = excluded.until
 			WHERE finance_check_claims.until <= excluded.claimed_at
-			RETURNING session_id::text`, valid, token, by.Email, now, now.Add(CheckNowClaimTTL))
+			RETURNING session_id::text`, valid, token, by.Email, now, now.Add(s.CheckNowClaimTTL()))
 		if err != nil {
 			return dbError("check now: claim", err, "")
 		}
@@ -380,13 +397,13 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 		return nil, err
 	}
 
-	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckNowClaimTTL)
+	ttl := s.CheckNowClaimTTL()
+	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	// A check starts only while one more fits in the claim's time: a gateway call, a lock wait
-	// and some margin. With the gateway timing out, a full page's checks queue behind each other
+	// A check starts only while one more fits in the claim's time (checkNowReserve). With the gateway timing out, a full page's checks queue behind each other
 	// four at a time, and the last ones would otherwise run out of time half-way (or after the
 	// browser gave up). Those are left unasked, their claims released, and the summary says so.
-	startBy := now.Add(CheckNowClaimTTL - s.cfg.GatewayTimeout - s.cfg.LockTimeout - 10*time.Second)
+	startBy := now.Add(ttl - s.checkNowReserve())
 	g := new(errgroup.Group)
 	g.SetLimit(checkNowParallel)
 	for i := range results {

@@ -386,7 +386,7 @@ func TestCheckNowLeavesWhatNoLongerFitsUnasked(t *testing.T) {
 	for range 4 { // four at a time: the first four wait for the gateway
 		mustWait(t, gate.Arrived(), "a check at the gateway")
 	}
-	b.clock.Advance(payments.CheckNowClaimTTL - 10*time.Second) // the gateway takes its time
+	b.clock.Advance(b.svc.CheckNowClaimTTL() - 10*time.Second) // the gateway takes its time
 	gate.Open()
 	out := mustWait(t, done, "check now")
 	if out.err != nil {
@@ -422,5 +422,26 @@ func TestCheckNowLeavesWhatNoLongerFitsUnasked(t *testing.T) {
 	}
 	if n != 2 {
 		t.Fatalf("the next click checked %d, want the 2 left", n)
+	}
+}
+
+// With a long GATEWAY_TIMEOUT (the configuration allows 10 minutes) the claim is long enough
+// for a check to start and end inside it: with a fixed two minutes, every session came back
+// "not asked" once the timeout passed about 105 s, and between about 40 s and 105 s a started
+// check outlived its claim.
+func TestCheckNowWithALongGatewayTimeout(t *testing.T) {
+	t.Parallel()
+	b, list := newCheckNowBench(t, func(c *payments.Config) { c.GatewayTimeout = 3 * time.Minute })
+	if ttl := b.svc.CheckNowClaimTTL(); ttl < 2*(3*3*time.Minute) {
+		t.Fatalf("claim TTL %s for a 3 min gateway timeout", ttl)
+	}
+	res, err := b.svc.CheckNow(context.Background(), financeStaff, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !r.Checked || r.Err != nil || r.After != payments.StatusCompleted {
+			t.Fatalf("%+v: want every session asked and Completed", r)
+		}
 	}
 }
