@@ -363,6 +363,27 @@ func (s *Service) settleBatch(items []*settleItem) {
 			}
 			return rows.Err()
 		})
+		// Two answers of one session in a batch: a drive that waited here past its lease and the
+		// drive of the claim that followed it. The lock above matched the row through the
+		// current token, but the map is by id; which of the two holds the lease is read under
+		// the lock (only then: it is rare, and it costs a statement).
+		holder := map[string]string{}
+		seen := make(map[string]bool, len(items))
+		for _, it := range items {
+			if seen[it.sess.ID] {
+				if _, queued := holder[it.sess.ID]; !queued {
+					holder[it.sess.ID] = ""
+					id := it.sess.ID
+					b.Queue(`SELECT coalesce(lease_token::text, '') FROM payment_sessions WHERE id = $1`, id).QueryRow(func(r pgx.Row) error {
+						var tok string
+						err := r.Scan(&tok)
+						holder[id] = tok
+						return err
+					})
+				}
+			}
+			seen[it.sess.ID] = true
+		}
 		var calls [][]any
 		for _, it := range items {
 			if it.call != nil {
@@ -388,7 +409,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 		q := &settleQueue{}
 		for _, it := range items {
 			cur, ok := locked[it.sess.ID]
-			if !ok {
+			if tok, dup := holder[it.sess.ID]; !ok || (dup && tok != it.token) {
 				it.err = ErrLeaseLost
 				continue
 			}

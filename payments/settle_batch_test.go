@@ -486,3 +486,42 @@ func TestSettleEndsTheLeaseOfATerminalSession(t *testing.T) {
 		}
 	}
 }
+
+// Two answers of one session in one batch: a drive that waited for its settle past its lease,
+// and the drive of the claim that followed (the same replica claimed the session again). The
+// lock matches the row through the new token, but the batch's map of locked sessions is by id:
+// the stale answer passed as the lease holder, and its case and flag were written. Only the
+// holder's answer is applied; the other finds its lease lost.
+func TestSettleBatchAppliesOnlyTheLeaseHoldersAnswerOfTwo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newSettleFixture(t, 1)
+	stale := f.items[0]
+	// The stale drive heard another amount (a contradiction: a case and a flag if applied).
+	stale.gp.Amount = 999
+	clock := f.svc.cfg.Clock.(*ManualClock)
+	clock.Advance(f.svc.cfg.LeaseDuration + time.Minute)
+	if _, err := f.pool.Exec(ctx, `UPDATE payment_sessions SET next_check_at = $2 WHERE id = $1`, stale.sess.ID, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.svc.claimDue(ctx, 1)
+	if err != nil || len(again) != 1 || again[0].token == stale.token {
+		t.Fatalf("claim again: %+v %v", again, err)
+	}
+	fresh := &settleItem{ctx: withLease(ctx, stale.sess.ID, again[0].token), actor: stale.actor, sess: again[0].sess,
+		token: again[0].token, gp: GatewayPayment{ID: stale.gp.ID, Status: GatewaySucceeded, Amount: 100, Currency: "EUR"},
+		reason: "gateway says succeeded"}
+	f.svc.settleBatch([]*settleItem{stale, fresh})
+	if !errors.Is(stale.err, ErrLeaseLost) {
+		t.Errorf("the stale answer: %v, want its lease lost", stale.err)
+	}
+	if fresh.err != nil || fresh.out.Status != StatusCompleted {
+		t.Errorf("the holder's answer: %s %v", fresh.out.Status, fresh.err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM finance_cases`); n != 0 {
+		t.Errorf("%d cases written from an answer whose lease had ended", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL`); n != 0 {
+		t.Errorf("the stale answer flagged the session")
+	}
+}
