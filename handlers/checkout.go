@@ -27,7 +27,8 @@ import (
 // made by POST /api/v1/orders/{order_id}/checkout-links): the amount and currency in the URL are
 // what the customer could edit, so the page offers them only under a valid sig, and the Pay
 // click is verified again. Without a link, an order with earlier payments offers its last
-// payment's amount and currency (a retry after a decline). The gateway sends customers back to
+// payment's amount and currency (a retry after a decline) while the links that priced the order
+// are valid (payments.CheckoutRetry). The gateway sends customers back to
 // the order's page (ReturnURL: PUBLIC_BASE_URL + /checkout/{order_id}) or to /return; both ask
 // the gateway about an active session before showing it.
 type Checkout struct {
@@ -102,7 +103,7 @@ func (h *Checkout) Page(c echo.Context) error {
 			return err
 		}
 	}
-	return h.show(c, id, false, http.StatusOK, "")
+	return h.show(c, c.QueryParams(), id, false, http.StatusOK, "")
 }
 
 // Return: GET /checkout/:order_id/return, the gateway's way back.
@@ -114,7 +115,7 @@ func (h *Checkout) Return(c echo.Context) error {
 	if ok, err := h.mayView(c, id); !ok {
 		return err
 	}
-	return h.show(c, id, true, http.StatusOK, "")
+	return h.show(c, c.QueryParams(), id, true, http.StatusOK, "")
 }
 
 // namesALink reports whether a URL's query carries any part of a checkout link: it is then
@@ -171,11 +172,13 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	return false, nil
 }
 
-// show renders the order's state. check: have the gateway asked about the active session first
-// (always on return; on the plain page unless the session is still being registered) — at most
-// once per payments.PageLookEvery for the session, whoever loads the page how often
-// (CheckFromPage); in between the page shows what the database knows.
-func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, notice string) error {
+// show renders the order's state. q is what the page was opened with: a checkout link's parts
+// and the contact prefill (a GET's query; for a refused Pay click, the form's link when it was
+// genuine, so the answer is the link's page and never a bad link). check: have the gateway asked
+// about the active session first (always on return; on the plain page unless the session is
+// still being registered) — at most once per payments.PageLookEvery for the session, whoever
+// loads the page how often (CheckFromPage); in between the page shows what the database knows.
+func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool, status int, notice string) error {
 	ctx := c.Request().Context()
 	order, sessions, err := h.svc.GetOrder(ctx, orderID)
 	if err != nil && payments.ErrorCode(err) != payments.ENOTFOUND {
@@ -218,16 +221,23 @@ func (h *Checkout) show(c echo.Context, orderID string, check bool, status int, 
 			latest = &sessions[len(sessions)-1]
 			v.Session = latest
 		}
-		pay, err := h.payable(c, orderID, latest)
-		if err != nil {
+		pay, err := h.payable(c, q, orderID, latest)
+		switch code := payments.ErrorCode(err); {
+		case err == nil:
+			v.State = afterLatest(latest)
+			v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
+			v.Contact = strings.TrimSpace(q.Get("contact"))
+			if payments.ValidateContact(v.Contact) != nil {
+				v.Contact = "" // a prefill the Pay form would refuse: the customer types their own
+			}
+		case code == payments.EINTERNAL || code == payments.EUNAVAIL:
+			return err // the database's trouble, not the link's: the error page, 503 when it passes
+		case errors.Is(err, payments.ErrNoCheckoutRetry):
+			// No link ever priced the order (the shop paid it over the API): its story, without
+			// a form (no Intent); the state says to go back to the shop.
+			v.State = afterLatest(latest)
+		default:
 			v.State, status = refusedLink(err, status)
-			break
-		}
-		v.State = afterLatest(latest)
-		v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
-		v.Contact = strings.TrimSpace(c.QueryParam("contact"))
-		if payments.ValidateContact(v.Contact) != nil {
-			v.Contact = "" // a prefill the Pay form would refuse: the customer types their own
 		}
 	}
 	// The summary's amount is the session's where the page shows one; a refused link names none
@@ -263,15 +273,16 @@ type payOffer struct {
 }
 
 // payable is what the Pay form may offer for an order with no active session: the amount and
-// currency of a checkout link whose signature matches and that has not expired (and its sig and
-// exp, for the form to carry), or, when the URL names no link at all, the order's last
-// payment's (latest, nil when none). A link that does not verify is never replaced by the last
-// payment's amount: the customer would see another amount than the link they followed, and a
-// changed link is worth saying so. The error is VerifyCheckoutLink's (EEXPIRED: an expired
-// link), EINVALID, or payments.ErrLinkReplaced when the shop has made a newer link for another
+// currency of the checkout link in q whose signature matches and that has not expired (and its
+// sig and exp, for the form to carry), or, when q names no link at all, the order's last
+// payment's (latest, nil when none) while the links that priced the order are valid
+// (payments.CheckoutRetry: EEXPIRED after them, ErrNoCheckoutRetry when no link ever priced
+// it). A link that does not verify is never replaced by the last payment's amount: the
+// customer would see another amount than the link they followed, and a changed link is worth
+// saying so. The error is VerifyCheckoutLink's (EEXPIRED: an expired link), EINVALID,
+// CheckoutRetry's, or payments.ErrLinkReplaced when the shop has made a newer link for another
 // amount or currency (the order's checkout price).
-func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Session) (payOffer, error) {
-	q := c.QueryParams()
+func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest *payments.Session) (payOffer, error) {
 	var offer payOffer
 	switch {
 	case namesALink(q):
@@ -280,7 +291,12 @@ func (h *Checkout) payable(c echo.Context, orderID string, latest *payments.Sess
 			return payOffer{}, err
 		}
 	case latest != nil:
-		offer = payOffer{amount: latest.Amount, currency: latest.Currency}
+		// The page's retry, with the order's page token only: held to the links' time, and to
+		// the order's checkout price (ErrLinkReplaced), by CheckoutRetry.
+		if err := h.svc.CheckoutRetry(c.Request().Context(), orderID, latest.Amount, latest.Currency); err != nil {
+			return payOffer{}, err
+		}
+		return payOffer{amount: latest.Amount, currency: latest.Currency}, nil
 	default:
 		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
 	}

@@ -4,11 +4,15 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
+	"pitlane/views"
+	"pitlane/web/render"
 )
 
 // Pay: POST /checkout/:order_id, one Pay click. The form carries the intent key the page
@@ -19,8 +23,14 @@ import (
 //
 // The form's amount and currency are the customer's to edit, so they are checked before
 // anything is created: the form's sig must sign them (the checkout link they came from), or
-// they must be the order's last payment's (the page's retry form after a decline). Otherwise
-// 422 and nothing is written.
+// they must be the order's last payment's (the page's retry form after a decline, with the
+// order's page token). Otherwise 422 and nothing is written.
+//
+// Either has a time: the link's expiry, or for the retry the links that priced the order
+// (payments.CheckoutRetry). A form whose time is up starts nothing, but its click may have
+// started something already: a resubmit arriving while the first request registers the payment
+// (or after it did) is that click, and follows it (payments.CheckoutReplay). Only a click that
+// started nothing is refused (410, or 409 when the price was replaced).
 func (h *Checkout) Pay(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -28,56 +38,143 @@ func (h *Checkout) Pay(c echo.Context) error {
 	}
 	key := c.FormValue("intent")
 	_, verr := h.verifiedOffer(id, c.FormValue("amount"), c.FormValue("currency"), c.FormValue("exp"), c.FormValue("sig"))
-	if payments.ErrorCode(verr) == payments.EEXPIRED {
-		// A form rendered from a link that has expired since: the link's time is up for the
-		// click too (nothing is created), whatever the amount.
-		return h.refuse(c, id, verr)
-	}
-	if verr != nil && !h.svc.VerifyOrderPageToken(id, c.FormValue(payments.OrderPageParam)) {
+	genuine := verr == nil || payments.ErrorCode(verr) == payments.EEXPIRED // a link of this order made it
+	if !genuine && !h.svc.VerifyOrderPageToken(id, c.FormValue(payments.OrderPageParam)) {
 		// Neither the link's signature nor the order's page token (the form carries both): a
 		// form not made by the order's page. Nothing is started, and nothing of the order shown.
 		return h.refuse(c, id, verr)
 	}
+	// What the answer shows: the link the form came from, or (a retry form) the order's page.
+	page := url.Values{}
+	if genuine {
+		page = formLink(c)
+	}
 	amount, ok := parseMinorAmount(c.FormValue("amount"))
 	if !ok {
-		return h.show(c, id, false, http.StatusUnprocessableEntity, "The payment form is damaged; please start again from the shop.")
+		return h.show(c, page, id, false, http.StatusUnprocessableEntity, "The payment form is damaged; please start again from the shop.")
 	}
 	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
 		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
-	if verr != nil {
+	// closed: why this form may no longer start a payment (nil: it may).
+	var closed error
+	switch {
+	case verr != nil && genuine:
+		closed = verr // the link has expired since the form was rendered
+	case verr != nil:
 		retry, err := h.isLastPayment(c, in)
 		if err != nil {
-			return err
+			return h.payError(c, id, page, err)
 		}
 		if !retry {
-			return h.show(c, id, false, http.StatusUnprocessableEntity,
+			return h.show(c, page, id, false, http.StatusUnprocessableEntity,
 				"This payment form was changed: its amount or currency is not what the shop asked for, so nothing was started. Please go back to the shop and start the payment again.")
 		}
-	}
-	res, err := h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
-	follow := h.svc.OrderPagePath(id, url.Values{"intent": {key}}) // with the page token: the follow-up page opens for this customer
-	switch code := payments.ErrorCode(err); {
-	case err == nil:
-	case code == payments.EBUSY:
-		return c.Redirect(http.StatusSeeOther, follow)
-	case errors.Is(err, payments.ErrLinkReplaced):
-		// The shop made a newer link for another amount since this form was rendered: nothing
-		// is started, and the page says so (409).
-		return h.refuse(c, id, err)
-	case code == payments.EINTERNAL:
-		return err
-	default:
-		status := http.StatusConflict
-		if code == payments.EINVALID {
-			status = http.StatusUnprocessableEntity
+		closed = h.svc.CheckoutRetry(c.Request().Context(), id, in.Amount, in.Currency)
+		if code := payments.ErrorCode(closed); code == payments.EINTERNAL || code == payments.EUNAVAIL {
+			return h.payError(c, id, page, closed)
 		}
-		return h.show(c, id, false, status, payments.ErrorMessage(err))
+	}
+	var res payments.CheckoutPayResult
+	if closed != nil {
+		// Look the click up before refusing it: its first request may be registering the payment
+		// right now (or have done so) — "expired, nothing was charged" would be untrue.
+		res, err = h.svc.CheckoutReplay(c.Request().Context(), key, in)
+		if payments.ErrorCode(err) == payments.ENOTFOUND {
+			return h.closed(c, id, closed)
+		}
+	} else {
+		res, err = h.svc.CheckoutPay(c.Request().Context(), key, in, h.staleAfter)
+	}
+	if err != nil {
+		return h.payError(c, id, page, err)
 	}
 	s := res.Session
 	if s.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
 		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 	}
-	return c.Redirect(http.StatusSeeOther, follow)
+	return c.Redirect(http.StatusSeeOther, h.follow(id, key))
+}
+
+// follow is the order's page following the click key (with the page token: the follow-up page
+// opens for this customer).
+func (h *Checkout) follow(orderID, key string) string {
+	return h.svc.OrderPagePath(orderID, url.Values{"intent": {key}})
+}
+
+// payError answers a Pay click the core did not carry out. page is the link the form came from
+// (or nothing, a retry form: the order's page), which every answer leads back to: the POST's
+// own URL has neither the link nor the page token, and an order page rendered from it would
+// call a genuine link "incomplete or changed".
+func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err error) error {
+	switch code := payments.ErrorCode(err); {
+	case code == payments.EBUSY:
+		return c.Redirect(http.StatusSeeOther, h.follow(orderID, c.FormValue("intent")))
+	case errors.Is(err, payments.ErrLinkReplaced):
+		// The shop made a newer link for another amount since this form was rendered: nothing
+		// is started, and the page says so (409).
+		return h.refuse(c, orderID, err)
+	case code == payments.EUNAVAIL:
+		return h.unavailable(c, h.pagePath(orderID, page), err)
+	case code == payments.EINTERNAL:
+		return err
+	default:
+		// A refusal (the order is paid meanwhile, an active payment of another amount, an
+		// invalid contact or intent key): the order's page as the form's link shows it, with
+		// what went wrong.
+		status := http.StatusConflict
+		if code == payments.EINVALID {
+			status = http.StatusUnprocessableEntity
+		}
+		return h.show(c, page, orderID, false, status, payments.ErrorMessage(err))
+	}
+}
+
+// closed answers a click whose form may no longer start a payment and that started none
+// (payments.CheckoutRetry's and an expired link's refusals): the refusal page (410, or 409
+// replaced), or, for an order no link ever priced, its page without a form and why.
+func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
+	if errors.Is(err, payments.ErrNoCheckoutRetry) {
+		return h.show(c, url.Values{}, orderID, false, http.StatusConflict, payments.ErrorMessage(err))
+	}
+	return h.refuse(c, orderID, err)
+}
+
+// unavailable answers a Pay click that met a lock timeout or a database outage (EUNAVAIL:
+// nothing was started, and the same click may be sent again): 503 with Retry-After, on the
+// customer's error page whose "Try again" and way back lead to back, the page the form came
+// from. The error handler's page would lead to the order's page token, which offers nothing to
+// an order whose only way to pay is its link.
+func (h *Checkout) unavailable(c echo.Context, back string, err error) error {
+	retry := int64(1) // as the error handler's for EUNAVAIL: a short lock wait is over by then
+	if d := payments.RetryAfter(err); d > 0 {
+		retry = int64((d + time.Second - 1) / time.Second)
+	}
+	hdr := c.Response().Header()
+	hdr.Set("Retry-After", strconv.FormatInt(retry, 10))
+	hdr.Set("Cache-Control", "no-store")
+	return render.HTML(c, http.StatusServiceUnavailable,
+		views.CheckoutError(h.merchant, http.StatusServiceUnavailable, payments.ErrorMessage(err), back))
+}
+
+// formLink is the checkout link a Pay form carries (its amount, currency, exp and sig) and its
+// contact prefill, as the query of the link's page.
+func formLink(c echo.Context) url.Values {
+	q := url.Values{}
+	for _, k := range []string{"amount", "currency", "exp", "sig", "contact"} {
+		if v := c.FormValue(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q
+}
+
+// pagePath is the order's page with page (a link's query) when it names a link, else the
+// order's page with its page token.
+func (h *Checkout) pagePath(orderID string, page url.Values) string {
+	if namesALink(page) {
+		return payments.CheckoutPath(orderID) + "?" + page.Encode()
+	}
+	return h.svc.OrderPagePath(orderID, nil)
 }
 
 // refuse answers a Pay click whose link pays nothing with the refusal page (refusedLink).

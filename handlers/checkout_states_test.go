@@ -59,6 +59,10 @@ func (b *consoleBench) checkoutStates(t *testing.T) []checkoutCase {
 		return res.Session
 	}
 
+	// The declined and canceled orders were priced by a checkout link (still valid): their pages
+	// may start another payment (payments.CheckoutRetry).
+	b.link(t, "o-declined", 1999, "EUR")
+	b.link(t, "o-canceled", 1999, "EUR")
 	b.payment(t, "o-continue", 1999) // registered: waits for the customer at the gateway
 	s := b.payment(t, "o-processing", 1999)
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
@@ -200,6 +204,9 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 	rec := a.get(b.orderPage("o-csrf", ""))
 	doc = check(rec, http.StatusServiceUnavailable, b.orderPage("o-csrf", ""))
 	wantText(t, doc, "error-retry", "nothing was charged")
+	if got := doc.Find(testid("error-retry-link")).AttrOr("href", ""); got != b.orderPage("o-csrf", "") {
+		t.Errorf("Try again leads to %q, want the order's page", got)
+	}
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}

@@ -39,6 +39,11 @@ func TestCheckoutPageOpensOnlyWithALinkOrItsToken(t *testing.T) {
 		return s
 	}
 	paid := pay("o-private", payments.GatewaySucceeded)
+	// The declined order had a checkout link: its page may retry while the link is valid
+	// (payments.CheckoutRetry).
+	if _, err := svc.CheckoutLink(ctx, "o-declined-private", 1999, "EUR", 0); err != nil {
+		t.Fatal(err)
+	}
 	pay("o-declined-private", payments.GatewayDeclined)
 
 	// The return URL the gateway got carries the order's page token, and opens the page.

@@ -114,6 +114,34 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	return CheckoutPayResult{Session: res.Session}, nil
 }
 
+// CheckoutReplay is a repeat of a Pay click whose form may no longer start a payment (its link
+// has expired since, or the order's page may no longer retry: CheckoutRetry): a double click
+// or a resubmit arriving just after the expiry while the first request of the click registers
+// the payment. It answers what CheckoutPay would answer the repeat, and never starts anything:
+// the session the key created (Replayed), or EBUSY while the click's first request still runs
+// (the page follows it). ENOTFOUND when the key has nothing to replay: never used, used for
+// another order, amount or currency, or its request ended without a session (refused, or
+// abandoned past its hold) — the caller refuses the click then. Unlike CheckoutPay it takes over
+// no key: a take-over would create the payment the expiry forbids.
+func (s *Service) CheckoutReplay(ctx context.Context, key string, in CreateInput) (CheckoutPayResult, error) {
+	none := Errorf(ENOTFOUND, "no payment of this click to show")
+	it, err := s.GetCheckoutIntent(ctx, key)
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		return CheckoutPayResult{}, none
+	case err != nil:
+		return CheckoutPayResult{}, err
+	case it.OrderID != in.OrderID || it.Amount != in.Amount || it.Currency != in.Currency:
+		return CheckoutPayResult{}, none
+	case it.SessionID != "":
+		sess, err := s.Get(ctx, it.SessionID)
+		return CheckoutPayResult{Session: sess, Replayed: true}, err
+	case it.InFlight(s.cfg.Clock.Now()):
+		return CheckoutPayResult{}, Errorf(EBUSY, "your payment is being prepared")
+	}
+	return CheckoutPayResult{}, none
+}
+
 const intentColumns = `key::text, order_id, amount, currency, coalesce(session_id::text, ''), locked_until, created_at`
 
 func scanIntent(row pgx.Row) (CheckoutIntent, error) {

@@ -35,11 +35,61 @@ import (
 // verify too, which is how the secret rotates without breaking links in customers' hands).
 // What is stored is the order's checkout price, the newest link's amount and currency
 // (checkout_prices): a genuine link for another amount was replaced and pays nothing
-// (ErrLinkReplaced), nor does the page's "try again" of a payment at the old price.
+// (ErrLinkReplaced), nor does the page's "try again" of a payment at the old price. With it is
+// stored until when the price may be paid (valid_until, migration 00560): the latest expiry of
+// the links made at that price, which bounds the page's "try again" too (CheckoutRetry).
 
 // ErrLinkReplaced: the shop has made a newer link for this order with another amount or
 // currency.
 var ErrLinkReplaced = &Error{Code: ECONFLICT, Message: "the shop has changed this order's amount since this payment link was made; please use the newest link from the shop"}
+
+// ErrNoCheckoutRetry: the order's page may not start another payment without a link, because
+// no checkout link was ever made for the order (CheckoutRetry).
+var ErrNoCheckoutRetry = &Error{Code: ECONFLICT, Message: "this payment can be started again only from the shop; please go back to the shop to pay"}
+
+// errLinkExpired is the refusal of a genuine link (or of the page's retry the links allowed)
+// whose time is up.
+func errLinkExpired() error {
+	return Errorf(EEXPIRED, "this payment link has expired; ask the shop for a new one")
+}
+
+// CheckoutRetry says whether the order's page may start, without a checkout link in hand (the
+// order's page token only), a new payment of amount in currency: the "Try again" after a
+// decline, the "Pay again" after a cancel. The page token never expires and is in every URL
+// pitlane hands the customer (the gateway's return URL too), so the retry is held to the links
+// that priced the order: nil while one made at this amount and currency has not expired
+// (checkout_prices.valid_until, the latest expiry among them); EEXPIRED once they all have (the
+// answer the expired link itself gets); ErrLinkReplaced when the order's price is another. An
+// order no link was ever made for (the shop paid it over the API) has no such time and gets
+// ErrNoCheckoutRetry: the shop decides whether to try again (another Create, or a link), and the
+// contract promises the customer no retry of its own; a page retry would otherwise work
+// forever. The Pay click checks this before its claim, as it checks a link's expiry.
+func (s *Service) CheckoutRetry(ctx context.Context, orderID string, amount int64, currency string) error {
+	var (
+		priceAmount   int64
+		priceCurrency string
+		pricedAt      time.Time
+		validUntil    *time.Time
+	)
+	err := s.db.QueryRow(ctx, `SELECT amount, currency, priced_at, valid_until FROM checkout_prices WHERE order_id = $1`, orderID).
+		Scan(&priceAmount, &priceCurrency, &pricedAt, &validUntil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNoCheckoutRetry
+	case err != nil:
+		return dbError("checkout retry", err, "")
+	case priceAmount != amount || priceCurrency != currency:
+		return ErrLinkReplaced
+	}
+	until := pricedAt.Add(MaxCheckoutLinkTTL) // a row from before migration 00560: the longest a link lived
+	if validUntil != nil {
+		until = *validUntil
+	}
+	if !until.After(s.cfg.Clock.Now()) {
+		return errLinkExpired()
+	}
+	return nil
+}
 
 // CheckoutPrice is the order's checkout price, the newest link's amount and currency (ok false
 // when no link was made for it).
@@ -128,6 +178,7 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 		return CheckoutLink{}, err
 	}
 	now := s.cfg.Clock.Now()
+	exp := now.Add(ttl).Truncate(time.Second)
 	// Under the order's claim lock (Create's): the order's state read here is the one a Pay
 	// click's claim will see, and the price set here is the one it checks (checkout_prices,
 	// migration 00520). A link made while a claim runs waits for it (lock_timeout bounds that).
@@ -156,16 +207,25 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 				orderID, *activeAmount, *activeCurrency, amount, currency)
 		}
 		// The order's checkout price from now on: earlier links for another amount or currency
-		// pay nothing any more.
-		_, err = tx.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at`,
-			orderID, amount, currency, now)
-		return err
+		// pay nothing any more. Its validity (what the page's retry without a link is held to,
+		// CheckoutRetry) is the latest expiry among the links at this price: a new link at the
+		// same price extends it (never shortens: the earlier link still works), a new price
+		// starts it over. A row without one (migration 00560) counts as priced_at + the longest
+		// lifetime, as CheckoutRetry reads it.
+		_, err = tx.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
+				valid_until = CASE WHEN checkout_prices.amount = EXCLUDED.amount AND checkout_prices.currency = EXCLUDED.currency
+					THEN greatest(coalesce(checkout_prices.valid_until, checkout_prices.priced_at + make_interval(secs => $6)), EXCLUDED.valid_until)
+					ELSE EXCLUDED.valid_until END`,
+			orderID, amount, currency, now, exp, MaxCheckoutLinkTTL.Seconds())
+		if err != nil {
+			return dbError("checkout link: set price", err, "")
+		}
+		return nil
 	})
 	if err != nil {
 		return CheckoutLink{}, err
 	}
-	exp := now.Add(ttl).Truncate(time.Second)
 	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp,
 		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix()))}, nil
 }
@@ -195,7 +255,7 @@ func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency stri
 		return invalid
 	}
 	if !time.Unix(exp, 0).After(s.cfg.Clock.Now()) {
-		return Errorf(EEXPIRED, "this payment link has expired; ask the shop for a new one")
+		return errLinkExpired()
 	}
 	return nil
 }
@@ -238,7 +298,8 @@ func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, 
 // page pitlane hands out carries it: the gateway's return URL, the page's own updates, the way
 // back from an error, a Pay click's follow-up page. Without either, the page answers as for an
 // order that does not exist. The token does not expire: it shows one order's state to whoever
-// the customer shares their return URL with, as the link does.
+// the customer shares their return URL with, as the link does. What it may start does expire:
+// its retry of the last payment is held to the links that priced the order (CheckoutRetry).
 const (
 	orderPageDomain = "order-page/v1"
 	// OrderPageParam is the query parameter (and the Pay form's field) of the page token.
