@@ -216,8 +216,14 @@ func TestLedgerCSVExport(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 { // volume for the stream: refunds booked straight into the ledger
-			if _, err := b.pool.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-				SELECT '-A1', $1, 'RefundIssued', 1, 'EUR', $2 FROM generate_series(1, 1200)`, s.Session.ID, consoleT0); err != nil {
+			// Each entry names a refund row of its own (migration 00565), stored Failed so that the
+			// rows are not held to the payment's amount.
+			if _, err := b.pool.Exec(ctx, `WITH r AS (
+					INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
+					SELECT gen_random_uuid(), $1, '-A1', 1, 'EUR', 'Failed', 'fill-' || i, $2, $2 FROM generate_series(1, 1200) i
+					RETURNING id)
+				INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+				SELECT '-A1', $1, 'RefundIssued', 1, 'EUR', id, $2 FROM r`, s.Session.ID, consoleT0); err != nil {
 				t.Fatal(err)
 			}
 		}

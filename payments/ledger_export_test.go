@@ -119,9 +119,16 @@ func TestTrialBalanceFromDayTotals(t *testing.T) {
 	b.fourLedgerDays(t, "o-d")
 	// Many more refund entries spread over days, written straight into the ledger (the trigger
 	// sees every insert however it comes): enough delta rows that the next balance folds them.
-	if _, err := b.pool.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, created_at)
-		SELECT order_id, session_id, 'RefundIssued', 1, currency, $1::timestamptz + (i % 5) * interval '1 day' + (i % 7) * interval '1 hour'
-		FROM accounting_entries, generate_series(1, 300) i WHERE entry_type = 'PaymentReceived'`, t0); err != nil {
+	// Each names a refund row of its own (migration 00565), stored Failed so that the refund
+	// rows themselves, which are not what this test is about, are not held to the amount.
+	if _, err := b.pool.Exec(ctx, `WITH r AS (
+			INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
+			SELECT gen_random_uuid(), session_id, order_id, 1, currency, 'Failed', 'fill-' || i, $1, $1
+			FROM accounting_entries, generate_series(1, 300) i WHERE entry_type = 'PaymentReceived'
+			RETURNING id, session_id, order_id, currency, substr(request_key, 6)::int AS i)
+		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+		SELECT order_id, session_id, 'RefundIssued', 1, currency, id, $1::timestamptz + (i % 5) * interval '1 day' + (i % 7) * interval '1 hour'
+		FROM r`, t0); err != nil {
 		t.Fatal(err)
 	}
 	direct := func(f payments.LedgerFilter) []payments.LedgerTotal {
