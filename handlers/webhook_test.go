@@ -444,7 +444,7 @@ func TestWebhookClaimOfADeadDeliveryIsTakenOver(t *testing.T) {
 		t.Fatalf("gateway asked %d times, want 1", n)
 	}
 
-	b.clock.Advance(payments.StaleAfterFor(0) + time.Second) // the claim's grace at the default GATEWAY_TIMEOUT
+	b.clock.Advance(payments.LeaseFor(0) + time.Second) // the claim: the patrol's lease at the default GATEWAY_TIMEOUT
 	second := make(chan *httptest.ResponseRecorder, 1)
 	go func() { second <- b.deliverSigned(body) }()
 	whMustWait(t, gate.Arrived(), "the redelivery's gateway call (it took the expired claim over)")

@@ -160,8 +160,8 @@ type Config struct {
 	Backoff []time.Duration
 	// RegisterGrace is how long work that called the gateway may still be in flight: the
 	// sweeper leaves a Registering session (and the patrol a fresh Pending refund) alone this
-	// long after its claim, and a webhook delivery holds its event this long, so none of them
-	// races the request still doing it. Default StaleAfterFor(GatewayTimeout).
+	// long after its claim, so neither races the request still doing it. Default
+	// StaleAfterFor(GatewayTimeout).
 	RegisterGrace time.Duration
 	// Version names the running build in the patrol's heartbeat (default: from the build info).
 	Version string

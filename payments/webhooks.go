@@ -65,10 +65,12 @@ type EventResult struct {
 	Session Session // for EventApplied: the session as the gateway's answer left it
 }
 
-// How long one delivery may work on an event before a redelivery may take it over (its holder
-// is then presumed dead) is Config.RegisterGrace, the one "may still be in flight" grace derived
-// from GATEWAY_TIMEOUT (StaleAfterFor: 2 × timeout + 10 s, 30 s by default): longer than any one
-// apply takes, a gateway call plus a lock wait (LockTimeout, 5 s).
+// How long one delivery (or the patrol's retry) may work on an event before another may take it
+// over (its holder is then presumed dead) is the patrol's lease, Config.LeaseDuration
+// (LeaseFor: 6 × GATEWAY_TIMEOUT): an apply is a status read, a lock wait and, for a stale
+// answer, the gateway asked again, which outlasted the 2 × timeout + 10 s claim it had before
+// (an outside review: the patrol's retry applied the event beside a slow delivery). Only the
+// claim's holder marks the event processed.
 
 // HandleGatewayEvent processes one delivery of a verified gateway event:
 //
@@ -119,7 +121,7 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 			claimed_until = CASE WHEN w.processed_at IS NULL AND (w.claimed_until IS NULL OR w.claimed_until <= $6)
 				THEN $8::timestamptz ELSE w.claimed_until END
 		RETURNING w.id, coalesce(w.claim_token = $7::uuid, false), w.processed_at IS NOT NULL`,
-		s.gw.Name(), ev.ID, ev.Type, ev.PaymentID, ev.Reference, now, token, now.Add(s.cfg.RegisterGrace)).
+		s.gw.Name(), ev.ID, ev.Type, ev.PaymentID, ev.Reference, now, token, now.Add(s.cfg.LeaseDuration)).
 		Scan(&rowID, &mine, &processed)
 	if err != nil {
 		return EventResult{}, dbError("webhook: record event", err, "")
@@ -157,9 +159,11 @@ func (s *Service) processEvent(ctx context.Context, rowID int64, token string, e
 	if res.Session.ID != "" {
 		sid = res.Session.ID
 	}
+	// Marked only by the claim's holder: a holder that outlived its claim (another took the event
+	// over) applied a hint Check makes harmless, and leaves the record to the one that holds it.
 	if _, err := s.db.Exec(ctx, `UPDATE webhook_events SET processed_at = $2, outcome = $3, session_id = $4,
 		error = NULL, claim_token = NULL, claimed_until = NULL, retry_at = NULL
-		WHERE id = $1 AND processed_at IS NULL`, rowID, s.cfg.Clock.Now(), string(res.Outcome), sid); err != nil {
+		WHERE id = $1 AND processed_at IS NULL AND claim_token = $5`, rowID, s.cfg.Clock.Now(), string(res.Outcome), sid, token); err != nil {
 		// Applied but not marked: the next delivery or retry applies the hint again, which Check
 		// makes harmless.
 		return EventResult{}, fmt.Errorf("webhook: mark processed: %w", err)
@@ -196,7 +200,7 @@ func (s *Service) webhookSource() patrolSource {
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED))
 			RETURNING id, claim_token::text, event_id, event_type, coalesce(gateway_payment_id, ''), coalesce(reference, '')`,
-			now, limit, now.Add(s.cfg.RegisterGrace), s.gw.Name())
+			now, limit, now.Add(s.cfg.LeaseDuration), s.gw.Name())
 		if err != nil {
 			return nil, fmt.Errorf("webhook retry: claim: %w", err)
 		}
