@@ -22,8 +22,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var ch Challenge
-	var msg Message
-	var outboxID int64
+	var queued queuedMessage
 	err = s.inTx(ctx, "request cancel", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
 		if err != nil {
@@ -37,7 +36,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if !cur.Status.Cancelable() {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
-		ch, outboxID, msg, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code",
+		ch, queued, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code",
 			text: func(code string) string {
 				return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
 					cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
@@ -47,7 +46,7 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 	if err != nil {
 		return Challenge{}, err
 	}
-	s.deliver(ctx, outboxID, msg)
+	s.deliverQueued(ctx, queued)
 	return ch, nil
 }
 

@@ -803,3 +803,52 @@ func TestCancelOfADeclinedPaymentEndsWithNothingToReverse(t *testing.T) {
 		}
 	}
 }
+
+// slowNotifier runs during on its first delivery (the request's own, on the wire), then records.
+type slowNotifier struct {
+	mu     sync.Mutex
+	during func()
+	got    []payments.Message
+}
+
+func (n *slowNotifier) Notify(_ context.Context, m payments.Message) error {
+	n.mu.Lock()
+	during := n.during
+	n.during = nil
+	n.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.got = append(n.got, m)
+	return nil
+}
+
+// The request that wrote a code's message delivers it itself, under a lease on the row: while
+// its notifier call is on the wire, however slow, another replica's patrol does not send the
+// same code again. Before, the patrol took any never-tried message past RegisterGrace (30 s) and
+// sent it a second time, and the request's record then cleared the patrol's lease.
+func TestSlowCodeDeliveryIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	n := &slowNotifier{}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	other := b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	sess := b.registered(t, "o-slow-notify", 100)
+	n.during = func() {
+		b.clock.Advance(payments.StaleAfterFor(0) + time.Second)
+		if sent, err := other.DeliverOutbox(ctx); sent != 0 || err != nil {
+			t.Errorf("another replica's patrol sent %d messages (%v) while the request's delivery was on the wire", sent, err)
+		}
+	}
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	got := len(n.got)
+	n.mu.Unlock()
+	if got != 1 || b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL AND lease_token IS NULL`) != 1 {
+		t.Fatalf("the code was delivered %d times", got)
+	}
+}

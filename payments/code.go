@@ -84,37 +84,41 @@ type codeAttempt struct {
 // in the caller's transaction: the limits, the earlier codes superseded, the challenge and the
 // message to the customer in the outbox. The caller delivers the message after commit
 // (s.deliver with the returned outbox id).
-func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, req codeRequest, now time.Time) (Challenge, int64, Message, error) {
+func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, req codeRequest, now time.Time) (Challenge, queuedMessage, error) {
 	if err := s.codeRequestAllowed(ctx, tx, cur.ID, now); err != nil {
-		return Challenge{}, 0, Message{}, err
+		return Challenge{}, queuedMessage{}, err
 	}
 	code, err := newCode()
 	if err != nil {
-		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: %w", err)
+		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: %w", err)
 	}
 	ch := Challenge{ID: uuid.NewString(), SessionID: cur.ID, Action: req.action, Amount: req.amount, ExpiresAt: now.Add(s.cfg.CodeTTL)}
 	// The new code replaces every earlier one still open: only one code can be guessed at.
 	if _, err := tx.Exec(ctx, `UPDATE cancel_challenges SET superseded_at = $2
 		WHERE session_id = $1 AND consumed_at IS NULL AND superseded_at IS NULL`, cur.ID, now); err != nil {
-		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: supersede: %w", err)
+		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: supersede: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO cancel_challenges (id, session_id, action, amount, request_key, code_hash, expires_at, max_attempts, requested_by, created_at)
 		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, ''), $6, $7, $8, $9, $10)`, ch.ID, cur.ID, string(req.action), req.amount, req.requestKey,
 		s.codeHash(ch.ID, code), ch.ExpiresAt, s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
-		return Challenge{}, 0, Message{}, dbError("one-time code: insert", err, "")
+		return Challenge{}, queuedMessage{}, dbError("one-time code: insert", err, "")
 	}
 	var contact string
 	if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
 		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
-		return Challenge{}, 0, Message{}, fmt.Errorf("one-time code: contact: %w", err)
+		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: contact: %w", err)
 	}
 	msg := Message{To: contact, Kind: req.kind, OrderID: cur.OrderID, PaymentID: cur.ID, Text: req.text(code), Redacted: req.text(redactedCode),
 		ChallengeID: ch.ID}
-	outboxID, err := enqueue(ctx, tx, msg, now)
-	if err != nil {
-		return Challenge{}, 0, Message{}, err
+	var leaseUntil time.Time
+	if s.cfg.Notifier != nil {
+		leaseUntil = now.Add(s.cfg.LeaseDuration) // the writer delivers it after commit
 	}
-	return ch, outboxID, msg, nil
+	queued, err := enqueue(ctx, tx, msg, now, leaseUntil)
+	if err != nil {
+		return Challenge{}, queuedMessage{}, err
+	}
+	return ch, queued, nil
 }
 
 // tryCode checks code against the challenge of action on the session and consumes it, in the

@@ -67,9 +67,25 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 	return nil
 }
 
-// enqueue writes a message to the outbox in the caller's transaction and returns its id.
-func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, error) {
-	var id int64
+// queuedMessage is a message enqueue wrote, with the lease its writer holds on it until it has
+// delivered it (deliverQueued).
+type queuedMessage struct {
+	id    int64
+	token string
+	msg   Message
+}
+
+// enqueue writes a message to the outbox in the caller's transaction. With a notifier, the
+// writer leases the row (leaseUntil) for its own delivery after commit: the patrol takes the
+// message over only once that lease has run out, never while the writer's notifier call is
+// still on the wire (an outside review: a slow notifier past the never-tried grace got the code
+// sent twice, and the writer's record then cleared the patrol's lease).
+func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Time) (queuedMessage, error) {
+	q := queuedMessage{msg: m}
+	var until any
+	if !leaseUntil.IsZero() {
+		until = leaseUntil
+	}
 	var pid, cid any
 	if m.PaymentID != "" {
 		pid = m.PaymentID
@@ -77,12 +93,22 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now time.Time) (int64, e
 	if m.ChallengeID != "" {
 		cid = m.ChallengeID
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, challenge_id, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8) RETURNING id`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, challenge_id, created_at,
+			lease_until, lease_token)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, CASE WHEN $9::timestamptz IS NOT NULL THEN gen_random_uuid() END)
+		RETURNING id, coalesce(lease_token::text, '')`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now, until).Scan(&q.id, &q.token)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: %w", err)
+		return queuedMessage{}, fmt.Errorf("outbox: %w", err)
 	}
-	return id, nil
+	return q, nil
+}
+
+// deliverQueued delivers a message its writer enqueued, under the writer's lease on the row.
+func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
+	if q.token != "" {
+		ctx = withLease(ctx, outboxLeaseID(q.id), q.token)
+	}
+	s.deliver(ctx, q.id, q.msg)
 }
 
 // outboxAttempts bounds how often one message is tried.

@@ -85,8 +85,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var ch Challenge
-	var msg Message
-	var outboxID int64
+	var queued queuedMessage
 	err = s.inTx(ctx, "request refund code", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
 		if err != nil {
@@ -113,7 +112,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 			return fmt.Errorf("request refund code: read: %w", err)
 		}
 		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
-		ch, outboxID, msg, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
+		ch, queued, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
 			requestKey: in.requestKey(), kind: "refund_code", text: func(code string) string {
 				return fmt.Sprintf("Your code to confirm a refund of %s for order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked for this refund.",
 					money, cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
@@ -123,8 +122,8 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	if err != nil {
 		return Challenge{}, err
 	}
-	if outboxID != 0 {
-		s.deliver(ctx, outboxID, msg)
+	if queued.id != 0 {
+		s.deliverQueued(ctx, queued)
 	}
 	return ch, nil
 }
