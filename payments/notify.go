@@ -118,8 +118,8 @@ const outboxAttempts = 5
 // down), with the same pool and lease rules as sessions (patrol.go): each message is leased in a
 // short transaction (SKIP LOCKED and a fresh token, so two replicas never send the same message
 // at once), sent after commit with no lock held, and its outcome recorded only while the token
-// holds. A message never tried is left alone for RegisterGrace: the request that wrote it may be
-// delivering it right now.
+// holds. A message the request that wrote it is delivering is leased by that request
+// (enqueue); one never tried is also left alone for RegisterGrace.
 //
 // A one-time code that is dead by then is not sent: its challenge was superseded by a newer code
 // (the customer would get an old code that answers 410 next to the new one), consumed (the first
