@@ -214,6 +214,7 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // answer writes nothing; the gateway is asked again about the session as it is now, and that
 // answer is applied (staleAnswer). A contradiction that is real survives the second question.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
+	asking := ctx                    // asking again stays bounded by the caller's time and ends at shutdown
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
 	for asked := 1; ; asked++ {
 		seen := sess.Status
@@ -231,9 +232,15 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		if !errors.As(err, &stale) {
 			return out, err
 		}
+		if asking.Err() != nil {
+			// The caller's time is up (a drive past its deadline, a replica shutting down): the
+			// newer decision stands, and the next look asks (an outside review: these asks ran
+			// detached, after the lease and past the unit's stop timeout).
+			return stale.now, nil
+		}
 		s.log.Info("a gateway answer was overtaken by a newer decision; asking the gateway again",
 			"session_id", sess.ID, "answer", string(gp.Status), "read", string(sess.Status), "now", string(stale.now.Status))
-		fresh, found, gerr := s.gatewayState(ctx, stale.now)
+		fresh, found, gerr := s.gatewayState(asking, stale.now)
 		if gerr != nil || !found {
 			// The newer decision stands; a real contradiction is found by the next look.
 			return stale.now, nil

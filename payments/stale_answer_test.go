@@ -141,3 +141,39 @@ func TestARealContradictionSurvivesTheSecondQuestion(t *testing.T) {
 		t.Fatalf("gateway_mismatch cases = %d, want 1", n)
 	}
 }
+
+// An overtaken answer is asked about again only while the caller still has time: a check whose
+// context ended meanwhile (a replica shutting down, a drive past its deadline) lets the newer
+// decision stand and asks nothing more; before, the second ask ran detached from any deadline.
+func TestOvertakenAnswerIsNotAskedAgainAfterTheCallerStopped(t *testing.T) {
+	t.Parallel()
+	gw := &answerThen{}
+	b := newBench(t, func(c *payments.Config) {
+		gw.Gateway = c.Gateway.(*fakegw.Gateway)
+		c.Gateway = gw
+	})
+	sess := b.registered(t, "o-overtaken-stop", 1000)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
+	if got, err := b.plain.Check(context.Background(), api, sess.ID); err != nil || got.Status != payments.StatusAuthorized {
+		t.Fatalf("setup check = %s %v", got.Status, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw.then = func() { // "authorized" is answered, then a check completes it, then the caller stops
+		b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+		if got, err := b.plain.Check(context.Background(), api, sess.ID); err != nil || got.Status != payments.StatusCompleted {
+			t.Errorf("the other check = %s %v", got.Status, err)
+		}
+		cancel()
+	}
+	before := b.gw.Calls(fakegw.OpStatus)
+	if got, err := b.svc.Check(ctx, api, sess.ID); err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("check = %s %v, want the newer decision", got.Status, err)
+	}
+	if n := b.gw.Calls(fakegw.OpStatus) - before; n != 2 {
+		t.Fatalf("status calls = %d, want the held one and the other check's, nothing asked after the stop", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases`); n != 0 {
+		t.Fatalf("%d finance cases", n)
+	}
+}
