@@ -677,6 +677,10 @@ type Heartbeat struct {
 	LastCalls    int
 	LastFailed   int
 	DrivenTotal  int64
+	// ClockOffset is the replica's clock minus the database's when it last beat (nil: not
+	// measured, a replica of an earlier release). Leases and deadlines are compared with the
+	// replicas' clocks: more than a second apart is a problem (PitlaneClockOffset).
+	ClockOffset *time.Duration
 }
 
 // BackingOff reports whether the replica was backing off at now.
@@ -697,12 +701,17 @@ func (s *Service) beat(ctx context.Context) {
 	args := []any{s.cfg.ReplicaID, s.cfg.Version, s.cfg.SweepConcurrency, p.startedAt, now, p.lastSweepAt,
 		p.inFlight.Load(), until, p.backoffWhy, p.last.Driven, p.last.Calls, p.last.Failed, p.drivenTotal}
 	p.mu.Unlock()
+	// The clock offset is this replica's time (read just before the statement) minus the
+	// database's as the statement runs: a little below the truth by the time the statement
+	// takes to arrive, which is what a lease compared across replicas sees too.
+	args = append(args, s.cfg.Clock.Now())
 	if _, err := s.db.Exec(ctx, `INSERT INTO sweeper_heartbeats (replica_id, version, concurrency, started_at, beat_at,
-			last_sweep_at, in_flight, backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			last_sweep_at, in_flight, backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total,
+			clock_offset_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, round(extract(epoch FROM $14::timestamptz - clock_timestamp()) * 1000)::bigint)
 		ON CONFLICT (replica_id) DO UPDATE SET version = $2, concurrency = $3, started_at = $4, beat_at = $5,
 			last_sweep_at = $6, in_flight = $7, backoff_until = $8, backoff_reason = $9, last_round_driven = $10,
-			last_round_calls = $11, last_round_failed = $12, driven_total = $13`, args...); err != nil {
+			last_round_calls = $11, last_round_failed = $12, driven_total = $13, clock_offset_ms = EXCLUDED.clock_offset_ms`, args...); err != nil {
 		s.log.Error("patrol: heartbeat", "err", err)
 	}
 }
@@ -722,15 +731,20 @@ const HeartbeatRetention = 24 * time.Hour
 // Heartbeats lists every replica's last heartbeat, by replica id.
 func (s *Service) Heartbeats(ctx context.Context) ([]Heartbeat, error) {
 	rows, err := s.db.Query(ctx, `SELECT replica_id, version, concurrency, started_at, beat_at, last_sweep_at, in_flight,
-		backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total
+		backoff_until, backoff_reason, last_round_driven, last_round_calls, last_round_failed, driven_total, clock_offset_ms
 		FROM sweeper_heartbeats ORDER BY replica_id LIMIT 1000`)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeats: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Heartbeat, error) {
 		var h Heartbeat
+		var offsetMS *int64
 		err := r.Scan(&h.ReplicaID, &h.Version, &h.Concurrency, &h.StartedAt, &h.BeatAt, &h.LastSweepAt, &h.InFlight,
-			&h.BackoffUntil, &h.Reason, &h.LastDriven, &h.LastCalls, &h.LastFailed, &h.DrivenTotal)
+			&h.BackoffUntil, &h.Reason, &h.LastDriven, &h.LastCalls, &h.LastFailed, &h.DrivenTotal, &offsetMS)
+		if offsetMS != nil {
+			d := time.Duration(*offsetMS) * time.Millisecond
+			h.ClockOffset = &d
+		}
 		return h, err
 	})
 	if err != nil {

@@ -715,3 +715,36 @@ func TestPatrolHeartbeatShowsARoundInProgress(t *testing.T) {
 		t.Fatalf("heartbeat after the round = %+v, want 4 driven once each", h)
 	}
 }
+
+// Each heartbeat measures how far the replica's clock is from the database's: leases and
+// deadlines are compared with the replicas' clocks, and a replica seconds ahead takes the
+// others' leases early. One replica 7 s ahead of the database, one on time.
+func TestHeartbeatMeasuresTheReplicasClockOffset(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	ahead := b.service(b.pool, "replica-ahead", func(c *payments.Config) {
+		c.Clock = payments.NewManualClock(time.Now().Add(7 * time.Second))
+	})
+	onTime := b.service(b.pool, "replica-on-time", func(c *payments.Config) { c.Clock = payments.SystemClock{} })
+	ahead.BeatNow(ctx)
+	onTime.BeatNow(ctx)
+	hbs, err := b.svc.Heartbeats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]time.Duration{}
+	for _, h := range hbs {
+		if h.ClockOffset == nil {
+			t.Fatalf("%s: no clock offset measured", h.ReplicaID)
+		}
+		got[h.ReplicaID] = *h.ClockOffset
+	}
+	// The measurement is below the truth by the statement's way to the server (milliseconds).
+	if d := got["replica-ahead"]; d < 6*time.Second || d > 7*time.Second+100*time.Millisecond {
+		t.Errorf("the replica 7 s ahead measured %s", d)
+	}
+	if d := got["replica-on-time"]; d < -time.Second || d > 100*time.Millisecond {
+		t.Errorf("the replica on time measured %s", d)
+	}
+}

@@ -26,8 +26,8 @@ type patrolCollector struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	beat, sweep, inFlight, backingOff, backoffUntil, failed, calls, driven, info *prometheus.Desc
-	selfBackingOff, selfInFlight                                                 *prometheus.Desc
+	beat, sweep, inFlight, backingOff, backoffUntil, failed, calls, driven, info, offset *prometheus.Desc
+	selfBackingOff, selfInFlight                                                         *prometheus.Desc
 }
 
 func newPatrolCollector(svc *payments.Service, log *slog.Logger) *patrolCollector {
@@ -45,6 +45,8 @@ func newPatrolCollector(svc *payments.Service, log *slog.Logger) *patrolCollecto
 		failed:       prometheus.NewDesc("pitlane_patrol_last_round_gateway_failed", "Of those, calls without a trustworthy answer (5xx, timeouts, refused connections).", r, nil),
 		driven:       prometheus.NewDesc("pitlane_patrol_driven_total", "Leases the replica's patrol drove since it started.", r, nil),
 		info:         prometheus.NewDesc("pitlane_patrol_info", "The replica's patrol: its build and width (value 1).", []string{"replica", "version", "concurrency"}, nil),
+		offset: prometheus.NewDesc("pitlane_patrol_clock_offset_seconds",
+			"The replica's clock minus the database's at its last heartbeat; leases and deadlines are compared across replicas' clocks.", r, nil),
 		selfBackingOff: prometheus.NewDesc("pitlane_patrol_self_backing_off",
 			"1 while THIS replica's patrol backs off (from memory).", nil, nil),
 		selfInFlight: prometheus.NewDesc("pitlane_patrol_self_in_flight",
@@ -54,7 +56,7 @@ func newPatrolCollector(svc *payments.Service, log *slog.Logger) *patrolCollecto
 
 func (c *patrolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.beat, c.sweep, c.inFlight, c.backingOff, c.backoffUntil, c.calls, c.failed,
-		c.driven, c.info, c.selfBackingOff, c.selfInFlight} {
+		c.driven, c.info, c.offset, c.selfBackingOff, c.selfInFlight} {
 		ch <- d
 	}
 }
@@ -87,6 +89,9 @@ func (c *patrolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, float64(h.LastFailed), r)
 		ch <- prometheus.MustNewConstMetric(c.driven, prometheus.CounterValue, float64(h.DrivenTotal), r)
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, r, h.Version, strconv.Itoa(h.Concurrency))
+		if h.ClockOffset != nil {
+			ch <- prometheus.MustNewConstMetric(c.offset, prometheus.GaugeValue, h.ClockOffset.Seconds(), r)
+		}
 	}
 }
 
