@@ -82,7 +82,7 @@ func (h *Checkout) render(c echo.Context, status int, v views.CheckoutView) erro
 var customer = payments.Actor{Kind: payments.ActorCustomer, ID: "checkout"}
 
 func (h *Checkout) orderID(c echo.Context) (string, error) {
-	id := pathParam(c, "order_id") // "." and ".." arrive as %2E (payments.CheckoutPath)
+	id := payments.CheckoutPathOrderID(c.Param("order_id")) // "." and ".." arrive as "~." and "~.." (payments.CheckoutPath)
 	if !payments.ValidOrderID(id) {
 		return "", notFound("order")
 	}
@@ -185,8 +185,18 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		return err
 	}
 	active := findSession(sessions, order.ActiveSessionID)
+	// stale: on the way back from the gateway (check), the page could not hear the gateway's word
+	// about the session (its look was taken less than payments.PageLookEvery ago — the page the
+	// customer left for the bank, say — or the gateway did not answer). The database's Registered
+	// would then say "not charged yet" about a payment the customer may have just approved; the
+	// page waits instead, and looks again when the gateway may next be asked (staleUntil).
+	var (
+		stale      bool
+		staleUntil time.Time
+	)
 	if active != nil && (check || active.Status != payments.StatusRegistering) {
-		if _, _, cerr := h.svc.CheckFromPage(ctx, customer, active.ID); cerr != nil {
+		look, cerr := h.svc.CheckFromPage(ctx, customer, active.ID)
+		if cerr != nil {
 			if payments.ErrorCode(cerr) == payments.EINTERNAL {
 				return cerr
 			}
@@ -194,6 +204,7 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 				notice = "We could not reach the bank just now; this page will look again."
 			}
 		}
+		stale, staleUntil = check && (!look.Asked || cerr != nil), look.Next
 		if order, sessions, err = h.svc.GetOrder(ctx, orderID); err != nil {
 			return err
 		}
@@ -208,6 +219,11 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 	case active != nil:
 		v.Session = active
 		switch {
+		case active.Status == payments.StatusRegistered && stale:
+			// Back from the gateway before it may be asked again: "confirming", looking again at
+			// the order's page as soon as it may ask (which then shows the payment's end, or the
+			// way back to the gateway's page if the customer did not pay there).
+			v.State, v.Updates = views.CheckoutConfirming, h.selfUpdatesAt(c, orderID, staleUntil)
 		case active.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(active.ConfirmationURL):
 			v.State = views.CheckoutContinue
 		case active.Status == payments.StatusCanceling:
@@ -405,8 +421,23 @@ func (h *Checkout) selfUpdates(c echo.Context, orderID string) views.CheckoutUpd
 	if tok := h.svc.OrderPageToken(orderID); tok != "" {
 		q.Set(payments.OrderPageParam, tok) // a page opened by its link looks again without it
 	}
-	u := url.URL{Path: "/checkout/" + orderID, RawPath: payments.CheckoutPath(orderID), RawQuery: q.Encode()}
-	return updates(&u)
+	u, err := url.Parse(payments.CheckoutPath(orderID)) // an escaped path: Path and RawPath agree
+	if err != nil {
+		u = &url.URL{Path: "/checkout/" + orderID}
+	}
+	u.RawQuery = q.Encode()
+	return updates(u)
+}
+
+// selfUpdatesAt are selfUpdates whose next look is when the gateway may next be asked (at), not
+// earlier (it would find no turn, and wait again) and at least a second away.
+func (h *Checkout) selfUpdatesAt(c echo.Context, orderID string, at time.Time) views.CheckoutUpdates {
+	u := h.selfUpdates(c, orderID)
+	if !u.Off {
+		wait := (at.Sub(h.svc.Now()) + time.Second - 1).Truncate(time.Second) // Refresh counts whole seconds
+		u.After = min(max(wait, time.Second), maxRefreshAfter)
+	}
+	return u
 }
 
 func findSession(sessions []payments.Session, id string) *payments.Session {

@@ -409,3 +409,36 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
 	}
 }
+
+// TestBrowserCheckoutURLsResolveAsTheTestsDo: the tests' browserURL (checkout_url_test.go)
+// resolves checkout URLs as Chromium's own URL parser does (new URL(ref, base)): the literal and
+// the percent-encoded dot segments go, "~." and "~.." (payments.CheckoutPath's spelling of the
+// order ids "." and "..") stay. The dot-segment tests that use the helper stand for a browser.
+func TestBrowserCheckoutURLsResolveAsTheTestsDo(t *testing.T) {
+	const base = "https://shop.example/checkout/o-1?amount=1"
+	refs := []string{
+		"/checkout/.", "/checkout/..?amount=1", "/checkout/%2E?amount=1", "/checkout/%2e%2E?amount=1",
+		"/checkout/.%2E/return?view=x", "/checkout/%2E./return", "%2E%2E/x", "./%2e/y",
+		"/checkout/~.", "/checkout/~..?amount=1", "/checkout/~../return?view=x", "/checkout/a..", "/checkout/.a",
+		payments.CheckoutPath(".") + "?amount=1", payments.CheckoutPath("..") + "/return?view=x",
+		"https://shop.example/checkout/~..?view=x", "https://shop.example/checkout/%2E%2E?view=x",
+	}
+	ctx := newBrowser(t)
+	within(t, ctx, 20*time.Second, chromedp.Navigate("about:blank"))
+	js := "[" + strings.Join(func() []string {
+		q := make([]string, len(refs))
+		for i, r := range refs {
+			q[i] = fmt.Sprintf("%q", r)
+		}
+		return q
+	}(), ",") + fmt.Sprintf("].map(r => new URL(r, %q).href)", base)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+	if err != nil || len(got) != len(refs) {
+		t.Fatalf("Chromium's URLs: %v %v", got, err)
+	}
+	for i, ref := range refs {
+		if want := browserURL(t, base, ref).String(); got[i] != want {
+			t.Errorf("%s: Chromium resolves it to %s, the tests' browserURL to %s", ref, got[i], want)
+		}
+	}
+}

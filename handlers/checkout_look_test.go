@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
+	"pitlane/views"
 )
 
 // 120 loads of an order's checkout page and its return page, spread over two replicas, ask the
@@ -125,5 +128,65 @@ func TestCheckoutWaitingPageUpdatesCanBeTurnedOff(t *testing.T) {
 	on := doc.Find(testid("checkout-updates-toggle")).AttrOr("href", "")
 	if rec := a.get(on); strings.Contains(on, "auto=off") || rec.Header().Get("Refresh") == "" {
 		t.Fatalf("turn on %q: Refresh %q", on, rec.Header().Get("Refresh"))
+	}
+}
+
+// A customer who had the order's page open (a look at the gateway taken: "Continue to the
+// payment page"), approves at the bank and is back on the return page within 5 s meets no fresh
+// look: the gateway may not be asked yet. The page does not say "You have not been charged yet"
+// from the database's stale Registered; it waits ("confirming", with its Refresh), and its next
+// look is timed for when the gateway may be asked, where it shows the payment's end. A customer
+// back without paying gets the way to the bank's page again at that look.
+// Negative control (run by hand): with the return showing Registered as Continue whatever the
+// look, the return within 5 s is the stale Continue page without a Refresh.
+func TestCheckoutReturnWithin5sWaitsForTheGatewaysWord(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	state := func(doc *goquery.Document) string {
+		return doc.Find(testid("checkout-state")).AttrOr("data-state", "")
+	}
+	back := func(order string, wantAfter string) string {
+		t.Helper()
+		rec := a.get(b.orderPage(order, "/return"))
+		doc := page(t, rec, http.StatusOK)
+		if st := state(doc); st != views.CheckoutConfirming {
+			t.Fatalf("%s: back from the bank within 5 s: state %q, want %q", order, st, views.CheckoutConfirming)
+		}
+		after, next, ok := strings.Cut(rec.Header().Get("Refresh"), "; url=")
+		if !ok || after != wantAfter {
+			t.Fatalf("%s: Refresh %q, want the next look in %s s (when the gateway may be asked)", order, rec.Header().Get("Refresh"), wantAfter)
+		}
+		if doc.Find(testid("checkout-continue")).Length() != 0 {
+			t.Fatalf("%s: the waiting page still says to continue to the bank", order)
+		}
+		return next
+	}
+
+	paid := b.payment(t, "o-back-paid", 1999)
+	unpaid := b.payment(t, "o-back-unpaid", 1999)
+	for _, order := range []string{"o-back-paid", "o-back-unpaid"} {
+		if st := state(page(t, a.get(b.orderPage(order, "")), http.StatusOK)); st != views.CheckoutContinue {
+			t.Fatalf("%s: the order's page before paying: %q", order, st)
+		}
+	}
+	looks := b.gw.Calls(fakegw.OpStatus)
+	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded) // approved at the bank
+	b.clock.Advance(2 * time.Second)
+	nextPaid := back("o-back-paid", "3")
+	nextUnpaid := back("o-back-unpaid", "3")
+	if n := b.gw.Calls(fakegw.OpStatus) - looks; n != 0 {
+		t.Fatalf("the returns within 5 s asked the gateway %d times", n)
+	}
+
+	b.clock.Advance(3 * time.Second) // the Refresh's time: the gateway may be asked again
+	doc := page(t, a.get(nextPaid), http.StatusOK)
+	wantText(t, doc, "checkout-paid", "Paid")
+	doc = page(t, a.get(nextUnpaid), http.StatusOK)
+	if st := state(doc); st != views.CheckoutContinue || doc.Find(testid("checkout-continue")).AttrOr("href", "") != unpaid.ConfirmationURL {
+		t.Fatalf("back without paying, after the look: state %q, want the way to the bank's page", st)
+	}
+	if n := b.gw.Calls(fakegw.OpStatus) - looks; n != 2 {
+		t.Fatalf("the looks after 5 s asked the gateway %d times, want 2", n)
 	}
 }

@@ -114,7 +114,12 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 		// is started, and the page says so (409).
 		return h.refuse(c, orderID, err)
 	case code == payments.EUNAVAIL:
-		return h.unavailable(c, h.pagePath(orderID, page), err)
+		return h.errorPage(c, http.StatusServiceUnavailable, h.pagePath(orderID, page), err)
+	case code == payments.ELOCKED:
+		// The order's budget of new payments from the checkout is spent (a loop of clicks the
+		// gateway refuses, payments.CheckoutStartsPerHour): nothing was started; 429 with when
+		// a click may start one again.
+		return h.errorPage(c, http.StatusTooManyRequests, h.pagePath(orderID, page), err)
 	case code == payments.EINTERNAL:
 		return err
 	default:
@@ -139,12 +144,13 @@ func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	return h.refuse(c, orderID, err)
 }
 
-// unavailable answers a Pay click that met a lock timeout or a database outage (EUNAVAIL:
-// nothing was started, and the same click may be sent again): 503 with Retry-After, on the
-// customer's error page whose "Try again" and way back lead to back, the page the form came
-// from. The error handler's page would lead to the order's page token, which offers nothing to
-// an order whose only way to pay is its link.
-func (h *Checkout) unavailable(c echo.Context, back string, err error) error {
+// errorPage answers a Pay click that started nothing and may be sent again later: a lock
+// timeout or a database outage (EUNAVAIL, 503: the same click may be sent again), or the order's
+// budget of new payments spent (ELOCKED, 429). It is the customer's error page with Retry-After,
+// whose way back (and a 503's "Try again") lead to back, the page the form came from. The error
+// handler's page would lead to the order's page token, which offers nothing to an order whose
+// only way to pay is its link.
+func (h *Checkout) errorPage(c echo.Context, status int, back string, err error) error {
 	retry := int64(1) // as the error handler's for EUNAVAIL: a short lock wait is over by then
 	if d := payments.RetryAfter(err); d > 0 {
 		retry = int64((d + time.Second - 1) / time.Second)
@@ -152,8 +158,7 @@ func (h *Checkout) unavailable(c echo.Context, back string, err error) error {
 	hdr := c.Response().Header()
 	hdr.Set("Retry-After", strconv.FormatInt(retry, 10))
 	hdr.Set("Cache-Control", "no-store")
-	return render.HTML(c, http.StatusServiceUnavailable,
-		views.CheckoutError(h.merchant, http.StatusServiceUnavailable, payments.ErrorMessage(err), back))
+	return render.HTML(c, status, views.CheckoutError(h.merchant, status, payments.ErrorMessage(err), back))
 }
 
 // formLink is the checkout link a Pay form carries (its amount, currency, exp and sig) and its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -186,11 +187,12 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 	check(a.get("/checkout/bad%20id"), http.StatusNotFound, "")
 
 	// A Pay click whose CSRF cookie is gone (another browser window, cookies cleared): 403,
-	// nothing created, and the way back to the order's page.
-	_, form := payForm(t, a, b.link(t, "o-csrf", 1999, "EUR"))
+	// nothing created, and the way back to the page the form came from (TestCheckoutCSRFRefusalLeadsBackToTheForm).
+	link := b.link(t, "o-csrf", 1999, "EUR")
+	_, form := payForm(t, a, link)
 	fresh := b.agent(t)
 	fresh.get(b.orderPage("o-csrf", ""))
-	doc := check(fresh.post("/checkout/o-csrf", form), http.StatusForbidden, b.orderPage("o-csrf", ""))
+	doc := check(fresh.post("/checkout/o-csrf", form), http.StatusForbidden, link)
 	wantText(t, doc, "error-title", "expired")
 	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 {
 		t.Fatalf("a refused click created %d sessions", n)
@@ -211,4 +213,57 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 		t.Error("503 without Retry-After")
 	}
 	restore()
+}
+
+// The 403 of a Pay click refused by the CSRF check (its cookie gone: another window, cookies
+// cleared) leads back to the page its form came from, as Pay's own refusals do: the checkout
+// link the form carried (with its contact prefill), whose page offers Pay again. The order's
+// page token would not do for an order with no payment yet: that page has no amount to offer
+// without the link and says the link is incomplete or changed. A form that carried no link (the
+// page's retry form after a decline) leads to the order's page with its token, which offers
+// the retry; a form with a link that does not verify, to that token page too (never a link the
+// server did not sign).
+// Negative control (run by hand): with every POST led back to the order's page token (the
+// error handler before this change), the link form's way back is the bad-link page.
+func TestCheckoutCSRFRefusalLeadsBackToTheForm(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	refused := func(action string, form url.Values, back, state string) {
+		t.Helper()
+		cookieless := b.agent(t) // the form's CSRF cookie is not this browser's
+		cookieless.get(b.orderPage("o-none", ""))
+		doc := page(t, cookieless.post(action, form), http.StatusForbidden)
+		if got := doc.Find(testid("checkout-back")).AttrOr("href", ""); got != back {
+			t.Fatalf("403: the way back is %q, want %q", got, back)
+		}
+		doc = page(t, cookieless.get(back), http.StatusOK)
+		if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != state || doc.Find(testid("checkout-form")).Length() != 1 {
+			t.Fatalf("403's way back %s shows %q (%d Pay forms), want %q with a Pay form", back, st, doc.Find(testid("checkout-form")).Length(), state)
+		}
+	}
+
+	// A link's form, the order with no payment yet.
+	link := b.link(t, "o-csrf-link", 1999, "EUR")
+	action, form := payForm(t, a, link+"&contact=cust@example.com")
+	linkPage := mustQuery(t, link)
+	linkPage.Set("contact", "cust@example.com")
+	refused(action, form, payments.CheckoutPath("o-csrf-link")+"?"+linkPage.Encode(), views.CheckoutPay)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 {
+		t.Fatalf("refused clicks created %d sessions", n)
+	}
+
+	// The page's retry form after a decline (no link in it): the order's page with its token.
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
+	action, form = payForm(t, a, b.link(t, "o-csrf-retry", 500, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	action, retry := payForm(t, a, b.orderPage("o-csrf-retry", ""))
+	refused(action, retry, b.orderPage("o-csrf-retry", ""), views.CheckoutDeclined)
+
+	// A link's form whose sig does not verify: not a link to lead to.
+	forged := cloneForm(form)
+	forged.Set("sig", strings.Repeat("0", 64))
+	refused(action, forged, b.orderPage("o-csrf-retry", ""), views.CheckoutDeclined)
 }

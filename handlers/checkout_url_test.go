@@ -5,9 +5,15 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/access"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/views"
 )
 
 // A javascript: confirmation_url never reaches a page as a link or a redirect: a gateway that
@@ -51,36 +57,149 @@ func TestJavascriptConfirmationURLIsNeverRenderedOrFollowed(t *testing.T) {
 	}
 }
 
+// browserURL resolves ref against base the way a browser does (the WHATWG URL standard), where
+// Go's url.ResolveReference follows RFC 3986. The one difference that matters to checkout URLs
+// (ASCII path segments, a query) is made here: a path segment that is "." or ".." with any of
+// its dots percent-encoded ("%2e", "%2E%2e", ".%2E", "%2e.") is a dot segment to a browser too,
+// and is resolved away with the literal ones. TestBrowserCheckoutURLsResolveAsTheTestsDo checks
+// this helper against Chromium's own URL parser, so the tests below stand for real browsers.
+func browserURL(t testing.TB, base, ref string) *url.URL {
+	t.Helper()
+	b, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := strings.Split(u.EscapedPath(), "/")
+	for i, seg := range segs {
+		switch strings.ToLower(seg) {
+		case "%2e":
+			segs[i] = "."
+		case ".%2e", "%2e.", "%2e%2e":
+			segs[i] = ".."
+		}
+	}
+	raw := strings.Join(segs, "/")
+	if u.Path, err = url.PathUnescape(raw); err != nil {
+		t.Fatal(err)
+	}
+	u.RawPath = raw
+	return b.ResolveReference(u)
+}
+
+// returnsGateway is the fake gateway that also keeps the return URL of the last registration.
+type returnsGateway struct {
+	*fakegw.Gateway
+	mu   sync.Mutex
+	last string
+}
+
+func (g *returnsGateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	g.mu.Lock()
+	g.last = req.ReturnURL
+	g.mu.Unlock()
+	return g.Gateway.Register(ctx, req)
+}
+
+func (g *returnsGateway) returnURL() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last
+}
+
 // "." and ".." are valid order ids, but a browser resolves such path segments away before it
-// sends the request (/checkout/.. becomes /): every checkout URL pitlane hands out spells them
-// %2E, so the link, the Pay form and the page it leads to survive the browser's resolution and
-// reach the order (from an outside audit: the links of these orders opened the console).
+// sends the request (/checkout/.. becomes /), and so it does with %2E and %2E%2E, their
+// percent-encoded spelling (WHATWG URL, unlike RFC 3986): every checkout URL pitlane hands out
+// spells them "~." and "~..", so the link, the Pay form, the page a Pay click leads to, the
+// gateway's return URL and a waiting page's next look survive the browser's resolution and
+// reach the order (from an outside audit: the links of these orders opened the console; then
+// the %2E spelling, which Go's resolution keeps and browsers do not).
+// Negative control (run by hand): with CheckoutPath spelling them %2E (the release before),
+// the link of ".." becomes "/?amount=…" in a browser.
 func TestCheckoutURLsOfDotOrderIDsSurviveBrowsers(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	base, _ := url.Parse("https://shop.example/")
-	resolved := func(ref string) string {
-		u, err := url.Parse(ref)
-		if err != nil {
-			t.Fatal(err)
+	const shop = "https://shop.example"
+	gw := &returnsGateway{Gateway: b.gw}
+	_, e := b.replica(b.pool, "replica-dots", gw, func(c *payments.Config) {
+		c.ReturnURL = func(s payments.Session) string { return shop + payments.CheckoutPath(s.OrderID) } // as cmd's
+	})
+	// survives: the URL a browser requests for ref (on the shop's page at from) is ref itself.
+	survives := func(order, what, from, ref string) string {
+		t.Helper()
+		got := browserURL(t, from, ref)
+		if u, _ := url.Parse(ref); u.IsAbs() {
+			if got.String() != ref {
+				t.Fatalf("order %q: %s %s becomes %s in a browser", order, what, ref, got)
+			}
+		} else if got.RequestURI() != ref {
+			t.Fatalf("order %q: %s %s becomes %s in a browser", order, what, ref, got.RequestURI())
 		}
-		return base.ResolveReference(u).RequestURI()
+		if !strings.HasPrefix(got.Path, "/checkout/") {
+			t.Fatalf("order %q: %s leads out of the checkout: %s", order, what, got)
+		}
+		return got.RequestURI()
 	}
-	for _, order := range []string{".", "..", "a.b"} {
-		a := b.agent(t)
-		link := b.link(t, order, 1999, "EUR")
-		if got := resolved(link); got != link {
-			t.Fatalf("order %q: the link %s becomes %s in a browser", order, link, got)
+	orderOf := func(doc *goquery.Document) string {
+		return doc.Find("title").Text()
+	}
+	for _, order := range []string{".", "..", "a.b", ".a", "a.."} {
+		a := newAgent(t, e)
+		link := survives(order, "the link", shop+"/", b.link(t, order, 1999, "EUR"))
+		if title := orderOf(page(t, a.get(link), http.StatusOK)); !strings.Contains(title, "Order "+order+" ·") {
+			t.Fatalf("order %q: its link opens %q", order, title)
 		}
-		action, form := payForm(t, a, resolved(link))
-		if got := resolved(action); got != action || !strings.HasPrefix(action, "/checkout/") {
-			t.Fatalf("order %q: the Pay form posts to %s, a browser to %s", order, action, got)
-		}
-		if rec := a.post(resolved(action), form); rec.Code != http.StatusSeeOther {
+		action, form := payForm(t, a, link)
+		action = survives(order, "the Pay form's action", shop+link, action)
+
+		// A registration the gateway refuses: the click lands on the order's page, following it.
+		b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
+		rec := a.post(action, form)
+		if rec.Code != http.StatusSeeOther {
 			t.Fatalf("order %q: Pay = %d %s", order, rec.Code, rec.Body)
 		}
-		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 1 {
-			t.Fatalf("order %q: sessions = %d, want 1", order, n)
+		follow := survives(order, "the Pay click's redirect", shop+action, rec.Header().Get("Location"))
+		if st := page(t, a.get(follow), http.StatusOK).Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutDeclined {
+			t.Fatalf("order %q: the Pay click leads to a page in state %q", order, st)
 		}
+		back := survives(order, "the gateway's return URL", "https://bank.example/pay", gw.returnURL())
+		if st := page(t, a.get(back), http.StatusOK).Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutDeclined {
+			t.Fatalf("order %q: the return URL leads to a page in state %q", order, st)
+		}
+
+		// Try again, paid at the bank, not confirmed yet: the waiting page's next look.
+		action, retry := payForm(t, a, back)
+		action = survives(order, "the retry form's action", shop+back, action)
+		if rec := a.post(action, retry); rec.Code != http.StatusSeeOther {
+			t.Fatalf("order %q: Try again = %d %s", order, rec.Code, rec.Body)
+		}
+		var gp string
+		if err := b.pool.QueryRow(context.Background(), `SELECT gateway_payment_id FROM payment_sessions
+			WHERE order_id = $1 AND status = 'Registered'`, order).Scan(&gp); err != nil {
+			t.Fatalf("order %q: %v", order, err)
+		}
+		b.gw.SetStatus(gp, payments.GatewayAuthorized)
+		rec = a.get(back)
+		_, next, _ := strings.Cut(rec.Header().Get("Refresh"), "; url=")
+		next = survives(order, "the waiting page's next look", shop+back, next)
+		if st := page(t, a.get(next), http.StatusOK).Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutConfirming {
+			t.Fatalf("order %q: the next look shows state %q", order, st)
+		}
+		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 2 {
+			t.Fatalf("order %q: sessions = %d, want 2", order, n)
+		}
+	}
+	// Earlier links spelled the dots %2E: clients that send it as it is (not browsers) still
+	// reach the order with them.
+	old := strings.Replace(b.link(t, "..", 1999, "EUR"), "/checkout/~..", "/checkout/%2E%2E", 1)
+	if title := orderOf(page(t, newAgent(t, e).get(old), http.StatusOK)); !strings.Contains(title, "Order .. ·") {
+		t.Fatalf("the %%2E spelling opens %q", title)
+	}
+	// "~" is not in the order-id alphabet: only "~." and "~.." stand for the dots.
+	if rec := newAgent(t, e).get("/checkout/~a"); rec.Code != http.StatusNotFound {
+		t.Fatalf("/checkout/~a = %d, want 404", rec.Code)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -16,11 +17,31 @@ import (
 // that same session and never a second one, even when the first session has since failed.
 //
 // Protocol (the API's idempotency keys, cut down to what a form needs):
-//  1. Acquire in a short transaction: INSERT … ON CONFLICT DO NOTHING; on conflict read the row
-//     FOR UPDATE: bound to a session → that session (replay); held by a running click and not
-//     stale → EBUSY (the page says "preparing your payment" and looks again); stale → take over.
+//  1. Acquire in a short transaction. The key's row read FOR UPDATE: bound to a session → that
+//     session (replay); held by a running click and not stale → EBUSY (the page says "preparing
+//     your payment" and looks again); stale → take over. No row: a new click, which spends one of
+//     the order's CheckoutStartsPerHour (under the order's lock), then INSERT … ON CONFLICT DO
+//     NOTHING (a conflict: the same click's other request inserted it meanwhile; read it as
+//     above). Every acquire (the insert or a take-over) writes a fresh lock_token: the holder's.
 //  2. Create (claim + register) with no lock held.
-//  3. Bind the key to the session, or let go of it after a failure so the same click may retry.
+//  3. Bind the key to the session, or let go of it after a failure so the same click may retry;
+//     both only while the key carries this request's token and no session (migration 00570). A
+//     request slower than the stale time may have lost its key to a retry of the click meanwhile,
+//     which then holds it, or bound it to the session it created: the slow request's late bind
+//     or release must change neither.
+
+// CheckoutStartsPerHour is how many new Pay clicks (new intent keys) one order may start from the
+// checkout within an hour. Every new click runs a Create, and when the gateway refuses
+// registrations outright (an amount over its limit, a risk rule) each one is a new session,
+// failed at once, and a new Register call, and the page offers "Try again" again: without a
+// budget anyone holding the order's link could loop and spend the merchant's rate limit at the
+// gateway. Ten is far more than a customer retrying after declines needs in an hour (each try is
+// a trip to the bank's page), and bounds a loop to ten registrations an hour per order. The
+// budget is counted in PostgreSQL (the order's intents of the last hour) under the order's lock,
+// so every replica spends the same one. A repeat of a click (the same key: a double click, a
+// resubmit, a take-over of a stale click) is that click and spends nothing. Over the budget:
+// ELOCKED (429) with when the oldest counted click is an hour old.
+const CheckoutStartsPerHour = 10
 
 // CheckoutIntent is one Pay click.
 type CheckoutIntent struct {
@@ -47,7 +68,8 @@ type CheckoutPayResult struct {
 
 // CheckoutPay runs one Pay click: the key's session, creating it (svc.Create as the customer)
 // the first time. staleAfter bounds how long a click may hold its key before another request
-// with it may take over (payments.StaleAfterFor(GATEWAY_TIMEOUT)); 0 means the default.
+// with it may take over (payments.StaleAfterFor(GATEWAY_TIMEOUT)); 0 means the default. A new
+// key spends one of the order's CheckoutStartsPerHour (ELOCKED once they are spent).
 //
 // The browser abandons the first request of a double click; the Create it started must finish
 // and be bound all the same, so the work runs on a context that does not end with the request.
@@ -63,21 +85,36 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	}
 	ctx = context.WithoutCancel(ctx)
 	now := s.cfg.Clock.Now()
+	token := uuid.NewString() // this request's hold on the key, if it gets one
 	var bound string
 	err := s.inTx(ctx, "checkout: acquire intent", func(tx pgx.Tx) error {
-		var acquired bool
-		err := tx.QueryRow(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, locked_until, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING RETURNING true`,
-			key, in.OrderID, in.Amount, in.Currency, now.Add(staleAfter), now).Scan(&acquired)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return dbError("checkout: insert intent", err, "")
-		}
-		it, err := scanIntent(tx.QueryRow(ctx, `SELECT `+intentColumns+` FROM checkout_intents WHERE key = $1 FOR UPDATE`, key))
+		it, found, err := lockIntent(ctx, tx, key)
 		if err != nil {
-			return dbError("checkout: read intent", err, "")
+			return err
+		}
+		if !found {
+			// A new click. Its budget first, then its row, under the order's lock (a claim's
+			// lock, held here for two statements: nothing slow happens under it).
+			if err := s.checkoutStartAllowed(ctx, tx, key, in.OrderID, now); err != nil {
+				return err
+			}
+			var inserted bool
+			err := tx.QueryRow(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, locked_until, created_at, lock_token)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (key) DO NOTHING RETURNING true`,
+				key, in.OrderID, in.Amount, in.Currency, now.Add(staleAfter), now, token).Scan(&inserted)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return dbError("checkout: insert intent", err, "")
+			}
+			// The click's other request (a double click) inserted the key while this one waited
+			// for the order's lock: this is a repeat of that click, handled as one below.
+			if it, found, err = lockIntent(ctx, tx, key); err != nil {
+				return err
+			} else if !found {
+				return Errorf(EINTERNAL, "checkout: intent %s conflicts but is not there", key)
+			}
 		}
 		switch {
 		case it.OrderID != in.OrderID || it.Amount != in.Amount || it.Currency != in.Currency:
@@ -88,7 +125,9 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		case it.InFlight(now):
 			return Errorf(EBUSY, "your payment is being prepared")
 		}
-		_, err = tx.Exec(ctx, `UPDATE checkout_intents SET locked_until = $2 WHERE key = $1`, key, now.Add(staleAfter))
+		// A stale hold (its request died, or is slower than staleAfter): taken over, under a new
+		// token, so the old request's late bind or release finds the key is no longer its own.
+		_, err = tx.Exec(ctx, `UPDATE checkout_intents SET locked_until = $2, lock_token = $3 WHERE key = $1`, key, now.Add(staleAfter), token)
 		return err
 	})
 	if err != nil {
@@ -102,16 +141,79 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
 	if err != nil {
 		// No session for this click (refused, or the outcome is unknown): let the key go so the
-		// same click may try again; Create's per-order claim makes a repeat safe.
-		if _, uerr := s.db.Exec(ctx, `UPDATE checkout_intents SET locked_until = NULL WHERE key = $1 AND session_id IS NULL`, key); uerr != nil {
+		// same click may try again; Create's per-order claim makes a repeat safe. Only while the
+		// key is still this request's: a retry that took it over holds it now.
+		if _, uerr := s.db.Exec(ctx, `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
+			WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token); uerr != nil {
 			s.log.Error("checkout: release intent", "err", uerr)
 		}
 		return CheckoutPayResult{}, err
 	}
-	if _, err := s.db.Exec(ctx, `UPDATE checkout_intents SET session_id = $2, locked_until = NULL WHERE key = $1`, key, res.Session.ID); err != nil {
+	tag, err := s.db.Exec(ctx, `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
+		WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
+	if err != nil {
 		return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)
 	}
+	if tag.RowsAffected() == 0 {
+		return s.lostIntent(ctx, key, res.Session)
+	}
 	return CheckoutPayResult{Session: res.Session}, nil
+}
+
+// lostIntent answers a click whose request got its session (own, created or found by its
+// Create) but lost the key before it could bind it: a retry of the click took the key over while
+// this request was slower than the stale time. The click's outcome is the key's: the session the
+// retry bound (a replay); while the retry still runs, or after it let go of the key, own (the
+// page follows the key from there).
+func (s *Service) lostIntent(ctx context.Context, key string, own Session) (CheckoutPayResult, error) {
+	it, err := s.GetCheckoutIntent(ctx, key)
+	if err != nil {
+		return CheckoutPayResult{}, err
+	}
+	if it.SessionID == "" || it.SessionID == own.ID {
+		return CheckoutPayResult{Session: own}, nil
+	}
+	sess, err := s.Get(ctx, it.SessionID)
+	return CheckoutPayResult{Session: sess, Replayed: true}, err
+}
+
+// lockIntent reads the key's intent FOR UPDATE in the acquire's transaction (found false: no
+// such key).
+func lockIntent(ctx context.Context, tx pgx.Tx, key string) (CheckoutIntent, bool, error) {
+	it, err := scanIntent(tx.QueryRow(ctx, `SELECT `+intentColumns+` FROM checkout_intents WHERE key = $1 FOR UPDATE`, key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return CheckoutIntent{}, false, nil
+	case err != nil:
+		return CheckoutIntent{}, false, dbError("checkout: read intent", err, "")
+	}
+	return it, true, nil
+}
+
+// checkoutStartAllowed spends one of the order's CheckoutStartsPerHour for a new click (key), in
+// the acquire's transaction, which it makes hold the order's lock (LockCreateOrder, the claim's:
+// a new click waits at most for a claim of the order, itself a short transaction) so two
+// replicas cannot both take the last one: at most CheckoutStartsPerHour intents of the order
+// created within the hour before now, not counting key itself (the same click's other request
+// may have inserted it while this one waited for the lock; it is then a repeat, not a start).
+// ELOCKED carries when the oldest counted click is an hour old.
+func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orderID string, now time.Time) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), orderID); err != nil {
+		return dbError("checkout: lock order", err, "")
+	}
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM checkout_intents
+		WHERE order_id = $1 AND created_at > $2 AND key <> $3`, orderID, now.Add(-time.Hour), key).Scan(&n, &oldest); err != nil {
+		return dbError("checkout: count starts", err, "")
+	}
+	if n < CheckoutStartsPerHour {
+		return nil
+	}
+	wait := oldest.Add(time.Hour).Sub(now)
+	return &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
+		"this order's payment was started %d times within the last hour, the most we allow: please try again in %s. Nothing was charged by this click.",
+		CheckoutStartsPerHour, roundUp(wait))}
 }
 
 // CheckoutReplay is a repeat of a Pay click whose form may no longer start a payment (its link

@@ -140,14 +140,38 @@ func (l CheckoutLink) Path() string {
 }
 
 // CheckoutPath is the path of an order's checkout page, its one segment escaped. "." and ".."
-// are valid order ids, but browsers and HTTP clients resolve such segments away before sending
-// (/checkout/.. becomes /), so they are spelled %2E, which the router decodes back.
+// are valid order ids, but as a path segment they are dot segments, which browsers and HTTP
+// clients resolve away before sending (/checkout/.. becomes /). Percent-encoding the dots does
+// not help in browsers: the WHATWG URL standard treats "%2e" and "%2e%2e" (either case, in any
+// mix with ".") as dot segments too (new URL('/checkout/%2E%2E?amount=1', base) is
+// base + '?amount=1'), as RFC 3986 does not. So these two ids are spelled with a leading '~':
+// "~." and "~.." are no dot segments to anyone, '~' is left alone by browsers and proxies (an
+// RFC 3986 unreserved character), and it is not in the order-id alphabet, so no valid order id
+// is spelled that way. CheckoutPathOrderID reads it back.
 func CheckoutPath(orderID string) string {
 	seg := url.PathEscape(orderID)
 	if seg == "." || seg == ".." {
-		seg = strings.Repeat("%2E", len(seg))
+		seg = dotSegmentEscape + seg
 	}
 	return "/checkout/" + seg
+}
+
+// dotSegmentEscape is CheckoutPath's prefix of an order id that is a dot segment.
+const dotSegmentEscape = "~"
+
+// CheckoutPathOrderID is the order id of a checkout page's path segment as the router hands it
+// over (escaped or not): CheckoutPath's segment read back. "~." and "~.." are "." and ".."; the
+// %2E spelling of earlier releases still reads as the dots (clients that do not resolve it away,
+// such as Go's and curl's, reached those orders with it). Anything else is the segment
+// unescaped, which the caller validates (ValidOrderID).
+func CheckoutPathOrderID(seg string) string {
+	if u, err := url.PathUnescape(seg); err == nil {
+		seg = u
+	}
+	if rest, ok := strings.CutPrefix(seg, dotSegmentEscape); ok && (rest == "." || rest == "..") {
+		return rest
+	}
+	return seg
 }
 
 // CheckoutURL is the absolute link under Config.PublicBaseURL (the path alone when that is unset).

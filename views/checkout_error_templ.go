@@ -195,6 +195,8 @@ func checkoutErrorTitle(status int) string {
 		return "We could not find this order"
 	case status == 403:
 		return "This payment form has expired"
+	case status == 429:
+		return "Too many attempts to pay this order"
 	case status == 503:
 		return "Payments are briefly unavailable"
 	case status >= 500:

@@ -168,10 +168,7 @@ func checkoutPath(path string) bool { return strings.HasPrefix(path, "/checkout/
 func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Service) error {
 	back := ""
 	if id := c.Param("order_id"); id != "" && p.Status != http.StatusNotFound {
-		if u, err := url.PathUnescape(id); err == nil {
-			id = u
-		}
-		back = orderPageBack(c, svc, id)
+		back = orderPageBack(c, svc, payments.CheckoutPathOrderID(id))
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back)); err != nil {
@@ -191,8 +188,13 @@ func htmlError(c echo.Context, p Problem, replicaID string) error {
 // orderPageBack is an error page's way back to the order's checkout page, revealing nothing the
 // request did not hold (the page opens only with a link or the order's page token): a GET goes
 // back to the order's page with the query it asked with (re-encoded, on our own path: the link
-// is rendered as a trusted URL), a Pay click to the order's page with the page token its form
-// carried, and anything else to the bare page.
+// is rendered as a trusted URL); a Pay click (a POST refused before its handler ran: a CSRF
+// refusal, 403) to the page its form came from, as the handler's own refusals lead (handlers'
+// Checkout.pagePath): the checkout link the form carried when it is one of this order's (its
+// amount, currency, exp and sig, and the contact prefill), else the order's page with the page
+// token the form carried (the page's retry form); anything else to the bare page. The order's
+// page token alone would not do for a link's form: an order with no payment yet offers nothing
+// without its link, and says the link is incomplete or changed.
 func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string {
 	r := c.Request()
 	if r.Method == http.MethodGet {
@@ -201,8 +203,36 @@ func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string
 		}
 		return payments.CheckoutPath(orderID)
 	}
-	if svc != nil && svc.VerifyOrderPageToken(orderID, r.PostFormValue(payments.OrderPageParam)) {
+	if svc == nil {
+		return payments.CheckoutPath(orderID)
+	}
+	if q, ok := formLink(r, svc, orderID); ok {
+		return payments.CheckoutPath(orderID) + "?" + q.Encode()
+	}
+	if svc.VerifyOrderPageToken(orderID, r.PostFormValue(payments.OrderPageParam)) {
 		return svc.OrderPagePath(orderID, nil)
 	}
 	return payments.CheckoutPath(orderID)
+}
+
+// formLink is the checkout link a Pay form carried, as the query of the link's page (amount,
+// currency, exp, sig and the contact prefill), when it is a genuine link of the order (an
+// expired one too: its page says so, as the link itself does).
+func formLink(r *http.Request, svc *payments.Service, orderID string) (url.Values, bool) {
+	amount, aerr := strconv.ParseInt(strings.TrimSpace(r.PostFormValue("amount")), 10, 64)
+	exp, eerr := strconv.ParseInt(r.PostFormValue("exp"), 10, 64)
+	if aerr != nil || eerr != nil {
+		return nil, false
+	}
+	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, r.PostFormValue("sig"))
+	if err != nil && payments.ErrorCode(err) != payments.EEXPIRED {
+		return nil, false
+	}
+	q := url.Values{}
+	for _, k := range []string{"amount", "currency", "exp", "sig", "contact"} {
+		if v := r.PostFormValue(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q, true
 }

@@ -1,0 +1,92 @@
+package handlers_test
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// A gateway that refuses an order's registrations outright (an amount over its limit, a risk
+// rule) fails each payment at once, and the page offers "Try again" again: a loop of clicks,
+// each with a fresh intent key, would each make a session and a Register call, spending the
+// merchant's rate limit at the gateway. The checkout starts at most
+// payments.CheckoutStartsPerHour payments per order per hour: the next click is answered 429
+// with Retry-After (until the oldest counted click is an hour old) on the customer's error page,
+// which says why in their words and leads back to the page the form came from, and starts
+// nothing. A resubmit of a click already counted is that click, not a new start: it is answered
+// as before. An hour after the first click, a click starts a payment again.
+// Negative control (run by hand): without the budget (checkoutStartAllowed answering nil) the
+// 11th click makes an 11th registration.
+func TestCheckoutPayClicksHaveABudgetPerOrder(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	const order = "o-loop"
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, payments.CheckoutStartsPerHour+1)
+	link := b.link(t, order, 1999, "EUR")
+	retryPage := b.orderPage(order, "")
+
+	var lastAction string
+	var lastForm url.Values
+	for i := range payments.CheckoutStartsPerHour {
+		from := retryPage // after the first decline: the page's "Try again"
+		if i == 0 {
+			from = link
+		}
+		action, form := payForm(t, a, from)
+		rec := a.post(action, form)
+		if rec.Code != http.StatusSeeOther {
+			t.Fatalf("click %d: %d %s", i+1, rec.Code, rec.Body)
+		}
+		lastAction, lastForm = action, form
+		b.clock.Advance(time.Minute)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != payments.CheckoutStartsPerHour {
+		t.Fatalf("%d registrations, want %d", n, payments.CheckoutStartsPerHour)
+	}
+
+	// The next click, from the page's Try again and from the link: 429, nothing started, and
+	// the way back to the page each form came from.
+	wantRetry := strconv.Itoa(int((time.Hour - payments.CheckoutStartsPerHour*time.Minute) / time.Second))
+	for _, from := range []string{retryPage, link} {
+		action, form := payForm(t, a, from)
+		rec := a.post(action, form)
+		doc := page(t, rec, http.StatusTooManyRequests)
+		if got := rec.Header().Get("Retry-After"); got != wantRetry {
+			t.Errorf("from %s: Retry-After %q, want %q (when the first click is an hour old)", from, got, wantRetry)
+		}
+		if st := doc.Find(testid("checkout-error")).AttrOr("data-status", ""); st != "429" {
+			t.Fatalf("from %s: not the customer's error page: %s", from, rec.Body)
+		}
+		wantText(t, doc, "error-title", "Too many attempts")
+		wantText(t, doc, "error-detail", "try again in 50m")
+		wantText(t, doc, "error-detail", "Nothing was charged")
+		if back := doc.Find(testid("checkout-back")).AttrOr("href", ""); back != from {
+			t.Errorf("the way back is %q, want %q", back, from)
+		}
+		if n := b.gw.Calls(fakegw.OpRegister); n != payments.CheckoutStartsPerHour {
+			t.Fatalf("the refused click made a registration (%d)", n)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != payments.CheckoutStartsPerHour {
+		t.Fatalf("%d sessions, want %d", n, payments.CheckoutStartsPerHour)
+	}
+	// The last counted click sent again: the same click, answered as before, not refused.
+	if rec := a.post(lastAction, lastForm); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a resubmit of a counted click: %d, want its 303", rec.Code)
+	}
+	// An hour after the first click: one more start.
+	b.clock.Advance(time.Hour - payments.CheckoutStartsPerHour*time.Minute)
+	action, form := payForm(t, a, retryPage)
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a click an hour later: %d", rec.Code)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != payments.CheckoutStartsPerHour+1 {
+		t.Fatalf("%d registrations, want %d", n, payments.CheckoutStartsPerHour+1)
+	}
+}
