@@ -4,15 +4,11 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
-	"pitlane/views"
-	"pitlane/web/render"
 )
 
 // Pay: POST /checkout/:order_id, one Pay click. The form carries the intent key the page
@@ -113,14 +109,11 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 		// The shop made a newer link for another amount since this form was rendered: nothing
 		// is started, and the page says so (409).
 		return h.refuse(c, orderID, err)
-	case code == payments.EUNAVAIL:
-		return h.errorPage(c, http.StatusServiceUnavailable, h.pagePath(orderID, page), err)
-	case code == payments.ELOCKED:
-		// The order's budget of new payments from the checkout is spent (a loop of clicks the
-		// gateway refuses, payments.CheckoutStartsPerHour): nothing was started; 429 with when
-		// a click may start one again.
-		return h.errorPage(c, http.StatusTooManyRequests, h.pagePath(orderID, page), err)
-	case code == payments.EINTERNAL:
+	case code == payments.EUNAVAIL, code == payments.ELOCKED, code == payments.EINTERNAL:
+		// A lock timeout or an outage (503: the same click may be sent again), the order's
+		// budget of new payments from the checkout spent (429, payments.CheckoutStartsPerHour),
+		// or a fault: the error handler's customer page, with Retry-After and a way back to the
+		// page the form came from (web/errors.go, orderPageBack).
 		return err
 	default:
 		// A refusal (the order is paid meanwhile, an active payment of another amount, an
@@ -144,23 +137,6 @@ func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	return h.refuse(c, orderID, err)
 }
 
-// errorPage answers a Pay click that started nothing and may be sent again later: a lock
-// timeout or a database outage (EUNAVAIL, 503: the same click may be sent again), or the order's
-// budget of new payments spent (ELOCKED, 429). It is the customer's error page with Retry-After,
-// whose way back (and a 503's "Try again") lead to back, the page the form came from. The error
-// handler's page would lead to the order's page token, which offers nothing to an order whose
-// only way to pay is its link.
-func (h *Checkout) errorPage(c echo.Context, status int, back string, err error) error {
-	retry := int64(1) // as the error handler's for EUNAVAIL: a short lock wait is over by then
-	if d := payments.RetryAfter(err); d > 0 {
-		retry = int64((d + time.Second - 1) / time.Second)
-	}
-	hdr := c.Response().Header()
-	hdr.Set("Retry-After", strconv.FormatInt(retry, 10))
-	hdr.Set("Cache-Control", "no-store")
-	return render.HTML(c, status, views.CheckoutError(h.merchant, status, payments.ErrorMessage(err), back))
-}
-
 // formLink is the checkout link a Pay form carries (its amount, currency, exp and sig) and its
 // contact prefill, as the query of the link's page.
 func formLink(c echo.Context) url.Values {
@@ -171,15 +147,6 @@ func formLink(c echo.Context) url.Values {
 		}
 	}
 	return q
-}
-
-// pagePath is the order's page with page (a link's query) when it names a link, else the
-// order's page with its page token.
-func (h *Checkout) pagePath(orderID string, page url.Values) string {
-	if namesALink(page) {
-		return payments.CheckoutPath(orderID) + "?" + page.Encode()
-	}
-	return h.svc.OrderPagePath(orderID, nil)
 }
 
 // refuse answers a Pay click whose link pays nothing with the refusal page (refusedLink).

@@ -188,9 +188,9 @@ func htmlError(c echo.Context, p Problem, replicaID string) error {
 // orderPageBack is an error page's way back to the order's checkout page, revealing nothing the
 // request did not hold (the page opens only with a link or the order's page token): a GET goes
 // back to the order's page with the query it asked with (re-encoded, on our own path: the link
-// is rendered as a trusted URL); a Pay click (a POST refused before its handler ran: a CSRF
-// refusal, 403) to the page its form came from, as the handler's own refusals lead (handlers'
-// Checkout.pagePath): the checkout link the form carried when it is one of this order's (its
+// is rendered as a trusted URL); a Pay click (refused before its handler ran, a CSRF 403, or
+// by the core, a lock timeout's 503 or the order's budget's 429) to the page its form came
+// from: the checkout link the form carried when it is one of this order's (its
 // amount, currency, exp and sig, and the contact prefill), else the order's page with the page
 // token the form carried (the page's retry form); anything else to the bare page. The order's
 // page token alone would not do for a link's form: an order with no payment yet offers nothing
