@@ -770,14 +770,7 @@ func TestCancelOfADeclinedPaymentEndsWithNothingToReverse(t *testing.T) {
 				t.Parallel()
 				b := newBench(t)
 				sess := b.registered(t, "o-cancel-"+string(st), 1000)
-				ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
-				if res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID)); err != nil || res.Session.Status != payments.StatusCanceling {
-					t.Fatalf("confirm = %+v %v", res, err)
-				}
+				b.cancelWithLostReverse(t, sess)
 				b.gw.SetStatus(sess.GatewayPaymentID, st)
 				if by == "check" {
 					if _, err := b.svc.Check(ctx, api, sess.ID); err != nil {

@@ -538,12 +538,8 @@ func TestApprovalEndsTheLeaseOfADriveInFlight(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
-	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-closed-under-drive", Amount: 700, Currency: "EUR"})
-	if err != nil || r.Session.Status != payments.StatusUnknown || r.Session.GatewayPaymentID != "" {
-		t.Fatalf("setup: %+v %v", r.Session, err)
-	}
-	p := b.propose(t, fin1, r.Session.ID, payments.StatusFailed)
+	unknown := b.unregistered(t, "o-closed-under-drive", 700)
+	p := b.propose(t, fin1, unknown.ID, payments.StatusFailed)
 	registers := b.gw.Calls(fakegw.OpRegister)
 
 	gate := b.gw.Hold(fakegw.OpFind)
@@ -562,10 +558,10 @@ func TestApprovalEndsTheLeaseOfADriveInFlight(t *testing.T) {
 	if n := b.gw.Calls(fakegw.OpRegister) - registers; n != 0 {
 		t.Errorf("the drive sent %d registrations for a session people closed", n)
 	}
-	if n := b.gw.PaymentsWithReference(r.Session.ID); n != 0 {
+	if n := b.gw.PaymentsWithReference(unknown.ID); n != 0 {
 		t.Errorf("%d gateway payments for the Failed session", n)
 	}
-	s, err := b.svc.Get(ctx, r.Session.ID)
+	s, err := b.svc.Get(ctx, unknown.ID)
 	if err != nil || s.Status != payments.StatusFailed || s.GatewayPaymentID != "" || s.ConfirmationURL != "" {
 		t.Fatalf("after the approval and the drive: %+v %v", s, err)
 	}
@@ -590,14 +586,7 @@ func TestResolutionOfACancelEndsItsReverse(t *testing.T) {
 			t.Parallel()
 			b := newBench(t)
 			s := b.registered(t, "o-cancel-settled", 100)
-			ch, err := b.plain.RequestCancel(ctx, api, s.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
-			if res, err := b.plain.ConfirmCancel(ctx, api, s.ID, ch.ID, b.lastCode(t, s.ID)); err != nil || res.Session.Status != payments.StatusCanceling {
-				t.Fatalf("setup: %+v %v", res.Session, err)
-			}
+			b.cancelWithLostReverse(t, s)
 			b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'reverse never confirmed' WHERE id = $1`, s.ID, b.clock.Now())
 			p := b.propose(t, fin1, s.ID, c.outcome)
 			if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {

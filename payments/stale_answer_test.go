@@ -28,6 +28,17 @@ func (g *answerThen) Status(ctx context.Context, id string) (payments.GatewayPay
 	return gp, err
 }
 
+// newAnswerThenBench is a bench whose gateway runs gw.then once, right after its first status
+// answer.
+func newAnswerThenBench(t *testing.T) (*bench, *answerThen) {
+	gw := &answerThen{}
+	b := newBench(t, func(c *payments.Config) {
+		gw.Gateway = c.Gateway.(*fakegw.Gateway)
+		c.Gateway = gw
+	})
+	return b, gw
+}
+
 // An answer the gateway gave before another decision, applied after it, is not the gateway's
 // word about the new state: it opens no finance case. The gateway is asked again about the
 // session as it is now, and that answer stands (audit 5, F1: two checks on two replicas, the
@@ -67,11 +78,7 @@ func TestAnswerOvertakenByANewerDecisionOpensNoCase(t *testing.T) {
 		for _, by := range []string{"check", "patrol"} {
 			t.Run(r.name+", by the "+by, func(t *testing.T) {
 				t.Parallel()
-				gw := &answerThen{}
-				b := newBench(t, func(c *payments.Config) {
-					gw.Gateway = c.Gateway.(*fakegw.Gateway)
-					c.Gateway = gw
-				})
+				b, gw := newAnswerThenBench(t)
 				sess := b.registered(t, "o-overtaken", 1000)
 				b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
 				if got, err := b.plain.Check(ctx, api, sess.ID); err != nil || got.Status != payments.StatusAuthorized {
@@ -121,11 +128,7 @@ func TestAnswerOvertakenByANewerDecisionOpensNoCase(t *testing.T) {
 func TestARealContradictionSurvivesTheSecondQuestion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	gw := &answerThen{}
-	b := newBench(t, func(c *payments.Config) {
-		gw.Gateway = c.Gateway.(*fakegw.Gateway)
-		c.Gateway = gw
-	})
+	b, gw := newAnswerThenBench(t)
 	sess := b.registered(t, "o-real", 1000)
 	gw.then = func() {
 		b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
@@ -147,11 +150,7 @@ func TestARealContradictionSurvivesTheSecondQuestion(t *testing.T) {
 // decision stand and asks nothing more; before, the second ask ran detached from any deadline.
 func TestOvertakenAnswerIsNotAskedAgainAfterTheCallerStopped(t *testing.T) {
 	t.Parallel()
-	gw := &answerThen{}
-	b := newBench(t, func(c *payments.Config) {
-		gw.Gateway = c.Gateway.(*fakegw.Gateway)
-		c.Gateway = gw
-	})
+	b, gw := newAnswerThenBench(t)
 	sess := b.registered(t, "o-overtaken-stop", 1000)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
 	if got, err := b.plain.Check(context.Background(), api, sess.ID); err != nil || got.Status != payments.StatusAuthorized {

@@ -398,6 +398,18 @@ func TestReconciliationDoesNotHoldThePatrol(t *testing.T) {
 	mustWait(t, done, "the sweeper to stop")
 }
 
+// unregistered creates a payment whose registration got a 5xx: Unknown, nothing at the gateway,
+// no gateway id.
+func (b *bench) unregistered(t *testing.T, orderID string, amount int64) payments.Session {
+	t.Helper()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	s := b.createIn(t, orderID, amount, "EUR")
+	if s.Status != payments.StatusUnknown || s.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v, want Unknown with no gateway payment", s)
+	}
+	return s
+}
+
 // An Unknown session with nothing at the gateway (Create's registration got a 5xx) that the
 // patrol registers again and the gateway refuses outright (a 400: the request itself) is Failed
 // at once, as the first refusal would have made it, and the order is free for another payment.
@@ -407,17 +419,13 @@ func TestSweeperFailsAnUnknownRegistrationTheGatewayRefuses(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
-	r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-refused-again", Amount: 100, Currency: "EUR"})
-	if err != nil || r.Session.Status != payments.StatusUnknown || r.Session.GatewayPaymentID != "" {
-		t.Fatalf("setup: %+v %v", r.Session, err)
-	}
+	unknown := b.unregistered(t, "o-refused-again", 100)
 	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1)
 	b.clock.Advance(time.Minute)
 	if _, err := b.svc.SweepOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := b.svc.Get(ctx, r.Session.ID)
+	s, err := b.svc.Get(ctx, unknown.ID)
 	if err != nil || s.Status != payments.StatusFailed || s.LeaseOwner != "" || s.NextCheckAt != nil || s.CheckAttempts != 1 {
 		t.Fatalf("after the refusal: %+v %v", s, err)
 	}
