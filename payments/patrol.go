@@ -677,9 +677,10 @@ type Heartbeat struct {
 	LastCalls    int
 	LastFailed   int
 	DrivenTotal  int64
-	// ClockOffset is the replica's clock minus the database's when it last beat (nil: not
-	// measured, a replica of an earlier release). Leases and deadlines are compared with the
-	// replicas' clocks: more than a second apart is a problem (PitlaneClockOffset).
+	// ClockOffset is the replica's clock (as the service reads it: a server's is a DatabaseClock)
+	// minus the database's when it last beat (nil: not measured, a replica of an earlier
+	// release). Leases and deadlines are compared across replicas: more than a second apart is
+	// a problem (PitlaneClockOffset).
 	ClockOffset *time.Duration
 }
 

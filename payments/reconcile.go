@@ -55,7 +55,7 @@ type ReconcileConfig struct {
 	Batch int
 	// LeaderTTL: how long leadership lasts without renewal. A replica that dies holding it is
 	// replaced after this long; it must exceed the time one session takes (a gateway timeout or
-	// two) plus the clock skew between replicas.
+	// two) plus what skew between replicas' clocks is left (servers read the database's clock).
 	LeaderTTL time.Duration
 	// MaxFailures: runs in a row that may fail on the same session (gateway down, lock timeout)
 	// before it is skipped until the next pass.

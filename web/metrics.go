@@ -39,6 +39,7 @@ import (
 //     payments.IdempotencyConfig.OnConflict.
 //   - Each replica's patrol (heartbeat, last sweep, back-off, leases in flight): from the
 //     heartbeat rows every patrol writes each round (metrics_patrol.go).
+//   - This host's clock against the database's: ObserveHostClock.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -78,6 +79,16 @@ func NewMetrics() *Metrics {
 		m.httpRequests, m.httpDuration, m.idemConflicts,
 	)
 	return m
+}
+
+// ObserveHostClock reports this host's clock against the database's
+// (payments.DatabaseClock.HostOffset) as pitlane_host_clock_offset_seconds. pitlane's own
+// times follow the database's whatever this says; the host's logs and other programs do not.
+func (m *Metrics) ObserveHostClock(offset func() time.Duration) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pitlane_host_clock_offset_seconds",
+		Help: "This host's clock minus the database's, as last measured. pitlane's times (leases, expiries) follow the database's clock; pitlane_patrol_clock_offset_seconds is what remains after that correction.",
+	}, func() float64 { return offset().Seconds() }))
 }
 
 // idempotencyConflict counts one request refused because of its key (payments.IdempotencyConfig

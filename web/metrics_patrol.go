@@ -46,7 +46,7 @@ func newPatrolCollector(svc *payments.Service, log *slog.Logger) *patrolCollecto
 		driven:       prometheus.NewDesc("pitlane_patrol_driven_total", "Leases the replica's patrol drove since it started.", r, nil),
 		info:         prometheus.NewDesc("pitlane_patrol_info", "The replica's patrol: its build and width (value 1).", []string{"replica", "version", "concurrency"}, nil),
 		offset: prometheus.NewDesc("pitlane_patrol_clock_offset_seconds",
-			"The replica's clock minus the database's at its last heartbeat; leases and deadlines are compared across replicas' clocks.", r, nil),
+			"The replica's clock as pitlane reads it (the database's, read on its host) minus the database's at its last heartbeat: what the correction missed; leases and deadlines are compared across replicas.", r, nil),
 		selfBackingOff: prometheus.NewDesc("pitlane_patrol_self_backing_off",
 			"1 while THIS replica's patrol backs off (from memory).", nil, nil),
 		selfInFlight: prometheus.NewDesc("pitlane_patrol_self_in_flight",

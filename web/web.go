@@ -38,7 +38,8 @@ type Deps struct {
 	// request of their own; 0: auth.DefaultIdleTimeout.
 	ConsoleIdleTimeout time.Duration
 	// SessionClock is the console sessions' clock (idle timeout); nil: the wall clock, which
-	// sessions live on anyway (their lifetime, the store's expiry). Tests move it.
+	// sessions live on anyway (their lifetime, the store's expiry). serve passes the database's
+	// (payments.DatabaseClock: the idle stamp one replica writes, another reads). Tests move it.
 	SessionClock func() time.Time
 	// HSTS sends Strict-Transport-Security on every response: set it when PUBLIC_BASE_URL is
 	// https (browsers then never try plain http on this host again).

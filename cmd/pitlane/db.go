@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for goose
 
 	"pitlane/access"
 	"pitlane/migrations"
+	"pitlane/payments"
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
@@ -56,5 +59,32 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 	if err != nil {
 		return nil, nil, err
 	}
-	return access.New(pool, nil), pool.Close, nil
+	return access.New(pool, databaseClock(ctx, pool, env.Logger)), pool.Close, nil
+}
+
+// clockSyncEvery is how often a server measures its host's clock against the database's again.
+const clockSyncEvery = 30 * time.Second
+
+// clockSyncWait bounds the first measurement.
+const clockSyncWait = 5 * time.Second
+
+// databaseClock is the clock of every command that writes or compares times other replicas
+// read: the database's, read on this host (payments.DatabaseClock), measured once now. A
+// failure (or no answer within clockSyncWait: a server starts before its database is reachable,
+// and comes up unready instead of waiting here) leaves the host's clock in use and says so; a
+// server keeps trying (payments.DatabaseClock.Run). A host clock more than a second off is logged: pitlane
+// follows the database, but the host's logs and anything else on it do not.
+func databaseClock(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *payments.DatabaseClock {
+	clock := payments.NewDatabaseClock(nil)
+	sctx, cancel := context.WithTimeout(ctx, clockSyncWait)
+	defer cancel()
+	off, within, err := clock.Sync(sctx, pool)
+	switch {
+	case err != nil:
+		logger.Warn("clock: could not read the database's clock; using this host's until the next try", "err", err)
+	case off > time.Second || off < -time.Second:
+		logger.Warn("clock: this host's clock is off the database's; pitlane's times follow the database's",
+			"host_offset", off, "within", within)
+	}
+	return clock
 }

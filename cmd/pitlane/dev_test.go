@@ -208,7 +208,7 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 	}
 
 	// The service sees the adapter's name through the metrics decorator: session rows record it.
-	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, logger, web.NewMetrics(), nil)
+	svc, _, err := newService(load(map[string]string{"GATEWAY": "stripe", "GATEWAY_API_KEY": "sk_test_123"}), nil, nil, logger, web.NewMetrics(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

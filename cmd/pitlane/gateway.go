@@ -76,8 +76,8 @@ func buildGateway(cfg config.Config, logger *slog.Logger, command string) (payme
 
 // newService builds the locking core over the configured gateway, measured into metrics and
 // traced into tp, and returns the gateway's webhook verifier with it (nil without
-// GATEWAY_WEBHOOK_SECRET).
-func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metrics *web.Metrics, tp trace.TracerProvider) (*payments.Service, payments.WebhookVerifier, error) {
+// GATEWAY_WEBHOOK_SECRET). Its times are clock's (nil: the host's).
+func newService(cfg config.Config, pool *pgxpool.Pool, clock payments.Clock, logger *slog.Logger, metrics *web.Metrics, tp trace.TracerProvider) (*payments.Service, payments.WebhookVerifier, error) {
 	gw, verifier, err := buildGateway(cfg, logger, "serve")
 	if err != nil {
 		return nil, nil, err
@@ -87,6 +87,7 @@ func newService(cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger, metr
 		return nil, nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	pcfg := payments.Config{
+		Clock:          clock,
 		Gateway:        gwtrace.Wrap(measured, tp),
 		TracerProvider: tp,
 		Logger:         logger.With("component", "payments"),

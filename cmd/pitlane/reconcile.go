@@ -63,7 +63,9 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	}
 	defer pool.Close()
 	owner := reconcileOwner(cfg.ReplicaID, os.Getpid())
-	svc := payments.NewService(pool, payments.Config{Gateway: gw, Logger: env.Logger.With("component", "reconcile"), ReplicaID: owner,
+	// The patrol's one-runner lease is compared with the servers' times: the database's.
+	svc := payments.NewService(pool, payments.Config{Clock: databaseClock(ctx, pool, env.Logger), Gateway: gw,
+		Logger: env.Logger.With("component", "reconcile"), ReplicaID: owner,
 		GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts}) // the same pages trusted as in serve
 
 	rep, err := svc.ReconcileSince(ctx, *since, payments.ReconcileConfig{})

@@ -181,7 +181,15 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	defer stopTracing() // deferred before the server and the sweeper stop: runs after them
 
 	metrics := web.NewMetrics()
-	svc, verifier, err := newService(cfg, pool, logger, metrics, tp)
+	// Every replica's times are the database's (payments.DatabaseClock): a lease or an expiry
+	// one replica writes and another compares means the same instant to both, whatever their
+	// hosts' clocks say. Measured now and every clockSyncEvery until the server stops.
+	clock := databaseClock(ctx, pool, logger)
+	metrics.ObserveHostClock(clock.HostOffset)
+	clockCtx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClock()
+	go clock.Run(clockCtx, pool, clockSyncEvery, logger)
+	svc, verifier, err := newService(cfg, pool, clock, logger, metrics, tp)
 	if err != nil {
 		ln.Close()
 		return err
@@ -220,10 +228,11 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		// set exactly when browsers use one.
 		SecureCookies:      https,
 		ConsoleIdleTimeout: cfg.ConsoleIdleTimeout,
+		SessionClock:       clock.Now, // the idle timeout's last request, stamped and read by any replica
 		HSTS:               https,
 		TrustedProxies:     cfg.TrustedProxies,
 		Payments:           svc,
-		Access:             access.New(pool, nil), // built whatever the gateway: the console signs people in anyway
+		Access:             access.New(pool, clock), // built whatever the gateway: the console signs people in anyway
 		Idempotency:        payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
 		Webhooks:           handlers.WebhookConfig{Verifier: verifier},
 		Metrics:            metrics,

@@ -44,8 +44,15 @@ func TestServeMetricsAddrAndLimits(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		return req
 	}
-	if code := status(get("http://" + metricsAddr + "/metrics")); code != http.StatusOK {
-		t.Errorf("/metrics on METRICS_ADDR = %d", code)
+	// The server reads the database's clock: this host's offset from it is measured and reported.
+	if resp, err := client.Do(get("http://" + metricsAddr + "/metrics")); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "\npitlane_host_clock_offset_seconds ") {
+			t.Errorf("/metrics on METRICS_ADDR = %d, want 200 with the host clock's offset:\n%s", resp.StatusCode, body)
+		}
 	}
 	if code := status(get(base + "/metrics")); code != http.StatusNotFound {
 		t.Errorf("/metrics on the public port with METRICS_ADDR set = %d, want 404", code)

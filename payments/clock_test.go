@@ -1,0 +1,102 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/internal/testdb"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// hostClock is a host's clock as it is, set off the true time by skew.
+type hostClock time.Duration
+
+func (c hostClock) Now() time.Time { return time.Now().UTC().Add(time.Duration(c)) }
+
+// A host whose clock is an hour ahead still reads the database's time once synced.
+func TestDatabaseClockReadsTheDatabasesTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t, testdb.NewURL(t))
+	clock := payments.NewDatabaseClock(hostClock(time.Hour).Now)
+	if off := clock.HostOffset(); off != 0 {
+		t.Fatalf("offset before the first sync = %v, want 0 (the host's clock)", off)
+	}
+	for range 2 { // the second sync keeps (or refines) the first's offset
+		off, within, err := clock.Sync(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := off - time.Hour; d > time.Second || d < -time.Second || within > time.Second {
+			t.Fatalf("host offset %v within %v, want an hour", off, within)
+		}
+	}
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if d := clock.Now().Sub(dbNow); d > time.Second || d < -time.Second {
+		t.Fatalf("the clock reads %v from the database's time, want the database's", d)
+	}
+}
+
+// Replica B's host clock runs ten minutes ahead. While replica A's registration is on its way to
+// the gateway, B's patrol must leave the session alone: A's lease and the registration's grace
+// are A's times, compared with B's. On its host's clock B sees them long past and drives the
+// session beside A (the negative control); on the database's clock it sees what A sees.
+func TestAReplicaWhoseHostClockRunsAheadDoesNotTakeLeases(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		synced  bool
+		drivesB bool
+	}{{"database clock", true, false}, {"host clock (negative control)", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clockA := payments.NewDatabaseClock(nil)
+			ahead := hostClock(10 * time.Minute)
+			var clockB payments.Clock = ahead
+			var other *payments.Service
+			driven := -1
+			b := newBench(t, func(c *payments.Config) {
+				c.Clock = clockA
+				c.Hooks.BeforeRegister = func(ctx context.Context, id string) {
+					n, err := other.SweepOnce(ctx)
+					if err != nil {
+						t.Error(err)
+					}
+					driven = n
+				}
+			})
+			if tc.synced {
+				dc := payments.NewDatabaseClock(ahead.Now)
+				if _, _, err := dc.Sync(ctx, b.pool); err != nil {
+					t.Fatal(err)
+				}
+				clockB = dc
+			}
+			if _, _, err := clockA.Sync(ctx, b.pool); err != nil {
+				t.Fatal(err)
+			}
+			other = b.service(testdb.Pool(t, b.url), "replica-b", func(c *payments.Config) { c.Clock = clockB })
+			res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-clock-ahead", Amount: 1000, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if driven < 0 {
+				t.Fatal("the registration never reached the gateway")
+			}
+			if got := driven > 0; got != tc.drivesB {
+				t.Fatalf("replica B drove %d sessions while A's registration was in flight (want any: %v)", driven, tc.drivesB)
+			}
+			if !tc.drivesB {
+				if res.Session.Status != payments.StatusRegistered || b.gw.Calls(fakegw.OpRegister) != 1 {
+					t.Fatalf("status %s after %d registrations, want Registered after one", res.Session.Status, b.gw.Calls(fakegw.OpRegister))
+				}
+			}
+		})
+	}
+}
