@@ -306,7 +306,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 		if readErr != nil {
 			return unknownAnswer(op, resp.StatusCode, fmt.Errorf("read answer: %w", readErr))
 		}
-		if err := json.Unmarshal(raw, out); err != nil {
+		if err := decodeExact(raw, out); err != nil {
 			return unknownAnswer(op, resp.StatusCode, fmt.Errorf("decode answer: %w", err))
 		}
 		if ch, ok := out.(checker); ok {
@@ -318,7 +318,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		var e errorJSON
-		_ = json.Unmarshal(raw, &e) // a refusal stays a refusal even if its body is unreadable
+		_ = decodeExact(raw, &e)
 		ge := &payments.GatewayError{
 			Kind:          payments.FailureDefinitive,
 			Op:            op,
@@ -326,12 +326,24 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 			Code:          e.Error,
 			GatewayStatus: payments.GatewayStatus(e.Status),
 		}
-		if resp.StatusCode == http.StatusNotFound && ge.Code != "not_found" {
+		switch {
+		case op == OpRefundStatus && resp.StatusCode == http.StatusNotFound && ge.Code == "":
+			// The contract's refund look-up answers a bare 404 for a refund it does not have.
+			ge.Code = "not_found"
+		case resp.StatusCode == http.StatusNotFound && ge.Code != "not_found":
 			// The contract's "no such payment" is 404 {"error":"not_found"}. A 404 without it is
 			// a balancer's or a misrouted deploy's answer, not the gateway's word: read as a
 			// missing payment, a few minutes of it flagged every session the patrol, a page or
 			// a webhook looked at (an outside review), and counted as answers it never backed
 			// off. Unknown, asked again, and counted as the gateway failing.
+			ge.Kind = payments.FailureUnknown
+		case ge.Code == "":
+			// A refusal is the gateway's word: its error body names what it refused. A 4xx
+			// whose body names nothing (a proxy's HTML page, a body cut short) may stand in
+			// front of a request the gateway carried out — a 409 for an idempotency key still
+			// in use, a 422 for one reused — and read as a refusal it failed a payment the
+			// gateway made, or a refund it paid, making the amount refundable again. Unknown:
+			// asked again with the same key, or looked up.
 			ge.Kind = payments.FailureUnknown
 		}
 		if ge.Code == "" {
@@ -369,7 +381,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 
 	default: // 5xx, and anything the contract does not define (1xx, 3xx)
 		var e errorJSON
-		_ = json.Unmarshal(raw, &e)
+		_ = decodeExact(raw, &e)
 		return &payments.GatewayError{
 			Kind: payments.FailureUnknown, Op: op, HTTPStatus: resp.StatusCode, Code: e.Error,
 			Err: errors.New(describe(resp.Status, e.Message, readErr)),
@@ -437,14 +449,14 @@ type errorJSON struct {
 }
 
 type paymentJSON struct {
-	ID              string  `json:"id"`
-	Status          string  `json:"status"`
-	Amount          int64   `json:"amount"`
-	Currency        string  `json:"currency"`
-	Reference       string  `json:"reference"`
-	ConfirmationURL string  `json:"confirmation_url"`
-	Created         int64   `json:"created"`
-	DeclineCode     *string `json:"decline_code"`
+	ID              string      `json:"id"`
+	Status          string      `json:"status"`
+	Amount          int64       `json:"amount"`
+	Currency        string      `json:"currency"`
+	Reference       string      `json:"reference"`
+	ConfirmationURL string      `json:"confirmation_url"`
+	Created         json.Number `json:"created"` // unix seconds; any JSON number is read
+	DeclineCode     *string     `json:"decline_code"`
 }
 
 func (p *paymentJSON) check() error {
@@ -463,14 +475,35 @@ func (p *paymentJSON) domain() payments.GatewayPayment {
 		Reference:       p.Reference,
 		ConfirmationURL: p.ConfirmationURL,
 	}
-	if p.Created > 0 {
-		g.Created = time.Unix(p.Created, 0).UTC()
-	}
+	g.Created = unixSeconds(p.Created)
 	if p.DeclineCode != nil {
 		g.DeclineCode = *p.DeclineCode
 	}
 	return g
 }
+
+// unixSeconds reads the payment's "created": the contract's integer, or the same instant
+// written as any other JSON number (1764489600.0, 1.7644896e9). Anything out of range (or 0)
+// is no time at all: an unreadable "created" must not make the whole answer unreadable (a
+// registration left Unknown, every check failing); it only orders the look-up's list.
+func unixSeconds(n json.Number) time.Time {
+	if n == "" {
+		return time.Time{}
+	}
+	if i, err := n.Int64(); err == nil {
+		if i > 0 && i < maxUnix {
+			return time.Unix(i, 0).UTC()
+		}
+		return time.Time{}
+	}
+	if f, err := n.Float64(); err == nil && f > 0 && f < maxUnix {
+		return time.Unix(int64(f), 0).UTC()
+	}
+	return time.Time{}
+}
+
+// maxUnix: the year 5138; beyond it a "created" is no time at all.
+const maxUnix = 1 << 37
 
 type paymentList struct {
 	Data []paymentJSON `json:"data"`

@@ -527,6 +527,55 @@ func TestUnknownAnswerFieldsAreIgnored(t *testing.T) {
 	}
 }
 
+// Unknown fields are ignored, also those whose names differ from the contract's only in case
+// (encoding/json matched them, the later one winning: a pending payment read as succeeded, a
+// captured 1.00 as 50.00); "created" is read from any JSON number.
+func TestAnswersMatchNamesExactly(t *testing.T) {
+	t.Parallel()
+	c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/v1/refunds/"):
+			io.WriteString(w, `{"id":"rf_1","payment_id":"gp_1","amount":100,"status":"pending","Status":"succeeded","AMOUNT":5000}`)
+		case r.URL.Query().Get("reference") != "":
+			io.WriteString(w, `{"data":[{"id":"gp_1","status":"pending","amount":100,"currency":"EUR","reference":"r","created":1.7644896e9,
+				"Status":"succeeded","Amount":5000}],"DATA":[]}`)
+		default:
+			io.WriteString(w, `{"id":"gp_1","status":"pending","amount":100,"currency":"EUR","reference":"r","created":1764489600.0,
+				"Status":"succeeded","Amount":5000,"CURRENCY":"USD","Id":"gp_2","decline_code":null,"Decline_Code":"x"}`)
+		}
+	})
+	ctx := context.Background()
+	want := func(p payments.GatewayPayment, err error) {
+		t.Helper()
+		if err != nil || p.ID != "gp_1" || p.Status != payments.GatewayPending || p.Amount != 100 || p.Currency != "EUR" ||
+			p.DeclineCode != "" || !p.Created.Equal(time.Unix(1764489600, 0)) {
+			t.Errorf("%+v %v, want gp_1 pending 100 EUR created 1764489600", p, err)
+		}
+	}
+	want(c.Status(ctx, "gp_1"))
+	list, err := c.FindByReference(ctx, "r")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("%+v %v", list, err)
+	}
+	want(list[0], nil)
+	if r, err := c.RefundStatus(ctx, "rf_1"); err != nil || r.Status != "pending" || r.Amount != 100 {
+		t.Errorf("refund %+v %v, want pending 100", r, err)
+	}
+}
+
+// A "created" no time can be made of leaves the payment readable, with no time.
+func TestAnswerWithAnUnreadableCreated(t *testing.T) {
+	t.Parallel()
+	for _, created := range []string{`0`, `-5`, `1e400`, `99999999999999999999`, `null`} {
+		c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"id":"gp_1","status":"pending","amount":100,"currency":"EUR","reference":"r","created":`+created+`}`)
+		})
+		if p, err := c.Status(context.Background(), "gp_1"); err != nil || p.ID != "gp_1" || !p.Created.IsZero() {
+			t.Errorf("created %s: %+v %v", created, p, err)
+		}
+	}
+}
+
 func TestUnusableAnswers(t *testing.T) {
 	t.Parallel()
 	big := `{"id":"gp_1","status":"pending","pad":"` + strings.Repeat("x", 2000) + `"}`
@@ -551,7 +600,19 @@ func TestUnusableAnswers(t *testing.T) {
 		{"404 from a balancer, HTML", 404, `<h1>Not Found</h1>`, status, payments.FailureUnknown, "http_404"},
 		{"400 with a message", 400, `{"error":"invalid_request","message":"currency"}`, register, payments.FailureDefinitive, "invalid_request"},
 		{"429 is not a refusal (TestThrottledIsUnknown)", 429, ``, register, payments.FailureUnknown, "http_429"},
-		{"4xx body over the limit stays a refusal", 409, `{"error":"not_reversible","status":"succeeded","pad":"` + strings.Repeat("x", 2000) + `"}`, reverse, payments.FailureDefinitive, "http_409"},
+		// A refusal is the gateway's word, named in its body. A 4xx that names nothing may
+		// stand in front of a request the gateway carried out (a key still in use, a key
+		// reused): read as a refusal, it failed a payment the gateway made.
+		{"4xx body over the limit names nothing: unknown", 409, `{"error":"not_reversible","status":"succeeded","pad":"` + strings.Repeat("x", 2000) + `"}`, reverse, payments.FailureUnknown, "http_409"},
+		{"409 HTML is not a refusal", 409, `<html>409 Conflict</html>`, register, payments.FailureUnknown, "http_409"},
+		{"422 plain text is not a refusal", 422, `unprocessable`, register, payments.FailureUnknown, "http_422"},
+		{"400 without a body is not a refusal", 400, ``, register, payments.FailureUnknown, "invalid_request"},
+		{"409 JSON without an error code is not a refusal", 409, `{"message":"conflict"}`, reverse, payments.FailureUnknown, "http_409"},
+		// Names match exactly: an unknown "Error" after "error" does not replace it.
+		{"409 in use with an unknown Error beside", 409, `{"error":"idempotency_key_in_use","Error":"not_reversible"}`, reverse, payments.FailureUnknown, "idempotency_key_in_use"},
+		{"409 refusal with an unknown ERROR beside", 409, `{"error":"not_reversible","status":"succeeded","ERROR":"idempotency_key_in_use"}`, reverse, payments.FailureDefinitive, "not_reversible"},
+		// The contract's refund look-up answers a bare 404 for a refund it does not have.
+		{"refund look-up: a bare 404 is the contract's not found", 404, ``, refundStatus, payments.FailureDefinitive, "not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -631,6 +692,11 @@ func register(c *refgw.Client) error {
 
 func find(c *refgw.Client) error {
 	_, err := c.FindByReference(context.Background(), "r")
+	return err
+}
+
+func refundStatus(c *refgw.Client) error {
+	_, err := c.RefundStatus(context.Background(), "rf_1")
 	return err
 }
 

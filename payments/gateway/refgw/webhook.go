@@ -45,12 +45,15 @@ func (v *WebhookVerifier) SignatureHeader() string { return webhooksig.Header }
 
 // event is the reference gateway's event (gateway-api.md); unknown fields are ignored.
 type event struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
-	Data struct {
-		ID        string `json:"id"`
-		Reference string `json:"reference"`
-	} `json:"data"`
+	ID   string          `json:"id"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"` // read only for payment events: another type's is not ours to judge
+}
+
+// eventPayment is what a payment event's data says that the receiver uses.
+type eventPayment struct {
+	ID        string `json:"id"`
+	Reference string `json:"reference"`
 }
 
 // VerifyEvent implements payments.WebhookVerifier. The signature is checked over the raw body
@@ -71,18 +74,26 @@ func (v *WebhookVerifier) VerifyEvent(header string, body []byte, now time.Time)
 			return payments.GatewayEvent{}, &payments.Error{Code: payments.EBADSIGNATURE, Message: "signature does not match", Err: err}
 		}
 	}
+	// Keys are matched exactly (decodeExact): an unknown "ID" or "Data" must not stand in for
+	// "id" and "data".
 	var raw event
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return payments.GatewayEvent{}, &payments.Error{Code: payments.EMALFORMED, Message: "the event is not JSON", Err: err}
+	if err := decodeExact(body, &raw); err != nil {
+		return payments.GatewayEvent{}, &payments.Error{Code: payments.EMALFORMED, Message: "the event is not a JSON object with a string id and type", Err: err}
 	}
 	if raw.ID == "" {
 		return payments.GatewayEvent{}, payments.Errorf(payments.EMALFORMED, "the event has no id")
 	}
 	ev := payments.GatewayEvent{ID: raw.ID, Type: raw.Type}
-	// Only payment events carry a payment in data; other types (a future refund.updated) are
-	// acknowledged and recorded, not guessed at.
-	if strings.HasPrefix(raw.Type, "payment.") {
-		ev.PaymentID, ev.Reference = raw.Data.ID, raw.Data.Reference
+	// Only payment events carry a payment in data; other types (a future refund.updated, an
+	// account event whose data is a list) are acknowledged and recorded, not guessed at, and
+	// whatever their data is does not make them malformed (refused, they would be redelivered
+	// for days).
+	if strings.HasPrefix(raw.Type, "payment.") && len(raw.Data) > 0 {
+		var p eventPayment
+		if err := decodeExact(raw.Data, &p); err != nil {
+			return payments.GatewayEvent{}, &payments.Error{Code: payments.EMALFORMED, Message: "the payment event's data is not a payment object", Err: err}
+		}
+		ev.PaymentID, ev.Reference = p.ID, p.Reference
 	}
 	return ev, nil
 }

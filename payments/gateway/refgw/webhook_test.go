@@ -43,11 +43,19 @@ func TestWebhookVerifierRotation(t *testing.T) {
 		"both in one header":           sign(whNow, "whsec_new", "whsec_old"),
 		"a third and the new":          sign(whNow, "whsec_third", "whsec_new"),
 		"at the edge of the tolerance": sign(whNow.Add(-300*time.Second), "whsec_old"),
+		// "Any match is enough": an entry this verifier cannot read voids no v1 beside it.
+		"an entry without '=' beside": sign(whNow, "whsec_new") + ",foo",
 	} {
 		ev, err := v.VerifyEvent(header, whBody, whNow)
 		if err != nil || ev != want {
 			t.Errorf("%s: %+v %v; want %+v", name, ev, err, want)
 		}
+	}
+
+	// The timestamp is whole seconds: signed 300 s ago is inside the tolerance for the whole
+	// of that second (now's fraction made it 300.4 s, refused).
+	if _, err := v.VerifyEvent(sign(whNow.Add(-300*time.Second), "whsec_new"), whBody, whNow.Add(999*time.Millisecond)); err != nil {
+		t.Errorf("signed 300 s ago, read in the same second: %v", err)
 	}
 
 	for _, tc := range []struct {
@@ -96,9 +104,33 @@ func TestWebhookVerifierOtherEventTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte(`{"id":"evt_9","type":"refund.updated","data":{"id":"rf_1","payment_id":"gp_1"}}`)
+	for _, body := range [][]byte{
+		[]byte(`{"id":"evt_9","type":"refund.updated","data":{"id":"rf_1","payment_id":"gp_1"}}`),
+		// Another type's data is not ours to judge: refused as malformed, it would be
+		// redelivered for days.
+		[]byte(`{"id":"evt_9","type":"refund.updated","data":[1,2]}`),
+		[]byte(`{"id":"evt_9","type":"refund.updated","data":{"id":7}}`),
+		[]byte(`{"id":"evt_9","type":"refund.updated"}`),
+	} {
+		ev, err := v.VerifyEvent(webhooksig.Sign([]byte("whsec_new"), whNow, body), body, whNow)
+		if err != nil || ev != (payments.GatewayEvent{ID: "evt_9", Type: "refund.updated"}) {
+			t.Errorf("%s: %+v %v", body, ev, err)
+		}
+	}
+}
+
+// Unknown fields are ignored, also those whose names differ from the contract's only in case:
+// encoding/json matched them, and the later one won.
+func TestWebhookVerifierMatchesNamesExactly(t *testing.T) {
+	t.Parallel()
+	v, err := refgw.NewWebhookVerifier([]string{"whsec_new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_1","type":"payment.updated","data":{"id":"gp_1","reference":"ref-1","ID":"gp_other","Reference":"ref-other"},
+		"ID":"evt_other","Type":"account.updated","Data":{"id":"gp_x"}}`)
 	ev, err := v.VerifyEvent(webhooksig.Sign([]byte("whsec_new"), whNow, body), body, whNow)
-	if err != nil || ev != (payments.GatewayEvent{ID: "evt_9", Type: "refund.updated"}) {
-		t.Fatalf("%+v %v", ev, err)
+	if want := (payments.GatewayEvent{ID: "evt_1", Type: "payment.updated", PaymentID: "gp_1", Reference: "ref-1"}); err != nil || ev != want {
+		t.Fatalf("%+v %v, want %+v", ev, err, want)
 	}
 }

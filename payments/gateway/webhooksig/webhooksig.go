@@ -97,7 +97,7 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 		}
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
-			return fmt.Errorf("%w: entry %q has no '='", ErrMalformed, part)
+			continue // not ours to read ("any match is enough": it voids no v1 beside it)
 		}
 		switch k {
 		case "t":
@@ -144,9 +144,11 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 	if !matched {
 		return ErrNoMatch
 	}
-	age := now.Sub(time.Unix(sec, 0))
+	// In whole seconds, as the timestamp is: signed 300 s ago is within a 300-s tolerance
+	// whatever fraction of a second has passed since (now's fraction made it 300.4 s, refused).
+	age := time.Duration(now.Unix()-sec) * time.Second
 	if age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: signed %s ago, tolerance %s", ErrTooOld, age.Round(time.Second), tolerance)
+		return fmt.Errorf("%w: signed %s ago, tolerance %s", ErrTooOld, age, tolerance)
 	}
 	return nil
 }
