@@ -316,6 +316,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	status := ""
 	detail := ""
 	mismatch := ""
+	booksDiffer := "" // a refusal that contradicts our books: the refund fails, and finance gets a case
 	if gerr == nil {
 		mismatch = refundAnswerMismatch(sess, r, gr) // gateway_answer.go
 	}
@@ -330,6 +331,15 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		// pending at the gateway: ask again later
 	case sent && FailureOf(gerr) == FailureDefinitive:
 		status, detail = RefundFailed, "the gateway refused: "+GatewayErrorCode(gerr)
+		if c := GatewayErrorCode(gerr); c == "amount_exceeds_remaining" || c == "not_refundable" {
+			// Only a Completed payment with room for the refund reaches the gateway (the
+			// claim's check, and the schema's backstop): a gateway that says the payment took
+			// no money, or that less of it remains, keeps other books than ours — a refund made
+			// elsewhere (its dashboard), one whose answer we lost and failed by hand, a
+			// capture smaller than recorded. The refund failed; finance must see why.
+			booksDiffer = fmt.Sprintf("refund %s of %d %s was refused by the gateway as %s, while %s is %s here with the refund within what remains: the gateway's books differ",
+				r.ID, r.Amount, sess.Currency, c, sess.ID, sess.Status)
+		}
 	default:
 		return r, gerr
 	}
@@ -380,8 +390,10 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		if _, leased := leaseOf(ctx, r.ID); !leased {
 			by, _, _ = strings.Cut(cur.CreatedBy, ":")
 		}
-		out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now)
-		return err
+		if out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now); err != nil || booksDiffer == "" {
+			return err
+		}
+		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now)
 	})
 	return out, err
 }

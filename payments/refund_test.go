@@ -388,3 +388,26 @@ func (b *bench) pendingAtGateway(t *testing.T, order string) (payments.Session, 
 	b.clock.Advance(time.Minute)
 	return s, r
 }
+
+// A refund pitlane had room for, refused by the gateway because by its books the payment took
+// no money (or less of it remains): the refund fails, and finance gets a gateway_mismatch case
+// saying so — a refund made in the gateway's dashboard, or a payment it reversed, must not stay
+// silent in a detail line.
+func TestRefundRefusalContradictingOurBooksIsACase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-books", 1000)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayReversed) // the gateway says: nothing to refund
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k1"})
+	if err != nil || r.Refund.Status != payments.RefundFailed {
+		t.Fatalf("refund = %+v %v, want Failed", r, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL
+		AND detail LIKE '%not_refundable%books differ%'`, s.ID); n != 1 {
+		t.Fatalf("open gateway_mismatch cases naming the refusal = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+}
