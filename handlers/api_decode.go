@@ -25,7 +25,7 @@ import (
 // (FuzzAPIDecode). Everything here answers 4xx for bad input and never panics:
 //
 //	body over 64 KiB                        → 413
-//	a body that is not declared JSON        → 415
+//	a body declared as something else than JSON → 415 (no Content-Type at all: read as JSON)
 //	not UTF-8, not one JSON object, trailing data → 400
 //	duplicate or unknown field, wrong type, out of range → 422 naming the field
 
@@ -53,8 +53,13 @@ func readJSONObject(r *http.Request, required bool) (map[string]json.RawMessage,
 	if len(body) == 0 && !required {
 		return map[string]json.RawMessage{}, nil
 	}
-	if err := checkJSONContentType(r.Header.Get(echo.HeaderContentType)); err != nil {
-		return nil, err
+	// A body with no Content-Type is read as the only thing the API takes, JSON (a client that
+	// forgot the header gets its request served, or a 400 saying what is wrong with the body);
+	// one declared as anything else is refused as such.
+	if ct := r.Header.Get(echo.HeaderContentType); ct != "" {
+		if err := checkJSONContentType(ct); err != nil {
+			return nil, err
+		}
 	}
 	return decodeObject(body)
 }
@@ -66,9 +71,6 @@ func tooLarge() error {
 // checkJSONContentType accepts application/json and application/*+json, in UTF-8 when a charset
 // is named.
 func checkJSONContentType(ct string) error {
-	if ct == "" {
-		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be JSON: send Content-Type: application/json")
-	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the Content-Type header cannot be parsed; send application/json")
