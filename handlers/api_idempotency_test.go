@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,6 +258,28 @@ func TestAPIIntentKeysWithoutIdempotencyKey(t *testing.T) {
 	}
 	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
 		t.Fatalf("registrations = %d", n)
+	}
+}
+
+// A keyless Create of an order its intent's session paid, inside the window: the contract's
+// "409 the order is already paid", as after the window — not a 200 with the Completed session
+// (the contract's 200 is "an active session ... exists"). Only a client's own key replays it.
+func TestAPIKeylessCreateOfAPaidOrderIs409(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	c := post(createPath("o-paid"), `{"amount":1500,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewaySucceeded)
+	if p := wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK); p.Status != "Completed" {
+		t.Fatalf("after capture = %+v", p)
+	}
+	b.clock.Advance(time.Minute)
+	rec := b.do(c)
+	if p := wantProblem(t, rec, http.StatusConflict, ""); !strings.Contains(p.Detail, "already paid") || rec.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("keyless create of the paid order = %+v %v", p, rec.Header())
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d", n)
 	}
 }
 
