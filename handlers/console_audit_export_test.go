@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestAuditCSVExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.svc.RecordAudit(ctx, payments.AuditEntry{Actor: "sup@example.com", Role: "support", Action: payments.AuditCaseResolve,
-		Target: "case:1", Detail: `=HYPERLINK("http://evil.example","click")`}); err != nil {
+		Target: "＝1+1", Detail: `=HYPERLINK("http://evil.example","click")`}); err != nil { // a full-width "=" some spreadsheets read as "="
 		t.Fatal(err)
 	}
 	adm := b.agent(t)
@@ -54,13 +55,13 @@ func TestAuditCSVExport(t *testing.T) {
 	if recs[1][5] != "p-1" || recs[700][5] != "p-700" {
 		t.Fatalf("not oldest first: %v … %v", recs[1], recs[700])
 	}
-	if last := recs[701]; last[4] != payments.AuditCaseResolve || last[6] != `'=HYPERLINK("http://evil.example","click")` {
-		t.Fatalf("the typed formula went out as %q", last[6])
+	if last := recs[701]; last[4] != payments.AuditCaseResolve || last[6] != `'=HYPERLINK("http://evil.example","click")` || last[5] != "'＝1+1" {
+		t.Fatalf("the typed formulas went out as %q and %q", last[5], last[6])
 	}
 	if n := b.audits(t, payments.AuditAuditExport, "audit_log"); n != 1 {
 		t.Fatalf("the export audited %d times, want 1", n)
 	}
-	rec = adm.get("/admin/audit.csv?target=case:1")
+	rec = adm.get("/admin/audit.csv?target=" + url.QueryEscape("＝1+1"))
 	if recs, _ := csv.NewReader(strings.NewReader(rec.Body.String())).ReadAll(); len(recs) != 2 {
 		t.Fatalf("the target filter: %d records", len(recs))
 	}

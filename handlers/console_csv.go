@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -78,9 +79,11 @@ func (h *Console) streamCSV(c echo.Context, name, action, target, filter string,
 	return nil
 }
 
-// csvText keeps a text cell from being read as a formula by a spreadsheet (=, +, -, @ first).
+// csvText keeps a text cell from being read as a formula by a spreadsheet (=, +, -, @, a tab or
+// a carriage return first; also their full-width forms, which some locales' spreadsheets read as
+// the same signs).
 func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	if r, _ := utf8.DecodeRuneInString(s); s != "" && strings.ContainsRune("=+-@\t\r＝＋－＠", r) {
 		return "'" + s
 	}
 	return s

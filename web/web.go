@@ -163,7 +163,7 @@ func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // getWithEffects are the GET routes that write something (headAsGet). Nor do they answer a
-// navigation from another site (Sec-Fetch-Site: cross-site; the session cookie is SameSite=Lax,
+// navigation from another site (Sec-Fetch-Site: cross-site or same-site; the session cookie is SameSite=Lax,
 // so it goes along): a link in an e-mail to an admin would mark every code in the outbox as seen
 // by them (who may then not confirm it), or write export entries in the audit log.
 var getWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": true, "/admin/audit.csv": true}
@@ -173,7 +173,8 @@ var getWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": tru
 func crossSiteGetWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if getWithEffects[r.URL.Path] && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		// same-site too: a page on a sibling subdomain is another site's page to the console.
+		if sfs := r.Header.Get("Sec-Fetch-Site"); getWithEffects[r.URL.Path] && (sfs == "cross-site" || sfs == "same-site") {
 			return echo.NewHTTPError(http.StatusForbidden, "this page opens from the console only: a link from another site does not open it")
 		}
 		return next(c)
