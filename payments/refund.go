@@ -146,6 +146,7 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		if err != nil {
 			return err
 		}
+		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
 		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
 			h(ctx, cur.ID)
 		}

@@ -411,3 +411,55 @@ func TestRefundRefusalContradictingOurBooksIsACase(t *testing.T) {
 		t.Fatalf("RefundIssued entries = %d", n)
 	}
 }
+
+// A refund whose claim waits for the order lock held by the Check that completes the payment
+// (a session whose registration answer was lost: Unknown, no gateway payment id; the Check
+// finds it by reference and sets the id with Completed). The refund read the session before its
+// claim and went to the gateway with that copy: a refund of payment "" refused as
+// not_refundable, the customer's refund Failed and a false gateway_mismatch case (an outside
+// review). It goes out with the payment as its claim locked it.
+func TestRefundGoesOutWithThePaymentAsLocked(t *testing.T) {
+	t.Parallel()
+	locked := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterApplyLock = locked.hook })
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-stale-refund", Amount: 1000, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := r.Session
+	if sess.Status != payments.StatusUnknown || sess.GatewayPaymentID != "" {
+		t.Fatalf("setup: %s %q", sess.Status, sess.GatewayPaymentID)
+	}
+	b.gw.SetStatusByReference(sess.Reference(), payments.GatewaySucceeded) // the customer paid
+
+	checked := make(chan error, 1)
+	go func() { _, err := b.svc.Check(ctx, api, sess.ID); checked <- err }()
+	mustWait(t, locked.arrived, "the check holds the order and session locks")
+	type out struct {
+		r   payments.RefundResult
+		err error
+	}
+	refunded := make(chan out, 1)
+	go func() {
+		res, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: sess.ID, Amount: 1000, RequestKey: "k1"})
+		refunded <- out{res, err}
+	}()
+	waitLockWaiters(t, b.pool, 1) // the refund's claim waits for the order row
+	locked.let(1)
+	if err := mustWait(t, checked, "check"); err != nil {
+		t.Fatal(err)
+	}
+	got := mustWait(t, refunded, "refund")
+	if got.err != nil || got.r.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("refund of the Completed payment = %+v %v, want Succeeded", got.r.Refund, got.err)
+	}
+	now, _ := b.plain.Get(ctx, sess.ID)
+	if n := b.gw.PaymentCalls(fakegw.OpRefund, now.GatewayPaymentID); n != 1 {
+		t.Fatalf("gateway refunds of %s = %d, want 1", now.GatewayPaymentID, n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, sess.ID); n != 0 {
+		t.Fatalf("finance cases = %d, want none", n)
+	}
+}

@@ -148,6 +148,7 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 		if err != nil {
 			return err
 		}
+		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
 		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
 			h(ctx, sess.ID)
 		}
@@ -209,6 +210,7 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		if err != nil {
 			return err
 		}
+		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
 		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
 			h(ctx, sess.ID)
 		}
