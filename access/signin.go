@@ -23,8 +23,9 @@ type Attempt struct {
 	// UserAgent goes into the audit entry of a successful sign-in.
 	UserAgent string
 	// Device is the browser's device token (RememberDevice), "" when it has none: trusted for
-	// the attempt's email, the attempt skips the address and global buckets and the account's
-	// lock (devices.go).
+	// the attempt's email, the attempt takes one unit of the device's allowance instead of the
+	// address and global buckets and the account's lock (devices.go). A spent allowance is no
+	// trust: the attempt meets the throttle like any other.
 	Device string
 	// Reauth: a signed-in user proving their password again (ChangeOwnPassword). The same
 	// throttle and failure count; a success writes no sign-in entry (the change writes its own).
@@ -46,6 +47,13 @@ const reapPerFailure = 10
 // no user), and a lockout counts unknown emails too. What differs is invisible to the caller:
 // the audit log records failures of real accounts only (failures of made-up emails are counted
 // per address, not written down one by one).
+//
+// No statement goes through the pool while the throttle's transaction is open: it holds the
+// rows every other attempt from the same address (and every attempt at all, the global bucket)
+// waits for, so under a flood every other connection of the pool is taken by such a waiter, and
+// a lock holder waiting for a connection would stall the replica's database access until
+// lock_timeout, again and again. What a refusal says (how long to wait) is read through the
+// transaction itself.
 func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	email := NormalizeEmail(a.Email)
 	if len(email) > 254 {
@@ -54,28 +62,24 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	now := s.clock.Now()
 	addr := AddressKey(a.Address)
 
-	// 1. Take the attempt's units: address, global, account (this order everywhere, so the
-	// rows are locked in one order). A refusal rolls back what was taken: a throttled attempt
-	// costs nothing and writes nothing.
+	// 1. Take the attempt's units: a trusted device's allowance, or else address, global,
+	// account (this order everywhere, so the rows are locked in one order). A refusal rolls back
+	// what was taken: a throttled attempt costs nothing and writes nothing. Every statement of
+	// the transaction goes through tx (see above).
 	var refusal error
 	var failures int // this attempt's place in the account's run of failures, if it fails
-	trusted := false
-	if a.Device != "" {
-		var err error
-		if trusted, err = s.trustedDevice(ctx, a.Device, email, now); err != nil {
-			return User{}, err
-		}
-	}
+	trusted := false // a device that signed in to this account before, with allowance left (devices.go)
 	err := s.inTx(ctx, "sign in: throttle", func(tx pgx.Tx) error {
-		if trusted {
-			return nil // a device that signed in to this account before: no bucket, no lock (devices.go)
+		var err error
+		if trusted, err = s.claimDevice(ctx, tx, a.Device, email, now); err != nil || trusted {
+			return err // trusted: the device's unit is taken; no bucket, no lock
 		}
 		ok, err := takeBucket(ctx, tx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			wait := s.bucketWait(ctx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
+			wait := bucketWait(ctx, tx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
 			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: wait, Message: fmt.Sprintf(
 				"too many failed sign-ins from your network; try again in %s", wait.Round(time.Second))}
 			return errRollback
@@ -94,7 +98,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 			return err
 		}
 		if locked {
-			refusal = s.accountLockedError(ctx, email)
+			refusal = s.accountLockedError(ctx, tx, email, now)
 			return errRollback
 		}
 		return nil
@@ -126,10 +130,15 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	match := bcrypt.CompareHashAndPassword([]byte(hash), []byte(a.Password)) == nil
 
 	// 3a. Signed in: give the address and global units back (only the attempt's own: signing in
-	// to one's own account must not wash away one's failures on others), clear the account's count.
+	// to one's own account must not wash away one's failures on others), or a trusted device its
+	// allowance; clear the account's count.
 	if match && found && !u.Disabled() {
 		err := s.inTx(ctx, "sign in: success", func(tx pgx.Tx) error {
-			if !trusted { // a trusted attempt took no units
+			if trusted { // a trusted attempt took the device's unit, no bucket's
+				if err := deviceSignedIn(ctx, tx, a.Device); err != nil {
+					return err
+				}
+			} else {
 				if err := giveBack(ctx, tx, scopeAddress, addr); err != nil {
 					return err
 				}
@@ -152,13 +161,9 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		return u, nil
 	}
 
-	// 3b. Refused: the failure is already counted (a trusted device's, on the device). A real
-	// account's failures are audited.
-	if trusted {
-		if err := s.deviceFailed(ctx, a.Device); err != nil {
-			return User{}, err
-		}
-	}
+	// 3b. Refused: the failure is already counted (a trusted device's, on the device: the unit
+	// its claim took). A real account's failures are audited.
+	//
 	// One statement for a real account and a made-up email alike, so a failure's last write
 	// tells nothing either: the account's throttle row (step 1 wrote one for both) is written
 	// again, which makes the commit flush the WAL in both cases, and a real account's failure
@@ -191,9 +196,10 @@ var errRollback = errors.New("rollback")
 // proof is a sign-in attempt (Attempt.Reauth): the same throttle, the same failure count and
 // lockout of the account, the same audit entry for a failure. So a console session someone else
 // got hold of neither changes the password without knowing it nor guesses it faster than the
-// sign-in page allows. The new password ends every session of the user (SetPassword); the
-// caller starts the current one again. Whoever set the password before stays recorded
-// (passwordSetter): the account's owner changing it cannot be told from that person.
+// sign-in page allows. The new password ends every session of the user and forgets their
+// trusted devices (SetPassword); the caller starts the current session again. Whoever set the
+// password before stays recorded (passwordSetter): the account's owner changing it cannot be
+// told from that person.
 func (s *Service) ChangeOwnPassword(ctx context.Context, a Attempt, password string) (User, error) {
 	if err := ValidatePassword(password); err != nil { // a bad new password costs no attempt
 		return User{}, err

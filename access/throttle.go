@@ -28,7 +28,8 @@ import (
 // An attempt takes its units before the password is looked at (a successful sign-in gives the
 // address and global units back), so parallel guesses are counted one by one and a throttled
 // attempt costs no bcrypt and writes nothing. A browser that signed in to the account before
-// (its device token, devices.go) takes none of them.
+// (its device token, devices.go) takes none of them: it takes a unit of its device's allowance
+// instead, the same way (before the password is looked at), and meets all three once that is spent.
 type Limits struct {
 	AccountFailures int
 	AccountWindow   time.Duration
@@ -93,11 +94,14 @@ func takeBucket(ctx context.Context, tx pgx.Tx, scope, key string, burst int, wi
 	return true, nil
 }
 
-// bucketWait is how long until a full bucket has room for one more attempt.
-func (s *Service) bucketWait(ctx context.Context, scope, key string, burst int, window time.Duration, now time.Time) time.Duration {
+// bucketWait is how long until a full bucket has room for one more attempt. It reads through
+// tx, the transaction whose takeBucket found the bucket full (and so holds its row lock): a
+// read through the pool would need a second connection while the lock is held, and under a
+// flood of sign-ins every other connection is waiting for that very lock.
+func bucketWait(ctx context.Context, tx pgx.Tx, scope, key string, burst int, window time.Duration, now time.Time) time.Duration {
 	var level float64
 	var at time.Time
-	if err := s.db.QueryRow(ctx, `SELECT level, updated_at FROM login_buckets WHERE scope = $1 AND key = $2`, scope, key).Scan(&level, &at); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT level, updated_at FROM login_buckets WHERE scope = $1 AND key = $2`, scope, key).Scan(&level, &at); err != nil {
 		return window
 	}
 	rate := float64(burst) / window.Seconds()
@@ -142,15 +146,17 @@ func (s *Service) countAccountFailure(ctx context.Context, tx pgx.Tx, email stri
 	return failures, false, nil
 }
 
-// accountLockedError is the answer while an email is locked.
-func (s *Service) accountLockedError(ctx context.Context, email string) error {
+// accountLockedError is the answer while an email is locked. Like bucketWait it reads through
+// tx, the transaction that found the lock (and holds the email's row): never through the pool
+// while the throttle's rows are locked.
+func (s *Service) accountLockedError(ctx context.Context, tx pgx.Tx, email string, now time.Time) error {
 	var until *time.Time
-	_ = s.db.QueryRow(ctx, `SELECT locked_until FROM staff_login_throttle WHERE email = $1`, email).Scan(&until)
+	_ = tx.QueryRow(ctx, `SELECT locked_until FROM staff_login_throttle WHERE email = $1`, email).Scan(&until)
 	if until == nil {
-		t := s.clock.Now().Add(s.Limits.AccountWindow)
+		t := now.Add(s.Limits.AccountWindow)
 		until = &t
 	}
-	return lockedUntilError(*until, s.clock.Now())
+	return lockedUntilError(*until, now)
 }
 
 // lockedUntilError says until when (and, in RetryAfter, how long from now) an email is locked.

@@ -237,7 +237,8 @@ func (s *Service) ListUsers(ctx context.Context) ([]User, error) {
 }
 
 // DisableUser offboards a user: they cannot sign in, and their sessions end at their next
-// request (the console reads the user on every request). Disabling twice keeps the first time.
+// request (the console reads the user on every request). Their trusted devices are forgotten
+// (devices.go). Disabling twice keeps the first time.
 // The last enabled admin cannot be disabled (ECONFLICT): someone must be able to manage users.
 func (s *Service) DisableUser(ctx context.Context, by payments.Staff, email string) (User, error) {
 	return s.changeUser(ctx, by, email, userChange{disable: true})
@@ -253,7 +254,9 @@ func (s *Service) SetRole(ctx context.Context, by payments.Staff, email string, 
 }
 
 // SetPassword replaces the user's password, ends their console sessions (whoever knew the old
-// password is out) and lifts a sign-in lockout of their email.
+// password is out), forgets their trusted devices (a device cookie earned with the old password
+// would let whoever holds it guess past the throttle: devices.go) and lifts a sign-in lockout
+// of their email. So does ChangeOwnPassword, through it.
 func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, password string) (User, error) {
 	if err := ValidatePassword(password); err != nil {
 		return User{}, err
@@ -266,8 +269,10 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 }
 
 // EndSessions ends every console session of the user (another session epoch: each ends at its
-// next request, on every replica). The user's own "sign out everywhere else" on /account; the
-// caller starts the current session again.
+// next request, on every replica) and forgets their trusted devices, this browser's too (it gets
+// a new device token at its next sign-in): a device left behind somewhere stays signed out of the
+// throttle's trust as well. The user's own "sign out everywhere else" on /account; the caller
+// starts the current session again.
 func (s *Service) EndSessions(ctx context.Context, by payments.Staff, email string) (User, error) {
 	return s.changeUser(ctx, by, email, userChange{endSessions: true})
 }
@@ -295,7 +300,9 @@ type userChange struct {
 	passwordHash string // "" keeps the password
 }
 
-// changeUser applies one change with its audit entry in one transaction.
+// changeUser applies one change with its audit entry in one transaction. Disabling, a new
+// password and ending the sessions also delete the user's device tokens in it (forgetDevices),
+// so a refused change (the last admin) forgets none.
 //
 // The last-admin rule needs the set of enabled admins to stay put while it is judged: two admins
 // disabling each other at the same moment must not both succeed. So the statement locks the
@@ -348,6 +355,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = coalesce(disabled_at, $2),
 				session_epoch = session_epoch + CASE WHEN disabled_at IS NULL THEN 1 ELSE 0 END
 				WHERE id = $1 RETURNING `+userColumns, target.ID, now))
+			if err == nil {
+				err = forgetDevices(ctx, tx, email)
+			}
 		case ch.role != "":
 			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET role = $2 WHERE id = $1 RETURNING `+userColumns,
@@ -361,6 +371,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if err == nil && setter != nil {
 				detail += "; " + by.Email + " knows it: they count as this user for the second-person rules"
 			}
+			if err == nil { // the device rows first: SignIn's order (device, address, global, account)
+				err = forgetDevices(ctx, tx, email)
+			}
 			if err == nil {
 				_, err = tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email)
 			}
@@ -368,6 +381,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			action, detail = payments.AuditUserSessions, "every session ended"
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET session_epoch = session_epoch + 1
 				WHERE id = $1 RETURNING `+userColumns, target.ID))
+			if err == nil {
+				err = forgetDevices(ctx, tx, email)
+			}
 		default:
 			return errors.New("change user: no change")
 		}
