@@ -456,3 +456,35 @@ func TestAPIKeylessIdenticalRefundsNeverConflict(t *testing.T) {
 		t.Fatalf("gateway refund calls = %d", n)
 	}
 }
+
+// The keyless intent window slides only forward. A request of a burst that read its time
+// earlier (it waited for a pool connection or the key's lock; replica B's lagging clock stands
+// in for that wait here) and slides after a later one moved expires_at back, so a repeat 4m58s
+// after the burst's latest request was a new intent: a second refund of the same amount (an
+// outside review).
+func TestAPIKeylessRefundWindowNeverSlidesBack(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-slide", 1000)
+	lag := payments.NewManualClock(t0)
+	_, eB := b.server(t, b.pool, "replica-b", benchOpt{core: func(c *payments.Config) { c.Clock = lag }})
+	refund := post(refundsPath(p.ID), `{"amount":100}`)
+
+	b.clock.Set(t0.Add(time.Minute))
+	first := wantRefund(t, b.do(refund), http.StatusCreated)
+	b.clock.Set(t0.Add(time.Minute + 10*time.Second)) // the burst's latest request, on A
+	if r := wantRefund(t, b.do(refund), http.StatusCreated); r.ID != first.ID {
+		t.Fatalf("repeat = %s", r.ID)
+	}
+	lag.Set(t0.Add(time.Minute + 7*time.Second)) // B read its time 3 s earlier, slides after A
+	if r := wantRefund(t, b.on(eB, refund), http.StatusCreated); r.ID != first.ID {
+		t.Fatalf("B's repeat = %s", r.ID)
+	}
+	b.clock.Set(t0.Add(time.Minute + 10*time.Second + 5*time.Minute - 2*time.Second)) // 4m58s after the latest
+	if r := wantRefund(t, b.do(refund), http.StatusCreated); r.ID != first.ID {
+		t.Fatalf("a repeat 4m58s after the burst's latest request = %s, want the same refund %s", r.ID, first.ID)
+	}
+	if n := b.refunds(t); n != 1 {
+		t.Fatalf("refunds = %d, want 1", n)
+	}
+}

@@ -399,8 +399,11 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			x.afterRead(ctx, r)
 			if r.Kind == IdempotencyIntentKey && expiresAt.After(now) {
 				// The window slides: this identical request keeps the intent alive for another
-				// IntentWindow, whatever it is answered (replay, busy, takeover).
-				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET expires_at = $4
+				// IntentWindow, whatever it is answered (replay, busy, takeover). Only forward: a
+				// request of the same burst that read its time earlier (it waited for a
+				// connection or the key's lock) and slides after a later one must not move the
+				// window back, or a repeat inside it is a new intent (a second refund).
+				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET expires_at = greatest(expires_at, $4)
 					WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, now.Add(ttl)); err != nil {
 					return dbError("idempotency: slide", err, "")
 				}
