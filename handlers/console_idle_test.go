@@ -21,13 +21,43 @@ import (
 // one, so a console left open on a desk signs out. The sessions' clock is their own (the wall
 // clock in production); these tests move it.
 
-// idleRouter is the bench's router with a session clock of its own and a 30-minute timeout.
-func idleRouter(b *consoleBench) (*echo.Echo, *payments.ManualClock) {
+// idleRouter is the bench's router with a session clock of its own and a 30-minute timeout
+// (or the one given).
+func idleRouter(b *consoleBench, idle ...time.Duration) (*echo.Echo, *payments.ManualClock) {
+	timeout := 30 * time.Minute
+	if len(idle) > 0 {
+		timeout = idle[0]
+	}
 	clock := payments.NewManualClock(consoleT0)
 	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: b.pool, ReplicaID: "replica-a", Payments: b.svc,
 		Access: access.New(b.pool, b.clock), SecretKey: []byte("console-test-secret-console-test-secret"),
-		MerchantName: testMerchant, Live: b.hub, ConsoleIdleTimeout: 30 * time.Minute, SessionClock: clock.Now})
+		MerchantName: testMerchant, Live: b.hub, ConsoleIdleTimeout: timeout, SessionClock: clock.Now})
 	return e, clock
+}
+
+// At the shortest timeout CONSOLE_IDLE_TIMEOUT allows (1m), a user active every 30 s stays
+// signed in. The idle stamp was written at most once a minute, in whole seconds: a request
+// 0.6 s after the one before found the session a minute past its stamp and signed the user out
+// (an outside review). It is written at most a 30th of the timeout apart now.
+func TestConsoleOneMinuteIdleTimeoutKeepsAnActiveUser(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", "support")
+	e, clock := idleRouter(b, time.Minute)
+	a := newAgent(t, e)
+	clock.Advance(900 * time.Millisecond)
+	a.login("sup@example.com") // stamped at the whole second below 00:00.9
+	for _, step := range []time.Duration{30 * time.Second, 29 * time.Second, 600 * time.Millisecond} {
+		clock.Advance(step)
+		if rec := a.get("/payments"); rec.Code != http.StatusOK {
+			t.Fatalf("a request %s after the one before (at %s): %d to %q, want the user still signed in",
+				step, clock.Now().Format("04:05.000"), rec.Code, rec.Header().Get("Location"))
+		}
+	}
+	clock.Advance(61 * time.Second) // then a minute without a request: signed out
+	if rec := a.get("/payments"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("after a minute idle: %d, want 303 to the sign-in page", rec.Code)
+	}
 }
 
 // TestConsoleSignsOutAfterIdleTimeout: the user's own requests keep the session; live refreshes

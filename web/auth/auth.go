@@ -72,9 +72,15 @@ const SessionLifetime = 12 * time.Hour
 const DefaultIdleTimeout = 30 * time.Minute
 
 // seenEvery: the time of the user's last request is written to the session at most this often,
-// not on every request (each write is a row update of the sessions table). The timeout is thus
-// judged up to this much early, never late.
+// not on every request (each write is a row update of the sessions table), and at most a 30th
+// of the idle timeout apart (seenStep). The timeout is thus judged up to one step (and the
+// stamp's whole second) early, never late: with a 1-minute timeout a minute-long step signed
+// out a user active every 30 s.
 const seenEvery = time.Minute
+
+// seenStep is how often the idle stamp is written: seenEvery, or a 30th of the timeout when
+// that is shorter (2 s at the shortest timeout, 1 minute).
+func (m *Manager) seenStep() time.Duration { return min(seenEvery, m.idle/30) }
 
 // Config is what the manager needs.
 type Config struct {
@@ -498,10 +504,10 @@ func (m *Manager) idleOut(ctx context.Context) bool {
 	return seen != 0 && m.now().Sub(time.Unix(seen, 0)) > m.idle
 }
 
-// touch keeps the time of the user's request, at most once every seenEvery.
+// touch keeps the time of the user's request, at most once every seenStep.
 func (m *Manager) touch(ctx context.Context) {
 	now := m.now()
-	if seen := m.sm.GetInt64(ctx, keySeen); seen == 0 || now.Sub(time.Unix(seen, 0)) >= seenEvery {
+	if seen := m.sm.GetInt64(ctx, keySeen); seen == 0 || now.Sub(time.Unix(seen, 0)) >= m.seenStep() {
 		m.sm.Put(ctx, keySeen, now.Unix())
 	}
 }
