@@ -72,6 +72,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	}
 	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
+	began := time.Now() // with now: the patrol's first look is counted from here (cancelGrace)
 	var (
 		res       ConfirmResult
 		wrong     error
@@ -118,7 +119,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		// The reverse goes from here right after the commit: the patrol's first look waits
 		// until it can no longer be in flight (RegisterGrace, as for a Registering session),
 		// or another replica sends the same reverse beside it.
-		next := now.Add(max(s.cfg.Backoff[0], s.cfg.RegisterGrace))
+		next := now.Add(s.cancelGrace())
 		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, "cancel confirmed with a one-time code", now, sessionPatch{nextCheckAt: &next})
 		if err != nil {
 			return err
@@ -139,10 +140,19 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if !newCancel {
 		return res, nil
 	}
+	// The drive after the commit ends a gateway timeout before the patrol's first look may come
+	// (a lock wait before the commit ate into it; the drive may ask the gateway up to four
+	// times): what it has not finished by then is the patrol's, never done beside it.
+	budget := s.cancelGrace() - s.cfg.GatewayTimeout - time.Since(began)
 	if h := s.cfg.Hooks.AfterCancelCommit; h != nil {
 		h(ctx, sessionID)
 	}
-	sessAfter, err := s.driveReverse(ctx, actor, res.Session)
+	if budget <= 0 {
+		return res, nil // Canceling: the patrol sends the reverse
+	}
+	dctx, stop := context.WithTimeout(ctx, budget)
+	defer stop()
+	sessAfter, err := s.driveReverse(dctx, actor, res.Session)
 	if err != nil {
 		// The cancel is committed; the sweeper finishes the reverse. Report the state as it is.
 		s.log.Warn("reverse after confirm", "session", sessionID, "err", err)
@@ -154,6 +164,12 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	res.Session = sessAfter
 	return res, lostRace(sessAfter)
 }
+
+// cancelGrace is how long after a confirmed cancel the patrol first looks at it: its reverse
+// goes out right after the commit and must not be sent beside it (RegisterGrace, as for a
+// Registering session, or the schedule's first step when that is longer). ConfirmCancel's own
+// drive ends a gateway timeout before it.
+func (s *Service) cancelGrace() time.Duration { return max(s.cfg.Backoff[0], s.cfg.RegisterGrace) }
 
 // lostRace is the refusal of a cancel whose reverse found the payment already finished at the
 // gateway (driveReverse applied what it is): nothing was canceled, so the answer is the one for a

@@ -845,3 +845,36 @@ func TestSlowCodeDeliveryIsNotSentTwice(t *testing.T) {
 		t.Fatalf("the code was delivered %d times", got)
 	}
 }
+
+// The confirm's own drive of the reverse ends a gateway timeout before the patrol's first look
+// may come (the drive can ask the gateway up to four times; a lock wait before the commit eats
+// into the grace): what it has not finished by then is the patrol's, never done beside it. With
+// a grace no longer than one gateway timeout nothing is left for it: the confirm answers
+// Canceling with no reverse sent, and the patrol's first look sends the one reverse.
+func TestConfirmedCancelLeavesThePatrolWhatItCannotFinishInTheGrace(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) {
+		c.GatewayTimeout, c.RegisterGrace = time.Second, time.Second
+		c.Backoff = append([]time.Duration{time.Second}, payments.DefaultBackoff[1:]...)
+	})
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel-grace", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	if err != nil || res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("confirm = %+v %v, want Canceling", res.Session.Status, err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Fatalf("reverses sent by the confirm = %d, want none (no time left before the patrol's look)", n)
+	}
+	b.clock.Advance(time.Second)
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("patrol drove %d (%v)", n, err)
+	}
+	if got, _ := b.svc.Get(ctx, sess.ID); got.Status != payments.StatusCanceled || b.gw.Calls(fakegw.OpReverse) != 1 {
+		t.Fatalf("after the patrol: %s with %d reverses, want Canceled with one", got.Status, b.gw.Calls(fakegw.OpReverse))
+	}
+}
