@@ -846,6 +846,35 @@ func TestSlowCodeDeliveryIsNotSentTwice(t *testing.T) {
 	}
 }
 
+// The writer's own delivery of a code ends before its lease on the message does (the lease was
+// counted from before the writer's lock wait, while the notifier's timeout is its own): with a
+// lease too short to record a delivery in, the writer leaves the message to the patrol, which
+// sends it once the lease is over — never both (an outside review: GATEWAY_TIMEOUT=2s gave a
+// 12-s lease and a notifier call of up to 10 s after a lock wait of up to 5 s).
+func TestCodeDeliveryEndsWithinTheWritersLease(t *testing.T) {
+	t.Parallel()
+	n := &slowNotifier{}
+	b := newBench(t, func(c *payments.Config) { c.Notifier, c.LeaseDuration = n, 2*time.Second })
+	ctx := context.Background()
+	sess := b.registered(t, "o-short-lease", 100)
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	got := len(n.got)
+	n.mu.Unlock()
+	if got != 0 {
+		t.Fatalf("the writer sent the code %d times with no time left in its lease to record it", got)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0) + time.Second)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+		t.Fatalf("the patrol sent %d messages (%v), want the code once", sent, err)
+	}
+	if b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL`) != 1 || len(n.got) != 1 {
+		t.Fatalf("the code was delivered %d times", len(n.got))
+	}
+}
+
 // The confirm's own drive of the reverse ends a gateway timeout before the patrol's first look
 // may come (the drive can ask the gateway up to four times; a lock wait before the commit eats
 // into the grace): what it has not finished by then is the patrol's, never done beside it. With

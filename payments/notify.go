@@ -72,6 +72,7 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 type queuedMessage struct {
 	id    int64
 	token string
+	until time.Time // the writer's lease on the row (zero: none)
 	msg   Message
 }
 
@@ -81,7 +82,7 @@ type queuedMessage struct {
 // still on the wire (an outside review: a slow notifier past the never-tried grace got the code
 // sent twice, and the writer's record then cleared the patrol's lease).
 func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Time) (queuedMessage, error) {
-	q := queuedMessage{msg: m}
+	q := queuedMessage{msg: m, until: leaseUntil}
 	var until any
 	if !leaseUntil.IsZero() {
 		until = leaseUntil
@@ -103,13 +104,26 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Tim
 	return q, nil
 }
 
-// deliverQueued delivers a message its writer enqueued, under the writer's lease on the row.
+// deliverQueued delivers a message its writer enqueued, under the writer's lease on the row. The
+// notifier's call ends writerRecordTime before the lease does (the lease was counted from before
+// the writer's lock wait, and the notifier's own timeout is fixed): a call still on the wire when
+// the patrol may take the message over would send the customer the same code twice. What the
+// writer cannot send in its lease is the patrol's.
 func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
 	if q.token != "" {
-		ctx = withLease(ctx, outboxLeaseID(q.id), q.token)
+		left := q.until.Sub(s.cfg.Clock.Now()) - writerRecordTime
+		if left <= 0 {
+			return
+		}
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(withLease(ctx, outboxLeaseID(q.id), q.token), left)
+		defer stop()
 	}
 	s.deliver(ctx, q.id, q.msg)
 }
+
+// writerRecordTime is what a writer's delivery keeps of its lease to record the outcome.
+const writerRecordTime = 2 * time.Second
 
 // outboxAttempts bounds how often one message is tried.
 const outboxAttempts = 5
