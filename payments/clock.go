@@ -62,9 +62,11 @@ func (c *ManualClock) Set(t time.Time) {
 // Sync measures the offset; Run keeps measuring it. Until the first Sync the clock is the
 // host's. A change of the offset moves the clock at once, as a step of the host's clock would.
 type DatabaseClock struct {
-	host   func() time.Time
-	offset atomic.Int64 // the host's clock minus the database's, in nanoseconds
-	synced atomic.Bool
+	host      func() time.Time
+	offset    atomic.Int64 // the host's clock minus the database's, in nanoseconds
+	synced    atomic.Bool
+	firstSync chan struct{} // closed by the first successful Sync
+	once      sync.Once
 }
 
 // NewDatabaseClock reads the database's time on a host whose clock is host (nil: time.Now).
@@ -72,8 +74,12 @@ func NewDatabaseClock(host func() time.Time) *DatabaseClock {
 	if host == nil {
 		host = time.Now
 	}
-	return &DatabaseClock{host: host}
+	return &DatabaseClock{host: host, firstSync: make(chan struct{})}
 }
+
+// Synced is closed once a Sync has succeeded: a server starts its patrol (which takes and
+// compares leases) only then, not on its host's clock while the database is unreachable.
+func (c *DatabaseClock) Synced() <-chan struct{} { return c.firstSync }
 
 func (c *DatabaseClock) Now() time.Time {
 	return c.host().UTC().Add(-time.Duration(c.offset.Load()))
@@ -111,6 +117,7 @@ func (c *DatabaseClock) Sync(ctx context.Context, db interface {
 	if cur := c.HostOffset(); !c.synced.Load() || cur < best-half || cur > best+half {
 		c.offset.Store(int64(best))
 		c.synced.Store(true)
+		c.once.Do(func() { close(c.firstSync) })
 	}
 	return c.HostOffset(), half, nil
 }

@@ -100,3 +100,34 @@ func TestAReplicaWhoseHostClockRunsAheadDoesNotTakeLeases(t *testing.T) {
 		})
 	}
 }
+
+// Synced is closed by the first successful Sync, not before: a server starts its patrol only
+// then (serve), never on its host's clock while the database cannot be read.
+func TestDatabaseClockSyncedAfterTheFirstSync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := payments.NewDatabaseClock(hostClock(time.Hour).Now)
+	select {
+	case <-clock.Synced():
+		t.Fatal("synced before any Sync")
+	default:
+	}
+	down := testdb.Pool(t, testdb.NewURL(t))
+	down.Close() // a database that cannot be read
+	if _, _, err := clock.Sync(ctx, down); err == nil {
+		t.Fatal("Sync over a closed pool succeeded")
+	}
+	select {
+	case <-clock.Synced():
+		t.Fatal("synced by a failed Sync")
+	default:
+	}
+	if _, _, err := clock.Sync(ctx, testdb.Pool(t, testdb.NewURL(t))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clock.Synced():
+	default:
+		t.Fatal("not synced after a Sync")
+	}
+}

@@ -264,6 +264,11 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
+		select { // leases are taken and compared on the database's clock: not before it is read
+		case <-clock.Synced():
+		case <-sweepCtx.Done():
+			return
+		}
 		svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
 	}()
 	defer func() {
