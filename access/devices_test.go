@@ -52,13 +52,7 @@ func TestParallelGuessesFromATrustedDevice(t *testing.T) {
 	acc := access.New(poolOf(t, b.pool, n+4), b.clock)
 	allowance := acc.Limits.AccountFailures
 
-	if _, err := acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.7")); err != nil {
-		t.Fatal(err)
-	}
-	device, err := acc.RememberDevice(ctx, "ana@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	device := deviceOf(t, acc, "ana@example.com")
 	throttleAddress(t, acc, "203.0.113.9")
 
 	holder, err := b.pool.Begin(ctx)
@@ -107,14 +101,7 @@ func TestTrustedDeviceSuccessGivesItsAllowanceBack(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.user(t, "ana@example.com", access.RoleSupport)
-	ctx := context.Background()
-	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.7")); err != nil {
-		t.Fatal(err)
-	}
-	device, err := b.acc.RememberDevice(ctx, "ana@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	device := deviceOf(t, b.acc, "ana@example.com")
 	throttleAddress(t, b.acc, "203.0.113.9")
 	for round := range 2 {
 		for i := range b.acc.Limits.AccountFailures - 1 {
@@ -176,14 +163,7 @@ func TestDeviceTrustEndsWithTheAccountsChanges(t *testing.T) {
 			b.user(t, "bo@example.com", access.RoleSupport)
 			devices := map[string]string{}
 			for _, email := range []string{"root@example.com", "ana@example.com", "bo@example.com"} {
-				if _, err := b.acc.SignIn(ctx, attempt(email, testPassword, "192.0.2.7")); err != nil {
-					t.Fatal(err)
-				}
-				d, err := b.acc.RememberDevice(ctx, email, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				devices[email] = d
+				devices[email] = deviceOf(t, b.acc, email)
 			}
 			throttleAddress(t, b.acc, "203.0.113.9")
 			if err := signInWithDevice(b.acc, "ana@example.com", testPassword, "203.0.113.9", devices["ana@example.com"]); err != nil {
@@ -229,13 +209,7 @@ func TestPasswordChangeMeetsATrustedSignIn(t *testing.T) {
 	b := newBench(t)
 	b.user(t, "ana@example.com", access.RoleSupport)
 	ctx := context.Background()
-	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.7")); err != nil {
-		t.Fatal(err)
-	}
-	device, err := b.acc.RememberDevice(ctx, "ana@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	device := deviceOf(t, b.acc, "ana@example.com")
 	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", "guess guess guess", "192.0.2.8")); payments.ErrorCode(err) != payments.EWRONG {
 		t.Fatalf("the failure that makes the throttle row: %v", err)
 	}
@@ -268,4 +242,19 @@ func TestPasswordChangeMeetsATrustedSignIn(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM staff_devices WHERE email = 'ana@example.com'`); n != 0 {
 		t.Errorf("%d devices of ana's left, want none", n)
 	}
+}
+
+// deviceOf signs email in with the right password from a fresh address and returns the device
+// token its browser keeps (RememberDevice).
+func deviceOf(t *testing.T, acc *access.Service, email string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := acc.SignIn(ctx, attempt(email, testPassword, "192.0.2.7")); err != nil {
+		t.Fatal(err)
+	}
+	device, err := acc.RememberDevice(ctx, email, "")
+	if err != nil || len(device) != 64 {
+		t.Fatalf("device token %q %v", device, err)
+	}
+	return device
 }
