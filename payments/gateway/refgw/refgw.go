@@ -449,14 +449,14 @@ type errorJSON struct {
 }
 
 type paymentJSON struct {
-	ID              string      `json:"id"`
-	Status          string      `json:"status"`
-	Amount          int64       `json:"amount"`
-	Currency        string      `json:"currency"`
-	Reference       string      `json:"reference"`
-	ConfirmationURL string      `json:"confirmation_url"`
-	Created         json.Number `json:"created"` // unix seconds; any JSON number is read
-	DeclineCode     *string     `json:"decline_code"`
+	ID              string          `json:"id"`
+	Status          string          `json:"status"`
+	Amount          int64           `json:"amount"`
+	Currency        string          `json:"currency"`
+	Reference       string          `json:"reference"`
+	ConfirmationURL string          `json:"confirmation_url"`
+	Created         json.RawMessage `json:"created"` // unix seconds; read by unixSeconds, never failing the answer
+	DeclineCode     *string         `json:"decline_code"`
 }
 
 func (p *paymentJSON) check() error {
@@ -483,11 +483,13 @@ func (p *paymentJSON) domain() payments.GatewayPayment {
 }
 
 // unixSeconds reads the payment's "created": the contract's integer, or the same instant
-// written as any other JSON number (1764489600.0, 1.7644896e9). Anything out of range (or 0)
-// is no time at all: an unreadable "created" must not make the whole answer unreadable (a
-// registration left Unknown, every check failing); it only orders the look-up's list.
-func unixSeconds(n json.Number) time.Time {
-	if n == "" {
+// written as any other JSON number (1764489600.0, 1.7644896e9). Anything else (out of range, 0,
+// a string that is no number, null) is no time at all: an unreadable "created" must not make
+// the whole answer unreadable (a registration left Unknown, every check failing); it only
+// orders the look-up's list.
+func unixSeconds(raw json.RawMessage) time.Time {
+	var n json.Number
+	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil || n == "" {
 		return time.Time{}
 	}
 	if i, err := n.Int64(); err == nil {

@@ -566,7 +566,7 @@ func TestAnswersMatchNamesExactly(t *testing.T) {
 // A "created" no time can be made of leaves the payment readable, with no time.
 func TestAnswerWithAnUnreadableCreated(t *testing.T) {
 	t.Parallel()
-	for _, created := range []string{`0`, `-5`, `1e400`, `99999999999999999999`, `null`} {
+	for _, created := range []string{`0`, `-5`, `1e400`, `99999999999999999999`, `null`, `"2025-12-01T00:00:00Z"`, `true`, `{}`} {
 		c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, `{"id":"gp_1","status":"pending","amount":100,"currency":"EUR","reference":"r","created":`+created+`}`)
 		})
