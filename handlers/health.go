@@ -16,6 +16,9 @@ import (
 // Health answers the load balancer's probes.
 type Health struct {
 	DB *pgxpool.Pool
+	// ClockSynced, when set, is closed once the replica has read the database's clock
+	// (payments.DatabaseClock): until then its times would be its host's, so it is not ready.
+	ClockSynced <-chan struct{}
 	// current caches a positive migrations check: a binary's embedded migrations, once all
 	// applied, stay applied (a newer replica may add more, which this binary does not know).
 	current atomic.Bool
@@ -36,8 +39,9 @@ func (h *Health) Healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
 }
 
-// Readyz: the database answers and has every migration this binary embeds, so requests routed
-// here can be served. 503 with the reason otherwise.
+// Readyz: the database answers, the replica has read its clock (ClockSynced) and it has every
+// migration this binary embeds, so requests routed here can be served. 503 with the reason
+// otherwise.
 func (h *Health) Readyz(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if reason := h.notReady(c.Request().Context()); reason != "" {
@@ -51,6 +55,13 @@ func (h *Health) notReady(ctx context.Context) string {
 	defer cancel()
 	if err := h.DB.Ping(ctx); err != nil {
 		return "database unreachable"
+	}
+	if h.ClockSynced != nil {
+		select {
+		case <-h.ClockSynced:
+		default:
+			return "the database's clock is not read yet"
+		}
 	}
 	if h.current.Load() {
 		return ""

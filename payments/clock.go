@@ -52,24 +52,33 @@ func (c *ManualClock) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
-// DatabaseClock is the database's wall clock, read on the host: the host's clock corrected by
-// how far it is from PostgreSQL's clock_timestamp(). Leases, claims, code and link expiries
-// and throttle windows are written by one replica and compared by another; each replica's
-// times come from its own host, so a host clock 30 s ahead would take over leases 30 s early
-// and drive a payment beside the replica still holding it. Read through this clock, every
+// DatabaseClock is the database's wall clock, read on the host. Leases, claims, code and link
+// expiries and throttle windows are written by one replica and compared by another; each
+// replica's times came from its own host, so a host clock 30 s ahead took over leases 30 s early
+// and drove a payment beside the replica still holding it. Read through this clock, every
 // replica's times are the one database's, whatever its host's clock says (NTP or not).
 //
-// Sync measures the offset; Run keeps measuring it. Until the first Sync the clock is the
-// host's. A change of the offset moves the clock at once, as a step of the host's clock would.
+// Sync reads PostgreSQL's clock_timestamp() and anchors it to this process's monotonic clock;
+// Now is that reading plus the monotonic time since. So a step of the host's wall clock between
+// two syncs (NTP, date -s) moves nothing; what the monotonic clock misses (a suspended VM) and
+// what the database's own clock does (a step, a failover) is caught by Run, which syncs again
+// every interval and at once when the host's wall and monotonic clocks part. Until the first
+// Sync the clock is the host's (Synced says when that ended). A new anchor moves the clock at
+// once, as a step of the host's clock would.
 type DatabaseClock struct {
-	host      func() time.Time
-	offset    atomic.Int64 // the host's clock minus the database's, in nanoseconds
-	synced    atomic.Bool
+	host      func() time.Time // the host's wall clock (tests set it off the true time)
+	anchor    atomic.Pointer[clockAnchor]
 	firstSync chan struct{} // closed by the first successful Sync
 	once      sync.Once
 }
 
-// NewDatabaseClock reads the database's time on a host whose clock is host (nil: time.Now).
+// clockAnchor is the database's time read at one instant of this process's monotonic clock.
+type clockAnchor struct {
+	db   time.Time // the database's clock then
+	mono time.Time // time.Now() then: its monotonic reading is what counts
+}
+
+// NewDatabaseClock reads the database's time on a host whose wall clock is host (nil: time.Now).
 func NewDatabaseClock(host func() time.Time) *DatabaseClock {
 	if host == nil {
 		host = time.Now
@@ -78,85 +87,113 @@ func NewDatabaseClock(host func() time.Time) *DatabaseClock {
 }
 
 // Synced is closed once a Sync has succeeded: a server starts its patrol (which takes and
-// compares leases) only then, not on its host's clock while the database is unreachable.
+// compares leases) and answers ready only then, not on its host's clock while the database is
+// unreachable.
 func (c *DatabaseClock) Synced() <-chan struct{} { return c.firstSync }
 
 func (c *DatabaseClock) Now() time.Time {
-	return c.host().UTC().Add(-time.Duration(c.offset.Load()))
+	a := c.anchor.Load()
+	if a == nil {
+		return c.host().UTC()
+	}
+	return a.db.Add(time.Since(a.mono)).UTC()
 }
 
-// HostOffset is the host's clock minus the database's, as last adopted (0 before the first Sync).
-func (c *DatabaseClock) HostOffset() time.Duration { return time.Duration(c.offset.Load()) }
+// HostOffset is the host's wall clock minus the database's, now; ok is false before the first
+// Sync (nothing is known then).
+func (c *DatabaseClock) HostOffset() (offset time.Duration, ok bool) {
+	if c.anchor.Load() == nil {
+		return 0, false
+	}
+	return c.host().Round(0).Sub(c.Now()), true
+}
 
 // clockSamples is how many round trips one Sync takes; the shortest bounds the error best.
 const clockSamples = 3
 
-// Sync measures the host's offset from the database and adopts it. Each of a few round trips
-// reads clock_timestamp() and takes the host's clock before and after: the database read its
-// clock somewhere in between, so the host's midpoint minus the database's time is the offset
-// within half the round trip. The round trip shortest of them is taken, and adopted only when
-// the offset in use lies outside its bounds: the clock does not jitter by a round trip's noise,
-// and follows a real step (a host clock set, a drift accumulated) at the next Sync.
-// It returns the offset in use and the measurement's uncertainty (half its round trip).
+// Sync reads the database's clock and anchors it. Each of a few round trips reads
+// clock_timestamp() between two monotonic readings: the database read its clock somewhere in
+// between, so it belongs to their midpoint within half the round trip. The shortest round trip
+// of them is taken, and anchored only when the clock in use reads outside its bounds at that
+// midpoint: the clock does not jitter by a round trip's noise, and follows a real move (the
+// database's clock stepped, the monotonic clock stopped while the VM slept) at once.
+// It returns the host's wall clock minus the database's (what HostOffset says) and the
+// measurement's uncertainty (half its round trip).
 func (c *DatabaseClock) Sync(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}) (offset, uncertainty time.Duration, err error) {
-	best, bestRTT := time.Duration(0), time.Duration(-1)
+}) (hostOffset, uncertainty time.Duration, err error) {
+	var best clockAnchor
+	var bestWall time.Time
+	bestRTT := time.Duration(-1)
 	for range clockSamples {
 		var dbNow time.Time
-		before := c.host()
+		mono, wall := time.Now(), c.host().Round(0)
 		if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
-			return c.HostOffset(), 0, fmt.Errorf("clock: read the database's clock: %w", err)
+			off, _ := c.HostOffset()
+			return off, 0, fmt.Errorf("clock: read the database's clock: %w", err)
 		}
-		rtt := c.host().Sub(before)
-		if bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = before.Add(rtt/2).Sub(dbNow), rtt
+		if rtt := time.Since(mono); bestRTT < 0 || rtt < bestRTT {
+			best, bestWall, bestRTT = clockAnchor{db: dbNow, mono: mono.Add(rtt / 2)}, wall.Add(rtt/2), rtt
 		}
 	}
 	half := bestRTT / 2
-	if cur := c.HostOffset(); !c.synced.Load() || cur < best-half || cur > best+half {
-		c.offset.Store(int64(best))
-		c.synced.Store(true)
+	adopt := true
+	if cur := c.anchor.Load(); cur != nil {
+		d := cur.db.Add(best.mono.Sub(cur.mono)).Sub(best.db) // what the clock in use read then, minus the database
+		adopt = d > half || d < -half
+	}
+	if adopt {
+		c.anchor.Store(&best)
 		c.once.Do(func() { close(c.firstSync) })
 	}
-	return c.HostOffset(), half, nil
+	return bestWall.Sub(best.db), half, nil
 }
 
-// Run syncs every interval until ctx ends (every second while no Sync has succeeded yet; a
-// failure is logged and tried again, the last offset staying in use) and logs each offset it
-// adopts that differs from the one reported before by more than clockReportAfter.
+// Run keeps the clock on the database's until ctx ends: it syncs at once, then every interval,
+// every second while no Sync has succeeded yet, and at once when the host's wall clock and this
+// process's monotonic clock have parted by more than clockReportAfter since the last sync (a
+// host clock stepped, a VM that slept). A failure is logged and tried again a second later, the
+// anchor in use staying. A host clock more than a second off the database's is logged at the
+// first sync, and every move of it by more than clockReportAfter after that.
 func (c *DatabaseClock) Run(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, interval time.Duration, log *slog.Logger) {
-	reported := c.HostOffset()
-	t := time.NewTimer(c.nextSync(interval))
-	defer t.Stop()
+	tick := time.NewTicker(min(interval, time.Second))
+	defer tick.Stop()
+	var lastMono, lastWall time.Time // of the last successful sync
+	var reported time.Duration
 	for {
+		parted := false
+		if !lastMono.IsZero() {
+			d := c.host().Round(0).Sub(lastWall) - time.Since(lastMono)
+			parted = d > clockReportAfter || d < -clockReportAfter
+		}
+		if lastMono.IsZero() || parted || time.Since(lastMono) >= interval {
+			off, _, err := c.Sync(ctx, db)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					log.Warn("clock: could not read the database's clock; trying again", "err", err)
+				}
+			case lastMono.IsZero():
+				if off > time.Second || off < -time.Second {
+					log.Warn("clock: this host's clock is off the database's; pitlane's times follow the database's", "host_offset", off)
+				}
+				reported = off
+			case off-reported > clockReportAfter || reported-off > clockReportAfter:
+				log.Warn("clock: this host's clock moved against the database's; pitlane's times follow the database's", "host_offset", off)
+				reported = off
+			}
+			if err == nil {
+				lastMono, lastWall = time.Now(), c.host().Round(0)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		off, _, err := c.Sync(ctx, db)
-		t.Reset(c.nextSync(interval))
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("clock: could not read the database's clock; keeping the last offset", "err", err, "host_offset", c.HostOffset())
-			}
-			continue
-		}
-		if d := off - reported; d > clockReportAfter || d < -clockReportAfter {
-			log.Warn("clock: this host's clock moved against the database's; pitlane's times follow the database's", "host_offset", off)
-			reported = off
+		case <-tick.C:
 		}
 	}
-}
-
-func (c *DatabaseClock) nextSync(interval time.Duration) time.Duration {
-	if !c.synced.Load() {
-		return min(interval, time.Second)
-	}
-	return interval
 }
 
 // clockReportAfter: an offset change smaller than this is not logged.

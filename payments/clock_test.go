@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +22,11 @@ func TestDatabaseClockReadsTheDatabasesTime(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.Pool(t, testdb.NewURL(t))
 	clock := payments.NewDatabaseClock(hostClock(time.Hour).Now)
-	if off := clock.HostOffset(); off != 0 {
-		t.Fatalf("offset before the first sync = %v, want 0 (the host's clock)", off)
+	if _, ok := clock.HostOffset(); ok {
+		t.Fatal("an offset known before the first sync")
+	}
+	if d := clock.Now().Sub(time.Now()); d < 59*time.Minute {
+		t.Fatalf("before the first sync the clock reads %v from the true time, want the host's (an hour ahead)", d)
 	}
 	for range 2 { // the second sync keeps (or refines) the first's offset
 		off, within, err := clock.Sync(ctx, pool)
@@ -39,6 +43,37 @@ func TestDatabaseClockReadsTheDatabasesTime(t *testing.T) {
 	}
 	if d := clock.Now().Sub(dbNow); d > time.Second || d < -time.Second {
 		t.Fatalf("the clock reads %v from the database's time, want the database's", d)
+	}
+}
+
+// steppingHost is a host's wall clock that an administrator (or NTP) may step at any moment.
+type steppingHost struct{ skew atomic.Int64 }
+
+func (h *steppingHost) Now() time.Time { return time.Now().UTC().Add(time.Duration(h.skew.Load())) }
+
+// A step of the host's wall clock after the sync moves nothing: the clock is the database's
+// reading plus this process's monotonic time since. (With the offset subtracted from the host's
+// wall clock, as first written, it moved by the whole step until the next sync.) What the host's
+// wall clock says now is reported as its offset.
+func TestDatabaseClockIgnoresAStepOfTheHostsClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t, testdb.NewURL(t))
+	host := &steppingHost{}
+	clock := payments.NewDatabaseClock(host.Now)
+	if _, _, err := clock.Sync(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	host.skew.Store(int64(10 * time.Minute)) // the host's clock is set ten minutes ahead
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if d := clock.Now().Sub(dbNow); d > time.Second || d < -time.Second {
+		t.Fatalf("after the host's step the clock reads %v from the database's time, want the database's", d)
+	}
+	if off, ok := clock.HostOffset(); !ok || off < 9*time.Minute || off > 11*time.Minute {
+		t.Fatalf("host offset %v %v, want the step (ten minutes)", off, ok)
 	}
 }
 

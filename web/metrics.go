@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -84,11 +85,18 @@ func NewMetrics() *Metrics {
 // ObserveHostClock reports this host's clock against the database's
 // (payments.DatabaseClock.HostOffset) as pitlane_host_clock_offset_seconds. pitlane's own
 // times follow the database's whatever this says; the host's logs and other programs do not.
-func (m *Metrics) ObserveHostClock(offset func() time.Duration) {
+// Before the database's clock was first read it is NaN: nothing is known.
+func (m *Metrics) ObserveHostClock(offset func() (time.Duration, bool)) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pitlane_host_clock_offset_seconds",
-		Help: "This host's clock minus the database's, as last measured. pitlane's times (leases, expiries) follow the database's clock; pitlane_patrol_clock_offset_seconds is what remains after that correction.",
-	}, func() float64 { return offset().Seconds() }))
+		Help: "This host's wall clock minus the database's (NaN before the database's clock was first read). pitlane's times (leases, expiries) follow the database's clock; pitlane_patrol_clock_offset_seconds is what remains after that correction.",
+	}, func() float64 {
+		d, ok := offset()
+		if !ok {
+			return math.NaN()
+		}
+		return d.Seconds()
+	}))
 }
 
 // idempotencyConflict counts one request refused because of its key (payments.IdempotencyConfig

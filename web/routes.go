@@ -15,6 +15,7 @@ import (
 // can be read top to bottom.
 func routes(e *echo.Echo, d Deps) {
 	health := handlers.NewHealth(d.DB)
+	health.ClockSynced = d.ClockSynced
 	e.GET("/healthz", health.Healthz)
 	e.GET("/readyz", health.Readyz)
 

@@ -37,6 +37,9 @@ type Deps struct {
 	// ConsoleIdleTimeout (CONSOLE_IDLE_TIMEOUT) signs staff out after this long without a
 	// request of their own; 0: auth.DefaultIdleTimeout.
 	ConsoleIdleTimeout time.Duration
+	// ClockSynced, when set, is closed once the database's clock has been read
+	// (payments.DatabaseClock.Synced): /readyz answers 503 until then.
+	ClockSynced <-chan struct{}
 	// SessionClock is the console sessions' clock (idle timeout); nil: the wall clock, which
 	// sessions live on anyway (their lifetime, the store's expiry). serve passes the database's
 	// (payments.DatabaseClock: the idle stamp one replica writes, another reads). Tests move it.

@@ -97,6 +97,26 @@ func TestReadyzBeforeAndAfterMigrations(t *testing.T) {
 	}
 }
 
+// A replica that has not read the database's clock yet (payments.DatabaseClock: it started
+// before its database answered) is not ready: its times would be its host's.
+func TestReadyzWaitsForTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, testdb.NewURL(t))
+	clock := payments.NewDatabaseClock(nil)
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), ReplicaID: "replica-test",
+		Payments: payments.NewService(pool, payments.Config{Clock: clock}), ClockSynced: clock.Synced()})
+	rec := do(e, http.MethodGet, "/readyz")
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "clock") {
+		t.Fatalf("/readyz before the clock was read = %d %s, want 503", rec.Code, rec.Body)
+	}
+	if _, _, err := clock.Sync(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if rec := do(e, http.MethodGet, "/readyz"); rec.Code != http.StatusOK {
+		t.Fatalf("/readyz after the clock was read = %d %s, want 200", rec.Code, rec.Body)
+	}
+}
+
 func TestReadyzDatabaseUnreachable(t *testing.T) {
 	t.Parallel()
 	// A port nothing listens on: the listener is closed before the pool tries it.

@@ -62,17 +62,18 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 	return access.New(pool, databaseClock(ctx, pool, env.Logger)), pool.Close, nil
 }
 
-// clockSyncEvery is how often a server measures its host's clock against the database's again.
-const clockSyncEvery = 30 * time.Second
+// clockSyncEvery is how often a server reads the database's clock again (besides at once when
+// its host's wall and monotonic clocks part): a step of the database's own clock (NTP, a
+// failover to a standby) reaches every replica within it.
+const clockSyncEvery = 10 * time.Second
 
 // clockSyncWait bounds the first measurement.
 const clockSyncWait = 5 * time.Second
 
-// databaseClock is the clock of every command that writes or compares times other replicas
-// read: the database's, read on this host (payments.DatabaseClock), measured once now. A
-// failure (or no answer within clockSyncWait: a server starts before its database is reachable,
-// and comes up unready instead of waiting here) leaves the host's clock in use and says so; a
-// server keeps trying (payments.DatabaseClock.Run). A host clock more than a second off is logged: pitlane
+// databaseClock is the clock of the commands that write or compare times the servers read
+// (reconcile, user, apikey): the database's, read on this host (payments.DatabaseClock), once
+// now. A failure (or no answer within clockSyncWait) leaves the host's clock in use and says so
+// (the command's own statements fail the same way then). serve reads it with Run instead. A host clock more than a second off is logged: pitlane
 // follows the database, but the host's logs and anything else on it do not.
 func databaseClock(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *payments.DatabaseClock {
 	clock := payments.NewDatabaseClock(nil)

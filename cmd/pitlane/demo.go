@@ -100,7 +100,7 @@ func seedDemoOrder(ctx context.Context, cfg config.Config, svc *payments.Service
 		// The code goes to the customer; here a service sharing everything but the notifier
 		// reads it from the message, as the customer would read it out to support.
 		codes := &codeCatcher{}
-		seedSvc := payments.NewService(svc.DB(), payments.Config{Gateway: svc.Gateway(), ReplicaID: cfg.ReplicaID,
+		seedSvc := payments.NewService(svc.DB(), payments.Config{Clock: svc, Gateway: svc.Gateway(), ReplicaID: cfg.ReplicaID,
 			CodeSecret: cfg.SecretKey, ReturnURL: returnURL(cfg.PublicBaseURL), GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts, Notifier: codes})
 		ch, err := seedSvc.RequestCancel(ctx, demoActor, res.Session.ID)
 		if err != nil {

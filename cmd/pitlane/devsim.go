@@ -161,7 +161,7 @@ func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments
 	if !d.seed {
 		return nil
 	}
-	d.staffErr = seedStaff(ctx, access.New(svc.DB(), nil))
+	d.staffErr = seedStaff(ctx, access.New(svc.DB(), svc)) // the service's clock: the database's
 	if d.sim == nil {
 		return d.staffErr
 	}

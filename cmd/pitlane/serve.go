@@ -183,12 +183,21 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	metrics := web.NewMetrics()
 	// Every replica's times are the database's (payments.DatabaseClock): a lease or an expiry
 	// one replica writes and another compares means the same instant to both, whatever their
-	// hosts' clocks say. Measured now and every clockSyncEvery until the server stops.
-	clock := databaseClock(ctx, pool, logger)
+	// hosts' clocks say. Read at once and every clockSyncEvery until the server stops; the
+	// patrol starts and /readyz answers ready once it has been read (a replica may start
+	// before its database is reachable).
+	clock := payments.NewDatabaseClock(nil)
 	metrics.ObserveHostClock(clock.HostOffset)
 	clockCtx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopClock()
-	go clock.Run(clockCtx, pool, clockSyncEvery, logger)
+	clocked := make(chan struct{})
+	go func() {
+		defer close(clocked)
+		clock.Run(clockCtx, pool, clockSyncEvery, logger.With("component", "clock"))
+	}()
+	defer func() {
+		stopClock()
+		<-clocked
+	}()
 	svc, verifier, err := newService(cfg, pool, clock, logger, metrics, tp)
 	if err != nil {
 		ln.Close()
@@ -229,6 +238,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		SecureCookies:      https,
 		ConsoleIdleTimeout: cfg.ConsoleIdleTimeout,
 		SessionClock:       clock.Now, // the idle timeout's last request, stamped and read by any replica
+		ClockSynced:        clock.Synced(),
 		HSTS:               https,
 		TrustedProxies:     cfg.TrustedProxies,
 		Payments:           svc,

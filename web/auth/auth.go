@@ -99,8 +99,11 @@ type Config struct {
 	// IdleTimeout (CONSOLE_IDLE_TIMEOUT) ends a session after this long without a request of
 	// the user's own; 0: DefaultIdleTimeout. A session still ends SessionLifetime after sign-in.
 	IdleTimeout time.Duration
-	// Now is the sessions' clock (nil: time.Now). Sessions live on the wall clock, as scs's
-	// lifetime and the store's expiry do; tests move this one.
+	// Now is the idle timeout's clock (nil: time.Now): serve passes the database's
+	// (payments.DatabaseClock), as the idle stamp one replica writes another reads; tests move
+	// it. The session's lifetime and its store expiry are scs's, on the host's clock (scs takes
+	// no clock), compared by the store with the database's now(): a host clock off by S moves
+	// the 12-hour lifetime and the 5-minute sign-out message by S.
 	Now func() time.Time
 }
 
