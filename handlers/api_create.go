@@ -95,14 +95,18 @@ func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payment
 	if err != nil {
 		return err
 	}
-	if ir.Kind == payments.IdempotencyIntentKey && sess.Status == payments.StatusCompleted {
-		// The intent's session paid the order: a keyless Create of a paid order is the
-		// contract's "409 the order is already paid", the same answer as after the window
-		// (only a client's own key replays a payment it made). No burst can get here: paying
-		// takes the customer's approval at the gateway.
-		return payments.Errorf(payments.ECONFLICT, "order %s is already paid", sess.OrderID)
-	}
 	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() {
+		// The order is paid (by the intent's own session, or by another after it was declined):
+		// a keyless Create of a paid order is the contract's "409 the order is already paid",
+		// the same answer as after the window (only a client's own key replays a payment it
+		// made). No burst can get here: paying takes the customer's approval at the gateway.
+		paid, err := a.svc.OrderPaid(c.Request().Context(), sess.OrderID)
+		if err != nil {
+			return err
+		}
+		if paid {
+			return payments.Errorf(payments.ECONFLICT, "order %s is already paid", sess.OrderID)
+		}
 		// The intent's session is over (a decline inside the window answers it, as it is now).
 		// But if another request started the order's next payment with the same parameters
 		// since — with a key of its own, from another client, from the checkout page — that one

@@ -281,6 +281,20 @@ func TestAPIKeylessCreateOfAPaidOrderIs409(t *testing.T) {
 	if n := b.sessions(t); n != 1 {
 		t.Fatalf("sessions = %d", n)
 	}
+
+	// The same when the intent's session was declined and another request (with a key of its
+	// own) paid the order inside the window.
+	c = post(createPath("o-paid-by-another"), `{"amount":1500,"currency":"EUR"}`)
+	declined := wantPayment(t, b.do(c), http.StatusCreated)
+	b.gw.SetStatus(*declined.GatewayPaymentID, payments.GatewayDeclined)
+	wantPayment(t, b.do(post("/api/v1/payments/"+declined.ID+"/check", "")), http.StatusOK)
+	paid := wantPayment(t, b.do(post(createPath("o-paid-by-another"), `{"amount":1500,"currency":"EUR"}`, "Idempotency-Key", "next")), http.StatusCreated)
+	b.gw.SetStatus(*paid.GatewayPaymentID, payments.GatewaySucceeded)
+	wantPayment(t, b.do(post("/api/v1/payments/"+paid.ID+"/check", "")), http.StatusOK)
+	b.clock.Advance(time.Minute)
+	if p := wantProblem(t, b.do(c), http.StatusConflict, ""); !strings.Contains(p.Detail, "already paid") {
+		t.Fatalf("keyless create of the order paid by another request = %+v", p)
+	}
 }
 
 // A keyless retry whose intent's session was declined, while another request already started

@@ -300,6 +300,19 @@ func (s *Service) ActiveSession(ctx context.Context, orderID string) (Session, b
 	return sess, true, nil
 }
 
+// OrderPaid reports whether the order is paid (false for an order pitlane does not know).
+func (s *Service) OrderPaid(ctx context.Context, orderID string) (bool, error) {
+	var paid bool
+	err := s.db.QueryRow(ctx, `SELECT status = 'Paid' FROM orders WHERE order_id = $1`, orderID).Scan(&paid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, dbError("order paid", err, "")
+	}
+	return paid, nil
+}
+
 // Order is an order as pitlane knows it.
 type Order struct {
 	OrderID         string
