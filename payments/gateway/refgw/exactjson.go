@@ -83,8 +83,9 @@ func keepExact(raw json.RawMessage, t reflect.Type) (json.RawMessage, error) {
 
 var fieldsCache sync.Map // reflect.Type → map[string]reflect.Type
 
-// exactFields maps a struct's json names to their fields' types (the wire types have no
-// embedded structs; a field without a tag goes by its Go name, as encoding/json does).
+// exactFields maps a struct's json names to their fields' types (a field without a tag goes by
+// its Go name, as encoding/json does; an embedded struct is refused, see above). Maps are not
+// filtered: no wire type has one.
 func exactFields(t reflect.Type) map[string]reflect.Type {
 	if f, ok := fieldsCache.Load(t); ok {
 		return f.(map[string]reflect.Type)
@@ -92,6 +93,11 @@ func exactFields(t reflect.Type) map[string]reflect.Type {
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if f.Anonymous {
+			// encoding/json promotes an embedded struct's fields; this filter does not, and
+			// would drop them silently. No wire type embeds one (TestWireTypesDecodeExactly).
+			panic("refgw: decodeExact cannot read " + t.String() + ": it embeds " + f.Type.String())
+		}
 		if !f.IsExported() {
 			continue
 		}

@@ -327,8 +327,10 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 			GatewayStatus: payments.GatewayStatus(e.Status),
 		}
 		switch {
-		case op == OpRefundStatus && resp.StatusCode == http.StatusNotFound && ge.Code == "":
-			// The contract's refund look-up answers a bare 404 for a refund it does not have.
+		case op == OpRefundStatus && resp.StatusCode == http.StatusNotFound && ge.Code == "" && (len(bytes.TrimSpace(raw)) == 0 || json.Valid(raw)):
+			// The contract's refund look-up answers 404 for a refund it does not have, its body
+			// unspecified: empty or JSON. A balancer's HTML 404 is not the gateway's word
+			// (below).
 			ge.Code = "not_found"
 		case resp.StatusCode == http.StatusNotFound && ge.Code != "not_found":
 			// The contract's "no such payment" is 404 {"error":"not_found"}. A 404 without it is

@@ -613,6 +613,7 @@ func TestUnusableAnswers(t *testing.T) {
 		{"409 refusal with an unknown ERROR beside", 409, `{"error":"not_reversible","status":"succeeded","ERROR":"idempotency_key_in_use"}`, reverse, payments.FailureDefinitive, "not_reversible"},
 		// The contract's refund look-up answers a bare 404 for a refund it does not have.
 		{"refund look-up: a bare 404 is the contract's not found", 404, ``, refundStatus, payments.FailureDefinitive, "not_found"},
+		{"refund look-up: a balancer's HTML 404 is not", 404, `<h1>Not Found</h1>`, refundStatus, payments.FailureUnknown, "http_404"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

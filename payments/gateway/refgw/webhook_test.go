@@ -66,6 +66,8 @@ func TestWebhookVerifierRotation(t *testing.T) {
 		{"a third secret", sign(whNow, "whsec_third"), whBody, payments.EBADSIGNATURE},
 		{"stale: 301 s old", sign(whNow.Add(-301*time.Second), "whsec_new"), whBody, payments.EBADSIGNATURE},
 		{"from the future", sign(whNow.Add(301*time.Second), "whsec_old"), whBody, payments.EBADSIGNATURE},
+		// 2^64 ns ahead: as a Duration the age wrapped to -0.29 s, inside the tolerance.
+		{"centuries ahead", sign(time.Unix(whNow.Unix()+18446744074, 0), "whsec_old"), whBody, payments.EBADSIGNATURE},
 		{"another body", sign(whNow, "whsec_new"), []byte(`{"id":"evt_2"}`), payments.EBADSIGNATURE},
 		{"no header", "", whBody, payments.EMALFORMED},
 		{"no timestamp", withoutTimestamp(sign(whNow, "whsec_new")), whBody, payments.EMALFORMED},

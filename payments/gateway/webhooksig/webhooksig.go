@@ -146,9 +146,11 @@ func Verify(header string, body []byte, secrets [][]byte, now time.Time, toleran
 	}
 	// In whole seconds, as the timestamp is: signed 300 s ago is within a 300-s tolerance
 	// whatever fraction of a second has passed since (now's fraction made it 300.4 s, refused).
-	age := time.Duration(now.Unix()-sec) * time.Second
-	if age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: signed %s ago, tolerance %s", ErrTooOld, age, tolerance)
+	// Compared in seconds, never as a Duration: a timestamp centuries away would overflow one
+	// and wrap into the tolerance.
+	age, tol := now.Unix()-sec, int64(tolerance/time.Second)
+	if age > tol || age < -tol {
+		return fmt.Errorf("%w: signed %d s ago, tolerance %s", ErrTooOld, age, tolerance)
 	}
 	return nil
 }
