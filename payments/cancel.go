@@ -143,14 +143,14 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	// The drive after the commit ends a gateway timeout before the patrol's first look may come
 	// (a lock wait before the commit ate into it; the drive may ask the gateway up to four
 	// times): what it has not finished by then is the patrol's, never done beside it.
-	budget := s.cancelGrace() - s.cfg.GatewayTimeout - time.Since(began)
+	deadline := began.Add(s.cancelGrace() - s.cfg.GatewayTimeout)
 	if h := s.cfg.Hooks.AfterCancelCommit; h != nil {
 		h(ctx, sessionID)
 	}
-	if budget <= 0 {
+	if time.Until(deadline) <= 0 {
 		return res, nil // Canceling: the patrol sends the reverse
 	}
-	dctx, stop := context.WithTimeout(ctx, budget)
+	dctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
 	sessAfter, err := s.driveReverse(dctx, actor, res.Session)
 	if err != nil {

@@ -907,3 +907,44 @@ func TestConfirmedCancelLeavesThePatrolWhatItCannotFinishInTheGrace(t *testing.T
 		t.Fatalf("after the patrol: %s with %d reverses, want Canceled with one", got.Status, b.gw.Calls(fakegw.OpReverse))
 	}
 }
+
+// A reverse the gateway holds past the confirm's deadline (a gateway timeout before the
+// patrol's first look may come) is cut there: the confirm answers Canceling, and the patrol's
+// first look sends the reverse again with the same key, never while the confirm's is on the
+// wire. Without the deadline the confirm's call waits as long as the gateway does.
+func TestConfirmedCancelsSlowReverseIsCutBeforeThePatrolsLook(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) {
+		c.GatewayTimeout, c.RegisterGrace = time.Second, 1500*time.Millisecond
+		c.Backoff = append([]time.Duration{1500 * time.Millisecond}, payments.DefaultBackoff[1:]...)
+	})
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel-cut", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := b.gw.Hold(fakegw.OpReverse)
+	type out struct {
+		res payments.ConfirmResult
+		err error
+	}
+	confirmed := make(chan out, 1)
+	go func() {
+		res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+		confirmed <- out{res, err}
+	}()
+	mustWait(t, gate.Arrived(), "the confirm's reverse at the gateway")
+	got := mustWait(t, confirmed, "the confirm, cut at its deadline while the gateway holds the reverse")
+	if got.err != nil || got.res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("confirm = %s %v, want Canceling", got.res.Session.Status, got.err)
+	}
+	b.gw.Unhold(fakegw.OpReverse)
+	b.clock.Advance(1500 * time.Millisecond)
+	if n, err := b.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("patrol drove %d (%v)", n, err)
+	}
+	if s, _ := b.svc.Get(ctx, sess.ID); s.Status != payments.StatusCanceled {
+		t.Fatalf("after the patrol: %s, want Canceled", s.Status)
+	}
+}

@@ -113,6 +113,8 @@ func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
 	if q.token != "" {
 		left := q.until.Sub(s.cfg.Clock.Now()) - writerRecordTime
 		if left <= 0 {
+			s.log.Warn("outbox: no time left in the writer's lease to deliver the message; the patrol sends it",
+				"outbox_id", q.id, "kind", q.msg.Kind)
 			return
 		}
 		var stop context.CancelFunc
