@@ -85,14 +85,21 @@ func forgetDevices(ctx context.Context, tx pgx.Tx, email string) error {
 	return err
 }
 
-// RememberDevice returns the device token of a browser that just signed in to email: the one it
-// sent when that is still trusted for email (its failures cleared), else a new one.
-func (s *Service) RememberDevice(ctx context.Context, email, sent string) (string, error) {
+// RememberDevice returns the device token of a browser that just signed in as u: the one it
+// sent when that is still trusted for u's email (its failures cleared), else a new one — or ""
+// when u's account changed since the sign-in read it (a new password, its sessions ended,
+// disabled: another session epoch). A device is as good as the password it was earned with:
+// a sign-in with the old password that read the account before a password change committed
+// must not leave a device behind the change's forgetDevices. Both statements hold u's row
+// (FOR SHARE: a change in progress is waited for, then seen) and write only while it still has
+// the epoch the sign-in read.
+func (s *Service) RememberDevice(ctx context.Context, u User, sent string) (string, error) {
 	now := s.clock.Now()
 	if len(sent) == 64 {
 		tag, err := s.db.Exec(ctx, `UPDATE staff_devices SET failures = 0, last_used_at = $3
-			WHERE token_hash = $1 AND email = $2 AND failures < $4 AND last_used_at > $5`,
-			deviceHash(sent), email, now, s.Limits.AccountFailures, now.Add(-DeviceTTL))
+			WHERE token_hash = $1 AND email = $2 AND failures < $4 AND last_used_at > $5
+			  AND EXISTS (SELECT 1 FROM staff_users WHERE email = $2 AND session_epoch = $6 AND disabled_at IS NULL FOR SHARE)`,
+			deviceHash(sent), u.Email, now, s.Limits.AccountFailures, now.Add(-DeviceTTL), u.SessionEpoch)
 		if err != nil {
 			return "", fmt.Errorf("remember device: %w", err)
 		}
@@ -105,9 +112,14 @@ func (s *Service) RememberDevice(ctx context.Context, email, sent string) (strin
 		return "", err
 	}
 	token := hex.EncodeToString(b)
-	if _, err := s.db.Exec(ctx, `INSERT INTO staff_devices (token_hash, email, created_at, last_used_at) VALUES ($1, $2, $3, $3)`,
-		deviceHash(token), email, now); err != nil {
+	tag, err := s.db.Exec(ctx, `INSERT INTO staff_devices (token_hash, email, created_at, last_used_at)
+		SELECT $1, email, $3, $3 FROM staff_users WHERE email = $2 AND session_epoch = $4 AND disabled_at IS NULL FOR SHARE`,
+		deviceHash(token), u.Email, now, u.SessionEpoch)
+	if err != nil {
 		return "", fmt.Errorf("remember device: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return "", nil // the account changed since the sign-in: no device
 	}
 	return token, nil
 }

@@ -249,12 +249,41 @@ func TestPasswordChangeMeetsATrustedSignIn(t *testing.T) {
 func deviceOf(t *testing.T, acc *access.Service, email string) string {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := acc.SignIn(ctx, attempt(email, testPassword, "192.0.2.7")); err != nil {
+	u, err := acc.SignIn(ctx, attempt(email, testPassword, "192.0.2.7"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	device, err := acc.RememberDevice(ctx, email, "")
+	device, err := acc.RememberDevice(ctx, u, "")
 	if err != nil || len(device) != 64 {
 		t.Fatalf("device token %q %v", device, err)
 	}
 	return device
+}
+
+// A sign-in with the old password that read the account just before a password change
+// committed: its browser must not get a device after the change forgot the account's devices
+// (a device cookie earned with the old password would guess past the throttle). RememberDevice
+// writes only while the account still has the session epoch the sign-in read (an outside
+// review: it inserted one after the change).
+func TestNoDeviceForASignInOverTakenByAPasswordChange(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.user(t, "ana@example.com", access.RoleSupport)
+	ctx := context.Background()
+	sent := deviceOf(t, b.acc, "ana@example.com")
+	u, err := b.acc.SignIn(ctx, attempt("ana@example.com", testPassword, "192.0.2.7")) // read before the change
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acc.SetPassword(ctx, cli, "ana@example.com", "a brand new password"); err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{"", sent} { // a new device, or the one the browser sent
+		if device, err := b.acc.RememberDevice(ctx, u, token); err != nil || device != "" {
+			t.Fatalf("device %q %v after the password change, want none", device, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM staff_devices WHERE email = 'ana@example.com'`); n != 0 {
+		t.Fatalf("%d devices of ana's after the change, want 0", n)
+	}
 }

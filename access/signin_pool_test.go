@@ -150,7 +150,11 @@ func TestSignInOnOneConnection(t *testing.T) {
 	var device string
 	step("sign in", signIn("ana@example.com", testPassword, "192.0.2.1", ""), "")
 	step("remember the device", func(ctx context.Context) (err error) {
-		device, err = acc.RememberDevice(ctx, "ana@example.com", "")
+		ana, err := acc.User(ctx, "ana@example.com")
+		if err != nil {
+			return err
+		}
+		device, err = acc.RememberDevice(ctx, ana, "")
 		return err
 	}, "")
 	step("the device signs in", signIn("ana@example.com", testPassword, "192.0.2.1", device), "")

@@ -288,7 +288,11 @@ func TestTrustedDeviceSignsInThroughAFlood(t *testing.T) {
 	b.user(t, "bo@example.com", access.RoleSupport)
 	ctx := context.Background()
 	device := deviceOf(t, b.acc, "ana@example.com")
-	if again, err := b.acc.RememberDevice(ctx, "ana@example.com", device); err != nil || again != device {
+	ana, err := b.acc.User(ctx, "ana@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := b.acc.RememberDevice(ctx, ana, device); err != nil || again != device {
 		t.Fatalf("remembering a trusted device again = %q %v, want the same token", again, err)
 	}
 	b.clock.Advance(access.DefaultLimits.GlobalWindow) // the sign-in's own unit drained

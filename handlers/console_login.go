@@ -60,11 +60,13 @@ func (h *Console) Login(c echo.Context) error {
 	}
 	// This browser may sign in to this account from now on whatever the throttle's address
 	// and global buckets say (access/devices.go).
-	device, err := h.access.RememberDevice(c.Request().Context(), u.Email, a.Device)
+	device, err := h.access.RememberDevice(c.Request().Context(), u, a.Device)
 	if err != nil {
 		return err
 	}
-	h.auth.SetDeviceToken(c, device, access.DeviceTTL)
+	if device != "" { // "": the account changed since the sign-in read it (its session is over too)
+		h.auth.SetDeviceToken(c, device, access.DeviceTTL)
+	}
 	return c.Redirect(http.StatusSeeOther, next)
 }
 
