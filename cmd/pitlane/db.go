@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver for goose
+	"github.com/jackc/pgx/v5/stdlib" // also the "pgx" database/sql driver for goose
 
 	"pitlane/access"
 	"pitlane/migrations"
@@ -59,7 +59,36 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 	if err != nil {
 		return nil, nil, err
 	}
-	return access.New(pool, databaseClock(ctx, pool, env.Logger)), pool.Close, nil
+	clock, err := databaseClock(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return access.New(pool, clock), pool.Close, nil
+}
+
+// waitMigrated waits until the database has every migration this binary embeds (checked every
+// second; the first wait is logged) and reports whether it does, false when ctx ended first.
+func waitMigrated(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) bool {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for logged := false; ; {
+		db := stdlib.OpenDBFromPool(pool)
+		ok, err := migrations.Current(ctx, db)
+		db.Close()
+		if ok {
+			return true
+		}
+		if !logged && ctx.Err() == nil {
+			logger.Warn("the patrol waits for the database's migrations (run `pitlane migrate`)", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // clockSyncEvery is how often a server reads the database's clock again (besides at once when
@@ -67,25 +96,19 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 // failover to a standby) reaches every replica within it.
 const clockSyncEvery = 10 * time.Second
 
-// clockSyncWait bounds the first measurement.
+// clockSyncWait bounds a command's reading of the database's clock.
 const clockSyncWait = 5 * time.Second
 
 // databaseClock is the clock of the commands that write or compare times the servers read
 // (reconcile, user, apikey): the database's, read on this host (payments.DatabaseClock), once
-// now. A failure (or no answer within clockSyncWait) leaves the host's clock in use and says so
-// (the command's own statements fail the same way then). serve reads it with Run instead. A host clock more than a second off is logged: pitlane
-// follows the database, but the host's logs and anything else on it do not.
-func databaseClock(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *payments.DatabaseClock {
+// now. A command that cannot read it (within clockSyncWait) does not run on its host's clock:
+// it fails, as its own statements would. serve reads it with Run instead.
+func databaseClock(ctx context.Context, pool *pgxpool.Pool) (*payments.DatabaseClock, error) {
 	clock := payments.NewDatabaseClock(nil)
 	sctx, cancel := context.WithTimeout(ctx, clockSyncWait)
 	defer cancel()
-	off, within, err := clock.Sync(sctx, pool)
-	switch {
-	case err != nil:
-		logger.Warn("clock: could not read the database's clock; using this host's until the next try", "err", err)
-	case off > time.Second || off < -time.Second:
-		logger.Warn("clock: this host's clock is off the database's; pitlane's times follow the database's",
-			"host_offset", off, "within", within)
+	if _, _, err := clock.Sync(sctx, pool); err != nil {
+		return nil, err
 	}
-	return clock
+	return clock, nil
 }

@@ -64,7 +64,11 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	defer pool.Close()
 	owner := reconcileOwner(cfg.ReplicaID, os.Getpid())
 	// The patrol's one-runner lease is compared with the servers' times: the database's.
-	svc := payments.NewService(pool, payments.Config{Clock: databaseClock(ctx, pool, env.Logger), Gateway: gw,
+	clock, err := databaseClock(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	svc := payments.NewService(pool, payments.Config{Clock: clock, Gateway: gw,
 		Logger: env.Logger.With("component", "reconcile"), ReplicaID: owner,
 		GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts}) // the same pages trusted as in serve
 

@@ -279,6 +279,11 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		case <-sweepCtx.Done():
 			return
 		}
+		// Nor before the schema is this binary's (a replica started before `pitlane migrate`
+		// answers /readyz 503 and must not act meanwhile either).
+		if !waitMigrated(sweepCtx, pool, logger) {
+			return
+		}
 		svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
 	}()
 	defer func() {

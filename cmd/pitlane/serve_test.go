@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -97,4 +98,23 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// The patrol waits for this binary's migrations (a replica started before `pitlane migrate`
+// answers /readyz 503 and must not drive payments on the old schema meanwhile): waitMigrated
+// gives up only with its context on a database without them, and returns at once on one with.
+func TestPatrolWaitsForMigrations(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.DiscardHandler)
+	empty := testdb.Pool(t, testdb.NewEmptyURL(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan bool, 1)
+	go func() { done <- waitMigrated(ctx, empty, logger) }()
+	cancel()
+	if ok := <-done; ok {
+		t.Fatal("waitMigrated on a database without migrations says migrated")
+	}
+	if !waitMigrated(context.Background(), testdb.New(t), logger) {
+		t.Fatal("waitMigrated on a migrated database says not migrated")
+	}
 }
