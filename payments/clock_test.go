@@ -25,7 +25,7 @@ func TestDatabaseClockReadsTheDatabasesTime(t *testing.T) {
 	if _, ok := clock.HostOffset(); ok {
 		t.Fatal("an offset known before the first sync")
 	}
-	if d := clock.Now().Sub(time.Now()); d < 59*time.Minute {
+	if d := time.Until(clock.Now()); d < 59*time.Minute {
 		t.Fatalf("before the first sync the clock reads %v from the true time, want the host's (an hour ahead)", d)
 	}
 	for range 2 { // the second sync keeps (or refines) the first's offset
