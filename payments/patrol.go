@@ -322,6 +322,38 @@ type patrolState struct {
 	drivenTotal  int64
 	inFlight     atomic.Int64
 	clock        Clock
+	outage       outageLog // the patrol's errors while the database is unavailable
+}
+
+// outageLog thins the log of errors that come from the database being unavailable (an outage,
+// a failover): every patrol round fails the same way then, five lines a second at a
+// SWEEP_INTERVAL of 200 ms. The first is logged at once, then one a minute with how many were
+// left out; any other error is logged as it comes.
+type outageLog struct {
+	mu      sync.Mutex
+	last    time.Time // when one was last logged (time.Now: a log's pace, not a rule)
+	skipped int
+}
+
+// outageLogEvery is how often a run of outage errors is logged.
+const outageLogEvery = time.Minute
+
+func (s *Service) logPatrolError(msg string, err error) {
+	if !DatabaseUnavailable(err) {
+		s.log.Error(msg, "err", err)
+		return
+	}
+	o := &s.patrol.outage
+	o.mu.Lock()
+	if !o.last.IsZero() && time.Since(o.last) < outageLogEvery {
+		o.skipped++
+		o.mu.Unlock()
+		return
+	}
+	skipped := o.skipped
+	o.last, o.skipped = time.Now(), 0
+	o.mu.Unlock()
+	s.log.Error(msg+" (the database is unavailable; logged once a minute while it lasts)", "err", err, "left_out", skipped)
 }
 
 func newPatrolState(clock Clock) *patrolState {
@@ -713,7 +745,7 @@ func (s *Service) beat(ctx context.Context) {
 		ON CONFLICT (replica_id) DO UPDATE SET version = $2, concurrency = $3, started_at = $4, beat_at = $5,
 			last_sweep_at = $6, in_flight = $7, backoff_until = $8, backoff_reason = $9, last_round_driven = $10,
 			last_round_calls = $11, last_round_failed = $12, driven_total = $13, clock_offset_ms = EXCLUDED.clock_offset_ms`, args...); err != nil {
-		s.log.Error("patrol: heartbeat", "err", err)
+		s.logPatrolError("patrol: heartbeat", err)
 	}
 }
 

@@ -3,6 +3,8 @@ package payments_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -747,4 +749,38 @@ func TestHeartbeatMeasuresTheReplicasClockOffset(t *testing.T) {
 	if d := got["replica-on-time"]; d < -time.Second || d > 100*time.Millisecond {
 		t.Errorf("the replica on time measured %s", d)
 	}
+}
+
+// While the database is unavailable every patrol round fails the same way: the patrol logs the
+// first such error at once and then one a minute with how many it left out, not one per round
+// (five lines a second at SWEEP_INTERVAL=200ms: an operator's run of a database outage).
+func TestPatrolLogsADatabaseOutageOnceAMinute(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	svc := payments.NewService(testdb.Unreachable(t), payments.Config{ReplicaID: "replica-down",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 3 {
+		svc.BeatNow(context.Background())
+	}
+	if n := strings.Count(logs.String(), `msg="patrol: heartbeat`); n != 1 {
+		t.Fatalf("three failed heartbeats in an outage logged %d lines, want 1:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -252,7 +252,7 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			lastHousekeeping = now
 		}
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
-			s.log.Error("patrol", "err", err)
+			s.logPatrolError("patrol", err)
 		}
 		// The Operations page's sample of this minute (ops_samples.go): tried once per minute per
 		// replica; the first replica in the minute writes it, the others find it written.
