@@ -81,7 +81,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		if !ok {
 			wait := bucketWait(ctx, tx, scopeAddress, addr, s.Limits.AddressBurst, s.Limits.AddressWindow, now)
 			refusal = &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: wait, Message: fmt.Sprintf(
-				"too many failed sign-ins from your network; try again in %s", (wait + time.Second - 1).Truncate(time.Second))} // rounded up, as Retry-After is
+				"too many failed sign-ins from your network; try again in %s", payments.RoundUpWait(wait))}
 			return errRollback
 		}
 		if ok, err = takeBucket(ctx, tx, scopeGlobal, "", s.Limits.GlobalBurst, s.Limits.GlobalWindow, now); err != nil {

@@ -213,7 +213,7 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orde
 	wait := oldest.Add(time.Hour).Sub(now)
 	return &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
 		"this order's payment was started %d times within the last hour, the most we allow: please try again in %s. Nothing was charged by this click.",
-		CheckoutStartsPerHour, roundUp(wait))}
+		CheckoutStartsPerHour, RoundUpWait(wait))}
 }
 
 // CheckoutReplay is a repeat of a Pay click whose form may no longer start a payment (its link

@@ -261,7 +261,7 @@ func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID s
 	if n >= CodeRequestsPerHour {
 		wait := oldest.Add(time.Hour).Sub(now)
 		return &Error{Code: ELOCKED, RetryAfter: wait,
-			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, roundUp(wait))}
+			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, RoundUpWait(wait))}
 	}
 	_, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
 	return err
@@ -278,7 +278,7 @@ func (s *Service) codeGuessesLeft(ctx context.Context, tx pgx.Tx, sessionID stri
 	if until != nil {
 		wait := until.Sub(now)
 		return 0, &Error{Code: ELOCKED, RetryAfter: wait,
-			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a finance or admin user can unlock them on the payment's page meanwhile", CodeGuessesPerDay, roundUp(wait))}
+			Message: fmt.Sprintf("%d wrong codes for this payment within a day: codes are locked for %s; a finance or admin user can unlock them on the payment's page meanwhile", CodeGuessesPerDay, RoundUpWait(wait))}
 	}
 	return CodeGuessesPerDay - n, nil
 }
@@ -342,9 +342,9 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 	return int(cleared), err
 }
 
-// roundUp writes a wait for people, never shorter than it is: whole seconds up to a minute (what
+// RoundUpWait writes a wait for people (a refusal's "try again in …"), never shorter than it is: whole seconds up to a minute (what
 // Retry-After says), whole minutes above.
-func roundUp(d time.Duration) string {
+func RoundUpWait(d time.Duration) string {
 	if secs := (max(d, 0) + time.Second - 1).Truncate(time.Second); secs < time.Minute {
 		return secs.String() // "15s", as Retry-After says
 	}

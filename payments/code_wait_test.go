@@ -19,8 +19,8 @@ func TestCodeWaitInWords(t *testing.T) {
 		24*time.Hour - time.Second:        "24h0m",
 		23*time.Hour + 59*time.Minute:     "23h59m",
 	} {
-		if got := roundUp(d); got != want {
-			t.Errorf("roundUp(%s) = %q, want %q", d, got, want)
+		if got := RoundUpWait(d); got != want {
+			t.Errorf("RoundUpWait(%s) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package payments_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -756,31 +757,14 @@ func TestHeartbeatMeasuresTheReplicasClockOffset(t *testing.T) {
 // (five lines a second at SWEEP_INTERVAL=200ms: an operator's run of a database outage).
 func TestPatrolLogsADatabaseOutageOnceAMinute(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs bytes.Buffer
+	var mu sync.Mutex
 	svc := payments.NewService(testdb.Unreachable(t), payments.Config{ReplicaID: "replica-down",
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
 	for range 3 {
 		svc.BeatNow(context.Background())
 	}
 	if n := strings.Count(logs.String(), `msg="patrol: heartbeat`); n != 1 {
 		t.Fatalf("three failed heartbeats in an outage logged %d lines, want 1:\n%s", n, logs.String())
 	}
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
