@@ -1,7 +1,6 @@
 package payments_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"regexp"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"pitlane/internal/testdb"
+	"pitlane/internal/testlog"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -494,9 +494,8 @@ func TestCancelOvertakenByCaptureRefusesItsReverse(t *testing.T) {
 // Codes never appear in logs.
 func TestCancelCodeNeverLogged(t *testing.T) {
 	t.Parallel()
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var buf testlog.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b := newBench(t, func(c *payments.Config) {
 		c.Logger = logger
 		c.Notifier = failingNotifier{}
@@ -511,25 +510,12 @@ func TestCancelCodeNeverLogged(t *testing.T) {
 	_, _ = b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, otherCode(code))
 	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 1)
 	_, _ = b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
-	mu.Lock()
-	defer mu.Unlock()
 	if buf.Len() == 0 {
 		t.Fatal("expected some log lines (failed notification, lost reverse)")
 	}
 	if strings.Contains(buf.String(), code) {
 		t.Fatalf("the code appears in the logs:\n%s", buf.String())
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 type failingNotifier struct{}

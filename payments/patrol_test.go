@@ -1,7 +1,6 @@
 package payments_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/internal/testdb"
+	"pitlane/internal/testlog"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -757,10 +757,9 @@ func TestHeartbeatMeasuresTheReplicasClockOffset(t *testing.T) {
 // (five lines a second at SWEEP_INTERVAL=200ms: an operator's run of a database outage).
 func TestPatrolLogsADatabaseOutageOnceAMinute(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs testlog.Buffer
 	svc := payments.NewService(testdb.Unreachable(t), payments.Config{ReplicaID: "replica-down",
-		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for range 3 {
 		svc.BeatNow(context.Background())
 	}

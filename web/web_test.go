@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
@@ -22,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pitlane/internal/testdb"
+	"pitlane/internal/testlog"
 	"pitlane/migrations"
 	"pitlane/payments"
 	"pitlane/web"
@@ -30,31 +29,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// logBuf is a concurrency-safe log sink.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newServer is a server on pool (nil: a database that never answers).
-func newServer(t *testing.T, pool *pgxpool.Pool) (*echo.Echo, *logBuf) {
+func newServer(t *testing.T, pool *pgxpool.Pool) (*echo.Echo, *testlog.Buffer) {
 	t.Helper()
 	if pool == nil {
 		pool = testdb.Unreachable(t)
 	}
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	e := web.New(web.Deps{Logger: slog.New(slog.NewJSONHandler(logs, nil)), ReplicaID: "replica-test",
 		Payments: payments.NewService(pool, payments.Config{})})
 	return e, logs

@@ -20,6 +20,7 @@ import (
 
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
+	"pitlane/internal/testlog"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
 	"pitlane/payments/gateway/webhooksig"
@@ -80,7 +81,7 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	ctx := context.Background()
 	dbURL := testdb.NewURL(t)
 	pool := testdb.Pool(t, dbURL)
-	var jsonLogs, textLogs, cliErr syncBuffer
+	var jsonLogs, textLogs, cliErr testlog.Buffer
 	logger := debugLogger(&jsonLogs, &textLogs)
 
 	secrets := []secret{
@@ -341,7 +342,7 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	// logged, in either format, as it is or in a query string.
 	t.Run("negative control", func(t *testing.T) {
 		for _, s := range secrets {
-			var j, x syncBuffer
+			var j, x testlog.Buffer
 			l := debugLogger(&j, &x)
 			l.Debug("leak", "value", s.value)
 			l.Info("http request", "uri", "/checkout?token="+url.QueryEscape(s.value))

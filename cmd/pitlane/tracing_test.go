@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"pitlane/internal/config"
 	"pitlane/internal/telemetry/telemetrytest"
 	"pitlane/internal/testdb"
+	"pitlane/internal/testlog"
 	"pitlane/payments"
 	"pitlane/payments/gateway/gatewaysim"
 	"pitlane/payments/gateway/gwtrace"
@@ -114,7 +114,7 @@ func TestTraceFromAPIToGateway(t *testing.T) {
 	t.Parallel()
 	pool, gw, cfg, apiKey := tracingBench(t)
 	rec := telemetrytest.New(t)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	base, stop := startServeWith(t, cfg, pool, slog.New(slog.NewJSONHandler(&logs, nil)), serveOptions{tracing: rec})
 	id := createPayment(t, base, apiKey, "trace-order-1", `{"amount":4217,"currency":"EUR","customer_contact":"trace.customer@example.com"}`, "")
 	if err := stop(); err != nil { // every span has ended once the server stopped
@@ -171,7 +171,7 @@ func TestTraceFromAPIToGateway(t *testing.T) {
 func TestNoTraceWithoutEndpoint(t *testing.T) {
 	t.Parallel()
 	pool, gw, cfg, apiKey := tracingBench(t)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	base, stop := startServeWith(t, cfg, pool, slog.New(slog.NewJSONHandler(&logs, nil)), serveOptions{})
 	createPayment(t, base, apiKey, "untraced-1", `{"amount":100,"currency":"EUR"}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	if err := stop(); err != nil {
@@ -218,22 +218,4 @@ func TestGatewayAdaptersSendTraceparent(t *testing.T) {
 			t.Errorf("%s sent traceparent %q, want the span's", gw.Name(), tp)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a server's goroutines may log into while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
