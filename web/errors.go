@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,9 @@ func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Se
 		}
 		if ra := retryAfter(err, p); ra != "" {
 			c.Response().Header().Set("Retry-After", ra)
+		}
+		if p.Status == http.StatusMethodNotAllowed {
+			allowHead(c.Response().Header(), req.URL.Path)
 		}
 
 		var werr error
@@ -235,4 +239,18 @@ func formLink(r *http.Request, svc *payments.Service, orderID string) (url.Value
 		}
 	}
 	return q, true
+}
+
+// allowHead adds HEAD to a 405's Allow where the path serves GET: Echo's router lists the routes'
+// methods, and headAsGet serves HEAD wherever GET is, except on the GETs with effects.
+func allowHead(h http.Header, path string) {
+	allow := h.Get(echo.HeaderAllow)
+	if getWithEffects[path] || allow == "" {
+		return
+	}
+	methods := strings.Split(allow, ", ")
+	if slices.Contains(methods, http.MethodHead) || !slices.Contains(methods, http.MethodGet) {
+		return
+	}
+	h.Set(echo.HeaderAllow, allow+", "+http.MethodHead)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -250,8 +251,12 @@ func TestPlainErrorsAndUnknownRoutes(t *testing.T) {
 		t.Errorf("unknown page: %d %s", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	rec = do(e, http.MethodPost, "/healthz")
-	if rec.Code != http.StatusMethodNotAllowed {
-		t.Errorf("POST /healthz = %d", rec.Code)
+	if rec.Code != http.StatusMethodNotAllowed || !slices.Contains(strings.Split(rec.Header().Get("Allow"), ", "), http.MethodHead) {
+		t.Errorf("POST /healthz = %d, Allow: %q (HEAD is served where GET is)", rec.Code, rec.Header().Get("Allow"))
+	}
+	rec = do(e, http.MethodPost, "/outbox")
+	if rec.Code != http.StatusMethodNotAllowed || strings.Contains(rec.Header().Get("Allow"), http.MethodHead) {
+		t.Errorf("POST /outbox = %d, Allow: %q (its GET writes: no HEAD)", rec.Code, rec.Header().Get("Allow"))
 	}
 }
 
