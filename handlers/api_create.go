@@ -53,7 +53,7 @@ func (a *API) CreatePayment(c echo.Context) error {
 		return err
 	}
 	if out.Replayed {
-		return a.replay(c, ir, out)
+		return a.replay(c, ir, out, req.Input)
 	}
 	return a.writeCreated(c, out.Status, sess, false)
 }
@@ -90,34 +90,30 @@ func writeResource(c echo.Context, status int, location string, body any, replay
 // stored response: if the payment was canceled since, the replay says Canceled). A client key
 // keeps its first status code; an intent replay says 200, the contract's "this active session
 // already exists" answer, because the client did not ask for key semantics.
-func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payments.Outcome) error {
-	sess, err := a.svc.Get(c.Request().Context(), out.ResourceID)
+//
+// An intent whose session is over (declined, expired, canceled, or the order paid) has nothing
+// active to answer with, and the contract's 200 is "an active session ... exists": the keyless
+// Create runs through the core again, which answers by the order's state now — 409 when the
+// order is paid or has an active session with other parameters, 200 with an active session of
+// the same amount and currency that another request started, or a new attempt (201/202). So a
+// shop that retries a declined payment without a key gets a new attempt, not the dead session
+// for as long as its retries keep the window open. No burst can get here: a session ends on the
+// gateway's word (the customer's decline or approval, a reverse), and identical retries that
+// arrive together meet in the core's per-order claim: one new session, the rest 200 with it.
+// The key stays bound to the ended session; the next retry comes here again and finds the new
+// one active.
+func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payments.Outcome, in payments.CreateInput) error {
+	ctx := c.Request().Context()
+	sess, err := a.svc.Get(ctx, out.ResourceID)
 	if err != nil {
 		return err
 	}
 	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() {
-		// The order is paid (by the intent's own session, or by another after it was declined):
-		// a keyless Create of a paid order is the contract's "409 the order is already paid",
-		// the same answer as after the window (only a client's own key replays a payment it
-		// made). No burst can get here: paying takes the customer's approval at the gateway.
-		paid, err := a.svc.OrderPaid(c.Request().Context(), sess.OrderID)
+		res, err := a.svc.Create(ctx, actor(c), in)
 		if err != nil {
 			return err
 		}
-		if paid {
-			return payments.Errorf(payments.ECONFLICT, "order %s is already paid", sess.OrderID)
-		}
-		// The intent's session is over (a decline inside the window answers it, as it is now).
-		// But if another request started the order's next payment with the same parameters
-		// since — with a key of its own, from another client, from the checkout page — that one
-		// is "an active session with the same amount and currency": the contract's 200 is it.
-		active, ok, err := a.svc.ActiveSession(c.Request().Context(), sess.OrderID)
-		if err != nil {
-			return err
-		}
-		if ok && active.Amount == sess.Amount && active.Currency == sess.Currency {
-			return a.writeCreated(c, http.StatusOK, active, false)
-		}
+		return a.writeCreated(c, createdStatus(res), res.Session, false)
 	}
 	status := out.Status
 	if ir.Kind == payments.IdempotencyIntentKey || status < 200 || status > 299 {

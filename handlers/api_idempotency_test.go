@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,17 +242,28 @@ func TestAPIIntentKeysWithoutIdempotencyKey(t *testing.T) {
 	if p := wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK); p.Status != "Failed" {
 		t.Fatalf("after decline = %+v", p)
 	}
-	// A retry still inside the window is the same intent: the declined session, as it is now.
+	// A retry still inside the window: the intent's session is over and the order has nothing
+	// active, so the contract's 200 ("an active session ... exists") has nothing to answer
+	// with: a new attempt (201), not the declined session for as long as retries keep the
+	// window open.
 	b.clock.Advance(time.Minute)
 	rec := b.do(c)
-	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || p.Status != "Failed" || rec.Header().Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("retry after decline in the window = %+v", p)
+	second := wantPayment(t, rec, http.StatusCreated)
+	if second.ID == first.ID || second.Status != "Registered" || rec.Header().Get("Idempotent-Replayed") != "" ||
+		rec.Header().Get("Location") != "/api/v1/payments/"+second.ID {
+		t.Fatalf("retry after decline in the window = %+v %v", second, rec.Header())
 	}
-	// An hour later: a new intent, a new session.
+	// Its own retries: the one new attempt, 200.
+	for range 2 {
+		b.clock.Advance(10 * time.Second)
+		if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != second.ID {
+			t.Fatalf("retry of the new attempt = %+v, want %s", p, second.ID)
+		}
+	}
+	// An hour later: a new intent; the order's active session has the same parameters.
 	b.clock.Advance(time.Hour)
-	second := wantPayment(t, b.do(c), http.StatusCreated)
-	if second.ID == first.ID || second.Status != "Registered" {
-		t.Fatalf("an hour later = %+v", second)
+	if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != second.ID {
+		t.Fatalf("an hour later = %+v, want %s", p, second.ID)
 	}
 	if n := b.sessions(t); n != 2 {
 		t.Fatalf("sessions = %d", n)
@@ -323,20 +335,92 @@ func TestAPIIntentReplayPrefersTheOrdersActiveSession(t *testing.T) {
 	}
 }
 
-// The negative control of the test above: it is the intent key, not the core, that keeps the
-// declined attempt's window closed. The same retry carrying a fresh Idempotency-Key (a new
-// intent, explicitly) inside the window creates a second session.
-func TestAPIIntentWindowIsWhatStopsTheRetry(t *testing.T) {
+// A keyless retry whose intent's session was declined, while the order has an active session
+// with other parameters (started by another keyless request): the contract's 409, not a 200
+// with the declined session.
+func TestAPIIntentReplayOfAnEndedSessionMeetsTheOrdersOtherSession(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	first := wantPayment(t, b.do(post(createPath("o"), `{"amount":1500,"currency":"EUR"}`)), http.StatusCreated)
+	c := post(createPath("o-other"), `{"amount":300,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
+	wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK)
+	b.clock.Advance(10 * time.Second)
+	wantPayment(t, b.do(post(createPath("o-other"), `{"amount":301,"currency":"EUR"}`)), http.StatusCreated)
+	b.clock.Advance(10 * time.Second)
+	if p := wantProblem(t, b.do(c), http.StatusConflict, ""); !strings.Contains(p.Detail, "already has an active payment") {
+		t.Fatalf("keyless retry of the declined intent = %+v", p)
+	}
+	if n := b.sessions(t); n != 2 {
+		t.Fatalf("sessions = %d, want 2", n)
+	}
+}
+
+// Identical keyless retries of a declined intent that arrive together: one new attempt, every
+// answer the one session (201 or 200), never a 409 (contract: "Keyless requests"). The first
+// retry is parked inside its claim (order row and advisory lock held) until every other one is
+// seen waiting for it in pg_locks; then they meet the new session in the core's claim.
+func TestAPIIntentRetriesOfAnEndedSessionTogetherMakeOneAttempt(t *testing.T) {
+	t.Parallel()
+	p := newParker()
+	var armed atomic.Bool
+	b := newAPIBench(t, benchOpt{core: func(c *payments.Config) {
+		c.Hooks.AfterClaimRead = func(ctx context.Context, order string) {
+			if armed.CompareAndSwap(true, false) { // the first retry's claim only
+				p.hook(ctx, order)
+			}
+		}
+	}})
+	t.Cleanup(func() { p.release <- struct{}{} }) // a failed run must not leave it parked
+	c := post(createPath("o-burst"), `{"amount":700,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
 	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
 	wantPayment(t, b.do(post("/api/v1/payments/"+first.ID+"/check", "")), http.StatusOK)
 	b.clock.Advance(time.Minute)
-	p := wantPayment(t, b.do(post(createPath("o"), `{"amount":1500,"currency":"EUR"}`, "Idempotency-Key", "new-click")), http.StatusCreated)
-	if p.ID == first.ID {
-		t.Fatal("a new explicit key within the window must be a new attempt")
+
+	const n = 6
+	armed.Store(true)
+	answers := []<-chan *httptest.ResponseRecorder{b.goDo(b.e, c)}
+	mustWait(t, p.arrived, "the first retry inside its claim")
+	for range n - 1 {
+		answers = append(answers, b.goDo(b.e, c))
 	}
+	waitLockWaiters(t, b, n-1)
+	p.release <- struct{}{}
+	ids := map[string]int{}
+	for _, a := range answers {
+		rec := mustWait(t, a, "a retry's answer")
+		if rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
+			t.Fatalf("a retry answered %d %s", rec.Code, rec.Body.String())
+		}
+		ids[wantPayment(t, rec, rec.Code).ID]++
+	}
+	if len(ids) != 1 || ids[first.ID] != 0 {
+		t.Fatalf("retries answered %v, want one new session", ids)
+	}
+	if got := b.sessions(t); got != 2 {
+		t.Fatalf("sessions = %d, want 2", got)
+	}
+	if got := b.gw.Calls(fakegw.OpRegister); got != 2 {
+		t.Fatalf("registrations = %d, want 2", got)
+	}
+}
+
+// waitLockWaiters waits until want backends of the bench's database wait for a lock.
+func waitLockWaiters(t *testing.T, b *apiBench, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= want {
+			return
+		}
+	}
+	t.Fatalf("fewer than %d requests ever waited for a lock", want)
 }
 
 // No key, while the first request of an intent is still at the gateway: a retry gets the
@@ -376,29 +460,28 @@ func TestAPIIntentInFlight(t *testing.T) {
 	}
 }
 
-// No key, across a clock boundary: a Create at 12:04:59 that the bank declines and its retry at
-// 12:05:01 are one intent: the declined session back, not a second payment (the main before this
-// change started a new intent at 12:05:00). Five quiet minutes later the retry is a new attempt.
+// No key, across a clock boundary: a Create at 12:04:59 and its retry at 12:05:01 are one intent
+// — the retry is answered from the intent key (Idempotent-Replayed), without a claim of its own
+// (the main before this change started a new intent at 12:05:00). Five quiet minutes later the
+// retry is a new intent: the core's answer, the same active session, 200, no replay header.
 func TestAPIKeylessCreateAcrossAClockBoundaryIsOneIntent(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
 	c := post(createPath("o-boundary"), `{"amount":1500,"currency":"EUR"}`)
 	b.clock.Set(t0.Add(4*time.Minute + 59*time.Second))
 	first := wantPayment(t, b.do(c), http.StatusCreated)
-	b.gw.SetStatus(*first.GatewayPaymentID, payments.GatewayDeclined)
-	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorSystem}, first.ID); err != nil {
-		t.Fatal(err)
-	}
 	b.clock.Advance(2 * time.Second)
-	if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != first.ID || p.Status != "Failed" {
-		t.Fatalf("retry at 12:05:01 = %+v, want the declined session", p)
+	rec := b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry at 12:05:01 = %+v %v, want the intent's replay", p, rec.Header())
 	}
 	b.clock.Advance(5 * time.Minute)
-	if p := wantPayment(t, b.do(c), http.StatusCreated); p.ID == first.ID {
-		t.Fatal("five quiet minutes later: still the declined session")
+	rec = b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("five quiet minutes later = %+v %v, want a new intent answered by the core", p, rec.Header())
 	}
-	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
-		t.Fatalf("registrations = %d, want 2", n)
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("registrations = %d, want 1", n)
 	}
 }
 

@@ -287,32 +287,6 @@ func getSession(ctx context.Context, q querier, id string) (Session, error) {
 	return sess, nil
 }
 
-// ActiveSession returns the order's active session, if it has one (at most one: the partial
-// unique index over active sessions).
-func (s *Service) ActiveSession(ctx context.Context, orderID string) (Session, bool, error) {
-	sess, err := scanSession(s.db.QueryRow(ctx, activeSessionOfOrderSQL, orderID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, false, nil
-	}
-	if err != nil {
-		return Session{}, false, fmt.Errorf("active session of order %s: %w", orderID, err)
-	}
-	return sess, true, nil
-}
-
-// OrderPaid reports whether the order is paid (false for an order pitlane does not know).
-func (s *Service) OrderPaid(ctx context.Context, orderID string) (bool, error) {
-	var paid bool
-	err := s.db.QueryRow(ctx, `SELECT status = 'Paid' FROM orders WHERE order_id = $1`, orderID).Scan(&paid)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, dbError("order paid", err, "")
-	}
-	return paid, nil
-}
-
 // Order is an order as pitlane knows it.
 type Order struct {
 	OrderID         string
