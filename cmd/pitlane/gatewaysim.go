@@ -11,7 +11,7 @@ import (
 	"pitlane/payments/gateway/gatewaysim"
 )
 
-// runGatewaysim: `pitlane gatewaysim [--addr :8090] [flags]`, the reference-gateway simulator on
+// runGatewaysim: `pitlane gatewaysim [--addr 127.0.0.1:8090] [flags]`, the reference-gateway simulator on
 // its own, with fault injection (flags and the /_sim control API: see `pitlane gatewaysim -h`).
 //
 // An error before the simulator listens (a bad flag, a missing webhook secret, an address it

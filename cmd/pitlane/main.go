@@ -34,7 +34,7 @@ var commands = []command{
 	{"serve", "web console, JSON API, webhook receiver and sweeper (needs DATABASE_URL)", runServe},
 	{"dev", "private PostgreSQL (when DATABASE_URL is unset), migrations, then serve", runDev},
 	{"apikey", "create NAME | revoke ID|PREFIX | list: API clients (create prints the key once)", runApikey},
-	{"gatewaysim", "the reference-gateway simulator on its own (--addr :8090; faults through its /_sim/ control API)", runGatewaysim},
+	{"gatewaysim", "the reference-gateway simulator on its own (--addr 127.0.0.1:8090; faults through its /_sim/ control API)", runGatewaysim},
 	{"user", "create --email E --role support|finance|admin | disable E | role E ROLE | password E: console users (passwords on stdin)", runUser},
 	{"reconcile", "[--since 24h]: compare recent sessions with the gateway now, under the patrol's lease (exit 75: another replica runs)", runReconcile},
 }

@@ -27,7 +27,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	var (
-		addr          = fs.String("addr", ":8090", "listen address")
+		addr          = fs.String("addr", "127.0.0.1:8090", "listen address; loopback by default: the /_sim/ control API has no auth (--addr :8090 to listen on every interface)")
 		apiKey        = fs.String("api-key", envOr("GATEWAY_API_KEY", DefaultAPIKey), "bearer key clients must send (env GATEWAY_API_KEY)")
 		webhookURL    = fs.String("webhook-url", os.Getenv("GATEWAY_WEBHOOK_URL"), "where to POST signed payment.updated events; empty: none (env GATEWAY_WEBHOOK_URL)")
 		webhookSecret = fs.String("webhook-secret", os.Getenv("GATEWAY_WEBHOOK_SECRET"), "webhook signing secret (env GATEWAY_WEBHOOK_SECRET)")

@@ -760,3 +760,16 @@ func TestMainRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// The simulator's control API has no auth: by default it listens on loopback only, and
+// listening on every interface is the operator's explicit --addr.
+func TestMainListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	var usage strings.Builder
+	if err := gatewaysim.Main(context.Background(), []string{"-h"}, io.Discard, &usage); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(usage.String(), `(default "127.0.0.1:8090")`) {
+		t.Fatalf("the default address is not loopback:\n%s", usage.String())
+	}
+}
