@@ -193,9 +193,9 @@ func (s *Service) outboxSource() patrolSource {
 					return err
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
-				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, run: func(ctx context.Context) driveEnd {
+				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
 					ctx = withLease(ctx, outboxLeaseID(id), token)
-					dctx, cancel := s.driveContext(ctx)
+					dctx, cancel := s.driveContext(ctx, now)
 					defer cancel()
 					s.deliver(dctx, id, m)
 					return endDone

@@ -270,6 +270,8 @@ func handOff(ctx context.Context) {
 // patrolJob is one leased row.
 type patrolJob struct {
 	id, token string
+	// leasedAt is the claim's time: the lease runs until leasedAt + LeaseDuration.
+	leasedAt time.Time
 	// run drives the row and says what is left of its lease.
 	run func(ctx context.Context) driveEnd
 }
@@ -586,6 +588,21 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 						})
 					}
 					defer func() { free(); p.inFlight.Add(-1); done <- f }()
+					if s.leaseSpent(j.leasedAt) {
+						// The claim came back so late (a busy pool, a pooler's queue, a commit
+						// waiting for a standby) that less than a gateway timeout of the lease
+						// is left: nothing is sent beside the row's next holder. The row goes
+						// back due now, its schedule untouched (as a drive cut by shutdown), for
+						// a claim with a whole lease; a source that releases its own rows lets
+						// the lease run out.
+						s.log.Warn("patrol: the lease was spent before its drive started; giving the row back",
+							"kind", src.kind, "id", j.id, "claimed", j.leasedAt)
+						f.end, f.interrupted = endDone, false
+						if src.leases != nil {
+							f.end, f.interrupted = endRelease, true
+						}
+						return
+					}
 					f.end = j.run(context.WithValue(dctx, slotCtxKey{}, free))
 					f.interrupted = dctx.Err() != nil
 				}()
@@ -664,13 +681,26 @@ func (s *Service) endBackoff() {
 	p.mu.Unlock()
 }
 
-// driveContext bounds one drive: it ends one gateway timeout before the lease does.
-func (s *Service) driveContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := s.cfg.LeaseDuration - s.cfg.GatewayTimeout
-	if d < s.cfg.LeaseDuration/2 {
-		d = s.cfg.LeaseDuration / 2
-	}
-	return context.WithTimeout(ctx, d)
+// driveContext bounds one drive: it ends one gateway timeout before the lease does. The lease
+// runs from leasedAt, the claim's own time (lease_until = leasedAt + LeaseDuration), not from
+// the drive's start: a claim the database answered late (a busy pool, a pooler's queue, a
+// commit waiting for a standby) has less of its lease left, and a drive that outlived it would
+// act beside the row's next holder (two Registers of one session, one of them answered
+// idempotency_key_in_use, at best). A drive whose lease is already spent does not start
+// (leaseSpent, in the round).
+func (s *Service) driveContext(ctx context.Context, leasedAt time.Time) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.driveBudget()-s.cfg.Clock.Now().Sub(leasedAt))
+}
+
+// driveBudget is how long after its claim a drive may run: one gateway timeout less than the
+// lease (at least half of it).
+func (s *Service) driveBudget() time.Duration {
+	return max(s.cfg.LeaseDuration-s.cfg.GatewayTimeout, s.cfg.LeaseDuration/2)
+}
+
+// leaseSpent: a row claimed at leasedAt has no drive budget left now.
+func (s *Service) leaseSpent(leasedAt time.Time) bool {
+	return s.cfg.Clock.Now().Sub(leasedAt) >= s.driveBudget()
 }
 
 // PatrolRound is one round of this replica's patrol over everything it drives — due sessions,

@@ -260,6 +260,11 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 	if r.Status != RefundPending || !created {
 		return r, nil
 	}
+	if !s.sendFitsGrace(r.CreatedAt) {
+		s.log.Warn("refund: the claim committed too late to ask the gateway before the patrol may; leaving it to the patrol",
+			"refund", r.ID, "claimed", r.CreatedAt)
+		return r, nil
+	}
 	out, err := s.driveRefund(ctx, sess, r)
 	if err != nil {
 		s.log.Info("refund not settled yet", "refund", r.ID, "err", err)
@@ -471,7 +476,7 @@ func (s *Service) refundSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(due))
 		for i, d := range due {
-			jobs[i] = patrolJob{id: d.r.ID, token: d.token, run: func(ctx context.Context) driveEnd { return s.driveRefundLeased(ctx, d.r, d.token) }}
+			jobs[i] = patrolJob{id: d.r.ID, token: d.token, leasedAt: now, run: func(ctx context.Context) driveEnd { return s.driveRefundLeased(ctx, d.r, d.token, now) }}
 		}
 		return jobs, nil
 	}}
@@ -479,9 +484,9 @@ func (s *Service) refundSource() patrolSource {
 
 // driveRefundLeased drives one leased refund; like sessions' driveLeased, it reports whether its
 // lease is to be given back (by releaseBatch, with the next step of the schedule).
-func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) driveEnd {
+func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string, leasedAt time.Time) driveEnd {
 	ctx = withLease(ctx, r.ID, token)
-	dctx, cancel := s.driveContext(ctx)
+	dctx, cancel := s.driveContext(ctx, leasedAt)
 	defer cancel()
 	sess, err := s.Get(dctx, r.PaymentID)
 	if err == nil {

@@ -39,15 +39,16 @@ func (s *Service) sessionSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(claimed))
 		for i, c := range claimed {
-			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, run: func(ctx context.Context) driveEnd { return s.driveLeased(ctx, c.sess, c.token) }}
+			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, leasedAt: c.leasedAt, run: func(ctx context.Context) driveEnd { return s.driveLeased(ctx, c.sess, c.token, c.leasedAt) }}
 		}
 		return jobs, nil
 	}}
 }
 
 type leasedSession struct {
-	sess  Session
-	token string
+	sess     Session
+	token    string
+	leasedAt time.Time // the claim's time: the lease runs until leasedAt + LeaseDuration
 }
 
 // claimDueSQL leases up to $2 sessions due at $1 to replica $3 until $4. It is written for one
@@ -84,7 +85,7 @@ func (s *Service) claimDue(ctx context.Context, limit int) ([]leasedSession, err
 		b.Queue(claimDueSQL, now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration)).Query(func(rows pgx.Rows) error {
 			var err error
 			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedSession, error) {
-				var l leasedSession
+				l := leasedSession{leasedAt: now}
 				var err error
 				l.sess, err = scanSession(withTrailing{r, []any{&l.token}})
 				return l, err
@@ -112,11 +113,11 @@ func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w
 // to be given back with the next step of the schedule (by the producer's releaseBatch); lost,
 // when the drive found it taken over, in which case it does nothing further — the new holder owns
 // the session and its schedule; or nothing, when the session's terminal transition gave it back.
-func (s *Service) driveLeased(ctx context.Context, sess Session, token string) driveEnd {
+func (s *Service) driveLeased(ctx context.Context, sess Session, token string, leasedAt time.Time) driveEnd {
 	ctx, span := s.startSpan(ctx, "sweep.drive", sess.ID, sess.OrderID)
 	defer span.End()
 	ctx = withLease(ctx, sess.ID, token)
-	dctx, cancel := s.driveContext(ctx)
+	dctx, cancel := s.driveContext(ctx, leasedAt)
 	err := s.drive(dctx, sess)
 	cancel()
 	if errors.Is(err, ErrLeaseLost) {

@@ -440,3 +440,45 @@ func TestSweeperFailsAnUnknownRegistrationTheGatewayRefuses(t *testing.T) {
 		t.Fatalf("a new payment of the order: %+v %v", again.Session, err)
 	}
 }
+
+// A drive ends one gateway timeout before its lease does, and the lease runs from the claim's
+// time, not from the drive's start: a claim the database answered late (a busy pool, a
+// pooler's queue) has less of its lease left. Here the clock moves on between the claim and the
+// drive (AfterSweepClaim). With 15 s of the lease left (more than a gateway timeout) the drive
+// asks the gateway; with 5 s left it sends nothing, so it can never be in flight beside the
+// row's next holder, and the session goes back due at once with its schedule untouched.
+// Negative control: the drive's budget counted from its own start (the main before this change)
+// asks the gateway in both cases.
+func TestSweeperDriveBudgetRunsFromTheClaim(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		late  time.Duration
+		calls int
+	}{{45 * time.Second, 1}, {55 * time.Second, 0}} {
+		t.Run(tc.late.String(), func(t *testing.T) {
+			t.Parallel()
+			var b *bench
+			var once sync.Once
+			b = newBench(t, func(c *payments.Config) {
+				c.LeaseDuration, c.GatewayTimeout = time.Minute, 10*time.Second
+				c.Hooks.AfterSweepClaim = func(context.Context, []string) { once.Do(func() { b.clock.Advance(tc.late) }) }
+			})
+			ids := b.seedRegistered(t, 1)
+			if _, err := b.svc.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n := b.gw.PaymentCalls(fakegw.OpStatus, ids[0]); n != tc.calls {
+				t.Fatalf("the claim %s late: %d status calls, want %d", tc.late, n, tc.calls)
+			}
+			var attempts int
+			var leased, due bool
+			if err := b.pool.QueryRow(context.Background(), `SELECT check_attempts, lease_token IS NOT NULL, next_check_at <= $1
+				FROM payment_sessions`, t0.Add(tc.late)).Scan(&attempts, &leased, &due); err != nil {
+				t.Fatal(err)
+			}
+			if leased || attempts != tc.calls || due != (tc.calls == 0) {
+				t.Fatalf("after the round: attempts %d, leased %v, due now %v", attempts, leased, due)
+			}
+		})
+	}
+}

@@ -213,8 +213,8 @@ func (s *Service) webhookSource() patrolSource {
 			if err := rows.Scan(&id, &token, &ev.ID, &ev.Type, &ev.PaymentID, &ev.Reference); err != nil {
 				return nil, fmt.Errorf("webhook retry: claim: %w", err)
 			}
-			jobs = append(jobs, patrolJob{id: fmt.Sprintf("webhook:%d", id), token: token, run: func(ctx context.Context) driveEnd {
-				dctx, cancel := s.driveContext(ctx)
+			jobs = append(jobs, patrolJob{id: fmt.Sprintf("webhook:%d", id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
+				dctx, cancel := s.driveContext(ctx, now)
 				defer cancel()
 				if _, err := s.processEvent(dctx, id, token, ev); err != nil {
 					s.log.Warn("webhook retry: the event's apply failed again", "event", ev.ID, "err", err)
