@@ -208,10 +208,18 @@ func TestAPICrashedRequestKeyTakenOverAfterStaleBound(t *testing.T) {
 	if got := wantPayment(t, rec, http.StatusOK); got.ID != claimed || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay after takeover = %+v", got)
 	}
-	// The "dead" request wakes up: it registers its session and cannot complete the key.
+	// The "dead" request wakes up 31 s after its claim, past the patrol's grace for the
+	// session (RegisterGrace, 30 s): it sends nothing beside the patrol (202, Registering) and
+	// cannot complete the key. The patrol registers the session once.
 	p.release <- struct{}{}
-	if got := wantPayment(t, mustWait(t, dead, "the first request"), http.StatusCreated); got.ID != claimed {
+	if got := wantPayment(t, mustWait(t, dead, "the first request"), http.StatusAccepted); got.ID != claimed || got.Status != "Registering" {
 		t.Fatalf("first = %+v", got)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 0 {
+		t.Fatalf("registrations by the late request = %d", n)
+	}
+	if _, err := b.svc.SweepOnce(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if n := b.sessions(t); n != 1 {
 		t.Fatalf("sessions = %d", n)

@@ -143,6 +143,14 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	if h := s.cfg.Hooks.BeforeRegister; h != nil {
 		h(ctx, sess.ID)
 	}
+	if !s.sendFitsGrace(sess.CreatedAt) {
+		// The claim committed so late that the registration could still be in flight when the
+		// patrol may take the session up: it is the patrol's (Registering, 202), never sent
+		// beside it.
+		s.log.Warn("create: the claim committed too late to register before the patrol may; leaving it to the patrol",
+			"session", sess.ID, "claimed", sess.CreatedAt)
+		return CreateResult{Session: sess, Created: true}, nil
+	}
 	sess, err = s.register(ctx, actor, sess)
 	if err != nil {
 		return CreateResult{}, err
@@ -371,6 +379,16 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		return Session{}, false, err
 	}
 	return out, created, nil
+}
+
+// sendFitsGrace: work that calls the gateway right after its claim without a lease (a Create's
+// registration, a refund's first request) is left alone by the patrol for RegisterGrace from the
+// claim's time (claimedAt, the row's created_at); it may start only while a whole gateway call
+// still fits before then (at least half the grace). A claim the database answered late (a
+// busy pool, a lock wait, a commit waiting for a standby) leaves it to the patrol instead of
+// sending it beside the patrol's own request (ConfirmCancel does the same for its reverse).
+func (s *Service) sendFitsGrace(claimedAt time.Time) bool {
+	return s.cfg.Clock.Now().Sub(claimedAt) < max(s.cfg.RegisterGrace-s.cfg.GatewayTimeout, s.cfg.RegisterGrace/2)
 }
 
 // registerRequest is the session's registration: the same key (the session id) and body
