@@ -471,6 +471,22 @@ func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 	return nil
 }
 
+// noteCase is openCase for news about one of several things a session's case may cover (its
+// refunds): when a case of the kind is open already, the detail is added to it (once: a repeat
+// of the same detail adds nothing; at most 8,000 characters in all) instead of being dropped, so
+// a refund's contradiction is never silent behind an older case about something else.
+func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO UPDATE
+			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000)
+			WHERE strpos(finance_cases.detail, EXCLUDED.detail) = 0`, sessionID, orderID, kind, detail, now)
+	if err != nil {
+		return fmt.Errorf("note case %s: %w", kind, err)
+	}
+	return nil
+}
+
 // ApplyGatewayHint applies a gateway event (webhook) as a hint: the state applied is whatever
 // the gateway says NOW about the payment, fetched, through the same path as Check. The session
 // is found by the gateway payment id, or by our reference when the registration's answer (and

@@ -376,13 +376,13 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 				// The gateway's word contradicts the outcome settled meanwhile: never written over
 				// it, and never silent (a refund settled Failed by hand that the gateway did pay,
 				// and the amount refundable again, must reach finance).
-				return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
+				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
 					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, status, cur.Detail), now)
 			}
 			return nil // applied already (the patrol or a concurrent request got there first)
 		}
 		if mismatch != "" {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
 		}
 		if status == "" {
 			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = coalesce(nullif($2, ''), gateway_refund_id), updated_at = $3
@@ -399,7 +399,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		if out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now); err != nil || booksDiffer == "" {
 			return err
 		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now)
+		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now)
 	})
 	return out, err
 }

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -409,6 +410,32 @@ func TestRefundRefusalContradictingOurBooksIsACase(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
 		t.Fatalf("RefundIssued entries = %d", n)
+	}
+}
+
+// The same refusal while finance already has an open gateway_mismatch case about the payment
+// (reconciliation's, about something else): the refund's contradiction is added to that case,
+// not dropped behind it (one open case per session and kind), and a repeat of the same news adds
+// nothing. Negative control: openCase (ON CONFLICT DO NOTHING) leaves the old detail alone.
+func TestRefundContradictionJoinsAnOpenCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-books-open", 1000)
+	b.exec(t, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+		VALUES ($1, 'o-books-open', 'gateway_mismatch', 'reconciliation: an older difference', $2)`, s.ID, t0)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayReversed)
+	for _, key := range []string{"k1", "k2"} {
+		if r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: key}); err != nil || r.Refund.Status != payments.RefundFailed {
+			t.Fatalf("refund %s = %+v %v, want Failed", key, r, err)
+		}
+	}
+	var detail string
+	if err := b.pool.QueryRow(ctx, `SELECT detail FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID).Scan(&detail); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(detail, "reconciliation: an older difference") || strings.Count(detail, "books differ") != 2 {
+		t.Fatalf("the open case says:\n%s\nwant the older detail and each refund's refusal once", detail)
 	}
 }
 
