@@ -229,6 +229,56 @@ func TestAPICrashedRequestKeyTakenOverAfterStaleBound(t *testing.T) {
 	}
 }
 
+// A client key's request that fails after its claim committed (here the database goes away
+// between the claim and the registration's apply: 503) leaves the key bound to the session it
+// created. When the same request comes again, after the key's stale bound and after the patrol
+// found the payment declined, it replays that session as it is now (Failed, Idempotent-Replayed)
+// — not a second session and a second registration under the same key, which is what running
+// Create again gave (the main before this change: 201 with a new session). Found by a review of
+// the database answering late.
+func TestAPIClientKeyReplaysTheSessionItsFailedRequestCreated(t *testing.T) {
+	t.Parallel()
+	var cut func(t *testing.T)
+	b := newAPIBench(t, benchOpt{core: func(c *payments.Config) {
+		c.Hooks.BeforeRegister = func(context.Context, string) {
+			if f := cut; f != nil { // b.do runs in the test's goroutine
+				cut = nil
+				f(t)
+			}
+		}
+	}})
+	var db string
+	if err := b.pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	var restore func()
+	cut = func(t *testing.T) { restore = outage(t, db) }
+	c := post(createPath("o-k"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k-cut")
+	wantProblem(t, b.do(c), http.StatusServiceUnavailable, "")
+	restore()
+	var first string
+	if err := b.pool.QueryRow(context.Background(), `SELECT id::text FROM payment_sessions WHERE order_id = 'o-k'`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	// The patrol recovers the session after its grace and finds it declined at the gateway.
+	b.clock.Advance(31 * time.Second)
+	gp, err := b.gw.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: first, Reference: first, Amount: 100, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp.ID, payments.GatewayDeclined)
+	if _, err := b.svc.SweepOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := b.do(c)
+	if p := wantPayment(t, rec, http.StatusOK); p.ID != first || p.Status != "Failed" || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same request again = %+v %v, want the session %s it created, replayed", p, rec.Header(), first)
+	}
+	if n := b.sessions(t); n != 1 {
+		t.Fatalf("sessions = %d, want 1", n)
+	}
+}
+
 // No key: five quick retries are one intent → one session; an honest new attempt an hour later,
 // after the first was declined, is a new intent → a new session.
 func TestAPIIntentKeysWithoutIdempotencyKey(t *testing.T) {

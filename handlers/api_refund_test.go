@@ -322,10 +322,11 @@ func TestAPIRefundInFlightAndTakeover(t *testing.T) {
 	if r := wantRefund(t, mustWait(t, firstKeyless, "keyless"), http.StatusCreated); r.ID != keylessID {
 		t.Fatalf("keyless = %+v", r)
 	}
-	// The key was completed by the takeover (202): its replay keeps that status, with the
-	// refund as it is now.
+	// The key was completed by the takeover with the refund the first request's claim recorded
+	// (no answer's code: the first request never gave one): its replay answers the refund as it
+	// is now, 201 Succeeded.
 	rec = b.do(c)
-	if r := wantRefund(t, rec, http.StatusAccepted); r.ID != refundID || r.Status != "Succeeded" || rec.Header().Get("Idempotent-Replayed") != "true" {
+	if r := wantRefund(t, rec, http.StatusCreated); r.ID != refundID || r.Status != "Succeeded" || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay after the takeover = %+v", r)
 	}
 	if n := b.refunds(t); n != 2 {

@@ -218,11 +218,18 @@ type Slot struct {
 // (200, as it is now) while the first one is still at the gateway. Only intent keys bind early:
 // their replays always answer 200, so the response code is not waiting on the gateway's answer;
 // a client key keeps the first answer's code and is completed by Run after the effect.
+//
+// A client key is not completed there, but its resource is recorded (recordOnly): if the request
+// then fails (the gateway's answer could not be written, the connection broke after the commit)
+// and gives the key up, the same request sent again replays that resource (Acquire's takeover)
+// instead of running the effect again — which could answer 409 "already paid" or make a second
+// session once the first had ended.
 type KeyBinding struct {
-	r       IdempotencyRequest
-	token   string
-	matched bool // the completion found the key still held by this request (set in the pipeline)
-	bound   bool // … and its transaction committed
+	r          IdempotencyRequest
+	token      string
+	recordOnly bool // a client key: record the resource, leave the completion to Run
+	matched    bool // the completion found the key still held by this request (set in the pipeline)
+	bound      bool // … and its transaction committed
 }
 
 // completeKeySQL records a key's resource and response code and ends its request's hold, only
@@ -231,10 +238,22 @@ const completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_un
 		resource_id = $5, response_code = $6, completed_at = $7
 		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4`
 
+// recordKeySQL records the resource a client key's request created, while that request still
+// holds the key; Run completes it after the effect with the answer's code.
+const recordKeySQL = `UPDATE idempotency_keys SET resource_id = $5
+		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4 AND completed_at IS NULL`
+
+func (kb *KeyBinding) statement() string {
+	if kb.recordOnly {
+		return recordKeySQL
+	}
+	return completeKeySQL
+}
+
 // queue adds the key's completion with resourceID to a batch that will commit with it. Call
 // committed once the batch's transaction committed.
 func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
-	b.Queue(completeKeySQL, kb.completion(resourceID, now)...).
+	b.Queue(kb.statement(), kb.completion(resourceID, now)...).
 		Exec(func(tag pgconn.CommandTag) error {
 			kb.matched = tag.RowsAffected() == 1
 			return nil
@@ -245,7 +264,7 @@ func (kb *KeyBinding) queue(b *pgx.Batch, resourceID string, now time.Time) {
 // own, where the effect has no batch to queue it in). Call committed once that transaction
 // committed.
 func (kb *KeyBinding) exec(ctx context.Context, tx pgx.Tx, resourceID string, now time.Time) error {
-	tag, err := tx.Exec(ctx, completeKeySQL, kb.completion(resourceID, now)...)
+	tag, err := tx.Exec(ctx, kb.statement(), kb.completion(resourceID, now)...)
 	if err != nil {
 		return dbError("idempotency: bind", err, "")
 	}
@@ -257,11 +276,14 @@ func (kb *KeyBinding) exec(ctx context.Context, tx pgx.Tx, resourceID string, no
 // outcome is not confirmed yet; an intent replay answers by the resource's state whatever is
 // recorded (API.replay, API.replayRefund).
 func (kb *KeyBinding) completion(resourceID string, now time.Time) []any {
+	if kb.recordOnly {
+		return []any{kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID}
+	}
 	return []any{kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token, resourceID, 202, now}
 }
 
 func (kb *KeyBinding) committed() {
-	if kb != nil {
+	if kb != nil && !kb.recordOnly {
 		kb.bound = kb.matched
 	}
 }
@@ -432,6 +454,17 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				busy, busySince = true, since // committed: the slide above must stay
 				return nil
 			}
+			if resourceID != nil {
+				// Held by a request that died or gave up after its effect's transaction had
+				// recorded the resource it created (KeyBinding.recordOnly): the effect happened.
+				// The key is completed with that resource and the same request replays it.
+				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL, completed_at = $4
+					WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, now); err != nil {
+					return dbError("idempotency: complete recorded", err, "")
+				}
+				out = Slot{Done: true, ResourceID: *resourceID, CompletedAt: now, Since: since}
+				return nil
+			}
 			// Held by a request that died (lock stale) or that gave up with an uncertain outcome:
 			// the same request takes it over.
 			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = $4, locked_until = $5
@@ -515,8 +548,8 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	if slot.Done {
 		return Outcome{ResourceID: slot.ResourceID, Status: slot.ResponseCode, Replayed: true}, nil
 	}
-	if r.Kind == IdempotencyIntentKey && validUUID(slot.Token) {
-		slot.Binding = &KeyBinding{r: r, token: slot.Token}
+	if validUUID(slot.Token) {
+		slot.Binding = &KeyBinding{r: r, token: slot.Token, recordOnly: r.Kind != IdempotencyIntentKey}
 	}
 	id, status, err := effect(ctx, slot)
 	if slot.Binding.Bound() {
@@ -588,6 +621,14 @@ func (x *Idempotency) Release(ctx context.Context, r IdempotencyRequest, token s
 			return err
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_keys
+			WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4 AND completed_at IS NULL AND resource_id IS NULL`,
+			r.ClientID, string(r.Kind), r.Key, token)
+		if n = tag.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		// The effect recorded a resource before it failed: the key stays bound to it, given up
+		// (Abandon) for the same request to replay it.
+		tag, err = tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL
 			WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4 AND completed_at IS NULL`,
 			r.ClientID, string(r.Kind), r.Key, token)
 		n = tag.RowsAffected()
