@@ -185,11 +185,12 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		return err
 	}
 	active := findSession(sessions, order.ActiveSessionID)
-	// stale: on the way back from the gateway (check), the page could not hear the gateway's word
-	// about the session (its look was taken less than payments.PageLookEvery ago — the page the
-	// customer left for the bank, say — or the gateway did not answer). The database's Registered
-	// would then say "not charged yet" about a payment the customer may have just approved; the
-	// page waits instead, and looks again when the gateway may next be asked (staleUntil).
+	// stale: the page could not hear the gateway's word about the session (its look was taken
+	// less than payments.PageLookEvery ago — the page the customer left for the bank, say — or
+	// the gateway did not answer). The database's Registered would then say "not charged yet"
+	// about a payment the customer may have just approved — on the return page, and on the
+	// order's own page, which is where the gateway's return URL sends customers; the page waits
+	// instead, and looks again when the gateway may next be asked (staleUntil).
 	var (
 		stale      bool
 		staleUntil time.Time
@@ -204,7 +205,7 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 				notice = "We could not reach the bank just now; this page will look again."
 			}
 		}
-		stale, staleUntil = check && (!look.Asked || cerr != nil), look.Next
+		stale, staleUntil = !look.Asked || cerr != nil, look.Next
 		if order, sessions, err = h.svc.GetOrder(ctx, orderID); err != nil {
 			return err
 		}

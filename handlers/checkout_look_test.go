@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strings"
@@ -132,15 +133,26 @@ func TestCheckoutWaitingPageUpdatesCanBeTurnedOff(t *testing.T) {
 }
 
 // A customer who had the order's page open (a look at the gateway taken: "Continue to the
-// payment page"), approves at the bank and is back on the return page within 5 s meets no fresh
-// look: the gateway may not be asked yet. The page does not say "You have not been charged yet"
-// from the database's stale Registered; it waits ("confirming", with its Refresh), and its next
-// look is timed for when the gateway may be asked, where it shows the payment's end. A customer
-// back without paying gets the way to the bank's page again at that look.
-// Negative control (run by hand): with the return showing Registered as Continue whatever the
-// look, the return within 5 s is the stale Continue page without a Refresh.
+// payment page"), approves at the bank and is back within 5 s meets no fresh look: the gateway
+// may not be asked yet. The page does not say "You have not been charged yet" from the
+// database's stale Registered; it waits ("confirming", with its Refresh), and its next look is
+// timed for when the gateway may be asked, where it shows the payment's end. A customer back
+// without paying gets the way to the bank's page again at that look. The same on the return
+// page and on the order's own page, where the gateway's return URL actually sends customers
+// (cmd/pitlane returnURL; an outside review found the order's page showing the stale Continue).
+// Negative control: with Registered shown as Continue whatever the look (on the order's page:
+// the main before this change), the page within 5 s is the stale Continue without a Refresh.
 func TestCheckoutReturnWithin5sWaitsForTheGatewaysWord(t *testing.T) {
 	t.Parallel()
+	for _, back := range []string{"/return", ""} {
+		t.Run("back to "+cmp.Or(back, "the order's page"), func(t *testing.T) {
+			t.Parallel()
+			returnWithin5sWaits(t, back)
+		})
+	}
+}
+
+func returnWithin5sWaits(t *testing.T, backPath string) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	state := func(doc *goquery.Document) string {
@@ -148,7 +160,7 @@ func TestCheckoutReturnWithin5sWaitsForTheGatewaysWord(t *testing.T) {
 	}
 	back := func(order string, wantAfter string) string {
 		t.Helper()
-		rec := a.get(b.orderPage(order, "/return"))
+		rec := a.get(b.orderPage(order, backPath))
 		doc := page(t, rec, http.StatusOK)
 		if st := state(doc); st != views.CheckoutConfirming {
 			t.Fatalf("%s: back from the bank within 5 s: state %q, want %q", order, st, views.CheckoutConfirming)

@@ -118,7 +118,10 @@ func TestCheckoutPayOnceAndReturn(t *testing.T) {
 		t.Fatalf("%d sessions, %d registrations after a changed form; want 1 and 1", n, b.gw.Calls(fakegw.OpRegister))
 	}
 
-	// Back on the order's page before paying: the way to the gateway's page again.
+	// Back on the order's page before paying: the way to the gateway's page again (once the
+	// gateway may be asked about the payment: within 5 s of its registration the page waits for
+	// the gateway's word, TestCheckoutReturnWithin5sWaitsForTheGatewaysWord).
+	b.clock.Advance(payments.PageLookEvery)
 	doc = page(t, a.get(b.orderPage("o-shop-1", "")), http.StatusOK)
 	if href := doc.Find(testid("checkout-continue")).AttrOr("href", ""); href != confirm {
 		t.Fatalf("continue link %q, want %q", href, confirm)
