@@ -130,9 +130,24 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 // closed answers a click whose form may no longer start a payment and that started none
 // (payments.CheckoutRetry's and an expired link's refusals): the refusal page (410, or 409
 // replaced), or, for an order no link ever priced, its page without a form and why.
+//
+// An order that moved on since the form was rendered — paid, or a payment started, in another
+// tab — is shown as it is, with the refusal in the customer's words: "this link has expired,
+// nothing was charged" alone would send a customer who paid back to the shop for a new link.
 func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	if errors.Is(err, payments.ErrNoCheckoutRetry) {
 		return h.show(c, url.Values{}, orderID, false, http.StatusConflict, payments.ErrorMessage(err))
+	}
+	order, _, gerr := h.svc.GetOrder(c.Request().Context(), orderID)
+	switch {
+	case gerr != nil && payments.ErrorCode(gerr) != payments.ENOTFOUND:
+		return gerr
+	case order.Status == payments.OrderPaid:
+		return h.show(c, url.Values{}, orderID, false, http.StatusConflict,
+			"This order is paid already: this form started nothing new.")
+	case order.ActiveSessionID != "":
+		return h.show(c, url.Values{}, orderID, false, http.StatusConflict,
+			"A payment of this order is under way already (below): this form started nothing new.")
 	}
 	return h.refuse(c, orderID, err)
 }

@@ -157,10 +157,11 @@ func TestCheckoutResubmitAfterExpiryFollowsTheClick(t *testing.T) {
 	if rec := a.post(action, form); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != confirm {
 		t.Fatalf("the resubmit after: %d %q, want %q", rec.Code, rec.Header().Get("Location"), confirm)
 	}
-	// A new click of the expired form starts nothing.
+	// A new click of the expired form starts nothing: the order's payment under way is shown
+	// (the way to the gateway's page), not "expired, nothing was charged" alone.
 	fresh := cloneForm(form)
 	fresh.Set("intent", uuid.NewString())
-	wantText(t, page(t, a.post(action, fresh), http.StatusGone), "checkout-expired", "expired")
+	wantText(t, page(t, a.post(action, fresh), http.StatusConflict), "checkout-notice", "under way already")
 	if n, r := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-late'`), b.gw.Calls(fakegw.OpRegister); n != 1 || r != 1 {
 		t.Fatalf("%d sessions, %d registrations; want 1 and 1", n, r)
 	}

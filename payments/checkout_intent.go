@@ -203,11 +203,17 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orde
 	}
 	var n int
 	var oldest *time.Time
-	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM checkout_intents
-		WHERE order_id = $1 AND created_at > $2 AND key <> $3`, orderID, now.Add(-time.Hour), key).Scan(&n, &oldest); err != nil {
+	var startsNothing bool
+	// A paid order, or one with an active payment, starts nothing new whatever the click
+	// (Create answers "already paid", the active payment, or "another payment is active"): such
+	// clicks — stale tabs, the back button — get that answer, not "too many attempts".
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at),
+			coalesce((SELECT status = 'Paid' OR active_session_id IS NOT NULL FROM orders WHERE order_id = $1), false)
+		FROM checkout_intents WHERE order_id = $1 AND created_at > $2 AND key <> $3`,
+		orderID, now.Add(-time.Hour), key).Scan(&n, &oldest, &startsNothing); err != nil {
 		return dbError("checkout: count starts", err, "")
 	}
-	if n < CheckoutStartsPerHour {
+	if n < CheckoutStartsPerHour || startsNothing {
 		return nil
 	}
 	wait := oldest.Add(time.Hour).Sub(now)
