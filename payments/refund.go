@@ -138,6 +138,9 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		return RefundResult{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
+	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
+		return RefundResult{}, err
+	}
 	now := s.cfg.Clock.Now()
 	var out Refund
 	var created bool
@@ -164,6 +167,48 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		return RefundResult{}, err
 	}
 	return RefundResult{Refund: out, Created: created}, nil
+}
+
+// recheckRefundsFailedByHand asks the gateway again, before a new refund of the payment, about
+// each of its refunds that finance settled Failed by hand (a four-eyes outcome) and the gateway
+// knows by id: settling Failed frees its amount for another refund, and a refund the gateway
+// still completes after that (days late) plus the new one would give the customer more than the
+// ledger shows, within what the gateway's own captured-amount check allows. A refund the
+// gateway says succeeded (or still pending) refuses the new one (409) and is noted on the
+// payment's gateway_mismatch case for finance; the gateway not answering refuses it too (503:
+// the new refund would need the gateway anyway). A refund settled by hand whose id the gateway
+// never gave cannot be asked without sending it again: reconciliation's territory.
+func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) error {
+	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds
+		WHERE session_id = $1 AND status = 'Failed' AND gateway_refund_id IS NOT NULL AND detail LIKE 'settled by hand:%'`, sess.ID)
+	if err != nil {
+		return dbError("refund: refunds settled by hand", err, "")
+	}
+	failed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return dbError("refund: refunds settled by hand", err, "")
+	}
+	for _, r := range failed {
+		started := time.Now()
+		gr, err := s.gw.RefundStatus(ctx, r.GatewayRefundID)
+		s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
+		if err != nil {
+			return &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
+				"refund %s was settled Failed by hand and the gateway could not be asked about it again before a new refund: %v", Short(r.ID), err)}
+		}
+		if gr.Status == "failed" {
+			continue
+		}
+		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
+			r.ID, r.Detail, gr.Status, gr.ID)
+		if err := s.inTx(context.WithoutCancel(ctx), "refund: note", func(tx pgx.Tx) error {
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
+		}); err != nil {
+			return err
+		}
+		return Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded; finance has a case about it", Short(r.ID), gr.Status)
+	}
+	return nil
 }
 
 // claimRefund is the claim of a refund, in the caller's transaction under the order → session

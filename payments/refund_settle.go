@@ -14,8 +14,10 @@ import (
 // saying "pending", or has no record and its support says what happened — finance proposes the
 // outcome with the evidence, and a second finance or admin user approves it (the machinery of
 // resolution.go: kind ProposalRefundSettle). Until then the refund's amount stays counted as
-// refunded; after a Failed outcome it may be refunded again, after a Succeeded one the ledger has
-// its RefundIssued entry.
+// refunded; after a Failed outcome it may be refunded again — a new refund of the payment first
+// asks the gateway again about each refund settled Failed by hand that it knows by id, and is
+// refused while the gateway says it succeeded or is pending (recheckRefundsFailedByHand) —
+// after a Succeeded one the ledger has its RefundIssued entry.
 
 // RefundOutcomeInput is finance's proposed outcome for a refund stuck Pending.
 type RefundOutcomeInput struct {

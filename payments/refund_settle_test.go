@@ -176,3 +176,55 @@ func TestRefundOutcomeByHandSucceededAndOvertaken(t *testing.T) {
 		t.Fatalf("proposal for a refund the patrol still asks about = %v, want conflict", err)
 	}
 }
+
+// A refund the gateway knows by id but keeps pending until the schedule runs out is settled
+// Failed by hand (four eyes), which frees its amount. Days later the gateway completes it after
+// all. A new refund of that amount must not go out beside it (the customer would get both,
+// within what the gateway's own captured-amount check allows, and the ledger would show one):
+// the new refund asks the gateway about the refund settled by hand first, refuses (409), and
+// notes it on the payment's gateway_mismatch case. Once the gateway says failed, the amount is
+// free. Negative control: without the re-check the new refund goes through. (Found by a review
+// of the ledger's invariants.)
+func TestRefundAfterOneFailedByHandAsksTheGatewayAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-hand-failed", 1000)
+	b.gw.SetRefundOutcome("pending")
+	first, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k1"})
+	if err != nil || first.Refund.GatewayRefundID == "" {
+		t.Fatalf("refund = %+v %v", first, err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0))
+	for range 5 {
+		if _, err := b.svc.DriveRefunds(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: first.Refund.ID, Outcome: payments.RefundFailed,
+		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded") // days later, after all
+	b.gw.SetRefundOutcome("succeeded")
+	_, err = b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k2"})
+	if payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("a new refund while the one settled Failed by hand succeeded at the gateway = %v, want conflict", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL
+		AND detail LIKE '%settled Failed by hand%gateway says succeeded%'`, s.ID); n != 1 {
+		t.Fatalf("open cases naming the refund = %d, want 1", n)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("refund requests at the gateway = %d, want the first one's 1", n)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
+	if r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k3"}); err != nil || r.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("once the gateway says failed: %+v %v", r, err)
+	}
+}
