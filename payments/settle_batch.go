@@ -340,20 +340,29 @@ func (s *Service) settleBatch(items []*settleItem) {
 		orders[i], ids[i], tokens[i] = it.sess.OrderID, it.sess.ID, it.token
 	}
 	reachedCommit := false
+	var unbatched []*settleItem // their orders were locked by another transaction: applied alone
 	err := s.inTx(ctx, "settle batch", func(tx pgx.Tx) (err error) {
 		defer func() { reachedCommit = err == nil }()
+		unbatched = unbatched[:0]
 		// The locks of the whole batch, every call's log row, and which sessions had a reverse
-		// asked, in one round trip. Orders first, then sessions (THE lock order), each in the
-		// database's order of their keys, so two batches never wait for each other in a cycle; a
-		// session is locked only while it carries its drive's token (a lost lease: not locked,
-		// not written).
+		// asked, in one round trip. Orders first, then sessions (THE lock order); a session is
+		// locked only while it carries its drive's token (a lost lease: not locked, not written).
+		//
+		// The orders are locked SKIP LOCKED, never waited for: locking the first one gives the
+		// batch its transaction id, and the events feed orders events by it (feed.go). Waiting
+		// for a later order after that, while another transaction (a Check, a webhook) locks and
+		// changes a third order of the batch and commits with a newer id, and then settling that
+		// payment over it, would put the batch's later event of that payment before the other's
+		// earlier one in the feed and the events webhook (an outside review: Authorized after
+		// Completed). An item whose order another transaction holds is applied on its own after
+		// the batch (applyOne: it waits for the order before its transaction has an id).
 		locked := make(map[string]Session, len(items))
 		asked := make(map[string]bool)
 		var b pgx.Batch
-		b.Queue(`SELECT 1 FROM orders WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE`, orders)
 		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions
 			WHERE (id, lease_token) IN (SELECT u.i, u.t FROM unnest($1::uuid[], $2::uuid[]) AS u(i, t))
-			ORDER BY id FOR UPDATE`, ids, tokens).Query(func(rows pgx.Rows) error {
+			  AND order_id = ANY(ARRAY(SELECT order_id FROM orders WHERE order_id = ANY($3) ORDER BY order_id FOR UPDATE SKIP LOCKED))
+			ORDER BY id FOR UPDATE`, ids, tokens, orders).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				sess, err := scanSession(rows)
 				if err != nil {
@@ -409,8 +418,15 @@ func (s *Service) settleBatch(items []*settleItem) {
 		q := &settleQueue{}
 		for _, it := range items {
 			cur, ok := locked[it.sess.ID]
-			if tok, dup := holder[it.sess.ID]; !ok || (dup && tok != it.token) {
+			tok, dup := holder[it.sess.ID]
+			switch {
+			case dup && tok != it.token:
 				it.err = ErrLeaseLost
+				continue
+			case !ok:
+				// Its order was held by another transaction (or its lease is lost, which
+				// applyOne finds under the locks).
+				unbatched = append(unbatched, it)
 				continue
 			}
 			if h := s.cfg.Hooks.AfterApplyLock; h != nil {
@@ -436,13 +452,20 @@ func (s *Service) settleBatch(items []*settleItem) {
 		return q.writePlain(ctx, tx, now)
 	})
 	if err == nil {
+		alone := make(map[*settleItem]bool, len(unbatched))
+		for _, it := range unbatched {
+			alone[it] = true
+		}
 		for _, it := range items {
 			if it.call != nil {
 				it.call.committed = true
 			}
-			if it.err == nil {
+			if it.err == nil && !alone[it] {
 				leaseEnded(it.ctx, it.out)
 			}
+		}
+		for _, it := range unbatched {
+			it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.seen, it.gp, it.reason)
 		}
 		return
 	}

@@ -525,3 +525,69 @@ func TestSettleBatchAppliesOnlyTheLeaseHoldersAnswerOfTwo(t *testing.T) {
 		t.Errorf("the stale answer flagged the session")
 	}
 }
+
+// The events feed orders events by their transaction's id (feed.go). A settle batch that locked
+// its first order (and so had its id) and then waited for another order of the batch, while a
+// Check on a third order of the batch committed a transition with a newer id, then settled that
+// payment over it: the payment's Authorized → Completed came before its Registered → Authorized
+// in the feed and the events webhook (an outside review). Here batch-001's order is held by
+// another transaction; the batch must not wait for it. Once a backend waits for a lock (the
+// batch, before this change; after it, batch-001's own apply, the batch committed), a Check
+// answers Authorized for batch-002; when the holder lets go, every payment's events in the feed
+// chain from one status to the next. Negative control: the batch locking its orders with a plain
+// FOR UPDATE (the main before this change) gives batch-002 Completed before Authorized.
+func TestSettleBatchNeverWaitsForAnOrderAfterItsFirst(t *testing.T) {
+	f := newSettleFixture(t, 3)
+	ctx := context.Background()
+	byOrder := map[string]*settleItem{}
+	for _, it := range f.items {
+		byOrder[it.sess.OrderID] = it
+	}
+	holder, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'batch-001' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { f.svc.settleBatch(f.items); close(done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for waiting := 0; waiting == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing ever waited for batch-001's order")
+		}
+		if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := byOrder["batch-002"]
+	if _, err := f.svc.applyOne(ctx, Actor{Kind: ActorAPI, ID: "shop"}, p.sess, "",
+		GatewayPayment{ID: p.sess.GatewayPaymentID, Status: GatewayAuthorized, Amount: 100, Currency: "EUR"}, "check"); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for _, it := range f.items {
+		if it.err != nil || it.out.Status != StatusCompleted {
+			t.Fatalf("%s: %s %v", it.sess.OrderID, it.out.Status, it.err)
+		}
+		page, err := f.svc.PaymentFeed(ctx, it.sess.ID, "", MaxFeedRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var story []string
+		prev := ""
+		for i, e := range page.Events {
+			story = append(story, e.From+"→"+e.To)
+			if i > 0 && e.From != prev {
+				t.Fatalf("%s: the feed tells %v: not the payment's history", it.sess.OrderID, story)
+			}
+			prev = e.To
+		}
+	}
+}
