@@ -52,16 +52,24 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 		return withoutURL(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	c := n.Client
-	if c == nil {
-		c = &http.Client{Timeout: 10 * time.Second}
+	c := http.Client{Timeout: 10 * time.Second}
+	if n.Client != nil {
+		c = *n.Client
 	}
+	// A redirect is not a delivery: Go's client would send the POST again as a GET without its
+	// body (301, 302, 303) and count that GET's 200, and the outbox would mark the code delivered
+	// and keep only its redacted text (an outside review). A 3xx is an error like any other
+	// non-2xx answer: retried, and seen in the admins' outbox.
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := c.Do(req)
 	if err != nil {
 		return withoutURL(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
+	switch {
+	case resp.StatusCode/100 == 3:
+		return fmt.Errorf("notify: the endpoint answered %d, a redirect: NOTIFY_WEBHOOK_URL must name the address that takes the POST", resp.StatusCode)
+	case resp.StatusCode/100 != 2:
 		return fmt.Errorf("notify: the endpoint answered %d", resp.StatusCode)
 	}
 	return nil

@@ -252,3 +252,37 @@ func TestDeadCodesAreRedactedFromTheOutbox(t *testing.T) {
 		t.Fatal("a recent message without a challenge was redacted")
 	}
 }
+
+// A NOTIFY_WEBHOOK_URL that redirects (http:// to https://, a moved endpoint) is not a
+// delivery: Go's client would send the POST again as a GET without its body and count that
+// GET's 200, and the outbox would mark the code delivered and redact it, the customer never
+// getting it. Notify fails instead, naming the redirect, and the target never sees a request.
+// Negative control: with the client's default redirect policy (the main before this change)
+// Notify returns nil and the target gets an empty GET.
+func TestWebhookNotifierRefusesARedirect(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reached []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/old" {
+			http.Redirect(w, r, "/new", http.StatusFound)
+			return
+		}
+		mu.Lock()
+		reached = append(reached, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	for _, client := range []*http.Client{nil, srv.Client()} {
+		err := payments.WebhookNotifier{URL: srv.URL + "/old", Client: client}.Notify(context.Background(),
+			payments.Message{To: "c@example.com", Kind: "cancel_code", Text: "code 123456"})
+		if err == nil || !strings.Contains(err.Error(), "redirect") {
+			t.Fatalf("a redirecting endpoint: %v, want an error naming the redirect", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reached) != 0 {
+		t.Fatalf("the redirect's target got %v", reached)
+	}
+}
