@@ -116,6 +116,11 @@ func (s *Service) readFeed(ctx context.Context, sql, after string, limit int, mo
 	if err != nil {
 		return FeedPage{}, dbError("events", fmt.Errorf("read: %w", err), "")
 	}
+	if len(events) == 0 && after != "" {
+		if err := s.cursorOfThisHistory(ctx, xid); err != nil {
+			return FeedPage{}, err
+		}
+	}
 	page := FeedPage{Events: events, Next: after}
 	if len(events) > limit {
 		page.Events, page.More = events[:limit], true
@@ -124,6 +129,26 @@ func (s *Service) readFeed(ctx context.Context, sql, after string, limit int, mo
 		page.Next = page.Events[n-1].Cursor
 	}
 	return page, nil
+}
+
+// cursorOfThisHistory refuses (EEXPIRED) a cursor whose transaction id this database has not
+// handed out yet. The feed only serves events of transactions older than every running one, so
+// every cursor it gave names a transaction id below the next one; a cursor at or above it comes
+// from a history the database no longer has: it was restored to an earlier point (or a standby
+// that had not received the last transactions was promoted), and transaction ids are handed out
+// again from there. Read on, such a cursor would sort after the new events and skip them
+// without a word. Asked only when a page comes back empty (a reader at the end, or one whose
+// cursor is from beyond it): until the new history's ids pass the cursor's, its reader is told.
+func (s *Service) cursorOfThisHistory(ctx context.Context, xid string) error {
+	var future bool
+	if err := s.db.QueryRow(ctx, `SELECT $1::text::xid8 >= pg_snapshot_xmax(pg_current_snapshot())`, xid).Scan(&future); err != nil {
+		return dbError("events: cursor", err, "")
+	}
+	if future {
+		return Errorf(EEXPIRED, "after names an event of a history this database does not have (it was restored to an earlier point since): "+
+			"read again from a cursor stored before the restore, or from after=%s, and compare your orders for the gap", FeedEnd)
+	}
+	return nil
 }
 
 // parseFeedCursor splits a cursor into feedSQL's $1 and $2 ("" is the feed's start);
