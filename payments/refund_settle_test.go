@@ -25,18 +25,25 @@ func (b *bench) flaggedRefund(t *testing.T, s payments.Session, amount int64, ke
 	if err != nil || r.Refund.Status != payments.RefundPending {
 		t.Fatalf("refund = %+v %v", r, err)
 	}
-	b.clock.Advance(payments.StaleAfterFor(0))
-	for range 5 {
-		if _, err := b.svc.DriveRefunds(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(time.Second)
-	}
+	b.runOutRefundSchedule(t)
 	got, err := b.svc.GetRefund(ctx, r.Refund.ID)
 	if err != nil || got.FlaggedAt == nil || got.Status != payments.RefundPending {
 		t.Fatalf("setup: %+v %v", got, err)
 	}
 	return got
+}
+
+// runOutRefundSchedule drives the patrol over Pending refunds past their grace and through the
+// short schedule's looks: a refund the gateway does not settle ends flagged.
+func (b *bench) runOutRefundSchedule(t *testing.T) {
+	t.Helper()
+	b.clock.Advance(payments.StaleAfterFor(0))
+	for range 5 {
+		if _, err := b.svc.DriveRefunds(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+	}
 }
 
 // A refund the gateway never settles: finance proposes Failed with the evidence, the proposer
@@ -195,13 +202,7 @@ func TestRefundAfterOneFailedByHandAsksTheGatewayAgain(t *testing.T) {
 	if err != nil || first.Refund.GatewayRefundID == "" {
 		t.Fatalf("refund = %+v %v", first, err)
 	}
-	b.clock.Advance(payments.StaleAfterFor(0))
-	for range 5 {
-		if _, err := b.svc.DriveRefunds(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(time.Second)
-	}
+	b.runOutRefundSchedule(t)
 	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: first.Refund.ID, Outcome: payments.RefundFailed,
 		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
 	if err != nil {
