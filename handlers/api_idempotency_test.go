@@ -469,12 +469,7 @@ func waitLockWaiters(t *testing.T, b *apiBench, want int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		var waiting int
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= want {
+		if lockWaiters(t, b) >= want {
 			return
 		}
 	}
@@ -610,15 +605,21 @@ func waitBlockedOrAnswered(t *testing.T, b *apiBench, rec <-chan *httptest.Respo
 			t.Fatalf("the duplicate answered %d without waiting for the claim: %s", r.Code, r.Body)
 		default:
 		}
-		var waiting int
-		// By the waiting backend's database: a row lock's wait (a transactionid lock) names none.
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
+		if lockWaiters(t, b) > 0 {
 			return
 		}
 	}
 	t.Fatal("the duplicate never waited for a lock")
+}
+
+// lockWaiters is how many backends of the bench's database wait for a lock (by the waiting
+// backend's database: a row lock's wait, a transactionid lock, names none).
+func lockWaiters(t *testing.T, b *apiBench) int {
+	t.Helper()
+	var waiting int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	return waiting
 }

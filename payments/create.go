@@ -388,7 +388,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 // busy pool, a lock wait, a commit waiting for a standby) leaves it to the patrol instead of
 // sending it beside the patrol's own request (ConfirmCancel does the same for its reverse).
 func (s *Service) sendFitsGrace(claimedAt time.Time) bool {
-	return s.cfg.Clock.Now().Sub(claimedAt) < max(s.cfg.RegisterGrace-s.cfg.GatewayTimeout, s.cfg.RegisterGrace/2)
+	return s.cfg.Clock.Now().Sub(claimedAt) < s.sendWithin(s.cfg.RegisterGrace)
 }
 
 // registerRequest is the session's registration: the same key (the session id) and body

@@ -202,10 +202,7 @@ func (s *Service) outboxSource() patrolSource {
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
 				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
-					ctx = withLease(ctx, outboxLeaseID(id), token)
-					dctx, cancel := s.driveContext(ctx, now)
-					defer cancel()
-					s.deliver(dctx, id, m)
+					s.deliver(withLease(ctx, outboxLeaseID(id), token), id, m)
 					return endDone
 				}})
 			}

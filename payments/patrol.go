@@ -270,7 +270,8 @@ func handOff(ctx context.Context) {
 // patrolJob is one leased row.
 type patrolJob struct {
 	id, token string
-	// leasedAt is the claim's time: the lease runs until leasedAt + LeaseDuration.
+	// leasedAt is the claim's time: the lease runs until leasedAt + LeaseDuration, and the
+	// round runs the job under driveContext from it.
 	leasedAt time.Time
 	// run drives the row and says what is left of its lease.
 	run func(ctx context.Context) driveEnd
@@ -603,7 +604,9 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 						}
 						return
 					}
-					f.end = j.run(context.WithValue(dctx, slotCtxKey{}, free))
+					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, free), j.leasedAt)
+					f.end = j.run(jctx)
+					cancel()
 					f.interrupted = dctx.Err() != nil
 				}()
 			}
@@ -686,16 +689,21 @@ func (s *Service) endBackoff() {
 // the drive's start: a claim the database answered late (a busy pool, a pooler's queue, a
 // commit waiting for a standby) has less of its lease left, and a drive that outlived it would
 // act beside the row's next holder (two Registers of one session, one of them answered
-// idempotency_key_in_use, at best). A drive whose lease is already spent does not start
-// (leaseSpent, in the round).
+// idempotency_key_in_use, at best). The round bounds every job with it; a drive whose lease is
+// already spent does not start (leaseSpent).
 func (s *Service) driveContext(ctx context.Context, leasedAt time.Time) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.driveBudget()-s.cfg.Clock.Now().Sub(leasedAt))
 }
 
 // driveBudget is how long after its claim a drive may run: one gateway timeout less than the
 // lease (at least half of it).
-func (s *Service) driveBudget() time.Duration {
-	return max(s.cfg.LeaseDuration-s.cfg.GatewayTimeout, s.cfg.LeaseDuration/2)
+func (s *Service) driveBudget() time.Duration { return s.sendWithin(s.cfg.LeaseDuration) }
+
+// sendWithin is how long after a claim work that calls the gateway may still start when nothing
+// else may act on the row for window from the claim: one gateway timeout less (at least half the
+// window), so the call is over by then.
+func (s *Service) sendWithin(window time.Duration) time.Duration {
+	return max(window-s.cfg.GatewayTimeout, window/2)
 }
 
 // leaseSpent: a row claimed at leasedAt has no drive budget left now.

@@ -521,7 +521,7 @@ func (s *Service) refundSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(due))
 		for i, d := range due {
-			jobs[i] = patrolJob{id: d.r.ID, token: d.token, leasedAt: now, run: func(ctx context.Context) driveEnd { return s.driveRefundLeased(ctx, d.r, d.token, now) }}
+			jobs[i] = patrolJob{id: d.r.ID, token: d.token, leasedAt: now, run: func(ctx context.Context) driveEnd { return s.driveRefundLeased(ctx, d.r, d.token) }}
 		}
 		return jobs, nil
 	}}
@@ -529,13 +529,11 @@ func (s *Service) refundSource() patrolSource {
 
 // driveRefundLeased drives one leased refund; like sessions' driveLeased, it reports whether its
 // lease is to be given back (by releaseBatch, with the next step of the schedule).
-func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string, leasedAt time.Time) driveEnd {
+func (s *Service) driveRefundLeased(ctx context.Context, r Refund, token string) driveEnd {
 	ctx = withLease(ctx, r.ID, token)
-	dctx, cancel := s.driveContext(ctx, leasedAt)
-	defer cancel()
-	sess, err := s.Get(dctx, r.PaymentID)
+	sess, err := s.Get(ctx, r.PaymentID)
 	if err == nil {
-		_, err = s.driveRefund(dctx, sess, r)
+		_, err = s.driveRefund(ctx, sess, r)
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("refund: lease lost during the drive; leaving it to its new holder", "refund", r.ID)

@@ -39,7 +39,7 @@ func (s *Service) sessionSource() patrolSource {
 		}
 		jobs := make([]patrolJob, len(claimed))
 		for i, c := range claimed {
-			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, leasedAt: c.leasedAt, run: func(ctx context.Context) driveEnd { return s.driveLeased(ctx, c.sess, c.token, c.leasedAt) }}
+			jobs[i] = patrolJob{id: c.sess.ID, token: c.token, leasedAt: c.leasedAt, run: func(ctx context.Context) driveEnd { return s.driveLeased(ctx, c.sess, c.token) }}
 		}
 		return jobs, nil
 	}}
@@ -113,13 +113,11 @@ func (w withTrailing) Scan(dest ...any) error { return w.Row.Scan(append(dest, w
 // to be given back with the next step of the schedule (by the producer's releaseBatch); lost,
 // when the drive found it taken over, in which case it does nothing further — the new holder owns
 // the session and its schedule; or nothing, when the session's terminal transition gave it back.
-func (s *Service) driveLeased(ctx context.Context, sess Session, token string, leasedAt time.Time) driveEnd {
+func (s *Service) driveLeased(ctx context.Context, sess Session, token string) driveEnd {
 	ctx, span := s.startSpan(ctx, "sweep.drive", sess.ID, sess.OrderID)
 	defer span.End()
 	ctx = withLease(ctx, sess.ID, token)
-	dctx, cancel := s.driveContext(ctx, leasedAt)
-	err := s.drive(dctx, sess)
-	cancel()
+	err := s.drive(ctx, sess)
 	if errors.Is(err, ErrLeaseLost) {
 		s.log.Warn("sweep: lease lost during the drive; leaving the session to its new holder", "session", sess.ID)
 		span.SetAttributes(attrLeaseLost.Bool(true))

@@ -214,9 +214,7 @@ func (s *Service) webhookSource() patrolSource {
 				return nil, fmt.Errorf("webhook retry: claim: %w", err)
 			}
 			jobs = append(jobs, patrolJob{id: fmt.Sprintf("webhook:%d", id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
-				dctx, cancel := s.driveContext(ctx, now)
-				defer cancel()
-				if _, err := s.processEvent(dctx, id, token, ev); err != nil {
+				if _, err := s.processEvent(ctx, id, token, ev); err != nil {
 					s.log.Warn("webhook retry: the event's apply failed again", "event", ev.ID, "err", err)
 				}
 				return endDone
