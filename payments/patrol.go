@@ -176,7 +176,7 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 					ELSE $4::timestamptz + make_interval(secs => ($5::float8[])[t.check_attempts + 2]) END,
 				flagged_at = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flagged_at, $4) ELSE t.flagged_at END,
 				flag_reason = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flag_reason, `+tbl.reason+`) ELSE t.flag_reason END
-			FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+			FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
 			WHERE t.id = r.id AND t.lease_token = r.token
 			RETURNING t.id::text, `+tbl.sessionID+`::text, t.order_id, NOT (`+tbl.settled+`) AND t.check_attempts >= $3, coalesce(t.flag_reason, '')`,
 			ids, tokens, len(s.cfg.Backoff), now, steps)
@@ -219,7 +219,7 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now time.Time) (lost int, err error) {
 	tag, err := s.db.Exec(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
 			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE $3::timestamptz END
-		FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+		FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
 		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now)
 	if err != nil {
 		return 0, fmt.Errorf("%s: release on shutdown: %w", tbl.name, err)
