@@ -149,3 +149,32 @@ func TestPlantedLegacyCSRFSeedBesideTheHostOneIsRefused(t *testing.T) {
 		t.Fatalf("a visitor with only the unprefixed seed: %d, want the sign-in", rec.Code)
 	}
 }
+
+// The unprefixed session cookie of the rollout brings in only a session signed in by a replica
+// before this release: a page on a sibling subdomain can plant that cookie (Domain=) with the
+// token of the attacker's own session in a browser without a __Host- session (a fresh one, or
+// one that only opened the sign-in page), and the replica took it, signed the victim in as the
+// attacker and even wrote the planted token into the __Host- cookie (an outside review).
+func TestPlantedLegacySessionCookieDoesNotSignTheVictimIn(t *testing.T) {
+	t.Parallel()
+	b, eNew := httpsBench(t)
+	b.user(t, "attacker@example.com", access.RoleSupport)
+
+	attacker := newAgentAt(t, eNew, httpsSite)
+	attacker.login("attacker@example.com")
+	token := attacker.cookie(auth.HostSessionCookie).Value
+
+	victim := newAgentAt(t, eNew, httpsSite)
+	victim.get("/login")
+	victim.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.SessionCookie, Value: token}}) // planted by a sibling
+	if rec := victim.get("/account"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a planted unprefixed session cookie: %d (want the sign-in page)\n%s", rec.Code, rec.Body)
+	}
+	if c := victim.cookie(auth.HostSessionCookie); c != nil && c.Value == token {
+		t.Fatal("the planted token was written into the victim's __Host- cookie")
+	}
+	// The attacker's own browser is unaffected.
+	if rec := attacker.get("/account"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "attacker@example.com") {
+		t.Fatalf("the attacker's own session: %d", rec.Code)
+	}
+}

@@ -36,6 +36,9 @@ const (
 	keyFlash      = "flash"
 	keyFlashError = "flash_error"
 	keySeen       = "seen" // unix seconds of the user's last request of their own (idle timeout)
+	// keyHostOnly marks a session signed in by a replica that writes the __Host- cookie: the
+	// unprefixed cookie never brings it in (Sessions).
+	keyHostOnly = "host_only"
 )
 
 // Cookie names. Served over https (Config.Secure), both carry the __Host- prefix
@@ -193,6 +196,17 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 			ctx, err := m.sm.Load(req.Context(), token)
 			if err != nil {
 				return fmt.Errorf("load session: %w", err)
+			}
+			if migrate && m.sm.GetBool(ctx, keyHostOnly) {
+				// A session of this release through the unprefixed cookie alone: a page on a
+				// sibling subdomain can plant that cookie (Domain=), with the token of the
+				// attacker's own session, in a browser without the __Host- one, which then
+				// worked as the attacker's account (an outside review). Only a session signed
+				// in on a replica before this release (no mark) comes in that way.
+				if ctx, err = m.sm.Load(req.Context(), ""); err != nil {
+					return fmt.Errorf("load session: %w", err)
+				}
+				migrate = false
 			}
 			c.SetRequest(req.WithContext(ctx))
 			loaded := m.sm.Token(ctx) // "" when the store had no such session
@@ -596,6 +610,9 @@ func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	m.sm.Put(ctx, keyEpoch, u.SessionEpoch)
 	m.sm.Put(ctx, keyCSRF, randomToken())
 	m.sm.Put(ctx, keySeen, m.now().Unix())
+	if m.legacy {
+		m.sm.Put(ctx, keyHostOnly, true)
+	}
 	if _, err := m.ReapSessions(ctx); err != nil {
 		m.log.Warn("reap expired sessions", "err", err)
 	}
