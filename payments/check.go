@@ -335,6 +335,17 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 	if mismatch := answerMismatch(cur, gp); mismatch != "" {
 		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
 	}
+	if cur.GatewayPaymentID == "" && gp.ID != "" && gp.Reference != cur.Reference() {
+		// A payment about to be attached must be this session's: a registration answer (Create,
+		// the patrol's or a cancel's repeat) is taken by its key alone, and a gateway that mixed
+		// keys up (a broken idempotency store, a replay routed to another merchant) would have
+		// a stranger's payment — succeeded, say — complete this order, and the real owner's
+		// session could never attach it (one session per gateway payment). Look-ups by
+		// reference and webhook hints are matched on it already (an outside review).
+		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
+			"the gateway's payment %s (%s) carries reference %q, not the session's %s; not attached, nothing applied",
+			gp.ID, gp.Status, gp.Reference, cur.Reference()), now)
+	}
 	patch := sessionPatch{}
 	untrusted := ""
 	if cur.GatewayPaymentID == "" && gp.ID != "" {

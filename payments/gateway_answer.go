@@ -58,13 +58,17 @@ func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason st
 }
 
 // refundAnswerMismatch says why a gateway's refund answer cannot be applied to refund r of the
-// session's payment ("" when it can): it names another gateway payment, or another amount. A
-// refund answer is the gateway's word about money leaving; like a payment answer it is applied
-// only when it is about what we asked.
+// session's payment ("" when it can): it names another gateway payment or none (the contract's
+// refund object always names its payment), another refund than the one it was read by, or
+// another amount. A refund answer is the gateway's word about money leaving; like a payment
+// answer it is applied only when it is about what we asked (an outside review: an answer naming
+// no payment was booked as our refund while the gateway had made none).
 func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
 	switch {
-	case gr.PaymentID != "" && gr.PaymentID != sess.GatewayPaymentID:
-		return fmt.Sprintf("the gateway's refund %s is of payment %s, not the session's %s; nothing applied", orNone(gr.ID), gr.PaymentID, sess.GatewayPaymentID)
+	case gr.PaymentID != sess.GatewayPaymentID:
+		return fmt.Sprintf("the gateway's refund %s is of payment %s, not the session's %s; nothing applied", orNone(gr.ID), orNone(gr.PaymentID), sess.GatewayPaymentID)
+	case r.GatewayRefundID != "" && gr.ID != r.GatewayRefundID:
+		return fmt.Sprintf("the gateway answered about refund %s when asked about %s (refund %s); nothing applied", orNone(gr.ID), r.GatewayRefundID, r.ID)
 	case gr.Amount != r.Amount:
 		return fmt.Sprintf("the gateway's refund %s is for %d, refund %s asked for %d %s; nothing applied", orNone(gr.ID), gr.Amount, r.ID, r.Amount, r.Currency)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // afterMismatch asserts what a gateway answer for another amount or currency must leave: the
@@ -216,4 +217,121 @@ func TestConfirmationHostsNarrowHTTPS(t *testing.T) {
 			})
 		})
 	}
+}
+
+// strangerGateway answers a registration with a payment that is not the session's: the same
+// amount and currency, another reference (another merchant's or another session's payment, as a
+// gateway whose idempotency store mixed keys up would), in the status given.
+type strangerGateway struct {
+	*fakegw.Gateway
+	status payments.GatewayStatus
+}
+
+func (g strangerGateway) Register(_ context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	return payments.GatewayPayment{ID: "gp_stranger", Status: g.status, Amount: req.Amount, Currency: req.Currency,
+		Reference: "someone-else", ConfirmationURL: "https://fake.gateway/pay/gp_stranger"}, nil
+}
+
+// A registration answer is taken by its idempotency key alone: one whose reference is not the
+// session's is never attached nor applied — no Completed, no PaymentReceived, the session
+// flagged with one gateway_mismatch case (its stranger payment may belong to a session that must
+// still attach it). The main before this change attached gp_stranger and, when it said
+// succeeded, completed the order and booked it (an outside review).
+func TestRegistrationAnswerForAnotherReferenceIsNeverAttached(t *testing.T) {
+	t.Parallel()
+	for _, st := range []payments.GatewayStatus{payments.GatewaySucceeded, payments.GatewayPending} {
+		t.Run(string(st), func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			svc := b.service(b.pool, "replica-stranger", func(c *payments.Config) { c.Gateway = strangerGateway{b.gw, st} })
+			res, err := svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-stranger", Amount: 1999, Currency: "EUR"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.plain.Get(context.Background(), res.Session.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GatewayPaymentID != "" || got.Status == payments.StatusCompleted {
+				t.Fatalf("session %s attached %q: another reference's payment was taken for it", got.Status, got.GatewayPaymentID)
+			}
+			b.afterMismatch(t, got, got.Status)
+		})
+	}
+}
+
+// refundGateway answers refunds as the fake does, then rewrites them: the refund request's
+// answer names no payment (noPayment), a refund's look-up by id answers about another refund
+// (otherRefund).
+type refundGateway struct {
+	*fakegw.Gateway
+	noPayment, otherRefund bool
+}
+
+func (g refundGateway) Refund(ctx context.Context, id, key string, amount int64, cur string) (payments.GatewayRefund, error) {
+	r, err := g.Gateway.Refund(ctx, id, key, amount, cur)
+	if g.noPayment {
+		r.PaymentID = ""
+	}
+	return r, err
+}
+
+func (g refundGateway) RefundStatus(ctx context.Context, rid string) (payments.GatewayRefund, error) {
+	r, err := g.Gateway.RefundStatus(ctx, rid)
+	if g.otherRefund {
+		r.ID, r.Status = "rf_other", "succeeded"
+	}
+	return r, err
+}
+
+// A refund answer is booked only when it names the session's gateway payment and, read by its
+// id, that same refund: an answer naming no payment (the contract's refund object always names
+// one) or another refund stays Pending with one gateway_mismatch case and no RefundIssued. The
+// main before this change booked both (an outside review: "succeeded" with no payment_id, while
+// the gateway had refunded nothing).
+func TestRefundAnswerAboutAnotherRefundIsNeverApplied(t *testing.T) {
+	t.Parallel()
+	after := func(t *testing.T, b *bench, s payments.Session, r payments.Refund) {
+		t.Helper()
+		if r.Status != payments.RefundPending {
+			t.Fatalf("refund = %+v, want Pending", r)
+		}
+		if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
+			t.Fatalf("RefundIssued entries = %d", n)
+		}
+		if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+			t.Fatalf("cases = %d", n)
+		}
+	}
+	t.Run("no payment", func(t *testing.T) {
+		t.Parallel()
+		b := newBench(t)
+		s := b.completed(t, "o-refund-anon", 1000)
+		svc := b.service(b.pool, "replica-anon", func(c *payments.Config) { c.Gateway = refundGateway{Gateway: b.gw, noPayment: true} })
+		r, err := svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after(t, b, s, r.Refund)
+	})
+	t.Run("another refund", func(t *testing.T) {
+		t.Parallel()
+		b := newBench(t)
+		s := b.completed(t, "o-refund-other", 1000)
+		b.gw.SetRefundOutcome("pending")
+		r, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k"})
+		if err != nil || r.Refund.GatewayRefundID == "" || r.Refund.Status != payments.RefundPending {
+			t.Fatalf("refund = %+v %v, want Pending with the gateway's id", r.Refund, err)
+		}
+		svc := b.service(b.pool, "replica-other", func(c *payments.Config) { c.Gateway = refundGateway{Gateway: b.gw, otherRefund: true} })
+		b.clock.Advance(time.Minute)
+		if n, err := svc.DriveRefunds(context.Background()); err != nil || n != 1 {
+			t.Fatalf("drive = %d %v", n, err)
+		}
+		got, err := b.svc.GetRefund(context.Background(), r.Refund.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after(t, b, s, got)
+	})
 }

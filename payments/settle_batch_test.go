@@ -57,7 +57,7 @@ func newSettleFixture(t *testing.T, n int, mod ...func(*Config)) *settleFixture 
 		call := &callLogSlot{args: []any{c.sess.ID, "status", "", "ok", 0, int64(1), "gateway says succeeded", "batch-test", now}}
 		ctx := context.WithValue(withLease(ctx, c.sess.ID, c.token), callLogKey{}, call)
 		f.items = append(f.items, &settleItem{ctx: ctx, actor: Actor{Kind: ActorSweeper, ID: "batch-test"}, sess: c.sess,
-			token: c.token, gp: GatewayPayment{ID: c.sess.GatewayPaymentID, Status: GatewaySucceeded, Amount: 100, Currency: "EUR"},
+			token: c.token, gp: GatewayPayment{ID: c.sess.GatewayPaymentID, Status: GatewaySucceeded, Amount: 100, Currency: "EUR", Reference: c.sess.Reference()},
 			reason: "gateway says succeeded", call: call})
 	}
 	return f
