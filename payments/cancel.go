@@ -120,11 +120,24 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		// until it can no longer be in flight (RegisterGrace, as for a Registering session),
 		// or another replica sends the same reverse beside it.
 		next := now.Add(s.cancelGrace())
-		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, "cancel confirmed with a one-time code", now, sessionPatch{nextCheckAt: &next})
+		// The reverse is new work with a schedule of its own: it starts from the first step,
+		// not from the looks the payment's check used up (an Unknown payment near the end of
+		// its schedule would otherwise get one look a day later and be flagged), and a flag
+		// the payment carried is cleared, or the patrol (which claims no flagged row) would
+		// never send again a reverse that found no answer. An open finance case stays open.
+		reason, detail := "cancel confirmed with a one-time code", "challenge "+challengeID+": now Canceling (the reverse goes to the gateway after commit)"
+		if cur.FlaggedAt != nil {
+			cleared := "; flag cleared (" + cur.FlagReason + "): the patrol sends the reverse until it is settled"
+			reason, detail = reason+cleared, detail+cleared
+		}
+		if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL, check_attempts = 0 WHERE id = $1`, sessionID); err != nil {
+			return dbError("confirm cancel: schedule", err, "")
+		}
+		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, reason, now, sessionPatch{nextCheckAt: &next})
 		if err != nil {
 			return err
 		}
-		if err := auditStaff(ctx, tx, actor, AuditCancelConfirm, sessionID, "challenge "+challengeID+": now Canceling (the reverse goes to the gateway after commit)", now); err != nil {
+		if err := auditStaff(ctx, tx, actor, AuditCancelConfirm, sessionID, detail, now); err != nil {
 			return err
 		}
 		res = ConfirmResult{Session: updated}

@@ -142,7 +142,10 @@ type heldLease struct{ id, token string }
 // gives back every lease whose row still carries its token (… WHERE lease_token = token; a row
 // another claim took over is left to its new holder) and records the look with the next one on
 // the schedule (Backoff) — or, when the schedule ran out, flags the row and opens the table's
-// finance case. A settled row gets no next look. The producer releases the drives that finished
+// finance case. A settled row gets no next look. The next look is never sooner than one set
+// while the drive ran: a cancel confirmed under the drive set its first look after the grace
+// in which its own reverse goes out, and a release that brought it forward would have another
+// replica send the same reverse beside it (TestReleaseKeepsAConfirmedCancelsGrace). The producer releases the drives that finished
 // together, as River's completer does, instead of one transaction per drive. It returns how many
 // leases were no longer held.
 //
@@ -173,7 +176,7 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 		rows, err := tx.Query(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
 				check_attempts = t.check_attempts + 1,
 				next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL OR t.check_attempts + 1 >= $3 THEN NULL
-					ELSE $4::timestamptz + make_interval(secs => ($5::float8[])[t.check_attempts + 2]) END,
+					ELSE greatest($4::timestamptz + make_interval(secs => ($5::float8[])[t.check_attempts + 2]), t.next_check_at) END,
 				flagged_at = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flagged_at, $4) ELSE t.flagged_at END,
 				flag_reason = CASE WHEN NOT (`+tbl.settled+`) AND t.check_attempts + 1 >= $3 THEN coalesce(t.flag_reason, `+tbl.reason+`) ELSE t.flag_reason END
 			FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
@@ -215,10 +218,10 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 
 // releaseInterrupted gives back the leases of drives cut by shutdown (releaseBatch): guarded by
 // token like every release; a row the cut drive settled after all needs no next look, every other
-// one is due now.
+// one is due now (or when a look set while the drive ran says, as in releaseBatch).
 func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now time.Time) (lost int, err error) {
 	tag, err := s.db.Exec(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
-			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE $3::timestamptz END
+			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE greatest($3::timestamptz, t.next_check_at) END
 		FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
 		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now)
 	if err != nil {
