@@ -237,7 +237,7 @@ func (s *Service) RevokeAPIClient(ctx context.Context, by payments.Staff, idOrPr
 	err := s.inTx(ctx, "revoke api client", func(tx pgx.Tx) error {
 		var err error
 		if c, err = scanAPIClient(tx.QueryRow(ctx, `UPDATE api_clients SET revoked_at = coalesce(revoked_at, $2)
-			WHERE `+where+` RETURNING `+apiClientColumns, idOrPrefix, now)); err != nil {
+			WHERE `+where+` AND id <> '`+payments.RefundIntentOwner+`' RETURNING `+apiClientColumns, idOrPrefix, now)); err != nil {
 			return payments.DBError("revoke api client", err, "no API client %q", idOrPrefix)
 		}
 		return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: by.Email, Role: by.Role, Action: payments.AuditAPIKeyRevoke,
@@ -249,9 +249,10 @@ func (s *Service) RevokeAPIClient(ctx context.Context, by payments.Staff, idOrPr
 	return c, nil
 }
 
-// ListAPIClients lists every client, oldest first.
+// ListAPIClients lists every client, oldest first: not the reserved owner of keyless refund
+// intents (payments.RefundIntentOwner), which is no one's key.
 func (s *Service) ListAPIClients(ctx context.Context) ([]APIClient, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+apiClientColumns+` FROM api_clients ORDER BY created_at, id`)
+	rows, err := s.db.Query(ctx, `SELECT `+apiClientColumns+` FROM api_clients WHERE id <> $1 ORDER BY created_at, id`, payments.RefundIntentOwner)
 	if err != nil {
 		return nil, fmt.Errorf("list api clients: %w", err)
 	}

@@ -36,8 +36,8 @@ func refundLocation(id string) string { return refundsPath + id }
 // Idempotency is create's (payments.Idempotency.Run): validation first; with an Idempotency-Key
 // a completed key replays the refund it created AS IT IS NOW with the first answer's status and
 // Idempotent-Replayed: true; without one, the intent (payment, amount; 5 minutes sliding from
-// the last identical request) is the key. Failures without effect (404, 409, 422) release the
-// key; an uncertain one abandons it to the same request. While a client key's first request
+// the last identical request, from any API client) is the key. Failures without effect (404,
+// 409, 422) release the key; an uncertain one abandons it to the same request. While a client key's first request
 // still runs: 409 + Retry-After. A keyless refund's intent is completed with the refund in the
 // refund's claim (Bind), so an identical keyless request that arrives while the first one waits
 // for the gateway replays the Pending refund (202): the contract's "is the same refund". One that
@@ -58,7 +58,9 @@ func (a *API) CreateRefund(c echo.Context) error {
 	if req.Key != "" {
 		ir.Kind, ir.Key, ir.Fingerprint = payments.IdempotencyClientKey, req.Key, req.Fingerprint
 	} else {
-		// As for create: the intent is the operation, so its fingerprint is the intent key.
+		// As for create: the intent is the operation, so its fingerprint is the intent key. It is
+		// the shop's, not this client's: one row for every client (RefundIntentOwner).
+		ir.ClientID = payments.RefundIntentOwner
 		ir.Kind, ir.Key, ir.BusyRunsEffect = payments.IdempotencyIntentKey, payments.RefundIntentKey(req.PaymentID, req.Amount), true
 		ir.Fingerprint = payments.Fingerprint(http.MethodPost, req.Path, []byte(ir.Key))
 	}

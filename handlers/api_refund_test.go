@@ -489,3 +489,47 @@ func TestAPIKeylessRefundWindowNeverSlidesBack(t *testing.T) {
 		t.Fatalf("refunds = %d, want 1", n)
 	}
 }
+
+// A keyless refund's intent is the shop's, not one API client's: the same refund asked for by
+// two clients within the window (two services of one shop, or one service half-way through a
+// key rotation retrying with its new key) is one refund and one gateway call. The intent was
+// kept per client, and the second client refunded the customer again (outside review). Each
+// client's own Idempotency-Key stays its own (TestAPIKeysOfOneClientInvisibleToAnother); the
+// reserved owner of the intents is never a client anyone lists or signs in as.
+func TestAPIKeylessRefundIsOneRefundWhicheverClientAsks(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	staff := payments.Staff{Email: "test@example.com", Role: "admin"}
+	_, rotated, err := b.access.CreateAPIClient(context.Background(), staff, "shop, new key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.completedPayment(t, "o-two-clients", 1000)
+	c := post(refundsPath(p.ID), `{"amount":300}`)
+	first := wantRefund(t, b.do(c), http.StatusCreated)
+	b.clock.Advance(time.Minute)
+	c.headers["Authorization"] = "Bearer " + rotated
+	if again := wantRefund(t, b.do(c), http.StatusCreated); again.ID != first.ID {
+		t.Fatalf("the other client's identical keyless refund = a new refund %s (first %s)", again.ID, first.ID)
+	}
+	if n, calls := b.refunds(t), b.gw.Calls(fakegw.OpRefund); n != 1 || calls != 1 {
+		t.Fatalf("refunds = %d, gateway calls = %d; want 1 and 1", n, calls)
+	}
+
+	clients, err := b.access.ListAPIClients(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range clients {
+		if cl.ID == payments.RefundIntentOwner {
+			t.Fatal("the reserved owner of refund intents is listed as an API client")
+		}
+	}
+	if len(clients) != 2 {
+		t.Fatalf("API clients listed = %d, want the two made here", len(clients))
+	}
+	if _, err := b.access.RevokeAPIClient(context.Background(), staff, payments.RefundIntentOwner); payments.ErrorCode(err) != payments.ENOTFOUND {
+		t.Fatalf("revoke the reserved owner = %v, want not found", err)
+	}
+	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`, "Authorization", "Bearer pl_000000000000_"+strings.Repeat("0", 64))), http.StatusUnauthorized, "")
+}

@@ -182,11 +182,18 @@ func IntentKey(orderID string, amount int64, currency string) string {
 }
 
 // RefundIntentKey is the business-intent key of a refund without an Idempotency-Key: the same
-// payment and amount. The "refund/" prefix keeps it apart from Create's keys in the client's
-// intent namespace.
+// payment and amount. The "refund/" prefix keeps it apart from Create's keys in the intent
+// namespace. Its row is RefundIntentOwner's, whichever client asks.
 func RefundIntentKey(paymentID string, amount int64) string {
 	return fmt.Sprintf("refund/%s/%d", paymentID, amount)
 }
+
+// RefundIntentOwner is the reserved API client (migration 00590; never a credential) that owns
+// every keyless refund's intent: the same refund asked for by two clients within the window is
+// one refund, as it is for one client (a key rotation half-way, two services of one shop). A
+// Create's intent needs no such owner: the order's lock makes identical Creates one session
+// whoever asks.
+const RefundIntentOwner = "00000000-0000-0000-0000-000000000000"
 
 // Slot is Acquire's answer when the request may go on.
 type Slot struct {
