@@ -397,34 +397,43 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	ctx = context.WithoutCancel(ctx)
 	now := s.cfg.Clock.Now()
 	var out Refund
+	leaseLost := false
 	err := s.inTx(ctx, "refund: apply", func(tx pgx.Tx) error {
 		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
 			return err
 		}
-		var cur Refund
-		var err error
-		if token, leased := leaseOf(ctx, r.ID); leased {
-			// A patrol drive applies only while the refund still carries its lease token.
-			cur, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 AND lease_token = $2 FOR UPDATE`, r.ID, token))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrLeaseLost
-			}
-		} else {
-			cur, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, r.ID))
-		}
+		cur, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = $1 FOR UPDATE`, r.ID))
 		if err != nil {
 			return dbError("refund: lock", err, "refund %q not found", r.ID)
 		}
 		out = cur
+		// A patrol drive applies only while the refund still carries its lease token; a drive
+		// whose lease ran out still reports a contradiction below (its answer may be the only
+		// word of a refund the gateway paid after it was settled Failed by hand meanwhile).
+		if token, leased := leaseOf(ctx, r.ID); leased {
+			var holds bool
+			if err := tx.QueryRow(ctx, `SELECT lease_token IS NOT DISTINCT FROM $2::uuid FROM refunds WHERE id = $1`, r.ID, token).Scan(&holds); err != nil {
+				return dbError("refund: lease", err, "")
+			}
+			leaseLost = !holds
+		}
 		if cur.Status != RefundPending {
 			if status != "" && status != cur.Status {
 				// The gateway's word contradicts the outcome settled meanwhile: never written over
 				// it, and never silent (a refund settled Failed by hand that the gateway did pay,
-				// and the amount refundable again, must reach finance).
+				// and the amount refundable again, must reach finance). The gateway's refund id is
+				// kept on the row, so the next refund of the payment asks about it again first
+				// (recheckRefundsFailedByHand) instead of paying the same amount twice.
+				if _, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
+					return dbError("refund: note the gateway's id", err, "")
+				}
 				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
 					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, status, cur.Detail), now)
 			}
 			return nil // applied already (the patrol or a concurrent request got there first)
+		}
+		if leaseLost {
+			return nil // still Pending: the drive that holds it now applies its own answer
 		}
 		if mismatch != "" {
 			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
@@ -446,6 +455,9 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		}
 		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now)
 	})
+	if err == nil && leaseLost {
+		return out, ErrLeaseLost
+	}
 	return out, err
 }
 
