@@ -216,6 +216,7 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
 	asking := ctx                    // asking again stays bounded by the caller's time and ends at shutdown
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: its answer must be recorded
+	leaseLost := false
 	for asked := 1; ; asked++ {
 		seen := sess.Status
 		if asked > maxAsks {
@@ -228,25 +229,58 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		} else {
 			out, err = s.applyOne(ctx, actor, sess, seen, gp, reason)
 		}
+		if _, leased := leaseOf(ctx, sess.ID); leased && errors.Is(err, ErrLeaseLost) {
+			// The drive's lease ran out while the gateway took its time. Its answer is never
+			// written over a live holder's work, but a session settled meanwhile (by people,
+			// four eyes) that the gateway now contradicts must reach finance, not be dropped
+			// in silence: the answer goes through the request path's apply, whose stale-
+			// answer rule asks the gateway again and opens the case only for a contradiction
+			// that is real now. The drive still stops as one that lost its lease.
+			if settled, serr := s.settledMeanwhile(ctx, sess.ID); serr != nil || !settled {
+				return out, err
+			}
+			leaseLost = true
+			ctx = context.WithValue(ctx, leaseCtxKey{}, nil)
+			asking = context.WithValue(asking, leaseCtxKey{}, nil)
+			continue
+		}
 		var stale *staleAnswer
 		if !errors.As(err, &stale) {
-			return out, err
+			return out, lostLease(err, leaseLost)
 		}
 		if asking.Err() != nil {
 			// The caller's time is up (a drive past its deadline, a replica shutting down): the
 			// newer decision stands, and the next look asks (an outside review: these asks ran
 			// detached, after the lease and past the unit's stop timeout).
-			return stale.now, nil
+			return stale.now, lostLease(nil, leaseLost)
 		}
 		s.log.Info("a gateway answer was overtaken by a newer decision; asking the gateway again",
 			"session_id", sess.ID, "answer", string(gp.Status), "read", string(sess.Status), "now", string(stale.now.Status))
 		fresh, found, gerr := s.gatewayState(asking, stale.now)
 		if gerr != nil || !found {
 			// The newer decision stands; a real contradiction is found by the next look.
-			return stale.now, nil
+			return stale.now, lostLease(nil, leaseLost)
 		}
 		sess, gp = stale.now, fresh
 	}
+}
+
+// settledMeanwhile reports whether session id is in a terminal state (read without a lock: a
+// drive that lost its lease asks it before applying its answer as a request would).
+func (s *Service) settledMeanwhile(ctx context.Context, id string) (bool, error) {
+	var st Status
+	if err := s.db.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, id).Scan(&st); err != nil {
+		return false, dbError("apply: session", err, "payment %q not found", id)
+	}
+	return st.Terminal(), nil
+}
+
+// lostLease is err, or ErrLeaseLost for a drive whose answer was applied after its lease was lost.
+func lostLease(err error, lost bool) error {
+	if err == nil && lost {
+		return ErrLeaseLost
+	}
+	return err
 }
 
 // maxAsks bounds how often one apply asks the gateway about a session that keeps moving.
