@@ -20,9 +20,7 @@ import (
 // applyGatewayPayment.
 func TestLateCheckAnswerAfterTheLeaseRanOutStillReachesFinance(t *testing.T) {
 	t.Parallel()
-	lease := func(c *payments.Config) { c.LeaseDuration = time.Minute }
-	b := newBench(t, shortSchedule, lease)
-	other := b.service(testdb.Pool(t, b.url), "replica-b", shortSchedule, lease)
+	b, other := twoReplicasMinuteLease(t)
 	ctx := context.Background()
 	sess := b.registered(t, "o-late-check", 1000)
 
@@ -86,4 +84,14 @@ func TestLateCheckAnswerAfterTheLeaseRanOutStillReachesFinance(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, sess.ID); n != 0 {
 		t.Errorf("ledger entries = %d, want none (a case for finance, not an entry)", n)
 	}
+}
+
+// twoReplicasMinuteLease is a bench on the short schedule with one-minute leases, and a second
+// replica (replica-b) on the same database: a drive whose lease runs out while the gateway holds
+// its call, and the replica that takes the row over.
+func twoReplicasMinuteLease(t *testing.T) (*bench, *payments.Service) {
+	t.Helper()
+	lease := func(c *payments.Config) { c.LeaseDuration = time.Minute }
+	b := newBench(t, shortSchedule, lease)
+	return b, b.service(testdb.Pool(t, b.url), "replica-b", shortSchedule, lease)
 }

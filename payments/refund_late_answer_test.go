@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -21,9 +20,7 @@ import (
 // driveRefund's apply (a lost lease returned before the contradiction was looked at).
 func TestLateRefundAnswerAfterTheLeaseRanOutStillReachesFinance(t *testing.T) {
 	t.Parallel()
-	lease := func(c *payments.Config) { c.LeaseDuration = time.Minute }
-	b := newBench(t, shortSchedule, lease)
-	other := b.service(testdb.Pool(t, b.url), "replica-b", shortSchedule, lease)
+	b, other := twoReplicasMinuteLease(t)
 	ctx := context.Background()
 	s := b.completed(t, "o-review-lease-refund", 1000)
 
