@@ -23,6 +23,7 @@ import (
 	"pitlane/access"
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
+	"pitlane/payments"
 )
 
 // The test binary doubles as the pitlane binary: with this variable set it runs Main on its
@@ -230,7 +231,16 @@ func TestServeAnswersAndShutsDownGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, stop := startRun(t, cfg, pool)
+	var synced <-chan struct{}
+	base, stop := startServeWith(t, cfg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		serveOptions{clock: func(c *payments.DatabaseClock) { synced = c.Synced() }})
+	// /readyz answers ready once the database's clock was first read: the listener may be up
+	// before that (a busy machine: the CI run that found this test's race).
+	select {
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the database clock was never read")
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get(base + "/readyz")
 	if err != nil {

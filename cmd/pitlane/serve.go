@@ -143,6 +143,9 @@ type serveOptions struct {
 	started func(ctx context.Context, cfg config.Config, svc *payments.Service) error
 	// tracing replaces the tracer provider built from OTEL_* (tests: an in-memory exporter).
 	tracing trace.TracerProvider
+	// clock is given the database clock once it is made, before ready (tests wait for its first
+	// read, as /readyz does, instead of polling).
+	clock func(*payments.DatabaseClock)
 }
 
 // serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
@@ -187,6 +190,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	// patrol starts and /readyz answers ready once it has been read (a replica may start
 	// before its database is reachable).
 	clock := payments.NewDatabaseClock(nil)
+	if opts.clock != nil {
+		opts.clock(clock)
+	}
 	metrics.ObserveHostClock(clock.HostOffset)
 	clockCtx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	clocked := make(chan struct{})
