@@ -394,6 +394,13 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	if p.Pending() && p.ProposedBy == by.Email {
 		return Resolution{}, errSelfApproval
 	}
+	if p.Pending() && p.Kind == ProposalRefund {
+		// Every path that refunds asks the gateway first about refunds settled Failed by hand
+		// (recheckRefundsFailedByHand): their amount is not free while the gateway paid them.
+		if err := s.recheckRefundsFailedByHand(ctx, Session{ID: p.SessionID, OrderID: p.OrderID}); err != nil {
+			return Resolution{}, err
+		}
+	}
 	now := s.cfg.Clock.Now()
 	var cur Session
 	var refund *RefundResult

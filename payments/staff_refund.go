@@ -140,6 +140,9 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 		return RefundResult{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
+	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
+		return RefundResult{}, err
+	}
 	now := s.cfg.Clock.Now()
 	var res RefundResult
 	var wrong error
@@ -202,6 +205,9 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		return FinanceRefund{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
+	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
+		return FinanceRefund{}, err
+	}
 	now := s.cfg.Clock.Now()
 	var out FinanceRefund
 	var proposal int64
