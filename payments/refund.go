@@ -103,6 +103,9 @@ type RefundInput struct {
 	// waiting for approval as taken (refundRoom). The API's refunds and the approval of that very
 	// proposal do not.
 	besideProposal bool
+	// asked: the refunds settled Failed by hand that recheckRefundsFailedByHand asked the gateway
+	// about before this claim (withRecheckedRefunds); any other is a reason to ask again.
+	asked []string
 	// Bind: the caller's intent key (Slot.Binding), completed with the refund in the claim's
 	// transaction: from that commit on, an identical keyless refund replays this refund (202
 	// while it is Pending) instead of being told its first request still runs (409) for as long
@@ -138,26 +141,22 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		return RefundResult{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
-		return RefundResult{}, err
-	}
-	now := s.cfg.Clock.Now()
 	var out Refund
 	var created bool
-	err = s.inTx(ctx, "refund: claim", func(tx pgx.Tx) error {
-		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
-		if err != nil {
-			return err
-		}
-		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
-		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
-			h(ctx, cur.ID)
-		}
-		out, created, err = s.claimRefund(ctx, tx, cur, actor, in, now)
-		if err != nil || in.Bind == nil {
-			return err
-		}
-		return in.Bind.exec(ctx, tx, out.ID, now)
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
+		in.asked = asked
+		now := s.cfg.Clock.Now()
+		return s.inTx(ctx, "refund: claim", func(tx pgx.Tx) error {
+			cur, err := s.lockForRefund(ctx, tx, &sess)
+			if err != nil {
+				return err
+			}
+			out, created, err = s.claimRefund(ctx, tx, cur, actor, in, now)
+			if err != nil || in.Bind == nil {
+				return err
+			}
+			return in.Bind.exec(ctx, tx, out.ID, now)
+		})
 	})
 	if err != nil {
 		return RefundResult{}, err
@@ -178,25 +177,29 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 // payment's gateway_mismatch case for finance; the gateway not answering refuses it too (503:
 // the new refund would need the gateway anyway). A refund settled by hand whose id the gateway
 // never gave cannot be asked without sending it again: reconciliation's territory.
-func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) error {
-	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds
-		WHERE session_id = $1 AND status = 'Failed' AND gateway_refund_id IS NOT NULL AND detail LIKE 'settled by hand:%'`, sess.ID)
+//
+// It returns the ids of the refunds it asked about (asked): the claim that follows, under the
+// order → session locks, is refused with errSettledMeanwhile when another refund was settled
+// Failed by hand since (claimRefund), and withRecheckedRefunds asks again.
+func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) (asked []string, err error) {
+	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND `+failedByHandAskable, sess.ID)
 	if err != nil {
-		return dbError("refund: refunds settled by hand", err, "")
+		return nil, dbError("refund: refunds settled by hand", err, "")
 	}
 	failed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
 	if err != nil {
-		return dbError("refund: refunds settled by hand", err, "")
+		return nil, dbError("refund: refunds settled by hand", err, "")
 	}
 	for _, r := range failed {
 		started := time.Now()
 		gr, err := s.gw.RefundStatus(ctx, r.GatewayRefundID)
 		s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
 		if err != nil {
-			return &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
+			return nil, &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
 				"refund %s was settled Failed by hand and the gateway could not be asked about it again before a new refund: %v", Short(r.ID), err)}
 		}
 		if gr.Status == "failed" {
+			asked = append(asked, r.ID)
 			continue
 		}
 		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
@@ -204,11 +207,68 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		if err := s.inTx(context.WithoutCancel(ctx), "refund: note", func(tx pgx.Tx) error {
 			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
 		}); err != nil {
+			return nil, err
+		}
+		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded; finance has a case about it", Short(r.ID), gr.Status)
+	}
+	return asked, nil
+}
+
+// failedByHandAskable selects a payment's refunds settled Failed by hand that the gateway knows
+// by id: the ones recheckRefundsFailedByHand asks about.
+const failedByHandAskable = `status = 'Failed' AND gateway_refund_id IS NOT NULL AND detail LIKE 'settled by hand:%'`
+
+// errSettledMeanwhile refuses a refund claim when a refund of the payment was settled Failed by
+// hand (an approval committed) after the claim's re-check read its list and before the claim
+// took the locks: that refund's amount looks free, and nobody asked the gateway whether it paid
+// it after all. withRecheckedRefunds asks again; it reaches the caller only when that keeps
+// happening.
+var errSettledMeanwhile = &Error{Code: ECONFLICT, Message: "a refund of this payment was settled Failed by hand while this one was being checked: try again"}
+
+// withRecheckedRefunds runs claim — the transaction of a path that refunds, which claims through
+// claimRefund with the ids asked — after recheckRefundsFailedByHand, and once more after asking
+// again when a refund was settled Failed by hand between the two (errSettledMeanwhile). The
+// re-check runs outside the locks (it waits for the gateway), so without the claim's look under
+// them an approval committing in that gap freed an amount nobody asked the gateway about.
+func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim func(asked []string) error) error {
+	for attempt := 1; ; attempt++ {
+		asked, err := s.recheckRefundsFailedByHand(ctx, sess)
+		if err != nil {
 			return err
 		}
-		return Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded; finance has a case about it", Short(r.ID), gr.Status)
+		if err = claim(asked); !errors.Is(err, errSettledMeanwhile) || attempt == 3 {
+			return err
+		}
+	}
+}
+
+// settledMeanwhile is claimRefund's look under the locks: errSettledMeanwhile when a refund of
+// the session is settled Failed by hand, known to the gateway, and not among those asked.
+func settledMeanwhile(ctx context.Context, tx pgx.Tx, sessionID string, asked []string) error {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE session_id = $1 AND `+failedByHandAskable+`
+		AND NOT (id::text = ANY($2::text[]))`, sessionID, asked).Scan(&n); err != nil {
+		return fmt.Errorf("refund: refunds settled by hand: %w", err)
+	}
+	if n > 0 {
+		return errSettledMeanwhile
 	}
 	return nil
+}
+
+// lockForRefund takes the order → session locks for a refund's claim and makes *sess the
+// payment as locked: the refund goes to the gateway with it, not with the payment as read before
+// (TestRefundGoesOutWithThePaymentAsLocked).
+func (s *Service) lockForRefund(ctx context.Context, tx pgx.Tx, sess *Session) (Session, error) {
+	cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+	if err != nil {
+		return Session{}, err
+	}
+	*sess = cur
+	if h := s.cfg.Hooks.AfterRefundLock; h != nil {
+		h(ctx, cur.ID)
+	}
+	return cur, nil
 }
 
 // claimRefund is the claim of a refund, in the caller's transaction under the order → session
@@ -226,6 +286,9 @@ func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor
 			return Refund{}, false, Errorf(ECONFLICT, "this request already refunded %d, not %d", existing.Amount, in.Amount)
 		}
 		return existing, false, nil
+	}
+	if err := settledMeanwhile(ctx, tx, cur.ID, in.asked); err != nil {
+		return Refund{}, false, err
 	}
 	if _, _, err := refundRoom(ctx, tx, cur, in.Amount, in.besideProposal); err != nil {
 		return Refund{}, false, err

@@ -23,14 +23,7 @@ func (b *bench) handFailedRefund(t *testing.T, order string, later bool) payment
 		t.Fatalf("refund = %+v %v", first, err)
 	}
 	b.runOutRefundSchedule(t)
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: first.Refund.ID, Outcome: payments.RefundFailed,
-		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	b.settleByHand(t, first.Refund.ID, fin1, fin2)
 	if later {
 		b.gw.SetRefundStatus(s.GatewayPaymentID, "failed") // the gateway's word for now
 		return s

@@ -394,112 +394,115 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	if p.Pending() && p.ProposedBy == by.Email {
 		return Resolution{}, errSelfApproval
 	}
-	if p.Pending() && p.Kind == ProposalRefund {
-		// Every path that refunds asks the gateway first about refunds settled Failed by hand
-		// (recheckRefundsFailedByHand): their amount is not free while the gateway paid them.
-		if err := s.recheckRefundsFailedByHand(ctx, Session{ID: p.SessionID, OrderID: p.OrderID}); err != nil {
-			return Resolution{}, err
-		}
-	}
-	now := s.cfg.Clock.Now()
 	var cur Session
 	var refund *RefundResult
-	err = s.inTx(ctx, "approve resolution", func(tx pgx.Tx) error {
-		cur, err = lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
-		if err != nil {
-			return err
-		}
-		if h := s.cfg.Hooks.AfterResolutionLock; h != nil {
-			h(ctx, p.SessionID)
-		}
-		tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
-			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT password_linked(proposed_by, $2)`, id, by.Email, now)
-		if err != nil {
-			return dbError("approve resolution", err, "")
-		}
-		if tag.RowsAffected() != 1 {
-			return explainDecided(ctx, tx, id, by, true)
-		}
-		if cur.Status != p.StatusAtProposal {
-			return Errorf(ECONFLICT, "payment %s moved from %s to %s since the proposal; its evidence may be stale: reject it and propose again",
-				Short(cur.ID), p.StatusAtProposal, cur.Status)
-		}
-		detail := fmt.Sprintf("#%d %s (proposed by %s): %s", id, p.What(), p.ProposedBy, p.Reason)
-		if p.Kind == ProposalRefundSettle {
-			if err := s.approveRefundOutcome(ctx, tx, cur, p, by, now); err != nil {
-				return err
-			}
-			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
-				Detail: detail + "; refund " + p.RefundID}, now)
-		}
-		if p.IsRefund() {
-			r, err := s.approveRefund(ctx, tx, cur, p, by, now)
+	approve := func(asked []string) error {
+		refund = nil
+		now := s.cfg.Clock.Now()
+		return s.inTx(ctx, "approve resolution", func(tx pgx.Tx) error {
+			cur, err = lockOrderAndSession(ctx, tx, p.OrderID, p.SessionID)
 			if err != nil {
 				return err
 			}
-			refund = &r
-			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
-				Detail: detail + "; refund " + r.Refund.ID}, now)
-		}
-		// What made the session settleable by hand must still hold: a session sent back to the
-		// patrol since (its flag cleared) is being asked about again, and the gateway's word,
-		// not this decision, settles it.
-		mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
-		if err != nil {
-			return err
-		}
-		if Settleable(cur, mismatch) == "" {
-			return Errorf(ECONFLICT, "payment %s is no longer flagged, Unknown or mismatched: the patrol looks at it again; reject the proposal",
-				Short(cur.ID))
-		}
-		reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
-		sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
-		if err != nil {
-			return err
-		}
-		if p.Outcome == StatusCompleted {
-			if err := completeOrder(ctx, tx, sess, now); err != nil {
+			if h := s.cfg.Hooks.AfterResolutionLock; h != nil {
+				h(ctx, p.SessionID)
+			}
+			tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
+			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT password_linked(proposed_by, $2)`, id, by.Email, now)
+			if err != nil {
+				return dbError("approve resolution", err, "")
+			}
+			if tag.RowsAffected() != 1 {
+				return explainDecided(ctx, tx, id, by, true)
+			}
+			if cur.Status != p.StatusAtProposal {
+				return Errorf(ECONFLICT, "payment %s moved from %s to %s since the proposal; its evidence may be stale: reject it and propose again",
+					Short(cur.ID), p.StatusAtProposal, cur.Status)
+			}
+			detail := fmt.Sprintf("#%d %s (proposed by %s): %s", id, p.What(), p.ProposedBy, p.Reason)
+			if p.Kind == ProposalRefundSettle {
+				if err := s.approveRefundOutcome(ctx, tx, cur, p, by, now); err != nil {
+					return err
+				}
+				return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+					Detail: detail + "; refund " + p.RefundID}, now)
+			}
+			if p.IsRefund() {
+				r, err := s.approveRefund(ctx, tx, cur, p, by, asked, now)
+				if err != nil {
+					return err
+				}
+				refund = &r
+				return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+					Detail: detail + "; refund " + r.Refund.ID}, now)
+			}
+			// What made the session settleable by hand must still hold: a session sent back to the
+			// patrol since (its flag cleared) is being asked about again, and the gateway's word,
+			// not this decision, settles it.
+			mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
+			if err != nil {
 				return err
 			}
-		}
-		// A cancel's reverse still Pending ends with the settlement, or nothing would ever end it
-		// (the session is no longer Canceling, and the patrol leaves it): confirmed for Canceled,
-		// nothing to reverse for Failed, refused for Completed (the money was taken).
-		opStatus, opDetail := "Succeeded", fmt.Sprintf("confirmed by people: resolution #%d", id)
-		switch p.Outcome {
-		case StatusFailed:
-			opDetail = fmt.Sprintf("nothing to reverse: settled by people as Failed, resolution #%d", id)
-		case StatusCompleted:
-			opStatus, opDetail = "Refused", fmt.Sprintf("the payment was captured: settled by people as Completed, resolution #%d", id)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = $2, detail = $3, updated_at = $4
-			WHERE session_id = $1 AND status = 'Pending'`, cur.ID, opStatus, opDetail, now); err != nil {
-			return fmt.Errorf("approve resolution: reverse: %w", err)
-		}
-		// The settlement answers the cases that asked what state the payment is in; the others
-		// are about other money (a second gateway payment, a cancel that lost its race, a
-		// reversal nobody asked for) and stay open for finance (an outside review: a duplicate
-		// payment's case was closed by settling the first payment, the second one's money off
-		// the open list).
-		rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
-			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
-			fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
-		if err != nil {
-			return fmt.Errorf("approve resolution: cases: %w", err)
-		}
-		closed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("approve resolution: cases: %w", err)
-		}
-		for i, c := range closed {
-			if i == 0 {
-				detail += "; closed case"
+			if Settleable(cur, mismatch) == "" {
+				return Errorf(ECONFLICT, "payment %s is no longer flagged, Unknown or mismatched: the patrol looks at it again; reject the proposal",
+					Short(cur.ID))
 			}
-			detail += fmt.Sprintf(" #%d", c)
-		}
-		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
-			Detail: detail}, now)
-	})
+			reason := fmt.Sprintf("four-eyes resolution #%d: proposed by %s, approved by %s: %s", id, p.ProposedBy, by.Email, p.Reason)
+			sess, err := applyTransition(ctx, tx, cur.ID, p.Outcome, by.Actor(), reason, now, sessionPatch{})
+			if err != nil {
+				return err
+			}
+			if p.Outcome == StatusCompleted {
+				if err := completeOrder(ctx, tx, sess, now); err != nil {
+					return err
+				}
+			}
+			// A cancel's reverse still Pending ends with the settlement, or nothing would ever end it
+			// (the session is no longer Canceling, and the patrol leaves it): confirmed for Canceled,
+			// nothing to reverse for Failed, refused for Completed (the money was taken).
+			opStatus, opDetail := "Succeeded", fmt.Sprintf("confirmed by people: resolution #%d", id)
+			switch p.Outcome {
+			case StatusFailed:
+				opDetail = fmt.Sprintf("nothing to reverse: settled by people as Failed, resolution #%d", id)
+			case StatusCompleted:
+				opStatus, opDetail = "Refused", fmt.Sprintf("the payment was captured: settled by people as Completed, resolution #%d", id)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE reverse_operations SET status = $2, detail = $3, updated_at = $4
+			WHERE session_id = $1 AND status = 'Pending'`, cur.ID, opStatus, opDetail, now); err != nil {
+				return fmt.Errorf("approve resolution: reverse: %w", err)
+			}
+			// The settlement answers the cases that asked what state the payment is in; the others
+			// are about other money (a second gateway payment, a cancel that lost its race, a
+			// reversal nobody asked for) and stay open for finance (an outside review: a duplicate
+			// payment's case was closed by settling the first payment, the second one's money off
+			// the open list).
+			rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
+				fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
+			if err != nil {
+				return fmt.Errorf("approve resolution: cases: %w", err)
+			}
+			closed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return fmt.Errorf("approve resolution: cases: %w", err)
+			}
+			for i, c := range closed {
+				if i == 0 {
+					detail += "; closed case"
+				}
+				detail += fmt.Sprintf(" #%d", c)
+			}
+			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
+				Detail: detail}, now)
+		})
+	}
+	if p.Pending() && p.Kind == ProposalRefund {
+		// Every path that refunds asks the gateway first about refunds settled Failed by hand
+		// (recheckRefundsFailedByHand): their amount is not free while the gateway paid them.
+		err = s.withRecheckedRefunds(ctx, Session{ID: p.SessionID, OrderID: p.OrderID}, approve)
+	} else {
+		err = approve(nil)
+	}
 	if err != nil {
 		return Resolution{}, err
 	}

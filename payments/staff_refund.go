@@ -140,36 +140,31 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 		return RefundResult{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
-		return RefundResult{}, err
-	}
-	now := s.cfg.Clock.Now()
 	var res RefundResult
 	var wrong error
-	err = s.inTx(ctx, "confirm refund", func(tx pgx.Tx) error {
-		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
-		if err != nil {
-			return err
-		}
-		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
-		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
-			h(ctx, sess.ID)
-		}
-		try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now, nil, by.Actor())
-		if err != nil {
-			return err
-		}
-		if try.Wrong != nil {
-			wrong = try.Wrong
-			return nil // commit the attempt
-		}
-		res.Refund, res.Created, err = s.claimRefund(ctx, tx, cur, by.Actor(),
-			RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey, besideProposal: true}, now)
-		if err != nil || !res.Created {
-			return err
-		}
-		return auditStaff(ctx, tx, by.Actor(), AuditRefundConfirm, cur.ID, fmt.Sprintf("challenge %s: refund %s of %s %s claimed (the gateway is asked after commit)",
-			challengeID, res.Refund.ID, FormatMinor(res.Refund.Amount, cur.Currency), cur.Currency), now)
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
+		now := s.cfg.Clock.Now()
+		return s.inTx(ctx, "confirm refund", func(tx pgx.Tx) error {
+			cur, err := s.lockForRefund(ctx, tx, &sess)
+			if err != nil {
+				return err
+			}
+			try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now, nil, by.Actor())
+			if err != nil {
+				return err
+			}
+			if try.Wrong != nil {
+				wrong = try.Wrong
+				return nil // commit the attempt
+			}
+			res.Refund, res.Created, err = s.claimRefund(ctx, tx, cur, by.Actor(),
+				RefundInput{PaymentID: cur.ID, Amount: try.Challenge.Amount, RequestKey: try.Challenge.RequestKey, besideProposal: true, asked: asked}, now)
+			if err != nil || !res.Created {
+				return err
+			}
+			return auditStaff(ctx, tx, by.Actor(), AuditRefundConfirm, cur.ID, fmt.Sprintf("challenge %s: refund %s of %s %s claimed (the gateway is asked after commit)",
+				challengeID, res.Refund.ID, FormatMinor(res.Refund.Amount, cur.Currency), cur.Currency), now)
+		})
 	})
 	if err != nil {
 		return RefundResult{}, err
@@ -205,55 +200,51 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		return FinanceRefund{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	if err := s.recheckRefundsFailedByHand(ctx, sess); err != nil {
-		return FinanceRefund{}, err
-	}
-	now := s.cfg.Clock.Now()
 	var out FinanceRefund
 	var proposal int64
-	err = s.inTx(ctx, "finance refund", func(tx pgx.Tx) error {
-		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
-		if err != nil {
-			return err
-		}
-		sess = cur // the refund goes to the gateway with the payment as locked, not as read before (TestRefundGoesOutWithThePaymentAsLocked)
-		if h := s.cfg.Hooks.AfterRefundLock; h != nil {
-			h(ctx, sess.ID)
-		}
-		// The form's earlier submission: its refund, or its proposal.
-		r, found, err := refundByKey(ctx, tx, cur.ID, in.requestKey())
-		if err != nil {
-			return err
-		}
-		if found {
-			out = FinanceRefund{Refund: &r, Replayed: true}
-			return formReused(r.Amount, in.Amount, cur.Currency)
-		}
-		var proposed int64
-		err = tx.QueryRow(ctx, `SELECT id, refund_amount FROM resolution_proposals WHERE session_id = $1 AND kind = 'refund' AND request_key = $2`,
-			cur.ID, in.requestKey()).Scan(&proposal, &proposed)
-		if err == nil {
-			out.Replayed = true
-			return formReused(proposed, in.Amount, cur.Currency)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("finance refund: read proposal: %w", err)
-		}
-		committed, waiting, err := refundRoom(ctx, tx, cur, in.Amount, true)
-		if err != nil {
-			return err
-		}
-		if committed+waiting+in.Amount > s.RefundDirectLimit(cur.Currency) {
-			proposal, err = proposeRefund(ctx, tx, cur, by, in, now)
-			return err
-		}
-		r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey(), besideProposal: true}, now)
-		out.Refund = &r
-		if err != nil {
-			return err
-		}
-		return auditStaff(ctx, tx, by.Actor(), AuditRefund, cur.ID, fmt.Sprintf("refund %s of %s %s claimed (the gateway is asked after commit): %s",
-			r.ID, FormatMinor(in.Amount, cur.Currency), cur.Currency, in.Reason), now)
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
+		out, proposal = FinanceRefund{}, 0
+		now := s.cfg.Clock.Now()
+		return s.inTx(ctx, "finance refund", func(tx pgx.Tx) error {
+			cur, err := s.lockForRefund(ctx, tx, &sess)
+			if err != nil {
+				return err
+			}
+			// The form's earlier submission: its refund, or its proposal.
+			r, found, err := refundByKey(ctx, tx, cur.ID, in.requestKey())
+			if err != nil {
+				return err
+			}
+			if found {
+				out = FinanceRefund{Refund: &r, Replayed: true}
+				return formReused(r.Amount, in.Amount, cur.Currency)
+			}
+			var proposed int64
+			err = tx.QueryRow(ctx, `SELECT id, refund_amount FROM resolution_proposals WHERE session_id = $1 AND kind = 'refund' AND request_key = $2`,
+				cur.ID, in.requestKey()).Scan(&proposal, &proposed)
+			if err == nil {
+				out.Replayed = true
+				return formReused(proposed, in.Amount, cur.Currency)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("finance refund: read proposal: %w", err)
+			}
+			committed, waiting, err := refundRoom(ctx, tx, cur, in.Amount, true)
+			if err != nil {
+				return err
+			}
+			if committed+waiting+in.Amount > s.RefundDirectLimit(cur.Currency) {
+				proposal, err = proposeRefund(ctx, tx, cur, by, in, now)
+				return err
+			}
+			r, _, err = s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: in.Amount, RequestKey: in.requestKey(), besideProposal: true, asked: asked}, now)
+			out.Refund = &r
+			if err != nil {
+				return err
+			}
+			return auditStaff(ctx, tx, by.Actor(), AuditRefund, cur.ID, fmt.Sprintf("refund %s of %s %s claimed (the gateway is asked after commit): %s",
+				r.ID, FormatMinor(in.Amount, cur.Currency), cur.Currency, in.Reason), now)
+		})
 	})
 	if err != nil {
 		return FinanceRefund{}, err
@@ -301,8 +292,8 @@ func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in Sta
 // approveRefund is the approval's effect for a refund proposal p, in ApproveResolution's
 // transaction under the order → session locks: the refund claimed with the form's request key
 // (the refund core re-checks the payment and the amount received) and bound to the proposal.
-func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) (RefundResult, error) {
-	r, created, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey}, now)
+func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, asked []string, now time.Time) (RefundResult, error) {
+	r, created, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey, asked: asked}, now)
 	if err != nil {
 		return RefundResult{}, err
 	}
