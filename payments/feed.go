@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -102,24 +101,31 @@ func (s *Service) readFeed(ctx context.Context, sql, after string, limit int, mo
 	if err != nil {
 		return FeedPage{}, err
 	}
-	rows, err := s.db.Query(ctx, sql, append([]any{xid, id, limit + 1}, more...)...)
-	if err != nil {
+	// The read and, for a cursor, whether it is of this history (cursorHistorySQL), in one
+	// round trip.
+	var events []FeedEvent
+	history := ""
+	var b pgx.Batch
+	b.Queue(sql, append([]any{xid, id, limit + 1}, more...)...).Query(func(rows pgx.Rows) error {
+		var err error
+		events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (FeedEvent, error) {
+			var e FeedEvent
+			var by string
+			err := r.Scan(&e.Cursor, &e.Type, &e.SessionID, &e.RefundID, &e.OrderID, &e.Amount, &e.Currency, &e.From, &e.To, &by, &e.At)
+			e.By = ActorKind(by)
+			return e, err
+		})
+		return err
+	})
+	if after != "" {
+		b.Queue(cursorHistorySQL, xid, id).QueryRow(func(r pgx.Row) error { return r.Scan(&history) })
+	}
+	if err := s.db.SendBatch(ctx, &b).Close(); err != nil {
 		return FeedPage{}, dbError("events", err, "")
 	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FeedEvent, error) {
-		var e FeedEvent
-		var by string
-		err := r.Scan(&e.Cursor, &e.Type, &e.SessionID, &e.RefundID, &e.OrderID, &e.Amount, &e.Currency, &e.From, &e.To, &by, &e.At)
-		e.By = ActorKind(by)
-		return e, err
-	})
-	if err != nil {
-		return FeedPage{}, dbError("events", fmt.Errorf("read: %w", err), "")
-	}
-	if len(events) == 0 && after != "" {
-		if err := s.cursorOfThisHistory(ctx, xid); err != nil {
-			return FeedPage{}, err
-		}
+	if history != "" {
+		return FeedPage{}, Errorf(EEXPIRED, "after names an event of a history this database does not have (%s): "+
+			"read again from a cursor stored before the restore, or from after=%s, and compare your orders for the gap", history, FeedEnd)
 	}
 	page := FeedPage{Events: events, Next: after}
 	if len(events) > limit {
@@ -131,25 +137,30 @@ func (s *Service) readFeed(ctx context.Context, sql, after string, limit int, mo
 	return page, nil
 }
 
-// cursorOfThisHistory refuses (EEXPIRED) a cursor whose transaction id this database has not
-// handed out yet. The feed only serves events of transactions older than every running one, so
-// every cursor it gave names a transaction id below the next one; a cursor at or above it comes
-// from a history the database no longer has: it was restored to an earlier point (or a standby
-// that had not received the last transactions was promoted), and transaction ids are handed out
-// again from there. Read on, such a cursor would sort after the new events and skip them
-// without a word. Asked only when a page comes back empty (a reader at the end, or one whose
-// cursor is from beyond it): until the new history's ids pass the cursor's, its reader is told.
-func (s *Service) cursorOfThisHistory(ctx context.Context, xid string) error {
-	var future bool
-	if err := s.db.QueryRow(ctx, `SELECT $1::text::xid8 >= pg_snapshot_xmax(pg_current_snapshot())`, xid).Scan(&future); err != nil {
-		return dbError("events: cursor", err, "")
-	}
-	if future {
-		return Errorf(EEXPIRED, "after names an event of a history this database does not have (it was restored to an earlier point since): "+
-			"read again from a cursor stored before the restore, or from after=%s, and compare your orders for the gap", FeedEnd)
-	}
-	return nil
-}
+// cursorHistorySQL says whether a cursor ($1 its transaction id, $2 its event's id) is of a
+// history this database does not have: ” when it is (or cannot be told yet), else why not. The
+// feed only serves events of transactions older than every running one, so every cursor it
+// gave names a transaction id below the next one, and an event that is still there (events are
+// never deleted). After a restore to an earlier point (or the promotion of a standby that had
+// not received the last transactions) transaction ids are handed out again from there, and a
+// cursor of the lost history is either
+//
+//   - at or above the next transaction id: ids have not come back up to it yet; or
+//   - below the oldest running one, naming an event that is not there: the new history's ids
+//     have passed it — read on, it would sort among the new events and skip those before it
+//     without a word.
+//
+// Its reader is told (EEXPIRED, 410) on every read. A cursor between the two (its transaction
+// may still be running) cannot be told yet; nor can one whose (transaction id, event id) the
+// new history happens to hand out again. Transaction id 0 is the feed's start, never an event's.
+const cursorHistorySQL = `SELECT CASE
+		WHEN $1::text::xid8 >= pg_snapshot_xmax(pg_current_snapshot())
+			THEN 'its transaction id was not handed out yet: the database was restored to an earlier point since'
+		WHEN $1::text::xid8 <> '0'::xid8 AND $1::text::xid8 < pg_snapshot_xmin(pg_current_snapshot())
+			AND NOT EXISTS (SELECT 1 FROM session_events WHERE xid = $1::text::xid8 AND id = $2)
+			AND NOT EXISTS (SELECT 1 FROM refund_events WHERE xid = $1::text::xid8 AND id = $2)
+			THEN 'no such event: the database was restored to an earlier point since, and its new events passed the cursor'
+		ELSE '' END`
 
 // parseFeedCursor splits a cursor into feedSQL's $1 and $2 ("" is the feed's start);
 // EINVALID on "after" when it is not one the feed gives.

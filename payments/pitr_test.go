@@ -89,6 +89,10 @@ func TestPointInTimeRecoveryRunbook(t *testing.T) {
 		t.Fatalf("a Create in the gap: %+v %v", gap, err)
 	}
 	registrations := b.gw.Calls(fakegw.OpRegister)
+	gapFeed, err := live.Feed(ctx, "", payments.MaxFeedRead)
+	if err != nil || len(gapFeed.Events) == 0 {
+		t.Fatalf("the feed in the gap: %+v %v", gapFeed, err)
+	}
 
 	// The restore: replicas start on the restored database; the gateway is as it is.
 	b.clock.Advance(10 * time.Minute)
@@ -121,6 +125,16 @@ func TestPointInTimeRecoveryRunbook(t *testing.T) {
 	}
 	if n := count(`SELECT count(*) FROM accounting_entries WHERE order_id = 'o-failed'`); n != 0 {
 		t.Fatalf("the late payment wrote %d ledger entries; a case, not an effect", n)
+	}
+
+	// 4. (the runbook's) A feed reader's cursor from the gap is told (410), though the restored
+	// database has events after it by now (reconcile's): read on, it would have skipped the
+	// ones before it. A cursor from before the restore point reads on.
+	if page, err := svc.Feed(ctx, gapFeed.Next, 10); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("the restored feed after the gap's cursor: %d events, %v; want expired", len(page.Events), err)
+	}
+	if _, err := svc.Feed(ctx, gapFeed.Events[0].Cursor, 10); err != nil {
+		t.Fatalf("the restored feed after a cursor from before the restore point: %v", err)
 	}
 
 	// 2. The gap's gateway payment, as its webhook arrives.
