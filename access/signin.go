@@ -57,7 +57,9 @@ const reapPerFailure = 10
 func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	email := NormalizeEmail(a.Email)
 	if len(email) > 254 {
-		email = email[:254]
+		// Cut on a character: half of one is no UTF-8, which PostgreSQL refuses in the
+		// throttle's first statement, so the attempt was an error that counted nothing.
+		email = strings.ToValidUTF8(email[:254], "")
 	}
 	now := s.clock.Now()
 	addr := AddressKey(a.Address)
