@@ -222,8 +222,8 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	if consumed {
 		return codeAttempt{Challenge: ch}, nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at) VALUES ($1, $2, $3)`,
-		sessionID, challengeID, now); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at, guessed_by) VALUES ($1, $2, $3, $4)`,
+		sessionID, challengeID, now, string(by.Kind)+":"+by.ID); err != nil {
 		return codeAttempt{}, fmt.Errorf("one-time code: count wrong guess: %w", err)
 	}
 	// What is left is the code's attempts or the payment's budget, whichever is smaller.
@@ -329,6 +329,19 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 			return err
 		} else if until == nil {
 			return Errorf(ECONFLICT, "the one-time codes of payment %s are not locked", sessionID)
+		}
+		// The one who types the codes in does not reset their own budget (an admin may do both;
+		// linked by a password one of them set, two accounts are one person here too).
+		var own bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM code_wrong_guesses
+			WHERE session_id = $1 AND created_at > $2 AND cleared_at IS NULL AND guessed_by LIKE 'staff:%'
+			  AND (guessed_by = 'staff:' || $3 OR password_linked(substr(guessed_by, 7), $3)))`,
+			sessionID, now.Add(-24*time.Hour), by.Email).Scan(&own); err != nil {
+			return fmt.Errorf("unlock codes: who guessed: %w", err)
+		}
+		if own {
+			return Errorf(EFORBIDDEN, "you typed some of these wrong codes yourself (or someone whose password one of you set did): "+
+				"whoever types the codes in does not unlock them; another finance or admin user can")
 		}
 		tag, err := tx.Exec(ctx, `UPDATE code_wrong_guesses SET cleared_at = $2, cleared_by = $3
 			WHERE session_id = $1 AND created_at > $4 AND cleared_at IS NULL`, sessionID, now, by.Email, now.Add(-24*time.Hour))
