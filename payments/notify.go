@@ -248,19 +248,6 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	}
 	err := s.cfg.Notifier.Notify(ctx, m)
 	now := s.cfg.Clock.Now()
-	if err != nil && ctx.Err() != nil {
-		// A stop cut the delivery (the patrol's, or a request's past the shutdown grace): give
-		// the row back as it was, due now for another replica, no attempt counted — the cut try
-		// never happened, and counting it pushed a code past its expiry or, as its fifth try,
-		// out of the outbox for good (an outside review).
-		s.log.Warn("notify cut by a stop; leaving it to the next round", "outbox_id", outboxID, "kind", m.Kind, "err", err)
-		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET lease_until = NULL, lease_token = NULL
-			WHERE id = $1 AND delivered_at IS NULL AND ($2::uuid IS NULL OR lease_token = $2)`, outboxID, token)
-		if uerr != nil {
-			s.log.Error("outbox: give back", "outbox_id", outboxID, "err", uerr)
-		}
-		return uerr != nil || tag.RowsAffected() == 1
-	}
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
 		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
