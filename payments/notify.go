@@ -118,6 +118,7 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Tim
 // the patrol may take the message over would send the customer the same code twice. What the
 // writer cannot send in its lease is the patrol's.
 func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
+	ctx = withStop(ctx)
 	if q.token != "" {
 		left := q.until.Sub(s.cfg.Clock.Now()) - writerRecordTime
 		if left <= 0 {
@@ -248,6 +249,21 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	}
 	err := s.cfg.Notifier.Notify(ctx, m)
 	now := s.cfg.Clock.Now()
+	if err != nil && stopped(ctx) {
+		// A stop cut the delivery (the patrol's SIGTERM, or the request that wrote it ended): the
+		// row goes back as it was, due now for the next round, no attempt counted — counting the
+		// cut try pushed a code past its expiry or, as its fifth try, out of the outbox for good.
+		// A delivery that ran out of its own time (the drive's budget, the writer's lease) is a
+		// failed try like any other: a notifier slower than that is retried on the schedule and
+		// at most outboxAttempts times, not sent again every round.
+		s.log.Warn("notify cut by a stop; the next round sends it", "outbox_id", outboxID, "kind", m.Kind, "err", err)
+		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET lease_until = NULL, lease_token = NULL
+			WHERE id = $1 AND delivered_at IS NULL AND ($2::uuid IS NULL OR lease_token = $2)`, outboxID, token)
+		if uerr != nil {
+			s.log.Error("outbox: give back", "outbox_id", outboxID, "err", uerr)
+		}
+		return uerr != nil || tag.RowsAffected() == 1
+	}
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
 		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,

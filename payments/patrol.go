@@ -238,6 +238,22 @@ type roundStats struct {
 
 type roundCtxKey struct{}
 
+type stopCtxKey struct{}
+
+// withStop marks the end of ctx itself as the stop of the work done under it: the patrol's round
+// (SIGTERM ends it) or the request that wrote a message. A context derived from it also ends at
+// its own deadline — a drive's budget, a writer's lease — which is no stop: stopped tells the two
+// apart.
+func withStop(ctx context.Context) context.Context { return context.WithValue(ctx, stopCtxKey{}, ctx) }
+
+// stopped: the work under ctx was cut by its stop (withStop), not by a deadline of its own. Work
+// cut by a stop gives its row back with its schedule untouched (the cut try never happened);
+// work that ran out of time counts a failed try, or a slow endpoint would be tried for ever.
+func stopped(ctx context.Context) bool {
+	stop, ok := ctx.Value(stopCtxKey{}).(context.Context)
+	return ok && stop.Err() != nil
+}
+
 func roundOf(ctx context.Context) *roundStats {
 	r, _ := ctx.Value(roundCtxKey{}).(*roundStats)
 	return r
@@ -430,7 +446,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	width := s.cfg.SweepConcurrency
 	probeSize, probeSent := max(1, width/4), 0
 	stats := &roundStats{}
-	dctx := context.WithValue(ctx, roundCtxKey{}, stats)
+	dctx := context.WithValue(withStop(ctx), roundCtxKey{}, stats)
 	var rep RoundReport
 	// inFlight: drives started and not finished (their leases are still to be given back). busy:
 	// those of them still holding one of the width's slots — a drive gives its slot back when it

@@ -145,7 +145,18 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 // at most maxWebhookRetryWait).
 func (s *Service) processEvent(ctx context.Context, rowID int64, token string, ev GatewayEvent) (EventResult, error) {
 	res, err := s.applyEvent(ctx, ev)
+	cut := err != nil && stopped(ctx)
 	ctx = context.WithoutCancel(ctx) // what was done must be recorded
+	if cut {
+		// The patrol's stop cut the retry (a delivery's apply is never cut: HandleGatewayEvent
+		// drops its request's end): the event goes back due as it was, no attempt counted and
+		// its next try not put off, for another replica's next round.
+		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL
+			WHERE id = $1 AND claim_token = $2`, rowID, token); xerr != nil {
+			s.log.Error("webhook: give back", "event", ev.ID, "err", xerr)
+		}
+		return EventResult{}, err
+	}
 	if err != nil {
 		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL, error = $3,
 			attempts = attempts + 1,
