@@ -28,8 +28,11 @@ const SettleWithin = 15 * time.Minute
 type StuckSort string
 
 const (
-	StuckByAge    StuckSort = "age"    // oldest first
-	StuckByAmount StuckSort = "amount" // largest first
+	StuckByAge StuckSort = "age" // oldest first
+	// StuckByAmount: largest first within each currency, currencies in alphabetical order.
+	// Minor units of different currencies do not compare (¥3,000 is 3000, €10.00 is 1000), and
+	// pitlane keeps no exchange rates: finance sees each currency's largest first.
+	StuckByAmount StuckSort = "amount"
 )
 
 // FlagFilter narrows the workbench by the patrol's flag.
@@ -161,16 +164,26 @@ func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
 	q := newStuckQuery(f, now)
 	order := "ps.created_at, ps.id"
 	if f.Sort == StuckByAmount {
-		order = "ps.amount DESC, ps.id DESC"
+		// -amount: one direction for all three keys, so the keyset below is one row comparison
+		// and one range of payment_sessions_stuck_by_currency_amount (migration 00610).
+		order = "ps.currency, (-ps.amount), ps.id"
 	}
 	if f.After != "" {
-		key, id, ok := strings.Cut(f.After, "_")
+		bad := Invalid("after", "after must be the cursor of a workbench page")
+		cur, rest := "", f.After
+		if f.Sort == StuckByAmount {
+			var ok bool
+			if cur, rest, ok = strings.Cut(rest, "_"); !ok || !validCurrency(cur) {
+				return "", nil, bad
+			}
+		}
+		key, id, ok := strings.Cut(rest, "_")
 		n, err := strconv.ParseInt(key, 10, 64)
 		if !ok || err != nil || !validUUID(id) {
-			return "", nil, Invalid("after", "after must be the cursor of a workbench page")
+			return "", nil, bad
 		}
 		if f.Sort == StuckByAmount {
-			q.where = append(q.where, "(ps.amount, ps.id) < ("+q.arg(n)+", "+q.arg(id)+"::uuid)")
+			q.where = append(q.where, "(ps.currency, (-ps.amount), ps.id) > ("+q.arg(cur)+", "+q.arg(-n)+"::bigint, "+q.arg(id)+"::uuid)")
 		} else {
 			q.where = append(q.where, "(ps.created_at, ps.id) > ("+q.arg(time.UnixMicro(n).UTC())+", "+q.arg(id)+"::uuid)")
 		}
@@ -205,7 +218,7 @@ func stuckTotalsSQL(f StuckFilter, now time.Time) (string, []any) {
 // cursor is the After that continues a list after s.
 func (f StuckFilter) cursor(s Session) string {
 	if f.Sort == StuckByAmount {
-		return strconv.FormatInt(s.Amount, 10) + "_" + s.ID
+		return s.Currency + "_" + strconv.FormatInt(s.Amount, 10) + "_" + s.ID
 	}
 	return strconv.FormatInt(s.CreatedAt.UnixMicro(), 10) + "_" + s.ID
 }

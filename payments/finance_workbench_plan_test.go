@@ -38,17 +38,12 @@ func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var id string
-		var created time.Time
-		var amount int64
-		if err := pool.QueryRow(ctx, `SELECT id::text, created_at, amount FROM (`+sql+`) p ORDER BY 1 LIMIT 1`, args...).Scan(&id, &created, &amount); err != nil {
+		var s Session
+		if err := pool.QueryRow(ctx, `SELECT id::text, created_at, amount, currency FROM (`+sql+`) p ORDER BY 1 LIMIT 1`, args...).
+			Scan(&s.ID, &s.CreatedAt, &s.Amount, &s.Currency); err != nil {
 			t.Fatal(err)
 		}
-		key := created.UnixMicro()
-		if sort == StuckByAmount {
-			key = amount
-		}
-		page = append(page, fmt.Sprintf("%d_%s", key, id))
+		page = append(page, f.cursor(s))
 	}
 
 	// Each filter, and the index its list must walk when that index is the only good plan (the
@@ -58,16 +53,17 @@ func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 		f     StuckFilter
 		index string
 	}{
-		"age":                {StuckFilter{}, "payment_sessions_stuck_by_age"},
-		"amount":             {StuckFilter{Sort: StuckByAmount}, "payment_sessions_stuck_by_amount"},
-		"age, page 2":        {StuckFilter{After: page[0]}, "payment_sessions_stuck_by_age"},
-		"amount, page 2":     {StuckFilter{Sort: StuckByAmount, After: page[1]}, "payment_sessions_stuck_by_amount"},
-		"older than a day":   {StuckFilter{MinAge: 24 * time.Hour}, "payment_sessions_stuck_by_age"},
-		"not flagged":        {StuckFilter{Flagged: FlagNot, Sort: StuckByAmount}, "payment_sessions_stuck_by_amount"},
-		"state":              {StuckFilter{Status: StatusUnknown}, ""},
-		"currency by amount": {StuckFilter{Currency: "JPY", Sort: StuckByAmount}, ""},
-		"flagged":            {StuckFilter{Flagged: FlagFlagged}, ""},
-		"all filters":        {StuckFilter{Status: StatusRegistered, Currency: "EUR", Flagged: FlagNot, MinAge: time.Hour}, ""},
+		"age":                        {StuckFilter{}, "payment_sessions_stuck_by_age"},
+		"amount":                     {StuckFilter{Sort: StuckByAmount}, "payment_sessions_stuck_by_currency_amount"},
+		"age, page 2":                {StuckFilter{After: page[0]}, "payment_sessions_stuck_by_age"},
+		"amount, page 2":             {StuckFilter{Sort: StuckByAmount, After: page[1]}, "payment_sessions_stuck_by_currency_amount"},
+		"older than a day":           {StuckFilter{MinAge: 24 * time.Hour}, "payment_sessions_stuck_by_age"},
+		"not flagged":                {StuckFilter{Flagged: FlagNot, Sort: StuckByAmount}, "payment_sessions_stuck_by_currency_amount"},
+		"state":                      {StuckFilter{Status: StatusUnknown}, ""},
+		"currency by amount":         {StuckFilter{Currency: "JPY", Sort: StuckByAmount}, ""},
+		"currency by amount, page 2": {StuckFilter{Currency: "EUR", Sort: StuckByAmount, After: "EUR_1000_00000000-0000-0000-0000-000000000000"}, ""},
+		"flagged":                    {StuckFilter{Flagged: FlagFlagged}, ""},
+		"all filters":                {StuckFilter{Status: StatusRegistered, Currency: "EUR", Flagged: FlagNot, MinAge: time.Hour}, ""},
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

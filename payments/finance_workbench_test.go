@@ -34,6 +34,24 @@ func (b *bench) exec(t *testing.T, sql string, args ...any) {
 	}
 }
 
+// stuckPages reads the workbench under f page by page (at most 10), following Next.
+func stuckPages(t *testing.T, b *bench, f payments.StuckFilter) []string {
+	t.Helper()
+	var got []string
+	for range 10 {
+		p, err := b.svc.StuckSessions(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(p.Sessions)...)
+		if p.Next == "" {
+			break
+		}
+		f.After = p.Next
+	}
+	return got
+}
+
 func ids(list []payments.StuckSession) []string {
 	out := make([]string, len(list))
 	for i, s := range list {
@@ -123,19 +141,7 @@ func TestStuckSessionsListFiltersAndTotals(t *testing.T) {
 
 	// Keyset pages of one row, both orders, end where the list ends.
 	for _, sort := range []payments.StuckSort{payments.StuckByAge, payments.StuckByAmount} {
-		var got []string
-		f := payments.StuckFilter{Sort: sort, Limit: 1}
-		for range 5 {
-			p, err := b.svc.StuckSessions(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, ids(p.Sessions)...)
-			if p.Next == "" {
-				break
-			}
-			f.After = p.Next
-		}
+		got := stuckPages(t, b, payments.StuckFilter{Sort: sort, Limit: 1})
 		want := []string{old1.ID, old2.ID, old3.ID}
 		if sort == payments.StuckByAmount {
 			want = []string{old2.ID, old1.ID, old3.ID}

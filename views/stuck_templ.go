@@ -374,7 +374,7 @@ func stuckFilters(v StuckView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 27, ">amount, largest first</option></select></label> <button type=\"submit\" data-testid=\"stuck-filter-submit\">Show</button></form>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 27, ">amount, largest first per currency</option></select></label> <button type=\"submit\" data-testid=\"stuck-filter-submit\">Show</button></form>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
