@@ -11,9 +11,12 @@ import (
 )
 
 // TestStatsStuckMoneyByCurrency: Stats.Stuck sums the finance workbench's stuck sessions (active
-// past SettleWithin, flagged or not) per currency, largest first; sessions younger than that or
-// settled are not stuck; beyond MaxStuckCurrencies currencies the rest is one "other" entry, so
-// the metric labelled by currency stays bounded. Without the count, Stuck is empty.
+// past SettleWithin, flagged or not) per currency, the most sessions first; sessions younger
+// than that or settled are not stuck; beyond MaxStuckCurrencies currencies the rest is one
+// "other" entry, so the metric labelled by currency stays bounded. Without the count, Stuck is
+// empty. The bound ranks by sessions, not by amount: minor units of two currencies do not
+// compare, and by amount a currency with three stuck sessions of small minor units folded into
+// "other" behind one-session currencies of large ones (outside review, money).
 func TestStatsStuckMoneyByCurrency(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -34,11 +37,13 @@ func TestStatsStuckMoneyByCurrency(t *testing.T) {
 	if _, err := b.plain.Check(ctx, api, paid.ID); err != nil {
 		t.Fatal(err)
 	}
-	// 22 more currencies, one session each, smaller than the rest: the smallest three and any
-	// beyond the bound fold into "other".
+	// 22 more currencies, one session each (XAA 10 … XCB 31), and XAA two more of one minor
+	// unit: the most stuck sessions of all, among the smallest amounts (by amount it was "other").
 	for i := range 22 {
 		create(fmt.Sprintf("x-%d", i), int64(10+i), fmt.Sprintf("X%c%c", 'A'+i/10, 'A'+i%10))
 	}
+	create("xaa-2", 1, "XAA")
+	create("xaa-3", 1, "XAA")
 	b.clock.Advance(payments.SettleWithin + time.Second)
 	create("eur-young", 777, "EUR") // not stuck yet
 
@@ -49,14 +54,18 @@ func TestStatsStuckMoneyByCurrency(t *testing.T) {
 	if len(st.Stuck) != payments.MaxStuckCurrencies+1 {
 		t.Fatalf("%d stuck entries, want %d (+ other): %+v", len(st.Stuck), payments.MaxStuckCurrencies, st.Stuck)
 	}
-	if got := st.Stuck[0]; got != (payments.StuckMoney{Currency: "USD", Sessions: 1, Amount: 5000}) {
-		t.Errorf("largest = %+v", got)
+	if got := st.Stuck[0]; got != (payments.StuckMoney{Currency: "XAA", Sessions: 3, Amount: 10 + 1 + 1}) {
+		t.Errorf("first = %+v, want XAA's three sessions", got)
 	}
 	if got := st.Stuck[1]; got != (payments.StuckMoney{Currency: "EUR", Sessions: 2, Amount: 1250}) {
 		t.Errorf("EUR = %+v, want the two stuck EUR sessions (not the paid one, not the young one)", got)
 	}
-	// 24 currencies: 20 named, the 4 smallest (XAA 10, XAB 11, XAC 12, XAD 13) are "other".
-	if got := st.Stuck[payments.MaxStuckCurrencies]; got != (payments.StuckMoney{Currency: payments.StuckOtherCurrencies, Sessions: 4, Amount: 10 + 11 + 12 + 13}) {
+	if got := st.Stuck[2]; got != (payments.StuckMoney{Currency: "USD", Sessions: 1, Amount: 5000}) {
+		t.Errorf("third = %+v, want USD (one session; ties by currency)", got)
+	}
+	// 24 currencies: 20 named, the last 4 of the one-session ones by name (XBI 28, XBJ 29,
+	// XCA 30, XCB 31) are "other".
+	if got := st.Stuck[payments.MaxStuckCurrencies]; got != (payments.StuckMoney{Currency: payments.StuckOtherCurrencies, Sessions: 4, Amount: 28 + 29 + 30 + 31}) {
 		t.Errorf("other = %+v", got)
 	}
 	cached, err := b.svc.CachedStats(ctx, time.Second)

@@ -39,7 +39,8 @@ type Stats struct {
 	// the events_webhook row to turn delivery off for good).
 	EventsWebhookLag time.Duration
 	// Stuck is the finance workbench's stuck money (active sessions older than SettleWithin,
-	// flagged or not) per currency, the largest amounts first: at most MaxStuckCurrencies
+	// flagged or not) per currency, the most sessions first (amounts in minor units of different
+	// currencies do not compare: ¥3,000 is 3000, €10.00 is 1000): at most MaxStuckCurrencies
 	// currencies, the rest summed into one StuckOtherCurrencies entry, so a metric labelled by
 	// currency stays bounded whatever currencies the API was sent.
 	Stuck []StuckMoney
@@ -172,7 +173,7 @@ func (s *Service) stuckMoney(ctx context.Context, now time.Time) ([]StuckMoney, 
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b StuckMoney) int {
-		if c := cmp.Compare(b.Amount, a.Amount); c != 0 {
+		if c := cmp.Compare(b.Sessions, a.Sessions); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Currency, b.Currency)
