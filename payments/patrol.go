@@ -575,7 +575,16 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 				// review).
 				p.progress(true, 0)
 			}
-			jobs, err := src.claim(ctx, free)
+			if ctx.Err() != nil {
+				stopFetching = true // stopped between two claims
+				break
+			}
+			// A claim is not cut by the stop: cut while its COMMIT's answer is on the wire, it
+			// would have leased rows it never returns, and they would wait out their lease with
+			// no drive (six gateway timeouts). A claim begun before the stop ends (it waits for no
+			// lock: SKIP LOCKED), and its drives, started under the stopped round, give their rows
+			// straight back, due now. Like the releases, it is bounded by the database alone.
+			jobs, err := src.claim(context.WithoutCancel(ctx), free)
 			if err != nil {
 				firstErr = err
 				stopFetching = true

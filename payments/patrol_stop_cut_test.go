@@ -44,6 +44,16 @@ func (n *stopCutNotifier) set(down, parking bool) {
 	n.mu.Unlock()
 }
 
+// newCodeBench: a bench whose service (and every replica built with mod) delivers through n,
+// and a Registered payment of order whose cancel code the test asks for.
+func newCodeBench(t *testing.T, n *stopCutNotifier, order string) (*bench, func(*payments.Config), payments.Session) {
+	t.Helper()
+	mod := func(c *payments.Config) { c.Notifier = n; c.CodeTTL = 2 * time.Hour }
+	b := newBench(t, mod)
+	b.reconcileElsewhere(t)
+	return b, mod, b.registered(t, order, 100)
+}
+
 func (n *stopCutNotifier) delivered() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -58,11 +68,8 @@ func (n *stopCutNotifier) delivered() int {
 func TestOutboxDeliveryCutByShutdownKeepsItsSchedule(t *testing.T) {
 	t.Parallel()
 	n := &stopCutNotifier{down: true, arrived: make(chan struct{}, 4)}
-	mod := func(c *payments.Config) { c.Notifier = n; c.CodeTTL = 2 * time.Hour }
-	b := newBench(t, mod)
-	b.reconcileElsewhere(t)
+	b, mod, sess := newCodeBench(t, n, "o-outbox-cut-by-stop")
 	ctx := context.Background()
-	sess := b.registered(t, "o-outbox-cut-by-stop", 100)
 	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil { // the first try fails: attempts 1
 		t.Fatal(err)
 	}
@@ -110,11 +117,8 @@ func TestOutboxDeliveryCutByShutdownKeepsItsSchedule(t *testing.T) {
 func TestOutboxDeliveryCutByItsRequestsEndIsNotATry(t *testing.T) {
 	t.Parallel()
 	n := &stopCutNotifier{parking: true, arrived: make(chan struct{}, 4)}
-	mod := func(c *payments.Config) { c.Notifier = n; c.CodeTTL = 2 * time.Hour }
-	b := newBench(t, mod)
-	b.reconcileElsewhere(t)
+	b, _, sess := newCodeBench(t, n, "o-outbox-cut-by-request")
 	ctx := context.Background()
-	sess := b.registered(t, "o-outbox-cut-by-request", 100)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := b.svc.RequestCancel(rctx, api, sess.ID); done <- err }()
