@@ -300,13 +300,26 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 			if got == "" {
 				got = c.Request().PostFormValue(views.CSRFField) // the request as set above: it keeps the parsed form
 			}
-			if token == "" || !m.csrfAccepts(c, token, got) {
+			if (token == "" || !m.csrfAccepts(c, token, got)) && !m.ownPageOfVisitor(c) {
 				return payments.Errorf(payments.EFORBIDDEN,
 					"The form expired or did not come from this site (CSRF check failed). Go back, reload the page and try again.")
 			}
 			return next(c)
 		}
 	}
+}
+
+// ownPageOfVisitor: the request comes from a visitor without a session (a customer's checkout,
+// the sign-in form) whose browser says it was sent from a page of this very origin
+// (Sec-Fetch-Site: same-origin, which no other site can make a browser send, not through a
+// redirect either). Such a post is no forgery even when its token is stale: two tabs of a first
+// visit (a customer opening the checkout link twice) each set a new CSRF cookie, and the first
+// tab's Pay carried a token for the cookie the second replaced — a 403 "form expired" for a
+// customer who did nothing wrong. Signed-in staff keep the strict per-session token; a browser
+// that sends no Sec-Fetch-Site keeps the token check.
+func (m *Manager) ownPageOfVisitor(c echo.Context) bool {
+	req := c.Request()
+	return req.Header.Get("Sec-Fetch-Site") == "same-origin" && m.signedInEmail(req.Context()) == ""
 }
 
 // csrfToken is the token the request's forms must carry: the session's for signed-in staff,
