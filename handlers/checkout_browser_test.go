@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"pitlane/payments"
@@ -359,6 +359,12 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 	cases := b.checkoutStates(t)
 	srv := httptest.NewServer(b.e)
 	defer srv.Close()
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>A shop</title><form method="post" action="%s"><button data-testid="foreign-pay">Pay</button></form>`,
+			html.EscapeString(srv.URL+cases[0].path))
+	}))
+	defer foreign.Close()
 	ctx := newBrowser(t)
 	csp := watchCSP(t, ctx)
 	scripts(t, ctx, false)
@@ -384,14 +390,12 @@ func TestBrowserCheckoutStatesAccessible(t *testing.T) {
 		}
 		open("/checkout/bad%20id", `[data-testid="checkout-error"]`)
 		checkPage(t, ctx, vp, "error-404")
-		// The 403 a customer meets: the form's page was open, then the cookies went.
-		open(cases[0].path, `[data-testid="checkout-pay"]`)
+		// The 403 a customer can meet: a Pay form posted from a page of another origin (a shop's
+		// page copying the form) without this site's token. (A Pay from the checkout's own page
+		// whose cookies went passes: the browser says it is same-origin, web/auth.)
 		within(t, ctx, 20*time.Second,
-			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				_, err := cdp.Call(ctx, tg, network.ClearBrowserCookies, cdp.Empty{})
-				return err
-			}),
-			liveClick(chromedp.CSS(`[data-testid="checkout-pay"]`)),
+			chromedp.Navigate(foreign.URL),
+			liveClick(chromedp.CSS(`[data-testid="foreign-pay"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`[data-testid="checkout-error"][data-status="403"]`)),
 		)
 		checkPage(t, ctx, vp, "error-403")
