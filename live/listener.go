@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Run is the replica's one listener: it connects to PostgreSQL directly, LISTENs on Channel and
@@ -163,10 +164,14 @@ func (h *Hub) idle(ctx context.Context) bool {
 // probes 10 s apart): a listener that only waits would otherwise not notice a silently dead
 // peer for hours, and it must not make a query per tick to find out.
 func (h *Hub) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(h.cfg.ConnString)
+	// Parsed as the pool parses it: LISTEN_DATABASE_URL, or DATABASE_URL when unset, may carry
+	// the pool's own settings (pool_max_conns, …), which a plain connection would send to
+	// PostgreSQL as run-time parameters and have refused — the listener would never listen.
+	pc, err := pgxpool.ParseConfig(h.cfg.ConnString)
 	if err != nil {
 		return nil, fmt.Errorf("live: listener connection settings: %w", err)
 	}
+	cfg := pc.ConnConfig
 	name := "pitlane live"
 	if h.cfg.Name != "" {
 		name += " " + h.cfg.Name

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -33,10 +32,14 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // migrate applies pending migrations over database/sql (goose's interface). Concurrent runs are
 // serialised by goose's table lock (see package migrations).
 func migrate(ctx context.Context, url string) (int, error) {
-	db, err := sql.Open("pgx", url)
+	// Parsed as the pool parses it: DATABASE_URL may carry the pool's own settings
+	// (pool_max_conns, …), which a plain connection would send to PostgreSQL as run-time
+	// parameters and have refused ("unrecognized configuration parameter").
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return 0, fmt.Errorf("database: %w", err)
 	}
+	db := stdlib.OpenDB(*cfg.ConnConfig)
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
 		return 0, fmt.Errorf("connect to database: %w", err)

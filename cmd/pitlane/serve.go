@@ -45,10 +45,12 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err := cfg.RequireDatabase("serve"); err != nil {
 		return err
 	}
-	if err := checkGateway(cfg, "serve"); err != nil {
+	// The secret before the gateway: the contract has serve refuse to start without SECRET_KEY
+	// and name it, and a configuration missing both is told about the contract's one first.
+	if err := cfg.RequireSecret("serve"); err != nil {
 		return err
 	}
-	if err := cfg.RequireSecret("serve"); err != nil {
+	if err := checkGateway(cfg, "serve"); err != nil {
 		return err
 	}
 	if path := env.Getenv("PITLANE_CPU_PROFILE"); path != "" {
