@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -277,8 +278,19 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	now := s.cfg.Clock.Now()
 	rep.Since = now.Add(-since)
 	cfg.Lookback = since
-	cur := reconcileCursor{passStartedAt: &now}
 	var compared []string
+	rep, err = s.reconcileWindow(ctx, job, cfg, now, rep, &compared)
+	// Listed however the run ended (cut by Ctrl-C or a timeout, a database error): the command
+	// prints the report of a cut run too, and its cases were opened all the same.
+	opened, cerr := s.casesOpened(context.WithoutCancel(ctx), highWater, compared)
+	rep.CasesOpened = opened
+	return rep, errors.Join(err, cerr)
+}
+
+// reconcileWindow is ReconcileSince's walk over its window; compared collects every session it
+// looked at, the one it was cut on included.
+func (s *Service) reconcileWindow(ctx context.Context, job string, cfg ReconcileConfig, now time.Time, rep ReconcileReport, compared *[]string) (ReconcileReport, error) {
+	cur := reconcileCursor{passStartedAt: &now}
 	inARow := 0
 walk:
 	for {
@@ -288,10 +300,10 @@ walk:
 		}
 		for _, sess := range batch {
 			serr := s.reconcileSession(ctx, sess, &rep)
+			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
 				return rep, ctx.Err() // interrupted: not the session's fault
 			}
-			compared = append(compared, sess.ID)
 			if serr != nil {
 				rep.found(sess, FindingError, serr.Error())
 				if inARow++; inARow >= cfg.MaxFailures {
@@ -315,8 +327,7 @@ walk:
 			break
 		}
 	}
-	rep.CasesOpened, err = s.casesOpened(context.WithoutCancel(ctx), highWater, compared)
-	return rep, err
+	return rep, nil
 }
 
 // casesOpened lists the finance cases with an id above highWater on the given sessions.
@@ -585,6 +596,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			detail = fmt.Sprintf("reconciliation: the gateway says %s for the Completed session's payment %s", own.Status, own.ID)
 		case haveOwn && answerMismatch(sess, own) != "":
 			detail = "reconciliation: " + answerMismatch(sess, own)
+		case sess.GatewayPaymentID == "" && len(found) == 0:
+			// Completed by people (four-eyes) before the gateway's id was known, and the gateway
+			// has nothing under our reference: the contradiction Check reports too.
+			detail = "reconciliation: the gateway has no payment with reference " + sess.Reference() + " for a Completed session"
 		}
 		if detail != "" {
 			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail); err != nil {
@@ -616,22 +631,40 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 // reconcileCase opens a finance case (at most one open per session and kind) for what the
 // gateway said, and records the finding. Only the finance row is written, so no order or
 // session lock is needed.
+//
+// A contradiction finance has resolved already is not opened again: every pass finds a late
+// payment refunded by hand at the gateway (its payment still reads succeeded) or a duplicate
+// finance chose to keep, and a case reopened each pass (every minute in a small shop) refilled
+// finance's queue with work done and invited a second refund (an outside review). The detail
+// names the contradiction (the session's state, the gateway's payments with their status and
+// amounts), so one that changes — another payment, another status, another amount — is a new
+// detail and opens a new case.
 func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *ReconcileReport, kind, detail string) error {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: record it
+	settled := false
 	if err := s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases
+			WHERE session_id = $1 AND kind = $2 AND detail = $3 AND resolved_at IS NOT NULL)`, sess.ID, kind, detail).Scan(&settled); err != nil || settled {
+			return err
+		}
 		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now())
 	}); err != nil {
 		return err
 	}
-	rep.found(sess, kind, detail)
+	if !settled {
+		rep.found(sess, kind, detail)
+	}
 	return nil
 }
 
+// describePayments names payments in a case's detail, in the order of their ids: the detail is
+// how reconcileCase knows a contradiction finance resolved, whatever order the gateway lists in.
 func describePayments(ps []GatewayPayment) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
 		parts[i] = fmt.Sprintf("%s (%s, %d %s)", p.ID, p.Status, p.Amount, p.Currency)
 	}
+	slices.Sort(parts)
 	return strings.Join(parts, ", ")
 }
 
