@@ -233,15 +233,16 @@ func TestBuildGatewayFollowsGATEWAY(t *testing.T) {
 }
 
 // TestServeWithoutGatewayExitsTwo: serve refuses to start without the gateway settings, with one
-// line naming the variable, before touching the database.
+// line naming the variable, before touching the database (SECRET_KEY set: without it, that is the
+// variable named first, TestServeWithoutSecretKeyNamesIt).
 func TestServeWithoutGatewayExitsTwo(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		env  map[string]string
 		want string
 	}{
-		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x"}, "pitlane serve: GATEWAY_URL: "},
-		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "GATEWAY": "stripe"}, "pitlane serve: GATEWAY_API_KEY: "},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "SECRET_KEY": strings.Repeat("s", 32)}, "pitlane serve: GATEWAY_URL: "},
+		{map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1:1/x", "SECRET_KEY": strings.Repeat("s", 32), "GATEWAY": "stripe"}, "pitlane serve: GATEWAY_API_KEY: "},
 	} {
 		var stdout, stderr strings.Builder
 		env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
