@@ -58,10 +58,12 @@ func (t *observingTransport) CloseIdleConnections() {
 //
 //   - Stripe answered with an error object (*stripe.Error):
 //     5xx → unknown (Stripe may have acted; its own docs say so for 500s);
-//     429 (rate_limit, lock_timeout) and 409 idempotency_key_in_use → unknown: Stripe did not
-//     act on THIS request, but the answer is "try again later", and for key-in-use another
-//     request with our key is running right now and may well create the payment, so declaring
-//     it refused would be a lie with money attached;
+//     429 (rate_limit, lock_timeout) and any 409 → unknown: Stripe did not act on THIS
+//     request, but the answer is "try again later", and a 409 is "conflicts with another request
+//     (perhaps due to using the same idempotent key)": another request with our key is running
+//     right now and may well create the payment or the refund, so declaring it refused would be
+//     a lie with money attached — whatever the body says (idempotency_key_in_use, or only the
+//     type idempotency_error, as Stripe has answered too; an outside review);
 //     any other 4xx → definitive, with the codes the core knows translated:
 //     404 resource_missing → "not_found";
 //     payment_intent_unexpected_state → "not_reversible" (reverse) / "not_refundable" (refund),
@@ -69,8 +71,8 @@ func (t *observingTransport) CloseIdleConnections() {
 //     amount_too_large, charge_already_refunded (refund) → "amount_exceeds_remaining";
 //     an idempotency_error on 400 (same key, different parameters) → "idempotency_key_reused";
 //     every other code is passed through as Stripe spells it (e.g. "card_declined").
-//   - An HTTP answer stripe-go could not parse: 5xx, 408, 429 or a 2xx/3xx with a broken body →
-//     unknown; any other 4xx → definitive.
+//   - An HTTP answer stripe-go could not parse: 5xx, 408, 409, 429 or a 2xx/3xx with a broken
+//     body (one cut short too) → unknown; any other 4xx → definitive.
 //   - No HTTP answer at all: if a connection was never obtained (connection refused, DNS
 //     failure, a deadline that expired while dialing) nothing was written → not sent. Once a
 //     connection was obtained, a timeout, reset or EOF → unknown: the request may have been read
@@ -92,6 +94,7 @@ func classify(op string, ci *callInfo, err error) error {
 		switch {
 		case se.HTTPStatusCode >= 500,
 			se.HTTPStatusCode == http.StatusTooManyRequests,
+			se.HTTPStatusCode == http.StatusConflict,
 			se.Code == stripe.ErrorCodeIdempotencyKeyInUse,
 			se.Code == stripe.ErrorCodeLockTimeout:
 			ge.Kind = payments.FailureUnknown
@@ -120,7 +123,8 @@ func classify(op string, ci *callInfo, err error) error {
 	if status := int(ci.status.Load()); status != 0 {
 		ge.HTTPStatus = status
 		switch {
-		case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
+		case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests &&
+			status != http.StatusConflict:
 			ge.Kind = payments.FailureDefinitive
 		default:
 			ge.Kind = payments.FailureUnknown
