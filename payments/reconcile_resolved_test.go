@@ -21,11 +21,7 @@ func TestReconcileDoesNotReopenAContradictionFinanceResolved(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	dead := b.registered(t, "o-dead", 100)
-	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewayDeclined)
-	if s, err := b.plain.Check(ctx, api, dead.ID); err != nil || s.Status != payments.StatusFailed {
-		t.Fatalf("setup: %s %v", s.Status, err)
-	}
+	dead := b.failed(t, "o-dead", 100)
 	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // late money, no webhook
 
 	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.LatePayments != 1 || !rep.PassDone {
@@ -111,11 +107,7 @@ func TestReconcileSinceCutHalfWayReportsTheCasesItOpened(t *testing.T) {
 	ctx := context.Background()
 	cmd := b.service(b.pool, "cmd-reconcile")
 	for _, order := range []string{"o-late-1", "o-late-2"} {
-		s := b.registered(t, order, 100)
-		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
-		if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
-			t.Fatalf("setup: %s %v", got.Status, err)
-		}
+		s := b.failed(t, order, 100)
 		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
 	}
 	b.clock.Advance(time.Minute)

@@ -276,6 +276,17 @@ func TestPatrolReconcilesItsConfiguredBatch(t *testing.T) {
 	}
 }
 
+// failed is a session the gateway declined, Failed by a Check.
+func (b *bench) failed(t *testing.T, orderID string, amount int64) payments.Session {
+	t.Helper()
+	s := b.registered(t, orderID, amount)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+	if got, err := b.plain.Check(context.Background(), api, s.ID); err != nil || got.Status != payments.StatusFailed {
+		t.Fatalf("setup: %s %v", got.Status, err)
+	}
+	return s
+}
+
 // A late payment whose webhook was lost: the gateway captured money for a Failed session (and
 // for a Canceled one). Reconciliation opens one late_payment case each and moves no money;
 // running it again opens no second case.
@@ -283,11 +294,7 @@ func TestReconcileLatePaymentOnFailedSession(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	dead := b.registered(t, "o-dead", 100)
-	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewayDeclined)
-	if s, err := b.plain.Check(ctx, api, dead.ID); err != nil || s.Status != payments.StatusFailed {
-		t.Fatalf("setup: %s %v", s.Status, err)
-	}
+	dead := b.failed(t, "o-dead", 100)
 	canceled := b.registered(t, "o-canceled", 200)
 	ch, err := b.plain.RequestCancel(ctx, api, canceled.ID)
 	if err != nil {
