@@ -153,6 +153,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		supersededAt *time.Time
 		seen         bool
 		seenBy       *string // who read the code in the outbox, linked to the confirmer by a password one of them set
+		setterSaw    bool    // the confirmer had set the password of one who read it, when they read it
 	)
 	seer := ""
 	if by.Kind == ActorStaff {
@@ -160,9 +161,9 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	err := tx.QueryRow(ctx, `SELECT code_hash, expires_at, attempts, max_attempts, consumed_at, superseded_at,
 			coalesce(amount, 0), coalesce(request_key, ''), $4 = ANY(seen_by),
-			(SELECT s FROM unnest(seen_by) s WHERE password_linked(s, $4) LIMIT 1)
+			(SELECT s FROM unnest(seen_by) s WHERE password_linked(s, $4) LIMIT 1), $4 = ANY(seen_by_setters)
 		FROM cancel_challenges WHERE id = $1 AND session_id = $2 AND action = $3 FOR UPDATE`, challengeID, sessionID, string(action), seer).
-		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen, &seenBy)
+		Scan(&hash, &expiresAt, &attempts, &maxAttempts, &consumedAt, &supersededAt, &ch.Amount, &ch.RequestKey, &seen, &seenBy, &setterSaw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return codeAttempt{}, Errorf(ENOTFOUND, "challenge %s not found for this payment", challengeID)
 	}
@@ -197,6 +198,12 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	if seenBy != nil {
 		return codeAttempt{}, Errorf(EFORBIDDEN, "%s saw this code in the outbox, and one of you set the other's password, so one person could be "+
 			"reading and confirming it: someone else must confirm it with the customer (or get a password set from the command line)", *seenBy)
+	}
+	// The link as it was when the code was read: a reset of the reader's password since does not
+	// make the one who could have been the reader someone else (migration 00630).
+	if setterSaw {
+		return codeAttempt{}, Errorf(EFORBIDDEN, "when this code was read in the outbox, you had set the reader's password (or the password of someone who did), "+
+			"so one person could be reading and confirming it: someone else must confirm it with the customer")
 	}
 	// The payment's guess budget first: once it is spent, no code (not even the right one) is
 	// tried, so guessing on and on never pays.

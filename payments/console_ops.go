@@ -145,7 +145,10 @@ func (s *Service) Outbox(ctx context.Context, viewer Staff, paymentID string) ([
 			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || skip_reason, last_error, '') AS note, challenge_id
 			FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200),
 		seen AS (
-			UPDATE cancel_challenges SET seen_by = array_append(seen_by, $2)
+			-- The reader's password setters as they are now: a reset later does not make the one
+			-- who could have been the reader someone else (migration 00630).
+			UPDATE cancel_challenges SET seen_by = array_append(seen_by, $2),
+				seen_by_setters = seen_by_setters || password_setters($2)
 			WHERE id IN (SELECT challenge_id FROM shown WHERE delivered_at IS NULL AND challenge_id IS NOT NULL)
 			AND NOT ($2 = ANY(seen_by)))
 		SELECT id, kind, to_addr, body, order_id, payment_id, created_at, delivered_at, attempts, note FROM shown ORDER BY id DESC`, pid, viewer.Email)

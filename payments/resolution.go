@@ -88,7 +88,7 @@ func passwordLinked(ctx context.Context, q querier, a, b string) (bool, error) {
 // errLinkedApproval refuses an approval by an account that the proposer's could be acting as.
 func errLinkedApproval(proposer, approver string) error {
 	return Errorf(EFORBIDDEN, "one of %s and %s set the other's password (or a password of someone who did), so one person could be acting as both: "+
-		"another finance or admin user must approve it (or the account's owner gets a password set from the command line)", proposer, approver)
+		"another finance or admin user must approve it (or the account's owner gets a password set from the command line, for proposals made after it)", proposer, approver)
 }
 
 // Resolution is one proposal with its session's money and current status.
@@ -371,6 +371,11 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 		if linked, err := passwordLinked(ctx, q, r.ProposedBy, by.Email); err != nil || linked {
 			return cmp.Or(err, errLinkedApproval(r.ProposedBy, by.Email))
 		}
+		var setter bool
+		if err := q.QueryRow(ctx, `SELECT $2 = ANY(proposer_setters) FROM resolution_proposals WHERE id = $1`, id, by.Email).Scan(&setter); err != nil || setter {
+			return cmp.Or[error](err, Errorf(EFORBIDDEN, "when %s made this proposal, %s had set its account's password (or the password of someone who did), "+
+				"so one person could have made it and be approving it: another finance or admin user must approve it", r.ProposedBy, by.Email))
+		}
 	}
 	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
 }
@@ -380,7 +385,9 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 // resolved, or a refund claimed through the refund core — and the approval audited, in one
 // transaction under the order → session → finance lock order. The approver must not be the
 // proposer (checked here, by the guard of the UPDATE, and by the schema), nor linked to them by a
-// password one of them set (the guard; explainDecided names it). Of two concurrent
+// password one of them set — now, or, for the proposer's setters, when the proposal was made
+// (proposer_setters, migration 00620: a reset since does not make the one who could have made
+// it a second person) — the guard; explainDecided names it. Of two concurrent
 // approvals the second waits for the order lock and then finds the proposal approved. An
 // approved refund is asked of the gateway after commit, like every refund.
 func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Resolution, error) {
@@ -408,7 +415,8 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 				h(ctx, p.SessionID)
 			}
 			tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
-			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT password_linked(proposed_by, $2)`, id, by.Email, now)
+			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT password_linked(proposed_by, $2)
+			  AND NOT $2 = ANY(proposer_setters)`, id, by.Email, now)
 			if err != nil {
 				return dbError("approve resolution", err, "")
 			}

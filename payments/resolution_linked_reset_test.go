@@ -1,0 +1,98 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+// Outside review (four-eyes): the second-person rule is judged on who knows the accounts' passwords at
+// approval time only. An admin who created a finance user (and so knows its password: "they
+// count as this user for the second-person rules", says the audit entry) signs in as that user
+// and proposes. Later a second admin resets that user's password in a routine reset (the owner
+// asks for one): password_set_by now names the second admin, and the first admin approves the
+// proposal they made themselves. The proposal was made while the two accounts were one person.
+func TestALinkAtProposalTimeOutlivesAPasswordReset(t *testing.T) {
+	t.Parallel()
+	for _, resetBy := range []string{"y-admin@example.com", "cli:root"} {
+		t.Run(resetBy, func(t *testing.T) { t.Parallel(); linkedThenReset(t, resetBy) })
+	}
+}
+
+func linkedThenReset(t *testing.T, resetBy string) {
+	b := newBench(t)
+	ctx := context.Background()
+	acc := access.New(b.pool, b.clock)
+	acc.PasswordCost = bcrypt.MinCost
+	cli := payments.Staff{Email: "cli:root", Role: "admin"}
+	x := payments.Staff{Email: "x-admin@example.com", Role: "admin"}
+	y := payments.Staff{Email: "y-admin@example.com", Role: "admin"}
+	for _, a := range []payments.Staff{x, y} {
+		if _, err := acc.CreateUser(ctx, cli, a.Email, access.RoleAdmin, "a long enough password"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// X creates the finance user: X knows its password.
+	if _, err := acc.CreateUser(ctx, x, "fin-b@example.com", access.RoleFinance, "initial password 1"); err != nil {
+		t.Fatal(err)
+	}
+	finB := payments.Staff{Email: "fin-b@example.com", Role: "finance"}
+
+	// X, signed in as fin-b, proposes.
+	s := b.flagged(t, "o-linked-then-reset", 4200)
+	p := b.propose(t, finB, s.ID, payments.StatusCompleted)
+
+	// Control: right now X is refused.
+	_, err := b.svc.ApproveResolution(ctx, x, p.ID)
+	wantCode(t, err, payments.EFORBIDDEN, "set the other's password")
+
+	// A routine reset by another admin (fin-b forgot the password).
+	// (or, as the refusal's own message advises, "the account's owner gets a password set from
+	// the command line")
+	by := y
+	if resetBy == cli.Email {
+		by = cli
+	}
+	if _, err := acc.SetPassword(ctx, by, finB.Email, "brand new password 2"); err != nil {
+		t.Fatal(err)
+	}
+
+	// X approves the proposal X made as fin-b.
+	a, err := b.svc.ApproveResolution(ctx, x, p.ID)
+	if err == nil {
+		t.Fatalf("the admin who knew fin-b's password when fin-b's proposal was made approved it: proposal %s, payment %s, proposed by %s, approved by %s",
+			a.State, a.SessionStatus, a.ProposedBy, a.DecidedBy)
+	}
+	wantCode(t, err, payments.EFORBIDDEN, "when fin-b@example.com made this proposal")
+}
+
+// The same gap for one-time codes: an admin who set another admin account's password read a
+// code in the outbox as that account; once that password was reset, the admin confirmed the code
+// as themselves. The link as it was at reading is kept with the code (seen_by_setters).
+func TestACodeReadThroughALinkedAccountStaysReadAfterAReset(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	x := payments.Staff{Email: "x-admin@example.com", Role: "admin"}
+	z := payments.Staff{Email: "z-admin@example.com", Role: "admin"}
+	b.passwordSetBy(t, z, x.Email) // X created Z: X knows Z's password
+	p := b.registered(t, "o-code-linked-then-reset", 1000)
+	cc, err := b.svc.RequestCancel(ctx, api, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, p.ID)
+	if _, err := b.svc.Outbox(ctx, z, ""); err != nil { // X, signed in as Z, reads the code
+		t.Fatal(err)
+	}
+	b.exec(t, `UPDATE staff_users SET password_set_by = NULL WHERE email = $1`, z.Email) // reset from the command line
+	_, err = b.svc.ConfirmCancel(ctx, x.Actor(), p.ID, cc.ID, code)
+	wantCode(t, err, payments.EFORBIDDEN, "when this code was read in the outbox, you had set the reader's password")
+	if got, _ := b.svc.Get(ctx, p.ID); got.Status != payments.StatusRegistered {
+		t.Fatalf("the payment is %s after a refused confirmation", got.Status)
+	}
+}
