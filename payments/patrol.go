@@ -581,10 +581,14 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			}
 			// A claim is not cut by the stop: cut while its COMMIT's answer is on the wire, it
 			// would have leased rows it never returns, and they would wait out their lease with
-			// no drive (six gateway timeouts). A claim begun before the stop ends (it waits for no
-			// lock: SKIP LOCKED), and its drives, started under the stopped round, give their rows
-			// straight back, due now. Like the releases, it is bounded by the database alone.
-			jobs, err := src.claim(context.WithoutCancel(ctx), free)
+			// no drive (six gateway timeouts). A claim begun before the stop ends (SKIP LOCKED: it
+			// waits for no row), and its drives, started under the stopped round, give their rows
+			// straight back, due now. One still running a gateway timeout after the stop (behind a
+			// migration's table lock, a database that stopped answering) is cut then: a stop
+			// never hangs on it.
+			cctx, cancelClaim := s.claimContext(ctx)
+			jobs, err := src.claim(cctx, free)
+			cancelClaim()
 			if err != nil {
 				firstErr = err
 				stopFetching = true
@@ -710,6 +714,22 @@ func (s *Service) endBackoff() {
 	p.mu.Lock()
 	p.backoffLevel, p.backoffWhy = 0, ""
 	p.mu.Unlock()
+}
+
+// claimContext is a claim's context: it does not end with ctx (the round's stop) at once, but a
+// gateway timeout after it.
+func (s *Service) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(s.cfg.GatewayTimeout)
+		defer t.Stop()
+		select {
+		case <-cctx.Done():
+		case <-t.C:
+			cancel()
+		}
+	})
+	return cctx, func() { stop(); cancel() }
 }
 
 // driveContext bounds one drive: it ends one gateway timeout before the lease does. The lease

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/payments"
 )
 
 // commitStaller wraps a pool's connections: once armed, the first connection that sends a
@@ -169,4 +171,32 @@ func TestAStopDuringTheClaimsCommitLeavesNoRowLeased(t *testing.T) {
 	if a := b.count(t, `SELECT attempts FROM outbox WHERE payment_id = $1`, sess.ID); a != 2 {
 		t.Errorf("attempts = %d, want 2 (the request's failed try, the delivery): the stop's cut is not a try", a)
 	}
+}
+
+// The other side of a claim the stop does not cut: one that waits behind a table lock (a
+// migration's, an operator's) would hold the stop for as long as the lock is held. A claim still
+// running a gateway timeout after the stop is cut then.
+func TestAStopDoesNotWaitForAClaimStuckBehindALock(t *testing.T) {
+	t.Parallel()
+	n := &stopCutNotifier{arrived: make(chan struct{}, 4)}
+	b := newBench(t, func(c *payments.Config) {
+		c.Notifier = n
+		c.GatewayTimeout = 200 * time.Millisecond
+		c.LockTimeout = time.Hour // the lock wait is not what ends it
+	})
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.DeliverOutbox(rctx); done <- err }()
+	waitLockWaiters(t, b.pool, 1) // the claim waits for the table
+	cancel()                      // SIGTERM
+	mustWait(t, done, "the round to end while the table stays locked")
 }
