@@ -438,7 +438,7 @@ func TestDashboardPatrolLine(t *testing.T) {
 	}
 	doc = page(t, sup.get("/", "HX-Request", "true"), http.StatusOK)
 	wantText(t, doc, "patrol-backoff", "backing off until")
-	wantText(t, doc, "patrol-backoff", fmt.Sprintf("the gateway failed %d of %d calls", payments.BackoffMinCalls, payments.BackoffMinCalls))
+	wantText(t, doc, "patrol-backoff", fmt.Sprintf("the gateway failed %d of its last %d calls", payments.BackoffMinCalls, payments.BackoffMinCalls))
 }
 
 func TestAdminPages(t *testing.T) {

@@ -92,6 +92,7 @@ type ReplicaHealth struct {
 	Leased     int  // active sessions whose unexpired lease names this replica
 	Silent     bool // no heartbeat for ReplicaSilentAfter
 	BackingOff bool
+	Probing    bool // its back-off ran out and it probes the gateway (BackingOff too)
 }
 
 // OpsCharts is everything the Operations page draws, as of At.
@@ -316,7 +317,7 @@ func (s *Service) ReplicaHealth(ctx context.Context) ([]ReplicaHealth, error) {
 	out := make([]ReplicaHealth, len(hbs))
 	for i, h := range hbs {
 		out[i] = ReplicaHealth{Heartbeat: h, Leased: leased[h.ReplicaID],
-			Silent: now.Sub(h.BeatAt) >= ReplicaSilentAfter, BackingOff: h.BackingOff(now)}
+			Silent: now.Sub(h.BeatAt) >= ReplicaSilentAfter, BackingOff: h.BackingOff(now), Probing: h.Probing(now)}
 	}
 	return out, nil
 }

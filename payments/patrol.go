@@ -48,8 +48,9 @@ func LeaseFor(gatewayTimeout time.Duration) time.Duration {
 }
 
 // Back-pressure settings: a round in which at least BackoffMinCalls gateway calls were made and
-// at least BackoffFailShare of them failed makes the patrol back off, PatrolBackoffBase at first,
-// doubling with each failed probe up to PatrolBackoffMax.
+// at least BackoffFailShare of its last ones (backoffWindow) failed stops claiming and makes the
+// patrol back off, PatrolBackoffBase at first, doubling with each failed probe up to
+// PatrolBackoffMax.
 const (
 	BackoffMinCalls   = 10
 	BackoffFailShare  = 0.5
@@ -230,11 +231,25 @@ func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, t
 	return len(ids) - int(tag.RowsAffected()), nil
 }
 
-// roundStats counts what the drives of one round did at the gateway.
+// roundStats counts what the drives of one round did at the gateway: in all (the round's report)
+// and over its last backoffWindow calls, which is what the back-off judges. A round lasts as long
+// as work is due (a drain after an outage is one round): judged over the whole round, a gateway
+// that failed again half-way was hidden by the calls it had answered before, and the patrol went
+// on at full width until the failures outnumbered them — thousands of timeouts after a long
+// drain (an outside review).
 type roundStats struct {
 	calls  atomic.Int64
 	failed atomic.Int64 // no trustworthy answer: 5xx, timeout, connection refused
+
+	mu     sync.Mutex
+	recent [backoffWindow]bool // true: failed; a ring over the last calls
+	n      int                 // calls in recent (at most backoffWindow)
+	next   int
+	bad    int // failed calls in recent
 }
+
+// backoffWindow is how many of a round's last gateway calls the back-off judges.
+const backoffWindow = 2 * BackoffMinCalls
 
 type roundCtxKey struct{}
 
@@ -266,13 +281,36 @@ func (r *roundStats) count(err error) {
 		return
 	}
 	r.calls.Add(1)
-	if err != nil && FailureOf(err) != FailureDefinitive {
+	failed := err != nil && FailureOf(err) != FailureDefinitive
+	if failed {
 		r.failed.Add(1)
 	}
+	r.mu.Lock()
+	if r.n == backoffWindow {
+		if r.recent[r.next] {
+			r.bad--
+		}
+	} else {
+		r.n++
+	}
+	r.recent[r.next] = failed
+	if failed {
+		r.bad++
+	}
+	r.next = (r.next + 1) % backoffWindow
+	r.mu.Unlock()
 }
 
-func (r *roundStats) failing(minCalls int64) bool {
-	calls, failed := r.calls.Load(), r.failed.Load()
+// window is the round's last calls (at most backoffWindow) and how many of them failed.
+func (r *roundStats) window() (calls, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n, r.bad
+}
+
+// failing: at least minCalls calls, and at least BackoffFailShare of the last ones failed.
+func (r *roundStats) failing(minCalls int) bool {
+	calls, failed := r.window()
 	return calls >= minCalls && calls > 0 && float64(failed) >= BackoffFailShare*float64(calls)
 }
 
@@ -690,7 +728,7 @@ func (s *Service) judgeRound(rep *RoundReport, stats *roundStats, probing, swept
 	if swept {
 		p.lastSweepAt = &now
 	}
-	minCalls := int64(BackoffMinCalls)
+	minCalls := BackoffMinCalls
 	if probing {
 		minCalls = 1
 	}
@@ -698,7 +736,8 @@ func (s *Service) judgeRound(rep *RoundReport, stats *roundStats, probing, swept
 		p.backoffLevel++
 		d := min(PatrolBackoffBase<<min(p.backoffLevel-1, 16), PatrolBackoffMax)
 		p.backoffUntil = now.Add(d)
-		p.backoffWhy = fmt.Sprintf("the gateway failed %d of %d calls", rep.Failed, rep.Calls)
+		calls, failed := stats.window()
+		p.backoffWhy = fmt.Sprintf("the gateway failed %d of its last %d calls", failed, calls)
 		s.log.Warn("patrol: the gateway is failing; backing off", "until", p.backoffUntil, "calls", rep.Calls, "failed", rep.Failed)
 	}
 	rep.BackingOff = now.Before(p.backoffUntil)
@@ -802,9 +841,19 @@ type Heartbeat struct {
 	ClockOffset *time.Duration
 }
 
-// BackingOff reports whether the replica was backing off at now.
+// BackingOff reports whether the replica was backing off at now: waiting out a back-off, or,
+// once it ran out, probing the gateway with a quarter of its width until a probe comes back
+// healthy (the beat keeps the last back-off's end and its reason until then). The gauge read
+// 0 while a probe waited on a gateway still down — up to a gateway timeout and a sweep interval
+// each time — and each dip restarted PitlanePatrolBackingOff's 10 minutes (an outside review).
 func (h Heartbeat) BackingOff(now time.Time) bool {
-	return h.BackoffUntil != nil && now.Before(*h.BackoffUntil)
+	return h.BackoffUntil != nil && (now.Before(*h.BackoffUntil) || h.Reason != "")
+}
+
+// Probing reports whether the replica's back-off had run out at now and it was probing the
+// gateway (BackingOff).
+func (h Heartbeat) Probing(now time.Time) bool {
+	return h.BackingOff(now) && !now.Before(*h.BackoffUntil)
 }
 
 // beat writes this replica's heartbeat row. A failure is logged, never fatal: the patrol's work
@@ -814,7 +863,7 @@ func (s *Service) beat(ctx context.Context) {
 	now := s.cfg.Clock.Now()
 	p.mu.Lock()
 	var until any
-	if now.Before(p.backoffUntil) {
+	if now.Before(p.backoffUntil) || p.backoffLevel > 0 { // backing off, or probing at its end
 		until = p.backoffUntil
 	}
 	args := []any{s.cfg.ReplicaID, s.cfg.Version, s.cfg.SweepConcurrency, p.startedAt, now, p.lastSweepAt,

@@ -38,6 +38,9 @@ type Stats struct {
 	// failing, and when no replica pushes any more (EVENTS_WEBHOOK_URL unset everywhere: delete
 	// the events_webhook row to turn delivery off for good).
 	EventsWebhookLag time.Duration
+	// CountedAt is when these counts were taken (the service clock): CachedStats refuses to hand
+	// out counts much older than asked for.
+	CountedAt time.Time
 	// Stuck is the finance workbench's stuck money (active sessions older than SettleWithin,
 	// flagged or not) per currency, the most sessions first (amounts in minor units of different
 	// currencies do not compare: ¥3,000 is 3000, €10.00 is 1000): at most MaxStuckCurrencies
@@ -76,6 +79,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	}
 
 	now := s.cfg.Clock.Now()
+	st.CountedAt = now
 	rows, err := s.db.Query(ctx, `SELECT kind, count(*), min(created_at) FROM finance_cases WHERE resolved_at IS NULL GROUP BY kind`)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: cases: %w", err)

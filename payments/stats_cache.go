@@ -60,5 +60,17 @@ func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats,
 	if st.Sessions == nil {
 		return Stats{}, errors.New("cached stats: not counted yet (the first count is running)")
 	}
+	// The stored counts are as old as the last count that finished. Another scrape recounting
+	// right now holds the row: while the database counts slowly (its counts time out and roll
+	// back), those counts grow old, and handing them out as current froze every gauge on them
+	// and answered pitlane_stats_up 1 to the scrapes that should have told of the outage (an
+	// outside review). Beyond a few ages, this scrape has no counts to give.
+	if age := now.Sub(st.CountedAt); st.CountedAt.IsZero() || age > staleStatsAfter*maxAge {
+		return Stats{}, fmt.Errorf("cached stats: the last counts are %s old and a recount is running (the database counts slowly)", age.Round(time.Second))
+	}
 	return st, nil
 }
+
+// staleStatsAfter is how many maxAges old the stored counts may be when a recount is running: one
+// for the counts themselves, the rest for the recount in flight.
+const staleStatsAfter = 3

@@ -1,0 +1,140 @@
+package payments_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// Outside review (alerts); each test here failed on the code before it. CachedStats handed a
+// scrape the stored counts whenever another scrape held the stats_cache row — however old those
+// counts were. When the database is too slow to count in 2 s
+// (the situation PitlaneStatsUnavailable's runbook names), every counting scrape holds the row
+// for up to 2 s and then rolls back; the scrapes of other replicas that arrived meanwhile answered
+// pitlane_stats_up 1 with the last counts that ever succeeded: the gauges froze (the oldest due
+// session stayed "0 s overdue"), and max(pitlane_stats_up) == 0 was broken by every such scrape.
+func TestCachedStatsDoNotServeOldCountsAsCurrent(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.seedRegistered(t, 1) // due at t0
+	st, err := b.svc.CachedStats(ctx, 5*time.Second)
+	if err != nil || st.DueSessions != 1 || st.OldestDue != 0 {
+		t.Fatalf("first count: %+v %v", st, err)
+	}
+
+	// An hour later nothing has swept: the session is an hour overdue. Another replica's scrape is
+	// counting right now (the database is slow; its count will time out and roll back).
+	b.clock.Advance(time.Hour)
+	holder, _ := beginHolder(t, b.pool)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM stats_cache WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.svc.CachedStats(ctx, 5*time.Second)
+	if err == nil && st.OldestDue < 30*time.Minute {
+		t.Fatalf("CachedStats(maxAge 5s) answered without error counts an hour old: oldest due %v (truly 1h0m0s); "+
+			"the scrape reports pitlane_stats_up 1 and pitlane_sweeper_oldest_due_seconds %v", st.OldestDue, st.OldestDue.Seconds())
+	}
+}
+
+// The patrol judged the gateway over the whole round. A round lasts as long as work is due — a
+// drain after an outage is one long round — so when the gateway failed again mid-round, the calls
+// it had answered earlier hid the failures: the patrol went on claiming at full width against a
+// gateway failing every call until the failures outnumbered the earlier answers. It judges the
+// round's last calls now.
+func TestAGatewayFailingMidRoundIsBackedOffFrom(t *testing.T) {
+	t.Parallel()
+	const width, healthy, total = 4, 40, 70
+	var claimed atomic.Int64
+	var gw *fakegw.Gateway
+	b := newBench(t, func(c *payments.Config) {
+		c.SweepConcurrency = width
+		c.Hooks.AfterSweepClaim = func(_ context.Context, ids []string) {
+			if claimed.Add(int64(len(ids))) >= healthy {
+				gw.Outage(true) // the gateway goes down in the middle of the round
+			}
+		}
+	})
+	gw = b.gw
+	b.seedRegistered(t, total)
+	if _, err := b.svc.PatrolRound(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	calls := b.gw.Calls(fakegw.OpStatus)
+	hb := heartbeatOf(t, b.svc, "replica-a")
+	failedAfterOutage := hb.LastFailed
+	t.Logf("round: %d calls, %d failed; backing off %v", hb.LastCalls, hb.LastFailed, hb.BackingOff(b.clock.Now()))
+	if failedAfterOutage > payments.BackoffMinCalls+2*width {
+		t.Fatalf("after the gateway went down the patrol made %d more calls that all failed (of %d status calls in all), "+
+			"and kept claiming; backing off afterwards: %v — want it to stop after about %d failures",
+			failedAfterOutage, calls, hb.BackingOff(b.clock.Now()), payments.BackoffMinCalls)
+	}
+}
+
+// The per-replica back-off gauge fell to 0 at the end of each back-off, while the patrol probed a
+// gateway still down — for as long as the probe's calls took (a hanging gateway: GATEWAY_TIMEOUT)
+// plus up to SWEEP_INTERVAL. Through a sustained outage the gauge read 1 for up to 2 minutes, 0
+// for a probe, 1 again…, and PitlanePatrolBackingOff (== 1 for 10m) was reset by every probe.
+func TestTheHeartbeatBacksOffWhileProbing(t *testing.T) {
+	t.Parallel()
+	const total, width = 30, 4
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width })
+	ctx := context.Background()
+	b.seedRegistered(t, total)
+	b.gw.Outage(true)
+	if rep, err := b.svc.PatrolRound(ctx); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	b.clock.Advance(payments.PatrolBackoffBase) // the back-off ends; the gateway is still down:
+	b.gw.Outage(false)                          // it now hangs (the fake's outage answers at once)
+	gate := b.gw.Hold(fakegw.OpStatus)          // the probe's calls hang, as at a gateway that times out
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.PatrolRound(ctx); done <- err }()
+	mustWait(t, gate.Arrived(), "the probe's gateway call")
+	hb := heartbeatOf(t, b.svc, "replica-a")
+	st := b.svc.PatrolStatus()
+	gate.Open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !hb.BackingOff(b.clock.Now()) {
+		t.Fatalf("during the probe of a gateway that is still down (back-off level %d), the heartbeat exports "+
+			"pitlane_patrol_backing_off 0 (backoff_until %v, now %v)", st.BackoffLevel, hb.BackoffUntil, b.clock.Now())
+	}
+}
+
+// The same while a replica's own loop beats during the probe (RunSweeper beats every interval,
+// and a probe of a hanging gateway outlasts several): each of those beats must keep the back-off.
+// Fails with the beat writing no back-off once its end has passed.
+func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 4 })
+	b.reconcileElsewhere(t)
+	ctx := context.Background()
+	b.seedRegistered(t, 30)
+	b.gw.Outage(true)
+	if rep, err := b.svc.PatrolRound(ctx); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	b.clock.Advance(payments.PatrolBackoffBase)
+	b.gw.Outage(false)
+	gate := b.gw.Hold(fakegw.OpStatus) // the probe hangs
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(rctx, 20*time.Millisecond); close(done) }()
+	mustWait(t, gate.Arrived(), "the probe's gateway call")
+	for b.count(t, `SELECT in_flight FROM sweeper_heartbeats WHERE replica_id = 'replica-a'`) == 0 { // a beat during the probe
+	}
+	hb := heartbeatOf(t, b.svc, "replica-a")
+	cancel()
+	b.gw.Unhold(fakegw.OpStatus)
+	gate.Open()
+	mustWait(t, done, "the patrol to stop")
+	if !hb.BackingOff(b.clock.Now()) {
+		t.Fatalf("a beat during the probe exports pitlane_patrol_backing_off 0 (backoff_until %v, reason %q)", hb.BackoffUntil, hb.Reason)
+	}
+}
