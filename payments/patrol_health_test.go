@@ -81,17 +81,9 @@ func TestAGatewayFailingMidRoundIsBackedOffFrom(t *testing.T) {
 // for a probe, 1 again…, and PitlanePatrolBackingOff (== 1 for 10m) was reset by every probe.
 func TestTheHeartbeatBacksOffWhileProbing(t *testing.T) {
 	t.Parallel()
-	const total, width = 30, 4
-	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width })
+	b := backedOff(t)
 	ctx := context.Background()
-	b.seedRegistered(t, total)
-	b.gw.Outage(true)
-	if rep, err := b.svc.PatrolRound(ctx); err != nil || !rep.BackingOff {
-		t.Fatalf("first round: %+v %v", rep, err)
-	}
-	b.clock.Advance(payments.PatrolBackoffBase) // the back-off ends; the gateway is still down:
-	b.gw.Outage(false)                          // it now hangs (the fake's outage answers at once)
-	gate := b.gw.Hold(fakegw.OpStatus)          // the probe's calls hang, as at a gateway that times out
+	gate := b.gw.Hold(fakegw.OpStatus) // the probe's calls hang, as at a gateway that times out
 	done := make(chan error, 1)
 	go func() { _, err := b.svc.PatrolRound(ctx); done <- err }()
 	mustWait(t, gate.Arrived(), "the probe's gateway call")
@@ -112,16 +104,9 @@ func TestTheHeartbeatBacksOffWhileProbing(t *testing.T) {
 // Fails with the beat writing no back-off once its end has passed.
 func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
 	t.Parallel()
-	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 4 })
+	b := backedOff(t)
 	b.reconcileElsewhere(t)
 	ctx := context.Background()
-	b.seedRegistered(t, 30)
-	b.gw.Outage(true)
-	if rep, err := b.svc.PatrolRound(ctx); err != nil || !rep.BackingOff {
-		t.Fatalf("first round: %+v %v", rep, err)
-	}
-	b.clock.Advance(payments.PatrolBackoffBase)
-	b.gw.Outage(false)
 	gate := b.gw.Hold(fakegw.OpStatus) // the probe hangs
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -137,4 +122,20 @@ func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
 	if !hb.BackingOff(b.clock.Now()) {
 		t.Fatalf("a beat during the probe exports pitlane_patrol_backing_off 0 (backoff_until %v, reason %q)", hb.BackoffUntil, hb.Reason)
 	}
+}
+
+// backedOff is a patrol of width 4 that backed off from a gateway failing every call of a round
+// over 30 due sessions, the back-off just over: its next round probes. The fake's outage answers
+// at once; it is lifted, and a test holds the calls to make the gateway hang.
+func backedOff(t *testing.T) *bench {
+	t.Helper()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 4 })
+	b.seedRegistered(t, 30)
+	b.gw.Outage(true)
+	if rep, err := b.svc.PatrolRound(context.Background()); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	b.clock.Advance(payments.PatrolBackoffBase)
+	b.gw.Outage(false)
+	return b
 }
