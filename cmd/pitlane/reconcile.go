@@ -70,7 +70,9 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	}
 	svc := payments.NewService(pool, payments.Config{Clock: clock, Gateway: gw,
 		Logger: env.Logger.With("component", "reconcile"), ReplicaID: owner,
-		GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts}) // the same pages trusted as in serve
+		GatewayURL: cfg.GatewayURL, ConfirmationHosts: cfg.ConfirmationHosts, // the same pages trusted as in serve
+		// serve's graces: a registration in flight is left to its Create for as long as there.
+		GatewayTimeout: cfg.GatewayTimeout})
 
 	rep, err := svc.ReconcileSince(ctx, *since, payments.ReconcileConfig{})
 	if err != nil && !rep.Leader {

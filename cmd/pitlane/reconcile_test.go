@@ -267,3 +267,34 @@ func TestReconcileOwnerFitsTheLeaseColumn(t *testing.T) {
 		t.Errorf("owner of a 128-character REPLICA_ID: %q (%d characters)", got, len(got))
 	}
 }
+
+// `pitlane reconcile` leaves a Registering session to the Create registering it for
+// StaleAfterFor(GATEWAY_TIMEOUT), as serve's patrol does; it built its service without
+// GATEWAY_TIMEOUT, so with a slow gateway (60 s) it took over registrations serve was still
+// waiting for after the default's 30 s (an outside review noted it).
+func TestReconcileCommandLeavesRegistrationsInFlightToServe(t *testing.T) {
+	t.Parallel()
+	b := newReconcileBench(t)
+	ctx := context.Background()
+	s := b.create(t, "rc-in-flight")
+	// As a registration whose answer is still on its way: Registering, no id, 40 s old.
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET status = 'Registering', gateway_payment_id = NULL, confirmation_url = NULL,
+		created_at = now() - interval '40 seconds', updated_at = now() - interval '1 second' WHERE id = $1`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"GATEWAY_TIMEOUT": "60s"}
+	for k, v := range b.env {
+		env[k] = v
+	}
+	code, out, stderr := b.run(t, env, "--since", "1h")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr: %s", code, out, stderr)
+	}
+	var status string
+	if err := b.pool.QueryRow(ctx, `SELECT status FROM payment_sessions WHERE id = $1`, s.ID).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "Registering" || !strings.Contains(out, "checked 0 sessions") {
+		t.Fatalf("a registration 40 s in flight under GATEWAY_TIMEOUT=60s: %s after reconcile, stdout:\n%s", status, out)
+	}
+}
