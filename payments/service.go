@@ -304,17 +304,30 @@ const (
 	OrderPaid            = "Paid"
 )
 
-// GetOrder returns an order and its sessions, oldest first.
-func (s *Service) GetOrder(ctx context.Context, orderID string) (Order, []Session, error) {
+// GetOrder returns an order and its sessions, oldest first, as one moment of the database: both
+// reads in one REPEATABLE READ transaction. Read in two statements, a Check completing the
+// payment between them was answered as an order AwaitingPayment whose only payment is Completed
+// — a state the database never held (the session's Completed and its order's Paid are one
+// commit), and a shop reading the status to ship and the payments to start another got
+// contradicting answers (an outside review).
+func (s *Service) GetOrder(ctx context.Context, orderID string) (o Order, sessions []Session, err error) {
+	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		o, sessions, err = getOrder(ctx, tx, orderID)
+		return err
+	})
+	return o, sessions, err
+}
+
+func getOrder(ctx context.Context, q querier, orderID string) (Order, []Session, error) {
 	var o Order
-	err := s.db.QueryRow(ctx, `SELECT order_id, status, coalesce(active_session_id::text, ''),
+	err := q.QueryRow(ctx, `SELECT order_id, status, coalesce(active_session_id::text, ''),
 		coalesce(paid_session_id::text, ''), coalesce(customer_contact, ''), created_at, updated_at
 		FROM orders WHERE order_id = $1`, orderID).Scan(&o.OrderID, &o.Status, &o.ActiveSessionID,
 		&o.PaidSessionID, &o.CustomerContact, &o.CreatedAt, &o.UpdatedAt)
 	if err != nil {
 		return Order{}, nil, dbError("get order", err, "order %q not found", orderID)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 ORDER BY created_at, id`, orderID)
+	rows, err := q.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 ORDER BY created_at, id`, orderID)
 	if err != nil {
 		return Order{}, nil, fmt.Errorf("get order sessions: %w", err)
 	}
