@@ -135,14 +135,14 @@ func TestSampleOpsOneRowPerMinute(t *testing.T) {
 	}
 }
 
-// TestRunSweeperSamplesOps: the patrol's loop writes the minute's sample and its housekeeping
-// reaps samples past OpsSampleRetention (and redacts dead codes in the outbox). The loop is caught in its reconciliation (held at the
-// gateway), which comes after both.
+// TestRunSweeperSamplesOps: the patrol's upkeep loop writes the minute's sample and its housekeeping
+// reaps samples past OpsSampleRetention (and redacts dead codes in the outbox), while the
+// reconciliation, on a loop of its own, is held at the gateway.
 func TestRunSweeperSamplesOps(t *testing.T) {
 	t.Parallel()
 	passed := make(chan struct{}, 10)
 	b := newBench(t, func(c *payments.Config) {
-		c.Hooks.AfterSweeperPass = func(context.Context) { passed <- struct{}{} }
+		c.Hooks.AfterUpkeep = func(context.Context) { passed <- struct{}{} }
 	})
 	b.seedRegistered(t, 2)
 	old, kept := t0.Add(-payments.OpsSampleRetention-time.Hour), t0.Add(-payments.OpsSampleRetention+time.Hour)
@@ -157,7 +157,7 @@ func TestRunSweeperSamplesOps(t *testing.T) {
 	done := make(chan struct{})
 	go func() { b.svc.RunSweeper(ctx, time.Hour); close(done) }()
 	mustWait(t, gate.Arrived(), "the patrol's reconciliation (its own loop)")
-	mustWait(t, passed, "the sweeper's first pass")
+	mustWait(t, passed, "the upkeep loop's first pass")
 	var ats []time.Time
 	for _, s := range b.samples(t) {
 		ats = append(ats, s.At)

@@ -87,9 +87,9 @@ type Hooks struct {
 	// AfterCancelCommit runs in ConfirmCancel after the cancel committed (Canceling) and before
 	// the reverse is sent.
 	AfterCancelCommit func(ctx context.Context, sessionID string)
-	// AfterSweeperPass runs in RunSweeper after each pass of its loop (housekeeping, the patrol's
-	// round, the Operations sample), before it waits for the next.
-	AfterSweeperPass func(ctx context.Context)
+	// AfterUpkeep runs in RunSweeper's upkeep loop after each pass (housekeeping when due, the
+	// Operations sample of the minute), before it waits for the next.
+	AfterUpkeep func(ctx context.Context)
 	// AfterSweepClaim runs after a sweeper committed its claim of due sessions.
 	AfterSweepClaim func(ctx context.Context, ids []string)
 	// AfterCheckNowClaim runs inside CheckNow's claim transaction, after the claim statement and

@@ -244,26 +244,16 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	// the leader's due sessions wait 90 s behind 55 searches of a slow gateway).
 	reconciled := make(chan struct{})
 	go func() { defer close(reconciled); s.runReconcile(ctx, interval) }()
-	var lastHousekeeping, lastSample time.Time
+	// Housekeeping and the Operations samples on a loop of their own as well: a round lasts as
+	// long as work is due (a drain after an outage is one round), and inline they waited for its
+	// end — dead codes stayed in clear in the outbox past their promised 5 minutes and the backlog
+	// chart had no sample for exactly the minutes of the backlog (an outside review).
+	upkept := make(chan struct{})
+	go func() { defer close(upkept); s.runUpkeep(ctx, interval) }()
+	defer func() { <-upkept }()
 	for {
-		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
-			s.housekeep(ctx)
-			lastHousekeeping = now
-		}
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {
 			s.logPatrolError("patrol", err)
-		}
-		// The Operations page's sample of this minute (ops_samples.go): tried once per minute per
-		// replica; the first replica in the minute writes it, the others find it written.
-		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {
-			if _, err := s.SampleOps(ctx); err == nil {
-				lastSample = now.Truncate(OpsSampleEvery)
-			} else if ctx.Err() == nil {
-				s.log.Error("ops sample", "err", err) // tried again next round
-			}
-		}
-		if h := s.cfg.Hooks.AfterSweeperPass; h != nil {
-			h(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -272,6 +262,36 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			s.releaseLeadershipOnShutdown(rctx)
 			s.forgetHeartbeat(rctx)
 			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runUpkeep is RunSweeper's upkeep loop, looked at every interval: the reapers every
+// HousekeepingEvery, and the Operations page's sample of each minute (ops_samples.go: tried once
+// per minute per replica; the first replica in the minute writes it, the others find it written).
+func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastHousekeeping, lastSample time.Time
+	for {
+		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
+			s.housekeep(ctx)
+			lastHousekeeping = now
+		}
+		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {
+			if _, err := s.SampleOps(ctx); err == nil {
+				lastSample = now.Truncate(OpsSampleEvery)
+			} else if ctx.Err() == nil {
+				s.log.Error("ops sample", "err", err) // tried again next pass
+			}
+		}
+		if h := s.cfg.Hooks.AfterUpkeep; h != nil {
+			h(ctx)
+		}
+		select {
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}

@@ -1,0 +1,80 @@
+package payments_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+)
+
+// A patrol round lasts as long as sessions are due (a drain after an outage is one round), and
+// RunSweeper ran the housekeeping and the minute's Operations sample only between rounds: for the
+// whole drain no dead code in the outbox was redacted (promised within 5 minutes) and no minute
+// was sampled (the backlog chart blank exactly while there is a backlog). They run on a loop of
+// their own now. Here the drain of 12 due sessions takes 12 minutes of the service clock (width 1,
+// each claim a minute after the one before); an undelivered code dies one minute in. At the
+// eighth claim, with the round still draining, the upkeep loop's next passes must have redacted
+// the code and sampled the minute. Outside review (retention); fails with the upkeep between
+// rounds (the eighth claim's wait for an upkeep pass times out).
+func TestADrainDoesNotHoldHousekeepingOrTheOpsSamples(t *testing.T) {
+	t.Parallel()
+	var claims atomic.Int32
+	upkept := make(chan struct{}, 100)
+	type seen struct {
+		passes            int
+		redacted, sampled bool
+	}
+	result := make(chan *seen, 1)
+	var b *bench
+	b = newBench(t, func(c *payments.Config) {
+		c.SweepConcurrency = 1
+		c.Hooks.AfterUpkeep = func(context.Context) { upkept <- struct{}{} }
+		c.Hooks.AfterSweepClaim = func(ctx context.Context, ids []string) {
+			k := claims.Add(1)
+			if k > 8 {
+				return
+			}
+			b.clock.Advance(time.Minute) // each drive of the drain takes a minute
+			if k != 8 {
+				return
+			}
+			s := &seen{}
+			for len(upkept) > 0 { // passes that may have started before 12:08
+				<-upkept
+			}
+			for s.passes < 2 { // the second pass from now started at 12:08 or later
+				select {
+				case <-upkept:
+					s.passes++
+				case <-time.After(10 * time.Second):
+					result <- s
+					return
+				}
+			}
+			s.redacted = b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`) == 0
+			s.sampled = b.count(t, `SELECT count(*) FROM ops_samples WHERE at > $1`, t0) > 0
+			result <- s
+		}
+	})
+	b.reconcileElsewhere(t)
+	b.seedRegistered(t, 12)
+	// A cancel code never delivered (no notifier: admins relay it from the outbox) that dies at
+	// t0 + 1 min (CodeTTL after it was written; no challenge row: the message's age decides).
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`,
+		t0.Add(-10*time.Minute+time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, 10*time.Millisecond); close(done) }()
+	s := mustWait(t, result, "the eighth claim's look (within 10 s of upkeep)")
+	cancel()
+	mustWait(t, done, "the patrol to stop")
+	if s.passes < 2 {
+		t.Fatalf("no upkeep pass ran while the round drained (%d passes in 10 s)", s.passes)
+	}
+	if !s.redacted || !s.sampled {
+		t.Fatalf("during the drain, at 12:08: the dead code redacted %v, a minute sampled %v", s.redacted, s.sampled)
+	}
+}
