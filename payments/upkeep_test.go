@@ -78,3 +78,28 @@ func TestADrainDoesNotHoldHousekeepingOrTheOpsSamples(t *testing.T) {
 		t.Fatalf("during the drain, at 12:08: the dead code redacted %v, a minute sampled %v", s.redacted, s.sampled)
 	}
 }
+
+// The delta tables behind the exact counts (session_status_deltas, ledger_day_deltas) were
+// folded only when read — the dashboard, /metrics, the ledger page — so with nothing reading
+// them they grew without bound, and the first read summed them all. Housekeeping folds them.
+// Outside review (retention); fails without the fold in housekeep.
+func TestHousekeepingFoldsTheCountDeltas(t *testing.T) {
+	t.Parallel()
+	passed := make(chan struct{}, 100)
+	b := newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterUpkeep = func(context.Context) { passed <- struct{}{} }
+	})
+	b.reconcileElsewhere(t)
+	b.exec(t, `INSERT INTO session_status_deltas (status, delta) SELECT 'Registered', 0 FROM generate_series(1, 1500)`)
+	b.exec(t, `INSERT INTO ledger_day_deltas (day, currency, received, refunded, entries)
+		SELECT '2026-11-01', 'EUR', 0, 0, 0 FROM generate_series(1, 1500)`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, time.Hour); close(done) }()
+	mustWait(t, passed, "the upkeep loop's first pass (housekeeping)")
+	cancel()
+	mustWait(t, done, "the patrol to stop")
+	if n, m := b.count(t, `SELECT count(*) FROM session_status_deltas`), b.count(t, `SELECT count(*) FROM ledger_day_deltas`); n > 10 || m > 1 {
+		t.Fatalf("after housekeeping: %d status delta rows, %d ledger day delta rows; want them folded (one per status, one per day and currency)", n, m)
+	}
+}
