@@ -676,8 +676,8 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 					}
 					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, free), j.leasedAt)
 					f.end = j.run(jctx)
+					f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
 					cancel()
-					f.interrupted = dctx.Err() != nil
 				}()
 			}
 			free -= len(jobs)
