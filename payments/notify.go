@@ -148,8 +148,9 @@ const outboxAttempts = 5
 //
 // A one-time code that is dead by then is not sent: its challenge was superseded by a newer code
 // (the customer would get an old code that answers 410 next to the new one), consumed (the first
-// delivery reached the customer after all, and they have read it out), or it expired (no use to
-// anyone). Such a message is marked skipped with the reason, in the same claim, and its code
+// delivery reached the customer after all, and they have read it out), it expired (no use to
+// anyone), or it is spent: wrong guesses used up its attempts, and ConfirmCancel refuses it for
+// good (a challenge's attempts never go down; UnlockCodes lifts the payment's lock, not that). Such a message is marked skipped with the reason, in the same claim, and its code
 // redacted like a delivered one. A code that dies while its message is on the wire (after the
 // claim committed) still arrives: closing that window would mean holding a lock across the
 // notifier's HTTP call, and the code answers 410 anyway.
@@ -173,6 +174,7 @@ func (s *Service) outboxSource() patrolSource {
 						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
 						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
+						     WHEN c.attempts >= c.max_attempts THEN 'spent'
 						END AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1

@@ -286,3 +286,52 @@ func TestWebhookNotifierRefusesARedirect(t *testing.T) {
 		t.Fatalf("the redirect's target got %v", reached)
 	}
 }
+
+// A code whose wrong guesses used up its attempts (someone typed five wrong codes while its
+// delivery waited for the retry) is refused by ConfirmCancel for good, yet the retry sent it:
+// the customer got a code that answers "no longer usable". The retry marks it skipped as
+// spent, redacts it, and the outbox page says why. Negative control: without the 'spent' case
+// in the claim the retry sends it (sent 1).
+func TestOutboxRetrySkipsACodeOutOfAttempts(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	sess := b.registered(t, "o-spent-code", 100)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	wrong := "000000"
+	if code == wrong {
+		wrong = "111111"
+	}
+	for range 5 { // Config.CodeAttempts, default 5
+		if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, wrong); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong code: %v", err)
+		}
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
+		t.Fatalf("retry sent %d (%v), want 0: the code is out of attempts", sent, err)
+	}
+	var body string
+	if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = 'spent'
+		AND delivered_at IS NULL`, ch.ID).Scan(&body); err != nil {
+		t.Fatalf("the spent code's message is not marked: %v", err)
+	}
+	if strings.Contains(body, code) {
+		t.Fatalf("the skipped message keeps its code: %q", body)
+	}
+	msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].LastError != "not sent: the code was out of attempts" {
+		t.Fatalf("outbox page = %+v", msgs)
+	}
+}
