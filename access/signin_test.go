@@ -376,3 +376,27 @@ func TestFailedSignInsSendTheSameStatements(t *testing.T) {
 		t.Fatalf("made-up emails audited: %d", n)
 	}
 }
+
+// TestTheLockMessageNamesATimeThatHasCome: five wrong passwords at 12:00:40 lock the email until
+// 12:15:40. The refusal said "try again after 12:15 UTC" (the end cut to the minute), and the one
+// who came back at 12:15:30 as told was refused again. It names 12:16 now: a wait shown to people
+// is never shorter than it is (RoundUpWait). From the timeedges review; negative control: with
+// Format of the lock's end as it is, the message names 12:15.
+func TestTheLockMessageNamesATimeThatHasCome(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.user(t, "eve@example.com", access.RoleSupport)
+	b.clock.Set(t0.Add(40 * time.Second)) // 12:00:40
+	for range access.DefaultLimits.AccountFailures {
+		b.acc.SignIn(ctx, access.Attempt{Email: "eve@example.com", Password: "wrong wrong wrong", Address: "192.0.2.7"})
+	}
+	_, err := b.acc.SignIn(ctx, access.Attempt{Email: "eve@example.com", Password: testPassword, Address: "192.0.2.7"})
+	if msg := payments.ErrorMessage(err); payments.ErrorCode(err) != payments.ELOCKED || !strings.Contains(msg, "try again after 12:16 UTC") {
+		t.Fatalf("refusal %v %q, want locked until after 12:16 UTC", payments.ErrorCode(err), msg)
+	}
+	b.clock.Set(t0.Add(16 * time.Minute)) // as told
+	if _, err := b.acc.SignIn(ctx, access.Attempt{Email: "eve@example.com", Password: testPassword, Address: "192.0.2.7"}); err != nil {
+		t.Fatalf("the right password at 12:16, as told, is refused: %v", err)
+	}
+}

@@ -160,9 +160,12 @@ func (s *Service) accountLockedError(ctx context.Context, tx pgx.Tx, email strin
 }
 
 // lockedUntilError says until when (and, in RetryAfter, how long from now) an email is locked.
+// The time shown is the lock's end rounded up to the minute: cut down, "after 12:15" for a lock
+// ending at 12:15:40 sent the one who waited as told back to a refusal.
 func lockedUntilError(until, now time.Time) error {
+	shown := until.UTC().Add(time.Minute - time.Nanosecond).Truncate(time.Minute)
 	return &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: until.Sub(now),
-		Message: fmt.Sprintf("too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04"))}
+		Message: fmt.Sprintf("too many failed sign-ins; try again after %s UTC", shown.Format("15:04"))}
 }
 
 // ReapThrottle deletes, in one bounded batch each, throttle rows that count for nothing any
