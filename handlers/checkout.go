@@ -238,6 +238,16 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 			latest = &sessions[len(sessions)-1]
 			v.Session = latest
 		}
+		if latest != nil && (latest.Status == payments.StatusFailed || latest.Status == payments.StatusCanceled) {
+			inReview, err := h.svc.LatePaymentInReview(ctx, orderID)
+			if err != nil {
+				return err
+			}
+			if inReview { // the gateway may hold this customer's money: no "try again"
+				v.State = views.CheckoutInReview
+				break
+			}
+		}
 		pay, err := h.payable(c, q, orderID, latest)
 		switch code := payments.ErrorCode(err); {
 		case err == nil:

@@ -105,6 +105,10 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 	switch code := payments.ErrorCode(err); {
 	case code == payments.EBUSY:
 		return c.Redirect(http.StatusSeeOther, h.follow(orderID, c.FormValue("intent")))
+	case errors.Is(err, payments.ErrLatePaymentInReview):
+		// The gateway took money for the order's last payment late (a stale "try again" form):
+		// the page's state says so; nothing was started.
+		return h.show(c, page, orderID, false, http.StatusConflict, "")
 	case errors.Is(err, payments.ErrLinkReplaced):
 		// The shop made a newer link for another amount since this form was rendered: nothing
 		// is started, and the page says so (409).

@@ -84,6 +84,10 @@ func (b *consoleBench) checkoutStates(t *testing.T) []checkoutCase {
 		t.Fatal(err)
 	}
 	changed := strings.Replace(b.link(t, "o-changed", 1999, "EUR"), "amount=1999", "amount=1", 1)
+	// Declined, then the gateway took the money after all: a late_payment case for finance.
+	b.link(t, "o-late", 1999, "EUR")
+	settle("o-late", payments.GatewayDeclined)
+	b.lateSuccess(t, "o-late")
 
 	return []checkoutCase{
 		{views.CheckoutPay, "checkout-ready", b.link(t, "o-pay", 1999, "EUR"), http.StatusOK, "19.99 EUR", true, false},
@@ -93,6 +97,7 @@ func (b *consoleBench) checkoutStates(t *testing.T) []checkoutCase {
 		{views.CheckoutDeclined, "checkout-declined", b.orderPage("o-declined", ""), http.StatusOK, "19.99 EUR", true, false},
 		{views.CheckoutCanceling, "checkout-canceling", b.orderPage("o-canceling", ""), http.StatusOK, "19.99 EUR", false, true},
 		{views.CheckoutCanceled, "checkout-canceled", b.orderPage("o-canceled", ""), http.StatusOK, "19.99 EUR", true, false},
+		{views.CheckoutInReview, "checkout-in-review", b.orderPage("o-late", ""), http.StatusOK, "19.99 EUR", false, false},
 		{views.CheckoutExpired, "checkout-expired", expired.Path(), http.StatusGone, "", false, false},
 		{views.CheckoutBadLink, "checkout-bad-link", changed, http.StatusBadRequest, "", false, false},
 	}
@@ -266,4 +271,116 @@ func TestCheckoutCSRFRefusalLeadsBackToTheForm(t *testing.T) {
 	forged := cloneForm(form)
 	forged.Set("sig", strings.Repeat("0", 64))
 	refused(action, forged, b.orderPage("o-csrf-retry", ""), views.CheckoutDeclined)
+}
+
+// lateSuccess has the gateway take the money for the order's last payment, settled Failed or
+// Canceled already, and a Check find it: a late_payment case opens.
+func (b *consoleBench) lateSuccess(t *testing.T, order string) payments.Session {
+	t.Helper()
+	ctx := context.Background()
+	var sid, gpID string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1
+		ORDER BY created_at DESC LIMIT 1`, order).Scan(&sid, &gpID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gpID, payments.GatewaySucceeded)
+	s, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, sid)
+	if err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND resolved_at IS NULL`, sid); n != 1 {
+		t.Fatalf("setup: %d open late_payment cases for %s", n, order)
+	}
+	return s
+}
+
+// The gateway takes the money for a payment pitlane has settled Failed (the customer finished
+// 3-D Secure late, say): finance gets a late_payment case. The customer's page said "You have
+// not been charged" and offered "Try again", a second charge of the order, and a stale tab's
+// "Try again" form started one. Now the page says the bank reported the payment and offers no
+// form, and the stale form's click is refused (409) with nothing sent to the gateway; once
+// finance resolves the case (refunded by hand, say) the page may offer a new payment again.
+// From the checkout review; negative control: without the page's LatePaymentInReview and the
+// claim's check, the page is "declined" with a form and the stale click registers a second
+// payment.
+func TestCheckoutAfterALatePaymentOffersNoSecondCharge(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	ctx := context.Background()
+	action, form := payForm(t, a, b.link(t, "o-late", 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	var sid, gpID string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = 'o-late'`).Scan(&sid, &gpID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gpID, payments.GatewayExpired)
+	b.clock.Advance(payments.PageLookEvery)
+	doc := page(t, a.get(b.orderPage("o-late", "/return")), http.StatusOK)
+	wantText(t, doc, "checkout-status", "Failed")
+	retryAction, retryForm := payForm(t, a, b.orderPage("o-late", "")) // the "Try again" a tab keeps
+	b.lateSuccess(t, "o-late")
+	registered := b.gw.Calls(fakegw.OpRegister)
+
+	doc = page(t, a.get(b.orderPage("o-late", "")), http.StatusOK)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview ||
+		doc.Find(testid("checkout-form")).Length() != 0 || strings.Contains(doc.Text(), "not been charged") {
+		t.Fatalf("after the late payment: state %q, %d forms: %q", st, doc.Find(testid("checkout-form")).Length(),
+			strings.Join(strings.Fields(doc.Find(testid("checkout-state")).Text()), " "))
+	}
+	doc = page(t, a.post(retryAction, retryForm), http.StatusConflict)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
+		t.Errorf("the stale form's click: state %q", st)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister) - registered; n != 0 {
+		t.Fatalf("the stale Try again registered %d payments at the gateway: a second charge", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-late'`); n != 1 {
+		t.Fatalf("%d sessions of the order", n)
+	}
+
+	// Finance refunds it by hand and resolves the case: the order may be paid again.
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1`, sid).Scan(&caseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded at the gateway by hand"); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, a.get(b.orderPage("o-late", "")), http.StatusOK)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutDeclined || doc.Find(testid("checkout-retry")).Length() != 1 {
+		t.Fatalf("after the case was resolved: state %q, %d retry forms", st, doc.Find(testid("checkout-retry")).Length())
+	}
+}
+
+// A stale tab's Pay after the shop started a payment for another amount over the API: the 409
+// page's notice named the amount in minor units ("2500 EUR" under a summary of 25.00 EUR; "1500
+// KWD" for 1.500 KWD) and the payment's internal id. Now the customer's words. From the checkout
+// review; negative control: the API's message ("already has an active payment <id> for 2500 EUR").
+func TestCheckoutConflictNoticeSpeaksTheCustomersAmount(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	for _, c := range []struct {
+		order            string
+		link, api        int64
+		cur, want, wrong string
+	}{
+		{"o-conflict-eur", 1999, 2500, "EUR", "25.00 EUR", "2500 EUR"},
+		{"o-conflict-kwd", 1000, 1500, "KWD", "1.500 KWD", "1500 KWD"},
+	} {
+		action, form := payForm(t, a, b.link(t, c.order, c.link, c.cur))
+		s, err := b.svc.Create(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+			payments.CreateInput{OrderID: c.order, Amount: c.api, Currency: c.cur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := page(t, a.post(action, form), http.StatusConflict)
+		notice := text(doc, "checkout-notice")
+		if strings.Contains(notice, c.wrong) || !strings.Contains(notice, c.want) || strings.Contains(notice, s.Session.ID) {
+			t.Errorf("%s: the notice says %q: want the amount as %q, no %q and no payment id", c.order, notice, c.want, c.wrong)
+		}
+	}
 }

@@ -47,6 +47,28 @@ var ErrLinkReplaced = &Error{Code: ECONFLICT, Message: "the shop has changed thi
 // no checkout link was ever made for the order (CheckoutRetry).
 var ErrNoCheckoutRetry = &Error{Code: ECONFLICT, Message: "this payment can be started again only from the shop; please go back to the shop to pay"}
 
+// ErrLatePaymentInReview: the gateway took money for a payment of the order after pitlane had
+// settled it Failed or Canceled, and finance has not resolved that late_payment case yet. The
+// checkout starts no payment meanwhile: "try again" would charge the customer a second time
+// for an order whose money the gateway may already hold (CheckoutPay refuses it; the page
+// offers no form, LatePaymentInReview).
+var ErrLatePaymentInReview = &Error{Code: ECONFLICT, Message: "our bank reported a payment of this order after this page said it had not gone through; the shop is checking it, so no new payment can be started here: you will not be charged twice"}
+
+// LatePaymentInReview reports whether a payment of the order has an open late_payment case
+// (ErrLatePaymentInReview). Through finance_cases_one_open: the order's sessions, each one
+// index probe.
+func (s *Service) LatePaymentInReview(ctx context.Context, orderID string) (bool, error) {
+	var open bool
+	if err := s.db.QueryRow(ctx, latePaymentInReviewSQL, orderID).Scan(&open); err != nil {
+		return false, dbError("late payment in review", err, "")
+	}
+	return open, nil
+}
+
+const latePaymentInReviewSQL = `SELECT EXISTS (SELECT 1 FROM payment_sessions ps
+	JOIN finance_cases fc ON fc.session_id = ps.id AND fc.kind = '` + string(CaseLatePayment) + `' AND fc.resolved_at IS NULL
+	WHERE ps.order_id = $1)`
+
 // errLinkExpired is the refusal of a genuine link (or of the page's retry the links allowed)
 // whose time is up.
 func errLinkExpired() error {

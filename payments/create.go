@@ -307,9 +307,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return err
 		})
 		var (
-			priced    bool
-			price     int64
-			priceCurr string
+			priced     bool
+			price      int64
+			priceCurr  string
+			lateReview bool
 		)
 		if in.checkoutPrice {
 			b.Queue(`SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, in.OrderID).QueryRow(func(r pgx.Row) error {
@@ -320,6 +321,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				}
 				return err
 			})
+			// A late payment in finance's hands: no new charge from the checkout (ErrLatePaymentInReview).
+			b.Queue(latePaymentInReviewSQL, in.OrderID).QueryRow(func(r pgx.Row) error { return r.Scan(&lateReview) })
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return dbError("create: claim", err, "")
@@ -333,10 +336,16 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		case hasActive && active.Amount == in.Amount && active.Currency == in.Currency:
 			out = active
 			return nil
+		case hasActive && in.checkoutPrice:
+			// The customer's words: the amount as the page shows it, no internal id.
+			return Errorf(ECONFLICT, "A payment of this order for %s %s is under way already (below): this click started nothing new.",
+				FormatMinor(active.Amount, active.Currency), active.Currency)
 		case hasActive:
 			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
 		case priced && (price != in.Amount || priceCurr != in.Currency):
 			return ErrLinkReplaced
+		case lateReview:
+			return ErrLatePaymentInReview
 		}
 		id := uuid.NewString()
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
