@@ -88,13 +88,20 @@ func (h *Checkout) Pay(c echo.Context) error {
 	if s.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
 		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 	}
-	return c.Redirect(http.StatusSeeOther, h.follow(id, key))
+	return c.Redirect(http.StatusSeeOther, h.follow(id, key, page))
 }
 
 // follow is the order's page following the click key (with the page token: the follow-up page
-// opens for this customer).
-func (h *Checkout) follow(orderID, key string) string {
-	return h.svc.OrderPagePath(orderID, url.Values{"intent": {key}})
+// opens for this customer), and the link the form came from (page; none for a retry form): when
+// the click ends without a payment (its first request failed, a double click's second one is
+// what the browser shows), the page is the link's again, with a Pay form — without the link it
+// called a genuine link "incomplete or changed" (400) and offered nothing.
+func (h *Checkout) follow(orderID, key string, page url.Values) string {
+	q := url.Values{"intent": {key}}
+	for k, v := range page {
+		q[k] = v
+	}
+	return h.svc.OrderPagePath(orderID, q)
 }
 
 // payError answers a Pay click the core did not carry out. page is the link the form came from
@@ -104,7 +111,7 @@ func (h *Checkout) follow(orderID, key string) string {
 func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err error) error {
 	switch code := payments.ErrorCode(err); {
 	case code == payments.EBUSY:
-		return c.Redirect(http.StatusSeeOther, h.follow(orderID, c.FormValue("intent")))
+		return c.Redirect(http.StatusSeeOther, h.follow(orderID, c.FormValue("intent"), page))
 	case errors.Is(err, payments.ErrLatePaymentInReview):
 		// The gateway took money for the order's last payment late (a stale "try again" form):
 		// the page's state says so; nothing was started.

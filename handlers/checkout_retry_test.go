@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
+	"pitlane/views"
 )
 
 // cloneForm copies a form so a test may change it.
@@ -134,9 +136,16 @@ func TestCheckoutResubmitAfterExpiryFollowsTheClick(t *testing.T) {
 		}
 		return first, resubmit
 	}
-	wantFollow := func(what string, r *http.Response, order, key string) {
+	// The follow-up page: the click's key, and the link the form came from (none for a retry form).
+	wantFollow := func(what string, r *http.Response, order string, form url.Values) {
 		t.Helper()
-		if want := b.svc.OrderPagePath(order, url.Values{"intent": {key}}); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != want {
+		q := url.Values{"intent": {form.Get("intent")}}
+		for _, k := range []string{"amount", "currency", "exp", "sig"} {
+			if form.Has("sig") && form.Get(k) != "" {
+				q.Set(k, form.Get(k))
+			}
+		}
+		if want := b.svc.OrderPagePath(order, q); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != want {
 			t.Fatalf("%s: %d %q, want 303 to the follow-up page %q", what, r.StatusCode, r.Header.Get("Location"), want)
 		}
 	}
@@ -148,7 +157,7 @@ func TestCheckoutResubmitAfterExpiryFollowsTheClick(t *testing.T) {
 	b.clock.Advance(payments.MinCheckoutLinkTTL - time.Second)
 	action, form := payForm(t, a, l.Path())
 	first, again := click(action, form, 2*time.Second)
-	wantFollow("the resubmit while registering", again, "o-late", form.Get("intent"))
+	wantFollow("the resubmit while registering", again, "o-late", form)
 	confirm := first.Header.Get("Location")
 	if first.StatusCode != http.StatusSeeOther || confirm == "" || confirm[0] == '/' {
 		t.Fatalf("the first request: %d %q, want the gateway's page", first.StatusCode, confirm)
@@ -179,7 +188,7 @@ func TestCheckoutResubmitAfterExpiryFollowsTheClick(t *testing.T) {
 	b.clock.Advance(payments.MinCheckoutLinkTTL - time.Second)
 	action, retry := payForm(t, a, b.orderPage("o-late-retry", ""))
 	_, again = click(action, retry, 2*time.Second)
-	wantFollow("the retry's resubmit while registering", again, "o-late-retry", retry.Get("intent"))
+	wantFollow("the retry's resubmit while registering", again, "o-late-retry", retry)
 	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-late-retry'`); n != 2 {
 		t.Fatalf("%d sessions, want 2 (the declined one and the retry)", n)
 	}
@@ -277,4 +286,61 @@ func TestCheckoutPayRefusalsLeadBackToTheOrder(t *testing.T) {
 	release = hold("o-refused-retry")
 	busy(action, retry, b.orderPage("o-refused-retry", ""))
 	release()
+}
+
+// A double click on a first visit's Pay: the browser shows the second request's answer, the
+// order's page following the click (?intent=…&view=…, no link in it). The first request then
+// fails without a session (the database drops its connection mid-claim: a 503 "nothing was
+// charged, try again" for that request). The page the customer is looking at refreshes and
+// now says "This payment link is incomplete or was changed" (400) — about the shop's genuine,
+// unexpired link — with no way to pay, where the click's own answer offers to try again. The
+// follow-up URL carries the form's link now. From the checkout review; negative control: with
+// follow naming only the click's key, the page is 400 bad-link.
+func TestADoubleClicksFollowPageKeepsTheLinkWhenTheClickFails(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	var (
+		a      *agent
+		action string
+		form   map[string][]string
+		second *http.Response
+		follow string
+		fired  bool
+	)
+	_, e := b.replica(b.pool, "replica-hook", b.gw, func(c *payments.Config) {
+		c.Hooks.AfterClaimRead = func(ctx context.Context, order string) {
+			if order != "o-dbl-fail" || fired {
+				return
+			}
+			fired = true
+			// The second click of the double click, while the first is inside its claim.
+			rec := a.post(action, form)
+			second = rec.Result()
+			follow = rec.Header().Get("Location")
+			// The first click's connection is dropped (a failover, a proxy restart).
+			if _, err := b.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_locks
+				WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()`); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	a = newAgent(t, e)
+	link := b.link(t, "o-dbl-fail", 1999, "EUR")
+	action, form = payForm(t, a, link)
+	first := a.post(action, form)
+	t.Logf("first click: %d; second click: %d to %q", first.Code, second.StatusCode, follow)
+	if second.StatusCode != http.StatusSeeOther || !strings.Contains(follow, "intent=") {
+		t.Fatalf("the second click did not follow the first: %d %q", second.StatusCode, follow)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-dbl-fail'`); n != 0 {
+		t.Fatalf("the first click made a session after all (%d): the test's interleaving did not happen", n)
+	}
+	rec := a.get(follow)
+	doc := page(t, rec, rec.Code)
+	state := doc.Find(testid("checkout-state")).AttrOr("data-state", "")
+	t.Logf("the page the customer sees: %d, state %q: %q", rec.Code, state,
+		strings.Join(strings.Fields(doc.Find(testid("checkout-state")).Text()), " "))
+	if rec.Code != http.StatusOK || state != views.CheckoutPay || doc.Find(testid("checkout-pay")).Length() != 1 {
+		t.Errorf("a genuine, unexpired link's page after the failed click: %d %q, want the Pay form again", rec.Code, state)
+	}
 }
