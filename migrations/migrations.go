@@ -16,7 +16,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -25,9 +27,16 @@ import (
 //go:embed *.sql
 var FS embed.FS
 
+// lockProbe is how often a migrate waiting for another one's lock looks again. It waits as long
+// as the other one holds the lock (its lease renewed by heartbeat; a holder that died loses it
+// within the 30 s lease) or until its context ends: goose's default gave up after 60 probes (5
+// minutes) and exited 1 while the first one, building an index CONCURRENTLY behind a backup's
+// snapshot, say, went on and succeeded — a deploy step failed for nothing.
+var lockProbe = 5 * time.Second
+
 // NewProvider returns a goose provider over the embedded migrations with a table-based lock.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresTableLocker()
+	locker, err := lock.NewPostgresTableLocker(lock.WithTableLockTimeout(lockProbe, math.MaxUint64))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: locker: %w", err)
 	}
