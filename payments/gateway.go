@@ -71,8 +71,10 @@ type Gateway interface {
 	RefundStatus(ctx context.Context, gatewayRefundID string) (GatewayRefund, error)
 	// FindRefund looks for the refund of a payment made with idempotencyKey, making nothing:
 	// how a refund whose answer was lost is found once the gateway may have forgotten the key.
-	// found=false: the gateway has no such refund. A gateway that cannot search answers a
-	// definitive error with Code "unsupported".
+	// found=false: the gateway has no such refund — the core then asks for it again, so an
+	// adapter whose search stopped before it saw every refund of the payment answers an
+	// unknown error instead (stripegw: Code "search_incomplete"). A gateway that cannot search
+	// answers a definitive error with Code "unsupported".
 	FindRefund(ctx context.Context, gatewayPaymentID, idempotencyKey string) (GatewayRefund, bool, error)
 	// KeyRetention is how long the gateway honours an idempotency key (Stripe: 24 hours); after
 	// it, a request repeated with the same key may act a second time. 0: as long as the payment.

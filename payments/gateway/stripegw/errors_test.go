@@ -3,6 +3,7 @@ package stripegw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -308,6 +309,75 @@ func TestFindByReferenceFiltersAndSorts(t *testing.T) {
 	if found[0].Status != payments.GatewayAuthorized || found[1].Status != payments.GatewayReversed || found[0].Currency != "EUR" {
 		t.Fatalf("found %+v", found)
 	}
+}
+
+// FindRefund is how the core learns, once Stripe may have forgotten a refund's idempotency key,
+// whether a refund whose answer was lost was made; "not found" makes the core send it again
+// (askRefund), and Stripe, key forgotten, pays it twice. FindRefund read the newest 100 refunds
+// of the PaymentIntent and then answered "not found, no error" although it never looked at the
+// older ones, where ours was. Outside review (ledger); negative control: with FindRefund's
+// bound answering not found again (the old `break`), the first case fails with "not found, no
+// error". The second case keeps the fix from overreaching: exactly 100 refunds, all listed, none
+// ours, is a real "not found".
+func TestFindRefundThatStopsAtItsBoundIsUnknownNotNothing(t *testing.T) {
+	t.Parallel()
+	const ours = "rf-ours-key"
+	page := func(n int) string {
+		var items []string
+		for i := range n {
+			items = append(items, fmt.Sprintf(`{"id":"re_%03d","object":"refund","amount":1,"currency":"eur","status":"succeeded","payment_intent":"pi_1","metadata":{"pitlane_refund":"other-%d"}}`, i, i))
+		}
+		return strings.Join(items, ",")
+	}
+	listing := func(t *testing.T, hasMore bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if r.Method != http.MethodGet || r.URL.Path != "/v1/refunds" {
+				t.Errorf("%s %s: FindRefund must only list refunds", r.Method, r.URL.Path)
+				http.Error(w, `{"error":{"type":"invalid_request_error","message":"wrong path"}}`, http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Query().Get("starting_after") == "" { // page 1: the 100 newest refunds, none of them ours
+				_, _ = fmt.Fprintf(w, `{"object":"list","url":"/v1/refunds","has_more":%t,"data":[%s]}`, hasMore, page(maxRefundsListed))
+				return
+			}
+			// page 2: the oldest refund, ours (its answer was lost a day ago)
+			_, _ = io.WriteString(w, `{"object":"list","url":"/v1/refunds","has_more":false,"data":[
+				{"id":"re_ours","object":"refund","amount":500,"currency":"eur","status":"succeeded","payment_intent":"pi_1","metadata":{"pitlane_refund":"`+ours+`"}}]}`)
+		}
+	}
+
+	t.Run("ours is older than the newest 100", func(t *testing.T) {
+		t.Parallel()
+		g, _ := fakeStripe(t, listing(t, true))
+		gr, found, err := g.FindRefund(context.Background(), "pi_1", ours)
+		if err == nil && !found {
+			t.Fatalf("FindRefund = not found, no error: the core now sends refund %s again and Stripe (key forgotten) pays it twice; "+
+				"the refund exists (re_ours, on the list's second page)", ours)
+		}
+		if found {
+			if gr.ID != "re_ours" {
+				t.Fatalf("found %+v, want re_ours", gr)
+			}
+			return
+		}
+		if ge := gatewayError(t, err); ge.Kind != payments.FailureUnknown || ge.Code != "search_incomplete" || ge.Op != "find_refund" {
+			t.Fatalf("got %v, want unknown search_incomplete (the refund stays Pending, never sent again)", ge)
+		}
+	})
+
+	t.Run("exactly 100 refunds, none ours, is not found", func(t *testing.T) {
+		t.Parallel()
+		g, n := fakeStripe(t, listing(t, false))
+		_, found, err := g.FindRefund(context.Background(), "pi_1", ours)
+		if err != nil || found {
+			t.Fatalf("FindRefund = %v %v, want not found: Stripe listed every refund", found, err)
+		}
+		if n.Load() != 1 {
+			t.Fatalf("%d requests, want 1 (has_more was false)", n.Load())
+		}
+	})
 }
 
 func TestNew(t *testing.T) {

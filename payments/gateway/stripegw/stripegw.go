@@ -22,7 +22,7 @@
 //	Reverse         POST /v1/payment_intents/{id}/cancel      Idempotency-Key = our key
 //	Refund          POST /v1/refunds                          Idempotency-Key = our key, metadata[pitlane_refund] = our key
 //	RefundStatus    GET  /v1/refunds/{id}
-//	FindRefund      GET  /v1/refunds?payment_intent=…         the one whose metadata[pitlane_refund] is our key
+//	FindRefund      GET  /v1/refunds?payment_intent=…         the one whose metadata[pitlane_refund] is our key (the newest 100; more: unknown)
 package stripegw
 
 import (
@@ -54,7 +54,13 @@ const MetadataReference = "reference"
 
 // maxFound bounds FindByReference: one reference belongs to one session, so more than a handful
 // of matches is already a finding for reconciliation, not something to page through forever.
+// Stopping there cannot turn "something" into "nothing": it stops only after maxFound matches.
 const maxFound = 100
+
+// maxRefundsListed bounds FindRefund: it reads at most this many of a PaymentIntent's refunds
+// (newest first; one page of Stripe's list). A search that reaches the bound without finding ours
+// has not looked at the older ones, so it answers unknown, never "not found" (see FindRefund).
+const maxRefundsListed = 100
 
 // Options configure the adapter.
 type Options struct {
@@ -302,26 +308,40 @@ func (g *Gateway) RefundStatus(ctx context.Context, gatewayRefundID string) (pay
 }
 
 // FindRefund lists the PaymentIntent's refunds and returns the one made with our key (its
-// metadata), making nothing. A PaymentIntent has few refunds; the list is bounded all the same.
+// metadata), making nothing. A PaymentIntent has few refunds; the list is bounded all the same
+// (maxRefundsListed, newest first).
+//
+// "Not found" is the core's licence to send the refund again (after Stripe forgot the key, a
+// second refund), so it is answered only when Stripe listed every refund of the PaymentIntent.
+// When there are more than the bound and ours is not among the newest, the search could not
+// tell: an unknown failure (Code "search_incomplete"), on which the refund stays Pending and the
+// patrol asks again until its schedule runs out and finance gets a refund_unsettled case. It
+// used to answer "not found" there, and a payment with over 100 later refunds had the lost one
+// paid twice (an outside review).
 func (g *Gateway) FindRefund(ctx context.Context, gatewayPaymentID, idempotencyKey string) (payments.GatewayRefund, bool, error) {
 	const op = "find_refund"
 	if gatewayPaymentID == "" || idempotencyKey == "" {
 		return payments.GatewayRefund{}, false, invalid(op, "payment id and key are required")
 	}
 	params := &stripe.RefundListParams{PaymentIntent: stripe.String(gatewayPaymentID)}
-	params.Limit = stripe.Int64(maxFound)
+	params.Limit = stripe.Int64(maxRefundsListed)
 	ctx, ci := observe(ctx)
 	n := 0
 	for r, err := range g.sc.V1Refunds.List(ctx, params) {
 		if err != nil {
 			return payments.GatewayRefund{}, false, classify(op, ci, err)
 		}
+		// The list goes on past the bound (Stripe had more to give: has_more on the page
+		// before): what is left unread may be ours. Exactly maxRefundsListed refunds end the
+		// loop instead, with nothing left unread.
+		if n == maxRefundsListed {
+			return payments.GatewayRefund{}, false, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Code: "search_incomplete",
+				Err: fmt.Errorf("PaymentIntent %s has more than %d refunds and none of the newest %d carries key %s", gatewayPaymentID, maxRefundsListed, maxRefundsListed, idempotencyKey)}
+		}
 		if r.Metadata[MetadataRefundKey] == idempotencyKey {
 			return refundOf(r, gatewayPaymentID), true, nil
 		}
-		if n++; n == maxFound {
-			break
-		}
+		n++
 	}
 	return payments.GatewayRefund{}, false, nil
 }
