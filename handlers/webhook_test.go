@@ -7,6 +7,8 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -543,6 +545,78 @@ func TestWebhookUnknownPaymentIsRecordedAndAcknowledged(t *testing.T) {
 	}
 	// Redelivered: a duplicate, still 200.
 	whWantStatus(t, b.deliverSigned(whEvent("evt_ghost", ghost, "gp_nobody", "succeeded")), http.StatusOK)
+}
+
+// A correctly signed event whose id or payment id was longer than about 2,700 bytes answered
+// 500: PostgreSQL refused the inbox row (SQLSTATE 54000, "index row size exceeds btree
+// maximum", on webhook_events' unique (gateway, event_id) and its (gateway, gateway_payment_id)
+// index), and the gateway delivered it again for days. Outside review (webhooks); the same class
+// as the NUL byte in TestUnstorableBytesInTheAPIAndWebhooksAreClientErrors. Such an id is longer
+// than any gateway's (payments.MaxGatewayIDLen, 255 bytes: Stripe's documented bound), so the
+// event is refused like any unreadable one — 400 problem+json, nothing written, the gateway asked
+// nothing — for every adapter. Negative control: without the bound in HandleGatewayEvent the
+// 3,000-byte ids answer 500 and the 256-byte ones 200. Positive control: ids of exactly 255
+// bytes are recorded and applied.
+func TestWebhookIDsLongerThanAnyGatewaysAreRefusedWithNothingWritten(t *testing.T) {
+	t.Parallel()
+	for _, scheme := range whSchemes {
+		t.Run(scheme.name, func(t *testing.T) {
+			t.Parallel()
+			b := newWHBench(t, scheme)
+			s := b.registered(t, "order-long-ids")
+			b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) // applying would complete it
+			before := b.written(t)
+			for _, tc := range []struct {
+				name   string
+				body   []byte
+				detail string
+			}{
+				{"event id of 256 bytes", scheme.event(whOpaqueID("evt_", 256), s, s.GatewayPaymentID, "succeeded"), "event id has 256 bytes"},
+				{"event id of 3,000 bytes", scheme.event(whOpaqueID("evt_", 3000), s, s.GatewayPaymentID, "succeeded"), "event id has 3000 bytes"},
+				{"payment id of 256 bytes", scheme.event("evt_pay_256", s, whOpaqueID("gp_", 256), "succeeded"), "payment id has 256 bytes"},
+				{"payment id of 3,000 bytes", scheme.event("evt_pay_3000", s, whOpaqueID("gp_", 3000), "succeeded"), "payment id has 3000 bytes"},
+			} {
+				rec := b.deliverSigned(tc.body)
+				if rec.Code != http.StatusBadRequest || rec.Header().Get("Content-Type") != "application/problem+json" ||
+					!strings.Contains(rec.Body.String(), tc.detail) {
+					t.Errorf("%s: %d %s %s, want a 400 problem naming %q (a 5xx is redelivered for days)",
+						tc.name, rec.Code, rec.Header().Get("Content-Type"), rec.Body.String(), tc.detail)
+				}
+				if got := b.written(t); got != before {
+					t.Errorf("%s: wrote %+v, had %+v", tc.name, got, before)
+				}
+			}
+			if n := b.gw.Calls(fakegw.OpStatus); n != 0 {
+				t.Errorf("the gateway was asked %d times about refused events", n)
+			}
+			if st := b.status(t, s.ID); st != payments.StatusRegistered {
+				t.Fatalf("session %s after refused events, want Registered", st)
+			}
+
+			// Positive control: 255 bytes, the bound itself, fit the inbox's indexes and are
+			// handled as any event: applied, and recorded about a payment no session knows.
+			whWantStatus(t, b.deliverSigned(scheme.event(whOpaqueID("evt_", 255), s, s.GatewayPaymentID, "succeeded")), http.StatusOK)
+			if st := b.status(t, s.ID); st != payments.StatusCompleted {
+				t.Fatalf("session %s after an event id of 255 bytes, want Completed", st)
+			}
+			whWantStatus(t, b.deliverSigned(scheme.event("evt_pay_255", s, whOpaqueID("gp_", 255), "succeeded")), http.StatusOK)
+			if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE octet_length(event_id) = 255 OR octet_length(gateway_payment_id) = 255`); n != 2 {
+				t.Fatalf("%d events with 255-byte ids recorded, want 2", n)
+			}
+		})
+	}
+}
+
+// whOpaqueID is an id of n bytes that PostgreSQL cannot compress (a btree entry is compressed
+// before its size is checked, so "x" × 3,000 would fit): hex of a hash chain, deterministic.
+func whOpaqueID(prefix string, n int) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for i := 0; b.Len() < n; i++ {
+		sum := sha256.Sum256([]byte(fmt.Sprint(prefix, i)))
+		b.WriteString(hex.EncodeToString(sum[:]))
+	}
+	return b.String()[:n]
 }
 
 // TestWebhookNotMarkedProcessedWhenTheGatewayIsDown: the hint cannot be applied (the gateway

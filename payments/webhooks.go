@@ -20,6 +20,16 @@ type GatewayEvent struct {
 	Reference string // our reference as the event carries it; "" when it does not (Stripe)
 }
 
+// MaxGatewayIDLen bounds, in bytes, the ids a webhook event names: its own and its payment's.
+// Both are stored in webhook_events and indexed (the unique (gateway, event_id) that dedups
+// deliveries, and (gateway, gateway_payment_id)), and a btree entry must fit in a third of a page
+// (about 2,700 bytes): a longer id failed the INSERT with SQLSTATE 54000, the receiver answered
+// 500 and the gateway delivered the event again for days (an outside review). 255 is what Stripe
+// documents its generated ids never to exceed ("API upgrades": store them in a VARCHAR(255)), far
+// above the reference gateway's (evt_…, gp_…) and well under the index's limit whatever the
+// bytes; an event naming a longer id is no event of a gateway we speak to.
+const MaxGatewayIDLen = 255
+
 // WebhookVerifier checks one delivery of a gateway's signed webhook and reads the event out of
 // it. Each gateway adapter implements it for its own signature scheme (refgw: Gateway-Signature,
 // stripegw: Stripe-Signature), and cmd builds it beside the Gateway from the same settings, so
@@ -88,6 +98,9 @@ type EventResult struct {
 //     contract: "a valid event → 200"), and a redelivery, if one comes, may apply it sooner.
 //     Only an event that could not be recorded returns an error (the receiver's 5xx).
 //
+// An event whose id or payment id is longer than MaxGatewayIDLen is refused (EMALFORMED) before
+// step 1: nothing is written and the gateway is asked nothing.
+//
 // An event for a payment no session of ours knows is recorded as EventUnknownPayment and logged;
 // it is not a finance case here: gateway accounts are often shared (other shops, a staging
 // environment), and reconciliation, which sees all of the gateway's payments, is where a payment
@@ -97,6 +110,15 @@ type EventResult struct {
 func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (EventResult, error) {
 	if ev.ID == "" {
 		return EventResult{}, Invalid("id", "the event has no id")
+	}
+	// Refused before anything is written, like any event that cannot be read (400): an id longer
+	// than any gateway's, which past about 2,700 bytes no index of the inbox can hold
+	// (MaxGatewayIDLen).
+	switch {
+	case len(ev.ID) > MaxGatewayIDLen:
+		return EventResult{}, Errorf(EMALFORMED, "the event id has %d bytes; a gateway id has at most %d", len(ev.ID), MaxGatewayIDLen)
+	case len(ev.PaymentID) > MaxGatewayIDLen:
+		return EventResult{}, Errorf(EMALFORMED, "the event's payment id has %d bytes; a gateway id has at most %d", len(ev.PaymentID), MaxGatewayIDLen)
 	}
 	ctx = context.WithoutCancel(ctx) // the gateway may hang up; what we started must be recorded
 	ctx, span := s.startSpan(ctx, "payments.webhook", "", "")
