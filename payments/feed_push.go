@@ -243,7 +243,7 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 		return st, dbError("events webhook: status", err, "")
 	}
 	st.Started = true
-	if st.Waiting, st.OldestWaiting, err = s.eventsAfter(ctx, cursor, EventsWebhookWaitingShown+1); err != nil {
+	if st.Waiting, st.OldestWaiting, err = eventsAfter(ctx, s.db, cursor, EventsWebhookWaitingShown+1); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -251,12 +251,12 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 
 // eventsAfter counts the feed's events after cursor, at most limit, and gives the oldest one's
 // time (nil when none): through each table's (xid, id) index, at most limit rows each.
-func (s *Service) eventsAfter(ctx context.Context, cursor string, limit int) (n int, oldest *time.Time, err error) {
+func eventsAfter(ctx context.Context, q querier, cursor string, limit int) (n int, oldest *time.Time, err error) {
 	xid, id, err := parseFeedCursor(cursor)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.db.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
+	if err := q.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
 		feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, ``, `e.xid, e.id`, `$3`),
 		xid, id, limit).Scan(&n, &oldest); err != nil {
 		return 0, nil, dbError("events webhook: waiting", err, "")

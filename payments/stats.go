@@ -66,11 +66,17 @@ const (
 // Stats counts with aggregate queries (each a scan of an index or a small table); callers bound
 // the time with ctx. The counts are of the whole database, not of this replica.
 func (s *Service) Stats(ctx context.Context) (Stats, error) {
+	return s.countStats(ctx, s.db)
+}
+
+// countStats is Stats through q: the pool, or the transaction of CachedStats's claim, whose
+// counts must run on the connection that transaction holds (see CachedStats).
+func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 	st := Stats{Sessions: make(map[Status]int, len(AllStatuses)), OpenCases: map[string]int{}, OldestOpenCase: map[string]time.Duration{}}
 	for _, a := range AllStatuses {
 		st.Sessions[a] = 0
 	}
-	counts, err := s.StatusCounts(ctx)
+	counts, err := statusCounts(ctx, q)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
@@ -80,7 +86,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 
 	now := s.cfg.Clock.Now()
 	st.CountedAt = now
-	rows, err := s.db.Query(ctx, `SELECT kind, count(*), min(created_at) FROM finance_cases WHERE resolved_at IS NULL GROUP BY kind`)
+	rows, err := q.Query(ctx, `SELECT kind, count(*), min(created_at) FROM finance_cases WHERE resolved_at IS NULL GROUP BY kind`)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: cases: %w", err)
 	}
@@ -103,7 +109,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
 	var oldest, oldestEvent *time.Time
 	var pushCursor *string
-	if err := s.db.QueryRow(ctx, `SELECT
+	if err := q.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
 			AND (lease_until IS NULL OR lease_until <= $1)),
@@ -118,7 +124,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}
 	if pushCursor != nil {
-		_, waiting, err := s.eventsAfter(ctx, *pushCursor, 1)
+		_, waiting, err := eventsAfter(ctx, q, *pushCursor, 1)
 		if err != nil {
 			return Stats{}, fmt.Errorf("stats: %w", err)
 		}
@@ -132,7 +138,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	if oldestEvent != nil && now.After(*oldestEvent) {
 		st.OldestUnprocessedEvent = now.Sub(*oldestEvent)
 	}
-	if st.Stuck, err = s.stuckMoney(ctx, now); err != nil {
+	if st.Stuck, err = stuckMoney(ctx, q, now); err != nil {
 		return Stats{}, err
 	}
 	return st, nil
@@ -141,13 +147,13 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 // stuckMoney sums the workbench's stuck sessions per currency with the workbench's own totals
 // query (an index-only scan of the active sessions), so "stuck" means the same on the page, in
 // the metric and in its alert.
-func (s *Service) stuckMoney(ctx context.Context, now time.Time) ([]StuckMoney, error) {
+func stuckMoney(ctx context.Context, q querier, now time.Time) ([]StuckMoney, error) {
 	f, err := StuckFilter{}.normalize()
 	if err != nil {
 		return nil, err
 	}
-	q, args := stuckTotalsSQL(f, now)
-	rows, err := s.db.Query(ctx, q, args...)
+	query, args := stuckTotalsSQL(f, now)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("stats: stuck money: %w", err)
 	}
@@ -202,7 +208,14 @@ const statusDeltaFold = 1000
 // the rows it deletes are the rows it sums, so nothing is lost or counted twice, whoever folds
 // at the same time).
 func (s *Service) StatusCounts(ctx context.Context) (map[Status]int, error) {
-	rows, err := s.db.Query(ctx, `SELECT status, sum(delta), count(*) FROM session_status_deltas GROUP BY status`)
+	return statusCounts(ctx, s.db)
+}
+
+// statusCounts is StatusCounts through q. In CachedStats's transaction a fold commits with the
+// stored counts: another fold waits for the rows it deleted until then (one more statement),
+// and then finds them gone, under READ COMMITTED, and folds what is left.
+func statusCounts(ctx context.Context, q querier) (map[Status]int, error) {
+	rows, err := q.Query(ctx, `SELECT status, sum(delta), count(*) FROM session_status_deltas GROUP BY status`)
 	if err != nil {
 		return nil, fmt.Errorf("status counts: %w", err)
 	}
@@ -225,7 +238,7 @@ func (s *Service) StatusCounts(ctx context.Context) (map[Status]int, error) {
 		return nil, fmt.Errorf("status counts: %w", err)
 	}
 	if pending > statusDeltaFold {
-		if _, err := s.db.Exec(ctx, `WITH gone AS (DELETE FROM session_status_deltas RETURNING status, delta)
+		if _, err := q.Exec(ctx, `WITH gone AS (DELETE FROM session_status_deltas RETURNING status, delta)
 			INSERT INTO session_status_deltas (status, delta) SELECT status, sum(delta) FROM gone GROUP BY status`); err != nil {
 			return nil, fmt.Errorf("status counts: fold: %w", err)
 		}

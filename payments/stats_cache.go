@@ -16,6 +16,13 @@ import (
 // row (a guarded UPDATE that skips a row another scrape holds), counts and stores in the same
 // transaction; a scrape that arrives meanwhile gets the previous counts at once instead of
 // waiting.
+//
+// The counts go through the claim's transaction, on the connection it holds, not through the
+// pool: counting through the pool needed a second connection while the claim held the first, so
+// on a pool of one connection (pool_max_conns=1) the scrape waited for itself until its deadline,
+// pitlane_stats_up was 0 on a healthy database, and the replica's only connection sat idle in a
+// transaction meanwhile (an outside review). Counting first and claiming after would need no
+// second connection either, but then every scrape that found the counts old would count, not one.
 func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats, error) {
 	now := s.cfg.Clock.Now()
 	var st Stats
@@ -31,7 +38,7 @@ func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats,
 		if err != nil {
 			return fmt.Errorf("cached stats: claim: %w", err)
 		}
-		if st, err = s.Stats(ctx); err != nil {
+		if st, err = s.countStats(ctx, tx); err != nil {
 			return err
 		}
 		b, err := json.Marshal(st)

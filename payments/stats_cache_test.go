@@ -60,3 +60,41 @@ func TestCachedStatsOneCountForAllReplicas(t *testing.T) {
 		t.Fatalf("while another scrape counts: %v %v, want the stored count 1", st.Sessions, err)
 	}
 }
+
+// TestCachedStatsCountsOnAPoolOfOneConnection: the /metrics scrape's count on a replica whose
+// DATABASE_URL says pool_max_conns=1. CachedStats claimed the stats_cache row in a transaction
+// and, while that transaction kept the pool's only connection, counted through the pool (Stats)
+// on a second one: it waited for itself until the scrape's deadline, so every scrape of such a
+// replica answered pitlane_stats_up 0 on a healthy database (PitlaneStatsUnavailable when every
+// replica runs so), and for those seconds the replica's only connection sat idle in a
+// transaction (an outside review: pgbouncer / small pools). The counts now go through the
+// claim's transaction.
+//
+// Negative control: with CachedStats counting through s.Stats(ctx) again, the call fails with
+// "context deadline exceeded" after the 2 s deadline.
+func TestCachedStatsCountsOnAPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	svc := b.service(poolOf(t, b.pool, 1), "one-conn")
+	if _, err := b.plain.Create(context.Background(), api, payments.CreateInput{OrderID: "stats-one", Amount: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	// The scrape's own deadline (web/metrics.go: statsCollector.timeout).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := svc.CachedStats(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatalf("CachedStats on a pool of one connection: %v (the database is idle and healthy; "+
+			"the claim's transaction holds the only connection while the count waits for another)", err)
+	}
+	if st.Sessions[payments.StatusRegistered] != 1 {
+		t.Fatalf("counts %v, want 1 Registered", st.Sessions)
+	}
+	// And it stored them: another replica within the maximum age reads them instead of counting.
+	if _, err := b.plain.Create(context.Background(), api, payments.CreateInput{OrderID: "stats-two", Amount: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.svc.CachedStats(context.Background(), 5*time.Second); err != nil || st.Sessions[payments.StatusRegistered] != 1 {
+		t.Fatalf("another replica within the maximum age: %v %v, want the stored count 1", st.Sessions, err)
+	}
+}
