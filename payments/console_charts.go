@@ -49,7 +49,11 @@ type OpsSample struct {
 	Due         int
 	OldestDueAt *time.Time
 	Leased      int
-	// Settled counts the sessions that reached each terminal state in [SettledSince, At).
+	// Settled counts the sessions that reached each terminal state in transactions this sample
+	// saw ended and the previous one did not (ops_samples.settled_xmin, opsSampleSQL): each
+	// settlement once, by when its commit was sampled. SettledSince is the previous sample's
+	// minute (the minute before At when there was none within an hour): the counts are mostly
+	// the settlements of [SettledSince, At), plus any that committed late.
 	SettledSince time.Time
 	Settled      map[Status]int
 }

@@ -16,9 +16,12 @@ import (
 // and gateway calls, three days of samples — and asks PostgreSQL for the plans of every query
 // of the page and of the patrol's sample, custom and generic (pgx prepares every query): none
 // may read payment_sessions, session_events or gateway_calls with a sequential scan; the
-// gateway's minutes and the sample's settled count must go through their created_at indexes.
-// Then it runs the sample statement under EXPLAIN ANALYZE when the minute's row exists: the
-// counts must never run (the NOT EXISTS guard is a one-time filter). make test fills 50 000
+// gateway's minutes must go through their created_at index, and the sample's settled count
+// through session_events_feed (the transactions since the previous sample's settled_xmin) or,
+// after a sample with none (an older version's), session_events_created. It runs the sample
+// statement of a new minute under EXPLAIN ANALYZE both ways: only its own branch may read
+// session_events. Then it runs it when the minute's row exists: the counts must never run (the
+// NOT EXISTS guard is a one-time filter). make test fills 50 000
 // sessions and 150 000 events and calls each; make polygon (PITLANE_SCALE=full) a million
 // sessions and three million of each.
 func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
@@ -37,11 +40,14 @@ func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
 	}
 	defer conn.Release()
 	for _, sql := range []string{
-		// Three events per session over the last three days (the terminal one last), and as many
-		// gateway calls, spread evenly; three days of samples, one per minute.
-		`INSERT INTO session_events (session_id, from_status, to_status, actor_kind, created_at)
+		// Three events per session over the last three days (the terminal one last), each in a
+		// transaction of its own as the core writes them (xid growing with created_at), and as
+		// many gateway calls, spread evenly; three days of samples, one per minute, written by an
+		// older version (no settled_xmin: filled in below).
+		`INSERT INTO session_events (session_id, from_status, to_status, actor_kind, created_at, xid)
 		SELECT id, NULL, (ARRAY['Registering', 'Registered', status])[k], 'api',
-			$1::timestamptz - interval '3 days' + (row_number() OVER () * 3 + k) * (interval '3 days' / ($2::int * 3 + 3))
+			$1::timestamptz - interval '3 days' + (row_number() OVER () * 3 + k) * (interval '3 days' / ($2::int * 3 + 3)),
+			(row_number() OVER () * 3 + k)::text::xid8
 		FROM payment_sessions, generate_series(1, 3) k`,
 		`INSERT INTO gateway_calls (session_id, operation, outcome, latency_ms, created_at)
 		SELECT NULL, 'status', (ARRAY['ok', 'ok', 'ok', 'definitive', 'unknown', 'not_sent'])[1 + i % 6], i % 900,
@@ -68,41 +74,85 @@ func TestOpsChartQueriesUseIndexesAtScale(t *testing.T) {
 	}
 
 	at := now.Truncate(OpsSampleEvery)
-	queries := []struct {
+	newMinute := []any{at.Add(time.Minute), now.Add(time.Minute), "plan", opsSampleLookback, OpsSampleEvery}
+	type query struct {
 		name  string
 		sql   string
 		args  []any
 		index string // must be read through this index ("": any, but no sequential scan)
-	}{
-		{"sample (a new minute)", opsSampleSQL, []any{at.Add(time.Minute), now.Add(time.Minute), "plan", opsSampleLookback, OpsSampleEvery}, "session_events_created"},
-		{"gateway minutes", gatewayMinutesSQL, []any{at.Add(-OpsGatewayWindow + OpsGatewayMinute), now}, "gateway_calls_created"},
-		{"samples of the day", opsSamplesSQL, []any{at.Add(-OpsHistory), now}, ""},
-		{"leases per replica", replicaLeasesSQL, []any{now}, ""},
 	}
 	big := map[string]bool{"payment_sessions": true, "session_events": true, "gateway_calls": true}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range queries {
-			plan := explain(t, conn.Conn(), q.sql, q.args)
-			seq, indexes := planScans(plan)
-			js, _ := json.MarshalIndent(plan, "", "  ")
-			for rel := range seq {
-				if big[rel] {
-					t.Errorf("%s, %s: sequential scan of %s:\n%s", mode, q.name, rel, js)
+	checkPlans := func(queries []query) {
+		t.Helper()
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range queries {
+				plan := explain(t, conn.Conn(), q.sql, q.args)
+				seq, indexes := planScans(plan)
+				js, _ := json.MarshalIndent(plan, "", "  ")
+				for rel := range seq {
+					if big[rel] {
+						t.Errorf("%s, %s: sequential scan of %s:\n%s", mode, q.name, rel, js)
+					}
+				}
+				if q.index != "" && !indexes[q.index] {
+					t.Errorf("%s, %s: read through %v, want %s:\n%s", mode, q.name, indexes, q.index, js)
 				}
 			}
-			if q.index != "" && !indexes[q.index] {
-				t.Errorf("%s, %s: read through %v, want %s:\n%s", mode, q.name, indexes, q.index, js)
+		}
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = auto"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ranOnly runs the sample statement (rolled back) under EXPLAIN ANALYZE and fails unless
+	// index is the only way it read session_events: the other branch's guard kept it from running.
+	ranOnly := func(what string, args []any, index string) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		plan := explainWith(t, tx.Conn(), "ANALYZE, FORMAT JSON", opsSampleSQL, args)
+		ran := map[string]bool{}
+		walkPlan(plan, func(n map[string]any) {
+			if n["Relation Name"] == "session_events" && n["Actual Loops"].(float64) > 0 {
+				ran[n["Index Name"].(string)] = true
 			}
+		})
+		if len(ran) != 1 || !ran[index] {
+			js, _ := json.MarshalIndent(plan, "", "  ")
+			t.Errorf("%s: the settled count read session_events through %v, want %s alone:\n%s", what, ran, index, js)
 		}
 	}
 
-	// The minute's row exists: the statement runs (rolled back), and the counts never do.
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = auto"); err != nil {
-		t.Fatal(err)
+	checkPlans([]query{
+		{"sample after an older version's", opsSampleSQL, newMinute, "session_events_created"},
+		{"gateway minutes", gatewayMinutesSQL, []any{at.Add(-OpsGatewayWindow + OpsGatewayMinute), now}, "gateway_calls_created"},
+		{"samples of the day", opsSamplesSQL, []any{at.Add(-OpsHistory), now}, ""},
+		{"leases per replica", replicaLeasesSQL, []any{now}, ""},
+	})
+	ranOnly("sample after an older version's", newMinute, "session_events_created")
+	// Samples of this version: each with the xmin of its minute's events.
+	for _, sql := range []string{
+		`UPDATE ops_samples SET settled_xmin = (extract(epoch FROM at - ($1::timestamptz - interval '3 days'))
+			/ extract(epoch FROM interval '3 days') * ($2::int * 3 + 3))::bigint::text::xid8`,
+		`VACUUM ANALYZE ops_samples`,
+	} {
+		var args []any
+		if strings.Contains(sql, "$1") {
+			args = []any{now, n}
+		}
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("fill: %v\n%s", err, sql)
+		}
 	}
+	checkPlans([]query{{"sample (a new minute)", opsSampleSQL, newMinute, "session_events_feed"}})
+	ranOnly("sample (a new minute)", newMinute, "session_events_feed")
+
+	// The minute's row exists: the statement runs (rolled back), and the counts never do.
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,20 @@ import (
 )
 
 // sampleAt sets the clock and samples as svc; it reports whether svc wrote the minute's row.
+// It samples once every session event committed so far can be counted: a sample counts
+// settlements by transaction id, below the oldest transaction running in the cluster
+// (opsSampleSQL), and the test cluster is shared with parallel tests whose open transactions
+// hold that back — the settlement would be counted, by the next sample, in a minute the test did
+// not mean (the feed's tests wait for the same thing: feedAll). An event still being written is
+// not committed and not waited for.
 func (b *bench) sampleAt(t *testing.T, svc *payments.Service, at time.Time) bool {
 	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for b.count(t, `SELECT count(*) FROM session_events WHERE xid >= pg_snapshot_xmin(pg_current_snapshot())`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a transaction in the test cluster has been running for a minute: samples cannot count the events committed after it")
+		}
+	}
 	b.clock.Set(at)
 	wrote, err := svc.SampleOps(context.Background())
 	if err != nil {
@@ -132,6 +144,58 @@ func TestSampleOpsOneRowPerMinute(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM ops_samples WHERE at = $1 AND taken_by = 'replica-b'`, t0.Add(time.Minute)); n != 1 {
 		t.Fatal("the 12:01 sample is not replica-b's")
+	}
+}
+
+// TestSampleOpsCountsALateCommitOnce: a session's Completed event carries the time its apply
+// read the clock, before it waited for the order and session locks; it becomes visible only at
+// commit. When the minute's sample ran in between, the sample of 12:00 counted [11:59, 12:00) by
+// created_at without the row, and the next ones counted from 12:00 on, after it: the settlement
+// was in no sample, in no bar. Now a sample counts by the writing transaction's id up to its own
+// snapshot's xmin, and the next one from there: the apply still open at 12:00 is counted at
+// 12:01, once. Negative control: opsSampleSQL counting created_at in [since, $1) again — the
+// samples count 0 completions.
+func TestSampleOpsCountsALateCommitOnce(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	armed := false
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterApplyLock = func(ctx context.Context, id string) {
+			if !armed {
+				return
+			}
+			armed = false
+			// The apply read 11:59:59.900 and waits here (a lock wait, a slow commit) while the
+			// first patrol of 12:00 samples the minute.
+			b.sampleAt(t, b.plain, t0.Add(time.Second))
+		}
+	})
+	b.sampleAt(t, b.plain, t0.Add(-time.Minute)) // 11:59
+	b.clock.Set(t0.Add(-50 * time.Second))
+	s := b.registered(t, "o-late", 100)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.clock.Set(t0.Add(-100 * time.Millisecond))
+	armed = true
+	got, err := b.svc.Check(context.Background(), api, s.ID)
+	if err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("check: %s %v", got.Status, err)
+	}
+	if armed {
+		t.Fatal("the apply never reached its locks: nothing was sampled while it was open")
+	}
+	b.sampleAt(t, b.plain, t0.Add(61*time.Second))  // 12:01
+	b.sampleAt(t, b.plain, t0.Add(121*time.Second)) // 12:02
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE to_status = 'Completed'`); n != 1 {
+		t.Fatalf("%d Completed events", n)
+	}
+	var per []int
+	total := 0
+	for _, o := range b.samples(t) {
+		per = append(per, o.Settled[payments.StatusCompleted])
+		total += o.Settled[payments.StatusCompleted]
+	}
+	if total != 1 || len(per) != 4 || per[1] != 0 {
+		t.Fatalf("one session completed (event at 11:59:59.9, committed after the 12:00 sample): completions per sample %v, want 1 in all and none at 12:00", per)
 	}
 }
 

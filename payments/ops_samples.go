@@ -26,13 +26,32 @@ const OpsSampleRetention = 3 * 24 * time.Hour
 // new sample counts the minute before it only, so one row never reads a day of events.
 const opsSampleLookback = time.Hour
 
-// opsSampleSQL writes the sample of minute $1 counted at $2 by replica $3 (SampleOps): the
-// settled sessions since the previous sample within $4, else since $1 - $5.
+// opsSampleSQL writes the sample of minute $1 counted at $2 by replica $3 (SampleOps).
+//
+// The settled sessions are counted by the transaction that wrote their event, as the events feed
+// reads (feed.go, migration 00210), not by created_at: created_at is when the apply read the
+// clock, before it waited for its locks and committed, so a sample running in between missed the
+// row and the next one, counting from its own minute, missed it too (migration 00660). x.xmin is
+// the xmin of the statement's snapshot: every transaction below it has ended, so the events
+// below it this snapshot sees are all there will ever be; a settlement still open has an id at
+// or above it and is the next sample's. A sample counts the events with xid in [the previous
+// sample's settled_xmin, x.xmin) — the previous sample being the latest within $4, as before.
+// Without one, or when it has no settled_xmin (written by an older version during a rolling
+// deploy), it counts as before from $1 - $5 or that sample's minute, by created_at (no upper
+// bound: what this snapshot sees below x.xmin is this sample's, the next counts from x.xmin),
+// below x.xmin.
+//
+// The two branches of s are guarded by whether p.after_xid is NULL, which references no column
+// of session_events: PostgreSQL runs each guard as a one-time filter, and only one branch reads
+// the table — the xid range through session_events_feed (xid, id), the fallback's minute through
+// session_events_created (TestOpsChartQueriesUseIndexesAtScale). The xid range is what was
+// written since the oldest transaction running at the previous sample: a transaction left open
+// holds the counts back (as it holds the feed back) and the sample after it counts what it held.
 var opsSampleSQL = `
 	INSERT INTO ops_samples (at, taken_at, taken_by, registering, registered, unknown, authorized, canceling,
-		flagged, due, oldest_due_at, leased, settled_since, completed, failed, canceled)
+		flagged, due, oldest_due_at, leased, settled_since, settled_xmin, completed, failed, canceled)
 	SELECT $1, $2, $3, a.registering, a.registered, a.unknown, a.authorized, a.canceling,
-		a.flagged, a.due, a.oldest_due_at, a.leased, p.since, e.completed, e.failed, e.canceled
+		a.flagged, a.due, a.oldest_due_at, a.leased, p.since, x.xmin, e.completed, e.failed, e.canceled
 	FROM (
 		SELECT count(*) FILTER (WHERE status = 'Registering') AS registering,
 			count(*) FILTER (WHERE status = 'Registered') AS registered,
@@ -46,14 +65,26 @@ var opsSampleSQL = `
 			count(*) FILTER (WHERE lease_until > $2) AS leased
 		FROM payment_sessions WHERE ` + activeStatusSQL + `
 	) a,
-	(SELECT coalesce((SELECT max(at) FROM ops_samples WHERE at < $1 AND at >= $1::timestamptz - $4::interval),
-		$1::timestamptz - $5::interval) AS since) p,
+	(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) x,
+	(SELECT coalesce(prev.at, $1::timestamptz - $5::interval) AS since, prev.settled_xmin AS after_xid
+		FROM (VALUES (1)) one LEFT JOIN (
+			SELECT at, settled_xmin FROM ops_samples WHERE at < $1 AND at >= $1::timestamptz - $4::interval
+			ORDER BY at DESC LIMIT 1) prev ON true) p,
 	LATERAL (
-		SELECT count(*) FILTER (WHERE to_status = 'Completed') AS completed,
-			count(*) FILTER (WHERE to_status = 'Failed') AS failed,
-			count(*) FILTER (WHERE to_status = 'Canceled') AS canceled
-		FROM session_events
-		WHERE created_at >= p.since AND created_at < $1 AND to_status IN ('Completed', 'Failed', 'Canceled')
+		SELECT count(*) FILTER (WHERE s.ended AND s.to_status = 'Completed') AS completed,
+			count(*) FILTER (WHERE s.ended AND s.to_status = 'Failed') AS failed,
+			count(*) FILTER (WHERE s.ended AND s.to_status = 'Canceled') AS canceled
+		FROM (
+			SELECT to_status, true AS ended FROM session_events
+			WHERE p.after_xid IS NOT NULL AND xid >= p.after_xid AND xid < x.xmin
+				AND to_status IN ('Completed', 'Failed', 'Canceled')
+			UNION ALL
+			-- xid < x.xmin in the count, not here: as a condition the planner would read it as a
+			-- range of session_events_feed from the first event ever
+			SELECT to_status, xid < x.xmin FROM session_events
+			WHERE p.after_xid IS NULL AND created_at >= p.since
+				AND to_status IN ('Completed', 'Failed', 'Canceled')
+		) s
 	) e
 	WHERE NOT EXISTS (SELECT 1 FROM ops_samples WHERE at = $1)
 	ON CONFLICT (at) DO NOTHING
@@ -68,7 +99,9 @@ var opsSampleSQL = `
 //
 // Every count is bounded: the active sessions through the partial indexes over active states
 // (migration 00310; the settled part of payment_sessions is never read), the settled ones from
-// session_events over [previous sample, this minute) through session_events_created.
+// session_events over the transactions since the previous sample's snapshot through
+// session_events_feed (opsSampleSQL; after a gap, the minute before through
+// session_events_created).
 func (s *Service) SampleOps(ctx context.Context) (bool, error) {
 	now := s.cfg.Clock.Now()
 	at := now.Truncate(OpsSampleEvery)
