@@ -60,12 +60,14 @@ type OpsSample struct {
 
 // StateBucket is one bar of "sessions by state": the active sessions at the bucket's last
 // sample (a stock: how many were in flight then) and the sessions settled during the bucket (a
-// flow: the sum of its samples). Sampled is false when no replica's patrol ran in it.
+// flow: the sum of the settled counts filed in it, StateBuckets). Sampled is false when no
+// replica's patrol ran in it; SettledSampled when no sample's settled counts were filed in it.
 type StateBucket struct {
-	Start   time.Time
-	Sampled bool
-	Active  map[Status]int
-	Settled map[Status]int
+	Start          time.Time
+	Sampled        bool
+	SettledSampled bool
+	Active         map[Status]int
+	Settled        map[Status]int
 }
 
 // BacklogBucket is one point of the patrol's backlog: the most due sessions, the most leased and
@@ -202,18 +204,31 @@ func foldSamples[B any](samples []OpsSample, from time.Time, step time.Duration,
 
 // StateBuckets folds samples (oldest first) into n buckets of step from from: the active counts
 // of each bucket's last sample, the settled counts summed.
+//
+// A sample's active counts are the stock at its At, in At's bucket. Its settled counts are the
+// settlements since the previous sample (OpsSample.Settled), mostly of the minute before At, so
+// they are filed in the bucket of the instant just before At: the sample of 12:00 holds what
+// settled in 11:59 and belongs to the 11:30 bar, not to 12:00's. A gap's settlements land in
+// the bucket where the gap ends — which may be one no sample falls in (SettledSampled without
+// Sampled).
 func StateBuckets(samples []OpsSample, from time.Time, step time.Duration, n int) []StateBucket {
-	return foldSamples(samples, from, step, n, func(start time.Time) StateBucket {
+	out := foldSamples(samples, from, step, n, func(start time.Time) StateBucket {
 		return StateBucket{Start: start, Active: map[Status]int{}, Settled: map[Status]int{}}
 	}, func(b *StateBucket, o OpsSample) {
 		b.Sampled = true
 		for _, st := range ActiveStatuses {
 			b.Active[st] = o.Active[st] // samples come oldest first: the last one stays
 		}
-		for _, st := range SettledStatuses {
-			b.Settled[st] += o.Settled[st]
-		}
 	})
+	for _, o := range samples {
+		if i := bucketOf(o.At.Add(-time.Nanosecond), from, step, n); i >= 0 {
+			out[i].SettledSampled = true
+			for _, st := range SettledStatuses {
+				out[i].Settled[st] += o.Settled[st]
+			}
+		}
+	}
+	return out
 }
 
 // BacklogBuckets folds samples (oldest first) into n buckets of step from from: the peaks of

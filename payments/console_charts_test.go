@@ -352,7 +352,11 @@ func TestReplicaHealth(t *testing.T) {
 }
 
 // TestOpsCharts: the page's windows — 48 half hours and 96 quarter hours ending with the one
-// under way, 60 minutes ending with this one — folded from the samples.
+// under way, 60 minutes ending with this one — folded from the samples. o-paid settles at 11:59,
+// but no patrol sampled 12:00: the first sample to see it committed is 12:01's, so it is in the
+// 12:00 bar (a gap's settlements land where the gap ends; with a 12:00 sample it would be in
+// 11:30's: TestSettledBarHoldsTheLastMinuteOfItsHalfHour). This test expected the 12:00 bar
+// before too, when every sample's settled counts went to the bar of its own minute.
 func TestOpsCharts(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -385,16 +389,54 @@ func TestOpsCharts(t *testing.T) {
 	if !slices.Equal(sampled, []int{0, 46, 47}) {
 		t.Fatalf("sampled state buckets %v, want [0 46 47]", sampled)
 	}
-	if last := oc.States[47]; last.Active[payments.StatusRegistered] != 1 || last.Settled[payments.StatusCompleted] != 1 {
-		t.Fatalf("the bucket under way: %+v", last)
+	if last := oc.States[47]; last.Active[payments.StatusRegistered] != 1 || last.Settled[payments.StatusCompleted] != 1 || !last.SettledSampled {
+		t.Fatalf("the bucket under way (o-paid, counted at 12:01): %+v", last)
 	}
-	if oc.States[46].Active[payments.StatusRegistered] != 1 || oc.Latest == nil || !oc.Latest.At.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("11:30 bucket %+v, latest %+v", oc.States[46], oc.Latest)
+	if b := oc.States[46]; b.Active[payments.StatusRegistered] != 1 || b.Settled[payments.StatusCompleted] != 0 || !b.SettledSampled ||
+		oc.Latest == nil || !oc.Latest.At.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("11:30 bucket %+v, latest %+v", b, oc.Latest)
+	}
+}
+
+// TestSettledBarHoldsTheLastMinuteOfItsHalfHour: docs/console.md, Operations: "Sessions settled —
+// sessions that reached Completed, Failed, Canceled in each half hour". A session completed at
+// 11:59:30 belongs to the 11:30–12:00 bar, not to 12:00–12:30. The sample of 12:00 counts what
+// settled since 11:59's, and StateBuckets filed it by its At (12:00), so the last minute of every
+// half hour landed in the next half hour's bar. Negative control: StateBuckets filing settled
+// counts by At again — 11:30 bar completed=0, 12:00 bar completed=1.
+func TestSettledBarHoldsTheLastMinuteOfItsHalfHour(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.sampleAt(t, b.plain, t0.Add(-2*time.Minute)) // 11:58: the patrol samples every minute
+	b.sampleAt(t, b.plain, t0.Add(-time.Minute))   // 11:59
+	b.clock.Set(t0.Add(-30 * time.Second))         // 11:59:30
+	b.completed(t, "o-1159", 100)
+	b.sampleAt(t, b.plain, t0.Add(5*time.Second))  // 12:00 (taken 12:00:05)
+	b.sampleAt(t, b.plain, t0.Add(65*time.Second)) // 12:01
+	b.clock.Set(t0.Add(10 * time.Minute))
+	oc, err := b.svc.OpsCharts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := oc.States[46], oc.States[47] // 11:30–12:00, 12:00–12:30
+	if !before.Start.Equal(t0.Add(-30*time.Minute)) || !after.Start.Equal(t0) {
+		t.Fatalf("bars start %s and %s", before.Start, after.Start)
+	}
+	if before.Settled[payments.StatusCompleted] != 1 || after.Settled[payments.StatusCompleted] != 0 {
+		t.Fatalf("a session completed at 11:59:30: 11:30 bar completed=%d, 12:00 bar completed=%d (want 1 and 0)",
+			before.Settled[payments.StatusCompleted], after.Settled[payments.StatusCompleted])
+	}
+	if !after.Sampled || after.Active[payments.StatusRegistered] != 0 {
+		t.Fatalf("the 12:00 bar's stock is its samples' (12:00, 12:01): %+v", after)
 	}
 }
 
 // TestStateAndBacklogBuckets: the folding itself — the last sample's stock, the summed flow,
-// the backlog's peaks, samples outside the buckets ignored.
+// the backlog's peaks, samples outside the buckets ignored. A sample's settled counts are what
+// settled before it, so they go to the bucket of the instant before its At: the sample at a
+// bucket's start fills the previous bucket's settled bar (the one at 0 falls before the first
+// bucket, the one at 90 min into the last), even one no sample was taken in (bucket 1). Before,
+// this test expected them in the bucket of At.
 func TestStateAndBacklogBuckets(t *testing.T) {
 	t.Parallel()
 	sample := func(at time.Duration, registered, completed, due, leased int, waiting time.Duration) payments.OpsSample {
@@ -416,13 +458,14 @@ func TestStateAndBacklogBuckets(t *testing.T) {
 		sample(90*time.Minute, 99, 99, 99, 99, 0), // after the last
 	}
 	st := payments.StateBuckets(samples, t0, 30*time.Minute, 3)
-	if !st[0].Sampled || st[0].Active[payments.StatusRegistered] != 4 || st[0].Settled[payments.StatusCompleted] != 6 {
+	if !st[0].Sampled || !st[0].SettledSampled || st[0].Active[payments.StatusRegistered] != 4 || st[0].Settled[payments.StatusCompleted] != 4 {
 		t.Fatalf("bucket 0: %+v", st[0])
 	}
-	if st[1].Sampled || st[1].Active[payments.StatusRegistered] != 0 || !st[1].Start.Equal(t0.Add(30*time.Minute)) {
+	if st[1].Sampled || !st[1].SettledSampled || st[1].Active[payments.StatusRegistered] != 0 || st[1].Settled[payments.StatusCompleted] != 1 ||
+		!st[1].Start.Equal(t0.Add(30*time.Minute)) {
 		t.Fatalf("bucket 1: %+v", st[1])
 	}
-	if !st[2].Sampled || st[2].Active[payments.StatusRegistered] != 1 || st[2].Settled[payments.StatusCompleted] != 1 {
+	if !st[2].Sampled || !st[2].SettledSampled || st[2].Active[payments.StatusRegistered] != 1 || st[2].Settled[payments.StatusCompleted] != 99 {
 		t.Fatalf("bucket 2: %+v", st[2])
 	}
 	bl := payments.BacklogBuckets(samples, t0, 30*time.Minute, 3)

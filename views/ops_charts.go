@@ -103,7 +103,8 @@ func wait(d time.Duration) string {
 // sessionsChart: the active sessions by state at the end of each half hour.
 func sessionsChart(oc payments.OpsCharts) chart.Chart {
 	slots, tickAt := stateSlots(oc)
-	stacked := stateSeries(oc, payments.ActiveStatuses, func(b payments.StateBucket) map[payments.Status]int { return b.Active })
+	stacked := stateSeries(oc, payments.ActiveStatuses, func(b payments.StateBucket) bool { return b.Sampled },
+		func(b payments.StateBucket) map[payments.Status]int { return b.Active })
 	desc := "No samples yet: the patrol writes one every minute."
 	if l := oc.Latest; l != nil {
 		total := 0
@@ -120,14 +121,15 @@ func sessionsChart(oc payments.OpsCharts) chart.Chart {
 }
 
 // stateSeries is a series per status of the half hours' counts that pick chooses; a half hour
-// without a sample is a gap.
-func stateSeries(oc payments.OpsCharts, statuses []payments.Status, pick func(payments.StateBucket) map[payments.Status]int) []chart.Series {
+// that has none (sampled false) is a gap.
+func stateSeries(oc payments.OpsCharts, statuses []payments.Status, sampled func(payments.StateBucket) bool,
+	pick func(payments.StateBucket) map[payments.Status]int) []chart.Series {
 	out := make([]chart.Series, len(statuses))
 	for k, st := range statuses {
 		v := make([]float64, len(oc.States))
 		for i, b := range oc.States {
 			v[i] = math.NaN()
-			if b.Sampled {
+			if sampled(b) {
 				v[i] = float64(pick(b)[st])
 			}
 		}
@@ -148,7 +150,10 @@ func stateSlots(oc payments.OpsCharts) ([]string, func(int) bool) {
 // settledChart: the sessions settled in each half hour, by outcome.
 func settledChart(oc payments.OpsCharts) chart.Chart {
 	slots, tickAt := stateSlots(oc)
-	stacked := stateSeries(oc, payments.SettledStatuses, func(b payments.StateBucket) map[payments.Status]int { return b.Settled })
+	// A half hour's settled counts come from the samples that end in it, which may be one no
+	// sample was taken in (the end of a gap: StateBuckets), so it is drawn by SettledSampled.
+	stacked := stateSeries(oc, payments.SettledStatuses, func(b payments.StateBucket) bool { return b.SettledSampled },
+		func(b payments.StateBucket) map[payments.Status]int { return b.Settled })
 	totals := map[payments.Status]int{}
 	for _, b := range oc.States {
 		for st, n := range b.Settled {

@@ -372,7 +372,7 @@ func SettledChart(c payments.OpsCharts) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				for _, b := range c.States {
-					if b.Sampled {
+					if b.SettledSampled {
 						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "<tr data-testid=\"settled-row\"><th scope=\"row\">")
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err

@@ -43,7 +43,9 @@ func opsFixture() payments.OpsCharts {
 			Due:     due, Leased: leased, Flagged: 1, OldestDueAt: &oldest}
 	}
 	samples := []payments.OpsSample{
-		sample(stateFrom, 4, 0, 10, 0, 2, 1),                  // bucket 0: two bars (Registered), one settled (Completed)
+		// bucket 0 (a minute in: a sample's settled counts are what settled before it, and at
+		// stateFrom that is before the day): two bars (Registered), one settled (Completed)
+		sample(stateFrom.Add(time.Minute), 4, 0, 10, 0, 2, 1),
 		sample(opsNow.Add(-40*time.Minute), 7, 2, 3, 1, 0, 3), // bucket 46
 		sample(opsNow.Add(-time.Minute), 5, 1, 0, 0, 9, 2),    // bucket 47
 	}
@@ -148,6 +150,33 @@ func TestSettledChart(t *testing.T) {
 	}
 	if desc := svg.Find("desc").Text(); !strings.Contains(desc, "13 Completed, 1 Failed, 0 Canceled in all") {
 		t.Fatalf("description %q", desc)
+	}
+}
+
+// TestSettledChartDrawsTheHalfHourAGapEndsIn: no patrol sampled from 11:20 to 12:00; the sample
+// of 12:00 counts what settled over the gap, and StateBuckets files it in the 11:30 half hour
+// (the instant before 12:00), where no sample was taken. The chart and its table show it there:
+// gated on Sampled (a sample taken in the half hour, as the active sessions are) they hid it.
+// Negative control: settledChart and the table gated on b.Sampled — no bar, no row.
+func TestSettledChartDrawsTheHalfHourAGapEndsIn(t *testing.T) {
+	t.Parallel()
+	oc := opsFixture()
+	stateFrom := opsNow.Truncate(payments.OpsStateBucket).Add(-payments.OpsHistory + payments.OpsStateBucket)
+	gapEnd := opsNow.Truncate(payments.OpsStateBucket) // 12:00
+	samples := []payments.OpsSample{
+		{At: gapEnd.Add(-40 * time.Minute), Active: map[payments.Status]int{payments.StatusRegistered: 1}, Settled: map[payments.Status]int{}},
+		{At: gapEnd, Active: map[payments.Status]int{payments.StatusRegistered: 1},
+			Settled: map[payments.Status]int{payments.StatusFailed: 6}},
+	}
+	oc.States = payments.StateBuckets(samples, stateFrom, payments.OpsStateBucket, 48)
+	doc := render(t, SettledChart(oc))
+	svg := chartOf(t, doc, "ops-settled")
+	if bars := texts(svg.Find(`rect[data-testid="bar"] title`)); len(bars) != 1 || !strings.Contains(bars[0], "11:30") {
+		t.Fatalf("settled bars %q, want the 6 Failed in the 11:30 half hour", bars)
+	}
+	rows := doc.Find(`[data-testid="settled-table"] [data-testid="settled-row"]`)
+	if got := texts(rows.Eq(1).Find("th, td")); rows.Length() != 2 || strings.Join(got, " ") != "11:30 0 6 0" {
+		t.Fatalf("table: %d rows, second %q", rows.Length(), got)
 	}
 }
 
