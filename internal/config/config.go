@@ -240,7 +240,7 @@ func Load(getenv func(string) string) (Config, error) {
 		c.MerchantName = v
 	}
 	if v := getenv("SECRET_KEY"); v != "" {
-		if len(v) < MinSecretKeyLen {
+		if utf8.RuneCountInString(v) < MinSecretKeyLen { // characters, as the contract counts (not bytes)
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
 		c.SecretKey = []byte(v)
@@ -295,7 +295,7 @@ func secretList(getenv func(string) string, name string) ([][]byte, error) {
 		if v = strings.TrimSpace(v); v == "" {
 			continue
 		}
-		if len(v) < MinSecretKeyLen {
+		if utf8.RuneCountInString(v) < MinSecretKeyLen {
 			return nil, errorf(name, "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
 		}
 		out = append(out, []byte(v))

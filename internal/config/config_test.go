@@ -319,3 +319,19 @@ func TestEventsWebhookNeedsASecret(t *testing.T) {
 		}
 	}
 }
+
+// The contract's SECRET_KEY is "at least 32 characters": a key of 16 two-byte characters (32
+// bytes) was accepted, counted in bytes. From the contract review; negative control: len(v).
+func TestSecretKeyLengthCountsCharacters(t *testing.T) {
+	t.Parallel()
+	short := strings.Repeat("é", 16)
+	for _, name := range []string{"SECRET_KEY", "SECRET_KEY_FALLBACKS"} {
+		vars := map[string]string{"SECRET_KEY": strings.Repeat("k", 32), name: short}
+		if _, err := Load(env(vars)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s of 16 characters (32 bytes): %v, want a refusal naming it", name, err)
+		}
+	}
+	if _, err := Load(env(map[string]string{"SECRET_KEY": strings.Repeat("é", 32)})); err != nil {
+		t.Errorf("SECRET_KEY of 32 characters: %v", err)
+	}
+}
