@@ -419,7 +419,7 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		s := strings.TrimSpace(string(b))
-		if len(s) < MinSecretKeyLen {
+		if utf8.RuneCountInString(s) < MinSecretKeyLen {
 			return nil, errorf("SECRET_KEY", "the secret in %s is shorter than %d characters; delete the file to get a new one", path, MinSecretKeyLen)
 		}
 		return []byte(s), nil
