@@ -158,6 +158,9 @@ func newStuckQuery(f StuckFilter, now time.Time) *stuckQuery {
 	return q
 }
 
+// maxCursorTime bounds a workbench cursor's time (see stuckListSQL).
+var maxCursorTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
 // stuckListSQL is the page query: the filter, the keyset condition after the cursor (a row
 // comparison the index of the order serves as a range), the order, one row more than a page.
 func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
@@ -179,7 +182,13 @@ func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
 		}
 		key, id, ok := strings.Cut(rest, "_")
 		n, err := strconv.ParseInt(key, 10, 64)
-		if !ok || err != nil || !validUUID(id) {
+		// A cursor names what a page row had: an amount the API accepts, or a creation time
+		// PostgreSQL can hold (an edited one before 4714 BC was a 500; -2^63 negated, an overflow).
+		inRange := n > 0 && n < MaxAmount
+		if f.Sort != StuckByAmount {
+			inRange = n >= 0 && n <= maxCursorTime.UnixMicro()
+		}
+		if !ok || err != nil || !validUUID(id) || !inRange {
 			return "", nil, bad
 		}
 		if f.Sort == StuckByAmount {

@@ -152,7 +152,12 @@ func TestStuckSessionsListFiltersAndTotals(t *testing.T) {
 	}
 
 	for _, bad := range []payments.StuckFilter{{Status: payments.StatusCompleted}, {Currency: "EURO"}, {Sort: "name"},
-		{Flagged: "maybe"}, {After: "x_y"}} {
+		{Flagged: "maybe"}, {After: "x_y"},
+		// Cursors no page row ever had (the finance review: a time before 4714 BC was a 500 from
+		// PostgreSQL; -2^63 as an amount overflowed when negated and served the first page again).
+		{After: "-300000000000000000_" + old1.ID}, {After: "-9000000000000000000_" + old1.ID},
+		{Sort: payments.StuckByAmount, After: "EUR_-9223372036854775808_" + old1.ID},
+		{Sort: payments.StuckByAmount, After: "EUR_0_" + old1.ID}} {
 		if _, err := b.svc.StuckSessions(ctx, bad); payments.ErrorCode(err) != payments.EINVALID {
 			t.Errorf("filter %+v: %v, want invalid", bad, err)
 		}
