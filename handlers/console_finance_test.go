@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/csv"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -287,5 +288,62 @@ func TestLedgerCSVExport(t *testing.T) {
 	resp, body := fin.pastWriteTimeout(b.e, http.MethodGet, "/finance/ledger.csv", nil)
 	if recs, err := csv.NewReader(strings.NewReader(string(body))).ReadAll(); err != nil || resp.StatusCode != http.StatusOK || len(recs) != 1+3+1200 {
 		t.Fatalf("export past the server's WriteTimeout: %d, %d records, %v", resp.StatusCode, len(recs), err)
+	}
+}
+
+// TestResolutionsPageShowsTheLatestDecisionAndTheOldestWaiting: the resolutions page promises the
+// proposals waiting and "the latest decided". It takes the newest 100 proposals by the time
+// they were *proposed* and keeps the decided ones among them, so a decision on any proposal
+// older than the newest 100 never shows — with 100 proposals waiting the page even says
+// "Nothing decided yet." right after a colleague rejected (or approved) one. The waiting list
+// was cut at 500 newest first, so the proposals waiting longest were the ones that vanished.
+// Now: waiting oldest first with the count of all, decided by decision time. From the finance
+// console review; negative control: the page's lists as they were (the oldest's decision is not
+// under Decided).
+func TestResolutionsPageShowsTheLatestDecisionAndTheOldestWaiting(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	ctx := context.Background()
+	fin := payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)}
+	var first int64
+	for i := 0; i < 101; i++ {
+		s := b.payment(t, fmt.Sprintf("o-%03d", i), 1000+int64(i))
+		if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
+			s.ID, b.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.svc.ProposeResolution(ctx, fin, payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed,
+			Reason: "never paid", Evidence: "gateway dashboard"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.ID
+		}
+		b.clock.Advance(time.Second)
+	}
+	a := b.agent(t)
+	a.login("fin2@example.com")
+	doc := page(t, a.get("/finance/resolutions"), http.StatusOK)
+	reject, ok := doc.Find(fmt.Sprintf(`[data-testid="resolution-row"][data-id="%d"] [data-testid="reject-form"]`, first)).Attr("action")
+	if !ok {
+		t.Fatal("the oldest waiting proposal has no reject form")
+	}
+	doc = page(t, a.follow(a.post(reject, url.Values{"note": {"the bank shows the money"}})), http.StatusOK)
+	wantText(t, doc, "flash", "rejected")
+	decided := doc.Find(fmt.Sprintf(`[data-testid="resolutions-decided"] [data-testid="resolution-row"][data-id="%d"]`, first))
+	if decided.Length() != 1 {
+		t.Errorf("proposal #%d was just rejected but is not under Decided; the page says: %q", first,
+			strings.TrimSpace(doc.Find(`[data-testid="resolutions-none-decided"]`).Text()))
+	}
+
+	// The queue's order and its count (the page cuts it at 500; here the service's own limit).
+	queue, err := b.svc.ListResolutions(ctx, payments.ResolutionFilter{Queue: true, Limit: 2})
+	if err != nil || len(queue) != 2 || queue[0].ID != first+1 || queue[1].ID != first+2 {
+		t.Fatalf("the queue's first two: %v %v, want #%d and #%d", queue, err, first+1, first+2)
+	}
+	if n, err := b.svc.WaitingResolutions(ctx); err != nil || n != 100 {
+		t.Fatalf("waiting: %d %v, want 100", n, err)
 	}
 }

@@ -11,26 +11,31 @@ import (
 )
 
 // Resolutions: GET /finance/resolutions, four-eyes proposals: those waiting for a second person
-// and the latest decided. An htmx request gets only the live part of the same component.
+// (oldest first, at most resolutionsShown, and how many wait in all) and the latest decided (by
+// when they were decided). An htmx request gets only the live part of the same component.
 func (h *Console) Resolutions(c echo.Context) error {
 	ctx := c.Request().Context()
-	pending, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{State: payments.ResolutionProposed, Limit: 500})
+	pending, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Queue: true, Limit: resolutionsShown})
 	if err != nil {
 		return err
 	}
-	all, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Limit: 100})
-	if err != nil {
-		return err
-	}
-	v := views.ResolutionsView{Pending: pending}
-	for _, r := range all {
-		if !r.Pending() {
-			v.Decided = append(v.Decided, r)
+	waiting := len(pending)
+	if waiting == resolutionsShown {
+		if waiting, err = h.svc.WaitingResolutions(ctx); err != nil {
+			return err
 		}
 	}
+	decided, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Decided: true, Limit: 100})
+	if err != nil {
+		return err
+	}
+	v := views.ResolutionsView{Pending: pending, Waiting: waiting, Decided: decided}
 	if htmx(c) {
 		return render.Fragments(c, http.StatusOK, views.Resolutions(v), views.ResolutionsLive)
 	}
 	v.Page = h.page(c, "Manual resolutions", "finance")
 	return render.HTML(c, http.StatusOK, views.Resolutions(v))
 }
+
+// resolutionsShown bounds the waiting list on the page (the count names the rest).
+const resolutionsShown = 500

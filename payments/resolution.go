@@ -558,6 +558,12 @@ type ResolutionFilter struct {
 	State     string
 	SessionID string
 	Limit     int
+	// Queue: the proposals waiting for a second person (State is ignored), oldest first — the
+	// one waiting longest is the one to decide first, and never the one a limit cuts off.
+	Queue bool
+	// Decided: approved and rejected ones (State is ignored), latest decision first — a
+	// decision on an old proposal is news too.
+	Decided bool
 }
 
 // ListResolutions returns proposals newest first.
@@ -568,8 +574,13 @@ func (s *Service) ListResolutions(ctx context.Context, f ResolutionFilter) ([]Re
 	// Only the filters given, each its own statement: "($2 IS NULL OR rp.session_id = $2)"
 	// would leave a prepared statement's generic plan walking every proposal for one payment's
 	// (TestPaymentPageReadsByIndexes).
-	where, args := "true", []any{f.Limit}
-	if f.State != "" {
+	where, args, order := "true", []any{f.Limit}, "rp.proposed_at DESC, rp.id DESC"
+	switch {
+	case f.Queue: // resolution_proposals_queue (migration 00670)
+		where, order = "rp.state = 'proposed'", "rp.proposed_at, rp.id"
+	case f.Decided: // resolution_proposals_decided (migration 00670)
+		where, order = "rp.state <> 'proposed'", "rp.decided_at DESC, rp.id DESC"
+	case f.State != "":
 		args = append(args, f.State)
 		where += fmt.Sprintf(" AND rp.state = $%d", len(args))
 	}
@@ -582,7 +593,7 @@ func (s *Service) ListResolutions(ctx context.Context, f ResolutionFilter) ([]Re
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+resolutionColumns+`
 		FROM resolution_proposals rp JOIN payment_sessions ps ON ps.id = rp.session_id
-		WHERE `+where+` ORDER BY rp.proposed_at DESC, rp.id DESC LIMIT $1`, args...)
+		WHERE `+where+` ORDER BY `+order+` LIMIT $1`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list proposals: %w", err)
 	}
@@ -591,6 +602,16 @@ func (s *Service) ListResolutions(ctx context.Context, f ResolutionFilter) ([]Re
 		return nil, fmt.Errorf("list proposals: %w", err)
 	}
 	return out, nil
+}
+
+// WaitingResolutions counts the proposals waiting for a second person (the queue's length,
+// when the page shows only its oldest; an index-only count of resolution_proposals_queue).
+func (s *Service) WaitingResolutions(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM resolution_proposals WHERE state = 'proposed'`).Scan(&n); err != nil {
+		return 0, dbError("count proposals", err, "")
+	}
+	return n, nil
 }
 
 // Short is the head of an id, as messages to people name payments.
