@@ -97,18 +97,25 @@ func writeResource(c echo.Context, status int, location string, body any, replay
 // order is paid or has an active session with other parameters, 200 with an active session of
 // the same amount and currency that another request started, or a new attempt (201/202). So a
 // shop that retries a declined payment without a key gets a new attempt, not the dead session
-// for as long as its retries keep the window open. No burst can get here: a session ends on the
-// gateway's word (the customer's decline or approval, a reverse), and identical retries that
-// arrive together meet in the core's per-order claim: one new session, the rest 200 with it.
-// The key stays bound to the ended session; the next retry comes here again and finds the new
-// one active.
+// for as long as its retries keep the window open. Such a session ends on the gateway's word
+// about the customer (a decline or approval, a reverse), and identical retries that arrive
+// together meet in the core's per-order claim: one new session, the rest 200 with it. The key
+// stays bound to the ended session; the next retry comes here again and finds the new one
+// active.
+//
+// Except a session the gateway refused to register (Failed with no gateway payment: an amount
+// over its limit, a risk rule): that ends inside the first request, so every retry of a burst
+// arrived after it, and each made a new session and a new registration that the gateway refused
+// again. It is the intent's answer, replayed (200) while the window is open, as a refused
+// refund is; an Idempotency-Key tries again at once.
 func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payments.Outcome, in payments.CreateInput) error {
 	ctx := c.Request().Context()
 	sess, err := a.svc.Get(ctx, out.ResourceID)
 	if err != nil {
 		return err
 	}
-	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() {
+	refusedAtRegistration := sess.Status == payments.StatusFailed && sess.GatewayPaymentID == ""
+	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() && !refusedAtRegistration {
 		res, err := a.svc.Create(ctx, actor(c), in)
 		if err != nil {
 			return err

@@ -464,6 +464,41 @@ func TestAPIIntentRetriesOfAnEndedSessionTogetherMakeOneAttempt(t *testing.T) {
 	}
 }
 
+// The gateway refuses to register the order's payment (an amount over its limit, a risk rule):
+// the session is Failed inside the first request. Identical keyless retries of the burst all
+// came after it, and each made a new session and a new registration the gateway refused again
+// (contract: identical keyless Creates answer "with the one session"). The refused session is
+// the intent's answer while the window is open (200), as a refused refund is; a new key, or the
+// window's end, tries again. From the contract review; negative control: without
+// refusedAtRegistration in replay, 3 sessions and 3 registrations.
+func TestAPIKeylessRetriesOfARefusedRegistrationAreTheOneSession(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 2)
+	c := post(createPath("o-refused"), `{"amount":100,"currency":"EUR"}`)
+	first := wantPayment(t, b.do(c), http.StatusCreated)
+	if first.Status != "Failed" || first.GatewayPaymentID != nil {
+		t.Fatalf("setup: the refused registration is %s %v", first.Status, first.GatewayPaymentID)
+	}
+	for i := range 2 {
+		if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != first.ID {
+			t.Fatalf("retry %d answered %s, want the refused session %s", i+1, p.ID, first.ID)
+		}
+	}
+	if n, r := b.sessions(t), b.gw.Calls(fakegw.OpRegister); n != 1 || r != 1 {
+		t.Fatalf("%d sessions, %d registrations; want 1 and 1", n, r)
+	}
+	// A key of its own is a new attempt (the gateway refuses it once more).
+	if p := wantPayment(t, b.do(post(createPath("o-refused"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "again")), http.StatusCreated); p.ID == first.ID {
+		t.Fatal("a keyed Create answered the refused session")
+	}
+	// After 5 quiet minutes the same operation is a new intent: a new attempt.
+	b.clock.Advance(payments.DefaultIntentWindow + time.Second)
+	if p := wantPayment(t, b.do(c), http.StatusCreated); p.ID == first.ID || p.Status != "Registered" {
+		t.Fatalf("after the window: %s %s, want a new registered session", p.ID, p.Status)
+	}
+}
+
 // waitLockWaiters waits until want backends of the bench's database wait for a lock.
 func waitLockWaiters(t *testing.T, b *apiBench, want int) {
 	t.Helper()
