@@ -256,7 +256,13 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		}
 		s.log.Info("a gateway answer was overtaken by a newer decision; asking the gateway again",
 			"session_id", sess.ID, "answer", string(gp.Status), "read", string(sess.Status), "now", string(stale.now.Status))
+		if err := retakeSlot(asking); err != nil {
+			// A patrol drive asks within its round's width: it waited for a slot until its time
+			// was up. The newer decision stands; the next look asks.
+			return stale.now, lostLease(nil, leaseLost)
+		}
 		fresh, found, gerr := s.gatewayState(asking, stale.now)
+		handOff(asking) // asked: the slot is the next drive's while this answer is written
 		if gerr != nil || !found {
 			// The newer decision stands; a real contradiction is found by the next look.
 			return stale.now, lostLease(nil, leaseLost)

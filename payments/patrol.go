@@ -316,12 +316,120 @@ func (r *roundStats) failing(minCalls int) bool {
 
 type slotCtxKey struct{}
 
-// handOff gives a patrol drive's slot back to its round: called when the drive has asked the
-// gateway everything it will ask and only has its answer to write. Outside a drive it does nothing.
-func handOff(ctx context.Context) {
-	if free, ok := ctx.Value(slotCtxKey{}).(func()); ok {
-		free()
+// slotPool is a round's width: at most width drives hold a slot, and only a drive holding one
+// talks to the gateway. The producer reserves slots before it claims (a drive taking one back in
+// between could otherwise make width+1); a drive that handed its slot back and must ask the
+// gateway again (an answer overtaken by a newer decision) waits for one.
+type slotPool struct {
+	mu    sync.Mutex
+	busy  int
+	width int
+	freed chan struct{} // closed (and replaced) when a slot is given back
+	wake  chan struct{} // the producer's: a slot was given back
+}
+
+func newSlotPool(width int) *slotPool {
+	return &slotPool{width: width, freed: make(chan struct{}), wake: make(chan struct{}, 1)}
+}
+
+// reserve takes up to n free slots and says how many it took.
+func (p *slotPool) reserve(n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = max(0, min(n, p.width-p.busy))
+	p.busy += n
+	return n
+}
+
+// free is how many slots are free now.
+func (p *slotPool) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.width - p.busy
+}
+
+// give gives n slots back and wakes whoever waits for one.
+func (p *slotPool) give(n int) {
+	if n <= 0 {
+		return
 	}
+	p.mu.Lock()
+	p.busy -= n
+	close(p.freed)
+	p.freed = make(chan struct{})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default: // the producer has a wake-up pending already
+	}
+}
+
+// acquire waits for a free slot and takes it (ctx: the caller's time).
+func (p *slotPool) acquire(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.busy < p.width {
+			p.busy++
+			p.mu.Unlock()
+			return nil
+		}
+		freed := p.freed
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// driveSlot is one drive's hold on a slot of its round's pool.
+type driveSlot struct {
+	pool *slotPool
+	mu   sync.Mutex
+	held bool
+}
+
+func (d *driveSlot) handOff() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held {
+		d.held = false
+		d.pool.give(1)
+	}
+}
+
+func (d *driveSlot) retake(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held {
+		return nil
+	}
+	if err := d.pool.acquire(ctx); err != nil {
+		return err
+	}
+	d.held = true
+	return nil
+}
+
+// handOff gives a patrol drive's slot back to its round: called when the drive has asked the
+// gateway everything it expects to ask and only has its answer to write. Outside a drive it
+// does nothing.
+func handOff(ctx context.Context) {
+	if d, ok := ctx.Value(slotCtxKey{}).(*driveSlot); ok {
+		d.handOff()
+	}
+}
+
+// retakeSlot is what a patrol drive that handed its slot back does before it asks the gateway
+// again: it waits for a slot of its round (at most SweepConcurrency drives talk to the gateway at
+// once; an outside review found the second question asked beside the drive that took the slot).
+// An error when ctx ends first. Outside a drive it does nothing.
+func retakeSlot(ctx context.Context) error {
+	if d, ok := ctx.Value(slotCtxKey{}).(*driveSlot); ok {
+		return d.retake(ctx)
+	}
+	return nil
 }
 
 // patrolJob is one leased row.
@@ -486,14 +594,14 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	stats := &roundStats{}
 	dctx := context.WithValue(withStop(ctx), roundCtxKey{}, stats)
 	var rep RoundReport
-	// inFlight: drives started and not finished (their leases are still to be given back). busy:
+	// inFlight: drives started and not finished (their leases are still to be given back). slots:
 	// those of them still holding one of the width's slots — a drive gives its slot back when it
 	// hands its last answer to be written (handOff), as River frees a worker when its job returns
-	// and completes it in the background. At most width drives talk to the gateway at once, and
-	// at most width more wait for their answers to be written.
+	// and completes it in the background, and takes one again before it asks the gateway again
+	// (retakeSlot). At most width drives talk to the gateway at once, and at most width more wait
+	// for their answers to be written.
 	inFlight := 0
-	var busy atomic.Int64
-	wake := make(chan struct{}, 1) // a slot was handed back
+	slots := newSlotPool(width)
 	done := make(chan finishedDrive, 2*width)
 	// Finished drives to release, per source: [0] looked, [1] cut by shutdown.
 	toRelease := make([][2][]heldLease, len(sources))
@@ -582,8 +690,13 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		if beat != nil && time.Since(lastBeat) >= beatEvery {
 			beat()
 			lastBeat = time.Now()
+			// What fell due since a source came back short (first looks, rows a stopping
+			// replica handed back due now) is claimed now, as the next round would: a round
+			// lasts as long as its slowest drive (up to the drive budget, five gateway
+			// timeouts), and its free workers waited for that with due work in the table.
+			clear(exhausted)
 		}
-		free := min(width-int(busy.Load()), 2*width-inFlight)
+		free := min(slots.free(), 2*width-inFlight)
 		if probing {
 			free = min(free, probeSize-probeSent)
 		}
@@ -624,15 +737,20 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			// straight back, due now. One still running a gateway timeout after the stop (behind a
 			// migration's table lock, a database that stopped answering) is cut then: a stop
 			// never hangs on it.
+			reserved := slots.reserve(free) // a drive retaking a slot meanwhile gets none of these
+			if reserved == 0 {
+				break
+			}
 			cctx, cancelClaim := s.claimContext(ctx)
-			jobs, err := src.claim(cctx, free)
+			jobs, err := src.claim(cctx, reserved)
 			cancelClaim()
+			slots.give(reserved - len(jobs))
 			if err != nil {
 				firstErr = err
 				stopFetching = true
 				break
 			}
-			if len(jobs) < free {
+			if len(jobs) < reserved {
 				exhausted[i] = true // everything due is claimed, here or by another replica
 			}
 			if h := s.cfg.Hooks.AfterSweepClaim; h != nil && src.kind == "session" && len(jobs) > 0 {
@@ -644,21 +762,11 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			}
 			for _, j := range jobs {
 				inFlight++
-				busy.Add(1)
 				p.inFlight.Add(1)
+				slot := &driveSlot{pool: slots, held: true} // one of the reserved
 				go func() {
 					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
-					var handed sync.Once
-					free := func() {
-						handed.Do(func() {
-							busy.Add(-1)
-							select {
-							case wake <- struct{}{}:
-							default: // the producer has a wake-up pending already
-							}
-						})
-					}
-					defer func() { free(); p.inFlight.Add(-1); done <- f }()
+					defer func() { slot.handOff(); p.inFlight.Add(-1); done <- f }()
 					if s.leaseSpent(j.leasedAt) {
 						// The claim came back so late (a busy pool, a pooler's queue, a commit
 						// waiting for a standby) that less than a gateway timeout of the lease
@@ -674,7 +782,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 						}
 						return
 					}
-					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, free), j.leasedAt)
+					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, slot), j.leasedAt)
 					f.end = j.run(jctx)
 					f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
 					cancel()
@@ -697,7 +805,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		case lost := <-releasing:
 			rep.Lost += lost
 			releasing = nil
-		case <-wake:
+		case <-slots.wake:
 			continue // a drive handed its slot back: claim for it
 		case <-tick:
 			continue // drives are slow (the gateway hangs): still beat on time

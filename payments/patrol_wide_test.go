@@ -1,0 +1,189 @@
+package payments_test
+
+// The patrol against a slow gateway: its width, and work falling due while a drive hangs (from
+// the patrol review).
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// waitBeatAt waits (no sleep: polls the row) until replica's heartbeat was written at service
+// time at or after at. The producer beats at the top of its loop, so a beat at a later time than
+// the previous one proves the loop came round again.
+func waitBeatAt(t *testing.T, b *bench, replica string, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var beat time.Time
+		err := b.pool.QueryRow(context.Background(), `SELECT beat_at FROM sweeper_heartbeats WHERE replica_id = $1`, replica).Scan(&beat)
+		if err == nil && !beat.Before(at) {
+			return
+		}
+	}
+	t.Fatalf("no heartbeat of %s at %v", replica, at)
+}
+
+// "The producer ... claims again as soon as drives finish — never batch by batch" (core.md), and
+// a replica stopping hands its rows back due now so that "another replica's next round (within
+// SWEEP_INTERVAL) drives them" (operations.md). Here one drive hangs at a slow gateway (a lost
+// registration looked up by reference, the look-up not answering); three sessions fall due
+// while it hangs, and the pool has three free workers. The producer loops (it beats every
+// SWEEP_INTERVAL) but claims nothing: every source was marked exhausted when the round's first
+// claim came back short, and a round ends only when its slowest drive does — up to the drive
+// budget (five gateway timeouts: 50 s by default). One hung call held all newly due work of
+// the replica (first looks, recoveries, cancels handed over by a stopping replica). Now each
+// beat (every SWEEP_INTERVAL) clears the marks and the free workers claim what fell due.
+// Negative control: without clear(exhausted) on the beat, 0 of 3 asked.
+func TestAHungDriveHoldsNewlyDueWorkOfTheReplica(t *testing.T) {
+	t.Parallel()
+	const width = 4
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width })
+	b.reconcileElsewhere(t)
+	gps := b.seedRegistered(t, 3)
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1`, t0.Add(10*time.Second)) // due in 10 s
+	const hung = "11111111-1111-4111-8111-111111111111"
+	b.exec(t, `INSERT INTO orders (order_id, active_session_id, created_at, updated_at) VALUES ('o-hung', $1, $2, $2)`, hung, t0)
+	b.exec(t, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, next_check_at, created_at, updated_at)
+		VALUES ($1, 'o-hung', 100, 'EUR', 'Unknown', 'fake', $2, $2, $2)`, hung, t0)
+
+	find := b.gw.Hold(fakegw.OpFind)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, 10*time.Millisecond); close(done) }()
+	mustWait(t, find.Arrived(), "the hung drive's look-up by reference")
+
+	// Three sessions fall due; the producer comes round several times (each beat is a loop).
+	b.clock.Advance(10 * time.Second)
+	for i := range 5 {
+		at := b.clock.Now()
+		waitBeatAt(t, b, "replica-a", at)
+		b.clock.Advance(time.Duration(i+1) * time.Millisecond)
+	}
+	waitBeatAt(t, b, "replica-a", b.clock.Now())
+	asked := 0
+	for _, gp := range gps {
+		asked += b.gw.PaymentCalls(fakegw.OpStatus, gp)
+	}
+	inFlight := b.count(t, `SELECT in_flight FROM sweeper_heartbeats WHERE replica_id = 'replica-a'`)
+	find.Open()
+	cancel()
+	mustWait(t, done, "the patrol to stop")
+	if asked != len(gps) {
+		t.Fatalf("while one drive hung at the gateway, %d of %d due sessions were asked about (status calls) "+
+			"with %d of %d workers free and the producer looping: newly due work waits for the round's slowest drive",
+			asked, len(gps), width-inFlight, width)
+	}
+}
+
+// "At most SWEEP_CONCURRENCY drives talk to the gateway at once" (core.md). A drive gives its
+// slot back (handOff) before it applies its answer — but applying may ask the gateway again
+// (an answer overtaken by a newer decision: staleAnswer). That second question is asked outside
+// the pool's width. Width 1: the drive of session X has its answer (authorized); meanwhile a
+// request's Check completes X; the drive hands its slot back, the producer starts Y's drive, and
+// X's drive asked the gateway again: two gateway calls of one replica's patrol in flight at
+// once. Now the second question waits for a slot (retakeSlot; the producer reserves its slots
+// before it claims). Negative control: without retakeSlot, the second call arrives at once.
+func TestOvertakenAnswersAskTheGatewayBeyondThePatrolsWidth(t *testing.T) {
+	t.Parallel()
+	park := newParker()
+	var xID string
+	b := newBench(t, func(c *payments.Config) {
+		c.SweepConcurrency = 1
+		c.Hooks.AfterGatewayStatus = func(ctx context.Context, id string, _ payments.GatewayPayment) {
+			if id == xID {
+				park.hook(ctx, id)
+			}
+		}
+	})
+	ctx := context.Background()
+	gps := b.seedRegistered(t, 2)
+	xID = "00000000-0000-4000-8000-000000000000" // seedRegistered's first session
+	b.gw.SetStatus(gps[0], payments.GatewayAuthorized)
+	swept := make(chan error, 1)
+	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	mustWait(t, park.arrived, "X's drive parked with its answer (authorized)")
+
+	// A request's Check sees the payment captured: X is Completed (its lease ends with it).
+	b.gw.SetStatus(gps[0], payments.GatewaySucceeded)
+	if s, err := b.plain.Check(ctx, api, xID); err != nil || s.Status != payments.StatusCompleted {
+		t.Fatalf("request check: %s %v", s.Status, err)
+	}
+	gate := b.gw.Hold(fakegw.OpStatus)
+	park.let(1)
+	first := mustWait(t, gate.Arrived(), "a gateway call of the patrol")
+	var second string
+	select {
+	case second = <-gate.Arrived(): // a second call while the first is still unanswered
+	case <-time.After(time.Second): // bounded: a patrol within its width sends none while the first waits
+	}
+	gate.Open()
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	if second != "" {
+		t.Fatalf("a patrol of width 1 had 2 gateway calls in flight at once (%s and %s): X's second question, asked "+
+			"after its slot was handed back, beside the drive that took the slot; status calls about X: %d (drive, request, again)",
+			first, second, b.gw.PaymentCalls(fakegw.OpStatus, gps[0]))
+	}
+}
+
+// The same with two replicas, as operations.md promises it ("Stopping a replica"): replica A is
+// stopped while its three drives wait at a slow gateway; they are cut and their sessions given
+// back due now "so another replica's next round (within SWEEP_INTERVAL) drives them — not six
+// gateway timeouts later". Replica B is up and looping, three of its four workers free, but one
+// of its drives hangs at the same slow gateway: B asks nothing about the handed-over sessions
+// until that drive ended (up to five gateway timeouts). Negative control as the first test's.
+func TestAStoppedReplicasSessionsWaitForTheOtherReplicasSlowestDrive(t *testing.T) {
+	t.Parallel()
+	const width = 4
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width })
+	a := b.service(b.pool, "replica-stopping", func(c *payments.Config) { c.SweepConcurrency = width })
+	b.reconcileElsewhere(t)
+	gps := b.seedRegistered(t, 3)
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1`, t0.Add(10*time.Second))
+	const hung = "11111111-1111-4111-8111-111111111111"
+	b.exec(t, `INSERT INTO orders (order_id, active_session_id, created_at, updated_at) VALUES ('o-hung', $1, $2, $2)`, hung, t0)
+	b.exec(t, `INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, next_check_at, created_at, updated_at)
+		VALUES ($1, 'o-hung', 100, 'EUR', 'Unknown', 'fake', $2, $2, $2)`, hung, t0)
+
+	find := b.gw.Hold(fakegw.OpFind)
+	status := b.gw.Hold(fakegw.OpStatus)
+	bctx, stopB := context.WithCancel(context.Background())
+	bDone := make(chan struct{})
+	go func() { b.svc.RunSweeper(bctx, 10*time.Millisecond); close(bDone) }()
+	mustWait(t, find.Arrived(), "B's drive hung at the gateway")
+
+	b.clock.Advance(10 * time.Second)
+	actx, stopA := context.WithCancel(context.Background())
+	aDone := make(chan struct{})
+	go func() { _, _ = a.SweepOnce(actx); close(aDone) }()
+	for range gps {
+		mustWait(t, status.Arrived(), "A's drives at the gateway")
+	}
+	stopA() // SIGTERM: A's drives are cut and their sessions handed back due now
+	mustWait(t, aDone, "A's round to end")
+	status.Open() // the gateway answers B's status calls at once
+	for i := range 5 {
+		waitBeatAt(t, b, "replica-a", b.clock.Now())
+		b.clock.Advance(time.Duration(i+1) * time.Millisecond)
+	}
+	waitBeatAt(t, b, "replica-a", b.clock.Now())
+	waiting := b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = 'Registered' AND lease_token IS NULL AND next_check_at <= $1`, b.clock.Now())
+	calls := 0
+	for _, gp := range gps {
+		calls += b.gw.PaymentCalls(fakegw.OpStatus, gp)
+	}
+	find.Open()
+	stopB()
+	mustWait(t, bDone, "B to stop")
+	if waiting != 0 {
+		t.Fatalf("replica B, looping with %d free workers, left %d of the %d sessions the stopped replica handed back due now "+
+			"unasked (%d status calls in all, A's %d cut ones included): they wait for B's slowest drive (up to 5 gateway "+
+			"timeouts), not SWEEP_INTERVAL", width-1, waiting, len(gps), calls, len(gps))
+	}
+}
