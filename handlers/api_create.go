@@ -38,6 +38,7 @@ func (a *API) CreatePayment(c echo.Context) error {
 		// customer_contact is the same intent, so the fingerprint is the intent key itself.
 		ir.Kind, ir.BusyRunsEffect = payments.IdempotencyIntentKey, true
 		ir.Key = payments.IntentKey(req.Input.OrderID, req.Input.Amount, req.Input.Currency)
+		req.Input.RefusedStands = a.idem.Config().IntentWindow // a refused registration is the intent's answer
 		ir.Fingerprint = payments.Fingerprint(http.MethodPost, req.Path, []byte(ir.Key))
 	}
 	var sess payments.Session
@@ -106,16 +107,16 @@ func writeResource(c echo.Context, status int, location string, body any, replay
 // Except a session the gateway refused to register (Failed with no gateway payment: an amount
 // over its limit, a risk rule): that ends inside the first request, so every retry of a burst
 // arrived after it, and each made a new session and a new registration that the gateway refused
-// again. It is the intent's answer, replayed (200) while the window is open, as a refused
-// refund is; an Idempotency-Key tries again at once.
+// again. The core answers it (200) for IntentWindow after the refusal, whichever client asks
+// (CreateInput.RefusedStands), as a refused refund is the intent's answer; an Idempotency-Key
+// tries again at once.
 func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payments.Outcome, in payments.CreateInput) error {
 	ctx := c.Request().Context()
 	sess, err := a.svc.Get(ctx, out.ResourceID)
 	if err != nil {
 		return err
 	}
-	refusedAtRegistration := sess.Status == payments.StatusFailed && sess.GatewayPaymentID == ""
-	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() && !refusedAtRegistration {
+	if ir.Kind == payments.IdempotencyIntentKey && !sess.Status.Active() {
 		res, err := a.svc.Create(ctx, actor(c), in)
 		if err != nil {
 			return err

@@ -469,8 +469,8 @@ func TestAPIIntentRetriesOfAnEndedSessionTogetherMakeOneAttempt(t *testing.T) {
 // came after it, and each made a new session and a new registration the gateway refused again
 // (contract: identical keyless Creates answer "with the one session"). The refused session is
 // the intent's answer while the window is open (200), as a refused refund is; a new key, or the
-// window's end, tries again. From the contract review; negative control: without
-// refusedAtRegistration in replay, 3 sessions and 3 registrations.
+// window's end, tries again; and whichever API client asks. From the contract and apikeys
+// reviews; negative control: without CreateInput.RefusedStands, 201 and a new session each time.
 func TestAPIKeylessRetriesOfARefusedRegistrationAreTheOneSession(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
@@ -484,6 +484,17 @@ func TestAPIKeylessRetriesOfARefusedRegistrationAreTheOneSession(t *testing.T) {
 		if p := wantPayment(t, b.do(c), http.StatusOK); p.ID != first.ID {
 			t.Fatalf("retry %d answered %s, want the refused session %s", i+1, p.ID, first.ID)
 		}
+	}
+	// The same keyless Create from another API client of the shop (its second service, a key
+	// rotation half-way: the apikeys review) is the one session too: the core decides it.
+	_, other, err := b.access.CreateAPIClient(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, "shop, new key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := post(createPath("o-refused"), `{"amount":100,"currency":"EUR"}`)
+	c2.headers["Authorization"] = "Bearer " + other
+	if p := wantPayment(t, b.do(c2), http.StatusOK); p.ID != first.ID {
+		t.Fatalf("the other client's retry answered %s, want the refused session %s", p.ID, first.ID)
 	}
 	if n, r := b.sessions(t), b.gw.Calls(fakegw.OpRegister); n != 1 || r != 1 {
 		t.Fatalf("%d sessions, %d registrations; want 1 and 1", n, r)

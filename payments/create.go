@@ -57,6 +57,13 @@ type CreateInput struct {
 	// points at the session from the moment the session exists. Not used when the claim finds an
 	// existing session (the caller completes the key then).
 	Bind *KeyBinding
+	// RefusedStands: a keyless Create (the API's intent). A session of the order with this
+	// amount and currency that the gateway refused to register (Failed, no gateway payment: an
+	// amount over its limit, a risk rule) within RefusedStands before now is the answer
+	// (Created false): the refusal ends inside the first request, so every retry of a burst, and
+	// the same request under another API client (a shop's second service, a key rotation half-
+	// way), came after it and registered again, to be refused again. 0: not a keyless Create.
+	RefusedStands time.Duration
 	// checkoutPrice: a Pay click from the checkout page (CheckoutPay), which pays only the
 	// order's checkout price (checkout_prices: the newest link's amount and currency) when the
 	// shop made a link; the claim reads it under the order's lock, in its batch.
@@ -312,6 +319,25 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			priceCurr  string
 			lateReview bool
 		)
+		var (
+			refused    Session
+			hasRefused bool
+		)
+		if in.RefusedStands > 0 {
+			// The order's latest session (payment_sessions_order), if the gateway refused it.
+			b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1
+				AND created_at = (SELECT max(created_at) FROM payment_sessions WHERE order_id = $1)
+				AND status = 'Failed' AND gateway_payment_id IS NULL AND amount = $2 AND currency = $3 AND updated_at > $4
+				ORDER BY id LIMIT 1`, in.OrderID, in.Amount, in.Currency, now.Add(-in.RefusedStands)).QueryRow(func(r pgx.Row) error {
+				var err error
+				refused, err = scanSession(r)
+				hasRefused = err == nil
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+		}
 		if in.checkoutPrice {
 			b.Queue(`SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, in.OrderID).QueryRow(func(r pgx.Row) error {
 				err := r.Scan(&price, &priceCurr)
@@ -346,6 +372,9 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return ErrLinkReplaced
 		case lateReview:
 			return ErrLatePaymentInReview
+		case hasRefused:
+			out = refused
+			return nil
 		}
 		id := uuid.NewString()
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
