@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -453,7 +454,7 @@ type errorJSON struct {
 type paymentJSON struct {
 	ID              string          `json:"id"`
 	Status          string          `json:"status"`
-	Amount          int64           `json:"amount"`
+	Amount          wireAmount      `json:"amount"`
 	Currency        string          `json:"currency"`
 	Reference       string          `json:"reference"`
 	ConfirmationURL string          `json:"confirmation_url"`
@@ -472,7 +473,7 @@ func (p *paymentJSON) domain() payments.GatewayPayment {
 	g := payments.GatewayPayment{
 		ID:              p.ID,
 		Status:          payments.GatewayStatus(p.Status),
-		Amount:          p.Amount,
+		Amount:          int64(p.Amount),
 		Currency:        p.Currency,
 		Reference:       p.Reference,
 		ConfirmationURL: p.ConfirmationURL,
@@ -509,6 +510,35 @@ func unixSeconds(raw json.RawMessage) time.Time {
 // maxUnix: the year 5138; beyond it a "created" is no time at all.
 const maxUnix = 1 << 37
 
+// wireAmount is an amount in minor units as the gateway writes it: the contract's integer, or
+// the same integer written as any JSON number (1999.0, 1.999e3: a gateway serialising through
+// floats or decimals; JSON has one number type). A number that is no whole amount (1999.5) or
+// is beyond what a float holds exactly fails the answer as unreadable, as before.
+type wireAmount int64
+
+func (a *wireAmount) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as an int64 field reads it: no amount (0)
+	}
+	if len(b) > 0 && b[0] == '"' {
+		return fmt.Errorf("amount %s is a string, not a number", b)
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	if i, err := n.Int64(); err == nil {
+		*a = wireAmount(i)
+		return nil
+	}
+	f, err := n.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return fmt.Errorf("amount %s is not a whole number of minor units", n)
+	}
+	*a = wireAmount(int64(f))
+	return nil
+}
+
 type paymentList struct {
 	Data []paymentJSON `json:"data"`
 }
@@ -523,10 +553,10 @@ func (l *paymentList) check() error {
 }
 
 type refundJSON struct {
-	ID        string `json:"id"`
-	PaymentID string `json:"payment_id"`
-	Amount    int64  `json:"amount"`
-	Status    string `json:"status"`
+	ID        string     `json:"id"`
+	PaymentID string     `json:"payment_id"`
+	Amount    wireAmount `json:"amount"`
+	Status    string     `json:"status"`
 }
 
 func (r *refundJSON) check() error {
@@ -537,5 +567,5 @@ func (r *refundJSON) check() error {
 }
 
 func (r *refundJSON) domain() payments.GatewayRefund {
-	return payments.GatewayRefund{ID: r.ID, PaymentID: r.PaymentID, Amount: r.Amount, Status: r.Status}
+	return payments.GatewayRefund{ID: r.ID, PaymentID: r.PaymentID, Amount: int64(r.Amount), Status: r.Status}
 }

@@ -705,3 +705,44 @@ func reverse(c *refgw.Client) error {
 	_, err := c.Reverse(context.Background(), "gp_1", "k")
 	return err
 }
+
+// gateway-api.md: "Amounts are integers in minor units". JSON has one number type: 1999.0 and
+// 1.999e3 are the integer 1999 (RFC 8259 §6), and a gateway written in a language whose JSON
+// encoder prints whole floats that way (Python's json.dumps of a float, Jackson with
+// BigDecimal) honours the page. refgw already reads "created" from any JSON number for exactly
+// this reason ("an unreadable created must not make the whole answer unreadable: a
+// registration left Unknown, every check failing"), but not "amount": every payment and
+// refund answer of such a gateway was unreadable, so every registration became Unknown, every
+// check failed, and every refund stayed Pending until finance got a case. A number that is no
+// whole amount, or a string, is still unreadable. From the gateway contract review; negative
+// control: an int64 field fails all four.
+func TestAWholeAmountWrittenAsAJSONFloatIsReadable(t *testing.T) {
+	t.Parallel()
+	for _, amount := range []string{`1999.0`, `1.999e3`} {
+		c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path == "/api/v1/refunds/rf_1" {
+				io.WriteString(w, `{"id":"rf_1","payment_id":"gp_1","amount":`+amount+`,"status":"succeeded"}`)
+				return
+			}
+			io.WriteString(w, `{"id":"gp_1","status":"succeeded","amount":`+amount+`,"currency":"EUR","reference":"r","confirmation_url":null,"created":1764489600,"decline_code":null}`)
+		})
+		p, err := c.Status(context.Background(), "gp_1")
+		if err != nil || p.Amount != 1999 {
+			t.Errorf("amount %s: status answer %+v, %v; want a readable 1999", amount, p, err)
+		}
+		rf, err := c.RefundStatus(context.Background(), "rf_1")
+		if err != nil || rf.Amount != 1999 {
+			t.Errorf("amount %s: refund answer %+v, %v; want a readable 1999", amount, rf, err)
+		}
+	}
+	for _, amount := range []string{`1999.5`, `"1999"`} {
+		c := fake(t, refgw.Options{}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"gp_1","status":"succeeded","amount":`+amount+`,"currency":"EUR","reference":"r","created":1764489600}`)
+		})
+		if p, err := c.Status(context.Background(), "gp_1"); err == nil {
+			t.Errorf("amount %s: read as %d, want an unreadable answer", amount, p.Amount)
+		}
+	}
+}
