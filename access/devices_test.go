@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"pitlane/access"
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
 
@@ -49,7 +50,7 @@ func TestParallelGuessesFromATrustedDevice(t *testing.T) {
 	b.user(t, "ana@example.com", access.RoleSupport)
 	ctx := context.Background()
 	const n = 30
-	acc := access.New(poolOf(t, b.pool, n+4), b.clock)
+	acc := access.New(testdb.PoolOf(t, b.pool, n+4), b.clock)
 	allowance := acc.Limits.AccountFailures
 
 	device := deviceOf(t, acc, "ana@example.com")

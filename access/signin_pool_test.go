@@ -7,26 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"pitlane/access"
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
-
-// poolOf opens a pool of exactly maxConns connections on pool's database, closed when the test
-// ends: what a replica's pool is when a flood of sign-ins has taken all of it.
-func poolOf(t testing.TB, pool *pgxpool.Pool, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg := pool.Config().Copy()
-	cfg.MaxConns = maxConns
-	cfg.MinConns = 0
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("pool of %d: %v", maxConns, err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
 
 // TestRefusedSignInsDoNotStallThePool: a flood of refused sign-ins takes every connection of the
 // pool. Two attempts on a pool of two connections are parked on the row the refusal is about (a
@@ -74,7 +58,7 @@ func TestRefusedSignInsDoNotStallThePool(t *testing.T) {
 			t.Parallel()
 			b := newBench(t)
 			b.user(t, "ana@example.com", access.RoleSupport)
-			acc := access.New(poolOf(t, b.pool, 2), b.clock)
+			acc := access.New(testdb.PoolOf(t, b.pool, 2), b.clock)
 			ctx := context.Background()
 			lockRow, args, retryAfter, says := tc.setUp(t, b, acc)
 
@@ -122,7 +106,7 @@ func TestSignInOnOneConnection(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.user(t, "ana@example.com", access.RoleSupport)
-	acc := access.New(poolOf(t, b.pool, 1), b.clock)
+	acc := access.New(testdb.PoolOf(t, b.pool, 1), b.clock)
 	acc.Limits.GlobalBurst = 12
 	lim := acc.Limits
 

@@ -45,21 +45,6 @@ func (b *bench) service(pool *pgxpool.Pool, replica string, mod ...func(*payment
 	return payments.NewService(pool, cfg)
 }
 
-// poolOf opens a pool of at most maxConns connections on pool's database (its settings otherwise),
-// closed when the test ends: a replica whose DATABASE_URL says pool_max_conns=maxConns.
-func poolOf(t testing.TB, pool *pgxpool.Pool, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg := pool.Config().Copy()
-	cfg.MaxConns = maxConns
-	cfg.MinConns = 0
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("pool of %d: %v", maxConns, err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
 func (b *bench) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestEveryEntryPointRunsOnAPoolOfOneConnection(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	svc := b.service(poolOf(t, b.pool, 1), "one")
+	svc := b.service(testdb.PoolOf(t, b.pool, 1), "one")
 	step := func(name string, f func(ctx context.Context) error) {
 		t.Helper()
 		// Far beyond what any step takes on an idle database (the whole list runs in about a

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
 
@@ -75,7 +76,7 @@ func TestCachedStatsOneCountForAllReplicas(t *testing.T) {
 func TestCachedStatsCountsOnAPoolOfOneConnection(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	svc := b.service(poolOf(t, b.pool, 1), "one-conn")
+	svc := b.service(testdb.PoolOf(t, b.pool, 1), "one-conn")
 	if _, err := b.plain.Create(context.Background(), api, payments.CreateInput{OrderID: "stats-one", Amount: 100, Currency: "EUR"}); err != nil {
 		t.Fatal(err)
 	}

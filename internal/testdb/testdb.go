@@ -111,6 +111,22 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 	return pool
 }
 
+// PoolOf opens a pool of at most maxConns connections on pool's database (its settings
+// otherwise), closed when the test ends: a replica whose DATABASE_URL says
+// pool_max_conns=maxConns, or one whose pool a flood has taken all of.
+func PoolOf(t testing.TB, pool *pgxpool.Pool, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = maxConns
+	cfg.MinConns = 0
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("testdb: pool of %d: %v", maxConns, err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // New is the common case: a fresh migrated database and a pool on it.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
