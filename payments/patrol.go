@@ -563,6 +563,14 @@ type PatrolStatus struct {
 	LastRound    RoundReport
 }
 
+// backingOff reports whether the patrol backs off from the gateway now.
+func (s *Service) backingOff() bool {
+	p := s.patrol
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s.cfg.Clock.Now().Before(p.backoffUntil)
+}
+
 // PatrolStatus reports this replica's patrol state (back-off, drives in flight).
 func (s *Service) PatrolStatus() PatrolStatus {
 	p := s.patrol
@@ -667,6 +675,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	stopFetching := false
 	swept := false
 	lastBeat := time.Now()
+	roundStarted := lastBeat
 	var tick <-chan time.Time // nil (never) without a beat
 	if beat != nil {
 		t := time.NewTicker(beatEvery)
@@ -690,11 +699,21 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		if beat != nil && time.Since(lastBeat) >= beatEvery {
 			beat()
 			lastBeat = time.Now()
-			// What fell due since a source came back short (first looks, rows a stopping
-			// replica handed back due now) is claimed now, as the next round would: a round
-			// lasts as long as its slowest drive (up to the drive budget, five gateway
-			// timeouts), and its free workers waited for that with due work in the table.
-			clear(exhausted)
+			switch {
+			case backingOff && !s.backingOff():
+				// The back-off this round began in is over: the round claims nothing more, so it
+				// ends with its drives and the next one probes the gateway (a round of outbox
+				// drives alone, re-armed every beat, kept every gateway source skipped).
+				stopFetching = true
+			case time.Since(roundStarted) < s.driveBudget():
+				// What fell due since a source came back short (first looks, rows a stopping
+				// replica handed back due now) is claimed now, as the next round would: a round
+				// lasts as long as its slowest drive (up to the drive budget, five gateway
+				// timeouts), and its free workers waited for that with due work in the table.
+				// Only within one drive budget of the round's start: a round fed every beat
+				// would never end, and its report (judgeRound) never come.
+				clear(exhausted)
+			}
 		}
 		free := min(slots.free(), 2*width-inFlight)
 		if probing {

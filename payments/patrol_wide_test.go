@@ -5,6 +5,8 @@ package payments_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,4 +188,114 @@ func TestAStoppedReplicasSessionsWaitForTheOtherReplicasSlowestDrive(t *testing.
 			"unasked (%d status calls in all, A's %d cut ones included): they wait for B's slowest drive (up to 5 gateway "+
 			"timeouts), not SWEEP_INTERVAL", width-1, waiting, len(gps), calls, len(gps))
 	}
+}
+
+// heldNotifier stops each delivery until the test lets that message go (or its drive ends).
+type heldNotifier struct {
+	arrived chan string
+	mu      sync.Mutex
+	release map[string]chan struct{}
+}
+
+func newHeldNotifier() *heldNotifier {
+	return &heldNotifier{arrived: make(chan string, 100), release: map[string]chan struct{}{}}
+}
+
+func (n *heldNotifier) gate(to string) chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch, ok := n.release[to]
+	if !ok {
+		ch = make(chan struct{})
+		n.release[to] = ch
+	}
+	return ch
+}
+
+func (n *heldNotifier) Notify(ctx context.Context, m payments.Message) error {
+	ch := n.gate(m.To)
+	n.arrived <- m.To
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *heldNotifier) let(to string) { close(n.gate(to)) }
+
+// A round decides once, at its start,
+// whether the patrol backs off (gateway sources skipped) — fine while a round ended once its
+// sources came back short and its slowest drive ended. Now every beat claims again, so a round
+// that began during a back-off lives on as long as some drive is in flight at each beat and
+// something falls due: with the notifier slow (a drive lasts longer than SWEEP_INTERVAL) and
+// customer messages coming in, the back-off round keeps claiming outbox messages long after the
+// back-off ended, and the due payments are never probed ("the first round after a back-off is a
+// probe", core.md). Now a beat that finds the back-off over ends the round's claims, and the next
+// round probes. From the review of c73277b; negative control: without that case in the beat's
+// switch, six more messages and no probe.
+func TestABackingOffRoundOutlivesItsBackoffThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	n := newHeldNotifier()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 4; c.Notifier = n })
+	b.reconcileElsewhere(t)
+	b.seedRegistered(t, 30)
+	b.gw.Outage(true)
+	if rep, err := b.svc.PatrolRound(context.Background()); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	b.gw.Outage(false)
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1 WHERE `+"status = 'Registered'", b.clock.Now())
+	probe := b.gw.Hold(fakegw.OpStatus) // any status call after this is the gateway being probed
+
+	message := func(k int) string {
+		to := fmt.Sprintf("customer-%d@example.com", k)
+		b.exec(t, `INSERT INTO outbox (kind, to_addr, body, created_at, next_attempt_at) VALUES ('notice', $1, 'hello', $2, $2)`,
+			to, b.clock.Now())
+		return to
+	}
+	held := message(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, 10*time.Millisecond); close(done) }()
+	defer func() {
+		cancel()
+		b.gw.Unhold(fakegw.OpStatus)
+		probe.Open()
+		<-done
+	}()
+	if got := mustWait(t, n.arrived, "the backing-off round's outbox drive"); got != held {
+		t.Fatalf("first delivery %s, want %s", got, held)
+	}
+
+	// The back-off is over. A customer message falls due at each step; the slow notifier lets the
+	// previous one go after two more beats (SWEEP_INTERVAL each).
+	b.clock.Advance(payments.PatrolBackoffBase + time.Second)
+	const steps = 6
+	for k := 1; k <= steps; k++ {
+		next := message(k)
+		for range 2 {
+			b.clock.Advance(time.Millisecond)
+			waitBeatAt(t, b, "replica-a", b.clock.Now())
+		}
+		n.let(held) // the slow delivery ends
+		select {
+		case <-probe.Arrived():
+			return // the next round probes the gateway, as promised
+		case got := <-n.arrived:
+			if got != next {
+				t.Fatalf("delivery %s, want %s", got, next)
+			}
+			held = next
+		case <-time.After(20 * time.Second):
+			t.Fatalf("step %d: neither a probe of the gateway nor the next delivery", k)
+		}
+	}
+	st := b.svc.PatrolStatus()
+	t.Fatalf("the back-off ended %v ago, and the round begun during it claimed %d more outbox messages (one every beat) "+
+		"but no due payment: 0 status calls to the gateway with %d sessions due; in flight %d. "+
+		"The round started while backing off never ends while a slow notifier has a drive in flight at each beat",
+		b.clock.Now().Sub(st.BackoffUntil), steps, b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = 'Registered' AND next_check_at <= $1`, b.clock.Now()),
+		st.InFlight)
 }
