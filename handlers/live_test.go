@@ -340,3 +340,105 @@ func mustOpenStream(t *testing.T, srv *httptest.Server, a *agent, path string) *
 	es.want("retry: ")
 	return es
 }
+
+// heardUpTo waits until the hub has published a session event of marker (a commit made after
+// the change under test): PostgreSQL delivers notifications in commit order, so whatever the
+// change under test notified has been published by then, and a subscription that was not told
+// is one its page will never hear about.
+func heardUpTo(t *testing.T, sub *live.Subscription, marker string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		p, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the marker's notification: %v", err)
+		}
+		if p.Last.Session == marker {
+			return
+		}
+	}
+}
+
+// TestLiveCodeUnlockRefreshesTheOpenPaymentPage: support has the page of a payment whose codes
+// are locked open (the customer is on the phone); finance unlocks them. What broke (an outside
+// review): the unlock writes only code_wrong_guesses and the audit log, neither of which
+// notified, so support's page kept saying "Codes are locked … until tomorrow" while its own
+// fragment no longer did, and support turned the customer away. The wrong guess that locks the
+// codes is news too (its challenge's attempts notify; checked here so it stays so). Negative
+// control: without migration 00680's trigger the unlock's assertion fails.
+func TestLiveCodeUnlockRefreshesTheOpenPaymentPage(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-live-unlock", 1500)
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	all, err := b.hub.Subscribe(live.Topic{Page: live.PagePayments}, b.hub.Position().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	var locking *live.Subscription // the payment's page, open before the guess that locks
+	for i := range payments.CodeGuessesPerDay {
+		if i%5 == 0 {
+			if _, err := b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var chID, body string
+		if err := b.pool.QueryRow(ctx, `SELECT c.id::text, o.body FROM cancel_challenges c JOIN outbox o ON o.payment_id = c.session_id
+			WHERE c.session_id = $1 AND o.kind = 'cancel_code' ORDER BY c.created_at DESC, o.id DESC LIMIT 1`, s.ID).Scan(&chID, &body); err != nil {
+			t.Fatal(err)
+		}
+		wrong := "000000"
+		if m := outboxCodeRe.FindStringSubmatch(body); m != nil && m[1] == wrong {
+			wrong = "111111"
+		}
+		if i == payments.CodeGuessesPerDay-1 {
+			heardUpTo(t, all, b.payment(t, "o-live-unlock-before-lock", 100).ID)
+			if locking, err = b.hub.Subscribe(live.Topic{Page: live.PagePayment, Session: s.ID}, b.hub.Position().String()); err != nil {
+				t.Fatal(err)
+			}
+			defer locking.Close()
+		}
+		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, chID, wrong); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong guess %d = %v", i+1, err)
+		}
+		b.clock.Advance(time.Minute)
+	}
+	heardUpTo(t, all, b.payment(t, "o-live-unlock-locked", 100).ID)
+	if p, ok := locking.TryNext(); !ok || p.Changes == 0 {
+		t.Fatalf("the wrong guess that locked the codes was not news to the payment's open page (pending %+v, %v)", p, ok)
+	}
+
+	b.user(t, "sup@example.com", access.RoleSupport)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	sup, fin := b.agent(t), b.agent(t)
+	sup.login("sup@example.com")
+	fin.login("fin@example.com")
+	doc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "codes-locked", "Codes are locked")
+	since, _ := doc.Find("#payment").Attr("data-live-since")
+	// Support's open page, as its stream subscribes.
+	pageSub, err := b.hub.Subscribe(live.Topic{Page: live.PagePayment, Session: s.ID}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pageSub.Close()
+	pageSub.TryNext() // whatever it was told before the unlock
+
+	doc = page(t, fin.get("/payments/"+s.ID), http.StatusOK)
+	action, form := formValues(doc, "codes-unlock-form")
+	form.Set("reason", "customer verified by a call back")
+	wantText(t, page(t, fin.follow(fin.post(action, form)), http.StatusOK), "flash", "Codes unlocked")
+	heardUpTo(t, all, b.payment(t, "o-live-unlock-marker", 100).ID)
+
+	frag := page(t, sup.get("/payments/"+s.ID, "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	if frag.Find(testid("codes-locked")).Length() != 0 {
+		t.Fatal("setup: the fragment still says locked after the unlock")
+	}
+	if p, ok := pageSub.TryNext(); !ok || (p.Changes == 0 && !p.Refresh) {
+		t.Fatalf("finance unlocked the codes, but support's open payment page was never told to refresh (pending %+v, %v): "+
+			"it keeps showing \"Codes are locked\" while its own fragment no longer does", p, ok)
+	}
+}

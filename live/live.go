@@ -31,7 +31,7 @@ type Kind string
 const (
 	KindSession    Kind = "session"    // payment_sessions: status, lease, flag, schedule
 	KindCall       Kind = "call"       // gateway_calls: a call to the gateway was logged
-	KindCancel     Kind = "cancel"     // cancel_challenges, reverse_operations
+	KindCancel     Kind = "cancel"     // cancel_challenges, reverse_operations, code_wrong_guesses (00680)
 	KindRefund     Kind = "refund"     // refunds
 	KindCase       Kind = "case"       // finance_cases
 	KindResolution Kind = "resolution" // resolution_proposals
