@@ -25,6 +25,7 @@ import (
 // checks as the pages they feed; what a stream carries is only "refresh" and a position.
 type Live struct {
 	hub   *live.Hub
+	svc   *payments.Service
 	log   *slog.Logger
 	still func(echo.Context) error
 
@@ -60,15 +61,15 @@ func (h *Live) hold(user string) (release func(), ok bool) {
 }
 
 // NewLive builds the stream handlers over the replica's hub (nil: the streams answer 503 and
-// pages poll). still (auth.Manager.Still) is asked before every event that tells something (a
+// pages poll); svc finds a payment page's order when its stream opens. still (auth.Manager.Still) is asked before every event that tells something (a
 // refresh, the listener down; not a heartbeat): a user disabled, signed out by a new password or
 // moved to a role without the page since the stream opened learns nothing more, and the stream
 // ends (nil: never asked).
-func NewLive(hub *live.Hub, log *slog.Logger, still func(echo.Context) error) *Live {
+func NewLive(hub *live.Hub, svc *payments.Service, log *slog.Logger, still func(echo.Context) error) *Live {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Live{hub: hub, log: log, still: still}
+	return &Live{hub: hub, svc: svc, log: log, still: still}
 }
 
 // Mark puts the hub's position into the request before the page reads what it shows, so the
@@ -91,13 +92,24 @@ func (h *Live) Stream(page live.Page) echo.HandlerFunc {
 	return func(c echo.Context) error { return h.serve(c, live.Topic{Page: page}) }
 }
 
-// Payment: GET /live/payments/:id, the stream of one payment's page.
+// Payment: GET /live/payments/:id, the stream of one payment's page. The page also shows its
+// order's state and the order's other sessions, so the stream hears those too: the order is
+// read once as the stream opens (a session's order never changes), and a declined session's
+// open page refreshes when the customer pays the order with a new one (an outside review).
 func (h *Live) Payment(c echo.Context) error {
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
 		return notFound("payment")
 	}
-	return h.serve(c, live.Topic{Page: live.PagePayment, Session: id.String()})
+	t := live.Topic{Page: live.PagePayment, Session: id.String()}
+	if h.hub != nil {
+		s, err := h.svc.Get(c.Request().Context(), t.Session)
+		if err != nil {
+			return err
+		}
+		t.Order = s.OrderID
+	}
+	return h.serve(c, t)
 }
 
 // LiveHeader marks the requests static/live.js makes to refresh a page's live region.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -440,5 +441,69 @@ func TestLiveCodeUnlockRefreshesTheOpenPaymentPage(t *testing.T) {
 	if p, ok := pageSub.TryNext(); !ok || (p.Changes == 0 && !p.Refresh) {
 		t.Fatalf("finance unlocked the codes, but support's open payment page was never told to refresh (pending %+v, %v): "+
 			"it keeps showing \"Codes are locked\" while its own fragment no longer does", p, ok)
+	}
+}
+
+// TestLiveOrderPaidByAnotherSessionRefreshesTheOpenPaymentPage: support has the page of a
+// declined payment open; the customer pays the order with a new session. The page shows the
+// order's state ("Order … (AwaitingPayment)") and the order's other sessions, so its stream
+// must say refresh. What broke (an outside review): the payment page's stream heard its own
+// session only, and support kept telling the customer the order was unpaid. The stream is the
+// real one (its handler reads the payment's order); it ends when the hub closes, after whatever
+// the hub had told it, so "never told" is read as the stream's end without a refresh, not as a
+// wait. Negative control: a stream topic without the order (or Shows matching the session
+// alone) ends with no refresh.
+func TestLiveOrderPaidByAnotherSessionRefreshesTheOpenPaymentPage(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	all, err := b.hub.Subscribe(live.Topic{Page: live.PagePayments}, b.hub.Position().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	s1 := b.payment(t, "o-live-order", 1999)
+	b.gw.SetStatus(s1.GatewayPaymentID, payments.GatewayDeclined)
+	if _, err := b.svc.Check(ctx, shop, s1.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Everything about s1 is heard before the page is read, so its stream has nothing to catch up on.
+	heardUpTo(t, all, b.payment(t, "o-live-order-before", 100).ID)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.get("/payments/"+s1.ID), http.StatusOK)
+	wantText(t, doc, "payment-status", "Failed")
+	before := text(doc, "payment-fields")
+	stream, _ := doc.Find("#payment").Attr("data-live")
+	since, _ := doc.Find("#payment").Attr("data-live-since")
+	es := mustOpenStream(t, b.server(t, b.e), sup, stream+"?since="+since)
+
+	// The customer tries again: a new session of the same order, paid.
+	s2 := b.payment(t, "o-live-order", 1999)
+	b.gw.SetStatus(s2.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(ctx, shop, s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	heardUpTo(t, all, b.payment(t, "o-live-order-marker", 100).ID)
+	frag := page(t, sup.get("/payments/"+s1.ID, "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	after := text(frag, "payment-fields")
+	if after == before || !strings.Contains(frag.Find(testid("order-sessions")).Text(), "Completed") {
+		t.Fatalf("setup: the fragment did not change: order %q -> %q", before, after)
+	}
+
+	b.hub.Close() // the stream writes what it was told, then ends
+	var got []string
+	for {
+		line, err := es.r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		got = append(got, strings.TrimSuffix(line, "\n"))
+	}
+	if !slices.Contains(got, "event: refresh") {
+		t.Fatalf("the order was paid by another session (page fields %q -> %q, a Completed session among the order's), "+
+			"but the open page of its declined session was never told to refresh; its stream wrote %q", before, after, got)
 	}
 }

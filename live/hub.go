@@ -261,13 +261,17 @@ func (h *Hub) Subscribe(t Topic, since string) (*Subscription, error) {
 		s.p.Refresh = true
 		s.poke()
 	}
-	k := t.key()
-	set := h.topics[k]
-	if set == nil {
-		set = map[*Subscription]struct{}{}
-		h.topics[k] = set
+	for _, k := range []string{t.key(), t.orderKey()} {
+		if k == "" {
+			continue
+		}
+		set := h.topics[k]
+		if set == nil {
+			set = map[*Subscription]struct{}{}
+			h.topics[k] = set
+		}
+		set[s] = struct{}{}
 	}
-	set[s] = struct{}{}
 	h.n++
 	return s, nil
 }
@@ -296,11 +300,12 @@ func (h *Hub) remove(s *Subscription, err error) {
 	}
 	s.done, s.err = true, err
 	close(s.wake)
-	k := s.topic.key()
-	if set := h.topics[k]; set != nil {
-		delete(set, s)
-		if len(set) == 0 {
-			delete(h.topics, k) // the map keeps no topic nobody watches
+	for _, k := range []string{s.topic.key(), s.topic.orderKey()} {
+		if set := h.topics[k]; k != "" && set != nil {
+			delete(set, s)
+			if len(set) == 0 {
+				delete(h.topics, k) // the map keeps no topic nobody watches
+			}
 		}
 	}
 	h.n--
@@ -326,11 +331,23 @@ func (h *Hub) publish(ev Event) {
 	h.ring[h.seq%ringSize] = ev
 	for _, k := range keys(ev) {
 		for s := range h.topics[k] {
-			s.p.Changes++
-			s.p.Last = ev
-			s.poke()
+			s.tell(ev)
 		}
 	}
+	if k := orderKey(ev); k != "" {
+		for s := range h.topics[k] {
+			if s.topic.Session != ev.Session { // its own session's event reached it above
+				s.tell(ev)
+			}
+		}
+	}
+}
+
+// tell folds ev into s's news (h.mu held).
+func (s *Subscription) tell(ev Event) {
+	s.p.Changes++
+	s.p.Last = ev
+	s.poke()
 }
 
 // setUp records a successful LISTEN: a new generation, and every subscriber refreshes once,

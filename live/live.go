@@ -77,7 +77,8 @@ const (
 )
 
 // pageKinds is THE table of which changes each page shows. A page listed for a kind refreshes
-// on every event of it; the payment page only on events of its own session.
+// on every event of it; the payment page only on events of its own session, and on orderKinds
+// of its order's other sessions.
 var pageKinds = map[Page][]Kind{
 	PageDashboard:   {KindSession, KindCase, KindPatrol},
 	PagePayments:    {KindSession},
@@ -89,6 +90,13 @@ var pageKinds = map[Page][]Kind{
 	PageResolutions: {KindResolution, KindSession},
 	PageLedger:      {KindLedger},
 }
+
+// orderKinds are the changes of the order's other sessions the payment page shows: the order's
+// state ("Order … (Paid)" changes only with a session's transition) and its other sessions'
+// states. Not their calls, codes or ledger lines, which the page does not show: a busy order
+// has a few sessions, each changing a few times, so a page of a declined session refreshes
+// when the customer tries again and pays, and not on unrelated traffic.
+var orderKinds = []Kind{KindSession}
 
 // kindPages inverts pageKinds: the pages an event of a kind may refresh.
 var kindPages = func() map[Kind][]Page {
@@ -104,16 +112,19 @@ var kindPages = func() map[Kind][]Page {
 	return m
 }()
 
-// Topic is what one stream listens to: a page, and for the payment page its session.
+// Topic is what one stream listens to: a page, and for the payment page its session and that
+// session's order (the payment page shows the order's state and its other sessions; "" hears
+// the session alone).
 type Topic struct {
 	Page    Page
 	Session string
+	Order   string
 }
 
 // Valid reports whether t names a known page (and the payment page a session).
 func (t Topic) Valid() bool {
 	_, ok := pageKinds[t.Page]
-	return ok && (t.Page == PagePayment) == (t.Session != "")
+	return ok && (t.Page == PagePayment) == (t.Session != "") && (t.Order == "" || t.Page == PagePayment)
 }
 
 // key is the topic's entry in the hub's fan-out map.
@@ -124,10 +135,19 @@ func (t Topic) key() string {
 	return string(t.Page)
 }
 
+// orderKey is the fan-out entry of a payment page's order ("" without one): the topic is
+// reached by its own session's events through key and by its order's through this one.
+func (t Topic) orderKey() string {
+	if t.Page != PagePayment || t.Order == "" {
+		return ""
+	}
+	return "order:" + t.Order
+}
+
 // Shows reports whether the page of t shows what ev changed.
 func (t Topic) Shows(ev Event) bool {
 	if t.Page == PagePayment && ev.Session != t.Session {
-		return false
+		return t.Order != "" && ev.Order == t.Order && slices.Contains(orderKinds, ev.Kind)
 	}
 	return slices.Contains(pageKinds[t.Page], ev.Kind)
 }
@@ -147,4 +167,13 @@ func keys(ev Event) []string {
 		out = append(out, t.key())
 	}
 	return out
+}
+
+// orderKey is the fan-out entry of the payment pages of ev's order that ev may refresh ("" when
+// none may: a kind they do not show of another session, or no order in the payload).
+func orderKey(ev Event) string {
+	if ev.Order == "" || !slices.Contains(orderKinds, ev.Kind) {
+		return ""
+	}
+	return Topic{Page: PagePayment, Order: ev.Order}.orderKey()
 }

@@ -295,3 +295,44 @@ func TestTopics(t *testing.T) {
 		}
 	}
 }
+
+// TestPaymentPageHearsItsOrder: the payment page shows its order's state and the order's other
+// sessions, so a state change of another session of its order refreshes it, whether it comes
+// while the page is open or between its render and its stream (the ring). What broke (an
+// outside review): only its own session's events matched, and the page of a declined session
+// never showed that the customer had paid the order with a new one. Its own session's change
+// counts once (it is reached by its session and by its order); another session's gateway call
+// and another order's sessions are nothing to it. Negative control: with Shows and publish
+// matching the session alone, the other session's change is not heard.
+func TestPaymentPageHearsItsOrder(t *testing.T) {
+	h := upHub(NewManualTimers(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)))
+	rendered := h.Position().String()
+	h.publish(Event{Kind: KindSession, Session: "s-2", Order: "o-1", Status: "Registered"})
+	late, _ := h.Subscribe(Topic{Page: PagePayment, Session: "s-1", Order: "o-1"}, rendered)
+	if len(late.wake) != 1 || !late.take().Refresh {
+		t.Error("a change of another session of the order between render and stream: no refresh")
+	}
+	late.Close()
+
+	sub, _ := h.Subscribe(Topic{Page: PagePayment, Session: "s-1", Order: "o-1"}, h.Position().String())
+	h.publish(Event{Kind: KindCall, Session: "s-2"})                                       // the other session's call
+	h.publish(Event{Kind: KindSession, Session: "s-3", Order: "o-2", Status: "Completed"}) // another order
+	if p, ok := sub.TryNext(); ok {
+		t.Fatalf("the page heard what it does not show: %+v", p)
+	}
+	h.publish(Event{Kind: KindSession, Session: "s-2", Order: "o-1", Status: "Completed"})
+	if p, ok := sub.TryNext(); !ok || p.Changes != 1 || p.Last.Session != "s-2" {
+		t.Fatalf("another session of the order completed: %+v, %v; want one change", p, ok)
+	}
+	h.publish(Event{Kind: KindSession, Session: "s-1", Order: "o-1", Status: "Failed"})
+	if p, ok := sub.TryNext(); !ok || p.Changes != 1 {
+		t.Fatalf("its own session's change: %+v, %v; want it counted once", p, ok)
+	}
+	sub.Close()
+	if n, topics := h.Stats(); n != 0 || topics != 0 {
+		t.Fatalf("after close: %d subscriptions, %d fan-out entries", n, topics)
+	}
+	if (Topic{Page: PagePayments, Order: "o-1"}).Valid() {
+		t.Fatal("an order on a page other than the payment page was accepted")
+	}
+}

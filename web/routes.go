@@ -58,7 +58,7 @@ func routes(e *echo.Echo, d Deps) {
 		IdleTimeout: d.ConsoleIdleTimeout, Now: d.SessionClock})
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
-	lv := handlers.NewLive(d.Live, d.Logger, am.Still)
+	lv := handlers.NewLive(d.Live, d.Payments, d.Logger, am.Still)
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
 		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
 	}
