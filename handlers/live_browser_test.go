@@ -11,6 +11,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/handlers"
+	"pitlane/live"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -244,5 +245,35 @@ func TestBrowserRefusedProposalKeepsItsForm(t *testing.T) {
 	}
 	waitJS(t, ctx, "the live refresh held", `document.documentElement.hasAttribute("data-live-stale")`)
 	waitJS(t, ctx, "the form still open with what was typed", kept)
+	noReload(t, ctx)
+}
+
+// TestBrowserStuckPageShowsAPaymentTurningStuck: finance has "Stuck money" open with nothing
+// stuck; a payment turns stuck by its age alone, with nothing written, so the page's stream
+// stays silent. The region said when it would change (data-live-due): the page fetches itself
+// then and lists the payment, with no reload. What broke (an outside review): the open
+// workbench kept saying "Nothing is stuck" until some unrelated write. Negative control:
+// without live.js's due() the wait for the payment times out.
+func TestBrowserStuckPageShowsAPaymentTurningStuck(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	all, err := b.hub.Subscribe(live.Topic{Page: live.PagePayments}, b.hub.Position().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	b.payment(t, "o-browser-stuck", 4200)
+	// Everything the payment notified is heard before the page is read: its stream has nothing
+	// to catch up on, so only the due refresh can bring the payment in.
+	heardUpTo(t, all, b.payment(t, "o-browser-stuck-marker", 100).ID)
+	b.clock.Advance(payments.SettleWithin - 2*time.Second) // the page is due in 2 s
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "fin@example.com")
+	openLive(t, ctx, srv.URL+"/finance/stuck")
+	waitJS(t, ctx, "nothing stuck yet", `!!document.querySelector('[data-testid="stuck-none"]')`)
+
+	b.clock.Advance(time.Minute)
+	waitJS(t, ctx, "the payment on the list", `(() => { const e = document.querySelector('[data-testid="stuck-table"]'); return !!e && e.textContent.includes("42.00"); })()`)
 	noReload(t, ctx)
 }

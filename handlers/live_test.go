@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -506,4 +507,63 @@ func TestLiveOrderPaidByAnotherSessionRefreshesTheOpenPaymentPage(t *testing.T) 
 		t.Fatalf("the order was paid by another session (page fields %q -> %q, a Completed session among the order's), "+
 			"but the open page of its declined session was never told to refresh; its stream wrote %q", before, after, got)
 	}
+}
+
+// TestLiveStuckPagesSayWhenAPaymentTurnsStuck: a Registered payment joins "Stuck money" by its
+// age alone (payments.SettleWithin after creation; the patrol's looks are 10.6 and 20.6 minutes
+// after it) and the dashboard's stuck card by the clock alone (StuckAfter past its next look,
+// no patrol having looked), and nothing is written at either moment, so no stream says
+// refresh. What broke (an outside review): an open workbench kept saying "Nothing is stuck" for
+// minutes to hours, until some unrelated write. Each region now says when it changes by the
+// clock (data-live-due, ms after the page was read, under the page's own filter; live.js
+// fetches it then: TestBrowserStuckPageShowsAPaymentTurningStuck), and once the payment is
+// listed the next due is the next payment's, none here. Negative control: without LiveDue on
+// the regions the attribute is missing and the test fails.
+func TestLiveStuckPagesSayWhenAPaymentTurnsStuck(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-live-stuck", 4200)
+	var nextCheck time.Time
+	if err := b.pool.QueryRow(ctx, `SELECT next_check_at FROM payment_sessions WHERE id = $1`, s.ID).Scan(&nextCheck); err != nil {
+		t.Fatal(err)
+	}
+	b.user(t, "fin@example.com", access.RoleFinance)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	due := func(path, region string) string {
+		t.Helper()
+		v, _ := page(t, fin.get(path), http.StatusOK).Find("#" + region).Attr("data-live-due")
+		return v
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+	doc := page(t, fin.get("/finance/stuck"), http.StatusOK)
+	if doc.Find(testid("stuck-none")).Length() != 1 {
+		t.Fatal("setup: something is stuck already")
+	}
+	for path, want := range map[string]string{
+		"/finance/stuck":        ms(payments.SettleWithin),
+		"/finance/stuck?age=1h": ms(time.Hour), // the page's own age line
+		"/":                     ms(nextCheck.Add(payments.StuckAfter).Sub(consoleT0)),
+	} {
+		region := "stuck-live"
+		if path == "/" {
+			region = "dashboard-live"
+		}
+		if got := due(path, region); got != want {
+			t.Errorf("%s: a payment turns stuck in %s ms by the clock alone, but the page's live region says data-live-due=%q: "+
+				"nothing will tell the open page", path, want, got)
+		}
+	}
+
+	b.clock.Advance(max(nextCheck.Add(payments.StuckAfter).Sub(consoleT0), payments.SettleWithin) + time.Second) // past both lines
+	frag := page(t, fin.get("/finance/stuck", "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	if !strings.Contains(frag.Find(testid("stuck-table")).Text(), "42.00") {
+		t.Fatal("the workbench's fragment does not list the payment once it is due")
+	}
+	if _, ok := frag.Find("#stuck-live").Attr("data-live-due"); ok {
+		t.Error("nothing else will turn stuck, but the workbench still asks for a refresh")
+	}
+	wantText(t, page(t, fin.get("/"), http.StatusOK), "stuck-count", "1")
 }

@@ -19,6 +19,13 @@ import (
 // patrol runs every few seconds, so a session this late means no replica is settling it.
 const StuckAfter = time.Minute
 
+// dashboardNextLateSQL is the soonest next look of an active session not late for it yet ($1:
+// StuckAfter before now): it turns stuck StuckAfter after it. The first entry of
+// payment_sessions_due (the patrol's index) from $1 on; a flagged session is stuck already, and
+// flagging ends its schedule anyway.
+var dashboardNextLateSQL = `SELECT min(next_check_at) FROM payment_sessions WHERE ` + activeStatusSQL + `
+	AND flagged_at IS NULL AND next_check_at >= $1`
+
 // StatusCount is how many sessions are in one status.
 type StatusCount struct {
 	Status Status
@@ -33,6 +40,11 @@ type Dashboard struct {
 	StuckTotal int
 	OpenCases  int
 	Leases     int // sessions leased to a patrol right now
+	// LateAt is when the next active session turns stuck by the clock alone, StuckAfter past
+	// its next_check_at with no patrol having looked (nil: none is scheduled). Nothing is
+	// written at that moment, so no live notification says so: the dashboard refreshes itself
+	// then (views.LiveDue). A patrol's look moves next_check_at and notifies anyway.
+	LateAt *time.Time
 	// Patrols is every replica's patrol as its last heartbeat says (back-off included).
 	Patrols []Heartbeat
 	At      time.Time
@@ -66,6 +78,14 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 	}
 	if d.Stuck, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) }); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: stuck: %w", err)
+	}
+	var next *time.Time
+	if err := s.db.QueryRow(ctx, dashboardNextLateSQL, late).Scan(&next); err != nil {
+		return Dashboard{}, fmt.Errorf("dashboard: next stuck: %w", err)
+	}
+	if next != nil {
+		at := next.Add(StuckAfter)
+		d.LateAt = &at
 	}
 	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {

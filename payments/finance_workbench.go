@@ -124,6 +124,10 @@ type StuckPage struct {
 	Next     string
 	Totals   []StuckTotal
 	At       time.Time
+	// Joins is when the next session joins the list by its age alone (nil: no active session
+	// under the filter is younger than MinAge). Nothing is written at that moment, so no live
+	// notification says so: the page refreshes itself then (views.LiveDue).
+	Joins *time.Time
 }
 
 // stuckQuery builds the workbench's SQL: the WHERE clause of the stuck sessions under a filter.
@@ -140,9 +144,14 @@ func (q *stuckQuery) arg(v any) string {
 	return "$" + strconv.Itoa(len(q.args))
 }
 
-func newStuckQuery(f StuckFilter, now time.Time) *stuckQuery {
+// listed: the sessions old enough to be listed; false: those that are not yet (stuckJoinsSQL).
+func newStuckQuery(f StuckFilter, now time.Time, listed bool) *stuckQuery {
 	q := &stuckQuery{where: []string{"ps." + activeStatusSQL}}
-	q.where = append(q.where, "ps.created_at <= "+q.arg(now.Add(-f.MinAge)))
+	age := "ps.created_at <= "
+	if !listed {
+		age = "ps.created_at > "
+	}
+	q.where = append(q.where, age+q.arg(now.Add(-f.MinAge)))
 	if f.Status != "" {
 		q.where = append(q.where, "ps.status = "+q.arg(string(f.Status)))
 	}
@@ -164,7 +173,7 @@ var maxCursorTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 // stuckListSQL is the page query: the filter, the keyset condition after the cursor (a row
 // comparison the index of the order serves as a range), the order, one row more than a page.
 func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
-	q := newStuckQuery(f, now)
+	q := newStuckQuery(f, now, true)
 	order := "ps.created_at, ps.id"
 	if f.Sort == StuckByAmount {
 		// -amount: one direction for all three keys, so the keyset below is one row comparison
@@ -218,10 +227,20 @@ func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
 // stuckTotalsSQL sums the stuck sessions under f per state and currency (no cursor: the totals
 // are those of the whole list). An index-only scan of payment_sessions_stuck_by_age.
 func stuckTotalsSQL(f StuckFilter, now time.Time) (string, []any) {
-	q := newStuckQuery(f, now)
+	q := newStuckQuery(f, now, true)
 	return `SELECT ps.status, ps.currency, count(*), sum(ps.amount)::bigint FROM payment_sessions ps
 		WHERE ` + strings.Join(q.where, " AND ") + `
 		GROUP BY ps.status, ps.currency`, q.args
+}
+
+// stuckJoinsSQL finds the creation time of the oldest active session under f that is not old
+// enough to be listed yet: it joins the list MinAge after it, with nothing written that would
+// notify the page. The first entry of payment_sessions_stuck_by_age after the age line that
+// matches the filter (an index-only scan; at most the active sessions younger than MinAge are
+// passed over).
+func stuckJoinsSQL(f StuckFilter, now time.Time) (string, []any) {
+	q := newStuckQuery(f, now, false)
+	return `SELECT min(ps.created_at) FROM payment_sessions ps WHERE ` + strings.Join(q.where, " AND "), q.args
 }
 
 // cursor is the After that continues a list after s.
@@ -304,6 +323,15 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 		}
 		return slices.Index(AllStatuses, a.Status) - slices.Index(AllStatuses, b.Status)
 	})
+	jsql, jargs := stuckJoinsSQL(f, now)
+	var created *time.Time
+	if err := s.db.QueryRow(ctx, jsql, jargs...).Scan(&created); err != nil {
+		return StuckPage{}, fmt.Errorf("stuck sessions: the next to join: %w", err)
+	}
+	if created != nil {
+		joins := created.Add(f.MinAge)
+		page.Joins = &joins
+	}
 	return page, nil
 }
 

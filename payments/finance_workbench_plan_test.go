@@ -86,7 +86,12 @@ func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 			checkPlan(t, mode+" list "+name, explain(t, conn.Conn(), sql, args), c.index)
 			tsql, targs := stuckTotalsSQL(f, now)
 			checkPlan(t, mode+" totals "+name, explain(t, conn.Conn(), tsql, targs), "")
+			// When the next session joins the list by age (the page's live refresh).
+			jsql, jargs := stuckJoinsSQL(f, now)
+			checkPlan(t, mode+" joins "+name, explain(t, conn.Conn(), jsql, jargs), "")
 		}
+		// The dashboard's stuck card, likewise: when the next session turns late.
+		checkPlan(t, mode+" dashboard next late", explain(t, conn.Conn(), dashboardNextLateSQL, []any{now.Add(-StuckAfter)}), "payment_sessions_due")
 	}
 }
 

@@ -10,11 +10,15 @@
 // refresh when it shows again), nor while someone is typing into or ticking something in the
 // region (one refresh once they leave it). A region with data-live-poll also polls at that
 // interval while visible, whatever the stream says (the locks page: PostgreSQL notifies nothing
-// about locks). Without JavaScript the pages are plain pages.
+// about locks). A region with data-live-due changes by the clock alone that many ms after it was
+// read (a payment turning stuck by its age writes nothing, so no stream says so): it is fetched
+// once then, and each version of the region says when anew. Without JavaScript the pages are
+// plain pages.
 (function () {
   "use strict";
 
   var POLL = 2000; // fallback polling while the stream is down
+  var DUE_LATE = 1000; // a due refresh comes this much after its time, never before it
   var GRACE = 5000; // the browser's own reconnect gets this long before we poll
   var RETRY_MIN = 5000, RETRY_MAX = 60000; // our reconnects after the browser gave up
 
@@ -28,7 +32,7 @@
   var slow = parseInt(first.getAttribute("data-live-poll") || "0", 10);
 
   var source = null;
-  var pollTimer = null, graceTimer = null, retryTimer = null;
+  var pollTimer = null, graceTimer = null, retryTimer = null, dueTimer = null;
   var retry = RETRY_MIN;
   var stale = false, inflight = false, again = false;
 
@@ -115,6 +119,22 @@
     }).then(done, done);
   }
 
+  // due: (re)arms the one refresh the region's data-live-due asks for (none without it); called
+  // once the page is loaded and after every swap, which may bring a new region.
+  function due() {
+    clearTimeout(dueTimer);
+    dueTimer = null;
+    var el = region();
+    var ms = el ? parseInt(el.getAttribute("data-live-due") || "", 10) : NaN;
+    if (ms >= 0) {
+      // setTimeout takes at most 2^31-1 ms (24.8 days); a longer wait is cut short, harmlessly.
+      dueTimer = setTimeout(function () {
+        dueTimer = null;
+        refresh();
+      }, Math.min(ms + DUE_LATE, 2147483647));
+    }
+  }
+
   function startPolling() {
     state("polling");
     if (!pollTimer) {
@@ -190,6 +210,7 @@
       behind(true);
     }
   });
+  document.addEventListener("htmx:afterSettle", due);
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible" && stale) {
       refresh();
@@ -216,5 +237,6 @@
     }
   });
   state("connecting");
+  due();
   connect();
 })();

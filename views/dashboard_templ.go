@@ -25,8 +25,8 @@ type DashboardView struct {
 const DashboardLive = "dashboard-live"
 
 // Dashboard shows state counts, stuck sessions, open cases and leases; the live part is fetched
-// again when its stream says something changed (the same component renders the fragment, see
-// render.Fragments).
+// again when its stream says something changed, or when a session turns stuck by the clock
+// alone (LiveDue) (the same component renders the fragment, see render.Fragments).
 func Dashboard(v DashboardView) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
@@ -81,6 +81,10 @@ func Dashboard(v DashboardView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					templ_7745c5c3_Err = templruntime.RenderAttributes(ctx, templ_7745c5c3_Buffer, templ_7745c5c3_ElementWriter, "div", LiveRegion(ctx, "/live/dashboard"))
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					templ_7745c5c3_Err = templruntime.RenderAttributes(ctx, templ_7745c5c3_Buffer, templ_7745c5c3_ElementWriter, "div", LiveDue(ctx, v.D.LateAt, v.D.At))
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

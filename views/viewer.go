@@ -2,6 +2,8 @@ package views
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/a-h/templ"
 
@@ -66,4 +68,16 @@ func LiveRegion(ctx context.Context, stream string) templ.Attributes {
 		return nil
 	}
 	return templ.Attributes{"data-live": stream, "data-live-since": since}
+}
+
+// LiveDue is the attribute of a live region whose content changes by the clock alone, at at
+// (nil: nothing is due): a payment turning stuck by its age writes nothing, so no stream says
+// so. data-live-due is the milliseconds from now (when the page was read) until then;
+// static/live.js fetches the region once then, and each render says it anew. Relative, so the
+// browser's clock does not matter. Nothing without live updates (as LiveRegion).
+func LiveDue(ctx context.Context, at *time.Time, now time.Time) templ.Attributes {
+	if _, ok := ctx.Value(liveKey{}).(string); !ok || at == nil {
+		return nil
+	}
+	return templ.Attributes{"data-live-due": strconv.FormatInt(max(at.Sub(now), 0).Milliseconds(), 10)}
 }
