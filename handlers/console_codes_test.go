@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,29 +18,8 @@ import (
 func TestConsoleUnlockCodes(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	ctx := context.Background()
 	s := b.payment(t, "o-codes-locked", 1500)
-	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
-	for i := range payments.CodeGuessesPerDay {
-		if i%5 == 0 {
-			if _, err := b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var chID, body string
-		if err := b.pool.QueryRow(ctx, `SELECT c.id::text, o.body FROM cancel_challenges c JOIN outbox o ON o.payment_id = c.session_id
-			WHERE c.session_id = $1 AND o.kind = 'cancel_code' ORDER BY c.created_at DESC, o.id DESC LIMIT 1`, s.ID).Scan(&chID, &body); err != nil {
-			t.Fatal(err)
-		}
-		wrong := "000000"
-		if m := outboxCodeRe.FindStringSubmatch(body); m != nil && m[1] == wrong {
-			wrong = "111111"
-		}
-		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, chID, wrong); payments.ErrorCode(err) != payments.EWRONG {
-			t.Fatalf("wrong guess %d = %v", i+1, err)
-		}
-		b.clock.Advance(time.Minute)
-	}
+	b.lockCodes(t, s.ID)
 
 	b.user(t, "sup@example.com", access.RoleSupport)
 	b.user(t, "fin@example.com", access.RoleFinance)
@@ -75,5 +55,73 @@ func TestConsoleUnlockCodes(t *testing.T) {
 	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel", url.Values{})), http.StatusOK)
 	if n := doc.Find(testid("flash-error")).Length(); n != 0 {
 		t.Fatalf("a new code after the unlock: %s", text(doc, "flash-error"))
+	}
+}
+
+// lockCodes types CodeGuessesPerDay wrong codes for the payment, a minute apart, asking for a
+// new code every five (a code's own attempts): its codes are locked for a day from the first.
+func (b *consoleBench) lockCodes(t *testing.T, sessionID string) {
+	t.Helper()
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	for i := range payments.CodeGuessesPerDay {
+		if i%5 == 0 {
+			if _, err := b.svc.RequestCancel(ctx, shop, sessionID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var chID, body string
+		if err := b.pool.QueryRow(ctx, `SELECT c.id::text, o.body FROM cancel_challenges c JOIN outbox o ON o.payment_id = c.session_id
+			WHERE c.session_id = $1 AND o.kind = 'cancel_code' ORDER BY c.created_at DESC, o.id DESC LIMIT 1`, sessionID).Scan(&chID, &body); err != nil {
+			t.Fatal(err)
+		}
+		wrong := "000000"
+		if m := outboxCodeRe.FindStringSubmatch(body); m != nil && m[1] == wrong {
+			wrong = "111111"
+		}
+		if _, err := b.svc.ConfirmCancel(ctx, shop, sessionID, chID, wrong); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong guess %d = %v", i+1, err)
+		}
+		b.clock.Advance(time.Minute)
+	}
+}
+
+// A payment page changes by the clock alone when a pending code expires and when the codes'
+// lock lapses after a day; nothing is written then, so no stream says so, and an open page kept
+// offering an expired code or saying "Codes are locked" (the live-updates review's note). The
+// page's live region says when (data-live-due), as the stuck pages do. Negative control: without
+// PaymentDetail.ChangesAt on the region, no data-live-due.
+func TestLivePaymentPageSaysWhenItsCodesChangeByTheClock(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	due := func(id string) string {
+		t.Helper()
+		v, _ := page(t, sup.get("/payments/"+id), http.StatusOK).Find("#payment").Attr("data-live-due")
+		return v
+	}
+	s := b.payment(t, "o-live-code-due", 1500)
+	if got := due(s.ID); got != "" {
+		t.Fatalf("nothing is due, data-live-due=%q", got)
+	}
+	ch, err := b.svc.RequestCancel(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := due(s.ID), strconv.FormatInt(ch.ExpiresAt.Sub(b.clock.Now()).Milliseconds(), 10); got != want {
+		t.Errorf("a pending code: data-live-due=%q, want %s (its expiry)", got, want)
+	}
+
+	locked := b.payment(t, "o-live-code-lock", 1500)
+	b.lockCodes(t, locked.ID)
+	d, err := b.svc.PaymentDetail(ctx, locked.ID)
+	if err != nil || d.CodesLockedUntil == nil {
+		t.Fatalf("setup: codes not locked (%v)", err)
+	}
+	if got, want := due(locked.ID), strconv.FormatInt(d.CodesLockedUntil.Sub(b.clock.Now()).Milliseconds(), 10); got != want {
+		t.Errorf("locked codes: data-live-due=%q, want %s (the lock's end)", got, want)
 	}
 }

@@ -207,6 +207,27 @@ type ChallengeInfo struct {
 	ConsumedAt  *time.Time
 }
 
+// ChangesAt is when the payment page changes by the clock alone (nil: nothing is due): the codes'
+// lock lapsing, or a code still pending expiring. Nothing is written at either moment, so no live
+// notification says so; the page refreshes itself then (views.LiveDue).
+func (d PaymentDetail) ChangesAt() *time.Time {
+	var at *time.Time
+	earlier := func(t time.Time) {
+		if t.After(d.At) && (at == nil || t.Before(*at)) {
+			at = &t
+		}
+	}
+	if d.CodesLockedUntil != nil {
+		earlier(*d.CodesLockedUntil)
+	}
+	for _, c := range d.Challenges {
+		if c.Pending(d.At) {
+			earlier(c.ExpiresAt)
+		}
+	}
+	return at
+}
+
 // Pending reports whether the challenge can still take a code at now.
 func (c ChallengeInfo) Pending(now time.Time) bool {
 	return c.ConsumedAt == nil && c.ExpiresAt.After(now) && c.Attempts < c.MaxAttempts
