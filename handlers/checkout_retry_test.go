@@ -317,9 +317,12 @@ func TestADoubleClicksFollowPageKeepsTheLinkWhenTheClickFails(t *testing.T) {
 			rec := a.post(action, form)
 			second = rec.Result()
 			follow = rec.Header().Get("Location")
-			// The first click's connection is dropped (a failover, a proxy restart).
+			// The first click's connection is dropped (a failover, a proxy restart): the holder of
+			// an advisory lock in this test's database only — pg_locks is the cluster's, and the
+			// parallel tests' databases share it (unfiltered, this killed their lock holders).
 			if _, err := b.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_locks
-				WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()`); err != nil {
+				WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+				  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`); err != nil {
 				t.Error(err)
 			}
 		}
