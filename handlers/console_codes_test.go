@@ -60,7 +60,8 @@ func TestConsoleUnlockCodes(t *testing.T) {
 
 // lockCodes types CodeGuessesPerDay wrong codes for the payment, a minute apart, asking for a
 // new code every five (a code's own attempts): its codes are locked for a day from the first.
-func (b *consoleBench) lockCodes(t *testing.T, sessionID string) {
+// beforeLocking, when given, runs right before the guess that locks them.
+func (b *consoleBench) lockCodes(t *testing.T, sessionID string, beforeLocking ...func()) {
 	t.Helper()
 	ctx := context.Background()
 	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
@@ -78,6 +79,11 @@ func (b *consoleBench) lockCodes(t *testing.T, sessionID string) {
 		wrong := "000000"
 		if m := outboxCodeRe.FindStringSubmatch(body); m != nil && m[1] == wrong {
 			wrong = "111111"
+		}
+		if i == payments.CodeGuessesPerDay-1 {
+			for _, f := range beforeLocking {
+				f()
+			}
 		}
 		if _, err := b.svc.ConfirmCancel(ctx, shop, sessionID, chID, wrong); payments.ErrorCode(err) != payments.EWRONG {
 			t.Fatalf("wrong guess %d = %v", i+1, err)

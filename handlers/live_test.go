@@ -372,42 +372,20 @@ func heardUpTo(t *testing.T, sub *live.Subscription, marker string) {
 func TestLiveCodeUnlockRefreshesTheOpenPaymentPage(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	ctx := context.Background()
 	s := b.payment(t, "o-live-unlock", 1500)
-	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
 	all, err := b.hub.Subscribe(live.Topic{Page: live.PagePayments}, b.hub.Position().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer all.Close()
 	var locking *live.Subscription // the payment's page, open before the guess that locks
-	for i := range payments.CodeGuessesPerDay {
-		if i%5 == 0 {
-			if _, err := b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var chID, body string
-		if err := b.pool.QueryRow(ctx, `SELECT c.id::text, o.body FROM cancel_challenges c JOIN outbox o ON o.payment_id = c.session_id
-			WHERE c.session_id = $1 AND o.kind = 'cancel_code' ORDER BY c.created_at DESC, o.id DESC LIMIT 1`, s.ID).Scan(&chID, &body); err != nil {
+	b.lockCodes(t, s.ID, func() {
+		heardUpTo(t, all, b.payment(t, "o-live-unlock-before-lock", 100).ID)
+		if locking, err = b.hub.Subscribe(live.Topic{Page: live.PagePayment, Session: s.ID}, b.hub.Position().String()); err != nil {
 			t.Fatal(err)
 		}
-		wrong := "000000"
-		if m := outboxCodeRe.FindStringSubmatch(body); m != nil && m[1] == wrong {
-			wrong = "111111"
-		}
-		if i == payments.CodeGuessesPerDay-1 {
-			heardUpTo(t, all, b.payment(t, "o-live-unlock-before-lock", 100).ID)
-			if locking, err = b.hub.Subscribe(live.Topic{Page: live.PagePayment, Session: s.ID}, b.hub.Position().String()); err != nil {
-				t.Fatal(err)
-			}
-			defer locking.Close()
-		}
-		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, chID, wrong); payments.ErrorCode(err) != payments.EWRONG {
-			t.Fatalf("wrong guess %d = %v", i+1, err)
-		}
-		b.clock.Advance(time.Minute)
-	}
+	})
+	defer locking.Close()
 	heardUpTo(t, all, b.payment(t, "o-live-unlock-locked", 100).ID)
 	if p, ok := locking.TryNext(); !ok || p.Changes == 0 {
 		t.Fatalf("the wrong guess that locked the codes was not news to the payment's open page (pending %+v, %v)", p, ok)

@@ -240,7 +240,7 @@ func Load(getenv func(string) string) (Config, error) {
 		c.MerchantName = v
 	}
 	if v := getenv("SECRET_KEY"); v != "" {
-		if utf8.RuneCountInString(v) < MinSecretKeyLen { // characters, as the contract counts (not bytes)
+		if !longEnoughSecret(v) {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
 		c.SecretKey = []byte(v)
@@ -286,6 +286,10 @@ func parseRefundLimit(v string) (map[string]int64, error) {
 	return out, nil
 }
 
+// longEnoughSecret: at least MinSecretKeyLen characters, as the contract counts them (not bytes:
+// 16 two-byte characters are 32 bytes).
+func longEnoughSecret(v string) bool { return utf8.RuneCountInString(v) >= MinSecretKeyLen }
+
 // secretList reads a comma-separated list of secrets (a rotation's old and new), each at least
 // MinSecretKeyLen characters, as long as SECRET_KEY must be. Spaces around entries and empty
 // entries are dropped; nil when unset.
@@ -295,7 +299,7 @@ func secretList(getenv func(string) string, name string) ([][]byte, error) {
 		if v = strings.TrimSpace(v); v == "" {
 			continue
 		}
-		if utf8.RuneCountInString(v) < MinSecretKeyLen {
+		if !longEnoughSecret(v) {
 			return nil, errorf(name, "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
 		}
 		out = append(out, []byte(v))
@@ -419,7 +423,7 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		s := strings.TrimSpace(string(b))
-		if utf8.RuneCountInString(s) < MinSecretKeyLen {
+		if !longEnoughSecret(s) {
 			return nil, errorf("SECRET_KEY", "the secret in %s is shorter than %d characters; delete the file to get a new one", path, MinSecretKeyLen)
 		}
 		return []byte(s), nil
