@@ -12,19 +12,20 @@ import (
 	"pitlane/web/render"
 )
 
-// Flagged: GET /finance/flagged, the sessions and refunds the patrol gave up on. An htmx
-// request gets only the live lists.
+// Flagged: GET /finance/flagged?after=&refunds_after=, the sessions and refunds the patrol gave
+// up on, each list a page at a time (its own cursor) with the count of all. An htmx request gets
+// only the live lists.
 func (h *Console) Flagged(c echo.Context) error {
 	ctx := c.Request().Context()
-	list, err := h.svc.ListFlagged(ctx)
+	sessions, err := h.svc.ListFlagged(ctx, c.QueryParam("after"))
 	if err != nil {
 		return err
 	}
-	refunds, err := h.svc.ListFlaggedRefunds(ctx)
+	refunds, err := h.svc.ListFlaggedRefunds(ctx, c.QueryParam("refunds_after"))
 	if err != nil {
 		return err
 	}
-	v := views.FlaggedView{Sessions: list, Refunds: refunds}
+	v := views.FlaggedView{Sessions: sessions, Refunds: refunds, After: c.QueryParam("after"), RefundsAfter: c.QueryParam("refunds_after")}
 	if htmx(c) {
 		return render.Fragments(c, http.StatusOK, views.Flagged(v), views.FlaggedLive)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -511,5 +513,77 @@ func TestFinanceCasesOldestFirstInPages(t *testing.T) {
 	}
 	if rec := fin.get("/finance/cases?after=x"); rec.Code < 400 || rec.Code >= 500 {
 		t.Fatalf("after=x: %d", rec.Code)
+	}
+}
+
+// The flagged page lists every flagged session and refund, a page of each at a time, with how
+// many there are in all: it showed the first 500 of each with nothing to say more were flagged,
+// so after a long outage the newest flags could not be retried or settled from the page (an
+// outside review listed it; negative control: each list's More → link and count removed, the
+// pages walk to 500 and the counts are missing).
+func TestFlaggedPageListsEveryFlagInPages(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	ctx := context.Background()
+	n := payments.FlaggedPerPage + 7
+	// Sessions flagged in pairs at the same instant, so the cursor's tie-break on the id counts.
+	if _, err := b.pool.Exec(ctx, `WITH o AS (
+			INSERT INTO orders (order_id, created_at, updated_at)
+			SELECT 'fl-' || i, $1::timestamptz, $1::timestamptz FROM generate_series(1, $2::int) i RETURNING order_id),
+		s AS (
+			INSERT INTO payment_sessions (id, order_id, amount, currency, status, gateway, gateway_payment_id,
+				check_attempts, flagged_at, flag_reason, created_at, updated_at)
+			SELECT gen_random_uuid(), order_id, 100, 'EUR', 'Unknown', 'fake', 'gp-' || order_id, 9,
+				$1::timestamptz + (substr(order_id, 4)::int / 2) * interval '1 second', 'schedule ran out', $1::timestamptz, $1::timestamptz
+			FROM o RETURNING id, order_id)
+		INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at, flagged_at, flag_reason, check_attempts)
+		SELECT gen_random_uuid(), id, order_id, 50, 'EUR', 'Pending', gen_random_uuid()::text, $1, $1,
+			$1::timestamptz + (substr(order_id, 4)::int / 2) * interval '1 second', 'no final answer', 9
+		FROM s`, consoleT0, n); err != nil {
+		t.Fatal(err)
+	}
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+
+	doc := page(t, fin.get("/finance/flagged"), http.StatusOK)
+	wantText(t, doc, "flagged-count", strconv.Itoa(n)+" flagged sessions in all")
+	wantText(t, doc, "flagged-refunds-count", strconv.Itoa(n)+" flagged refunds in all")
+	// Each list pages on its own; the other list's page is kept.
+	walk := func(row, next string) map[string]bool {
+		seen := map[string]bool{}
+		href := "/finance/flagged"
+		for href != "" {
+			doc := page(t, fin.get(href), http.StatusOK)
+			doc.Find(testid(row)).Each(func(_ int, s *goquery.Selection) {
+				id, _ := s.Attr("data-id")
+				if seen[id] {
+					t.Errorf("%s %s listed twice", row, id)
+				}
+				seen[id] = true
+			})
+			href, _ = doc.Find(testid(next)).Attr("href")
+		}
+		return seen
+	}
+	if seen := walk("flagged-row", "flagged-next"); len(seen) != n {
+		t.Fatalf("paged through %d flagged sessions, want every one of %d", len(seen), n)
+	}
+	if seen := walk("flagged-refund-row", "flagged-refunds-next"); len(seen) != n {
+		t.Fatalf("paged through %d flagged refunds, want every one of %d", len(seen), n)
+	}
+	doc = page(t, fin.get("/finance/flagged"), http.StatusOK)
+	next, _ := doc.Find(testid("flagged-next")).Attr("href")
+	doc = page(t, fin.get(next), http.StatusOK)
+	if got := doc.Find(testid("flagged-row")).Length(); got != n-payments.FlaggedPerPage {
+		t.Fatalf("second page of sessions: %d rows, want %d", got, n-payments.FlaggedPerPage)
+	}
+	if got := doc.Find(testid("flagged-refund-row")).Length(); got != payments.FlaggedPerPage {
+		t.Fatalf("the refunds' first page beside the sessions' second: %d rows", got)
+	}
+	for _, q := range []string{"after=x", "after=1_" + "not-a-uuid", "refunds_after=-5_00000000-0000-0000-0000-000000000000"} {
+		if rec := fin.get("/finance/flagged?" + q); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("%s: %d, want 422", q, rec.Code)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,17 +94,96 @@ func (s *Service) ListCases(ctx context.Context, all bool, after int64) (CasePag
 	return p, nil
 }
 
-// ListFlagged returns the active sessions the patrol gave up on (its schedule ran out), oldest
-// flag first.
-func (s *Service) ListFlagged(ctx context.Context) ([]Session, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
-		WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+` ORDER BY flagged_at, id LIMIT 500`)
-	if err != nil {
-		return nil, fmt.Errorf("flagged sessions: %w", err)
+// FlaggedPerPage is how many flagged sessions, and how many flagged refunds, one page of
+// /finance/flagged lists; each list continues on pages of its own (Next).
+const FlaggedPerPage = 500
+
+// FlaggedSessions is one page of the active sessions the patrol gave up on: Total counts them
+// all, Next continues the list ("" at its end).
+type FlaggedSessions struct {
+	Sessions []Session
+	Total    int64
+	Next     string
+}
+
+// FlaggedRefunds is FlaggedSessions for the refunds the patrol gave up on.
+type FlaggedRefunds struct {
+	Refunds []Refund
+	Total   int64
+	Next    string
+}
+
+// flagCursor reads the After of a flagged list ("" for its first page): the flag time in
+// microseconds and the id of the last row shown. field names the query parameter it came in.
+func flagCursor(field, after string) (at time.Time, id string, err error) {
+	if after == "" {
+		return time.Time{}, "", nil
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	key, id, ok := strings.Cut(after, "_")
+	n, perr := strconv.ParseInt(key, 10, 64)
+	if !ok || perr != nil || !validUUID(id) || n < 0 || n > maxCursorTime.UnixMicro() {
+		return time.Time{}, "", Invalid(field, "%s must be the cursor of a flagged list's page", field)
+	}
+	return time.UnixMicro(n).UTC(), id, nil
+}
+
+// flagKeyset is the condition of a flagged list's page after a cursor, on flagArgs (a row
+// comparison, so an index on (flagged_at, id) reads it as a range); nothing for a first page.
+func flagKeyset(keyset bool) string {
+	if !keyset {
+		return ""
+	}
+	return ` AND (flagged_at, id) > ($1, $2::uuid)`
+}
+
+// flagArgs are flagKeyset's arguments.
+func flagArgs(at time.Time, id string) []any {
+	if id == "" {
+		return nil
+	}
+	return []any{at, id}
+}
+
+// flagNext is the After that continues a flagged list after the row flagged at at with id.
+func flagNext(at *time.Time, id string) string {
+	return strconv.FormatInt(at.UnixMicro(), 10) + "_" + id
+}
+
+// flaggedSessionsSQL reads a page of flagged sessions, with keyset those after ($1, $2), and
+// flaggedSessionsCountSQL counts them all: both read the active part of payment_sessions only
+// (payment_sessions_stuck_by_age holds flagged_at; TestStuckQueriesUseIndexesAtScale).
+func flaggedSessionsSQL(keyset bool) string {
+	return `SELECT ` + sessionColumns + ` FROM payment_sessions WHERE flagged_at IS NOT NULL AND ` + activeStatusSQL +
+		flagKeyset(keyset) + ` ORDER BY flagged_at, id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
+}
+
+var flaggedSessionsCountSQL = `SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND ` + activeStatusSQL
+
+// ListFlagged returns a page of the active sessions the patrol gave up on (its schedule ran
+// out), oldest flag first, after the cursor after (the Next of the page before, "" for the
+// first), and how many there are in all.
+func (s *Service) ListFlagged(ctx context.Context, after string) (FlaggedSessions, error) {
+	var out FlaggedSessions
+	at, id, err := flagCursor("after", after)
 	if err != nil {
-		return nil, fmt.Errorf("flagged sessions: %w", err)
+		return out, err
+	}
+	rows, err := s.db.Query(ctx, flaggedSessionsSQL(id != ""), flagArgs(at, id)...)
+	if err != nil {
+		return out, fmt.Errorf("flagged sessions: %w", err)
+	}
+	out.Sessions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	if err != nil {
+		return out, fmt.Errorf("flagged sessions: %w", err)
+	}
+	if len(out.Sessions) > FlaggedPerPage {
+		out.Sessions = out.Sessions[:FlaggedPerPage]
+		last := out.Sessions[FlaggedPerPage-1]
+		out.Next = flagNext(last.FlaggedAt, last.ID)
+	}
+	err = s.db.QueryRow(ctx, flaggedSessionsCountSQL).Scan(&out.Total)
+	if err != nil {
+		return out, fmt.Errorf("flagged sessions: %w", err)
 	}
 	return out, nil
 }

@@ -189,7 +189,9 @@ func TestFlaggedRefundsReadByTheirIndex(t *testing.T) {
 			walk(k)
 		}
 	}
-	walk(explain(t, conn.Conn(), flaggedRefundsSQL, nil))
+	walk(explain(t, conn.Conn(), flaggedRefundsSQL(false), nil))
+	walk(explain(t, conn.Conn(), flaggedRefundsSQL(true), []any{time.Now(), "00000000-0000-0000-0000-000000000000"}))
+	walk(explain(t, conn.Conn(), flaggedRefundsCountSQL, nil))
 	if !used {
 		t.Error("refunds_flagged not used")
 	}

@@ -163,20 +163,40 @@ func noSettleProposal(ctx context.Context, tx pgx.Tx, what, id string) error {
 	return nil
 }
 
-// flaggedRefundsSQL reads the flagged refunds through refunds_flagged (migration 00213).
-const flaggedRefundsSQL = `SELECT ` + refundColumns + ` FROM refunds
-	WHERE flagged_at IS NOT NULL AND status = 'Pending' ORDER BY flagged_at, id LIMIT 500`
+// flaggedRefundsSQL reads a page of flagged refunds through refunds_flagged (migration 00213);
+// with keyset, those after ($1, $2) (flagArgs). flaggedRefundsCountSQL counts them all.
+func flaggedRefundsSQL(keyset bool) string {
+	return `SELECT ` + refundColumns + ` FROM refunds WHERE flagged_at IS NOT NULL AND status = 'Pending'` +
+		flagKeyset(keyset) + ` ORDER BY flagged_at, id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
+}
 
-// ListFlaggedRefunds returns the refunds the patrol gave up on (flagged, still Pending), oldest
-// flag first, at most 500.
-func (s *Service) ListFlaggedRefunds(ctx context.Context) ([]Refund, error) {
-	rows, err := s.db.Query(ctx, flaggedRefundsSQL)
+const flaggedRefundsCountSQL = `SELECT count(*) FROM refunds WHERE flagged_at IS NOT NULL AND status = 'Pending'`
+
+// ListFlaggedRefunds returns a page of the refunds the patrol gave up on (flagged, still
+// Pending), oldest flag first, after the cursor after (as ListFlagged), and how many there are in
+// all; both read refunds_flagged (migration 00213).
+func (s *Service) ListFlaggedRefunds(ctx context.Context, after string) (FlaggedRefunds, error) {
+	var out FlaggedRefunds
+	at, id, err := flagCursor("refunds_after", after)
 	if err != nil {
-		return nil, fmt.Errorf("flagged refunds: %w", err)
+		return out, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+	rows, err := s.db.Query(ctx, flaggedRefundsSQL(id != ""), flagArgs(at, id)...)
 	if err != nil {
-		return nil, fmt.Errorf("flagged refunds: %w", err)
+		return out, fmt.Errorf("flagged refunds: %w", err)
+	}
+	out.Refunds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return out, fmt.Errorf("flagged refunds: %w", err)
+	}
+	if len(out.Refunds) > FlaggedPerPage {
+		out.Refunds = out.Refunds[:FlaggedPerPage]
+		last := out.Refunds[FlaggedPerPage-1]
+		out.Next = flagNext(last.FlaggedAt, last.ID)
+	}
+	err = s.db.QueryRow(ctx, flaggedRefundsCountSQL).Scan(&out.Total)
+	if err != nil {
+		return out, fmt.Errorf("flagged refunds: %w", err)
 	}
 	return out, nil
 }

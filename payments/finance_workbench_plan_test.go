@@ -90,6 +90,10 @@ func TestStuckQueriesUseIndexesAtScale(t *testing.T) {
 			jsql, jargs := stuckJoinsSQL(f, now)
 			checkPlan(t, mode+" joins "+name, explain(t, conn.Conn(), jsql, jargs), "")
 		}
+		// The flagged page's sessions, a page after a cursor and their count.
+		checkPlan(t, mode+" flagged", explain(t, conn.Conn(), flaggedSessionsSQL(false), nil), "")
+		checkPlan(t, mode+" flagged, page 2", explain(t, conn.Conn(), flaggedSessionsSQL(true), []any{now, "00000000-0000-0000-0000-000000000000"}), "")
+		checkPlan(t, mode+" flagged count", explain(t, conn.Conn(), flaggedSessionsCountSQL, nil), "")
 		// The dashboard's stuck card, likewise: when the next session turns late.
 		checkPlan(t, mode+" dashboard next late", explain(t, conn.Conn(), dashboardNextLateSQL, []any{now.Add(-StuckAfter)}), "payment_sessions_due")
 	}

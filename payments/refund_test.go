@@ -160,7 +160,7 @@ func TestRefundScheduleRunsOutFlagsForFinance(t *testing.T) {
 	}
 
 	fin := payments.Staff{Email: "fin@example.com", Role: "finance"}
-	if list, err := b.svc.ListFlaggedRefunds(ctx); err != nil || len(list) != 1 || list[0].ID != r.Refund.ID {
+	if list, err := b.svc.ListFlaggedRefunds(ctx, ""); err != nil || len(list.Refunds) != 1 || list.Refunds[0].ID != r.Refund.ID || list.Total != 1 {
 		t.Fatalf("flagged refunds = %+v, %v", list, err)
 	}
 	back, err := b.svc.RetryFlaggedRefund(ctx, fin, r.Refund.ID)
@@ -191,7 +191,7 @@ func TestRefundScheduleRunsOutFlagsForFinance(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND resolved_at IS NULL`); n != 1 {
 		t.Fatal("the case is finance's to resolve, not the patrol's")
 	}
-	if list, _ := b.svc.ListFlaggedRefunds(ctx); len(list) != 0 {
+	if list, _ := b.svc.ListFlaggedRefunds(ctx, ""); len(list.Refunds) != 0 {
 		t.Fatalf("still flagged: %+v", list)
 	}
 }
