@@ -143,11 +143,17 @@ func TestDeviceTrustEndsWithTheAccountsChanges(t *testing.T) {
 			return err
 		}, newPassword},
 		{"she changes her own password", func(ctx context.Context, acc *access.Service) error {
-			_, err := acc.ChangeOwnPassword(ctx, attempt("ana@example.com", testPassword, "192.0.2.50"), newPassword)
+			u, err := acc.User(ctx, "ana@example.com")
+			if err == nil {
+				_, err = acc.ChangeOwnPassword(ctx, attempt("ana@example.com", testPassword, "192.0.2.50"), u.SessionEpoch, newPassword)
+			}
 			return err
 		}, newPassword},
 		{"she signs out everywhere else", func(ctx context.Context, acc *access.Service) error {
-			_, err := acc.EndSessions(ctx, ana, "ana@example.com")
+			u, err := acc.User(ctx, "ana@example.com")
+			if err == nil {
+				_, err = acc.EndSessions(ctx, ana, "ana@example.com", u.SessionEpoch)
+			}
 			return err
 		}, testPassword},
 		{"she is disabled", func(ctx context.Context, acc *access.Service) error {

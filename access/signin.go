@@ -202,7 +202,12 @@ var errRollback = errors.New("rollback")
 // trusted devices (SetPassword); the caller starts the current session again. Whoever set the
 // password before stays recorded (passwordSetter): the account's owner changing it cannot be
 // told from that person.
-func (s *Service) ChangeOwnPassword(ctx context.Context, a Attempt, password string) (User, error) {
+//
+// epoch is the session epoch of the caller's console session. The new password is written only
+// while the account still has it (staleEpoch): between the proof and the write (two bcrypt runs)
+// an admin may set a new password because the account was taken over, and a change proven with
+// the old password must not replace the admin's (an outside review).
+func (s *Service) ChangeOwnPassword(ctx context.Context, a Attempt, epoch int, password string) (User, error) {
 	if err := ValidatePassword(password); err != nil { // a bad new password costs no attempt
 		return User{}, err
 	}
@@ -213,5 +218,5 @@ func (s *Service) ChangeOwnPassword(ctx context.Context, a Attempt, password str
 	} else if err != nil {
 		return User{}, err
 	}
-	return s.SetPassword(ctx, u.Staff(), u.Email, password)
+	return s.setPassword(ctx, u.Staff(), u.Email, password, &epoch)
 }

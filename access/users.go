@@ -258,6 +258,11 @@ func (s *Service) SetRole(ctx context.Context, by payments.Staff, email string, 
 // would let whoever holds it guess past the throttle: devices.go) and lifts a sign-in lockout
 // of their email. So does ChangeOwnPassword, through it.
 func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, password string) (User, error) {
+	return s.setPassword(ctx, by, email, password, nil)
+}
+
+// setPassword is SetPassword, under the session epoch epoch when not nil (userChange.epoch).
+func (s *Service) setPassword(ctx context.Context, by payments.Staff, email, password string, epoch *int) (User, error) {
 	if err := ValidatePassword(password); err != nil {
 		return User{}, err
 	}
@@ -265,7 +270,7 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 	if err != nil {
 		return User{}, fmt.Errorf("set password: hash: %w", err)
 	}
-	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash)})
+	return s.changeUser(ctx, by, email, userChange{passwordHash: string(hash), epoch: epoch})
 }
 
 // EndSessions ends every console session of the user (another session epoch: each ends at its
@@ -273,8 +278,13 @@ func (s *Service) SetPassword(ctx context.Context, by payments.Staff, email, pas
 // a new device token at its next sign-in): a device left behind somewhere stays signed out of the
 // throttle's trust as well. The user's own "sign out everywhere else" on /account; the caller
 // starts the current session again.
-func (s *Service) EndSessions(ctx context.Context, by payments.Staff, email string) (User, error) {
-	return s.changeUser(ctx, by, email, userChange{endSessions: true})
+//
+// epoch is the session epoch the caller's own console session holds: the change is refused
+// (ECONFLICT) when the account has moved on since (SetPassword by an admin, another "sign out
+// everywhere"): the caller's session is one of those ended, and starting it again on the new
+// epoch would have kept it.
+func (s *Service) EndSessions(ctx context.Context, by payments.Staff, email string, epoch int) (User, error) {
+	return s.changeUser(ctx, by, email, userChange{endSessions: true, epoch: &epoch})
 }
 
 // passwordSetter is who, besides its owner, knows a password by sets for email (migration
@@ -298,7 +308,16 @@ type userChange struct {
 	endSessions  bool
 	role         Role   // "" keeps the role
 	passwordHash string // "" keeps the password
+	// epoch, when set, is the session epoch the change was asked under (the caller's own
+	// session's): another one now refuses the change (staleEpoch).
+	epoch *int
 }
+
+// staleEpoch refuses a change of one's own account asked under a session epoch the account no
+// longer has: a password set by an admin (whoever knew the old one must be out) or every session
+// ended came between, and the caller's session is one of those it ended.
+var staleEpoch = &payments.Error{Code: payments.ECONFLICT, Field: "email",
+	Message: "your account changed while this was on its way (a new password, or every session ended): nothing was changed; sign in again"}
 
 // changeUser applies one change with its audit entry in one transaction. Disabling, a new
 // password and ending the sessions also delete the user's device tokens in it (forgetDevices),
@@ -336,6 +355,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		}
 		if target == nil {
 			return payments.Errorf(payments.ENOTFOUND, "no staff user %s", email)
+		}
+		if ch.epoch != nil && target.SessionEpoch != *ch.epoch {
+			return staleEpoch
 		}
 		removesAdmin := target.Role == RoleAdmin && !target.Disabled() && (ch.disable || (ch.role != "" && ch.role != RoleAdmin))
 		if removesAdmin && admins <= 1 {

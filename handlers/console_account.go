@@ -33,7 +33,7 @@ func (h *Console) EndOtherSessions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := h.access.EndSessions(c.Request().Context(), st, st.Email)
+	u, err := h.access.EndSessions(c.Request().Context(), st, st.Email, h.auth.Epoch(c))
 	if err == nil {
 		err = h.auth.Restart(c, u)
 	}
@@ -53,7 +53,7 @@ func (h *Console) ChangePassword(c echo.Context) error {
 		return h.done(c, "/account", "", &payments.Error{Code: payments.EINVALID, Field: "password_repeat",
 			Message: "The new password and its repeat differ; nothing was changed."})
 	}
-	u, err := h.access.ChangeOwnPassword(c.Request().Context(), accessAttempt(c, st.Email, c.FormValue("current_password")), c.FormValue("password"))
+	u, err := h.access.ChangeOwnPassword(c.Request().Context(), accessAttempt(c, st.Email, c.FormValue("current_password")), h.auth.Epoch(c), c.FormValue("password"))
 	if err == nil {
 		err = h.auth.SignIn(c, u)
 	}

@@ -635,6 +635,12 @@ func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	return nil
 }
 
+// Epoch is the session epoch the signed-in session holds (access.User.SessionEpoch at its sign-in):
+// a change of one's own account is made under it (access.ChangeOwnPassword, access.EndSessions).
+func (m *Manager) Epoch(c echo.Context) int {
+	return m.sm.GetInt(c.Request().Context(), keyEpoch)
+}
+
 // Restart starts the signed-in session again on a new token, as SignIn does, but keeps its
 // absolute deadline: "sign out everywhere else" asks for no password, so a copy of the cookie
 // someone else holds must not live on by using it (each use restarted the 12 hours: an outside
