@@ -481,7 +481,17 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			leaseLost = !holds
 		}
 		if cur.Status != RefundPending {
-			if status != "" && status != cur.Status {
+			answer := status
+			if answer == "" && mismatch == "" {
+				// Pending at the gateway: it took the refund and will pay it. Against a refund
+				// settled Failed meanwhile (by hand), that is as much a contradiction as
+				// "succeeded"; against Succeeded it is the same story told early.
+				answer = "pending"
+				if cur.Status == RefundSucceeded {
+					answer = ""
+				}
+			}
+			if answer != "" && answer != cur.Status {
 				// The gateway's word contradicts the outcome settled meanwhile: never written over
 				// it, and never silent (a refund settled Failed by hand that the gateway did pay,
 				// and the amount refundable again, must reach finance). The gateway's refund id is
@@ -491,7 +501,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 					return dbError("refund: note the gateway's id", err, "")
 				}
 				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
-					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, status, cur.Detail), now)
+					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, answer, cur.Detail), now)
 			}
 			return nil // applied already (the patrol or a concurrent request got there first)
 		}
