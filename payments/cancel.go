@@ -232,6 +232,12 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			// own key: the payment in flight (or one this creates) comes back and is reversed
 			// below; an unknown answer (the first request still in use, a 5xx) leaves the session
 			// Canceling for the patrol, which asks again; only a refusal says nothing exists.
+			// A patrol drive whose lease ran out during the look-up sends nothing: the replica
+			// holding it now looks and registers itself, and a gateway that ignores keys would
+			// make a second payment (TestALeaseLostDuringTheLookUpRegistersNothing).
+			if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+				return sess, err
+			}
 			gp, err = s.registerAgain(ctx, sess)
 			switch {
 			case err == nil:
