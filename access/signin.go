@@ -155,7 +155,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 				return nil // proving a password again is no sign-in: the change it allows writes its own entry
 			}
 			return payments.AppendAudit(ctx, tx, payments.AuditEntry{Actor: u.Email, Role: string(u.Role), Action: payments.AuditLogin,
-				Target: u.Email, Detail: strings.TrimSpace("from " + a.Address + " " + strings.TrimSpace(a.UserAgent))}, now)
+				Target: u.Email, Detail: strings.TrimSpace("from " + a.Address + " " + storableHeader(a.UserAgent))}, now)
 		})
 		if err != nil {
 			return User{}, err
@@ -189,6 +189,22 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow), now)
 	}
 	return User{}, errWrongLogin
+}
+
+// maxAuditedHeader is how much of a request header (the User-Agent) a sign-in's audit entry keeps.
+const maxAuditedHeader = 512
+
+// storableHeader is a header's value as an audit entry can hold it: a NUL or a sequence that is
+// not UTF-8 (Go's server accepts such bytes in a header; PostgreSQL refuses to store them)
+// becomes U+FFFD and it is cut to maxAuditedHeader bytes on a character. The browser's
+// User-Agent is not the user's to fix: it refused a right password with "characters that cannot
+// be stored", and the attempt's throttle units stayed spent (an outside review).
+func storableHeader(v string) string {
+	v = strings.ToValidUTF8(strings.ReplaceAll(strings.TrimSpace(v), "\x00", "\uFFFD"), "\uFFFD")
+	if len(v) > maxAuditedHeader {
+		v = strings.ToValidUTF8(v[:maxAuditedHeader], "")
+	}
+	return v
 }
 
 // errRollback ends a transaction without committing and without being an error to the caller.

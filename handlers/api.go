@@ -107,10 +107,16 @@ func actor(c echo.Context) payments.Actor {
 	return payments.Actor{Kind: payments.ActorAPI, ID: ClientFrom(c).ID}
 }
 
-// pathParam returns a path parameter, unescaped (echo routes on the raw path when the request
-// has one, so a parameter may still carry %XX escapes).
-func pathParam(c echo.Context, name string) string {
+// PathParam returns a path parameter decoded exactly once. Echo routes on the request's raw
+// path when it has one (Go keeps URL.RawPath only when the path's escaping is not the default
+// one, as %2F or %2E), so there a parameter still carries its %XX escapes; otherwise it routes on
+// the decoded path and the parameter is decoded already. Decoding that one again read order
+// o%2541 (the id "o%41", invalid) as order "oA" and created its payment (an outside review).
+func PathParam(c echo.Context, name string) string {
 	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v
+	}
 	if u, err := url.PathUnescape(v); err == nil {
 		return u
 	}

@@ -18,7 +18,7 @@ func (a *API) CancelPayment(c echo.Context) error {
 	if err := parseEmpty(c.Request()); err != nil {
 		return err
 	}
-	ch, err := a.svc.RequestCancel(c.Request().Context(), actor(c), pathParam(c, "id"))
+	ch, err := a.svc.RequestCancel(c.Request().Context(), actor(c), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (a *API) ConfirmCancel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := a.svc.ConfirmCancel(c.Request().Context(), actor(c), pathParam(c, "id"), req.ChallengeID, req.Code)
+	res, err := a.svc.ConfirmCancel(c.Request().Context(), actor(c), PathParam(c, "id"), req.ChallengeID, req.Code)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ func (a *API) CheckPayment(c echo.Context) error {
 	if err := parseEmpty(c.Request()); err != nil {
 		return err
 	}
-	sess, err := a.svc.Check(c.Request().Context(), actor(c), pathParam(c, "id"))
+	sess, err := a.svc.Check(c.Request().Context(), actor(c), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ type checkoutLinkJSON struct {
 // The link is a signature (payments/checkout_link.go), not a row: nothing is written, so the
 // call needs no idempotency key and may be repeated freely (each answer is a working link).
 func (a *API) CreateCheckoutLink(c echo.Context) error {
-	req, err := parseCheckoutLink(c.Request(), pathParam(c, "order_id"))
+	req, err := parseCheckoutLink(c.Request(), PathParam(c, "order_id"))
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ import (
 // still inside its claim are answered by the core's per-order claim (BusyRunsEffect). Either
 // way: the one session, never a 409.
 func (a *API) CreatePayment(c echo.Context) error {
-	req, err := parseCreate(c.Request(), pathParam(c, "order_id"))
+	req, err := parseCreate(c.Request(), PathParam(c, "order_id"))
 	if err != nil {
 		return err
 	}

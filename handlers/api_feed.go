@@ -35,7 +35,7 @@ func (a *API) ListPaymentEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := a.svc.PaymentFeed(c.Request().Context(), pathParam(c, "id"), c.QueryParam("after"), limit)
+	page, err := a.svc.PaymentFeed(c.Request().Context(), PathParam(c, "id"), c.QueryParam("after"), limit)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ type orderJSON struct {
 // GetOrder: GET /api/v1/orders/{order_id} → 200 {"order_id","status","payments":[…]} (oldest
 // payment first); 404 for an order pitlane has never seen.
 func (a *API) GetOrder(c echo.Context) error {
-	orderID := pathParam(c, "order_id")
+	orderID := PathParam(c, "order_id")
 	if !payments.ValidOrderID(orderID) {
 		// Not an order id pitlane could have (and not one to send to the database as text:
 		// invalid UTF-8 would be a database error, not a 404).

@@ -8,7 +8,7 @@ import (
 
 // GetPayment: GET /api/v1/payments/{id} → 200 the payment object; 404.
 func (a *API) GetPayment(c echo.Context) error {
-	sess, err := a.svc.Get(c.Request().Context(), pathParam(c, "id"))
+	sess, err := a.svc.Get(c.Request().Context(), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func refundLocation(id string) string { return refundsPath + id }
 // use's start): a request that takes the slot over after its first holder died or gave up finds
 // the refund the first one claimed instead of making a second.
 func (a *API) CreateRefund(c echo.Context) error {
-	req, err := parseRefund(c.Request(), pathParam(c, "id"))
+	req, err := parseRefund(c.Request(), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (a *API) CreateRefund(c echo.Context) error {
 
 // GetRefund: GET /api/v1/refunds/{id} → 200 the refund as it is now; 404.
 func (a *API) GetRefund(c echo.Context) error {
-	r, err := a.svc.GetRefund(c.Request().Context(), pathParam(c, "id"))
+	r, err := a.svc.GetRefund(c.Request().Context(), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}
@@ -102,11 +102,11 @@ type refundListJSON struct {
 // 404 no such payment. What a shop reconciles its refunds with, or finds a refund whose
 // answer it lost by.
 func (a *API) ListRefunds(c echo.Context) error {
-	refunds, more, err := a.svc.RefundsOf(c.Request().Context(), pathParam(c, "id"))
+	refunds, more, err := a.svc.RefundsOf(c.Request().Context(), PathParam(c, "id"))
 	if err != nil {
 		return err
 	}
-	id := pathParam(c, "id")
+	id := PathParam(c, "id")
 	if u, ok := canonicalUUID(id); ok {
 		id = u // as every refund's payment_id says it, whatever case the path used
 	}

@@ -82,7 +82,7 @@ func (h *Checkout) render(c echo.Context, status int, v views.CheckoutView) erro
 var customer = payments.Actor{Kind: payments.ActorCustomer, ID: "checkout"}
 
 func (h *Checkout) orderID(c echo.Context) (string, error) {
-	id := payments.CheckoutPathOrderID(c.Param("order_id")) // "." and ".." arrive as "~." and "~.." (payments.CheckoutPath)
+	id := payments.CheckoutPathOrderID(PathParam(c, "order_id")) // "." and ".." arrive as "~." and "~.." (payments.CheckoutPath)
 	if !payments.ValidOrderID(id) {
 		return "", notFound("order")
 	}

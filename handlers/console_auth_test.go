@@ -511,3 +511,27 @@ func TestSignOutIsNotUndoneByARequestInFlight(t *testing.T) {
 		t.Fatalf("the signed-out token works again after the request in flight ended: %d", rec.Code)
 	}
 }
+
+// A browser (or a proxy) whose User-Agent holds a byte that is not UTF-8, which Go's server
+// accepts in a header, signs in with the right password: the header went into the sign-in's
+// audit entry as it was, PostgreSQL refused it and the sign-in was a 422 "characters that cannot
+// be stored", its throttle units spent (an outside review, hostile input). The entry keeps the
+// header with U+FFFD in place of the bad bytes. Negative control: the raw header in the entry,
+// the sign-in answers 422.
+func TestSignInWithAUserAgentThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.get("/login")
+	form := url.Values{"email": {"sup@example.com"}, "password": {testPassword}, "csrf_token": {a.csrf}}
+	r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("User-Agent", "Mozilla/5.0 (Caf\xe9Browser\x00)")
+	if rec := a.do(r); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign-in with the right password = %d, want 303; body:\n%s", rec.Code, rec.Body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = 'auth.login' AND detail LIKE '%Caf�Browser�)%'`); n != 1 {
+		t.Fatalf("sign-in entries with the header made storable: %d, want 1", n)
+	}
+}

@@ -181,15 +181,12 @@ func CheckoutPath(orderID string) string {
 // dotSegmentEscape is CheckoutPath's prefix of an order id that is a dot segment.
 const dotSegmentEscape = "~"
 
-// CheckoutPathOrderID is the order id of a checkout page's path segment as the router hands it
-// over (escaped or not): CheckoutPath's segment read back. "~." and "~.." are "." and ".."; the
-// %2E spelling of earlier releases still reads as the dots (clients that do not resolve it away,
-// such as Go's and curl's, reached those orders with it). Anything else is the segment
-// unescaped, which the caller validates (ValidOrderID).
+// CheckoutPathOrderID is the order id of a checkout page's path segment, decoded once
+// (handlers.PathParam): CheckoutPath's segment read back. "~." and "~.." are "." and ".."; the
+// %2E spelling of earlier releases decodes to the dots (clients that do not resolve it away,
+// such as Go's and curl's, reached those orders with it). Anything else is the segment as it
+// is, which the caller validates (ValidOrderID).
 func CheckoutPathOrderID(seg string) string {
-	if u, err := url.PathUnescape(seg); err == nil {
-		seg = u
-	}
 	if rest, ok := strings.CutPrefix(seg, dotSegmentEscape); ok && (rest == "." || rest == "..") {
 		return rest
 	}

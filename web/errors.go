@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/handlers"
 	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
@@ -171,7 +172,7 @@ func checkoutPath(path string) bool { return strings.HasPrefix(path, "/checkout/
 // back to the order's page (not for an order that is not there).
 func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Service) error {
 	back := ""
-	if id := c.Param("order_id"); id != "" && p.Status != http.StatusNotFound {
+	if id := handlers.PathParam(c, "order_id"); id != "" && p.Status != http.StatusNotFound {
 		back = orderPageBack(c, svc, payments.CheckoutPathOrderID(id))
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
