@@ -169,20 +169,23 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 }
 
 // recheckRefundsFailedByHand asks the gateway again, before a new refund of the payment, about
-// each of its refunds that finance settled Failed by hand (a four-eyes outcome) and the gateway
-// knows by id: settling Failed frees its amount for another refund, and a refund the gateway
-// still completes after that (days late) plus the new one would give the customer more than the
-// ledger shows, within what the gateway's own captured-amount check allows. A refund the
-// gateway says succeeded (or still pending) refuses the new one (409) and is noted on the
-// payment's gateway_mismatch case for finance; the gateway not answering refuses it too (503:
-// the new refund would need the gateway anyway). A refund settled by hand whose id the gateway
-// never gave cannot be asked without sending it again: reconciliation's territory.
+// each of its refunds that finance settled Failed by hand (a four-eyes outcome): settling Failed
+// frees its amount for another refund, and a refund the gateway still completes after that (days
+// late) plus the new one would give the customer more than the ledger shows, within what the
+// gateway's own captured-amount check allows. A refund the gateway knows by id is read by it;
+// one whose id the gateway never gave (its answer was lost) is looked for by our key
+// (FindRefund, making nothing: Stripe searches the payment's refunds), and a gateway that cannot
+// search (the reference gateway: "unsupported") leaves it unasked, since asking by sending it
+// again would make it. A refund the gateway says succeeded (or still pending) refuses the new one
+// (409), keeps the gateway's id on the row and is noted on the payment's gateway_mismatch case
+// for finance; the gateway not answering refuses it too (503: the new refund would need the
+// gateway anyway).
 //
-// It returns the ids of the refunds it asked about (asked): the claim that follows, under the
+// It returns the ids of the refunds it looked at (asked): the claim that follows, under the
 // order → session locks, is refused with errSettledMeanwhile when another refund was settled
 // Failed by hand since (claimRefund), and withRecheckedRefunds asks again.
 func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) (asked []string, err error) {
-	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND `+failedByHandAskable, sess.ID)
+	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 AND `+failedByHand, sess.ID)
 	if err != nil {
 		return nil, dbError("refund: refunds settled by hand", err, "")
 	}
@@ -192,19 +195,33 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 	}
 	for _, r := range failed {
 		started := time.Now()
-		gr, err := s.gw.RefundStatus(ctx, r.GatewayRefundID)
-		s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
+		var gr GatewayRefund
+		found := true
+		if r.GatewayRefundID != "" {
+			gr, err = s.gw.RefundStatus(ctx, r.GatewayRefundID)
+			s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
+		} else {
+			gr, found, err = s.gw.FindRefund(ctx, sess.GatewayPaymentID, r.ID)
+			s.logGatewayCall(ctx, sess.ID, "find_refund", r.ID, started, err)
+			if GatewayErrorCode(err) == "unsupported" {
+				found, err = false, nil
+			}
+		}
 		if err != nil {
 			return nil, &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
 				"refund %s was settled Failed by hand and the gateway could not be asked about it again before a new refund: %v", Short(r.ID), err)}
 		}
-		if gr.Status == "failed" {
+		if !found || gr.Status == "failed" {
 			asked = append(asked, r.ID)
 			continue
 		}
 		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
 			r.ID, r.Detail, gr.Status, gr.ID)
 		if err := s.inTx(context.WithoutCancel(ctx), "refund: note", func(tx pgx.Tx) error {
+			// Kept, so the next refund reads it by id (and the payment page shows it).
+			if _, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
+				return dbError("refund: note the gateway's id", err, "")
+			}
 			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
 		}); err != nil {
 			return nil, err
@@ -214,9 +231,9 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 	return asked, nil
 }
 
-// failedByHandAskable selects a payment's refunds settled Failed by hand that the gateway knows
-// by id: the ones recheckRefundsFailedByHand asks about.
-const failedByHandAskable = `status = 'Failed' AND gateway_refund_id IS NOT NULL AND detail LIKE 'settled by hand:%'`
+// failedByHand selects a payment's refunds settled Failed by hand: the ones
+// recheckRefundsFailedByHand asks about.
+const failedByHand = `status = 'Failed' AND detail LIKE 'settled by hand:%'`
 
 // errSettledMeanwhile refuses a refund claim when a refund of the payment was settled Failed by
 // hand (an approval committed) after the claim's re-check read its list and before the claim
@@ -243,10 +260,10 @@ func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim 
 }
 
 // settledMeanwhile is claimRefund's look under the locks: errSettledMeanwhile when a refund of
-// the session is settled Failed by hand, known to the gateway, and not among those asked.
+// the session is settled Failed by hand and not among those asked.
 func settledMeanwhile(ctx context.Context, tx pgx.Tx, sessionID string, asked []string) error {
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE session_id = $1 AND `+failedByHandAskable+`
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE session_id = $1 AND `+failedByHand+`
 		AND NOT (id::text = ANY($2::text[]))`, sessionID, asked).Scan(&n); err != nil {
 		return fmt.Errorf("refund: refunds settled by hand: %w", err)
 	}

@@ -229,3 +229,88 @@ func TestRefundAfterOneFailedByHandAsksTheGatewayAgain(t *testing.T) {
 		t.Fatalf("once the gateway says failed: %+v %v", r, err)
 	}
 }
+
+// A refund whose answer was lost (the gateway made it; we never learned its id) and whose
+// schedule ran out is settled Failed by hand. A new refund of the payment asked the gateway only
+// about refunds settled by hand that it knew by id, so this one was never asked about and the
+// same amount went out beside it: the customer refunded twice, the ledger showing one (an
+// outside review of money, found beside the late pending answer). Now the gateway is searched
+// for it by our key first (FindRefund, making nothing): found, the new refund is refused, the
+// gateway's id kept and finance told; not found (the lost request never reached the gateway),
+// the new refund goes out. A gateway that cannot search (the reference gateway: "unsupported")
+// leaves it unasked rather than refusing every refund of the payment for good. Negative control:
+// only refunds with an id re-checked (as before), the made subtest's new refund succeeds and the
+// gateway holds two.
+func TestRefundAfterOneFailedByHandLooksForItByOurKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		made, noSearch bool
+	}{{"the gateway made it", true, false}, {"it never arrived", false, false}, {"the gateway cannot search", false, true}} {
+		made := tc.made
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mod := func(*payments.Config) {}
+			if tc.noSearch {
+				mod = func(c *payments.Config) { c.Gateway = noRefundSearch{c.Gateway} }
+			}
+			b := newBench(t, shortSchedule, mod)
+			ctx := context.Background()
+			s := b.completed(t, "o-hand-failed-no-id", 1000)
+			first := fakegw.Transient
+			if made {
+				first = fakegw.LostAnswer
+			}
+			b.gw.Fail(fakegw.OpRefund, first, 1)
+			b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3) // the schedule's looks get no answer
+			r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k1"})
+			if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID != "" {
+				t.Fatalf("refund = %+v %v", r, err)
+			}
+			b.runOutRefundSchedule(t)
+			p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r.Refund.ID, Outcome: payments.RefundFailed,
+				Reason: "nothing in the gateway's dashboard", Evidence: "screenshot FIN-12"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+				t.Fatal(err)
+			}
+			wantAtGateway := map[bool]int{true: 1, false: 0}[made]
+			if n := b.gw.Refunds(s.GatewayPaymentID); n != wantAtGateway {
+				t.Fatalf("setup: gateway refunds = %d, want %d", n, wantAtGateway)
+			}
+
+			second, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k2"})
+			if want := map[bool]int{false: 1, true: 0}[tc.noSearch]; b.gw.Calls(fakegw.OpFindRefund) != want {
+				t.Errorf("searches by our key = %d, want %d", b.gw.Calls(fakegw.OpFindRefund), want)
+			}
+			if !made {
+				if err != nil || second.Refund.Status != payments.RefundSucceeded || b.gw.Refunds(s.GatewayPaymentID) != 1 {
+					t.Fatalf("nothing at the gateway, the new refund = %+v %v (gateway refunds %d), want it made", second, err, b.gw.Refunds(s.GatewayPaymentID))
+				}
+				return
+			}
+			if payments.ErrorCode(err) != payments.ECONFLICT {
+				t.Fatalf("a new refund while the gateway holds the one settled Failed by hand = %+v %v, want conflict", second, err)
+			}
+			if n := b.gw.Refunds(s.GatewayPaymentID); n != 1 {
+				t.Fatalf("the customer was refunded %d times at the gateway, want 1", n)
+			}
+			if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.GatewayRefundID == "" || got.Status != payments.RefundFailed {
+				t.Fatalf("the refund settled by hand: %s, gateway id %q; want Failed with the gateway's id kept", got.Status, got.GatewayRefundID)
+			}
+			if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL
+				AND detail LIKE '%settled Failed by hand%gateway says succeeded%'`, s.ID); n != 1 {
+				t.Fatalf("open cases naming the refund = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// noRefundSearch is a gateway that cannot search refunds, as the reference gateway's client.
+type noRefundSearch struct{ payments.Gateway }
+
+func (noRefundSearch) FindRefund(context.Context, string, string) (payments.GatewayRefund, bool, error) {
+	return payments.GatewayRefund{}, false, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "find_refund", Code: "unsupported"}
+}
