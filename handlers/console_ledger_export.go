@@ -10,7 +10,8 @@ import (
 )
 
 // LedgerCSV: GET /finance/ledger.csv?from=&to=&currency=&type=, every entry under the filter,
-// oldest first, streamed as PostgreSQL sends the rows (payments.ExportLedger). A bad filter is
+// oldest first, streamed a batch at a time (payments.ExportLedger: no connection held while the
+// browser reads). A bad filter is
 // refused before anything is sent. A failure half-way aborts the response (the download fails
 // visibly) rather than ending it as if the file were whole. Audited with the row count.
 func (h *Console) LedgerCSV(c echo.Context) error {

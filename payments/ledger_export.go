@@ -3,12 +3,15 @@ package payments
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// The ledger for finance's books: entries streamed row by row (CSV export) and a trial balance
+// The ledger for finance's books: entries exported a batch at a time (CSV export) and a trial balance
 // per currency over the same filter.
 
 // Ledger entry types.
@@ -70,36 +73,53 @@ type ExportedEntry struct {
 	RefundID string
 }
 
-// ExportLedger calls fn for every entry under f, oldest first, as PostgreSQL sends them: pgx
-// reads the result from the connection row by row, so memory does not grow with the ledger.
-// One statement, so the export is one consistent snapshot. It stops at fn's first error.
+// ExportBatch is how many rows an export reads per statement (ExportLedger, ExportAudit).
+const ExportBatch = 1000
+
+// ExportLedger calls fn for every entry under f, oldest first, read ExportBatch at a time by
+// keyset (created_at, id; accounting_entries_created): no connection is held while fn runs, so a
+// download its browser stopped reading holds no pool connection either (one export per
+// connection of the pool starved every Create and /readyz of the replica: an outside review).
+// The ledger is only appended to: every entry committed before the export began is in it once;
+// one committed while it runs may be too. It stops at fn's first error.
 func (s *Service) ExportLedger(ctx context.Context, f LedgerFilter, fn func(ExportedEntry) error) (int, error) {
 	f, err := f.Validate()
 	if err != nil {
 		return 0, err
 	}
 	where, args := f.where(true)
-	rows, err := s.db.Query(ctx, `SELECT id, order_id, session_id::text, entry_type, amount, currency, created_at, coalesce(refund_id::text, '')
-		FROM accounting_entries WHERE `+where+` ORDER BY created_at, id`, args...)
-	if err != nil {
-		return 0, fmt.Errorf("export ledger: %w", err)
-	}
-	defer rows.Close()
 	n := 0
-	for rows.Next() {
-		var e ExportedEntry
-		if err := rows.Scan(&e.ID, &e.OrderID, &e.SessionID, &e.Type, &e.Amount, &e.Currency, &e.CreatedAt, &e.RefundID); err != nil {
+	var after *ExportedEntry
+	for {
+		q, qargs := where, args
+		if after != nil {
+			q += fmt.Sprintf(" AND (created_at, id) > ($%d, $%d)", len(args)+1, len(args)+2)
+			qargs = append(slices.Clip(args), after.CreatedAt, after.ID)
+		}
+		rows, err := s.db.Query(ctx, `SELECT id, order_id, session_id::text, entry_type, amount, currency, created_at, coalesce(refund_id::text, '')
+			FROM accounting_entries WHERE `+q+` ORDER BY created_at, id LIMIT `+strconv.Itoa(ExportBatch), qargs...)
+		if err != nil {
 			return n, fmt.Errorf("export ledger: %w", err)
 		}
-		if err := fn(e); err != nil {
-			return n, err
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExportedEntry, error) {
+			var e ExportedEntry
+			err := r.Scan(&e.ID, &e.OrderID, &e.SessionID, &e.Type, &e.Amount, &e.Currency, &e.CreatedAt, &e.RefundID)
+			return e, err
+		})
+		if err != nil {
+			return n, fmt.Errorf("export ledger: %w", err)
 		}
-		n++
+		for _, e := range batch {
+			if err := fn(e); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(batch) < ExportBatch {
+			return n, nil
+		}
+		after = &batch[len(batch)-1]
 	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("export ledger: %w", err)
-	}
-	return n, nil
 }
 
 // TrialBalance sums the ledger per currency under f's date range and currency (both entry types

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 )
 
@@ -181,4 +182,67 @@ func nullTime(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// The exports read a batch at a time and hold no connection while their reader takes its time.
+// They streamed one statement's rows straight to the browser, so each download held a pool
+// connection until its last row was written, and a finance user who opened as many downloads as
+// the pool has connections and stopped reading starved every Create and /readyz of the replica
+// (an outside review, resource exhaustion). Here the exports run on a pool of one connection and
+// their reader, at the start of every batch, needs that connection for something else. Every
+// entry is handed over once, across batch boundaries and ties of created_at. Negative control:
+// the single streaming statement, the reader's look-up times out.
+func TestExportsHoldNoConnectionWhileTheReaderWaits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-export", 1000)
+	n := 2*payments.ExportBatch + 500
+	// Refund rows stored Failed (not held to the payment's amount), their entries booked straight
+	// into the ledger, three to each created_at.
+	b.exec(t, `WITH r AS (
+			INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, created_at, updated_at)
+			SELECT gen_random_uuid(), $1, 'o-export', 1, 'EUR', 'Failed', 'fill-' || i, $2::timestamptz + (i / 3) * interval '1 second', $2
+			FROM generate_series(1, $3::int) i RETURNING id, created_at)
+		INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+		SELECT 'o-export', $1, 'RefundIssued', 1, 'EUR', id, created_at FROM r`, s.ID, b.clock.Now(), n)
+	b.exec(t, `INSERT INTO audit_log (at, actor, role, action, target, detail)
+		SELECT $1, 'fin@example.com', 'finance', 'payment.check', 'p-' || i, 'checked' FROM generate_series(1, $2::int) i`, b.clock.Now(), n)
+	one := b.service(testdb.PoolOf(t, b.pool, 1), "one-connection")
+
+	reader := func(i int) error {
+		if i%payments.ExportBatch != 0 {
+			return nil
+		}
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := one.Get(wait, s.ID)
+		return err
+	}
+	seen := map[int64]bool{}
+	got, err := one.ExportLedger(ctx, payments.LedgerFilter{}, func(e payments.ExportedEntry) error {
+		if seen[e.ID] {
+			t.Fatalf("entry %d handed over twice", e.ID)
+		}
+		seen[e.ID] = true
+		return reader(len(seen) - 1)
+	})
+	if err != nil || got != n+1 || len(seen) != n+1 {
+		t.Fatalf("ledger export: %d entries (%d distinct), %v; want %d", got, len(seen), err, n+1)
+	}
+	want := b.count(t, `SELECT count(*) FROM audit_log`)
+	seen = map[int64]bool{}
+	got, err = one.ExportAudit(ctx, payments.AuditFilter{}, func(e payments.AuditEntry) error {
+		if seen[e.ID] {
+			t.Fatalf("audit entry %d handed over twice", e.ID)
+		}
+		seen[e.ID] = true
+		return reader(len(seen) - 1)
+	})
+	if err != nil || got != want || len(seen) != want {
+		t.Fatalf("audit export: %d entries (%d distinct), %v; want %d", got, len(seen), err, want)
+	}
+	if got, err := one.ExportAudit(ctx, payments.AuditFilter{Actor: "fin@example.com", Target: "p-7"}, func(payments.AuditEntry) error { return nil }); err != nil || got != 1 {
+		t.Fatalf("audit export by actor and target: %d, %v; want 1", got, err)
+	}
 }

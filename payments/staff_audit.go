@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,30 +117,44 @@ func (f AuditFilter) Query() string {
 	return q.Encode()
 }
 
-// ExportAudit hands fn every entry under f (its Limit ignored), oldest first, as PostgreSQL
-// sends them, and returns how many it handed over.
+// ExportAudit hands fn every entry under f (its Limit ignored), oldest first, read ExportBatch at
+// a time by id (as ExportLedger: no connection held while fn runs), and returns how many it
+// handed over. Only the filters given are in the statement (AuditLog's rule), so each batch is
+// a range of the primary key or of the filter's index.
 func (s *Service) ExportAudit(ctx context.Context, f AuditFilter, fn func(AuditEntry) error) (int, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, target, detail FROM audit_log
-		WHERE ($1 = '' OR target = $1) AND ($2 = '' OR actor = $2) ORDER BY id`, f.Target, f.Actor)
-	if err != nil {
-		return 0, fmt.Errorf("export audit log: %w", err)
+	where, args := "id > $1", []any{int64(0)}
+	for _, c := range []struct{ col, v string }{{"target", f.Target}, {"actor", f.Actor}} {
+		if c.v != "" {
+			args = append(args, c.v)
+			where += fmt.Sprintf(" AND %s = $%d", c.col, len(args))
+		}
 	}
-	defer rows.Close()
 	n := 0
-	for rows.Next() {
-		var e AuditEntry
-		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail); err != nil {
+	for {
+		rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, target, detail FROM audit_log
+			WHERE `+where+` ORDER BY id LIMIT `+strconv.Itoa(ExportBatch), args...)
+		if err != nil {
 			return n, fmt.Errorf("export audit log: %w", err)
 		}
-		if err := fn(e); err != nil {
-			return n, err
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+			var e AuditEntry
+			err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail)
+			return e, err
+		})
+		if err != nil {
+			return n, fmt.Errorf("export audit log: %w", err)
 		}
-		n++
+		for _, e := range batch {
+			if err := fn(e); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(batch) < ExportBatch {
+			return n, nil
+		}
+		args[0] = batch[len(batch)-1].ID
 	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("export audit log: %w", err)
-	}
-	return n, nil
 }
 
 // AuditLog returns entries newest first.
