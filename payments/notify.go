@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"pitlane/payments/gateway/webhooksig"
 )
 
 // Message is a message to a customer (a one-time code, …). Its JSON is the contract's
@@ -40,6 +42,13 @@ type Notifier interface {
 type WebhookNotifier struct {
 	URL    string
 	Client *http.Client
+	// Secrets, when set (NOTIFY_WEBHOOK_SECRET; several while rotating), sign each POST as the
+	// events webhook's are (EventsWebhookSignatureHeader, webhooksig's t=…,v1=…): the service that
+	// sends codes on to customers can refuse a message pitlane did not send (a forged POST would
+	// have it text customers codes nobody asked for).
+	Secrets [][]byte
+	// Now is the signature's time (time.Now when nil).
+	Now func() time.Time
 }
 
 func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
@@ -52,6 +61,13 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 		return withoutURL(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if len(n.Secrets) > 0 {
+		now := time.Now
+		if n.Now != nil {
+			now = n.Now
+		}
+		req.Header.Set(EventsWebhookSignatureHeader, webhooksig.SignAll(n.Secrets, now(), body))
+	}
 	c := http.Client{Timeout: 10 * time.Second}
 	if n.Client != nil {
 		c = *n.Client

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/webhooksig"
 )
 
 // The contract's notification sink: with NOTIFY_WEBHOOK_URL set, a cancel code is POSTed as
@@ -333,5 +334,45 @@ func TestOutboxRetrySkipsACodeOutOfAttempts(t *testing.T) {
 	}
 	if len(msgs) != 1 || msgs[0].LastError != "not sent: the code was out of attempts" {
 		t.Fatalf("outbox page = %+v", msgs)
+	}
+}
+
+// With NOTIFY_WEBHOOK_SECRET set, each message POSTed to NOTIFY_WEBHOOK_URL carries a signature
+// as the events webhook's POSTs do (Pitlane-Signature, t=…,v1=… over the body, one v1 per secret
+// while they rotate), so the service that texts codes to customers can refuse a message pitlane
+// did not send: they were unsigned, and a forged POST made it send codes nobody asked for (an
+// outside review, outbound notifications). Unset, nothing is signed. Negative control: no
+// signature header, Verify fails.
+func TestNotifierSignsItsPOSTsWithTheSecret(t *testing.T) {
+	t.Parallel()
+	old, cur := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var header string
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header = r.Header.Get(payments.EventsWebhookSignatureHeader)
+		body, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	msg := payments.Message{To: "c@example.com", Kind: "cancel_code", Text: "code 123456", OrderID: "o-1", PaymentID: "p-1"}
+	for _, secrets := range [][][]byte{{old, cur}, nil} {
+		n := payments.WebhookNotifier{URL: srv.URL, Secrets: secrets, Now: func() time.Time { return at }}
+		if err := n.Notify(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		if secrets == nil {
+			if header != "" {
+				t.Fatalf("signed without a secret: %q", header)
+			}
+			continue
+		}
+		for _, s := range secrets {
+			if err := webhooksig.Verify(header, body, [][]byte{s}, at, time.Minute); err != nil {
+				t.Fatalf("the receiver's check with one of the secrets: %v (header %q)", err, header)
+			}
+		}
+		if err := webhooksig.Verify(header, []byte(`{"to":"someone else"}`), secrets, at, time.Minute); err == nil {
+			t.Fatal("another body verifies under the signature")
+		}
 	}
 }

@@ -110,7 +110,7 @@ func newService(cfg config.Config, pool *pgxpool.Pool, clock payments.Clock, log
 		ReconcileBatch: cfg.ReconcileBatch,
 	}
 	if cfg.NotifyWebhookURL != "" {
-		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL}
+		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL, Secrets: cfg.NotifyWebhookSecrets}
 	}
 	// EVENTS_WEBHOOK_URL: the events feed POSTed to the shop (off when unset).
 	pcfg.EventsWebhook = payments.EventsWebhook{URL: cfg.EventsWebhookURL, Secrets: cfg.EventsWebhookSecrets}

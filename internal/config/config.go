@@ -47,6 +47,9 @@ type Config struct {
 	// Empty: any https host (and always the gateway's own origin).
 	ConfirmationHosts []string
 	NotifyWebhookURL  string // NOTIFY_WEBHOOK_URL; "" keeps messages in the outbox
+	// NotifyWebhookSecrets (NOTIFY_WEBHOOK_SECRET, comma-separated while rotating; optional) sign
+	// each POST to NOTIFY_WEBHOOK_URL as the events webhook's are.
+	NotifyWebhookSecrets [][]byte
 	// EventsWebhookURL (EVENTS_WEBHOOK_URL) is where the events feed is POSTed for the shop; ""
 	// turns the events webhook off. EventsWebhookSecrets (EVENTS_WEBHOOK_SECRET, comma-separated
 	// while rotating, each at least MinSecretKeyLen characters) sign each POST, one v1 entry each.
@@ -191,6 +194,11 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(c.NotifyWebhookURL); err != nil {
 			return c, errorf("NOTIFY_WEBHOOK_URL", "%v", err)
 		}
+		if c.NotifyWebhookSecrets, err = secretList(getenv, "NOTIFY_WEBHOOK_SECRET"); err != nil {
+			return c, err
+		}
+	} else if getenv("NOTIFY_WEBHOOK_SECRET") != "" {
+		return c, errorf("NOTIFY_WEBHOOK_SECRET", "is set but NOTIFY_WEBHOOK_URL is not: set the URL or unset the secret")
 	}
 	if c.EventsWebhookURL = getenv("EVENTS_WEBHOOK_URL"); c.EventsWebhookURL != "" {
 		if err := checkHTTPURL(c.EventsWebhookURL); err != nil {

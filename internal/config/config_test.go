@@ -55,6 +55,7 @@ func TestValues(t *testing.T) {
 		"GATEWAY_CONFIRMATION_HOSTS": " Hooks.Stripe.com, *.pay.example.com ,",
 		"EVENTS_WEBHOOK_URL":         "https://shop.example/pitlane-events",
 		"EVENTS_WEBHOOK_SECRET":      strings.Repeat("e", 32) + " , " + strings.Repeat("f", 33),
+		"NOTIFY_WEBHOOK_SECRET":      strings.Repeat("t", 32),
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +72,9 @@ func TestValues(t *testing.T) {
 	}
 	if c.EventsWebhookURL != "https://shop.example/pitlane-events" || len(c.EventsWebhookSecrets) != 2 || len(c.EventsWebhookSecrets[1]) != 33 {
 		t.Errorf("EVENTS_WEBHOOK_URL %q, EVENTS_WEBHOOK_SECRET %q", c.EventsWebhookURL, c.EventsWebhookSecrets)
+	}
+	if len(c.NotifyWebhookSecrets) != 1 {
+		t.Errorf("NOTIFY_WEBHOOK_URL %q, NOTIFY_WEBHOOK_SECRET %q", c.NotifyWebhookURL, c.NotifyWebhookSecrets)
 	}
 	if c.ConsoleIdleTimeout != 15*time.Minute {
 		t.Errorf("CONSOLE_IDLE_TIMEOUT %s", c.ConsoleIdleTimeout)
@@ -134,6 +138,7 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"NOTIFY_WEBHOOK_URL", "/hook"},
 		{"EVENTS_WEBHOOK_URL", "/hook"},
 		{"EVENTS_WEBHOOK_SECRET", strings.Repeat("s", 32)}, // without the URL
+		{"NOTIFY_WEBHOOK_SECRET", strings.Repeat("s", 32)}, // without the URL
 		{"REPLICA_ID", "two words"},
 		{"REPLICA_ID", strings.Repeat("r", 129)},
 		{"SWEEP_INTERVAL", "often"},
@@ -333,5 +338,20 @@ func TestSecretKeyLengthCountsCharacters(t *testing.T) {
 	}
 	if _, err := Load(env(map[string]string{"SECRET_KEY": strings.Repeat("é", 32)})); err != nil {
 		t.Errorf("SECRET_KEY of 32 characters: %v", err)
+	}
+}
+
+// NOTIFY_WEBHOOK_SECRET is optional, but a secret given is as long as SECRET_KEY's rule asks.
+func TestNotifyWebhookSecretIsLongEnough(t *testing.T) {
+	t.Parallel()
+	for _, secret := range []string{"short", strings.Repeat("s", 32) + ",short"} {
+		_, err := Load(env(map[string]string{"NOTIFY_WEBHOOK_URL": "https://shop.example/texts", "NOTIFY_WEBHOOK_SECRET": secret}))
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Var != "NOTIFY_WEBHOOK_SECRET" {
+			t.Errorf("NOTIFY_WEBHOOK_SECRET=%q: %v, want an error naming it", secret, err)
+		}
+	}
+	if c, err := Load(env(map[string]string{"NOTIFY_WEBHOOK_URL": "https://shop.example/texts"})); err != nil || c.NotifyWebhookSecrets != nil {
+		t.Fatalf("without a secret: %v, %q", err, c.NotifyWebhookSecrets)
 	}
 }
