@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/views"
@@ -154,5 +156,50 @@ func TestCheckoutClicksOnAPaidOrderShowItPaid(t *testing.T) {
 	}
 	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
 		t.Fatalf("%d registrations, want 2", n)
+	}
+}
+
+// Clicks that start nothing spend nothing and write nothing. While an order's payment waits at
+// the bank, every Pay click (stale tabs, or anyone holding the link posting its form with keys
+// of their own) wrote a checkout_intents row that counted against the order's budget: rows
+// without end at the sender's rate, and after the one payment was declined the customer's first
+// "Try again" was refused for an hour (an outside review, resource exhaustion). Negative control:
+// a row written for such clicks (checkoutPayKeyless off), 31 rows and the retry answered 429.
+func TestCheckoutClicksDuringAnActivePaymentSpendNothing(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	const order = "o-budget-kept"
+	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("first Pay: %d %s", rec.Code, rec.Body)
+	}
+	for i := range 3 * payments.CheckoutStartsPerHour {
+		again := url.Values{}
+		for k, v := range form {
+			again[k] = v
+		}
+		again.Set("intent", uuid.NewString())
+		if rec := a.post(action, again); rec.Code != http.StatusSeeOther {
+			t.Fatalf("click %d during the active payment: %d", i+2, rec.Code)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, order); n != 1 {
+		t.Fatalf("checkout_intents rows = %d, want the one click that started the payment", n)
+	}
+	_, ss, err := b.svc.GetOrder(context.Background(), order)
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("%v, %d sessions, want 1", err, len(ss))
+	}
+	b.gw.SetStatus(ss[0].GatewayPaymentID, payments.GatewayDeclined)
+	if s, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorSweeper, ID: "t"}, ss[0].ID); err != nil || s.Status != payments.StatusFailed {
+		t.Fatalf("check: %v %s", err, s.Status)
+	}
+	action, form = payForm(t, a, b.orderPage(order, ""))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the customer's first retry after the decline: %d (Retry-After %ss), want 303 to a new payment", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 2 {
+		t.Fatalf("sessions = %d, want the declined one and the retry's", n)
 	}
 }

@@ -87,6 +87,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString() // this request's hold on the key, if it gets one
 	var bound string
+	keyless := false // a new click on an order that starts nothing: no row (startsNothing)
 	err := s.inTx(ctx, "checkout: acquire intent", func(tx pgx.Tx) error {
 		it, found, err := lockIntent(ctx, tx, key)
 		if err != nil {
@@ -95,7 +96,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		if !found {
 			// A new click. Its budget first, then its row, under the order's lock (a claim's
 			// lock, held here for two statements: nothing slow happens under it).
-			if err := s.checkoutStartAllowed(ctx, tx, key, in.OrderID, now); err != nil {
+			if keyless, err = s.checkoutStartAllowed(ctx, tx, key, in.OrderID, now); err != nil || keyless {
 				return err
 			}
 			var inserted bool
@@ -138,6 +139,12 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		return CheckoutPayResult{Session: sess, Replayed: true}, err
 	}
 	in.checkoutPrice = true // the order's checkout price, if the shop set one, is what a Pay click pays
+	if h := s.cfg.Hooks.AfterIntentAcquire; h != nil {
+		h(ctx, key)
+	}
+	if keyless {
+		return s.checkoutPayKeyless(ctx, key, in, now)
+	}
 	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
 	if err != nil {
 		// No session for this click (refused, or the outcome is unknown): let the key go so the
@@ -156,6 +163,29 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	}
 	if tag.RowsAffected() == 0 {
 		return s.lostIntent(ctx, key, res.Session)
+	}
+	return CheckoutPayResult{Session: res.Session}, nil
+}
+
+// checkoutPayKeyless runs a new click on an order that starts nothing (paid, or a payment
+// active: checkoutStartAllowed) without writing its key: Create answers the order's state (its
+// active session, or why not), and a repeat of the click gets the same answer. A row for such a
+// click counted against the order's CheckoutStartsPerHour although it started nothing, and
+// anyone holding the link could post made-up keys while a payment ran: rows without end, and the
+// customer's first "Try again" after a decline refused for an hour (an outside review, resource
+// exhaustion). Should the order's payment end between the check and Create's claim, this click
+// does start one: its key is written then, bound to the session and counted like any start.
+func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateInput, now time.Time) (CheckoutPayResult, error) {
+	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
+	if err != nil {
+		return CheckoutPayResult{}, err
+	}
+	if res.Created {
+		if _, err := s.db.Exec(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
+			key, in.OrderID, in.Amount, in.Currency, res.Session.ID, now); err != nil {
+			return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)
+		}
 	}
 	return CheckoutPayResult{Session: res.Session}, nil
 }
@@ -196,14 +226,15 @@ func lockIntent(ctx context.Context, tx pgx.Tx, key string) (CheckoutIntent, boo
 // replicas cannot both take the last one: at most CheckoutStartsPerHour intents of the order
 // created within the hour before now, not counting key itself (the same click's other request
 // may have inserted it while this one waited for the lock; it is then a repeat, not a start).
-// ELOCKED carries when the oldest counted click is an hour old.
-func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orderID string, now time.Time) error {
+// ELOCKED carries when the oldest counted click is an hour old. startsNothing: the order is paid
+// or has an active payment, so the click starts nothing and spends nothing (no row is written
+// for it: checkoutPayKeyless).
+func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orderID string, now time.Time) (startsNothing bool, err error) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), orderID); err != nil {
-		return dbError("checkout: lock order", err, "")
+		return false, dbError("checkout: lock order", err, "")
 	}
 	var n int
 	var oldest *time.Time
-	var startsNothing bool
 	// A paid order, or one with an active payment, starts nothing new whatever the click
 	// (Create answers "already paid", the active payment, or "another payment is active"): such
 	// clicks — stale tabs, the back button — get that answer, not "too many attempts".
@@ -211,13 +242,13 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orde
 			coalesce((SELECT status = 'Paid' OR active_session_id IS NOT NULL FROM orders WHERE order_id = $1), false)
 		FROM checkout_intents WHERE order_id = $1 AND created_at > $2 AND key <> $3`,
 		orderID, now.Add(-time.Hour), key).Scan(&n, &oldest, &startsNothing); err != nil {
-		return dbError("checkout: count starts", err, "")
+		return false, dbError("checkout: count starts", err, "")
 	}
 	if n < CheckoutStartsPerHour || startsNothing {
-		return nil
+		return startsNothing, nil
 	}
 	wait := oldest.Add(time.Hour).Sub(now)
-	return &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
+	return false, &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
 		"this order's payment was started %d times within the last hour, the most we allow: please try again in %s. Nothing was charged by this click.",
 		CheckoutStartsPerHour, RoundUpWait(wait))}
 }

@@ -180,3 +180,50 @@ func TestCheckoutClickDoesNotTakeOverTheOrdersContact(t *testing.T) {
 		t.Fatal("an order with no contact did not take the click's")
 	}
 }
+
+// A click on an order whose payment is under way starts nothing and writes no key
+// (checkoutPayKeyless). Should that payment end between the click's look at the order and its
+// Create, the click does start one: its key is then written, bound to the new session, and
+// counted against the order's budget like any start — a repeat of the click replays it. The
+// interleaving is made on purpose: the patrol's check fails the first payment in the hook after
+// the click's acquire. Negative control: the key not written for a keyless click that created
+// a session, the repeat is not a replay and nothing is counted.
+func TestCheckoutKeylessClickThatStartsAPaymentAfterAllIsCounted(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	var failFirst func()
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
+			if failFirst != nil {
+				failFirst()
+			}
+		}
+	})
+	ctx := context.Background()
+	in := payments.CreateInput{OrderID: "o-keyless-start", Amount: 1999, Currency: "EUR"}
+	first, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failFirst = func() {
+		failFirst = nil
+		b.gw.SetStatus(first.Session.GatewayPaymentID, payments.GatewayDeclined)
+		if s, err := b.plain.Check(ctx, api, first.Session.ID); err != nil || s.Status != payments.StatusFailed {
+			t.Errorf("the first payment's check: %s %v", s.Status, err)
+		}
+	}
+	key := uuid.NewString()
+	second, err := b.svc.CheckoutPay(ctx, key, in, 0)
+	if err != nil || second.Session.ID == first.Session.ID || second.Session.Status != payments.StatusRegistered {
+		t.Fatalf("the click after the first payment ended: %+v %v, want a new payment", second.Session, err)
+	}
+	if it, err := b.svc.GetCheckoutIntent(ctx, key); err != nil || it.SessionID != second.Session.ID {
+		t.Fatalf("the click's key: %+v %v, want it bound to the payment it started", it, err)
+	}
+	if again, err := b.svc.CheckoutPay(ctx, key, in, 0); err != nil || !again.Replayed || again.Session.ID != second.Session.ID {
+		t.Fatalf("a repeat of the click: %+v %v, want a replay", again, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, in.OrderID); n != 2 {
+		t.Fatalf("counted starts = %d, want both clicks that started a payment", n)
+	}
+}

@@ -103,6 +103,9 @@ type Hooks struct {
 	// AfterEventsPageRead runs in a round of the events webhook after it took the row and read
 	// the page, before it POSTs.
 	AfterEventsPageRead func(ctx context.Context)
+	// AfterIntentAcquire runs in CheckoutPay after its acquire transaction committed and before
+	// its Create, with the click's key.
+	AfterIntentAcquire func(ctx context.Context, key string)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
