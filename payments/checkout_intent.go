@@ -150,13 +150,14 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		// No session for this click (refused, or the outcome is unknown): let the key go so the
 		// same click may try again; Create's per-order claim makes a repeat safe. Only while the
 		// key is still this request's: a retry that took it over holds it now.
-		if _, uerr := s.db.Exec(ctx, `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
+		if _, uerr := s.execBounded(ctx, "checkout: release intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
 			WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token); uerr != nil {
 			s.log.Error("checkout: release intent", "err", uerr)
 		}
 		return CheckoutPayResult{}, err
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
+	// Bounded: the session's foreign key waits for its row (execBounded).
+	tag, err := s.execBounded(ctx, "checkout: bind intent", `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
 		WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
 	if err != nil {
 		return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)
@@ -181,7 +182,7 @@ func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateI
 		return CheckoutPayResult{}, err
 	}
 	if res.Created {
-		if _, err := s.db.Exec(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
+		if _, err := s.execBounded(ctx, "checkout: bind intent", `INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
 			key, in.OrderID, in.Amount, in.Currency, res.Session.ID, now); err != nil {
 			return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)

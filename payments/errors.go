@@ -75,13 +75,22 @@ func ErrorCode(err error) string {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	if DatabaseUnavailable(err) {
+	if DatabaseUnavailable(err) || lockTimedOut(err) {
 		return EUNAVAIL
 	}
 	if unstorableText(err) {
 		return EMALFORMED
 	}
 	return EINTERNAL
+}
+
+// lockTimedOut reports whether a statement gave up waiting for a lock (SQLSTATE 55P03: the
+// transaction's lock_timeout fired). Whatever wrapped it, that is "busy, ask again" (503), not a
+// fault: a statement that wrapped it with fmt.Errorf rather than dbError answered a 500 (an
+// outside review: a cancel's code behind a held challenge row).
+func lockTimedOut(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // unstorableMessage is what a client is told when its input held bytes no text column can keep.
@@ -96,6 +105,9 @@ func unstorableText(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05")
 }
+
+// busyMessage is what a client is told when a lock wait timed out.
+const busyMessage = "the payment is busy; try again"
 
 // unavailableMessage is what a client is told about a database outage.
 const unavailableMessage = "the service cannot reach its database right now; try again shortly"
@@ -112,6 +124,9 @@ func ErrorMessage(err error) string {
 	}
 	if e == nil && unstorableText(err) {
 		return unstorableMessage
+	}
+	if e == nil && lockTimedOut(err) {
+		return busyMessage
 	}
 	return "internal error"
 }

@@ -221,7 +221,7 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 // token like every release; a row the cut drive settled after all needs no next look, every other
 // one is due now (or when a look set while the drive ran says, as in releaseBatch).
 func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now time.Time) (lost int, err error) {
-	tag, err := s.db.Exec(ctx, `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
+	tag, err := s.execBounded(ctx, tbl.name+": release on shutdown", `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
 			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE greatest($3::timestamptz, t.next_check_at) END
 		FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
 		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now)

@@ -356,7 +356,7 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout fired
-			return &Error{Code: EUNAVAIL, Message: "the payment is busy; try again", Err: err}
+			return &Error{Code: EUNAVAIL, Message: busyMessage, Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "payment_sessions_one_active_per_order":
 			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "accounting_entries_one_payment_received":
@@ -371,6 +371,18 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// execBounded runs one statement in a transaction of its own under inTx's bounded lock wait: a
+// write outside the core's transactions that may wait for a row the core locks (a foreign key to
+// payment_sessions, a lease on one). An autocommit statement has no lock_timeout, and behind a
+// transaction whose client died holding the row it waited for hours (an outside review).
+func (s *Service) execBounded(ctx context.Context, op, sql string, args ...any) (tag pgconn.CommandTag, err error) {
+	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
+		tag, err = tx.Exec(ctx, sql, args...)
+		return err
+	})
+	return tag, err
 }
 
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
@@ -618,8 +630,14 @@ func (s *Service) writeCallLog(ctx context.Context, args []any, guarded bool) {
 			WHERE NOT EXISTS (SELECT 1 FROM gateway_calls WHERE session_id = $1::uuid AND operation = $2 AND idempotency_key = $3
 				AND outcome = $4 AND latency_ms = $6 AND detail = $7 AND replica_id = $8 AND created_at = $9)`
 	}
-	if _, err := s.db.Exec(context.WithoutCancel(ctx), sql, args...); err != nil {
-		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0])
+	// In a transaction of its own with the core's bounded lock wait: the row's foreign key waits
+	// for the session's row lock, and behind a transaction whose client died holding it (idle in
+	// transaction until PostgreSQL notices, hours) an unbounded insert hung the Check that had
+	// already given up on that lock — a 503 promised, no answer, a pool connection held — and the
+	// patrol's round and its stop with it (an outside review). The row is then lost; the log says
+	// which call it was.
+	if _, err := s.execBounded(context.WithoutCancel(ctx), "log gateway call", sql, args...); err != nil {
+		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0], "key", args[2], "outcome", args[3])
 	}
 }
 
