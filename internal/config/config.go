@@ -165,9 +165,12 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(v); err != nil {
 			return c, errorf("PUBLIC_BASE_URL", "%v", err)
 		}
-		if u, _ := url.Parse(v); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
+		if u, _ := url.Parse(v); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil || strings.Trim(u.EscapedPath(), "/") != "" {
 			// Paths are appended to it (…/checkout/{order}): a query or fragment would swallow them.
-			return c, errorf("PUBLIC_BASE_URL", "must be a base URL without credentials, query or fragment (e.g. https://pay.example.com or https://example.com/pay)")
+			// And pitlane serves at the root of its host: its pages link /static/…, /checkout/…,
+			// so a base with a path gave customers links whose page could not be paid from (the
+			// Pay form posted outside the path, the stylesheets 404; an outside review).
+			return c, errorf("PUBLIC_BASE_URL", "must be the scheme and host (and port) pitlane is reached at, without a path, credentials, query or fragment: pitlane serves at the root of its host (e.g. https://pay.example.com)")
 		}
 		c.PublicBaseURL = strings.TrimRight(v, "/")
 	} else {

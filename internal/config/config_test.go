@@ -134,6 +134,7 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"PUBLIC_BASE_URL", "https://example.com/shop?x=1"},
 		{"PUBLIC_BASE_URL", "https://example.com/#pay"},
 		{"PUBLIC_BASE_URL", "https://u:hunter2@example.com"},
+		{"PUBLIC_BASE_URL", "https://example.com/pay"}, // pitlane serves at the root: its pages' links would leave the path
 		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
 		{"NOTIFY_WEBHOOK_URL", "/hook"},
 		{"EVENTS_WEBHOOK_URL", "/hook"},
@@ -256,7 +257,7 @@ func TestMerchantName(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"MERCHANT_NAME": "  Café Ümlaut & Sons  "}, "Café Ümlaut & Sons"},
-		{map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com:8443/shop"}, "pay.example.com"},
+		{map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com:8443"}, "pay.example.com"},
 		{nil, "127.0.0.1"},
 	} {
 		c, err := Load(env(tc.env))
