@@ -11,8 +11,11 @@ import (
 //
 //   - Zero-decimal at Stripe: an amount is whole units. MGA has two decimals in ISO 4217, so the
 //     core's 1050 (10.50 Ar) is Stripe's 10 and half an ariary cannot be charged.
-//   - ISK has no decimals in ISO 4217 but two in Stripe's API ("an ISK amount of 100 will
-//     continue to represent 1 króna"), so the core's 5000 is Stripe's 500000.
+//   - ISK and UGX have no decimals in ISO 4217 but two in Stripe's API (its special cases: "an
+//     ISK amount of 100 will continue to represent 1 króna"; "to charge 5 UGX, provide an amount
+//     value of 500"), so the core's 5000 is Stripe's 500000. UGX sat among the zero-decimal
+//     currencies (Stripe's own list has it there too) and was charged a hundredth of its price
+//     while the answer echoed the amount sent (an outside review).
 //   - Three-decimal (BHD, JOD, KWD, OMR, TND): the same units, but Stripe requires the last digit
 //     to be 0.
 //
@@ -21,7 +24,7 @@ import (
 // outside review).
 var stripeZeroDecimal = map[string]bool{
 	"BIF": true, "CLP": true, "DJF": true, "GNF": true, "JPY": true, "KMF": true, "KRW": true, "MGA": true,
-	"PYG": true, "RWF": true, "UGX": true, "VND": true, "VUV": true, "XAF": true, "XOF": true, "XPF": true,
+	"PYG": true, "RWF": true, "VND": true, "VUV": true, "XAF": true, "XOF": true, "XPF": true,
 }
 
 var stripeThreeDecimal = map[string]bool{"BHD": true, "JOD": true, "KWD": true, "OMR": true, "TND": true}
@@ -34,7 +37,7 @@ func stripeDigits(currency string) int {
 	case stripeThreeDecimal[currency]:
 		return 3
 	}
-	return 2 // ISK included
+	return 2 // ISK and UGX included
 }
 
 func pow10(n int) int64 {

@@ -24,7 +24,7 @@ func TestStripeUnits(t *testing.T) {
 		stripe   int64
 		currency string
 		core     int64
-	}{{500000, "ISK", 5000}, {4010, "ISK", -1}, {10, "MGA", 1000}, {1250, "KWD", 1250}, {500, "JPY", 500}, {1999, "EUR", 1999}} {
+	}{{500000, "ISK", 5000}, {4010, "ISK", -1}, {100000000, "UGX", 1000000}, {150, "UGX", -1}, {10, "MGA", 1000}, {1250, "KWD", 1250}, {500, "JPY", 500}, {1999, "EUR", 1999}} {
 		if got := fromStripe(tc.stripe, tc.currency); got != tc.core {
 			t.Errorf("fromStripe(%d %s) = %d, want %d", tc.stripe, tc.currency, got, tc.core)
 		}

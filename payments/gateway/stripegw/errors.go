@@ -64,12 +64,17 @@ func (t *observingTransport) CloseIdleConnections() {
 //     right now and may well create the payment or the refund, so declaring it refused would be
 //     a lie with money attached — whatever the body says (idempotency_key_in_use, or only the
 //     type idempotency_error, as Stripe has answered too; an outside review);
+//     an idempotency_error on 400 (the same key with other parameters, "idempotency_key_reused")
+//     → unknown too: Stripe holds an earlier request under our key, which it may have acted on —
+//     one whose wire form a deploy changed (a currency's units), or another replica's with its
+//     own return URL. Called a refusal, a refund so answered was settled Failed and its amount
+//     refunded again (an outside review); refgw classifies its idempotency_key_reused the same;
 //     any other 4xx → definitive, with the codes the core knows translated:
 //     404 resource_missing → "not_found";
 //     payment_intent_unexpected_state → "not_reversible" (reverse) / "not_refundable" (refund),
 //     with GatewayStatus from the PaymentIntent Stripe embeds in the error;
 //     amount_too_large, charge_already_refunded (refund) → "amount_exceeds_remaining";
-//     an idempotency_error on 400 (same key, different parameters) → "idempotency_key_reused";
+//     an idempotency_error on 400 → "idempotency_key_reused";
 //     every other code is passed through as Stripe spells it (e.g. "card_declined").
 //   - An HTTP answer stripe-go could not parse: 5xx, 408, 409, 429 or a 2xx/3xx with a broken
 //     body (one cut short too) → unknown; any other 4xx → definitive.
@@ -96,6 +101,7 @@ func classify(op string, ci *callInfo, err error) error {
 			se.HTTPStatusCode == http.StatusTooManyRequests,
 			se.HTTPStatusCode == http.StatusConflict,
 			se.Code == stripe.ErrorCodeIdempotencyKeyInUse,
+			se.Type == stripe.ErrorTypeIdempotency,
 			se.Code == stripe.ErrorCodeLockTimeout:
 			ge.Kind = payments.FailureUnknown
 		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:

@@ -153,6 +153,7 @@ func TestAgainstStripeMock(t *testing.T) {
 			refundWire string
 		}{
 			{"ISK", 5000, "500000", 1000, "100000"}, // ISO 0 decimals, Stripe 2
+			{"UGX", 1000000, "100000000", 5, "500"}, // the same (Stripe's special case)
 			{"MGA", 1000, "10", 500, "5"},           // ISO 2, Stripe 0
 			{"JPY", 500, "500", 100, "100"},         // 0 and 0
 			{"KWD", 1250, "1250", 10, "10"},         // 3 and 3
