@@ -88,9 +88,7 @@ func (s *Service) ExportLedger(ctx context.Context, f LedgerFilter, fn func(Expo
 		return 0, err
 	}
 	where, args := f.where(true)
-	n := 0
-	var after *ExportedEntry
-	for {
+	return exportInBatches(func(after *ExportedEntry) ([]ExportedEntry, error) {
 		q, qargs := where, args
 		if after != nil {
 			q += fmt.Sprintf(" AND (created_at, id) > ($%d, $%d)", len(args)+1, len(args)+2)
@@ -99,7 +97,7 @@ func (s *Service) ExportLedger(ctx context.Context, f LedgerFilter, fn func(Expo
 		rows, err := s.db.Query(ctx, `SELECT id, order_id, session_id::text, entry_type, amount, currency, created_at, coalesce(refund_id::text, '')
 			FROM accounting_entries WHERE `+q+` ORDER BY created_at, id LIMIT `+strconv.Itoa(ExportBatch), qargs...)
 		if err != nil {
-			return n, fmt.Errorf("export ledger: %w", err)
+			return nil, fmt.Errorf("export ledger: %w", err)
 		}
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExportedEntry, error) {
 			var e ExportedEntry
@@ -107,10 +105,25 @@ func (s *Service) ExportLedger(ctx context.Context, f LedgerFilter, fn func(Expo
 			return e, err
 		})
 		if err != nil {
-			return n, fmt.Errorf("export ledger: %w", err)
+			return nil, fmt.Errorf("export ledger: %w", err)
 		}
-		for _, e := range batch {
-			if err := fn(e); err != nil {
+		return batch, nil
+	}, fn)
+}
+
+// exportInBatches hands fn every row read gives, a batch at a time (read gets the last row of the
+// batch before, nil for the first; a batch shorter than ExportBatch is the last), and returns
+// how many it handed over. It stops at the first error of either.
+func exportInBatches[T any](read func(after *T) ([]T, error), fn func(T) error) (int, error) {
+	n := 0
+	var after *T
+	for {
+		batch, err := read(after)
+		if err != nil {
+			return n, err
+		}
+		for _, r := range batch {
+			if err := fn(r); err != nil {
 				return n, err
 			}
 			n++

@@ -129,32 +129,28 @@ func (s *Service) ExportAudit(ctx context.Context, f AuditFilter, fn func(AuditE
 			where += fmt.Sprintf(" AND %s = $%d", c.col, len(args))
 		}
 	}
-	n := 0
-	for {
+	return exportInBatches(func(after *AuditEntry) ([]AuditEntry, error) {
+		if after != nil {
+			args[0] = after.ID
+		}
 		rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, target, detail FROM audit_log
 			WHERE `+where+` ORDER BY id LIMIT `+strconv.Itoa(ExportBatch), args...)
 		if err != nil {
-			return n, fmt.Errorf("export audit log: %w", err)
+			return nil, fmt.Errorf("export audit log: %w", err)
 		}
-		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-			var e AuditEntry
-			err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail)
-			return e, err
-		})
+		batch, err := pgx.CollectRows(rows, scanAuditEntry)
 		if err != nil {
-			return n, fmt.Errorf("export audit log: %w", err)
+			return nil, fmt.Errorf("export audit log: %w", err)
 		}
-		for _, e := range batch {
-			if err := fn(e); err != nil {
-				return n, err
-			}
-			n++
-		}
-		if len(batch) < ExportBatch {
-			return n, nil
-		}
-		args[0] = batch[len(batch)-1].ID
-	}
+		return batch, nil
+	}, fn)
+}
+
+// scanAuditEntry reads a row of audit_log's id, at, actor, role, action, target, detail.
+func scanAuditEntry(r pgx.CollectableRow) (AuditEntry, error) {
+	var e AuditEntry
+	err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail)
+	return e, err
 }
 
 // AuditLog returns entries newest first.
@@ -176,11 +172,7 @@ func (s *Service) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, er
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Target, &e.Detail)
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanAuditEntry)
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
