@@ -168,6 +168,13 @@ func TestServeShutdownUnderLoad(t *testing.T) {
 			t.Errorf("a request in flight at SIGTERM: %d %q %v (want 201: no request is cut)", a.code, a.id, a.err)
 		}
 	}
+	// Every line read before Wait closes the pipe (os/exec: Wait must follow the reads): the
+	// last line was now and then still in the pipe, and the check below read the one before it.
+	select {
+	case <-logs.eof:
+	case <-time.After(time.Minute):
+		t.Fatalf("serve has not exited a minute after SIGTERM:\n%s", logs.String())
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("serve after SIGTERM: %v (want exit 0)\n%s", err, logs.String())
 	}
@@ -228,11 +235,13 @@ type logLines struct {
 	mu    sync.Mutex
 	lines []string
 	more  chan struct{}
+	eof   chan struct{} // closed once the process's stderr is read to its end
 }
 
 func newLogLines(r io.Reader) *logLines {
-	l := &logLines{more: make(chan struct{}, 1)}
+	l := &logLines{more: make(chan struct{}, 1), eof: make(chan struct{})}
 	go func() {
+		defer close(l.eof)
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
