@@ -164,28 +164,37 @@ var flaggedSessionsCountSQL = `SELECT count(*) FROM payment_sessions WHERE flagg
 // first), and how many there are in all.
 func (s *Service) ListFlagged(ctx context.Context, after string) (FlaggedSessions, error) {
 	var out FlaggedSessions
-	at, id, err := flagCursor("after", after)
+	var err error
+	out.Sessions, out.Total, out.Next, err = flaggedPage(ctx, s, "flagged sessions", "after", after,
+		flaggedSessionsSQL, flaggedSessionsCountSQL, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) },
+		func(s Session) (*time.Time, string) { return s.FlaggedAt, s.ID })
+	return out, err
+}
+
+// flaggedPage reads a page of a flagged list after the cursor after (query parameter field):
+// listSQL's rows (one more than a page, to know there is a next), the count of all, and the
+// cursor of the next page ("" at the end). what names the list in errors.
+func flaggedPage[T any](ctx context.Context, s *Service, what, field, after string, listSQL func(keyset bool) string, countSQL string,
+	scan func(pgx.CollectableRow) (T, error), key func(T) (*time.Time, string)) (rows []T, total int64, next string, err error) {
+	at, id, err := flagCursor(field, after)
 	if err != nil {
-		return out, err
+		return nil, 0, "", err
 	}
-	rows, err := s.db.Query(ctx, flaggedSessionsSQL(id != ""), flagArgs(at, id)...)
+	res, err := s.db.Query(ctx, listSQL(id != ""), flagArgs(at, id)...)
 	if err != nil {
-		return out, fmt.Errorf("flagged sessions: %w", err)
+		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
 	}
-	out.Sessions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
-	if err != nil {
-		return out, fmt.Errorf("flagged sessions: %w", err)
+	if rows, err = pgx.CollectRows(res, scan); err != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
 	}
-	if len(out.Sessions) > FlaggedPerPage {
-		out.Sessions = out.Sessions[:FlaggedPerPage]
-		last := out.Sessions[FlaggedPerPage-1]
-		out.Next = flagNext(last.FlaggedAt, last.ID)
+	if len(rows) > FlaggedPerPage {
+		rows = rows[:FlaggedPerPage]
+		next = flagNext(key(rows[FlaggedPerPage-1]))
 	}
-	err = s.db.QueryRow(ctx, flaggedSessionsCountSQL).Scan(&out.Total)
-	if err != nil {
-		return out, fmt.Errorf("flagged sessions: %w", err)
+	if err = s.db.QueryRow(ctx, countSQL).Scan(&total); err != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
 	}
-	return out, nil
+	return rows, total, next, nil
 }
 
 // LedgerEntry is one accounting entry.

@@ -177,26 +177,9 @@ const flaggedRefundsCountSQL = `SELECT count(*) FROM refunds WHERE flagged_at IS
 // all; both read refunds_flagged (migration 00213).
 func (s *Service) ListFlaggedRefunds(ctx context.Context, after string) (FlaggedRefunds, error) {
 	var out FlaggedRefunds
-	at, id, err := flagCursor("refunds_after", after)
-	if err != nil {
-		return out, err
-	}
-	rows, err := s.db.Query(ctx, flaggedRefundsSQL(id != ""), flagArgs(at, id)...)
-	if err != nil {
-		return out, fmt.Errorf("flagged refunds: %w", err)
-	}
-	out.Refunds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) })
-	if err != nil {
-		return out, fmt.Errorf("flagged refunds: %w", err)
-	}
-	if len(out.Refunds) > FlaggedPerPage {
-		out.Refunds = out.Refunds[:FlaggedPerPage]
-		last := out.Refunds[FlaggedPerPage-1]
-		out.Next = flagNext(last.FlaggedAt, last.ID)
-	}
-	err = s.db.QueryRow(ctx, flaggedRefundsCountSQL).Scan(&out.Total)
-	if err != nil {
-		return out, fmt.Errorf("flagged refunds: %w", err)
-	}
-	return out, nil
+	var err error
+	out.Refunds, out.Total, out.Next, err = flaggedPage(ctx, s, "flagged refunds", "refunds_after", after,
+		flaggedRefundsSQL, flaggedRefundsCountSQL, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) },
+		func(r Refund) (*time.Time, string) { return r.FlaggedAt, r.ID })
+	return out, err
 }
