@@ -316,11 +316,11 @@ func (s *Service) claimRefund(ctx context.Context, tx pgx.Tx, cur Session, actor
 				next_check_at, created_by, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, 'Pending', $6, $7, $8, $9, $9) RETURNING *
 		), e AS (
-			INSERT INTO refund_events (refund_id, to_status, actor_kind, created_at) SELECT id, status, $10, created_at FROM r
+			INSERT INTO refund_events (refund_id, to_status, actor_kind, actor_id, created_at) SELECT id, status, $10, $11, created_at FROM r
 		)
 		SELECT `+refundColumns+` FROM r`,
 		uuid.NewString(), cur.ID, cur.OrderID, in.Amount, cur.Currency, in.RequestKey, now.Add(s.cfg.RegisterGrace),
-		string(actor.Kind)+":"+actor.ID, now, string(actor.Kind)))
+		string(actor.Kind)+":"+actor.ID, now, string(actor.Kind), actor.ID))
 	if err != nil {
 		return Refund{}, false, dbError("refund: insert", err, "")
 	}
@@ -534,11 +534,12 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			out.GatewayRefundID = gr.ID
 			return err
 		}
-		// Who caused it: the patrol when it drove the refund under its lease, otherwise the
-		// request that made it (the API or staff).
-		by := string(ActorSweeper)
+		// Who caused it: the patrol (this replica) when it drove the refund under its lease,
+		// otherwise the request that made it (the API client or the person).
+		by := Actor{Kind: ActorSweeper, ID: s.cfg.ReplicaID}
 		if _, leased := leaseOf(ctx, r.ID); !leased {
-			by, _, _ = strings.Cut(cur.CreatedBy, ":")
+			kind, id, _ := strings.Cut(cur.CreatedBy, ":")
+			by = Actor{Kind: ActorKind(kind), ID: id}
 		}
 		if out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now); err != nil || booksDiffer == "" {
 			return err
@@ -555,17 +556,17 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 // session locks): its status with its feed event (who: by) in one statement, a settled refund
 // no longer flagged, and for Succeeded the one RefundIssued ledger entry. The gateway's answer
 // (driveRefund) and an approved four-eyes outcome (approveRefundOutcome) both settle through here.
-func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID, by string, now time.Time) (Refund, error) {
+func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID string, by Actor, now time.Time) (Refund, error) {
 	out, err := scanRefund(tx.QueryRow(ctx, `WITH r AS (
 			UPDATE refunds SET status = $2, detail = $3,
 				gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5,
 				flagged_at = NULL, flag_reason = NULL
 			WHERE id = $1 AND status = 'Pending' RETURNING *
 		), e AS (
-			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, created_at)
-			SELECT id, 'Pending', status, $6, updated_at FROM r
+			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, actor_id, created_at)
+			SELECT id, 'Pending', status, $6, $7, updated_at FROM r
 		)
-		SELECT `+refundColumns+` FROM r`, cur.ID, status, detail, gatewayRefundID, now, by))
+		SELECT `+refundColumns+` FROM r`, cur.ID, status, detail, gatewayRefundID, now, string(by.Kind), by.ID))
 	if err != nil {
 		return Refund{}, dbError("refund: apply", err, "")
 	}

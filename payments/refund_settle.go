@@ -115,7 +115,7 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 		return Errorf(ECONFLICT, "refund %s went back to the patrol since the proposal and is being asked about again: reject the proposal, and propose again if the patrol flags it again", Short(r.ID))
 	}
 	detail := fmt.Sprintf("settled by hand: resolution #%d, proposed by %s, approved by %s", p.ID, p.ProposedBy, by.Email)
-	if _, err := settleRefundRow(ctx, tx, r, p.RefundOutcome, detail, "", string(ActorStaff), now); err != nil {
+	if _, err := settleRefundRow(ctx, tx, r, p.RefundOutcome, detail, "", by.Actor(), now); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4

@@ -88,10 +88,11 @@ func TestRefundOutcomeByHandFailed(t *testing.T) {
 		t.Fatalf("after approval: %+v, %v", got, err)
 	}
 	for sql, want := range map[string]int{
-		`SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND $1 <> ''`:                                                0,
-		`SELECT count(*) FROM refund_events WHERE refund_id = $1 AND from_status = 'Pending' AND to_status = 'Failed' AND actor_kind = 'staff'`: 1,
-		`SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND resolved_at IS NULL AND $1 <> ''`:                               0,
-		`SELECT count(*) FROM audit_log WHERE action IN ('resolution.propose', 'resolution.approve') AND detail LIKE '%' || $1 || '%'`:          2,
+		`SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND $1 <> ''`:                                                                                  0,
+		`SELECT count(*) FROM refund_events WHERE refund_id = $1 AND from_status = 'Pending' AND to_status = 'Failed' AND actor_kind = 'staff' AND actor_id = 'fin2@example.com'`: 1,
+		`SELECT count(*) FROM refund_events WHERE refund_id = $1 AND from_status IS NULL AND actor_kind = 'api' AND actor_id = 'test-client'`:                                     1,
+		`SELECT count(*) FROM finance_cases WHERE kind = 'refund_unsettled' AND resolved_at IS NULL AND $1 <> ''`:                                                                 0,
+		`SELECT count(*) FROM audit_log WHERE action IN ('resolution.propose', 'resolution.approve') AND detail LIKE '%' || $1 || '%'`:                                            2,
 	} {
 		if n := b.count(t, sql, r.ID); n != want {
 			t.Errorf("%s = %d, want %d", sql, n, want)
@@ -313,4 +314,43 @@ type noRefundSearch struct{ payments.Gateway }
 
 func (noRefundSearch) FindRefund(context.Context, string, string) (payments.GatewayRefund, bool, error) {
 	return payments.GatewayRefund{}, false, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "find_refund", Code: "unsupported"}
+}
+
+// Every refund event names who moved the refund, kind and id, as session_events do: the API
+// client that claimed it, the replica whose patrol settled it (or the request that made it, when
+// its own answer settled it), the person who approved an outcome by hand (above). They named the
+// kind only, and which replica or client it was had to be pieced together elsewhere (an outside
+// review of audit completeness; migration 00690). Negative control: actor_id not written, the
+// rows carry ”.
+func TestRefundEventsNameTheirActor(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-actor", 1000)
+	direct, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k1"})
+	if err != nil || direct.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("refund = %+v %v", direct, err)
+	}
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1) // the request's own send: no answer
+	late, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 200, RequestKey: "k2"})
+	if err != nil || late.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", late, err)
+	}
+	b.clock.Advance(payments.StaleAfterFor(0))
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("the patrol drove %d: %v", n, err)
+	}
+	for _, tc := range []struct {
+		refund, from, kind, id string
+	}{
+		{direct.Refund.ID, "", "api", "test-client"},
+		{direct.Refund.ID, "Pending", "api", "test-client"}, // its own request's answer
+		{late.Refund.ID, "", "api", "test-client"},
+		{late.Refund.ID, "Pending", "sweeper", "replica-a"}, // the patrol of this replica
+	} {
+		if n := b.count(t, `SELECT count(*) FROM refund_events WHERE refund_id = $1 AND coalesce(from_status, '') = $2
+			AND actor_kind = $3 AND actor_id = $4`, tc.refund, tc.from, tc.kind, tc.id); n != 1 {
+			t.Errorf("events of refund %s from %q by %s:%s = %d, want 1", tc.refund, tc.from, tc.kind, tc.id, n)
+		}
+	}
 }
