@@ -55,12 +55,9 @@ const reapPerFailure = 10
 // lock_timeout, again and again. What a refusal says (how long to wait) is read through the
 // transaction itself.
 func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
-	email := NormalizeEmail(a.Email)
-	if len(email) > 254 {
-		// Cut on a character: half of one is no UTF-8, which PostgreSQL refuses in the
-		// throttle's first statement, so the attempt was an error that counted nothing.
-		email = strings.ToValidUTF8(email[:254], "")
-	}
+	// Cut on a character: half of one is no UTF-8, which PostgreSQL refuses in the throttle's
+	// first statement, so the attempt was an error that counted nothing.
+	email := cutText(NormalizeEmail(a.Email), 254)
 	now := s.clock.Now()
 	addr := AddressKey(a.Address)
 
@@ -200,11 +197,7 @@ const maxAuditedHeader = 512
 // User-Agent is not the user's to fix: it refused a right password with "characters that cannot
 // be stored", and the attempt's throttle units stayed spent (an outside review).
 func storableHeader(v string) string {
-	v = strings.ToValidUTF8(strings.ReplaceAll(strings.TrimSpace(v), "\x00", "\uFFFD"), "\uFFFD")
-	if len(v) > maxAuditedHeader {
-		v = strings.ToValidUTF8(v[:maxAuditedHeader], "")
-	}
-	return v
+	return cutText(storableText(strings.TrimSpace(v)), maxAuditedHeader)
 }
 
 // errRollback ends a transaction without committing and without being an error to the caller.

@@ -104,8 +104,21 @@ const (
 // is one more unknown email — refused, timed and throttled like any other — and never reaches
 // PostgreSQL, which refuses to store them.
 func NormalizeEmail(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
-	return strings.ToLower(strings.TrimSpace(s))
+	return strings.ToLower(strings.TrimSpace(storableText(s)))
+}
+
+// storableText is s with the bytes PostgreSQL refuses to store in text (a NUL, a sequence that is
+// not UTF-8) made U+FFFD.
+func storableText(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+}
+
+// cutText is s cut to at most n bytes on a character (half of one is no UTF-8).
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // ValidateEmail checks that email is one plain address.

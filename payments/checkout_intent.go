@@ -145,7 +145,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	if keyless {
 		return s.checkoutPayKeyless(ctx, key, in, now)
 	}
-	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
+	res, err := s.Create(ctx, checkoutActor(key), in)
 	if err != nil {
 		// No session for this click (refused, or the outcome is unknown): let the key go so the
 		// same click may try again; Create's per-order claim makes a repeat safe. Only while the
@@ -177,7 +177,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 // exhaustion). Should the order's payment end between the check and Create's claim, this click
 // does start one: its key is written then, bound to the session and counted like any start.
 func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateInput, now time.Time) (CheckoutPayResult, error) {
-	res, err := s.Create(ctx, Actor{Kind: ActorCustomer, ID: "checkout:" + key}, in)
+	res, err := s.Create(ctx, checkoutActor(key), in)
 	if err != nil {
 		return CheckoutPayResult{}, err
 	}
@@ -190,6 +190,9 @@ func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateI
 	}
 	return CheckoutPayResult{Session: res.Session}, nil
 }
+
+// checkoutActor is the customer whose Pay click (key) creates a payment.
+func checkoutActor(key string) Actor { return Actor{Kind: ActorCustomer, ID: "checkout:" + key} }
 
 // lostIntent answers a click whose request got its session (own, created or found by its
 // Create) but lost the key before it could bind it: a retry of the click took the key over while

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,9 +118,8 @@ func flagCursor(field, after string) (at time.Time, id string, err error) {
 	if after == "" {
 		return time.Time{}, "", nil
 	}
-	key, id, ok := strings.Cut(after, "_")
-	n, perr := strconv.ParseInt(key, 10, 64)
-	if !ok || perr != nil || !validUUID(id) || n < 0 || n > maxCursorTime.UnixMicro() {
+	n, id, ok := cutCursor(after)
+	if !ok || !cursorTimeInRange(n) {
 		return time.Time{}, "", Invalid(field, "%s must be the cursor of a flagged list's page", field)
 	}
 	return time.UnixMicro(n).UTC(), id, nil
@@ -145,9 +143,7 @@ func flagArgs(at time.Time, id string) []any {
 }
 
 // flagNext is the After that continues a flagged list after the row flagged at at with id.
-func flagNext(at *time.Time, id string) string {
-	return strconv.FormatInt(at.UnixMicro(), 10) + "_" + id
-}
+func flagNext(at *time.Time, id string) string { return timeCursor(*at, id) }
 
 // flaggedSessionsSQL reads a page of flagged sessions, with keyset those after ($1, $2), and
 // flaggedSessionsCountSQL counts them all: both read the active part of payment_sessions only

@@ -189,15 +189,14 @@ func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
 				return "", nil, bad
 			}
 		}
-		key, id, ok := strings.Cut(rest, "_")
-		n, err := strconv.ParseInt(key, 10, 64)
+		n, id, ok := cutCursor(rest)
 		// A cursor names what a page row had: an amount the API accepts, or a creation time
 		// PostgreSQL can hold (an edited one before 4714 BC was a 500; -2^63 negated, an overflow).
 		inRange := n > 0 && n < MaxAmount
 		if f.Sort != StuckByAmount {
-			inRange = n >= 0 && n <= maxCursorTime.UnixMicro()
+			inRange = cursorTimeInRange(n)
 		}
-		if !ok || err != nil || !validUUID(id) || !inRange {
+		if !ok || !inRange {
 			return "", nil, bad
 		}
 		if f.Sort == StuckByAmount {
@@ -248,8 +247,23 @@ func (f StuckFilter) cursor(s Session) string {
 	if f.Sort == StuckByAmount {
 		return s.Currency + "_" + strconv.FormatInt(s.Amount, 10) + "_" + s.ID
 	}
-	return strconv.FormatInt(s.CreatedAt.UnixMicro(), 10) + "_" + s.ID
+	return timeCursor(s.CreatedAt, s.ID)
 }
+
+// cutCursor reads a keyset cursor "<number>_<uuid>" (the workbench's and the flagged lists').
+func cutCursor(s string) (n int64, id string, ok bool) {
+	key, id, ok := strings.Cut(s, "_")
+	n, err := strconv.ParseInt(key, 10, 64)
+	return n, id, ok && err == nil && validUUID(id)
+}
+
+// timeCursor is the cursor of a row by its time (microseconds, as PostgreSQL keeps it) and id.
+func timeCursor(t time.Time, id string) string {
+	return strconv.FormatInt(t.UnixMicro(), 10) + "_" + id
+}
+
+// cursorTimeInRange reports whether a cursor's microseconds are a time PostgreSQL can hold.
+func cursorTimeInRange(n int64) bool { return n >= 0 && n <= maxCursorTime.UnixMicro() }
 
 // extraRow scans the session's columns and then more (a row that extends sessionColumns).
 type extraRow struct {
