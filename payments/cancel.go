@@ -71,8 +71,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		return ConfirmResult{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	now := s.cfg.Clock.Now()
-	began := time.Now() // with now: the patrol's first look is counted from here (cancelGrace)
+	began := time.Now() // the drive's deadline is counted from here, before any lock wait (cancelGrace)
 	var (
 		res       ConfirmResult
 		wrong     error
@@ -83,6 +82,9 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		if err != nil {
 			return err
 		}
+		// The clock is read once the locks are held: a code is judged at the moment it is
+		// spent, not when its request began waiting for a lock (up to lock_timeout earlier).
+		now := s.cfg.Clock.Now()
 		if h := s.cfg.Hooks.AfterCancelLock; h != nil {
 			h(ctx, sessionID)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"pitlane/internal/testdb"
 	"pitlane/internal/testlog"
 	"pitlane/payments"
@@ -209,6 +211,73 @@ func TestCancelCodeExpires(t *testing.T) {
 	}
 	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); payments.ErrorCode(err) != payments.EEXPIRED {
 		t.Fatalf("old challenge after cancel = %v", err)
+	}
+}
+
+// A code spent while its request waited for the payment's locks is judged when the locks are
+// held, not when the wait began: a confirmation queued behind another transaction across the
+// code's expiry is refused as expired (cancel and refund alike). The clock was read before the
+// wait, and a code was accepted up to one lock_timeout past its expiry (staff review, session
+// 29). Negative control: reading the clock before inTx again (as it was) accepts both codes.
+func TestACodeIsJudgedWhenItsLocksAreHeld(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	// holdOrder takes the order's lock in a transaction of the test's own and returns its end.
+	holdOrder := func(orderID string) func() {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, orderID); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	sess := b.registered(t, "o-code-wait", 1000)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := holdOrder(sess.OrderID)
+	b.clock.Advance(10*time.Minute - time.Second) // a second before the code's expiry
+	confirmed := goConfirm(b.svc, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	waitLockWaiters(t, b.pool, 1)
+	b.clock.Advance(2 * time.Second) // expired while it waits
+	release()
+	if out := mustWait(t, confirmed, "the cancel's confirmation"); payments.ErrorCode(out.err) != payments.EEXPIRED {
+		t.Fatalf("a code that expired while waiting for the locks = %+v %v, want expired", out.r, out.err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Fatalf("reverses = %d, want none", n)
+	}
+
+	paid := b.completed(t, "o-code-wait-refund", 1000)
+	rc, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(paid.ID, 400, uuid.NewString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, paid.ID)
+	release = holdOrder(paid.OrderID)
+	b.clock.Advance(10*time.Minute - time.Second)
+	refunded := make(chan error, 1)
+	go func() {
+		_, err := b.svc.ConfirmRefund(ctx, supportStaff, paid.ID, rc.ID, code)
+		refunded <- err
+	}()
+	waitLockWaiters(t, b.pool, 1)
+	b.clock.Advance(2 * time.Second)
+	release()
+	if err := mustWait(t, refunded, "the refund's confirmation"); payments.ErrorCode(err) != payments.EEXPIRED {
+		t.Fatalf("a refund code that expired while waiting for the locks = %v, want expired", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, paid.ID); n != 0 {
+		t.Fatalf("refunds = %d, want none", n)
 	}
 }
 

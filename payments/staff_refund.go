@@ -143,12 +143,12 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 	var res RefundResult
 	var wrong error
 	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
-		now := s.cfg.Clock.Now()
 		return s.inTx(ctx, "confirm refund", func(tx pgx.Tx) error {
 			cur, err := s.lockForRefund(ctx, tx, &sess)
 			if err != nil {
 				return err
 			}
+			now := s.cfg.Clock.Now() // after the locks: the code is judged when it is spent (ConfirmCancel)
 			try, err := s.tryCode(ctx, tx, sess.ID, challengeID, CodeRefund, code, now, nil, by.Actor())
 			if err != nil {
 				return err
