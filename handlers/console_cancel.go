@@ -50,6 +50,13 @@ func (h *Console) ConfirmCancel(c echo.Context) error {
 			msg = "This code was already used; the payment is " + string(res.Session.Status) + "."
 		}
 	}
+	if err != nil && res.Session.ID != "" {
+		// The core committed the cancel (and audited it), then its reverse found the payment
+		// finished at the gateway: this entry says what became of that cancel, not a refusal
+		// of the code.
+		detail = "challenge " + challenge + ": the confirmed cancel lost its race at the gateway; now " +
+			string(res.Session.Status) + ": " + payments.ErrorMessage(err)
+	}
 	if err != nil || res.Replayed {
 		h.audit(c, payments.AuditCancelConfirm, id, detail) // a cancel it started, the core audited with it
 	}

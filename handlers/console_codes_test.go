@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -129,5 +132,45 @@ func TestLivePaymentPageSaysWhenItsCodesChangeByTheClock(t *testing.T) {
 	}
 	if got, want := due(locked.ID), strconv.FormatInt(d.CodesLockedUntil.Sub(b.clock.Now()).Milliseconds(), 10); got != want {
 		t.Errorf("locked codes: data-live-due=%q, want %s (the lock's end)", got, want)
+	}
+}
+
+// A staff cancel whose reverse finds the payment already captured: the core audited the confirmed
+// cancel ("now Canceling"), and the console's second entry says that cancel lost its race, not
+// that the code was refused. It read "refused: conflict: …" after an accepted code (audit review,
+// session 29). Negative control: without the lost-race detail in ConfirmCancel's handler the
+// second entry starts "refused:".
+func TestAStaffCancelThatLosesItsRaceIsAuditedAsSuch(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	s := b.payment(t, "o-cancel-lost", 1500)
+	loc := sup.post("/payments/"+s.ID+"/cancel", url.Values{}).Header().Get("Location")
+	challenge, err := url.Parse(loc)
+	if err != nil || challenge.Query().Get("challenge") == "" {
+		t.Fatalf("request cancel → %q %v", loc, err)
+	}
+	var body string
+	if err := b.pool.QueryRow(context.Background(), `SELECT body FROM outbox WHERE payment_id = $1 ORDER BY id DESC LIMIT 1`, s.ID).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) // the customer paid meanwhile
+	ch := challenge.Query().Get("challenge")
+	doc := page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel/"+ch, url.Values{"code": {outboxCodeRe.FindStringSubmatch(body)[1]}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "captured before the cancel")
+	wantText(t, doc, "payment-status", "Completed")
+	rows, err := b.pool.Query(context.Background(), `SELECT detail FROM audit_log WHERE action = $1 AND target = $2 ORDER BY id`, payments.AuditCancelConfirm, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(details) != 2 || !strings.Contains(details[0], "now Canceling") ||
+		!strings.Contains(details[1], "the confirmed cancel lost its race at the gateway; now Completed") {
+		t.Fatalf("cancel_confirm entries = %q, want the confirm, then its lost race", details)
 	}
 }
