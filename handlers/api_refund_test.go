@@ -533,3 +533,28 @@ func TestAPIKeylessRefundIsOneRefundWhicheverClientAsks(t *testing.T) {
 	}
 	wantProblem(t, b.do(post(refundsPath(p.ID), `{"amount":1}`, "Authorization", "Bearer pl_000000000000_"+strings.Repeat("0", 64))), http.StatusUnauthorized, "")
 }
+
+// A keyed refund retried under the client's rotated key (pitlane apikey rotate) is the same
+// request: a replay of the one refund, one gateway call. Rotating used to mean a new client,
+// whose Idempotency-Keys are its own, so the retry was a second refund (a known gap of session
+// 29). Negative control: RotateAPIKey making a new client (CreateAPIClient) gives two refunds.
+func TestAPIKeyedRefundRetriedUnderARotatedKeyIsOneRefund(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-rotated-key", 1000)
+	c := post(refundsPath(p.ID), `{"amount":300}`, "Idempotency-Key", "refund-o-rotated-key-1")
+	first := wantRefund(t, b.do(c), http.StatusCreated)
+	_, rotated, err := b.access.RotateAPIKey(context.Background(), payments.Staff{Email: "test@example.com", Role: "admin"}, b.client.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	c.headers["Authorization"] = "Bearer " + rotated
+	rec := b.do(c)
+	if again := wantRefund(t, rec, http.StatusCreated); again.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry under the rotated key = refund %s replayed %q (first %s)", again.ID, rec.Header().Get("Idempotent-Replayed"), first.ID)
+	}
+	if n, calls := b.refunds(t), b.gw.Calls(fakegw.OpRefund); n != 1 || calls != 1 {
+		t.Fatalf("refunds = %d, gateway calls = %d; want 1 and 1", n, calls)
+	}
+}

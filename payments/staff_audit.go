@@ -33,6 +33,7 @@ const (
 	AuditCodesUnlock        = "payment.codes_unlock"
 	AuditAPIKeyCreate       = "apikey.create"
 	AuditAPIKeyRevoke       = "apikey.revoke"
+	AuditAPIKeyRotate       = "apikey.rotate"
 )
 
 // Staff is who did something in the console, for the audit log and the timeline (package

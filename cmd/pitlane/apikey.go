@@ -11,12 +11,14 @@ import (
 	"pitlane/payments"
 )
 
-// runApikey: `pitlane apikey create NAME [--scopes S,…] | revoke ID|PREFIX | list`. create
-// prints the new key alone on stdout (so `KEY=$(pitlane apikey create shop)` works) and what
-// identifies it on stderr; the key is shown this once: only its SHA-256 is stored. Without
-// --scopes a key has all of them (payments:read, payments:write, refunds:write).
+// runApikey: `pitlane apikey create NAME [--scopes S,…] | rotate ID|PREFIX | revoke ID|PREFIX |
+// list`. create and rotate print the new key alone on stdout (so `KEY=$(pitlane apikey create
+// shop)` works) and what identifies it on stderr; the key is shown this once: only its SHA-256
+// is stored. Without --scopes a key has all of them (payments:read, payments:write,
+// refunds:write). rotate gives the client one more key (same client, scopes and idempotency
+// keys); revoke by a prefix ends that key, by the id the client and all its keys.
 func runApikey(ctx context.Context, env *Env, args []string) error {
-	const usage = "usage: pitlane apikey create NAME [--scopes payments:read,payments:write,refunds:write] | revoke ID|PREFIX | list"
+	const usage = "usage: pitlane apikey create NAME [--scopes payments:read,payments:write,refunds:write] | rotate ID|PREFIX | revoke ID|PREFIX | list"
 	if len(args) == 0 {
 		return Usagef(usage)
 	}
@@ -68,7 +70,7 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			return Usagef("apikey create: %s", payments.ErrorMessage(err))
 		}
 		rest = name
-	case sub == "revoke" && len(rest) == 1:
+	case (sub == "revoke" || sub == "rotate") && len(rest) == 1:
 	case sub == "list" && len(rest) == 0:
 	default:
 		return Usagef(usage)
@@ -91,6 +93,18 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintln(env.Stdout, key)
 		fmt.Fprintf(env.Stderr, "apikey: created client %q id %s prefix %s scopes %s; the key above is shown only now\n",
 			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes))
+	case "rotate":
+		c, key, err := acc.RotateAPIKey(ctx, cliActor(), rest[0])
+		if err != nil {
+			if payments.ErrorCode(err) == payments.EINVALID {
+				return Usagef("%s", payments.ErrorMessage(err))
+			}
+			return fmt.Errorf("rotate API key: %w", err)
+		}
+		fmt.Fprintln(env.Stdout, key)
+		fmt.Fprintf(env.Stderr, "apikey: new key for client %q id %s prefix %s scopes %s; the key above is shown only now. "+
+			"The client's %d other keys still work: revoke each by its prefix (pitlane apikey revoke PREFIX) once the client uses this one\n",
+			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes), c.LiveKeys-1)
 	case "revoke":
 		c, err := acc.RevokeAPIClient(ctx, cliActor(), rest[0])
 		if err != nil {
@@ -98,6 +112,11 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 				return Usagef("%s", payments.ErrorMessage(err))
 			}
 			return fmt.Errorf("revoke API client: %w", err)
+		}
+		if c.LiveKeys > 0 {
+			fmt.Fprintf(env.Stdout, "apikey: revoked key %s of client %q id %s at %s; the client's %d other keys still work\n",
+				c.KeyPrefix, c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339), c.LiveKeys)
+			break
 		}
 		fmt.Fprintf(env.Stdout, "apikey: revoked client %q id %s prefix %s at %s\n", c.Name, c.ID, c.KeyPrefix, c.RevokedAt.UTC().Format(time.RFC3339))
 	case "list":

@@ -55,6 +55,19 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 		!strings.Contains(out, "\tpayments:read,refunds:write\trefunder\n") {
 		t.Fatalf("list: exit %d %q", code, out)
 	}
+	// rotate: one more key of the same client, alone on stdout; the old one works until revoked.
+	code, out, stderr = apikeyMain(env, "apikey", "rotate", c.ID)
+	rotated := strings.TrimSpace(out)
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(stderr, "1 other keys still work") {
+		t.Fatalf("rotate: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if r, err := svc.AuthenticateAPIKey(context.Background(), rotated); err != nil || r.ID != c.ID {
+		t.Fatalf("the rotated key: %+v %v", r, err)
+	}
+	if code, out, _ = apikeyMain(env, "apikey", "revoke", rotated[:15]); code != 0 || !strings.Contains(out, "revoked key "+rotated[:15]) ||
+		!strings.Contains(out, "1 other keys still work") {
+		t.Fatalf("revoke the rotated key: exit %d %q", code, out)
+	}
 	code, out, stderr = apikeyMain(env, "apikey", "revoke", c.KeyPrefix)
 	if code != 0 || !strings.Contains(out, "revoked") {
 		t.Fatalf("revoke: exit %d %q %q", code, out, stderr)
@@ -74,7 +87,7 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 		t.Fatalf("audit entries of the key's creation and revocation: %d %v, want 2", n, err)
 	}
 
-	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate", "x"},
+	for _, args := range [][]string{{"apikey"}, {"apikey", "create"}, {"apikey", "revoke"}, {"apikey", "rotate"}, {"apikey", "rename", "x"},
 		{"apikey", "create", "x", "--scopes"}, {"apikey", "create", "--scopes", "payments:read"}} {
 		if code, _, stderr := apikeyMain(env, args...); code != 2 || !strings.Contains(stderr, "usage: pitlane apikey") {
 			t.Errorf("%v: exit %d %q, want 2 and the usage", args, code, stderr)
