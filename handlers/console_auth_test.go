@@ -535,3 +535,46 @@ func TestSignInWithAUserAgentThatIsNotUTF8(t *testing.T) {
 		t.Fatalf("sign-in entries with the header made storable: %d, want 1", n)
 	}
 }
+
+// A sign-in never leads to a GET that writes. "/login?next=/outbox" in an e-mail opened a
+// signed-out admin's sign-in page (a cross-site navigation to a page that writes nothing); after
+// signing in on the genuine form, the 303 to /outbox was a same-origin navigation, which the
+// cross-site guard let through, and the outbox marked every undelivered code as seen by the admin,
+// who could then no longer confirm them (roles review, session 30). next naming a GET that writes
+// (in any spelling of its path) now leads to "/". Negative control: without the check in
+// auth.LocalPath the sign-in answers 303 /outbox and the code is marked seen.
+func TestSignInNeverLeadsToAGetThatWrites(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "adm@example.com", access.RoleAdmin)
+	s := b.payment(t, "o-next-outbox", 1500)
+	ch, err := b.svc.RequestCancel(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []string{"/outbox", "/outbox?page=2", "/outbox/", "/./outbox", "/finance/ledger.csv?from=2026-11-01", "/admin/audit.csv"} {
+		adm := b.agent(t)
+		if rec := adm.get("/login?next="+url.QueryEscape(next), "Sec-Fetch-Site", "cross-site"); rec.Code != http.StatusOK {
+			t.Fatalf("GET /login?next=%s = %d", next, rec.Code)
+		}
+		rec := adm.post("/login", url.Values{"email": {"adm@example.com"}, "password": {testPassword}, "next": {next}})
+		loc := rec.Header().Get("Location")
+		if rec.Code != http.StatusSeeOther || loc != "/" {
+			t.Errorf("sign in with next=%s = %d %q, want 303 /", next, rec.Code, loc)
+		}
+		adm.get(loc, "Sec-Fetch-Site", "same-origin") // the browser follows the redirect of its own POST
+	}
+	if n := b.count(t, `SELECT count(*) FROM cancel_challenges WHERE id = $1 AND 'adm@example.com' = ANY(seen_by)`, ch.ID); n != 0 {
+		t.Fatal("signing in marked the cancel code as seen")
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action IN ('ledger.export', 'audit.export')`); n != 0 {
+		t.Fatalf("signing in wrote %d export entries", n)
+	}
+	// An ordinary next still leads back where the user was.
+	adm := b.agent(t)
+	adm.get("/login")
+	rec := adm.post("/login", url.Values{"email": {"adm@example.com"}, "password": {testPassword}, "next": {"/payments/" + s.ID}})
+	if loc := rec.Header().Get("Location"); loc != "/payments/"+s.ID {
+		t.Fatalf("sign in with next=/payments/%s → %q", s.ID, loc)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"pitlane/handlers"
 	"pitlane/live"
 	"pitlane/payments"
+	"pitlane/web/auth"
 )
 
 // Deps is everything the server needs from the wiring in cmd/pitlane. Add a field here when a
@@ -165,11 +166,8 @@ func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// getWithEffects are the GET routes that write something (headAsGet). Nor do they answer a
-// navigation from another site (Sec-Fetch-Site: cross-site or same-site; the session cookie is SameSite=Lax,
-// so it goes along): a link in an e-mail to an admin would mark every code in the outbox as seen
-// by them (who may then not confirm it), or write export entries in the audit log.
-var getWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": true, "/admin/audit.csv": true}
+// getWithEffects are the GET routes that write something (auth.GetsWithEffects, headAsGet).
+var getWithEffects = auth.GetsWithEffects
 
 // crossSiteGetWithEffects refuses a cross-site navigation to a GET that writes (403): the user
 // opens the page again from the console.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -597,14 +598,23 @@ func (m *Manager) toSignIn(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, target)
 }
 
+// GetsWithEffects are the console's GET routes that write something. They do not answer HEAD,
+// nor a navigation from another site (Sec-Fetch-Site: cross-site or same-site; the session
+// cookie is SameSite=Lax, so it goes along): a link in an e-mail to an admin would mark every code
+// in the outbox as seen by them (who may then not confirm it), or write export entries in the
+// audit log. Nor are they where a sign-in leads (LocalPath).
+var GetsWithEffects = map[string]bool{"/outbox": true, "/finance/ledger.csv": true, "/admin/audit.csv": true}
+
 // LocalPath returns next when it is a path on this site (so a sign-in cannot be turned into an
-// open redirect), "/" otherwise.
+// open redirect), "/" otherwise. A GET that writes is "/" too: the sign-in's redirect is a
+// same-origin navigation, so "/login?next=/outbox" in an e-mail would lead a signed-out admin
+// past the cross-site guard of GetsWithEffects (TestSignInNeverLeadsToAGetThatWrites).
 func LocalPath(next string) string {
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, `/\`) {
 		return "/"
 	}
 	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" {
+	if err != nil || u.Scheme != "" || u.Host != "" || GetsWithEffects[path.Clean(u.Path)] {
 		return "/"
 	}
 	return next
