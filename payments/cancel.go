@@ -127,12 +127,17 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		// its schedule would otherwise get one look a day later and be flagged), and a flag
 		// the payment carried is cleared, or the patrol (which claims no flagged row) would
 		// never send again a reverse that found no answer. An open finance case stays open.
+		// A patrol drive in flight (a check) loses its lease here: its release would count its
+		// look against the reverse's fresh schedule (one send fewer before the flag), and its
+		// answer is the reverse's to find now, so it writes nothing more
+		// (TestACancelConfirmedUnderADriveKeepsItsWholeSchedule).
 		reason, detail := "cancel confirmed with a one-time code", "challenge "+challengeID+": now Canceling (the reverse goes to the gateway after commit)"
 		if cur.FlaggedAt != nil {
 			cleared := "; flag cleared (" + cur.FlagReason + "): the patrol sends the reverse until it is settled"
 			reason, detail = reason+cleared, detail+cleared
 		}
-		if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL, check_attempts = 0 WHERE id = $1`, sessionID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL, check_attempts = 0,
+			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = $1`, sessionID); err != nil {
 			return dbError("confirm cancel: schedule", err, "")
 		}
 		updated, err := applyTransition(ctx, tx, sessionID, StatusCanceling, actor, reason, now, sessionPatch{nextCheckAt: &next})

@@ -113,3 +113,118 @@ func TestReleaseKeepsAConfirmedCancelsGrace(t *testing.T) {
 		t.Fatalf("gateway reverses = %d, want the confirm's one", n)
 	}
 }
+
+// A cancel confirmed while the patrol's drive holds the payment (a check in flight) keeps the
+// reverse's whole schedule: the confirm takes the lease from the drive, whose release then finds
+// nothing to count. The release counted the check's look against the reverse's fresh schedule
+// (attempts 1 right after the confirm), so a reverse that kept finding no answer was sent once
+// fewer (the last, longest step) and reached finance a day early (cross-operation review,
+// session 30). Negative control: without the lease columns cleared in ConfirmCancel, the patrol
+// sends the reverse 2 times before the flag, not 3.
+func TestACancelConfirmedUnderADriveKeepsItsWholeSchedule(t *testing.T) {
+	t.Parallel()
+	steps := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
+	b := newBench(t, func(c *payments.Config) { c.Backoff = steps; c.RegisterGrace = time.Second })
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel-under-drive-schedule", 1000)
+
+	gate := b.gw.Hold(fakegw.OpStatus)
+	b.clock.Advance(payments.DefaultBackoff[0] + time.Second)
+	swept := make(chan error, 1)
+	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	mustWait(t, gate.Arrived(), "the patrol's status call") // the drive holds the lease
+	b.gw.Unhold(fakegw.OpStatus)
+	b.cancelWithLostReverse(t, sess) // Canceling, attempts 0, the confirm's own reverse lost
+	gate.Open()
+	if err := mustWait(t, swept, "the patrol"); err != nil {
+		t.Fatal(err)
+	}
+	if status, attempts, flagged, _ := b.sessionSchedule(t, sess.ID); status != "Canceling" || attempts != 0 || flagged {
+		t.Fatalf("after the drive: %s attempts=%d flagged=%v, want Canceling with the reverse's schedule untouched", status, attempts, flagged)
+	}
+
+	// The gateway keeps losing the reverse's answer: the patrol sends it once per step.
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 100)
+	before := b.gw.Calls(fakegw.OpReverse)
+	for range 10 {
+		b.clock.Advance(time.Hour)
+		if _, err := b.svc.SweepOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, flagged, _ := b.sessionSchedule(t, sess.ID); flagged {
+			break
+		}
+	}
+	_, _, flagged, _ := b.sessionSchedule(t, sess.ID)
+	if sends := b.gw.Calls(fakegw.OpReverse) - before; !flagged || sends != len(steps) {
+		t.Fatalf("the patrol sent the reverse %d times before flagging it (flagged=%v), want %d: a fresh cancel's schedule", sends, flagged, len(steps))
+	}
+}
+
+// Three at once on one payment (cross-operation review, session 30; it held): the patrol's drive
+// parked with an "authorized" answer, a staff cancel committed (Canceling) and parked before its
+// reverse, and a webhook whose Check finds the customer's capture. One ledger entry, no reverse
+// sent, the cancel refused (409), one cancel_lost_race case and no false case.
+func TestPatrolCancelAndWebhookOnOnePayment(t *testing.T) {
+	t.Parallel()
+	patrolPark := newParker()
+	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterGatewayStatus = func(ctx context.Context, id string, _ payments.GatewayPayment) { patrolPark.hook(ctx, id) } })
+	cancelPark := newParker()
+	staff := b.service(b.pool, "replica-b", func(c *payments.Config) { c.Hooks.AfterCancelCommit = cancelPark.hook })
+	hook := b.service(b.pool, "replica-c")
+	ctx := context.Background()
+	sess := b.registered(t, "o-patrol-cancel-webhook", 700)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayAuthorized)
+
+	b.clock.Advance(10 * time.Second)
+	swept := make(chan error, 1)
+	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	mustWait(t, patrolPark.arrived, "the patrol's answer")
+
+	ch, err := staff.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	type res struct {
+		r   payments.ConfirmResult
+		err error
+	}
+	confirmed := make(chan res, 1)
+	go func() { r, err := staff.ConfirmCancel(ctx, api, sess.ID, ch.ID, code); confirmed <- res{r, err} }()
+	mustWait(t, cancelPark.arrived, "the cancel's commit")
+
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := hook.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "ev-triple-1", Type: "payment.updated", PaymentID: sess.GatewayPaymentID, Reference: sess.ID}); err != nil {
+		t.Fatal(err)
+	}
+	cancelPark.let(1)
+	c := mustWait(t, confirmed, "the cancel")
+	patrolPark.let(1)
+	if err := mustWait(t, swept, "the patrol"); err != nil {
+		t.Fatal(err)
+	}
+	if payments.ErrorCode(c.err) != payments.ECONFLICT {
+		t.Errorf("confirm cancel = %s %v, want a 409 (the capture won)", c.r.Session.Status, c.err)
+	}
+	got, _ := b.plain.Get(ctx, sess.ID)
+	if got.Status != payments.StatusCompleted {
+		t.Errorf("status = %s, want Completed", got.Status)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Errorf("reverses sent = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, sess.ID); n != 1 {
+		t.Errorf("ledger entries = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'cancel_lost_race'`, sess.ID); n != 1 {
+		t.Errorf("cancel_lost_race cases = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind <> 'cancel_lost_race'`, sess.ID); n != 0 {
+		t.Errorf("other cases = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM reverse_operations WHERE session_id = $1 AND status = 'Refused'`, sess.ID); n != 1 {
+		t.Errorf("refused reverse ops = %d, want 1", n)
+	}
+	checkInvariants(t, b)
+}
