@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,13 +110,41 @@ func TestDeployPgbouncerINI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pgbouncer with deploy/pgbouncer.ini's settings: %v", err)
 	}
+	// Each replica connects with an example's DATABASE_URL as shipped (sslmode=require,
+	// default_query_exec_mode=exec): only where pgbouncer listens, the credentials and the
+	// database are the test's. The examples said sslmode=require to a pgbouncer that had no
+	// certificate, and no replica could connect (pgbouncer review, session 30).
+	tu, err := neturl.Parse(through)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asShipped := func(file string) *pgxpool.Pool {
+		ex, err := neturl.Parse(exampleURL(t, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex.Host, ex.User, ex.Path = tu.Host, tu.User, tu.Path
+		cfg, err := config.Load(func(k string) string { return map[string]string{"DATABASE_URL": ex.String()}[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		pool, err := openPool(context.Background(), cfg.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		if err := pool.Ping(context.Background()); err != nil {
+			t.Fatalf("%s: its DATABASE_URL (sslmode=%s) through pgbouncer with deploy/pgbouncer.ini's settings: %v", file, ex.Query().Get("sslmode"), err)
+		}
+		return pool
+	}
 	clock := payments.NewManualClock(time.Now())
 	gw := fakegw.New()
-	newSvc := func(replica string) *payments.Service {
-		return payments.NewService(testdb.Pool(t, through), payments.Config{Gateway: gw, Clock: clock, ReplicaID: replica,
+	newSvc := func(replica, file string) *payments.Service {
+		return payments.NewService(asShipped(file), payments.Config{Gateway: gw, Clock: clock, ReplicaID: replica,
 			CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
 	}
-	a, b := newSvc("bounced-a"), newSvc("bounced-b")
+	a, b := newSvc("bounced-a", "../../deploy/pitlane.env.example"), newSvc("bounced-b", "../../deploy/pgbouncer.ini")
 	ctx := context.Background()
 	actor := payments.Actor{Kind: payments.ActorAPI, ID: "t"}
 	in := payments.CreateInput{OrderID: "deploy-1", Amount: 1999, Currency: "EUR", CustomerContact: "c@example.com"}

@@ -6,8 +6,15 @@ package pgbouncer
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"maps"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -53,6 +60,34 @@ func Start(t testing.TB, upstream string, poolSize int) string {
 	return through
 }
 
+// throwawayCertificate writes a self-signed certificate for 127.0.0.1 and its key into dir (a
+// client with sslmode=require encrypts without verifying it) and returns the two files.
+func throwawayCertificate(dir string) (keyFile, certFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	keyFile, certFile = filepath.Join(dir, "tls.key"), filepath.Join(dir, "tls.crt")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", err
+	}
+	return keyFile, certFile, nil
+}
+
 // defaults are the [pgbouncer] settings of Start: transaction pooling, as pitlane is deployed.
 var defaults = map[string]string{
 	"pool_mode":                 "transaction",
@@ -64,9 +99,12 @@ var defaults = map[string]string{
 
 // Site are the [pgbouncer] settings StartWith always sets itself, whatever settings says:
 // where it listens, how clients authenticate (any user, the test database's own credentials
-// upstream) and where it writes its log and pid. Everything else comes from settings.
+// upstream), the certificate it presents to clients (a throwaway one, when settings ask for
+// client TLS), TLS toward the test database (which has none) and where it writes its log and
+// pid. Everything else comes from settings.
 var Site = []string{"listen_addr", "listen_port", "unix_socket_dir", "auth_type", "auth_file", "auth_query", "auth_user",
-	"logfile", "pidfile", "admin_users", "stats_users"}
+	"logfile", "pidfile", "admin_users", "stats_users", "client_tls_key_file", "client_tls_cert_file", "client_tls_ca_file",
+	"server_tls_sslmode", "server_tls_ca_file", "server_tls_key_file", "server_tls_cert_file"}
 
 // StartWith runs pgbouncer in front of the database at upstream with the given [pgbouncer]
 // settings over Start's defaults (the Site keys excepted), and returns a URL through it with
@@ -98,13 +136,23 @@ func StartWith(t testing.TB, upstream string, settings map[string]string) (strin
 		delete(merged, k)
 	}
 	maps.Copy(merged, map[string]string{
-		"listen_addr":     "127.0.0.1",
-		"listen_port":     strconv.Itoa(port),
-		"unix_socket_dir": "",
-		"auth_type":       "any",
-		"logfile":         filepath.Join(dir, "pgbouncer.log"),
-		"pidfile":         filepath.Join(dir, "pgbouncer.pid"),
+		"listen_addr":        "127.0.0.1",
+		"listen_port":        strconv.Itoa(port),
+		"unix_socket_dir":    "",
+		"auth_type":          "any",
+		"logfile":            filepath.Join(dir, "pgbouncer.log"),
+		"pidfile":            filepath.Join(dir, "pgbouncer.pid"),
+		"server_tls_sslmode": "disable",
 	})
+	sslmode := "disable"
+	if mode := merged["client_tls_sslmode"]; mode != "" && mode != "disable" {
+		key, cert, err := throwawayCertificate(dir)
+		if err != nil {
+			return "", err
+		}
+		merged["client_tls_key_file"], merged["client_tls_cert_file"] = key, cert
+		sslmode = "require"
+	}
 	var ini strings.Builder
 	fmt.Fprintf(&ini, "[databases]\n%s = host=%s port=%s dbname=%s user=%s password=%s\n\n[pgbouncer]\n",
 		db, u.Hostname(), u.Port(), db, u.User.Username(), pw)
@@ -140,7 +188,7 @@ func StartWith(t testing.TB, upstream string, settings map[string]string) (strin
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		<-exited
 	})
-	through := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&default_query_exec_mode=exec", u.User.Username(), pw, port, db)
+	through := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=%s&default_query_exec_mode=exec", u.User.Username(), pw, port, db, sslmode)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
