@@ -218,6 +218,21 @@ func (s *Service) EnsureUser(ctx context.Context, by payments.Staff, email strin
 	return err == nil, err
 }
 
+// SignsInWith reports whether an enabled user with this email has this password: what a banner
+// asks before it prints a login (pitlane dev's demo logins). No throttle, no audit: it signs no
+// one in. bcrypt is slow on purpose; this is for a handful of logins.
+func (s *Service) SignsInWith(ctx context.Context, email, password string) (bool, error) {
+	var hash string
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+`, password_hash FROM staff_users WHERE email = $1`, NormalizeEmail(email)), &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("user %s: %w", email, err)
+	}
+	return !u.Disabled() && bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil, nil
+}
+
 // User returns the user with this email (ENOTFOUND when there is none).
 func (s *Service) User(ctx context.Context, email string) (User, error) {
 	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1`, NormalizeEmail(email)))

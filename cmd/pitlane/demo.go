@@ -226,20 +226,38 @@ var demoStaff = []struct {
 	{"admin@pitlane.dev", access.RoleAdmin, "admin-demo-pass"},
 }
 
-// seedStaff creates the demo logins that do not exist yet (an existing user keeps its password).
-func seedStaff(ctx context.Context, acc *access.Service) error {
+// seedStaff creates the demo logins that do not exist yet (an existing user keeps its password)
+// and returns what the banner prints for each: its password while it still signs in with it, or
+// why it is not shown (a changed password, a disabled login, another role).
+func seedStaff(ctx context.Context, acc *access.Service) ([]string, error) {
+	lines := make([]string, 0, len(demoStaff))
 	for _, u := range demoStaff {
 		if _, err := acc.EnsureUser(ctx, payments.Staff{Email: "dev-demo"}, u.email, u.role, u.password); err != nil {
-			return fmt.Errorf("demo login %s: %w", u.email, err)
+			return nil, fmt.Errorf("demo login %s: %w", u.email, err)
+		}
+		ok, err := acc.SignsInWith(ctx, u.email, u.password)
+		if err != nil {
+			return nil, fmt.Errorf("demo login %s: %w", u.email, err)
+		}
+		cur, err := acc.User(ctx, u.email)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("demo login %s: %w", u.email, err)
+		case cur.Disabled():
+			lines = append(lines, fmt.Sprintf("%-8s %s (disabled)", u.role, u.email))
+		case !ok:
+			lines = append(lines, fmt.Sprintf("%-8s %s (its password was changed: not the demo one)", cur.Role, u.email))
+		default:
+			lines = append(lines, fmt.Sprintf("%-8s %s / %s", cur.Role, u.email, u.password))
 		}
 	}
-	return nil
+	return lines, nil
 }
 
-// printStaff writes the demo logins.
-func printStaff(w io.Writer) {
+// printStaff writes the demo logins (seedStaff's lines).
+func printStaff(w io.Writer, lines []string) {
 	fmt.Fprintf(w, "  demo staff logins (password after the slash):\n")
-	for _, u := range demoStaff {
-		fmt.Fprintf(w, "    %-8s %s / %s\n", u.role, u.email, u.password)
+	for _, l := range lines {
+		fmt.Fprintf(w, "    %s\n", l)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,11 +28,10 @@ const devDatabase = "pitlane"
 // which it did.
 func runDev(ctx context.Context, env *Env, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", ".pitlane", "where dev keeps its PostgreSQL data, log and secret")
 	demo := fs.Bool("demo", false, "with DATABASE_URL: seed demo users and orders into that database too")
-	if err := fs.Parse(args); err != nil {
-		return Usagef("dev: %v (usage: pitlane dev [--dir .pitlane] [--demo])", err)
+	if err := parseFlags(env, fs, "usage: pitlane dev [--dir .pitlane] [--demo]", args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return Usagef("dev takes no positional arguments")

@@ -431,3 +431,47 @@ func TestDevSimulatorKeepsAnUnreadableStateAside(t *testing.T) {
 		t.Fatalf("the run's own state at stop: %q %v", b, err)
 	}
 }
+
+// The dev banner prints a demo login's password only while it still signs in with it. A restarted
+// dev printed the built-in passwords of logins whose password had been changed (pitlane user
+// password, or /account) or that were disabled: a newcomer copied a login that was refused, and
+// a changed admin password was announced as the demo one (make-run review, session 30).
+// Negative control: printing demoStaff's fixed lines again shows both stale logins.
+func TestDevBannerPrintsOnlyDemoLoginsThatStillWork(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url, "HTTP_ADDR": "127.0.0.1:0"}
+	dir := t.TempDir()
+	banner, stop := startDev(t, env, "dev", "--dir", dir)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(banner, "\n"); !strings.Contains(text, "admin@pitlane.dev / admin-demo-pass") {
+		t.Fatalf("first start did not print the demo admin:\n%s", text)
+	}
+	cli := map[string]string{"DATABASE_URL": url}
+	if code, out, errOut := runMain("my own admin password 1\n", cli, "user", "password", "admin@pitlane.dev"); code != 0 {
+		t.Fatalf("user password: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := runMain("", cli, "user", "disable", "support@pitlane.dev"); code != 0 {
+		t.Fatalf("user disable: %d %q %q", code, out, errOut)
+	}
+	banner, stop = startDev(t, env, "dev", "--dir", dir)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(banner, "\n")
+	for _, stale := range []string{"admin@pitlane.dev / admin-demo-pass", "support@pitlane.dev / support-demo-pass"} {
+		if strings.Contains(text, stale) {
+			t.Errorf("restarted dev prints %q, which no longer signs in", stale)
+		}
+	}
+	for _, want := range []string{"admin@pitlane.dev (its password was changed", "support@pitlane.dev (disabled)", "finance@pitlane.dev / finance-demo-pass"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the banner does not say %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("banner:\n%s", text)
+	}
+}

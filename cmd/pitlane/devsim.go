@@ -142,6 +142,7 @@ type devStart struct {
 	seeded   int
 	seedErr  error
 	staffErr error
+	staff    []string // the banner's demo logins (seedStaff)
 }
 
 // prepare starts the simulator (serveOptions.prepare), or checks the configured gateway.
@@ -161,7 +162,7 @@ func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments
 	if !d.seed {
 		return nil
 	}
-	d.staffErr = seedStaff(ctx, access.New(svc.DB(), svc)) // the service's clock: the database's
+	d.staff, d.staffErr = seedStaff(ctx, access.New(svc.DB(), svc)) // the service's clock: the database's
 	if d.sim == nil {
 		return d.staffErr
 	}
@@ -201,7 +202,7 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 	case d.staffErr != nil:
 		fmt.Fprintf(w, "  demo staff logins: seeding failed: %s\n", oneLine(d.staffErr.Error()))
 	default:
-		printStaff(w)
+		printStaff(w, d.staff)
 	}
 	fmt.Fprintf(w, "  Ctrl-C stops everything.\n\n")
 }

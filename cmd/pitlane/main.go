@@ -32,8 +32,8 @@ type command struct {
 var commands = []command{
 	{"migrate", "apply the embedded migrations to DATABASE_URL; exits 0 when the schema is current", runMigrate},
 	{"serve", "web console, JSON API, webhook receiver and sweeper (needs DATABASE_URL)", runServe},
-	{"dev", "private PostgreSQL (when DATABASE_URL is unset), migrations, then serve", runDev},
-	{"apikey", "create NAME | revoke ID|PREFIX | list: API clients (create prints the key once)", runApikey},
+	{"dev", "[--dir .pitlane] [--demo]: private PostgreSQL in --dir (when DATABASE_URL is unset), migrations, demo data, then serve (--demo: seed a DATABASE_URL that has other staff users too)", runDev},
+	{"apikey", "create NAME | rotate ID|PREFIX | revoke ID|PREFIX | list: API clients and their keys (create and rotate print a key once)", runApikey},
 	{"gatewaysim", "the reference-gateway simulator on its own (--addr 127.0.0.1:8090; faults through its /_sim/ control API)", runGatewaysim},
 	{"user", "create --email E --role support|finance|admin | disable E | role E ROLE | password E: console users (passwords on stdin)", runUser},
 	{"reconcile", "[--since 24h]: compare recent sessions with the gateway now, under the patrol's lease (exit 75: another replica runs)", runReconcile},
@@ -68,6 +68,24 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 // Usagef builds a UsageError.
 func Usagef(format string, args ...any) error { return &UsageError{Msg: fmt.Sprintf(format, args...)} }
+
+// parseFlags parses a command's flags. -h prints the usage line and the flags on stdout and ends
+// the command with exit 0 (flag.ErrHelp), as every command's -h does; a bad flag is a usage
+// error naming it.
+func parseFlags(env *Env, fs *flag.FlagSet, usage string, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(env.Stdout, usage)
+		fs.SetOutput(env.Stdout)
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
+	if err != nil {
+		return Usagef("%s: %v (%s)", fs.Name(), err, usage)
+	}
+	return nil
+}
 
 func main() {
 	env := &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}

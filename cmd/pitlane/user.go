@@ -61,11 +61,10 @@ func runUser(ctx context.Context, env *Env, args []string) error {
 
 func userCreate(ctx context.Context, env *Env, args []string) error {
 	fs := flag.NewFlagSet("user create", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	email := fs.String("email", "", "the user's email (their sign-in name)")
 	role := fs.String("role", "", "support, finance or admin")
-	if err := fs.Parse(args); err != nil {
-		return Usagef("user create: %v (%s)", err, userUsage)
+	if err := parseFlags(env, fs, userUsage, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 || *email == "" || *role == "" {
 		return Usagef(userUsage)

@@ -134,3 +134,24 @@ func TestUserDisableRolePassword(t *testing.T) {
 		t.Errorf("unknown user: exit %d %q", code, stderr)
 	}
 }
+
+// -h of a command with flags of its own lists them on stdout and exits 0, as every other -h does
+// (`user create -h` answered "flag: help requested" with exit 2; make-run review, session 30).
+func TestCommandHelpListsItsFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"user", "create", "-h"}, {"dev", "-h"}, {"apikey", "-h"}} {
+		code, out, errOut := runMain("", map[string]string{}, args...)
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: pitlane ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", args, code, out, errOut)
+		}
+	}
+	if _, out, _ := runMain("", map[string]string{}, "user", "create", "-h"); !strings.Contains(out, "-email") || !strings.Contains(out, "-role") {
+		t.Errorf("user create -h does not list its flags: %q", out)
+	}
+	if _, out, _ := runMain("", map[string]string{}, "dev", "-h"); !strings.Contains(out, "--dir") || !strings.Contains(out, "--demo") {
+		t.Errorf("dev -h does not name its flags: %q", out)
+	}
+	if _, out, _ := runMain("", map[string]string{}, "apikey", "-h"); !strings.Contains(out, "rotate") {
+		t.Errorf("apikey -h does not name rotate: %q", out)
+	}
+}
