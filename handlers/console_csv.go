@@ -80,11 +80,17 @@ func (h *Console) streamCSV(c echo.Context, name, action, target, filter string,
 }
 
 // csvText keeps a text cell from being read as a formula by a spreadsheet (=, +, -, @, a tab or
-// a carriage return first; also their full-width forms, which some locales' spreadsheets read as
-// the same signs).
+// a carriage return first, spaces before them too; also their full-width forms, which some
+// locales' spreadsheets read as the same signs). Each part after a ';' is a cell of its own to a
+// spreadsheet whose list separator is ';' (German, French, Dutch, Russian, … locales), and
+// encoding/csv quotes a field only for a comma, a quote or a line break: such a part is kept from
+// being a formula the same way.
 func csvText(s string) string {
-	if r, _ := utf8.DecodeRuneInString(s); s != "" && strings.ContainsRune("=+-@\t\r＝＋－＠", r) {
-		return "'" + s
+	parts := strings.Split(s, ";")
+	for i, p := range parts {
+		if r, _ := utf8.DecodeRuneInString(strings.TrimLeft(p, " ")); p != "" && strings.ContainsRune("=+-@\t\r＝＋－＠", r) {
+			parts[i] = "'" + p
+		}
 	}
-	return s
+	return strings.Join(parts, ";")
 }
