@@ -219,7 +219,19 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		v.State, v.Session = views.CheckoutPaid, findSession(sessions, order.PaidSessionID)
 	case active != nil:
 		v.Session = active
+		inReview := false
+		if active.Status == payments.StatusRegistered {
+			// No way to the bank's page while the bank reported a payment of the order after
+			// this one began (a late payment in review): it may hold the customer's money
+			// already, and this payment would be a second charge (Pay clicks are refused alike).
+			var err error
+			if inReview, err = h.svc.LatePaymentInReview(ctx, orderID); err != nil {
+				return err
+			}
+		}
 		switch {
+		case inReview:
+			v.State = views.CheckoutInReview
 		case active.Status == payments.StatusRegistered && stale:
 			// Back from the gateway before it may be asked again: "confirming", looking again at
 			// the order's page as soon as it may ask (which then shows the payment's end, or the

@@ -1,6 +1,8 @@
 package handlers_test
 
 import (
+	"github.com/google/uuid"
+
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -382,5 +384,58 @@ func TestCheckoutConflictNoticeSpeaksTheCustomersAmount(t *testing.T) {
 		if strings.Contains(notice, c.wrong) || !strings.Contains(notice, c.want) || strings.Contains(notice, s.Session.ID) {
 			t.Errorf("%s: the notice says %q: want the amount as %q, no %q and no payment id", c.order, notice, c.want, c.wrong)
 		}
+	}
+}
+
+// The bank reports a late payment of the order's first payment while the customer's retry (a
+// second payment) is at the bank's page: the order's page — where the gateway sends customers
+// back — said "You have not been charged yet" and offered "Continue to the payment page" for the
+// second payment, and a Pay click (a new tab of the link) was answered with it: a second charge
+// while the bank held the first (checkout review, session 30). Now the page is in review with no
+// way to the bank, and the click is refused (409 in review). Negative control: without the page's
+// check and the claim's order (late review before the active payment) the page is "continue"
+// and the click leads to the second payment's bank page.
+func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	ctx := context.Background()
+	const order = "o-late-retry"
+	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	var s1, gp1 string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, order).Scan(&s1, &gp1); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp1, payments.GatewayExpired)
+	b.clock.Advance(payments.PageLookEvery)
+	doc := page(t, a.get(b.orderPage(order, "/return")), http.StatusOK)
+	wantText(t, doc, "checkout-status", "Failed")
+	retryAction, retry := payForm(t, a, b.orderPage(order, ""))
+	if rec := a.post(retryAction, retry); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Try again: %d", rec.Code)
+	}
+	// The bank took the money for the first payment after all.
+	b.gw.SetStatus(gp1, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s1); err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND resolved_at IS NULL`, s1); n != 1 {
+		t.Fatalf("setup: %d open late_payment cases", n)
+	}
+	b.clock.Advance(payments.PageLookEvery)
+	doc = page(t, a.get(b.orderPage(order, "")), http.StatusOK)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview || strings.Contains(doc.Text(), "not been charged") {
+		t.Fatalf("the bank holds the first payment's money, yet the page is %q: %q",
+			st, strings.Join(strings.Fields(doc.Find(testid("checkout-state")).Text()), " "))
+	}
+	// The first tab's Pay form clicked again (a new click: a fresh intent key): refused, not
+	// sent to the second payment's bank page.
+	form.Set("intent", uuid.NewString())
+	doc = page(t, a.post(action, form), http.StatusConflict)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
+		t.Errorf("a new click while the late payment is in review: state %q", st)
 	}
 }

@@ -237,9 +237,11 @@ func (s *Service) claim(ctx context.Context, actor Actor, in CreateInput) (Sessi
 		return Session{}, false, dbError("create: connection", err, "")
 	}
 	defer conn.Release()
-	if !in.FirstAttempt {
+	if !in.FirstAttempt && !in.checkoutPrice {
 		// A first attempt (a fresh idempotency key) skips the lock-free read: there is normally
-		// nothing to find.
+		// nothing to find. So does a checkout page's Pay click: the claim judges it under the
+		// order's lock with the order's price and its late payments (a late payment in review
+		// refuses it even while another payment is active).
 		active, found, err := s.readActiveOrWait(ctx, conn, in.OrderID)
 		switch {
 		case err != nil:
@@ -359,6 +361,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		switch {
 		case orderStatus == OrderPaid:
 			return Errorf(ECONFLICT, "order %s is already paid", in.OrderID)
+		case lateReview:
+			// Before the active payment: a retry's payment started before the bank reported the
+			// late one is not sent to the customer again (TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview).
+			return ErrLatePaymentInReview
 		case hasActive && active.Amount == in.Amount && active.Currency == in.Currency:
 			out = active
 			return nil
@@ -370,8 +376,6 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
 		case priced && (price != in.Amount || priceCurr != in.Currency):
 			return ErrLinkReplaced
-		case lateReview:
-			return ErrLatePaymentInReview
 		case hasRefused:
 			out = refused
 			return nil
