@@ -168,7 +168,9 @@ func TestACancelConfirmedUnderADriveKeepsItsWholeSchedule(t *testing.T) {
 func TestPatrolCancelAndWebhookOnOnePayment(t *testing.T) {
 	t.Parallel()
 	patrolPark := newParker()
-	b := newBench(t, func(c *payments.Config) { c.Hooks.AfterGatewayStatus = func(ctx context.Context, id string, _ payments.GatewayPayment) { patrolPark.hook(ctx, id) } })
+	b := newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterGatewayStatus = func(ctx context.Context, id string, _ payments.GatewayPayment) { patrolPark.hook(ctx, id) }
+	})
 	cancelPark := newParker()
 	staff := b.service(b.pool, "replica-b", func(c *payments.Config) { c.Hooks.AfterCancelCommit = cancelPark.hook })
 	hook := b.service(b.pool, "replica-c")
