@@ -442,3 +442,70 @@ func TestCheckoutReplacedLinkPaysNothing(t *testing.T) {
 		t.Fatalf("the shop's Create: %v", err)
 	}
 }
+
+// Clicks the claim refuses spend nothing: a replaced link's form (the shop re-priced the order)
+// posted ten times with fresh keys, and clicks while a late payment is in review, wrote counted
+// intent rows although no payment was started, so the customer's click on the current link (or
+// "Try again" once finance resolved the case) was a 429 for an hour: anyone holding an old link
+// could keep an order unpayable (checkout review, session 30, medium). Such clicks now write no
+// row (checkoutStartAllowed: startsNothing). Negative control: without the price and in-review
+// terms in checkoutStartAllowed, both customer clicks are 429.
+func TestCheckoutClicksThatAreRefusedSpendNothing(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	ctx := context.Background()
+
+	// A replaced link.
+	const order = "o-dead-link"
+	action, form := payForm(t, a, b.link(t, order, 1000, "EUR")) // rendered while the link was current
+	current := b.link(t, order, 1200, "EUR")
+	for i := range payments.CheckoutStartsPerHour {
+		f := cloneForm(form)
+		f.Set("intent", uuid.NewString())
+		if rec := a.post(action, f); rec.Code != http.StatusConflict {
+			t.Fatalf("replaced-link click %d: %d, want 409", i+1, rec.Code)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, order); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("the replaced link's clicks wrote %d intents, %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	b.clock.Advance(time.Minute)
+	action, form = payForm(t, a, current)
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the customer's click on the current link after the replaced link's clicks: %d (Retry-After %q), want 303", rec.Code, rec.Header().Get("Retry-After"))
+	}
+
+	// A late payment in review.
+	const late = "o-late-budget"
+	action, form = payForm(t, a, b.link(t, late, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	var sid, gpID string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, late).Scan(&sid, &gpID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gpID, payments.GatewayExpired)
+	b.clock.Advance(payments.PageLookEvery)
+	page(t, a.get(b.orderPage(late, "/return")), http.StatusOK)
+	b.lateSuccess(t, late)
+	for i := range payments.CheckoutStartsPerHour - 1 { // the first Pay click counted one
+		f := cloneForm(form)
+		f.Set("intent", uuid.NewString())
+		if rec := a.post(action, f); rec.Code != http.StatusConflict {
+			t.Fatalf("in-review click %d: %d, want 409", i+1, rec.Code)
+		}
+	}
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1`, sid).Scan(&caseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded by hand"); err != nil {
+		t.Fatal(err)
+	}
+	retryAction, retry := payForm(t, a, b.orderPage(late, ""))
+	if rec := a.post(retryAction, retry); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the customer's Try again after the case was resolved: %d, want 303", rec.Code)
+	}
+}

@@ -96,7 +96,7 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 		if !found {
 			// A new click. Its budget first, then its row, under the order's lock (a claim's
 			// lock, held here for two statements: nothing slow happens under it).
-			if keyless, err = s.checkoutStartAllowed(ctx, tx, key, in.OrderID, now); err != nil || keyless {
+			if keyless, err = s.checkoutStartAllowed(ctx, tx, key, in, now); err != nil || keyless {
 				return err
 			}
 			var inserted bool
@@ -230,10 +230,14 @@ func lockIntent(ctx context.Context, tx pgx.Tx, key string) (CheckoutIntent, boo
 // replicas cannot both take the last one: at most CheckoutStartsPerHour intents of the order
 // created within the hour before now, not counting key itself (the same click's other request
 // may have inserted it while this one waited for the lock; it is then a repeat, not a start).
-// ELOCKED carries when the oldest counted click is an hour old. startsNothing: the order is paid
-// or has an active payment, so the click starts nothing and spends nothing (no row is written
-// for it: checkoutPayKeyless).
-func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orderID string, now time.Time) (startsNothing bool, err error) {
+// ELOCKED carries when the oldest counted click is an hour old. startsNothing: the click starts
+// nothing and spends nothing (no row is written for it: checkoutPayKeyless) — the order is paid,
+// has an active payment, has a late payment in review (ErrLatePaymentInReview), or its price is
+// no longer the click's (ErrLinkReplaced: a replaced link's form). Clicks the claim refuses
+// spent the customer's budget: anyone holding a replaced link could post its form ten times an
+// hour and the customer's click on the current link was a 429 (TestCheckoutClicksThatAreRefusedSpendNothing).
+func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key string, in CreateInput, now time.Time) (startsNothing bool, err error) {
+	orderID := in.OrderID
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), orderID); err != nil {
 		return false, dbError("checkout: lock order", err, "")
 	}
@@ -244,8 +248,10 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key, orde
 	// clicks — stale tabs, the back button — get that answer, not "too many attempts".
 	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at),
 			coalesce((SELECT status = 'Paid' OR active_session_id IS NOT NULL FROM orders WHERE order_id = $1), false)
+			OR coalesce((SELECT amount <> $4 OR currency <> $5 FROM checkout_prices WHERE order_id = $1), false)
+			OR (`+latePaymentInReviewSQL+`)
 		FROM checkout_intents WHERE order_id = $1 AND created_at > $2 AND key <> $3`,
-		orderID, now.Add(-time.Hour), key).Scan(&n, &oldest, &startsNothing); err != nil {
+		orderID, now.Add(-time.Hour), key, in.Amount, in.Currency).Scan(&n, &oldest, &startsNothing); err != nil {
 		return false, dbError("checkout: count starts", err, "")
 	}
 	if n < CheckoutStartsPerHour || startsNothing {
