@@ -310,23 +310,12 @@ func TestCheckoutAfterALatePaymentOffersNoSecondCharge(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	ctx := context.Background()
-	action, form := payForm(t, a, b.link(t, "o-late", 1999, "EUR"))
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay: %d", rec.Code)
-	}
-	var sid, gpID string
-	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = 'o-late'`).Scan(&sid, &gpID); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.SetStatus(gpID, payments.GatewayExpired)
-	b.clock.Advance(payments.PageLookEvery)
-	doc := page(t, a.get(b.orderPage("o-late", "/return")), http.StatusOK)
-	wantText(t, doc, "checkout-status", "Failed")
+	_, _, sid, _ := b.declinedClick(t, a, "o-late")
 	retryAction, retryForm := payForm(t, a, b.orderPage("o-late", "")) // the "Try again" a tab keeps
 	b.lateSuccess(t, "o-late")
 	registered := b.gw.Calls(fakegw.OpRegister)
 
-	doc = page(t, a.get(b.orderPage("o-late", "")), http.StatusOK)
+	doc := page(t, a.get(b.orderPage("o-late", "")), http.StatusOK)
 	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview ||
 		doc.Find(testid("checkout-form")).Length() != 0 || strings.Contains(doc.Text(), "not been charged") {
 		t.Fatalf("after the late payment: state %q, %d forms: %q", st, doc.Find(testid("checkout-form")).Length(),
@@ -401,18 +390,7 @@ func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
 	a := b.agent(t)
 	ctx := context.Background()
 	const order = "o-late-retry"
-	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay: %d", rec.Code)
-	}
-	var s1, gp1 string
-	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, order).Scan(&s1, &gp1); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.SetStatus(gp1, payments.GatewayExpired)
-	b.clock.Advance(payments.PageLookEvery)
-	doc := page(t, a.get(b.orderPage(order, "/return")), http.StatusOK)
-	wantText(t, doc, "checkout-status", "Failed")
+	action, form, s1, gp1 := b.declinedClick(t, a, order)
 	retryAction, retry := payForm(t, a, b.orderPage(order, ""))
 	if rec := a.post(retryAction, retry); rec.Code != http.StatusSeeOther {
 		t.Fatalf("Try again: %d", rec.Code)
@@ -426,7 +404,7 @@ func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
 		t.Fatalf("setup: %d open late_payment cases", n)
 	}
 	b.clock.Advance(payments.PageLookEvery)
-	doc = page(t, a.get(b.orderPage(order, "")), http.StatusOK)
+	doc := page(t, a.get(b.orderPage(order, "")), http.StatusOK)
 	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview || strings.Contains(doc.Text(), "not been charged") {
 		t.Fatalf("the bank holds the first payment's money, yet the page is %q: %q",
 			st, strings.Join(strings.Fields(doc.Find(testid("checkout-state")).Text()), " "))
@@ -438,4 +416,23 @@ func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
 	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
 		t.Errorf("a new click while the late payment is in review: state %q", st)
 	}
+}
+
+// declinedClick pays the order through a new link's form, then the gateway lets the payment
+// expire and the customer's return shows it Failed. It returns the form (for more clicks) and
+// the payment's session and gateway ids.
+func (b *consoleBench) declinedClick(t *testing.T, a *agent, order string) (action string, form url.Values, sessionID, gatewayID string) {
+	t.Helper()
+	action, form = payForm(t, a, b.link(t, order, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	if err := b.pool.QueryRow(context.Background(), `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, order).
+		Scan(&sessionID, &gatewayID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gatewayID, payments.GatewayExpired)
+	b.clock.Advance(payments.PageLookEvery)
+	wantText(t, page(t, a.get(b.orderPage(order, "/return")), http.StatusOK), "checkout-status", "Failed")
+	return action, form, sessionID, gatewayID
 }

@@ -478,17 +478,7 @@ func TestCheckoutClicksThatAreRefusedSpendNothing(t *testing.T) {
 
 	// A late payment in review.
 	const late = "o-late-budget"
-	action, form = payForm(t, a, b.link(t, late, 1999, "EUR"))
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay: %d", rec.Code)
-	}
-	var sid, gpID string
-	if err := b.pool.QueryRow(ctx, `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, late).Scan(&sid, &gpID); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.SetStatus(gpID, payments.GatewayExpired)
-	b.clock.Advance(payments.PageLookEvery)
-	page(t, a.get(b.orderPage(late, "/return")), http.StatusOK)
+	action, form, sid, _ := b.declinedClick(t, a, late)
 	b.lateSuccess(t, late)
 	for i := range payments.CheckoutStartsPerHour - 1 { // the first Pay click counted one
 		f := cloneForm(form)
