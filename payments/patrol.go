@@ -671,6 +671,17 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 	}
 	var firstErr error
 	exhausted := make([]bool, len(sources))
+	// claimable: the source is claimed from when its turn comes (not short since the last
+	// beat, and not a gateway source in a back-off).
+	claimable := func(j int) bool { return !exhausted[j] && !(backingOff && sources[j].gateway) }
+	backlog := func() bool { // a source is still claimed from: the round goes on
+		for j := range sources {
+			if claimable(j) {
+				return true
+			}
+		}
+		return false
+	}
 	next := 0
 	stopFetching := false
 	swept := false
@@ -705,13 +716,16 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 				// ends with its drives and the next one probes the gateway (a round of outbox
 				// drives alone, re-armed every beat, kept every gateway source skipped).
 				stopFetching = true
-			case time.Since(roundStarted) < s.driveBudget():
+			case time.Since(roundStarted) < s.driveBudget() || backlog():
 				// What fell due since a source came back short (first looks, rows a stopping
 				// replica handed back due now) is claimed now, as the next round would: a round
 				// lasts as long as its slowest drive (up to the drive budget, five gateway
 				// timeouts), and its free workers waited for that with due work in the table.
-				// Only within one drive budget of the round's start: a round fed every beat
-				// would never end, and its report (judgeRound) never come.
+				// Past one drive budget of the round's start only while another source still
+				// has due work: a round fed every beat alone would never end, and its report
+				// (judgeRound) never come; a round fed by a backlog goes on anyway (a drain
+				// after an outage is one round), and a source short once waited behind all of
+				// it (a due session behind a thousand pending refunds: an outside review).
 				clear(exhausted)
 			}
 		}
@@ -727,7 +741,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			i := -1
 			for k := range sources {
 				j := (next + k) % len(sources)
-				if !exhausted[j] && !(backingOff && sources[j].gateway) {
+				if claimable(j) {
 					i = j
 					break
 				}

@@ -299,3 +299,72 @@ func TestABackingOffRoundOutlivesItsBackoffThroughTheOutbox(t *testing.T) {
 		b.clock.Now().Sub(st.BackoffUntil), steps, b.count(t, `SELECT count(*) FROM payment_sessions WHERE status = 'Registered' AND next_check_at <= $1`, b.clock.Now()),
 		st.InFlight)
 }
+
+// "Round-robin over the three sources", and "a source whose claim came back short is not claimed
+// from again until the next beat" (core.md). The beat re-armed a short source only within one
+// drive budget of the round's start, so that a round fed every beat still ends. But a round fed
+// by another source's backlog does not end either (a drain after an outage is one round): past
+// that budget a source short once was never claimed again while the backlog lasted. Here a
+// payment falls due past the budget while a thousand Pending refunds drain two at a time, and it
+// got its first look only after the last refund. Now a beat past the budget re-arms the short
+// sources too while another source is still claimed from. From an outside review; negative
+// control: with the beat's case back to `time.Since(roundStarted) < s.driveBudget()`, the look
+// comes with 0 refunds pending. The same payment falling due within the budget is the control
+// (it passed before).
+func TestARefundBacklogDoesNotStarveDueSessionsPastTheDriveBudget(t *testing.T) {
+	t.Parallel()
+	refundBacklogWithADueSession(t, true)
+}
+
+// The control: the payment falls due within the round's first drive budget.
+func TestARefundBacklogLetsADueSessionInWithinTheDriveBudget(t *testing.T) {
+	t.Parallel()
+	refundBacklogWithADueSession(t, false)
+}
+
+func refundBacklogWithADueSession(t *testing.T, pastBudget bool) {
+	const refunds = 1000
+	const timeout = 400 * time.Millisecond // drive budget: 5 timeouts, 2 s of wall time
+	b := newBench(t, func(c *payments.Config) {
+		c.SweepConcurrency = 2
+		c.GatewayTimeout = timeout
+	})
+	b.reconcileElsewhere(t)
+	ctx := context.Background()
+	paid := b.completed(t, "o-refunded", 1_000_000)
+	late := b.registered(t, "o-due-later", 100) // its first look is 5 s away on the service clock
+	b.exec(t, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, next_check_at, created_at, updated_at)
+		SELECT gen_random_uuid(), $1, $2, 1, 'EUR', 'Pending', 'k-' || g, $3, $3, $3 FROM generate_series(1, $4) g`,
+		paid.ID, paid.OrderID, b.clock.Now(), refunds)
+	b.gw.SetLatency(10 * time.Millisecond) // 2 at a time: the drain takes ≥ 5 s
+	budget := payments.LeaseFor(timeout) - timeout
+
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	started := time.Now()
+	go func() { b.svc.RunSweeper(rctx, 10*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	// Waits on the drain itself (the refund calls), not on time; past the budget, on the wall
+	// clock the budget is measured on.
+	for b.gw.Calls(fakegw.OpRefund) < 4 || (pastBudget && time.Since(started) < budget+300*time.Millisecond) {
+	}
+	if !pastBudget && time.Since(started) >= budget {
+		t.Skip("the machine is too slow for the control: the drain's fourth call came after one drive budget")
+	}
+	gate := b.gw.Hold(fakegw.OpStatus)
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $2 WHERE id = $1`, late.ID, b.clock.Now())
+	pendingAtDue := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'Pending'`)
+	dueAfter := time.Since(started)
+	mustWait(t, gate.Arrived(), "the due payment's first look")
+	pendingAtLook := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'Pending'`)
+	lookAfter := time.Since(started)
+	b.gw.Unhold(fakegw.OpStatus)
+	gate.Open()
+	t.Logf("payment due %v into the round (budget %v) with %d refunds pending; first looked at %v into it with %d pending",
+		dueAfter.Round(time.Millisecond), budget, pendingAtDue, lookAfter.Round(time.Millisecond), pendingAtLook)
+	if pendingAtLook == 0 && pendingAtDue > 50 {
+		t.Errorf("a payment fell due %v into the round with %d refunds still Pending and was first looked at only "+
+			"after the last of them, %v later: the session source, short once, was not claimed again for the rest of the round",
+			dueAfter.Round(time.Millisecond), pendingAtDue, (lookAfter - dueAfter).Round(time.Millisecond))
+	}
+}
