@@ -700,7 +700,13 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		}
 		if probing && probeSent > 0 && inFlight == 0 {
 			// The probe is back: go on at full width, or stop and let judgeRound back off again.
-			if stats.failing(1) {
+			// A probe that asked the gateway nothing (only a customer message was due) proves
+			// nothing: the back-off stays as it is and the next round probes again. Judged
+			// healthy, it ended the back-off with the gateway still down, and the next round
+			// hit it at full width (an outside review).
+			if calls, _ := stats.window(); calls == 0 {
+				stopFetching = true
+			} else if stats.failing(1) {
 				stopFetching = true
 			} else {
 				probing = false

@@ -124,6 +124,70 @@ func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
 	}
 }
 
+// "The first round after a back-off is a probe of a quarter of the width; full width resumes only
+// if the gateway answered it" (core.md). A probe takes whatever is due through the one pool, an
+// undelivered customer message too. With only such a message due as the back-off ran out, the
+// probe asked the gateway nothing and was judged healthy (no failed call of none): the level went
+// back to 0, the gauge to 0 (restarting PitlanePatrolBackingOff's 10 minutes), and the next round
+// hit the still-dead gateway at full width and backed off from the first step again. Now a probe
+// that asked the gateway nothing leaves the back-off as it is, and the next round probes. From an
+// outside review; negative control: without the zero-calls case in runRound's probe check, level
+// 0 after the message, and 12 status calls in the next round (full width until ten failed).
+func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
+	t.Parallel()
+	const width = 4
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = width; c.Notifier = &flakyNotifier{} })
+	b.reconcileElsewhere(t)
+	ctx := context.Background()
+	b.seedRegistered(t, 30)
+	b.gw.Outage(true) // the gateway is down for the whole test
+	if rep, err := b.svc.PatrolRound(ctx); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	b.clock.Advance(payments.PatrolBackoffBase) // a failed probe: the second back-off, 10 s
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.svc.PatrolStatus(); !st.BackingOff || st.BackoffLevel != 2 {
+		t.Fatalf("after a failed probe: %+v", st)
+	}
+	// As this back-off runs out no session is due at the gateway, but a customer message is.
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1 WHERE status = 'Registered'`, b.clock.Now().Add(time.Hour))
+	b.clock.Advance(2 * payments.PatrolBackoffBase)
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, created_at, next_attempt_at) VALUES ('notice', 'c@example.com', 'hello', $1, $1)`,
+		b.clock.Now())
+	asked := func() int { return b.gw.Calls(fakegw.OpStatus) + b.gw.Calls(fakegw.OpFind) }
+	before := asked()
+	if rep, err := b.svc.PatrolRound(ctx); err != nil || rep.Driven != 1 {
+		t.Fatalf("the probe round: %+v %v, want the message driven", rep, err)
+	}
+	if n := asked() - before; n != 0 {
+		t.Fatalf("the probe round asked the gateway %d times, want none (only the message was due)", n)
+	}
+	st := b.svc.PatrolStatus()
+	if st.BackoffLevel != 2 || st.Reason == "" {
+		t.Errorf("a probe that asked the gateway nothing ended the back-off: %+v", st)
+	}
+	if hb := heartbeatOf(t, b.svc, "replica-a"); !hb.BackingOff(b.clock.Now()) {
+		t.Errorf("after a probe that asked the gateway nothing, pitlane_patrol_backing_off 0 (backoff_until %v, reason %q)",
+			hb.BackoffUntil, hb.Reason)
+	}
+
+	// The sessions fall due against the still-dead gateway: the next round is a probe again, and
+	// its failure doubles the back-off.
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1 WHERE status = 'Registered'`, b.clock.Now())
+	before = b.gw.Calls(fakegw.OpStatus)
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st = b.svc.PatrolStatus()
+	if sent := b.gw.Calls(fakegw.OpStatus) - before; sent > width/4 || st.BackoffLevel != 3 ||
+		st.BackoffUntil.Sub(b.clock.Now()) != 4*payments.PatrolBackoffBase {
+		t.Errorf("the round after it sent %d calls to the dead gateway (a probe is %d) and backed off for %v at level %d, "+
+			"want the doubled %v at level 3", sent, width/4, st.BackoffUntil.Sub(b.clock.Now()), st.BackoffLevel, 4*payments.PatrolBackoffBase)
+	}
+}
+
 // backedOff is a patrol of width 4 that backed off from a gateway failing every call of a round
 // over 30 due sessions, the back-off just over: its next round probes. The fake's outage answers
 // at once; it is lifted, and a test holds the calls to make the gateway hang.
