@@ -993,8 +993,13 @@ type Heartbeat struct {
 // healthy (the beat keeps the last back-off's end and its reason until then). The gauge read
 // 0 while a probe waited on a gateway still down — up to a gateway timeout and a sweep interval
 // each time — and each dip restarted PitlanePatrolBackingOff's 10 minutes (an outside review).
+// Only while the row is fresh: a replica that has not beaten for ReplicaSilentAfter is silent,
+// not backing off. A replica lost while it backed off (a host lost with its egress in trouble)
+// otherwise read as backing off for the day its row lives, which silenced
+// PitlaneReplicaNotSweeping for it (an outside review).
 func (h Heartbeat) BackingOff(now time.Time) bool {
-	return h.BackoffUntil != nil && (now.Before(*h.BackoffUntil) || h.Reason != "")
+	return h.BackoffUntil != nil && now.Sub(h.BeatAt) < ReplicaSilentAfter &&
+		(now.Before(*h.BackoffUntil) || h.Reason != "")
 }
 
 // Probing reports whether the replica's back-off had run out at now and it was probing the

@@ -188,6 +188,37 @@ func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
 	}
 }
 
+// PitlaneReplicaNotSweeping (operations.md): "A replica that was removed without a graceful stop
+// (scaled down, host lost) keeps its row, and this alert, until the row is reaped a day later".
+// The rule fires `unless backing_off == 1`, and pitlane_patrol_backing_off read 1 for any row
+// whose back-off reason was set, however old the row (the probe's rule): a replica lost while it
+// backed off — when a host or its egress is most likely in trouble — read as backing off for the
+// whole day, NotSweeping never fired for it, and PitlanePatrolBackingOff blamed the gateway.
+// Now a row not beaten for ReplicaSilentAfter is not backing off. From an outside review;
+// negative control: without the freshness term in Heartbeat.BackingOff, the 6-hour-old row
+// reads as backing off.
+func TestAReplicaLostWhileBackingOffReadsAsNotSweeping(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.SweepConcurrency = 4 })
+	b.seedRegistered(t, 30)
+	b.gw.Outage(true)
+	if rep, err := b.svc.PatrolRound(context.Background()); err != nil || !rep.BackingOff {
+		t.Fatalf("first round: %+v %v", rep, err)
+	}
+	if hb := heartbeatOf(t, b.svc, "replica-a"); !hb.BackingOff(b.clock.Now().Add(payments.ReplicaSilentAfter - time.Second)) {
+		t.Fatalf("a replica that beat %v ago while backing off reads as not backing off (reason %q)",
+			payments.ReplicaSilentAfter-time.Second, hb.Reason)
+	}
+	// The replica's host is lost now: its row is never written again.
+	b.clock.Advance(6 * time.Hour)
+	now := b.clock.Now()
+	if hb := heartbeatOf(t, b.svc, "replica-a"); hb.BackingOff(now) || hb.Probing(now) {
+		t.Errorf("a replica whose last heartbeat is %v old, and whose back-off ended %v ago, exports "+
+			"pitlane_patrol_backing_off 1 (reason %q): PitlaneReplicaNotSweeping is silenced for it until the row is reaped",
+			now.Sub(hb.BeatAt), now.Sub(*hb.BackoffUntil), hb.Reason)
+	}
+}
+
 // backedOff is a patrol of width 4 that backed off from a gateway failing every call of a round
 // over 30 due sessions, the back-off just over: its next round probes. The fake's outage answers
 // at once; it is lifted, and a test holds the calls to make the gateway hang.
