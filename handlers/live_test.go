@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/access"
 	"pitlane/handlers"
 	"pitlane/live"
@@ -544,4 +546,65 @@ func TestLiveStuckPagesSayWhenAPaymentTurnsStuck(t *testing.T) {
 		t.Error("nothing else will turn stuck, but the workbench still asks for a refresh")
 	}
 	wantText(t, page(t, fin.get("/"), http.StatusOK), "stuck-count", "1")
+}
+
+// TestLiveStuckPageSaysWhenAClaimOrLeaseLapses: after "Check now" the row says "checking: …"
+// (no Check now button) while the claim's cooldown lasts, and a patrol's lease is listed until
+// it runs out; both lapse by the clock alone (a replica lost mid-check or mid-drive writes
+// nothing either), which notifies nothing. What broke (an outside review of the live console):
+// every open workbench kept hiding the button until something unrelated changed. The region now
+// says when the earliest of them ends (data-live-due). Negative control: with LiveDue given
+// StuckPage.Joins alone, data-live-due is missing here and the test fails.
+func TestLiveStuckPageSaysWhenAClaimOrLeaseLapses(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-live-claim", 4200)
+	b.clock.Advance(payments.SettleWithin + time.Second) // listed on the workbench by its age
+	b.user(t, "fin@example.com", access.RoleFinance)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	refresh := func() *goquery.Document {
+		t.Helper()
+		return page(t, fin.get("/finance/stuck", "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	}
+	due := func(doc *goquery.Document) string {
+		v, _ := doc.Find("#stuck-live").Attr("data-live-due")
+		return v
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+	res, err := b.svc.CheckNow(ctx, payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)}, []string{s.ID})
+	if err != nil || len(res) != 1 || !res[0].Checked || res[0].After != payments.StatusRegistered {
+		t.Fatalf("setup: check now = %+v, %v", res, err)
+	}
+	frag := refresh() // what the open page fetches when the claim's release reaches its stream
+	if frag.Find(testid("stuck-checking")).Length() != 1 || frag.Find(testid("stuck-check-one")).Length() != 0 {
+		t.Fatal("setup: the refreshed workbench does not show the cooldown's claim as checking")
+	}
+	if got, want := due(frag), ms(payments.CheckNowCooldown); got != want {
+		t.Errorf("the row says checking until the claim lapses by the clock in %s ms, but data-live-due=%q: "+
+			"the open workbench keeps hiding Check now", want, got)
+	}
+	b.clock.Advance(payments.CheckNowCooldown + time.Second)
+	frag = refresh()
+	if frag.Find(testid("stuck-check-one")).Length() != 1 {
+		t.Fatal("past the cooldown the workbench should offer Check now again")
+	}
+	if got := due(frag); got != "" {
+		t.Errorf("nothing is due any more, but data-live-due=%q", got)
+	}
+
+	// A patrol's lease whose replica died: listed until it runs out, then gone.
+	until := b.clock.Now().Add(30 * time.Second)
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-lost', lease_until = $2 WHERE id = $1`, s.ID, until); err != nil {
+		t.Fatal(err)
+	}
+	frag = refresh()
+	if !strings.Contains(frag.Find(testid("stuck-lease")).Text(), "replica-lost") {
+		t.Fatal("setup: the lease is not listed")
+	}
+	if got, want := due(frag), ms(30*time.Second); got != want {
+		t.Errorf("the lease is listed until it runs out in %s ms, but data-live-due=%q", want, got)
+	}
 }

@@ -99,8 +99,10 @@ type StuckSession struct {
 	Mismatch bool
 	// ProposalID is the resolution proposal waiting for approval (0: none).
 	ProposalID int64
-	// CheckingBy is who holds a "Check now" claim on it right now ("" when nobody).
-	CheckingBy string
+	// CheckingBy is who holds a "Check now" claim on it right now ("" when nobody), until
+	// CheckingUntil (the claim lapses by the clock: a cooldown's end, a replica lost mid-check).
+	CheckingBy    string
+	CheckingUntil *time.Time
 }
 
 // Leased reports whether a patrol holds the session's lease at now.
@@ -125,9 +127,28 @@ type StuckPage struct {
 	Totals   []StuckTotal
 	At       time.Time
 	// Joins is when the next session joins the list by its age alone (nil: no active session
-	// under the filter is younger than MinAge). Nothing is written at that moment, so no live
-	// notification says so: the page refreshes itself then (views.LiveDue).
+	// under the filter is younger than MinAge).
 	Joins *time.Time
+}
+
+// ChangesAt is when the page changes by the clock alone (nil: nothing is due): the next session
+// joining the list, a "Check now" claim lapsing (its cooldown over, or its replica lost) or a
+// patrol's lease running out. Nothing is written at these moments, so no live notification says
+// so: the page refreshes itself then (views.LiveDue).
+func (p StuckPage) ChangesAt() *time.Time {
+	at := p.Joins
+	earlier := func(t *time.Time) {
+		if t != nil && t.After(p.At) && (at == nil || t.Before(*at)) {
+			at = t
+		}
+	}
+	for _, s := range p.Sessions {
+		earlier(s.CheckingUntil)
+		if s.Leased(p.At) {
+			earlier(s.LeaseUntil)
+		}
+	}
+	return at
 }
 
 // stuckQuery builds the workbench's SQL: the WHERE clause of the stuck sessions under a filter.
@@ -210,8 +231,9 @@ func stuckListSQL(f StuckFilter, now time.Time) (string, []any, error) {
 			lc.call_id, lc.call_op, lc.call_outcome, lc.call_http, lc.call_detail, lc.call_replica, lc.call_at,
 			EXISTS (SELECT 1 FROM finance_cases fc WHERE fc.session_id = ps.id AND fc.kind = '` + CaseGatewayMismatch + `' AND fc.resolved_at IS NULL),
 			coalesce((SELECT rp.id FROM resolution_proposals rp WHERE rp.session_id = ps.id AND rp.state = 'proposed'), 0),
-			coalesce((SELECT cc.claimed_by FROM finance_check_claims cc WHERE cc.session_id = ps.id AND cc.until > ` + nowArg + `), '')
+			coalesce(cc.claimed_by, ''), cc.until
 		FROM payment_sessions ps
+		LEFT JOIN finance_check_claims cc ON cc.session_id = ps.id AND cc.until > ` + nowArg + `
 		LEFT JOIN LATERAL (
 			SELECT gc.id AS call_id, gc.operation AS call_op, gc.outcome AS call_outcome, coalesce(gc.http_status, 0) AS call_http,
 				gc.detail AS call_detail, gc.replica_id AS call_replica, gc.created_at AS call_at
@@ -297,7 +319,7 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 		var httpStatus *int
 		var at *time.Time
 		sess, err := scanSession(extraRow{Row: r, extra: []any{&callID, &op, &outcome, &httpStatus, &detail, &replica, &at,
-			&st.Mismatch, &st.ProposalID, &st.CheckingBy}})
+			&st.Mismatch, &st.ProposalID, &st.CheckingBy, &st.CheckingUntil}})
 		if err != nil {
 			return st, err
 		}
