@@ -859,6 +859,19 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 			}
 		}
 	}
+	if calls, _ := stats.window(); probing && calls == 0 && ctx.Err() == nil && firstErr == nil {
+		// The back-off ran out with nothing due at the gateway (or only customer messages): the
+		// probe asked it nothing, and the back-off, its gauge and PitlanePatrolBackingOff's
+		// "the gateway keeps failing" stayed for as long as nothing fell due — hours on a quiet
+		// night after the gateway had long recovered (an outside review). One question that
+		// changes nothing tells: answered, the back-off ends; not, it lengthens as a failed
+		// probe's does (judgeRound).
+		s.probeGateway(dctx)
+		if !stats.failing(1) {
+			probing = false
+			s.endBackoff()
+		}
+	}
 	rep.Calls, rep.Failed = int(stats.calls.Load()), int(stats.failed.Load())
 	rep.Skipped = backingOff
 	s.judgeRound(&rep, stats, probing, swept)
@@ -892,6 +905,20 @@ func (s *Service) judgeRound(rep *RoundReport, stats *roundStats, probing, swept
 	if !rep.Skipped {
 		p.last = *rep
 	}
+}
+
+// probeReference is the reference of the patrol's health probe: no payment carries it.
+const probeReference = "pitlane-health-probe"
+
+// probeGateway asks the gateway for the payments of a reference no payment carries: a read that
+// changes nothing, counted in the round's statistics and logged as a "probe" call (no session).
+// A definitive refusal is an answer too (the gateway is up).
+func (s *Service) probeGateway(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+	defer cancel()
+	started := time.Now()
+	found, err := s.gw.FindByReference(cctx, probeReference)
+	s.logGatewayAnswer(ctx, "", "probe", "", started, err, fmt.Sprintf("%d payment(s) with the probe's reference", len(found)))
 }
 
 // endBackoff: a probe came back healthy.

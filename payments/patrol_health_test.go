@@ -130,9 +130,10 @@ func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
 // probe asked the gateway nothing and was judged healthy (no failed call of none): the level went
 // back to 0, the gauge to 0 (restarting PitlanePatrolBackingOff's 10 minutes), and the next round
 // hit the still-dead gateway at full width and backed off from the first step again. Now a probe
-// that asked the gateway nothing leaves the back-off as it is, and the next round probes. From an
-// outside review; negative control: without the zero-calls case in runRound's probe check, level
-// 0 after the message, and 12 status calls in the next round (full width until ten failed).
+// with nothing to ask the gateway asks it one read that changes nothing (probeGateway): failed,
+// the back-off lengthens as a failed probe's does. From an outside review; negative control:
+// without the zero-calls case in runRound's probe check, level 0 after the message, and 12
+// status calls in the next round (full width until ten failed).
 func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
 	t.Parallel()
 	const width = 4
@@ -156,35 +157,66 @@ func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
 	b.clock.Advance(2 * payments.PatrolBackoffBase)
 	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, created_at, next_attempt_at) VALUES ('notice', 'c@example.com', 'hello', $1, $1)`,
 		b.clock.Now())
-	asked := func() int { return b.gw.Calls(fakegw.OpStatus) + b.gw.Calls(fakegw.OpFind) }
-	before := asked()
+	status, finds := b.gw.Calls(fakegw.OpStatus), b.gw.Calls(fakegw.OpFind)
 	if rep, err := b.svc.PatrolRound(ctx); err != nil || rep.Driven != 1 {
 		t.Fatalf("the probe round: %+v %v, want the message driven", rep, err)
 	}
-	if n := asked() - before; n != 0 {
-		t.Fatalf("the probe round asked the gateway %d times, want none (only the message was due)", n)
+	if n, p := b.gw.Calls(fakegw.OpStatus)-status, b.gw.Calls(fakegw.OpFind)-finds; n != 0 || p != 1 {
+		t.Fatalf("the probe round made %d status calls and %d finds, want none and one (the health probe: only the message was due)", n, p)
 	}
 	st := b.svc.PatrolStatus()
-	if st.BackoffLevel != 2 || st.Reason == "" {
-		t.Errorf("a probe that asked the gateway nothing ended the back-off: %+v", st)
+	if st.BackoffLevel != 3 || st.BackoffUntil.Sub(b.clock.Now()) != 4*payments.PatrolBackoffBase || st.Reason == "" {
+		t.Errorf("a failed health probe should lengthen the back-off to %v at level 3: %+v", 4*payments.PatrolBackoffBase, st)
 	}
 	if hb := heartbeatOf(t, b.svc, "replica-a"); !hb.BackingOff(b.clock.Now()) {
-		t.Errorf("after a probe that asked the gateway nothing, pitlane_patrol_backing_off 0 (backoff_until %v, reason %q)",
+		t.Errorf("after a probe of a gateway still down, pitlane_patrol_backing_off 0 (backoff_until %v, reason %q)",
 			hb.BackoffUntil, hb.Reason)
 	}
 
 	// The sessions fall due against the still-dead gateway: the next round is a probe again, and
 	// its failure doubles the back-off.
+	b.clock.Advance(4 * payments.PatrolBackoffBase)
 	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1 WHERE status = 'Registered'`, b.clock.Now())
-	before = b.gw.Calls(fakegw.OpStatus)
+	before := b.gw.Calls(fakegw.OpStatus)
 	if _, err := b.svc.PatrolRound(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st = b.svc.PatrolStatus()
-	if sent := b.gw.Calls(fakegw.OpStatus) - before; sent > width/4 || st.BackoffLevel != 3 ||
-		st.BackoffUntil.Sub(b.clock.Now()) != 4*payments.PatrolBackoffBase {
+	if sent := b.gw.Calls(fakegw.OpStatus) - before; sent > width/4 || st.BackoffLevel != 4 ||
+		st.BackoffUntil.Sub(b.clock.Now()) != 8*payments.PatrolBackoffBase {
 		t.Errorf("the round after it sent %d calls to the dead gateway (a probe is %d) and backed off for %v at level %d, "+
-			"want the doubled %v at level 3", sent, width/4, st.BackoffUntil.Sub(b.clock.Now()), st.BackoffLevel, 4*payments.PatrolBackoffBase)
+			"want the doubled %v at level 4", sent, width/4, st.BackoffUntil.Sub(b.clock.Now()), st.BackoffLevel, 8*payments.PatrolBackoffBase)
+	}
+}
+
+// A back-off ended only at a probe the gateway answered, and a probe went out only with
+// something due: a replica with nothing to do when its back-off ran out (a quiet night, every
+// failed session scheduled later) kept backing off, pitlane_patrol_backing_off 1 and
+// PitlanePatrolBackingOff saying "the gateway keeps failing" for hours after it had recovered
+// (an outside review). Now such a round asks the gateway one read that changes nothing, logged as
+// a "probe" call of no session, and its answer ends the back-off. Negative control: without
+// probeGateway in runRound, no find, level 1 and the heartbeat backing off after the round.
+func TestAnIdleReplicaEndsItsBackoffOnceTheGatewayAnswers(t *testing.T) {
+	t.Parallel()
+	b := backedOff(t) // the back-off ran out; the gateway is back
+	ctx := context.Background()
+	b.exec(t, `UPDATE payment_sessions SET next_check_at = $1 WHERE status = 'Registered'`, b.clock.Now().Add(time.Hour))
+	status, finds := b.gw.Calls(fakegw.OpStatus), b.gw.Calls(fakegw.OpFind)
+	rep, err := b.svc.PatrolRound(ctx)
+	if err != nil || rep.Driven != 0 {
+		t.Fatalf("the round: %+v %v, want nothing driven (nothing is due)", rep, err)
+	}
+	if n, p := b.gw.Calls(fakegw.OpStatus)-status, b.gw.Calls(fakegw.OpFind)-finds; n != 0 || p != 1 {
+		t.Fatalf("the round made %d status calls and %d finds, want none and one (the health probe)", n, p)
+	}
+	if st := b.svc.PatrolStatus(); st.BackingOff || st.BackoffLevel != 0 || st.Reason != "" {
+		t.Errorf("the gateway answered the probe, but the patrol still backs off: %+v", st)
+	}
+	if hb := heartbeatOf(t, b.svc, "replica-a"); hb.BackingOff(b.clock.Now()) {
+		t.Errorf("the gateway answered the probe, but pitlane_patrol_backing_off 1 (backoff_until %v, reason %q)", hb.BackoffUntil, hb.Reason)
+	}
+	if n := b.count(t, `SELECT count(*) FROM gateway_calls WHERE operation = 'probe' AND session_id IS NULL AND outcome = 'ok'`); n != 1 {
+		t.Errorf("%d probe calls logged, want 1", n)
 	}
 }
 
