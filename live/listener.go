@@ -84,6 +84,14 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 	if pid != conn.PgConn().PID() {
 		return false, fmt.Errorf("%w (the server's backend pid %d is not the %d announced at connect)", ErrNotDirect, pid, conn.PgConn().PID())
 	}
+	// The connection idles between notifications by design: an idle_session_timeout set on the
+	// database or role (a guard against leaked connections) closed it after every quiet spell,
+	// each time a reconnect, pages polling meanwhile and a change in between heard by nobody.
+	// A statement, not a startup parameter: pgbouncer refuses unknown ones, and the listener
+	// pointed at it must fail as not direct (above), not on its settings.
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0"); err != nil {
+		return false, fmt.Errorf("live: idle_session_timeout: %w", err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return false, fmt.Errorf("live: listen: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"pitlane/internal/pgbouncer"
@@ -30,7 +31,13 @@ type bench struct {
 
 func newBench(t *testing.T, mod ...func(*live.Config)) *bench {
 	t.Helper()
-	b := &bench{url: testdb.NewURL(t), listening: make(chan uint32, 10)}
+	return newBenchOn(t, testdb.NewURL(t), mod...)
+}
+
+// newBenchOn is newBench on a database the test has prepared.
+func newBenchOn(t *testing.T, url string, mod ...func(*live.Config)) *bench {
+	t.Helper()
+	b := &bench{url: url, listening: make(chan uint32, 10)}
 	cfg := live.Config{ConnString: b.url, Name: "test", Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		OnListen: func(pid uint32) { b.listening <- pid }}
 	for _, m := range mod {
@@ -178,6 +185,52 @@ func TestListenerReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, list, "a change after the reconnect", func(p live.Pending) bool { return p.Last.Session == "after" })
+}
+
+// A database (or role) with idle_session_timeout set — a common guard against leaked
+// connections — closed the listener's connection whenever no change came for that long: it
+// idles between notifications by design. Each time the hub went down and pages polled until it
+// listened again, and a change in between reached no stream. The listener's connection turns
+// the timeout off for itself. Negative control: without the run-time parameter the backend is
+// gone once it has idled past the timeout.
+func TestListenerOutlivesIdleSessionTimeout(t *testing.T) {
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	ctx := context.Background()
+	var db string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET idle_session_timeout = '50ms'`); err != nil {
+		t.Fatal(err)
+	}
+	b := newBenchOn(t, url)
+	pid := b.listener(t)
+	// Wait, by the database's clock, until the listener has idled four times the timeout, or
+	// its backend is gone.
+	for {
+		var idle, alive bool
+		if err := pool.QueryRow(ctx, `SELECT coalesce(bool_or(state = 'idle' AND now() - state_change > interval '200ms'), false), count(*) > 0
+			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&idle, &alive); err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			t.Fatalf("the listener's backend %d was closed by idle_session_timeout", pid)
+		}
+		if idle {
+			break
+		}
+	}
+	list := b.subscribe(t, live.Topic{Page: live.PagePayments})
+	if _, err := pool.Exec(ctx, `SELECT pg_notify('pitlane_live', '{"k":"session","id":"later","s":"Registered"}')`); err != nil {
+		t.Fatal(err)
+	}
+	until(t, list, "a change after the idle spell", func(p live.Pending) bool { return p.Last.Session == "later" })
+	select {
+	case again := <-b.listening:
+		t.Fatalf("the listener listened again (backend %d after %d)", again, pid)
+	default:
+	}
 }
 
 // TestSlowSubscriberDoesNotBlockOthers: 5 000 notifications in one burst while one subscriber
