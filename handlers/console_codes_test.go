@@ -99,7 +99,7 @@ func (b *consoleBench) lockCodes(t *testing.T, sessionID string, beforeLocking .
 // lock lapses after a day; nothing is written then, so no stream says so, and an open page kept
 // offering an expired code or saying "Codes are locked" (the live-updates review's note). The
 // page's live region says when (data-live-due), as the stuck pages do. Negative control: without
-// PaymentDetail.ChangesAt on the region, no data-live-due.
+// PaymentDetail.ChangesAt on the region, no data-live-due; without the lease in it, the last check fails.
 func TestLivePaymentPageSaysWhenItsCodesChangeByTheClock(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
@@ -132,6 +132,16 @@ func TestLivePaymentPageSaysWhenItsCodesChangeByTheClock(t *testing.T) {
 	}
 	if got, want := due(locked.ID), strconv.FormatInt(d.CodesLockedUntil.Sub(b.clock.Now()).Milliseconds(), 10); got != want {
 		t.Errorf("locked codes: data-live-due=%q, want %s (the lock's end)", got, want)
+	}
+
+	// A patrol's lease, listed on the page ("leased by … until …"), whose replica was lost.
+	leased := b.payment(t, "o-live-lease", 1500)
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-lost', lease_until = $2 WHERE id = $1`,
+		leased.ID, b.clock.Now().Add(45*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := due(leased.ID), strconv.FormatInt((45*time.Second).Milliseconds(), 10); got != want {
+		t.Errorf("a listed lease: data-live-due=%q, want %s (the lease's end)", got, want)
 	}
 }
 

@@ -208,8 +208,9 @@ type ChallengeInfo struct {
 }
 
 // ChangesAt is when the payment page changes by the clock alone (nil: nothing is due): the codes'
-// lock lapsing, or a code still pending expiring. Nothing is written at either moment, so no live
-// notification says so; the page refreshes itself then (views.LiveDue).
+// lock lapsing, a code still pending expiring, or a patrol's lease listed on it running out (its
+// replica lost mid-drive). Nothing is written at these moments, so no live notification says
+// so; the page refreshes itself then (views.LiveDue).
 func (d PaymentDetail) ChangesAt() *time.Time {
 	var at *time.Time
 	earlier := func(t time.Time) {
@@ -219,6 +220,9 @@ func (d PaymentDetail) ChangesAt() *time.Time {
 	}
 	if d.CodesLockedUntil != nil {
 		earlier(*d.CodesLockedUntil)
+	}
+	if d.Session.LeaseUntil != nil {
+		earlier(*d.Session.LeaseUntil)
 	}
 	for _, c := range d.Challenges {
 		if c.Pending(d.At) {
