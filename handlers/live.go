@@ -89,27 +89,29 @@ func (h *Live) Mark(next echo.HandlerFunc) echo.HandlerFunc {
 // Stream: GET /live/<page>, the stream of one page (dashboard, payments list, locks, a finance
 // page).
 func (h *Live) Stream(page live.Page) echo.HandlerFunc {
-	return func(c echo.Context) error { return h.serve(c, live.Topic{Page: page}) }
+	return func(c echo.Context) error {
+		return h.serve(c, func() (live.Topic, error) { return live.Topic{Page: page}, nil })
+	}
 }
 
 // Payment: GET /live/payments/:id, the stream of one payment's page. The page also shows its
 // order's state and the order's other sessions, so the stream hears those too: the order is
 // read once as the stream opens (a session's order never changes), and a declined session's
-// open page refreshes when the customer pays the order with a new one (an outside review).
+// open page refreshes when the customer pays the order with a new one (an outside review). The
+// look-up comes after the user's stream count (serve): past it, a script reconnecting in a loop
+// costs no database read.
 func (h *Live) Payment(c echo.Context) error {
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
 		return notFound("payment")
 	}
-	t := live.Topic{Page: live.PagePayment, Session: id.String()}
-	if h.hub != nil {
-		s, err := h.svc.Get(c.Request().Context(), t.Session)
+	return h.serve(c, func() (live.Topic, error) {
+		s, err := h.svc.Get(c.Request().Context(), id.String())
 		if err != nil {
-			return err
+			return live.Topic{}, err
 		}
-		t.Order = s.OrderID
-	}
-	return h.serve(c, t)
+		return live.Topic{Page: live.PagePayment, Session: s.ID, Order: s.OrderID}, nil
+	})
 }
 
 // LiveHeader marks the requests static/live.js makes to refresh a page's live region.
@@ -129,7 +131,8 @@ const writeWait = 10 * time.Second
 // retryMillis is how soon a browser reconnects after a stream ended (lifetime, shutdown).
 const retryMillis = "2000"
 
-func (h *Live) serve(c echo.Context, t live.Topic) error {
+// serve holds one of the user's streams, finds what the stream is about (topic) and streams it.
+func (h *Live) serve(c echo.Context, topic func() (live.Topic, error)) error {
 	if h.hub == nil {
 		return &payments.Error{Code: payments.EUNAVAIL, Message: "live updates are off on this replica"}
 	}
@@ -139,6 +142,10 @@ func (h *Live) serve(c echo.Context, t live.Topic) error {
 			Message: fmt.Sprintf("more than %d live pages open on this server: this one updates by polling", MaxStreamsPerUser)}
 	}
 	defer release()
+	t, err := topic()
+	if err != nil {
+		return err
+	}
 	// A reconnecting EventSource sends the last id it saw; a new one, the page's position.
 	since := c.Request().Header.Get("Last-Event-ID")
 	if since == "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/google/uuid"
 
 	"pitlane/access"
 	"pitlane/handlers"
@@ -326,6 +327,12 @@ func TestLiveStreamsPerUserAreCapped(t *testing.T) {
 	}
 	if es, resp := openStream(t, srv, sup, path); es != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("stream %d: %v, want 429 with Retry-After", handlers.MaxStreamsPerUser+1, resp.StatusCode)
+	}
+	// A payment page's stream is counted before its payment is looked up: past the cap a script
+	// reconnecting in a loop costs no database read (429 here, not the unknown payment's 404).
+	// Negative control: with the look-up before serve's count, 404.
+	if es, resp := openStream(t, srv, sup, "/live/payments/"+uuid.NewString()); es != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a payment stream past the cap: %v, want 429 before any look-up", resp.StatusCode)
 	}
 	fin := b.agent(t)
 	fin.login("fin@example.com")
