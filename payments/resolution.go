@@ -507,7 +507,14 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	if p.Pending() && p.Kind == ProposalRefund {
 		// Every path that refunds asks the gateway first about refunds settled Failed by hand
 		// (recheckRefundsFailedByHand): their amount is not free while the gateway paid them.
-		err = s.withRecheckedRefunds(ctx, Session{ID: p.SessionID, OrderID: p.OrderID}, approve)
+		// With the payment as read: one whose gateway id was never learnt is looked for by our
+		// key on the payment's id, and a Session of ids alone asked about payment "" (Stripe
+		// refuses that for good; a gateway that answers found nothing, and the amount went out
+		// twice: an outside review).
+		var sess Session
+		if sess, err = s.Get(ctx, p.SessionID); err == nil {
+			err = s.withRecheckedRefunds(ctx, sess, approve)
+		}
 	} else {
 		err = approve(nil)
 	}
