@@ -369,7 +369,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 	id := cur.ID
 	out = cur
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
-		return out, openCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
+		return out, noteCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
 	}
 	if mismatch := answerMismatch(cur, gp); mismatch != "" {
@@ -476,7 +476,12 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		}
 	}
 	if oc.caseKind != "" {
-		return out, openCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
+		// noteCase: a contradiction after another of the same kind (the gateway reversing a
+		// payment whose wrong amount finance is looking at) is added to the open case. With
+		// openCase it was dropped, and once that case was closed nothing said the money had
+		// gone back: a webhook answered 200 is not sent again, the patrol drives no Completed
+		// session (an outside review).
+		return out, noteCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
 	}
 	return out, nil
 }

@@ -54,7 +54,7 @@ func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason st
 			return cur, dbError("flag for finance", err, "")
 		}
 	}
-	return out, openCase(ctx, tx, cur.ID, cur.OrderID, kind, reason, now)
+	return out, noteCase(ctx, tx, cur.ID, cur.OrderID, kind, reason, now) // a second contradiction is added (applyLocked)
 }
 
 // refundAnswerMismatch says why a gateway's refund answer cannot be applied to refund r of the

@@ -48,3 +48,46 @@ func TestSlowWebhookDeliveryKeepsItsEvent(t *testing.T) {
 		t.Fatalf("status %s after the delivery", got.Status)
 	}
 }
+
+// A second contradiction of a payment was dropped while a case of the same kind was open: the
+// gateway first answered a wrong amount (flag, gateway_mismatch case), then the right amount
+// captured (Completed, order Paid), then reversed. "Gateway says reversed for a Completed
+// session" went through openCase (ON CONFLICT DO NOTHING), so the open case still spoke only of
+// the amount; once finance closed it, nothing said the money had gone back (a webhook answered
+// 200 is not sent again; the patrol drives no Completed session). From an outside review
+// (gateway edges); negative control: with openCase in applyLocked, no open case mentions the
+// reversal.
+func TestASecondContradictionIsAddedToTheOpenCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-two-contradictions", 9900)
+	b.gw.SetAmount(s.GatewayPaymentID, 100, "EUR")
+	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetAmount(s.GatewayPaymentID, 9900, "EUR")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	got, err := b.svc.Check(ctx, api, s.ID)
+	if err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("setup: %s %v", got.Status, err)
+	}
+	// The gateway now says the captured payment was reversed (a webhook's hint).
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayReversed)
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-reversed", Type: "payment.updated", PaymentID: s.GatewayPaymentID, Reference: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND detail LIKE '%reversed%'`, s.ID); n != 1 {
+		var detail string
+		_ = b.pool.QueryRow(ctx, `SELECT string_agg(kind || ': ' || detail, ' | ') FROM finance_cases WHERE session_id = $1`, s.ID).Scan(&detail)
+		t.Errorf("the gateway reversed a Completed (Paid) payment and %d open finance cases say so; cases: %s", n, detail)
+	}
+	// The same answer again adds nothing.
+	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT (length(detail) - length(replace(detail, 'reversed', ''))) / length('reversed') FROM finance_cases
+		WHERE session_id = $1 AND resolved_at IS NULL AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Errorf("the reversal is written %d times in the open case, want once", n)
+	}
+}
