@@ -13,6 +13,7 @@ import (
 
 	"pitlane/access"
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // A payment whose codes are locked after too many wrong ones says so on its page. Support (who
@@ -182,5 +183,52 @@ func TestAStaffCancelThatLosesItsRaceIsAuditedAsSuch(t *testing.T) {
 	if len(details) != 2 || !strings.Contains(details[0], "now Canceling") ||
 		!strings.Contains(details[1], "the confirmed cancel lost its race at the gateway; now Completed") {
 		t.Fatalf("cancel_confirm entries = %q, want the confirm, then its lost race", details)
+	}
+}
+
+// Contract (pitlane-api.md, one-time code limits): "at most 10 wrong guesses per payment per 24
+// hours across all its codes (then 429 …)". A code already used was answered code by code: a
+// wrong guess was a 422 never counted, the right one a replay, so guessing at it never ended and
+// told which code was right. A used code's wrong guesses now count, and past the budget no code
+// is tried. From an outside review (staff auth); negative control: without the budget in
+// tryCode's used-code branch, 30 answers of 422 and no 429.
+func TestAUsedCodeIsGuessedWithinThePaymentsBudget(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	p := wantPayment(t, b.do(post(createPath("o-consumed"), `{"amount":500,"currency":"USD"}`)), http.StatusCreated)
+	rec := b.do(post("/api/v1/payments/"+p.ID+"/cancel", ""))
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("cancel = %d %s", rec.Code, rec.Body)
+	}
+	ch := decode[struct {
+		ChallengeID string `json:"challenge_id"`
+	}](t, rec).ChallengeID
+	code := b.lastCode(t, p.ID)
+	confirm := func(c string) call {
+		return post("/api/v1/payments/"+p.ID+"/cancel/confirm", `{"challenge_id":"`+ch+`","code":"`+c+`"}`)
+	}
+	// The gateway does not answer the reverse: the payment stays Canceling.
+	b.gw.Fail(fakegw.OpReverse, fakegw.Transient, 100)
+	if got := wantPayment(t, b.do(confirm(code)), http.StatusAccepted); got.Status != "Canceling" {
+		t.Fatalf("confirm = %s, want Canceling", got.Status)
+	}
+	statuses := map[int]int{}
+	for i := range 30 {
+		wrong := []byte("000000")
+		wrong[5] = byte('0' + i%10)
+		wrong[4] = byte('0' + i/10)
+		if string(wrong) == code {
+			continue
+		}
+		statuses[b.do(confirm(string(wrong))).Code]++
+	}
+	t.Logf("answers to 30 wrong guesses on the consumed code: %v; counted wrong guesses: %d", statuses,
+		b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1`, p.ID))
+	if statuses[http.StatusTooManyRequests] == 0 || statuses[http.StatusUnprocessableEntity] != 10 {
+		t.Errorf("30 wrong guesses on one payment within a day were answered %v: want 10 wrong codes, then 429 (the 10-a-day budget)", statuses)
+	}
+	// Locked: not even the right code is tried (its replay would tell it apart).
+	if rec := b.do(confirm(code)); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("the used code's right code while the payment's codes are locked = %d, want 429", rec.Code)
 	}
 }

@@ -411,7 +411,9 @@ func TestCancelChallengeIDInUpperCase(t *testing.T) {
 }
 
 // Once a payment cannot be canceled any more, a code is refused as that (conflict) whatever it
-// is, and no guess of the payment's budget is spent; only the code that canceled it replays.
+// is, and a code never used spends no guess of the payment's budget; the code that canceled it
+// replays, and a wrong guess at that used code counts (TestAUsedCodeIsGuessedWithinThePaymentsBudget:
+// the replay tells the right code apart, so the budget holds for it).
 func TestCancelCodeOnAFinishedPayment(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -447,8 +449,11 @@ func TestCancelCodeOnAFinishedPayment(t *testing.T) {
 			t.Fatalf("code %s on a Completed payment = %v, want conflict", c, err)
 		}
 	}
-	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses`); n != 0 {
-		t.Fatalf("wrong guesses = %d, want 0", n)
+	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1`, paid.ID); n != 0 {
+		t.Fatalf("wrong guesses on the Completed payment = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1`, canceled.ID); n != 1 {
+		t.Fatalf("wrong guesses at the Canceled payment's used code = %d, want 1", n)
 	}
 	if n := b.count(t, `SELECT attempts FROM cancel_challenges WHERE id = $1`, ch2.ID); n != 0 {
 		t.Fatalf("attempts on the Completed payment's code = %d, want 0", n)

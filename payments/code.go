@@ -172,14 +172,29 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	match := s.codeMatches(hash, challengeID, code)
 	if consumedAt != nil {
-		if !match {
-			if refusal != nil {
-				return codeAttempt{}, refusal
-			}
-			return codeAttempt{}, Errorf(EWRONG, "wrong code")
+		// A used code only replays what it confirmed, but the payment's guess budget (10 wrong
+		// codes a day across all its codes: the contract) holds for it too, checked before the
+		// code is: guesses at a used code were answered one by one without end, and the replay
+		// told which one was right (an outside review).
+		guessesLeft, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
+		if err != nil {
+			return codeAttempt{}, err
 		}
-		// The same code again: the action reports what the first confirmation did.
-		return codeAttempt{Challenge: ch, Replayed: true}, nil
+		if match {
+			// The same code again: the action reports what the first confirmation did.
+			return codeAttempt{Challenge: ch, Replayed: true}, nil
+		}
+		if err := countWrongGuess(ctx, tx, sessionID, challengeID, now, by); err != nil {
+			return codeAttempt{}, err
+		}
+		wrong := Errorf(EWRONG, "wrong code")
+		switch {
+		case guessesLeft-1 <= 0:
+			wrong = budgetSpentWrong()
+		case refusal != nil:
+			wrong = refusal
+		}
+		return codeAttempt{Challenge: ch, Wrong: wrong}, nil
 	}
 	if supersededAt != nil {
 		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
@@ -229,9 +244,8 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	if consumed {
 		return codeAttempt{Challenge: ch}, nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at, guessed_by) VALUES ($1, $2, $3, $4)`,
-		sessionID, challengeID, now, string(by.Kind)+":"+by.ID); err != nil {
-		return codeAttempt{}, fmt.Errorf("one-time code: count wrong guess: %w", err)
+	if err := countWrongGuess(ctx, tx, sessionID, challengeID, now, by); err != nil {
+		return codeAttempt{}, err
 	}
 	// What is left is the code's attempts or the payment's budget, whichever is smaller.
 	budgetSpent := false
@@ -244,11 +258,26 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	switch {
 	case budgetSpent:
-		wrong.Message = fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked; a finance or admin user can unlock them", CodeGuessesPerDay)
+		wrong = budgetSpentWrong()
 	case left <= 0:
 		wrong.Message = "wrong code; no attempts left, request a new one"
 	}
 	return codeAttempt{Challenge: ch, Wrong: wrong}, nil
+}
+
+// countWrongGuess writes one wrong guess against the payment's daily budget, in the caller's
+// transaction under the order → session locks.
+func countWrongGuess(ctx context.Context, tx pgx.Tx, sessionID, challengeID string, now time.Time, by Actor) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO code_wrong_guesses (session_id, challenge_id, created_at, guessed_by) VALUES ($1, $2, $3, $4)`,
+		sessionID, challengeID, now, string(by.Kind)+":"+by.ID); err != nil {
+		return fmt.Errorf("one-time code: count wrong guess: %w", err)
+	}
+	return nil
+}
+
+// budgetSpentWrong answers the wrong guess that spent the payment's budget.
+func budgetSpentWrong() *Error {
+	return &Error{Code: EWRONG, Message: fmt.Sprintf("wrong code; that was the %dth wrong code for this payment today: codes are locked; a finance or admin user can unlock them", CodeGuessesPerDay)}
 }
 
 // redactedCode stands for the code in the outbox once the message was delivered.
