@@ -1,12 +1,14 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
 	"pitlane/views"
+	"pitlane/web/auth"
 	"pitlane/web/render"
 )
 
@@ -55,7 +57,9 @@ func (h *Console) ChangePassword(c echo.Context) error {
 	}
 	u, err := h.access.ChangeOwnPassword(c.Request().Context(), accessAttempt(c, st.Email, c.FormValue("current_password")), h.auth.Epoch(c), c.FormValue("password"))
 	if err == nil {
-		err = h.auth.SignIn(c, u)
+		if err = h.auth.SignInAgain(c, u); errors.Is(err, auth.ErrSignedOut) {
+			err = &payments.Error{Code: payments.ECONFLICT, Message: "Your password is changed, but you signed out while it was under way: sign in again with the new one."}
+		}
 	}
 	return h.done(c, "/account", "Your password is changed. Your sessions elsewhere are signed out.", err)
 }

@@ -578,3 +578,65 @@ func TestSignInNeverLeadsToAGetThatWrites(t *testing.T) {
 		t.Fatalf("sign in with next=/payments/%s → %q", s.ID, loc)
 	}
 }
+
+// "Sign out everywhere else" renews the session it runs in (auth.Restart). One waiting for the
+// user's row (access.EndSessions) while the user signed out in another tab went on afterwards:
+// the renewal deleted the signed-out token (already gone) and committed the session under a new
+// one, and its late answer signed the browser in again — on a shared desk, for the next person.
+// The guard for requests in flight (TestSignOutIsNotUndoneByARequestInFlight) covers commits
+// under the token the request loaded, not a renewed one. A signed-in session's renewal now
+// needs its old token still there (hashedStore.DeleteCtx). From an outside review (staff auth);
+// negative control: with Restart renewing as a sign-in does, the late answer's cookie opens /.
+func TestSignOutIsNotUndoneByARenewalInFlight(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	b.user(t, "sup@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.login("sup@example.com")
+	old := a.cookie(auth.SessionCookie)
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'sup@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		form := url.Values{"csrf_token": {a.csrf}}
+		r := httptest.NewRequest(http.MethodPost, "/account/sessions", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: old.Value})
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, r)
+		done <- rec
+	}()
+	for blocked := false; !blocked; { // the request waits for the user's row
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holderPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec := a.post("/logout", nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("logout: %d", rec.Code)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late := <-done
+	for _, ck := range late.Result().Cookies() {
+		if ck.Name != auth.SessionCookie || ck.Value == "" {
+			continue
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: ck.Value})
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, r)
+		if rec.Code != http.StatusSeeOther {
+			t.Errorf("after signing out, the late answer (%d) of \"sign out everywhere else\" signed the browser in again: GET / = %d",
+				late.Code, rec.Code)
+		}
+	}
+}

@@ -625,8 +625,28 @@ func LocalPath(next string) string {
 // sessions of anyone (ReapSessions: pgxstore's cleanup goroutine is off) and dead sign-in
 // throttle rows are deleted on the way.
 func (m *Manager) SignIn(c echo.Context, u access.User) error {
+	return m.signIn(c, u, false)
+}
+
+// ErrSignedOut: the signed-in session was ended (signed out in another tab) while a request that
+// renews it (Restart, SignInAgain) ran; it stays ended.
+var ErrSignedOut = &payments.Error{Code: payments.ECONFLICT, Message: "You signed out while this was under way, so you are signed out: sign in again."}
+
+// SignInAgain renews a signed-in session as SignIn does (a new password proved: a whole
+// lifetime), unless it was ended meanwhile (ErrSignedOut).
+func (m *Manager) SignInAgain(c echo.Context, u access.User) error {
+	return m.signIn(c, u, true)
+}
+
+func (m *Manager) signIn(c echo.Context, u access.User, signedIn bool) error {
 	ctx := c.Request().Context()
-	if err := m.sm.RenewToken(ctx); err != nil {
+	rctx := ctx
+	if signedIn {
+		rctx = context.WithValue(ctx, renewSignedInKey{}, true)
+	}
+	if err := m.sm.RenewToken(rctx); errors.Is(err, errSessionEnded) {
+		return ErrSignedOut
+	} else if err != nil {
 		return fmt.Errorf("sign in: renew token: %w", err)
 	}
 	m.sm.Put(ctx, keyEmail, u.Email)
@@ -657,7 +677,7 @@ func (m *Manager) Epoch(c echo.Context) int {
 // review). A sign-in or a new password, which prove the password, start a whole lifetime.
 func (m *Manager) Restart(c echo.Context, u access.User) error {
 	deadline := m.sm.Deadline(c.Request().Context())
-	if err := m.SignIn(c, u); err != nil {
+	if err := m.signIn(c, u, true); err != nil {
 		return err
 	}
 	m.sm.SetDeadline(c.Request().Context(), deadline)

@@ -83,6 +83,32 @@ func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expi
 	return errSessionEnded
 }
 
+// renewSignedInKey marks the context of a signed-in session's renewal (Manager.Restart,
+// Manager.SignInAgain): the old token's delete must find it.
+type renewSignedInKey struct{}
+
+// DeleteCtx is what scs calls (RenewToken, Destroy). For a signed-in session's renewal, the
+// session must still be there: one signed out while the request ran (a "sign out everywhere
+// else" waiting on the user's row while the user signed out in another tab) was renewed onto a
+// new token and signed the browser in again (an outside review): errSessionEnded instead.
+func (s hashedStore) DeleteCtx(ctx context.Context, token string) error {
+	if only, _ := ctx.Value(renewSignedInKey{}).(bool); !only || s.db == nil {
+		return s.Delete(token)
+	}
+	tag, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE token = $1 OR token = $2`, hashToken(token), token)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errSessionEnded
+	}
+	return nil
+}
+
+func (s hashedStore) FindCtx(_ context.Context, token string) ([]byte, bool, error) {
+	return s.Find(token)
+}
+
 func (s hashedStore) Delete(token string) error {
 	return errors.Join(s.next.Delete(hashToken(token)), s.next.Delete(token))
 }
