@@ -984,12 +984,21 @@ func (s *Service) patrolRound(ctx context.Context, beatEvery time.Duration) (Rou
 	if s.cfg.Notifier != nil {
 		sources = append(sources, s.outboxSource())
 	}
+	// A beat is not cut by the stop (the last one says what the round did), but, as a claim, a
+	// gateway timeout after it (claimContext): under context.WithoutCancel alone, a database that
+	// stopped answering (a network cut, a hung host) held the beat, the round and so the stop
+	// of the replica until it answered again, past the unit's TimeoutStopSec (an outside review).
+	bounded := func() {
+		bctx, cancel := s.claimContext(ctx)
+		defer cancel()
+		s.beat(bctx)
+	}
 	var beat func()
 	if beatEvery > 0 {
-		beat = func() { s.beat(context.WithoutCancel(ctx)) }
+		beat = bounded
 	}
 	rep, err := s.runRound(ctx, sources, beat, beatEvery)
-	s.beat(context.WithoutCancel(ctx))
+	bounded()
 	return rep, err
 }
 
