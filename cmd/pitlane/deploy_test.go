@@ -244,11 +244,11 @@ func TestDeploySystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const releaseBound = 5 * time.Second // RunSweeper's bound on giving leases back
 	grace := shutdownGraceFor(defaults.GatewayTimeout)
-	if need := grace + defaults.GatewayTimeout + releaseBound + tracingFlushTimeout; stop <= need {
-		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + GATEWAY_TIMEOUT %s + lease release %s + last spans %s)",
-			stop, need, grace, defaults.GatewayTimeout, releaseBound, tracingFlushTimeout)
+	patrol := patrolStopBoundFor(defaults.GatewayTimeout)
+	if need := grace + patrol + tracingFlushTimeout + poolCloseBound; stop <= need {
+		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + the patrol's stop %s + last spans %s + the pool's close %s)",
+			stop, need, grace, patrol, tracingFlushTimeout, poolCloseBound)
 	}
 
 	// systemd's own reading of the unit, with ExecStart pointing at a binary that exists here.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +32,49 @@ const shutdownGrace = 15 * time.Second
 // call (GATEWAY_TIMEOUT) and the short transactions around it, and never less than shutdownGrace.
 func shutdownGraceFor(gatewayTimeout time.Duration) time.Duration {
 	return max(shutdownGrace, gatewayTimeout+5*time.Second)
+}
+
+// leaseReleaseBound is RunSweeper's own bound on its last writes at a stop (leases, the
+// reconciliation leadership and the heartbeat given back).
+const leaseReleaseBound = 5 * time.Second
+
+// patrolStopBoundFor is how long a stop waits for the patrol: a claim on the wire is cut a
+// gateway timeout after the stop, then the patrol gives back what it holds (leaseReleaseBound),
+// and a second more. A patrol still running then waits on a database that does not answer (a
+// network cut, a hung host): nothing it would write can be written, its leases lapse on their
+// own, and the replica exits without it rather than be SIGKILLed past TimeoutStopSec.
+func patrolStopBoundFor(gatewayTimeout time.Duration) time.Duration {
+	return gatewayTimeout + leaseReleaseBound + time.Second
+}
+
+// poolCloseBound is how long a stop waits for the pool's connections to be handed back and
+// closed (each with a Terminate message). Past it something still waits on a silent database.
+const poolCloseBound = 5 * time.Second
+
+// waitStopped waits for done at most bound; it reports whether done came.
+func waitStopped(done <-chan struct{}, bound time.Duration) bool {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// closePool closes the pool, waiting at most poolCloseBound: pgxpool's Close waits for every
+// connection in use, and one waiting on a database that does not answer would hold the stop
+// until it did. It reports whether the pool closed.
+func closePool(pool *pgxpool.Pool, logger *slog.Logger) bool {
+	closed := make(chan struct{})
+	go func() { defer close(closed); pool.Close() }()
+	if !waitStopped(closed, poolCloseBound) {
+		logger.Error("stop: database connections still in use after the bound (the database does not answer?): exiting without closing them",
+			"bound", poolCloseBound)
+		return false
+	}
+	return true
 }
 
 // runServe: `pitlane serve`.
@@ -68,9 +112,11 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	}
 	err = run(ctx, cfg, pool, env.Logger, nil)
 	// Last: the server, the sweeper (its leases given back) and the tracer have stopped, so
-	// nothing uses a connection any more; Close ends each one with a Terminate message.
-	pool.Close()
-	env.Logger.Info("stopped: database pool closed", "replica", cfg.ReplicaID)
+	// nothing uses a connection any more; Close ends each one with a Terminate message (unless
+	// the database stopped answering: then the process exits without waiting for it).
+	if closePool(pool, env.Logger) {
+		env.Logger.Info("stopped: database pool closed", "replica", cfg.ReplicaID)
+	}
 	return err
 }
 
@@ -294,10 +340,15 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		}
 		svc.RunSweeper(sweepCtx, cfg.SweepInterval) // releases this replica's leases when it stops
 	}()
-	defer func() {
+	// Waited for at most patrolStopBoundFor (once: this defer covers the early returns).
+	stopPatrol := sync.OnceFunc(func() {
 		stopSweep()
-		<-swept
-	}()
+		if bound := patrolStopBoundFor(cfg.GatewayTimeout); !waitStopped(swept, bound) {
+			logger.Error("stop: the patrol had not stopped after the bound (the database does not answer?): exiting without it; its leases lapse on their own",
+				"bound", bound)
+		}
+	})
+	defer stopPatrol()
 
 	if opts.started != nil {
 		if err := opts.started(ctx, cfg, svc); err != nil {
@@ -327,8 +378,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
-	stopSweep()
-	<-swept
+	stopPatrol()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause // e.g. dev's private PostgreSQL exited under us
 	}
