@@ -462,12 +462,14 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		// pending at the gateway: ask again later
 	case sent && FailureOf(gerr) == FailureDefinitive:
 		status, detail = RefundFailed, "the gateway refused: "+GatewayErrorCode(gerr)
-		if c := GatewayErrorCode(gerr); c == "amount_exceeds_remaining" || c == "not_refundable" {
+		if c := GatewayErrorCode(gerr); c == "amount_exceeds_remaining" || c == "not_refundable" || c == "not_found" {
 			// Only a Completed payment with room for the refund reaches the gateway (the
 			// claim's check, and the schema's backstop): a gateway that says the payment took
 			// no money, or that less of it remains, keeps other books than ours — a refund made
 			// elsewhere (its dashboard), one whose answer we lost and failed by hand, a
-			// capture smaller than recorded. The refund failed; finance must see why.
+			// capture smaller than recorded. So does one that does not know the payment at all
+			// (Stripe's 404 resource_missing: another account's key, a wiped test mode). The
+			// refund failed; finance must see why.
 			booksDiffer = fmt.Sprintf("refund %s of %d %s was refused by the gateway as %s, while %s is %s here with the refund within what remains: the gateway's books differ",
 				r.ID, r.Amount, sess.Currency, c, sess.ID, sess.Status)
 		}

@@ -413,6 +413,28 @@ func TestRefundRefusalContradictingOurBooksIsACase(t *testing.T) {
 	}
 }
 
+// A gateway that does not know the payment at all (404 not_found: Stripe's resource_missing for a
+// key of another account, a wiped test mode) keeps other books than ours just the same: the
+// refund fails and finance gets the case. It failed without one (an outside review of refunds).
+func TestRefundOfAPaymentTheGatewayDoesNotKnowIsACase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-books-unknown", 1000)
+	b.gw.Forget(s.GatewayPaymentID)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "k1"})
+	if err != nil || r.Refund.Status != payments.RefundFailed {
+		t.Fatalf("refund = %+v %v, want Failed", r, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL
+		AND detail LIKE '%not_found%books differ%'`, s.ID); n != 1 {
+		t.Fatalf("open gateway_mismatch cases naming the refusal = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 0 {
+		t.Fatalf("RefundIssued entries = %d", n)
+	}
+}
+
 // The same refusal while finance already has an open gateway_mismatch case about the payment
 // (reconciliation's, about something else): the refund's contradiction is added to that case,
 // not dropped behind it (one open case per session and kind), and a repeat of the same news adds

@@ -231,6 +231,14 @@ func (g *Gateway) SetStatus(id string, st payments.GatewayStatus) {
 	}
 }
 
+// Forget drops a payment from the gateway's books (a payment made on another account, a test
+// mode's data wiped): every call naming it is answered 404 not_found.
+func (g *Gateway) Forget(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.payments, id)
+}
+
 // SetAmount makes the gateway report another amount and currency for a payment (a gateway that
 // captured less, or in another currency, than the session asked for).
 func (g *Gateway) SetAmount(id string, amount int64, currency string) {
@@ -500,7 +508,10 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64, _ st
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.payments[id]
-	if !ok || p.Status != payments.GatewaySucceeded {
+	if !ok { // Stripe's 404 resource_missing
+		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 404, Code: "not_found"}
+	}
+	if p.Status != payments.GatewaySucceeded {
 		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
 	}
 	if rid, ok := g.refundByKey[key]; ok && !g.ignoreKeys {
