@@ -105,10 +105,6 @@ func (s hashedStore) DeleteCtx(ctx context.Context, token string) error {
 	return nil
 }
 
-func (s hashedStore) FindCtx(_ context.Context, token string) ([]byte, bool, error) {
-	return s.Find(token)
-}
-
 func (s hashedStore) Delete(token string) error {
 	return errors.Join(s.next.Delete(hashToken(token)), s.next.Delete(token))
 }
