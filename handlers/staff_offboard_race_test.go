@@ -1,0 +1,126 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/access"
+)
+
+// waitBlockedBy waits until some backend of the test's database waits for a lock held by pid,
+// and returns that backend's pid.
+func waitBlockedBy(t *testing.T, b *consoleBench, pid int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiter int
+		err := b.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiter != 0 {
+			return waiter
+		}
+	}
+	t.Fatalf("nothing ever waited for backend %d", pid)
+	return 0
+}
+
+// postAsync sends a form of agent a in the background (the agent's cookies and CSRF token) and
+// delivers the answer on the returned channel.
+func postAsync(b *consoleBench, a *agent, path string, form url.Values) <-chan *httptest.ResponseRecorder {
+	form.Set("csrf_token", a.csrf)
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range a.jar.Cookies(a.site) {
+		r.AddCookie(c)
+	}
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, r)
+		done <- rec
+	}()
+	return done
+}
+
+// Root offboards a compromised admin ("rogue": disables the account, replaces its password to
+// throw the intruder out, or takes the admin role away). At the same moment the intruder, on
+// rogue's session, sets the password of another staff user (carol). changeUser locks every
+// enabled admin's row, so the intruder's change waits for root's to commit; it then went ahead
+// as rogue all the same (Require had looked at rogue before the wait), and the intruder was back
+// in the console as carol (an outside review). The change now holds the actor's own row too and
+// checks the session again under it (access.WithConsoleSession): refused, nothing changed.
+// Negative control: without actorStands every case fails.
+func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
+	for _, offboard := range []struct {
+		name        string
+		path        string
+		form        url.Values
+		sessionEnds bool
+	}{
+		{"disable", "/disable", url.Values{}, true},
+		{"password reset", "/password", url.Values{"password": {"root's fresh password for rogue"}}, true},
+		{"demotion", "/role", url.Values{"role": {string(access.RoleSupport)}}, false},
+	} {
+		t.Run(offboard.name, func(t *testing.T) {
+			b := newConsoleBench(t)
+			ctx := context.Background()
+			b.user(t, "root@example.com", access.RoleAdmin)  // lowest id
+			b.user(t, "rogue@example.com", access.RoleAdmin) // then rogue
+			b.user(t, "carol@example.com", access.RoleFinance)
+			root, rogue := b.agent(t), b.agent(t)
+			root.login("root@example.com")
+			rogue.login("rogue@example.com")
+			rogue.get("/admin/users") // the users page open in the intruder's tab
+
+			// Something holds rogue's row for a moment (any change of rogue's account does).
+			holder, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(ctx) //nolint:errcheck
+			var holderPID int
+			if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'rogue@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
+				t.Fatal(err)
+			}
+			// root's offboarding locks root's row, then waits for rogue's.
+			offboarded := postAsync(b, root, "/admin/users/"+b.userID(t, "rogue@example.com")+offboard.path, offboard.form)
+			rootPID := waitBlockedBy(t, b, holderPID)
+			// The intruder's change (sent while rogue is still an enabled admin) waits for root's row.
+			stolen := postAsync(b, rogue, "/admin/users/"+b.userID(t, "carol@example.com")+"/password",
+				url.Values{"password": {"the intruder's password"}})
+			waitBlockedBy(t, b, rootPID)
+			if err := holder.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if rec := <-offboarded; rec.Code != http.StatusSeeOther {
+				t.Fatalf("root's %s: %d", offboard.name, rec.Code)
+			}
+			<-stolen
+			if rec := rogue.get("/"); offboard.sessionEnds && rec.Code != http.StatusSeeOther {
+				t.Fatalf("rogue's session still works after the %s: %d", offboard.name, rec.Code)
+			}
+
+			setBy := ""
+			_ = b.pool.QueryRow(ctx, `SELECT coalesce(password_set_by, '') FROM staff_users WHERE email = 'carol@example.com'`).Scan(&setBy)
+			var disabledFirst bool
+			_ = b.pool.QueryRow(ctx, `SELECT coalesce((SELECT id FROM audit_log WHERE action IN ('user.disable', 'user.password') AND target = 'rogue@example.com')
+				< (SELECT id FROM audit_log WHERE action = 'user.password' AND target = 'carol@example.com'), false)`).Scan(&disabledFirst)
+			intruder := b.agent(t)
+			intruder.get("/login")
+			signedIn := intruder.post("/login", url.Values{"email": {"carol@example.com"}, "password": {"the intruder's password"}}).Code == http.StatusSeeOther
+			if setBy != "" || signedIn {
+				t.Errorf("after root's %s of rogue committed, rogue's in-flight change still set carol's password "+
+					"(password_set_by=%q, audited after the offboarding: %v); the intruder signs in as carol: %v",
+					offboard.name, setBy, disabledFirst, signedIn)
+			}
+		})
+	}
+}
