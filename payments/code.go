@@ -367,11 +367,12 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 			return Errorf(ECONFLICT, "the one-time codes of payment %s are not locked", sessionID)
 		}
 		// The one who types the codes in does not reset their own budget (an admin may do both;
-		// linked by a password one of them set, two accounts are one person here too).
+		// linked by a password one of them set, two accounts are one person here too, the link
+		// as it is now or as it was when the code was typed: guesser_setters, migration 00720).
 		var own bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM code_wrong_guesses
 			WHERE session_id = $1 AND created_at > $2 AND cleared_at IS NULL AND guessed_by LIKE 'staff:%'
-			  AND (guessed_by = 'staff:' || $3 OR password_linked(substr(guessed_by, 7), $3)))`,
+			  AND (guessed_by = 'staff:' || $3 OR password_linked(substr(guessed_by, 7), $3) OR $3 = ANY(guesser_setters)))`,
 			sessionID, now.Add(-24*time.Hour), by.Email).Scan(&own); err != nil {
 			return fmt.Errorf("unlock codes: who guessed: %w", err)
 		}
