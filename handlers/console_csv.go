@@ -84,13 +84,24 @@ func (h *Console) streamCSV(c echo.Context, name, action, target, filter string,
 // locales' spreadsheets read as the same signs). Each part after a ';' is a cell of its own to a
 // spreadsheet whose list separator is ';' (German, French, Dutch, Russian, … locales), and
 // encoding/csv quotes a field only for a comma, a quote or a line break: such a part is kept from
-// being a formula the same way.
+// being a formula the same way. So is each part after a line break (staff notes may hold one):
+// the same reader, splitting on ';', meets the field's quote mid-cell, ignores it and ends the
+// row at the break, so the text after it begins a row of its own (an outside review).
 func csvText(s string) string {
-	parts := strings.Split(s, ";")
-	for i, p := range parts {
-		if r, _ := utf8.DecodeRuneInString(strings.TrimLeft(p, " ")); p != "" && strings.ContainsRune("=+-@\t\r＝＋－＠", r) {
-			parts[i] = "'" + p
+	var b strings.Builder
+	for {
+		part, sep, rest := s, "", ""
+		if i := strings.IndexAny(s, ";\n\r"); i >= 0 {
+			part, sep, rest = s[:i], s[i:i+1], s[i+1:]
 		}
+		if r, _ := utf8.DecodeRuneInString(strings.TrimLeft(s, " ")); strings.ContainsRune("=+-@\t\r＝＋－＠", r) {
+			b.WriteByte('\'')
+		}
+		b.WriteString(part)
+		if sep == "" {
+			return b.String()
+		}
+		b.WriteString(sep)
+		s = rest
 	}
-	return strings.Join(parts, ";")
 }
