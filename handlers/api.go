@@ -71,17 +71,10 @@ func nullable(s string) *string {
 func paymentLocation(id string) string { return paymentsPath + id }
 
 // paymentJSON is the contract's payment object of s. A stored confirmation_url goes out only
-// while the payment may still be paid — not Failed or Canceled, nor Canceling: the customer
-// asked to cancel it and the reverse is on its way, and the checkout page offers no way to pay
-// it either (a capture winning the race is a charge after consent to cancel) — and while it is
-// trusted (the core checks it when it stores it; this catches a row stored before
-// GATEWAY_CONFIRMATION_HOSTS was narrowed): shops send their customers to it.
+// while a customer may still be sent to it (payments.Service.PayableConfirmationURL): shops send
+// their customers to it.
 func (a *API) paymentJSON(s payments.Session) paymentJSON {
-	switch {
-	case !a.svc.TrustedConfirmationURL(s.ConfirmationURL),
-		s.Status == payments.StatusFailed, s.Status == payments.StatusCanceled, s.Status == payments.StatusCanceling:
-		s.ConfirmationURL = ""
-	}
+	s.ConfirmationURL = a.svc.PayableConfirmationURL(s)
 	return paymentJSON{
 		ID:               s.ID,
 		OrderID:          s.OrderID,

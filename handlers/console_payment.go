@@ -42,7 +42,8 @@ func (h *Console) Payment(c echo.Context) error {
 // paymentView is a payment's page with a fresh intent key for its refund form (every
 // submission of that form is one refund).
 func (h *Console) paymentView(d payments.PaymentDetail) views.PaymentView {
-	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency)}
+	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
+		PayURL: h.svc.PayableConfirmationURL(d.Session)}
 }
 
 // paymentPage is the layout's part of a payment's page (title, navigation, flashes).

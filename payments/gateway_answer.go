@@ -127,6 +127,22 @@ func (s *Service) TrustedConfirmationURL(raw string) bool {
 	return raw != "" && s.confirmationURLProblem(raw) == ""
 }
 
+// PayableConfirmationURL is sess's stored payment page while a customer may still be sent to it,
+// "" otherwise: only while the payment may still be paid — not Failed or Canceled, nor Canceling
+// (the customer asked to cancel it and the reverse is on its way: a capture winning the race is
+// a charge after consent to cancel) — and while it is trusted now (the core checks it when it
+// stores it; this catches a row stored before GATEWAY_CONFIRMATION_HOSTS was narrowed). The API's
+// confirmation_url and the console's "Payment page" (the link support reads to a customer) both
+// show this one.
+func (s *Service) PayableConfirmationURL(sess Session) string {
+	switch {
+	case !s.TrustedConfirmationURL(sess.ConfirmationURL),
+		sess.Status == StatusFailed, sess.Status == StatusCanceled, sess.Status == StatusCanceling:
+		return ""
+	}
+	return sess.ConfirmationURL
+}
+
 // onGatewayOrigin reports whether u has the scheme, host and port of Config.GatewayURL. Loopback
 // names are one host (the simulator may be configured as 127.0.0.1 and answer as localhost).
 func (s *Service) onGatewayOrigin(u *url.URL) bool {
