@@ -20,7 +20,6 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		return Challenge{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	now := s.cfg.Clock.Now()
 	var ch Challenge
 	var queued queuedMessage
 	err = s.inTx(ctx, "request cancel", func(tx pgx.Tx) error {
@@ -28,6 +27,9 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if err != nil {
 			return err
 		}
+		// Read once the locks are held: a code lives its CodeTTL from its issue, not from before a
+		// wait for them (as tryCode judges one: TestACodeIsJudgedWhenItsLocksAreHeld).
+		now := s.cfg.Clock.Now()
 		// A Canceling payment's cancel was confirmed already: a new code would reach the customer
 		// for nothing and spend one of the payment's code requests.
 		if cur.Status == StatusCanceling {

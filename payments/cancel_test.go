@@ -223,28 +223,12 @@ func TestACodeIsJudgedWhenItsLocksAreHeld(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	// holdOrder takes the order's lock in a transaction of the test's own and returns its end.
-	holdOrder := func(orderID string) func() {
-		tx, err := b.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, orderID); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-
 	sess := b.registered(t, "o-code-wait", 1000)
 	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := holdOrder(sess.OrderID)
+	release := holdOrderRow(t, b, sess.OrderID)
 	b.clock.Advance(10*time.Minute - time.Second) // a second before the code's expiry
 	confirmed := goConfirm(b.svc, sess.ID, ch.ID, b.lastCode(t, sess.ID))
 	waitLockWaiters(t, b.pool, 1)
@@ -263,7 +247,7 @@ func TestACodeIsJudgedWhenItsLocksAreHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := b.lastCode(t, paid.ID)
-	release = holdOrder(paid.OrderID)
+	release = holdOrderRow(t, b, paid.OrderID)
 	b.clock.Advance(10*time.Minute - time.Second)
 	refunded := make(chan error, 1)
 	go func() {
@@ -1006,5 +990,106 @@ func TestConfirmedCancelsSlowReverseIsCutBeforeThePatrolsLook(t *testing.T) {
 	}
 	if s, _ := b.svc.Get(ctx, sess.ID); s.Status != payments.StatusCanceled {
 		t.Fatalf("after the patrol: %s, want Canceled", s.Status)
+	}
+}
+
+// holdOrderRow takes the order's row lock in a transaction of the test's own and returns its end.
+func holdOrderRow(t *testing.T, b *bench, orderID string) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, orderID); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A cancel code requested while another transaction holds the order was issued with the clock
+// read before the lock wait: the customer's message says "It expires in 10 minutes", the API
+// answers expires_at, and both were counted from a moment before the code existed, so the code
+// died up to one lock_timeout early (time-windows review, session 32; the confirmation side was
+// fixed for this in TestACodeIsJudgedWhenItsLocksAreHeld). RequestCancel reads the clock once
+// the locks are held. Negative control: the clock read before inTx fails both checks.
+func TestACancelCodeLivesItsTTLFromItsIssue(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-tw-issue", 1000)
+	release := holdOrderRow(t, b, sess.OrderID)
+	type out struct {
+		ch  payments.Challenge
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+		done <- out{ch, err}
+	}()
+	waitLockWaiters(t, b.pool, 1)
+	b.clock.Advance(4 * time.Second) // the request waits 4 s for the order (lock_timeout is 5 s)
+	release()
+	got := mustWait(t, done, "the cancel request")
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	issued := b.clock.Now() // the code exists from here on; the message was sent now
+	if want := issued.Add(10 * time.Minute); got.ch.ExpiresAt.Before(want) {
+		t.Errorf("code issued at %s expires at %s: %s before the 10 minutes its message promises",
+			issued.Format(time.TimeOnly), got.ch.ExpiresAt.Format(time.TimeOnly), want.Sub(got.ch.ExpiresAt))
+	}
+	// The customer reads the code out 9m58s after it was sent: within the promised 10 minutes.
+	b.clock.Advance(10*time.Minute - 2*time.Second)
+	if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, got.ch.ID, b.lastCode(t, sess.ID)); err != nil {
+		t.Errorf("confirm 9m58s after the code was sent (message: \"expires in 10 minutes\") = %v", err)
+	}
+}
+
+// Support's refund form sent again while its code is "still open" answers that code and sends
+// nothing (RequestRefundCode). "Still open" was judged with the clock read before the wait for
+// the payment's locks: a code that expired during the wait was handed back as open, no new code
+// went to the customer, and the code support then typed was refused as expired (time-windows
+// review, session 32). Negative control: the clock read before inTx fails both checks.
+func TestARefundCodeIsReusedOnlyWhileOpenOnceTheLocksAreHeld(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	paid := b.completed(t, "o-tw-reuse", 1000)
+	form := staffRefund(paid.ID, 400, uuid.NewString())
+	first, err := b.svc.RequestRefundCode(ctx, supportStaff, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(10*time.Minute - time.Second) // a second before the first code expires
+	release := holdOrderRow(t, b, paid.OrderID)
+	type out struct {
+		ch  payments.Challenge
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		ch, err := b.svc.RequestRefundCode(ctx, supportStaff, form) // the same form again
+		done <- out{ch, err}
+	}()
+	waitLockWaiters(t, b.pool, 1)
+	b.clock.Advance(2 * time.Second) // the first code expires while the request waits
+	release()
+	got := mustWait(t, done, "the second refund code request")
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	now := b.clock.Now()
+	if !got.ch.ExpiresAt.After(now) {
+		t.Errorf("the form's code was answered as still open (challenge %s, first %s) though it expired at %s, before now %s",
+			got.ch.ID, first.ID, got.ch.ExpiresAt.Format(time.TimeOnly), now.Format(time.TimeOnly))
+	}
+	if _, err := b.svc.ConfirmRefund(ctx, supportStaff, paid.ID, got.ch.ID, b.lastCode(t, paid.ID)); err != nil {
+		t.Errorf("confirming the code the form was answered with = %v (%s)", err, payments.ErrorCode(err))
 	}
 }

@@ -83,7 +83,6 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		return Challenge{}, err
 	}
 	ctx = s.traceSession(ctx, sess)
-	now := s.cfg.Clock.Now()
 	var ch Challenge
 	var queued queuedMessage
 	err = s.inTx(ctx, "request refund code", func(tx pgx.Tx) error {
@@ -91,6 +90,9 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		if err != nil {
 			return err
 		}
+		// Read once the locks are held: a code lives its CodeTTL from its issue, not from before a
+		// wait for them (as tryCode judges one: TestACodeIsJudgedWhenItsLocksAreHeld).
+		now := s.cfg.Clock.Now()
 		if r, found, err := refundByKey(ctx, tx, cur.ID, in.requestKey()); err != nil || found {
 			if err == nil {
 				err = Errorf(ECONFLICT, "this refund form was used already: refund %s is %s", Short(r.ID), r.Status)
