@@ -11,16 +11,20 @@ import (
 
 // RequestCancel: POST /payments/:id/cancel. A one-time code goes to the customer (outbox /
 // NOTIFY_WEBHOOK_URL; staff never see it); the payment's page then opens the form to enter the
-// code the customer reads out.
+// code the customer reads out. The form's intent key makes a double click one code.
 func (h *Console) RequestCancel(c echo.Context) error {
 	st, err := staff(c)
 	if err != nil {
 		return err
 	}
 	id := c.Param("id")
-	ch, err := h.svc.RequestCancel(c.Request().Context(), st.Actor(), id)
-	detail := outcome(err)
-	if err == nil {
+	ch, err := h.svc.RequestCancelOnce(c.Request().Context(), st.Actor(), id, c.FormValue("intent"))
+	detail, msg := outcome(err), "A one-time code went to the customer. Ask them to read it to you."
+	switch {
+	case err == nil && ch.Reused:
+		detail = "the form's code is still open, challenge " + ch.ID + ": nothing sent"
+		msg = "The code this form asked for is still open (nothing new was sent). Ask the customer to read it to you."
+	case err == nil:
 		detail = "code sent, challenge " + ch.ID + ", expires " + ch.ExpiresAt.UTC().Format("15:04:05") + " UTC"
 	}
 	h.audit(c, payments.AuditCancelRequest, id, detail)
@@ -28,7 +32,7 @@ func (h *Console) RequestCancel(c echo.Context) error {
 	if err == nil {
 		to += "?challenge=" + url.QueryEscape(ch.ID)
 	}
-	return h.done(c, to, "A one-time code went to the customer. Ask them to read it to you.", err)
+	return h.done(c, to, msg, err)
 }
 
 // ConfirmCancel: POST /payments/:id/cancel/:challenge with the code. Consumes the code and

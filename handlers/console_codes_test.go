@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"pitlane/access"
@@ -37,7 +38,7 @@ func TestConsoleUnlockCodes(t *testing.T) {
 		t.Fatal("support is offered the unlock")
 	}
 	// Support's request for a new code is refused meanwhile, saying who can help.
-	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel", url.Values{})), http.StatusOK)
+	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel", cancelForm())), http.StatusOK)
 	wantText(t, doc, "flash-error", "a finance or admin user can unlock them")
 
 	doc = page(t, fin.get("/payments/"+s.ID), http.StatusOK)
@@ -56,7 +57,7 @@ func TestConsoleUnlockCodes(t *testing.T) {
 	wantText(t, doc, "flash-error", "are not locked")
 
 	b.clock.Advance(time.Hour)
-	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel", url.Values{})), http.StatusOK)
+	doc = page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel", cancelForm())), http.StatusOK)
 	if n := doc.Find(testid("flash-error")).Length(); n != 0 {
 		t.Fatalf("a new code after the unlock: %s", text(doc, "flash-error"))
 	}
@@ -158,7 +159,7 @@ func TestAStaffCancelThatLosesItsRaceIsAuditedAsSuch(t *testing.T) {
 	sup := b.agent(t)
 	sup.login("sup@example.com")
 	s := b.payment(t, "o-cancel-lost", 1500)
-	loc := sup.post("/payments/"+s.ID+"/cancel", url.Values{}).Header().Get("Location")
+	loc := sup.post("/payments/"+s.ID+"/cancel", cancelForm()).Header().Get("Location")
 	challenge, err := url.Parse(loc)
 	if err != nil || challenge.Query().Get("challenge") == "" {
 		t.Fatalf("request cancel → %q %v", loc, err)
@@ -232,3 +233,6 @@ func TestAUsedCodeIsGuessedWithinThePaymentsBudget(t *testing.T) {
 		t.Errorf("the used code's right code while the payment's codes are locked = %d, want 429", rec.Code)
 	}
 }
+
+// cancelForm is a "Request cancel" form as the payment page sends it: a fresh intent key.
+func cancelForm() url.Values { return url.Values{"intent": {uuid.NewString()}} }

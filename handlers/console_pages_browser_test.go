@@ -121,7 +121,7 @@ func (b *consoleBench) pagesDay(t *testing.T) (refunded, awaitingCode payments.S
 	doc = page(t, sup.follow(sup.post("/payments", url.Values{"order_id": {"o-1003"}, "amount": {"42.50"}, "currency": {"EUR"},
 		"customer_contact": {"ana@example.com"}})), http.StatusOK)
 	canceled := text(doc, "payment-id")
-	confirm, _ = page(t, sup.follow(sup.post("/payments/"+canceled+"/cancel", nil)), http.StatusOK).Find(testid("cancel-confirm-form")).Attr("action")
+	confirm, _ = page(t, sup.follow(sup.post("/payments/"+canceled+"/cancel", cancelForm())), http.StatusOK).Find(testid("cancel-confirm-form")).Attr("action")
 	var body string
 	if err := b.pool.QueryRow(bg, `SELECT body FROM outbox WHERE payment_id = $1 ORDER BY id DESC LIMIT 1`, canceled).Scan(&body); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func (b *consoleBench) pagesDay(t *testing.T) (refunded, awaitingCode payments.S
 		t.Fatalf("o-1006 after the patrol: %s %v", s.Status, err)
 	}
 	// The customer of o-1002 asks to cancel it now (a code lives minutes): the code form is open.
-	rec := sup.post("/payments/"+awaitingCode.ID+"/cancel", nil)
+	rec := sup.post("/payments/"+awaitingCode.ID+"/cancel", cancelForm())
 	loc, err := url.Parse(rec.Header().Get("Location"))
 	if rec.Code != http.StatusSeeOther || err != nil || loc.Query().Get("challenge") == "" {
 		t.Fatalf("request cancel: %d %q", rec.Code, rec.Header().Get("Location"))

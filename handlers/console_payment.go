@@ -39,10 +39,10 @@ func (h *Console) Payment(c echo.Context) error {
 	return render.HTML(c, http.StatusOK, views.Payment(v))
 }
 
-// paymentView is a payment's page with a fresh intent key for its refund form (every
-// submission of that form is one refund).
+// paymentView is a payment's page with fresh intent keys for its refund form (every submission
+// of that form is one refund) and its "Request cancel" form (one code however often it is sent).
 func (h *Console) paymentView(d payments.PaymentDetail) views.PaymentView {
-	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
+	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), CancelIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
 		PayURL: h.svc.PayableConfirmationURL(d.Session)}
 }
 

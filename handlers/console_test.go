@@ -62,21 +62,31 @@ func TestConsoleStartAndCancel(t *testing.T) {
 	}
 	wantText(t, doc, "timeline", "staff:sup@example.com")
 
-	// Request cancel: the code goes to the customer, the page opens the code form.
-	rec = sup.post("/payments/"+id+"/cancel", nil)
+	// Request cancel: the code goes to the customer, the page opens the code form. The form as the
+	// page sends it, clicked twice (its intent key): one code, both answers open its form.
+	action, form := formValues(doc, "cancel-request-form")
+	if action != "/payments/"+id+"/cancel" || form.Get("intent") == "" {
+		t.Fatalf("request cancel form %s %v: want its intent key", action, form)
+	}
+	first := sup.post(action, form)
+	rec = sup.post(action, form)
 	loc := rec.Header().Get("Location")
-	if !strings.HasPrefix(loc, "/payments/"+id+"?challenge=") {
-		t.Fatalf("request cancel → %d %q", rec.Code, loc)
+	if !strings.HasPrefix(loc, "/payments/"+id+"?challenge=") || loc != first.Header().Get("Location") {
+		t.Fatalf("request cancel twice → %d %q, then %d %q: want the same challenge", first.Code, first.Header().Get("Location"), rec.Code, loc)
+	}
+	var sent int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE payment_id = $1 AND kind = 'cancel_code'`, id).Scan(&sent); err != nil || sent != 1 {
+		t.Fatalf("codes sent for one form clicked twice = %d %v, want 1", sent, err)
 	}
 	doc = page(t, sup.follow(rec), http.StatusOK)
-	wantText(t, doc, "flash", "code went to the customer")
+	wantText(t, doc, "flash", "still open (nothing new was sent)")
 	if doc.Find(testid("cancel-code")).Length() != 1 {
 		t.Fatal("no code form after requesting a cancel")
 	}
 	if strings.Contains(doc.Text(), "is ") && outboxCodeRe.MatchString(doc.Text()) {
 		t.Fatal("the payment page shows the code to support")
 	}
-	action, _ := doc.Find(testid("cancel-confirm-form")).Attr("action")
+	action, _ = doc.Find(testid("cancel-confirm-form")).Attr("action")
 
 	// Support cannot read the outbox; the admin's outbox page shows the message and warns.
 	if rec := sup.get("/outbox"); rec.Code != http.StatusForbidden {
@@ -115,12 +125,12 @@ func TestConsoleStartAndCancel(t *testing.T) {
 	if doc.Find(testid("cancel-request")).Length() != 0 {
 		t.Error("a Canceled payment still offers Request cancel")
 	}
-	if b.audits(t, payments.AuditCancelRequest, id) != 1 || b.audits(t, payments.AuditCancelConfirm, id) != 3 {
+	if b.audits(t, payments.AuditCancelRequest, id) != 2 || b.audits(t, payments.AuditCancelConfirm, id) != 3 { // the form was clicked twice
 		t.Fatalf("audit: %d requests, %d confirms", b.audits(t, payments.AuditCancelRequest, id), b.audits(t, payments.AuditCancelConfirm, id))
 	}
 	// The payment's page lists the staff actions; the admin's audit page all of them.
-	if n := doc.Find(testid("audit-row")).Length(); n != 5 {
-		t.Errorf("payment page lists %d staff actions, want 5", n)
+	if n := doc.Find(testid("audit-row")).Length(); n != 6 {
+		t.Errorf("payment page lists %d staff actions, want 6", n)
 	}
 	adoc := page(t, adm.get("/admin/audit?actor=sup@example.com"), http.StatusOK)
 	for _, action := range []string{payments.AuditLogin, payments.AuditPaymentCreate, payments.AuditCancelRequest, payments.AuditCancelConfirm} {

@@ -13,6 +13,21 @@ import (
 // (code.go: the per-payment code limits). Refused (ECONFLICT) for Completed, Failed and
 // Canceled sessions.
 func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID string) (Challenge, error) {
+	return s.requestCancel(ctx, actor, sessionID, "")
+}
+
+// RequestCancelOnce is RequestCancel for a form with an intent key (the console's "Request
+// cancel", a UUID per page): the same form sent again while its code is still open answers that
+// code and sends nothing. A double click sent the customer two codes, the first dead on arrival,
+// and spent two of the payment's three code requests of the hour (an outside review).
+func (s *Service) RequestCancelOnce(ctx context.Context, actor Actor, sessionID, intent string) (Challenge, error) {
+	if !validUUID(intent) {
+		return Challenge{}, Invalid("intent", "the cancel form is damaged; reload the page")
+	}
+	return s.requestCancel(ctx, actor, sessionID, "console/"+intent)
+}
+
+func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, requestKey string) (Challenge, error) {
 	ctx, span := s.startSpan(ctx, "payments.cancel.request", sessionID, "")
 	defer span.End()
 	sess, err := s.Get(ctx, sessionID)
@@ -38,7 +53,12 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 		if !cur.Status.Cancelable() {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
-		ch, queued, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code",
+		if requestKey != "" {
+			if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeCancel, requestKey, 0, now); err != nil || ch.ID != "" {
+				return err // the form's code is still open: no second message
+			}
+		}
+		ch, queued, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code", requestKey: requestKey,
 			text: func(code string) string {
 				return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
 					cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))

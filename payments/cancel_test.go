@@ -1093,3 +1093,54 @@ func TestARefundCodeIsReusedOnlyWhileOpenOnceTheLocksAreHeld(t *testing.T) {
 		t.Errorf("confirming the code the form was answered with = %v (%s)", err, payments.ErrorCode(err))
 	}
 }
+
+// The console's "Request cancel" carries an intent key (RequestCancelOnce): the same form sent
+// twice at once — a double click, both requests waiting on the payment's locks — sends the
+// customer one code, and both answers name it. A new form (another key) sends a new code, as
+// does the same form once its code is dead. A double click sent two codes, the first dead on
+// arrival, and spent two of the payment's three code requests of the hour (staff-concurrency
+// review, session 32). Negative control: RequestCancelOnce ignoring its key sends two.
+func TestACancelFormSentTwiceSendsOneCode(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	sess := b.registered(t, "o-cancel-twice", 1000)
+	codes := func() int {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND kind = 'cancel_code'`, sess.ID)
+	}
+	intent := uuid.NewString()
+	release := holdOrderRow(t, b, sess.OrderID)
+	type out struct {
+		ch  payments.Challenge
+		err error
+	}
+	clicks := make(chan out, 2)
+	for range 2 {
+		go func() {
+			ch, err := b.svc.RequestCancelOnce(ctx, supportStaff.Actor(), sess.ID, intent)
+			clicks <- out{ch, err}
+		}()
+	}
+	waitLockWaiters(t, b.pool, 2)
+	release()
+	first, second := mustWait(t, clicks, "the first click"), mustWait(t, clicks, "the second click")
+	if first.err != nil || second.err != nil || first.ch.ID != second.ch.ID {
+		t.Fatalf("two clicks of one form = %+v, %+v: want one challenge for both", first, second)
+	}
+	if n := codes(); n != 1 {
+		t.Fatalf("codes sent for one form clicked twice = %d, want 1", n)
+	}
+
+	// Another form (the page loaded again): a new code, replacing the first.
+	other, err := b.svc.RequestCancelOnce(ctx, supportStaff.Actor(), sess.ID, uuid.NewString())
+	if err != nil || other.ID == first.ch.ID || codes() != 2 {
+		t.Fatalf("another form = %+v %v, codes %d: want a new code", other, err, codes())
+	}
+	// The first form again: its code was replaced, so it gets a new one too.
+	again, err := b.svc.RequestCancelOnce(ctx, supportStaff.Actor(), sess.ID, intent)
+	if err != nil || again.ID == first.ch.ID || codes() != 3 {
+		t.Fatalf("the first form after its code was replaced = %+v %v, codes %d: want a new code", again, err, codes())
+	}
+	_, err = b.svc.RequestCancelOnce(ctx, supportStaff.Actor(), sess.ID, "not-a-key")
+	wantCode(t, err, payments.EINVALID, "reload the page")
+}

@@ -50,6 +50,8 @@ type Challenge struct {
 	Action    CodeAction
 	Amount    int64 // refund: the amount the code confirms
 	ExpiresAt time.Time
+	// Reused: the form's code was still open and is answered again; no message was sent.
+	Reused bool
 }
 
 // codeRequest is a new code about to be sent: what it confirms and the message that carries it.
@@ -119,6 +121,24 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 		return Challenge{}, queuedMessage{}, err
 	}
 	return ch, queued, nil
+}
+
+// openChallengeOf is the challenge a form's intent key (requestKey) already got on the session,
+// while its code may still be tried: the same form sent again answers it and sends nothing.
+// Zero when there is none.
+func openChallengeOf(ctx context.Context, tx pgx.Tx, sessionID string, action CodeAction, requestKey string, amount int64, now time.Time) (Challenge, error) {
+	ch := Challenge{SessionID: sessionID, Action: action, Amount: amount, Reused: true}
+	err := tx.QueryRow(ctx, `SELECT id::text, expires_at FROM cancel_challenges
+		WHERE session_id = $1 AND action = $2 AND request_key = $3 AND amount IS NOT DISTINCT FROM nullif($4, 0)
+		  AND consumed_at IS NULL AND superseded_at IS NULL AND expires_at > $5 AND attempts < max_attempts`,
+		sessionID, string(action), requestKey, amount, now).Scan(&ch.ID, &ch.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Challenge{}, nil
+	}
+	if err != nil {
+		return Challenge{}, fmt.Errorf("one-time code: the form's open code: %w", err)
+	}
+	return ch, nil
 }
 
 // tryCode checks code against the challenge of action on the session and consumes it, in the

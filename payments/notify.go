@@ -134,6 +134,9 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Tim
 // the patrol may take the message over would send the customer the same code twice. What the
 // writer cannot send in its lease is the patrol's.
 func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
+	if q.id == 0 {
+		return // nothing was queued (a form sent again answered its open code)
+	}
 	ctx = withStop(ctx)
 	if q.token != "" {
 		left := q.until.Sub(s.cfg.Clock.Now()) - writerRecordTime

@@ -102,16 +102,8 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		if _, _, err := refundRoom(ctx, tx, cur, in.Amount, true); err != nil {
 			return err
 		}
-		err = tx.QueryRow(ctx, `SELECT id::text, expires_at FROM cancel_challenges
-			WHERE session_id = $1 AND action = 'refund' AND request_key = $2 AND amount = $3
-			  AND consumed_at IS NULL AND superseded_at IS NULL AND expires_at > $4 AND attempts < max_attempts`,
-			cur.ID, in.requestKey(), in.Amount, now).Scan(&ch.ID, &ch.ExpiresAt)
-		if err == nil {
-			ch.SessionID, ch.Action, ch.Amount = cur.ID, CodeRefund, in.Amount
-			return nil // the form's code is still open: no second message
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("request refund code: read: %w", err)
+		if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeRefund, in.requestKey(), in.Amount, now); err != nil || ch.ID != "" {
+			return err // the form's code is still open: no second message
 		}
 		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
 		ch, queued, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
@@ -124,9 +116,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	if err != nil {
 		return Challenge{}, err
 	}
-	if queued.id != 0 {
-		s.deliverQueued(ctx, queued)
-	}
+	s.deliverQueued(ctx, queued)
 	return ch, nil
 }
 
