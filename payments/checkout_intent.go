@@ -145,13 +145,21 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	if keyless {
 		return s.checkoutPayKeyless(ctx, key, in, now)
 	}
-	res, err := s.Create(ctx, checkoutActor(key), in)
+	actor := checkoutActor(key)
+	res, err := s.Create(ctx, actor, in)
 	if err != nil {
-		// No session for this click (refused, or the outcome is unknown): let the key go so the
-		// same click may try again; Create's per-order claim makes a repeat safe. Only while the
-		// key is still this request's: a retry that took it over holds it now.
-		if _, uerr := s.execBounded(ctx, "checkout: release intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
-			WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token); uerr != nil {
+		// The click's Create failed: refused, or its outcome is unknown. Its claim may have
+		// committed a session all the same (the connection of the transaction writing the
+		// gateway's answer died, say): the key is bound to that session (its first event names
+		// this click), so the same click sent again answers it — a second session once the first
+		// had failed was a second payment for one click (an outside review). With no session,
+		// the key is let go so the same click may try again; Create's per-order claim makes a
+		// repeat safe. Only while the key is still this request's: a retry that took it over
+		// holds it now.
+		if _, uerr := s.execBounded(ctx, "checkout: release intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL,
+			session_id = (SELECT e.session_id FROM payment_sessions ps JOIN session_events e ON e.session_id = ps.id
+				WHERE ps.order_id = $3 AND e.from_status IS NULL AND e.actor_kind = $4 AND e.actor_id = $5 LIMIT 1)
+			WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, in.OrderID, string(actor.Kind), actor.ID); uerr != nil {
 			s.log.Error("checkout: release intent", "err", uerr)
 		}
 		return CheckoutPayResult{}, err
