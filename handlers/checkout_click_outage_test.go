@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -80,17 +79,11 @@ type killer struct {
 
 func newKiller(t *testing.T, b *apiBench) *killer {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, os.Getenv("TEST_DATABASE_URL"))
-	if err != nil {
-		t.Fatalf("admin connection: %v", err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
 	var db string
-	if err := b.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
 	}
-	return &killer{t: t, admin: admin, db: db}
+	return &killer{t: t, admin: adminConn(t), db: db}
 }
 
 // idleInTx kills every backend of the database that sits inside an open transaction (the one a

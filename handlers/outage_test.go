@@ -12,17 +12,25 @@ import (
 	"pitlane/payments"
 )
 
+// adminConn is a connection of the test's own to the test cluster's admin database, closed at
+// the test's end: it outlives what it does to the bench's database.
+func adminConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	admin, err := pgx.Connect(context.Background(), os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		t.Fatalf("admin connection: %v", err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	return admin
+}
+
 // outage cuts the bench's database off for real: no new connection is accepted
 // (ALLOW_CONNECTIONS false) and every backend serving it is killed (pg_terminate_backend, what an
 // administrator's restart or a failover does to open connections). The returned function ends it.
 func outage(t *testing.T, db string) (restore func()) {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, os.Getenv("TEST_DATABASE_URL"))
-	if err != nil {
-		t.Fatalf("admin connection: %v", err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
+	admin := adminConn(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := admin.Exec(ctx, sql, args...); err != nil {
