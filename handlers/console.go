@@ -68,6 +68,26 @@ func outcome(err error) string {
 	return "refused: " + payments.ErrorCode(err) + ": " + payments.ErrorMessage(err)
 }
 
+// errorField is the form field a refusal names ("" when it names none, or is not the domain's).
+func errorField(err error) string {
+	if de := (*payments.Error)(nil); errors.As(err, &de) {
+		return de.Field
+	}
+	return ""
+}
+
+// formStatus is the status of a form shown again with a refusal: 409 for a conflict, 503 while
+// the database is unavailable (the same form may be sent again), 422 otherwise.
+func formStatus(code string) int {
+	switch code {
+	case payments.ECONFLICT:
+		return http.StatusConflict
+	case payments.EUNAVAIL:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusUnprocessableEntity
+}
+
 // done finishes an action the Post/Redirect/Get way: the outcome as a flash message on the
 // page the browser is sent to (303). A refusal of the domain (conflict, wrong code, …) is
 // shown there too; an internal error goes to the error page instead.

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -42,17 +41,9 @@ func (h *Console) CreatePayment(c echo.Context) error {
 		if code != payments.EINVALID {
 			h.audit(c, payments.AuditPaymentCreate, "order:"+in.OrderID, outcome(err))
 		}
-		var field string
-		if de := (*payments.Error)(nil); errors.As(err, &de) {
-			field = de.Field
-		}
-		status := http.StatusUnprocessableEntity
-		if code == payments.ECONFLICT {
-			status = http.StatusConflict
-		}
-		return render.HTML(c, status, views.NewPayment(views.NewPaymentView{
+		return render.HTML(c, formStatus(code), views.NewPayment(views.NewPaymentView{
 			Page: h.page(c, "Start a payment", "payments"), OrderID: f.OrderID, Amount: f.Amount, Currency: f.Currency,
-			Contact: f.Contact, Field: field, Error: payments.ErrorMessage(err),
+			Contact: f.Contact, Field: errorField(err), Error: payments.ErrorMessage(err),
 		}))
 	}
 	s := res.Session

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -110,16 +109,10 @@ func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 	}
 	// The form again, open, with what was typed and why it was refused: a reason and evidence
 	// that took minutes to write are not lost to a missing outcome or a race.
-	var de *payments.Error
-	errors.As(err, &de)
-	status := http.StatusUnprocessableEntity
-	if code == payments.ECONFLICT {
-		status = http.StatusConflict
-	}
 	h.auth.Flash(c, false, payments.ErrorMessage(err))
 	v := h.paymentView(d)
 	v.RefundSettle = &views.RefundSettleDraft{RefundID: refund.ID, Outcome: c.FormValue("outcome"),
-		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: de.Field}
+		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: errorField(err)}
 	v.Page = h.paymentPage(c, d)
-	return render.HTML(c, status, views.Payment(v))
+	return render.HTML(c, formStatus(code), views.Payment(v))
 }

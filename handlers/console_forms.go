@@ -39,8 +39,15 @@ func parseMajorAmount(s, currency string) (int64, error) {
 		return 0, payments.Invalid("amount", "amount is too large")
 	}
 	n, err := strconv.ParseInt(whole+frac, 10, 64)
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0, bad
+	case n <= 0:
+		return 0, payments.Invalid("amount", "the amount must be more than 0")
+	case n >= payments.MaxAmount:
+		// Told in the units typed: the core's own message speaks of minor units, and someone
+		// who typed 19.99 and obeyed it would ask for a hundred times the money.
+		return 0, payments.Invalid("amount", "the amount is too large: at most %s %s", payments.FormatMinor(payments.MaxAmount-1, currency), currency)
 	}
 	return n, nil
 }

@@ -53,15 +53,21 @@ func (h *Console) RequestRefundCode(c echo.Context) error {
 	if err == nil {
 		ch, err = h.svc.RequestRefundCode(c.Request().Context(), st, in)
 	}
-	detail := outcome(err)
+	detail, msg := outcome(err), "A one-time code for the refund went to the customer. Ask them to read it to you."
 	to := "/payments/" + sess.ID
-	if err == nil {
+	switch {
+	case err == nil && ch.Reused:
+		detail = fmt.Sprintf("%s: the form's code is still open, challenge %s: nothing sent", views.Money(in.Amount, sess.Currency), ch.ID)
+		msg = "The code this form asked for is still open (nothing new was sent). Ask the customer to read it to you."
+	case err == nil:
 		detail = fmt.Sprintf("%s: code sent, challenge %s, expires %s UTC: %s", views.Money(in.Amount, sess.Currency), ch.ID,
 			ch.ExpiresAt.UTC().Format("15:04:05"), strings.TrimSpace(in.Reason))
+	}
+	if err == nil {
 		to += "?challenge=" + url.QueryEscape(ch.ID)
 	}
 	h.audit(c, payments.AuditRefundRequest, sess.ID, detail)
-	return h.done(c, to, "A one-time code for the refund went to the customer. Ask them to read it to you.", err)
+	return h.done(c, to, msg, err)
 }
 
 // ConfirmRefund: POST /payments/:id/refunds/code/:challenge with the code the customer reads

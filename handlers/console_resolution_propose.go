@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -47,12 +46,6 @@ func (h *Console) ProposeResolution(c echo.Context) error {
 	if cerr != nil {
 		return cerr
 	}
-	var de *payments.Error
-	errors.As(err, &de)
-	status := http.StatusUnprocessableEntity
-	if code == payments.ECONFLICT {
-		status = http.StatusConflict
-	}
-	return render.HTML(c, status, views.ProposeResolution(views.ProposeView{Page: h.page(c, "Settle by hand", "finance"), C: cand,
-		Outcome: string(in.Outcome), Reason: in.Reason, Evidence: in.Evidence, Field: de.Field, Error: payments.ErrorMessage(err)}))
+	return render.HTML(c, formStatus(code), views.ProposeResolution(views.ProposeView{Page: h.page(c, "Settle by hand", "finance"), C: cand,
+		Outcome: string(in.Outcome), Reason: in.Reason, Evidence: in.Evidence, Field: errorField(err), Error: payments.ErrorMessage(err)}))
 }

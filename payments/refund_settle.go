@@ -87,7 +87,7 @@ func lockRefund(ctx context.Context, tx pgx.Tx, id string) (Refund, error) {
 		return Refund{}, Errorf(ENOTFOUND, "refund %q not found", id)
 	}
 	if err != nil {
-		return Refund{}, fmt.Errorf("refund: lock: %w", err)
+		return Refund{}, dbError("refund: lock", err, "")
 	}
 	return r, nil
 }

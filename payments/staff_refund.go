@@ -102,6 +102,18 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		if _, _, err := refundRoom(ctx, tx, cur, in.Amount, true); err != nil {
 			return err
 		}
+		// The same form with another amount (back, another amount typed, sent again) is refused,
+		// as finance's is (formReused): a second code for another amount replaced the first and
+		// spent one of the payment's code requests (an outside review).
+		var asked int64
+		err = tx.QueryRow(ctx, `SELECT coalesce(max(amount), 0) FROM cancel_challenges
+			WHERE session_id = $1 AND action = 'refund' AND request_key = $2 AND amount <> $3`, cur.ID, in.requestKey(), in.Amount).Scan(&asked)
+		if err != nil {
+			return fmt.Errorf("request refund code: the form's earlier codes: %w", err)
+		}
+		if asked != 0 {
+			return formReused(asked, in.Amount, cur.Currency)
+		}
 		if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeRefund, in.requestKey(), in.Amount, now); err != nil || ch.ID != "" {
 			return err // the form's code is still open: no second message
 		}
