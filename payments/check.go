@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +81,7 @@ func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause 
 		if err != nil {
 			return err
 		}
-		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, reason, now)
+		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, reason, now, missingFact(sess.GatewayPaymentID))
 		return err
 	})
 	return out, err
@@ -113,7 +115,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		// Attach the most advanced one and tell finance about the others.
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), duplicateFact(paymentIDs(found)...))
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -370,10 +372,10 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 	out = cur
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
 		return out, noteCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
-			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now)
+			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now, gatewayFact(gp))
 	}
 	if mismatch := answerMismatch(cur, gp); mismatch != "" {
-		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now)
+		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now, gatewayFact(gp))
 	}
 	if cur.GatewayPaymentID == "" && gp.ID != "" && gp.Reference != cur.Reference() {
 		// A payment about to be attached must be this session's: a registration answer (Create,
@@ -384,7 +386,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		// reference and webhook hints are matched on it already (an outside review).
 		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
 			"the gateway's payment %s (%s) carries reference %q, not the session's %s; not attached, nothing applied",
-			gp.ID, gp.Status, gp.Reference, cur.Reference()), now)
+			gp.ID, gp.Status, gp.Reference, cur.Reference()), now, gatewayFact(gp))
 	}
 	patch := sessionPatch{}
 	untrusted := ""
@@ -481,7 +483,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		// openCase it was dropped, and once that case was closed nothing said the money had
 		// gone back: a webhook answered 200 is not sent again, the patrol drives no Completed
 		// session (an outside review).
-		return out, noteCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now)
+		return out, noteCase(ctx, tx, id, cur.OrderID, oc.caseKind, oc.caseDetail, now, gatewayFact(gp))
 	}
 	return out, nil
 }
@@ -517,10 +519,13 @@ func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
 
 // openCase opens a finance case unless one of the same kind is already open for the session.
 // Finance rows come last in the lock order.
-func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time) error {
-	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO NOTHING`, sessionID, orderID, kind, detail, now)
+func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time, facts ...string) error {
+	if resolved, err := factsResolved(ctx, tx, sessionID, kind, facts); err != nil || resolved {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
+		VALUES ($1, $2, $3, $4, $5, coalesce($6::text[], '{}'))
+		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO NOTHING`, sessionID, orderID, kind, detail, now, facts)
 	if err != nil {
 		return fmt.Errorf("open case %s: %w", kind, err)
 	}
@@ -531,16 +536,66 @@ func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 // refunds): when a case of the kind is open already, the detail is added to it (once: a repeat
 // of the same detail adds nothing; at most 8,000 characters in all) instead of being dropped, so
 // a refund's contradiction is never silent behind an older case about something else.
-func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time) error {
-	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
-		VALUES ($1, $2, $3, $4, $5)
+func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time, facts ...string) error {
+	if resolved, err := factsResolved(ctx, tx, sessionID, kind, facts); err != nil || resolved {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
+		VALUES ($1, $2, $3, $4, $5, coalesce($6::text[], '{}'))
 		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO UPDATE
-			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000)
-			WHERE strpos(finance_cases.detail, EXCLUDED.detail) = 0`, sessionID, orderID, kind, detail, now)
+			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000),
+			facts = ARRAY(SELECT DISTINCT unnest(finance_cases.facts || EXCLUDED.facts))
+			WHERE strpos(finance_cases.detail, EXCLUDED.detail) = 0`, sessionID, orderID, kind, detail, now, facts)
 	if err != nil {
 		return fmt.Errorf("note case %s: %w", kind, err)
 	}
 	return nil
+}
+
+// Facts are what a finance case is about, worded the same by every path that finds it (a Check,
+// a webhook, the patrol, reconciliation), so a contradiction finance resolved is known again
+// whoever finds it next and however its detail is worded (finance_cases.facts, migration 00740).
+
+// gatewayFact is a gateway payment as a case's fact: its id, status, amount and currency (any
+// of them changing is new news).
+func gatewayFact(gp GatewayPayment) string {
+	return fmt.Sprintf("%s (%s, %d %s)", gp.ID, gp.Status, gp.Amount, gp.Currency)
+}
+
+// missingFact: the gateway has no payment id (or, for a reference, none carrying it).
+func missingFact(id string) string { return id + " (missing)" }
+
+// paymentIDs is the ids of ps.
+func paymentIDs(ps []GatewayPayment) []string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+// duplicateFact: these gateway payments carry one session's reference.
+func duplicateFact(ids ...string) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return "carry one reference: " + strings.Join(slices.Compact(ids), ", ")
+}
+
+// factsResolved reports whether every one of facts is in a case of the session and kind that
+// finance resolved: the contradiction is one finance has dealt with, and stays the same. No
+// facts: never (news whose facts are not known opens its case as before).
+func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts []string) (bool, error) {
+	if len(facts) == 0 {
+		return false, nil
+	}
+	var resolved bool
+	err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM unnest($3::text[]) f WHERE NOT EXISTS (
+			SELECT 1 FROM finance_cases r WHERE r.session_id = $1 AND r.kind = $2 AND r.resolved_at IS NOT NULL AND f = ANY (r.facts)))`,
+		sessionID, kind, facts).Scan(&resolved)
+	if err != nil {
+		return false, fmt.Errorf("case %s: resolved facts: %w", kind, err)
+	}
+	return resolved, nil
 }
 
 // ApplyGatewayHint applies a gateway event (webhook) as a hint: the state applied is whatever

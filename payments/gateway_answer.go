@@ -44,7 +44,7 @@ func orNone(s string) string {
 // transaction (which holds the order → session locks). A terminal session is not flagged (nothing
 // drives it any more); the case is the finding. The flag keeps the first reason; the sweeper
 // skips flagged sessions.
-func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason string, now time.Time) (Session, error) {
+func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason string, now time.Time, facts ...string) (Session, error) {
 	out := cur
 	if !cur.Status.Terminal() {
 		var err error
@@ -54,7 +54,7 @@ func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason st
 			return cur, dbError("flag for finance", err, "")
 		}
 	}
-	return out, noteCase(ctx, tx, cur.ID, cur.OrderID, kind, reason, now) // a second contradiction is added (applyLocked)
+	return out, noteCase(ctx, tx, cur.ID, cur.OrderID, kind, reason, now, facts...) // a second contradiction is added (applyLocked)
 }
 
 // refundAnswerMismatch says why a gateway's refund answer cannot be applied to refund r of the

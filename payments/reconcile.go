@@ -571,7 +571,8 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 
 	if len(found) > 1 {
 		if err := s.reconcileCase(ctx, sess, rep, CaseDuplicatePayment, fmt.Sprintf(
-			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found))); err != nil {
+			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found)),
+			duplicateFact(paymentIDs(found)...)); err != nil {
 			return err
 		}
 	}
@@ -584,25 +585,32 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			}
 		}
 		if len(paid) > 0 {
+			facts := make([]string, len(paid))
+			for i, gp := range paid {
+				facts[i] = gatewayFact(gp)
+			}
 			if err := s.reconcileCase(ctx, sess, rep, CaseLatePayment, fmt.Sprintf(
-				"reconciliation: the gateway holds money for a %s session (its webhook never arrived): %s", sess.Status, describePayments(paid))); err != nil {
+				"reconciliation: the gateway holds money for a %s session (its webhook never arrived): %s", sess.Status, describePayments(paid)),
+				facts...); err != nil {
 				return err
 			}
 		}
 	case sess.Status == StatusCompleted:
-		detail := ""
+		detail, fact := "", ""
 		switch {
 		case haveOwn && own.Status != GatewaySucceeded:
 			detail = fmt.Sprintf("reconciliation: the gateway says %s for the Completed session's payment %s", own.Status, own.ID)
+			fact = gatewayFact(own)
 		case haveOwn && answerMismatch(sess, own) != "":
-			detail = "reconciliation: " + answerMismatch(sess, own)
+			detail, fact = "reconciliation: "+answerMismatch(sess, own), gatewayFact(own)
 		case sess.GatewayPaymentID == "" && len(found) == 0:
 			// Completed by people (four-eyes) before the gateway's id was known, and the gateway
 			// has nothing under our reference: the contradiction Check reports too.
 			detail = "reconciliation: the gateway has no payment with reference " + sess.Reference() + " for a Completed session"
+			fact = missingFact(sess.Reference())
 		}
 		if detail != "" {
-			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail); err != nil {
+			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail, fact); err != nil {
 				return err
 			}
 		}
@@ -639,15 +647,21 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 // names the contradiction (the session's state, the gateway's payments with their status and
 // amounts), so one that changes — another payment, another status, another amount — is a new
 // detail and opens a new case.
-func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *ReconcileReport, kind, detail string) error {
+func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *ReconcileReport, kind, detail string, facts ...string) error {
 	ctx = context.WithoutCancel(ctx) // the gateway has spoken: record it
 	settled := false
 	if err := s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
+		// By its facts, whoever found it first (a Check, a webhook: another wording), or, for a
+		// case resolved before cases kept facts, by its detail.
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases
 			WHERE session_id = $1 AND kind = $2 AND detail = $3 AND resolved_at IS NOT NULL)`, sess.ID, kind, detail).Scan(&settled); err != nil || settled {
 			return err
 		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now())
+		var err error
+		if settled, err = factsResolved(ctx, tx, sess.ID, kind, facts); err != nil || settled {
+			return err
+		}
+		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now(), facts...)
 	}); err != nil {
 		return err
 	}
@@ -662,7 +676,7 @@ func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *Reconcil
 func describePayments(ps []GatewayPayment) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
-		parts[i] = fmt.Sprintf("%s (%s, %d %s)", p.ID, p.Status, p.Amount, p.Currency)
+		parts[i] = gatewayFact(p)
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")

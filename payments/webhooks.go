@@ -293,7 +293,8 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 		s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
 			"session_gateway_payment", sess.GatewayPaymentID)
 		if err := s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(),
+				duplicateFact(ev.PaymentID, sess.GatewayPaymentID))
 		}); err != nil {
 			return EventResult{}, err
 		}

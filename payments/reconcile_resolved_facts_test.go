@@ -1,0 +1,106 @@
+package payments_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+)
+
+// Reconciliation review, session 32 (fixed by finance_cases.facts, migration 00740; negative
+// control: factsResolved never true fails all three): a late payment normally reaches finance through its webhook or a Check, whose
+// late_payment case carries Check's detail. Finance refunds it by hand at the gateway (the payment
+// still reads succeeded) and resolves the case. The contradiction is the same one — same gateway
+// payment, same status, same amount — yet reconciliation's next pass opens a second late_payment
+// case, because it only recognises resolved cases carrying its own wording (docs/console.md: "does
+// not open again a contradiction finance has resolved while it stays the same").
+func TestReconcileKnowsALatePaymentCaseResolvedFromCheck(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	dead := b.failed(t, "o-late-check", 100)
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the late money
+	// The late payment's webhook (or staff pressing Check) runs Check: one late_payment case.
+	if _, err := b.plain.Check(ctx, api, dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
+		t.Fatalf("setup: Check opened no late_payment case: %v", err)
+	}
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9"); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID); n != 1 {
+		t.Errorf("late_payment cases for the one late payment finance already resolved = %d, want 1 (report: %d late payments found)", n, rep.LatePayments)
+	}
+}
+
+// Reconciliation review, session 32 (fixed by finance_cases.facts, migration 00740; negative
+// control: factsResolved never true fails all three): reconciliation's own finding "the gateway has no payment X" for a Completed
+// session goes through flagMissingAtGateway, not reconcileCase, so the rule "a contradiction
+// finance resolved is not opened again while it stays the same" does not hold for it: after
+// finance resolves the case, every later pass (each minute in a small shop, for 7 days) opens a
+// fresh gateway_mismatch case for the same lost payment.
+func TestReconcileDoesNotReopenAResolvedLostPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-lost", 900)
+	b.gw.Forget(s.GatewayPaymentID) // the gateway lost the payment we completed
+	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.Mismatches != 1 || !rep.PassDone {
+		t.Fatalf("first pass: %+v", rep)
+	}
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID).Scan(&caseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "gateway support confirmed the capture by phone, ticket FIN-12"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b.clock.Advance(time.Minute)
+		reconcile(t, b.svc, payments.ReconcileConfig{})
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID).Scan(&caseID); err != nil {
+			t.Fatal(err)
+		}
+		if caseID != 0 {
+			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "same as FIN-12"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Errorf("gateway_mismatch cases for the one lost payment finance already resolved = %d, want 1", n)
+	}
+}
+
+// Reconciliation review, session 32 (fixed by finance_cases.facts, migration 00740; negative
+// control: factsResolved never true fails all three): the same for an active session whose gateway payment is for another amount:
+// the apply path (flagForFinance) opens a gateway_mismatch case; finance resolves it; each later
+// pass opens another for the unchanged contradiction.
+func TestReconcileDoesNotReopenAResolvedAmountMismatch(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-amount", 500)
+	b.gw.SetAmount(s.GatewayPaymentID, 5000, s.Currency)
+	reconcile(t, b.svc, payments.ReconcileConfig{})
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID).Scan(&caseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "asked the gateway to correct the amount, ticket FIN-13"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		b.clock.Advance(time.Minute)
+		reconcile(t, b.svc, payments.ReconcileConfig{})
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Errorf("gateway_mismatch cases for the one amount mismatch finance already resolved = %d, want 1", n)
+	}
+}
