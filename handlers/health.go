@@ -39,7 +39,7 @@ func (h *Health) Healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
 }
 
-// Readyz: the database answers, the replica has read its clock (ClockSynced) and it has every
+// Readyz: the database answers and takes writes, the replica has read its clock (ClockSynced) and it has every
 // migration this binary embeds, so requests routed here can be served. 503 with the reason
 // otherwise.
 func (h *Health) Readyz(c echo.Context) error {
@@ -53,8 +53,14 @@ func (h *Health) Readyz(c echo.Context) error {
 func (h *Health) notReady(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := h.DB.Ping(ctx); err != nil {
+	// One round trip that is also a ping: a database that answers but refuses every write (a
+	// standby reached during a failover) cannot serve anything routed here either.
+	var readOnly string
+	if err := h.DB.QueryRow(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&readOnly); err != nil {
 		return "database unreachable"
+	}
+	if readOnly == "on" {
+		return "database is read-only (a standby?)"
 	}
 	if h.ClockSynced != nil {
 		select {

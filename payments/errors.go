@@ -148,7 +148,8 @@ func RetryAfter(err error) time.Duration {
 //     system is starting up / shutting down", too many connections at connect time);
 //   - SQLSTATE class 08 (connection exception), 57P01 admin_shutdown (a backend terminated by
 //     pg_terminate_backend or a fast shutdown), 57P02 crash_shutdown, 57P03 cannot_connect_now,
-//     53300 too_many_connections;
+//     53300 too_many_connections, 25006 read_only_sql_transaction (the database reached is a
+//     standby, or an old primary back as one, during a failover: every write refused);
 //   - the socket failing under a query: connection reset or refused, a broken pipe, an
 //     unexpected EOF, a connection pgx had already closed, any other socket error.
 //
@@ -169,7 +170,7 @@ func DatabaseUnavailable(err error) bool {
 	if errors.As(err, &pe) {
 		switch {
 		case len(pe.Code) == 5 && pe.Code[:2] == "08",
-			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300":
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300", pe.Code == "25006":
 			return true
 		}
 		return false
