@@ -21,3 +21,32 @@ document.addEventListener("change", function (e) {
     row.checked = box.checked;
   });
 });
+
+// A refused action (4xx, 5xx) is shown as the same post without JavaScript shows it. htmx swaps
+// no error answer by itself, so a button whose post was refused did nothing on the page (an
+// outside review: a role changed while the page was open, a form that expired, the database
+// away). An answer holding what the form swaps (the payment page again, with the refusal in its
+// flash and the form as typed) is swapped in as a success would be; any other (the error page:
+// 403, 404, 503 with its "Try again") replaces the page's main content.
+document.addEventListener("htmx:beforeSwap", function (e) {
+  var d = e.detail;
+  if (!d.xhr || d.xhr.status < 400 || d.shouldSwap || !d.requestConfig || !d.requestConfig.elt) {
+    return;
+  }
+  var answer = new DOMParser().parseFromString(d.xhr.responseText, "text/html");
+  var swaps = d.requestConfig.elt.closest("[hx-select]");
+  var sel = swaps ? swaps.getAttribute("hx-select") : "";
+  d.shouldSwap = true;
+  d.isError = false;
+  if (sel && answer.querySelector(sel)) {
+    return;
+  }
+  var main = document.querySelector("main");
+  if (!main || !answer.querySelector("main")) {
+    d.shouldSwap = false;
+    return;
+  }
+  d.target = main;
+  d.selectOverride = "main";
+  d.swapOverride = "outerHTML";
+});
