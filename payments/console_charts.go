@@ -26,6 +26,10 @@ const (
 	// shown as silent. A patrol beats every round and every SWEEP_INTERVAL during a long one
 	// (default 2 s), so a minute of silence is a dead process or a stuck database connection.
 	ReplicaSilentAfter = time.Minute
+	// ReplicaNotSweepingAfter: a replica that beats but has not looked for due work for this
+	// long, and is not backing off, is not sweeping (its drives hang): what
+	// PitlaneReplicaNotSweeping fires on (deploy/prometheus/pitlane.rules.yml, 120 s).
+	ReplicaNotSweepingAfter = 2 * time.Minute
 )
 
 // GatewayOutcome is how a gateway call ended (gateway_calls.outcome): "ok", or the FailureKind.
@@ -95,10 +99,13 @@ type GatewayMinute struct {
 // and how it is doing.
 type ReplicaHealth struct {
 	Heartbeat
-	Leased     int  // active sessions whose unexpired lease names this replica
-	Silent     bool // no heartbeat for ReplicaSilentAfter
-	BackingOff bool
-	Probing    bool // its back-off ran out and it probes the gateway (BackingOff too)
+	Leased int  // active sessions whose unexpired lease names this replica
+	Silent bool // no heartbeat for ReplicaSilentAfter
+	// NotSweeping: it beats, but its last look for due work is older than
+	// ReplicaNotSweepingAfter and it is not backing off (the alert's rule).
+	NotSweeping bool
+	BackingOff  bool
+	Probing     bool // its back-off ran out and it probes the gateway (BackingOff too)
 }
 
 // OpsCharts is everything the Operations page draws, as of At.
@@ -337,6 +344,7 @@ func (s *Service) ReplicaHealth(ctx context.Context) ([]ReplicaHealth, error) {
 	for i, h := range hbs {
 		out[i] = ReplicaHealth{Heartbeat: h, Leased: leased[h.ReplicaID],
 			Silent: now.Sub(h.BeatAt) >= ReplicaSilentAfter, BackingOff: h.BackingOff(now), Probing: h.Probing(now)}
+		out[i].NotSweeping = h.LastSweepAt != nil && now.Sub(*h.LastSweepAt) > ReplicaNotSweepingAfter && !out[i].BackingOff
 	}
 	return out, nil
 }

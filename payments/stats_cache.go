@@ -29,8 +29,12 @@ func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats,
 	counted := false
 	err := s.inTx(ctx, "cached stats", func(tx pgx.Tx) error {
 		var claimed bool
+		// Counted in the future: the database's clock stepped back since (a failover to a standby
+		// with another clock, an NTP step). Such counts are not fresh, they are of unknown age:
+		// counted again, or every scrape served them as current until the clock caught up (an
+		// outside review).
 		err := tx.QueryRow(ctx, `UPDATE stats_cache SET refreshed_at = $1
-			WHERE id = (SELECT id FROM stats_cache WHERE id = 1 AND refreshed_at <= $2 FOR UPDATE SKIP LOCKED)
+			WHERE id = (SELECT id FROM stats_cache WHERE id = 1 AND (refreshed_at <= $2 OR refreshed_at > $1) FOR UPDATE SKIP LOCKED)
 			RETURNING true`, now, now.Add(-maxAge)).Scan(&claimed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // fresh enough, or being counted right now: read what is stored
