@@ -38,6 +38,12 @@ type Stats struct {
 	// failing, and when no replica pushes any more (EVENTS_WEBHOOK_URL unset everywhere: delete
 	// the events_webhook row to turn delivery off for good).
 	EventsWebhookLag time.Duration
+	// FailingMessages are customer messages (one-time codes) whose delivery to NOTIFY_WEBHOOK_URL
+	// failed at least once and that are neither delivered nor skipped since; OldestFailingMessage
+	// is how long the oldest of them has waited since it was written (0 when none). Messages never
+	// tried are not counted: without NOTIFY_WEBHOOK_URL the admin outbox is their delivery.
+	FailingMessages      int
+	OldestFailingMessage time.Duration
 	// CountedAt is when these counts were taken (the service clock): CachedStats refuses to hand
 	// out counts much older than asked for.
 	CountedAt time.Time
@@ -107,7 +113,7 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 	}
 
 	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
-	var oldest, oldestEvent *time.Time
+	var oldest, oldestEvent, oldestMessage *time.Time
 	var pushCursor *string
 	if err := q.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
@@ -119,8 +125,11 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL),
 		(SELECT min(received_at) FROM webhook_events WHERE processed_at IS NULL),
 		(SELECT coalesce(max(attempts), 0) FROM events_webhook),
-		(SELECT cursor FROM events_webhook)`, now).
-		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &oldestEvent, &st.EventsWebhookFailures, &pushCursor); err != nil {
+		(SELECT cursor FROM events_webhook),
+		(SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0),
+		(SELECT min(created_at) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0)`, now).
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &oldestEvent, &st.EventsWebhookFailures, &pushCursor,
+			&st.FailingMessages, &oldestMessage); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}
 	if pushCursor != nil {
@@ -137,6 +146,9 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 	}
 	if oldestEvent != nil && now.After(*oldestEvent) {
 		st.OldestUnprocessedEvent = now.Sub(*oldestEvent)
+	}
+	if oldestMessage != nil && now.After(*oldestMessage) {
+		st.OldestFailingMessage = now.Sub(*oldestMessage)
 	}
 	if st.Stuck, err = stuckMoney(ctx, q, now); err != nil {
 		return Stats{}, err

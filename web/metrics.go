@@ -174,6 +174,7 @@ type statsCollector struct {
 	log     *slog.Logger
 
 	up, sessions, flagged, due, overdue, leased, cases, events, pushFailures, pushLag *prometheus.Desc
+	failingMessages, oldestFailingMessage                                             *prometheus.Desc
 	stuckSessions, stuckAmount, oldestCase, oldestEvent                               *prometheus.Desc
 }
 
@@ -196,6 +197,10 @@ func newStatsCollector(svc *payments.Service, log *slog.Logger) *statsCollector 
 			"How long the oldest verified webhook event not yet applied has waited since it was first received; 0 when none waits (whole database).", nil, nil),
 		pushFailures: prometheus.NewDesc("pitlane_events_webhook_failures",
 			"Failed POSTs in a row of the events webhook (EVENTS_WEBHOOK_URL); 0 when it delivers or is off (whole database).", nil, nil),
+		failingMessages: prometheus.NewDesc("pitlane_customer_messages_failing",
+			"Customer messages (one-time codes) whose delivery to NOTIFY_WEBHOOK_URL failed and that are not delivered since (whole database).", nil, nil),
+		oldestFailingMessage: prometheus.NewDesc("pitlane_customer_messages_oldest_failing_seconds",
+			"How long the oldest customer message whose delivery failed has waited since it was written; 0 when none (whole database).", nil, nil),
 		pushLag: prometheus.NewDesc("pitlane_events_webhook_lag_seconds",
 			"How long the oldest event the events webhook has not delivered yet has waited; 0 when none waits or delivery never began (whole database).", nil, nil),
 		stuckSessions: prometheus.NewDesc("pitlane_stuck_sessions",
@@ -218,6 +223,8 @@ func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.oldestEvent
 	ch <- s.pushFailures
 	ch <- s.pushLag
+	ch <- s.failingMessages
+	ch <- s.oldestFailingMessage
 	ch <- s.stuckSessions
 	ch <- s.stuckAmount
 }
@@ -249,6 +256,8 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.oldestEvent, prometheus.GaugeValue, st.OldestUnprocessedEvent.Seconds())
 	ch <- prometheus.MustNewConstMetric(s.pushFailures, prometheus.GaugeValue, float64(st.EventsWebhookFailures))
 	ch <- prometheus.MustNewConstMetric(s.pushLag, prometheus.GaugeValue, st.EventsWebhookLag.Seconds())
+	ch <- prometheus.MustNewConstMetric(s.failingMessages, prometheus.GaugeValue, float64(st.FailingMessages))
+	ch <- prometheus.MustNewConstMetric(s.oldestFailingMessage, prometheus.GaugeValue, st.OldestFailingMessage.Seconds())
 	for _, m := range st.Stuck {
 		ch <- prometheus.MustNewConstMetric(s.stuckSessions, prometheus.GaugeValue, float64(m.Sessions), m.Currency)
 		ch <- prometheus.MustNewConstMetric(s.stuckAmount, prometheus.GaugeValue, float64(m.Amount), m.Currency)

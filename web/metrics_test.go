@@ -106,6 +106,8 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		`pitlane_finance_cases_oldest_open_seconds{kind="late_payment"} 1200`,
 		`pitlane_events_webhook_failures 0`,
 		`pitlane_events_webhook_lag_seconds 0`,
+		`pitlane_customer_messages_failing 0`,
+		`pitlane_customer_messages_oldest_failing_seconds 0`,
 		`pitlane_http_requests_total{method="GET",route="/healthz",status="200"} 2`,
 		`pitlane_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
 	} {
