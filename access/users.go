@@ -347,50 +347,30 @@ type userChange struct {
 var staleEpoch = &payments.Error{Code: payments.ECONFLICT, Field: "email",
 	Message: "your account changed while this was on its way (a new password, or every session ended): nothing was changed; sign in again"}
 
-// consoleSessionKey marks a request made in a signed-in console session (web/auth's Require).
-type consoleSessionKey struct{}
-
-type consoleSession struct {
-	email string
-	epoch int
-}
-
-// WithConsoleSession marks ctx as a request of email's console session, signed in under the
-// session epoch epoch. A change of staff users made under it (changeUser) holds the actor's own
-// row too and is refused when, by then, the session no longer stands (the actor disabled, or on
-// another session epoch: a new password, every session ended) or an admin's change is made by
-// someone no longer an admin: Require's look at the start of the request is not enough for a
-// change that waited on the very rows an offboarding changed (an outside review: an admin
-// disabled while their "set password" for another user waited went on to set it).
-func WithConsoleSession(ctx context.Context, email string, epoch int) context.Context {
-	return context.WithValue(ctx, consoleSessionKey{}, consoleSession{email: NormalizeEmail(email), epoch: epoch})
-}
-
-// actorStands refuses a change whose console session (WithConsoleSession) no longer stands,
-// read from locked, the rows changeUser holds (the actor's among them).
+// actorStands refuses a change whose console session (payments.WithStaffSession) no longer
+// stands, read from locked, the rows changeUser holds (the actor's among them): an admin
+// disabled, given a new password or another role while their change waited on the very rows an
+// offboarding changed went on as admin (an outside review: the intruder behind an offboarded
+// admin set another user's password).
 func actorStands(ctx context.Context, locked []User, target string) error {
-	cs, ok := ctx.Value(consoleSessionKey{}).(consoleSession)
+	cs, ok := payments.StaffSessionFrom(ctx)
 	if !ok {
 		return nil // the command line, dev's seeding, tests of the core
 	}
 	for _, u := range locked {
-		if u.Email != cs.email {
+		if u.Email != cs.Email {
 			continue
 		}
 		switch {
-		case u.Disabled() || u.SessionEpoch != cs.epoch:
-			return staleSession
+		case u.Disabled() || u.SessionEpoch != cs.Epoch:
+			return payments.ErrStaffSessionEnded
 		case u.Email != target && u.Role != RoleAdmin:
 			return payments.Errorf(payments.EFORBIDDEN, "your role is %s now: only an admin manages other users; nothing was changed", u.Role)
 		}
 		return nil
 	}
-	return staleSession // removed
+	return payments.ErrStaffSessionEnded // removed
 }
-
-// staleSession refuses a change whose actor's session ended while it waited.
-var staleSession = &payments.Error{Code: payments.EUNAUTHENTICATED,
-	Message: "your session ended while this was on its way (your account was disabled, or given a new password): nothing was changed"}
 
 // changeUser applies one change with its audit entry in one transaction. Disabling, a new
 // password and ending the sessions also delete the user's device tokens in it (forgetDevices),
@@ -407,9 +387,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 	now := s.clock.Now()
 	var out User
 	err := s.inTx(ctx, "change user", func(tx pgx.Tx) error {
-		actor, _ := ctx.Value(consoleSessionKey{}).(consoleSession)
+		actor, _ := payments.StaffSessionFrom(ctx)
 		rows, err := tx.Query(ctx, `SELECT `+userColumns+` FROM staff_users
-			WHERE email = $1 OR email = $2 OR (role = 'admin' AND disabled_at IS NULL) ORDER BY id FOR UPDATE`, email, actor.email)
+			WHERE email = $1 OR email = $2 OR (role = 'admin' AND disabled_at IS NULL) ORDER BY id FOR UPDATE`, email, actor.Email)
 		if err != nil {
 			return payments.DBError("change user: lock", err, "")
 		}

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"pitlane/access"
+	"pitlane/payments"
 )
 
 // waitBlockedBy waits until some backend of the test's database waits for a lock held by pid,
@@ -56,7 +58,7 @@ func postAsync(b *consoleBench, a *agent, path string, form url.Values) <-chan *
 // enabled admin's row, so the intruder's change waits for root's to commit; it then went ahead
 // as rogue all the same (Require had looked at rogue before the wait), and the intruder was back
 // in the console as carol (an outside review). The change now holds the actor's own row too and
-// checks the session again under it (access.WithConsoleSession): refused, nothing changed.
+// checks the session again under it (payments.WithStaffSession): refused, nothing changed.
 // Negative control: without actorStands every case fails.
 func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 	for _, offboard := range []struct {
@@ -122,5 +124,67 @@ func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 					offboard.name, setBy, disabledFirst, signedIn)
 			}
 		})
+	}
+}
+
+// The same for a money action: a finance approval (four-eyes) waiting for the payment's locks
+// while an admin disables the approver went on afterwards and settled the payment as that
+// approver (staff-concurrency review, session 32: "ApproveResolution never re-reads the
+// approver"). Every change made under a payment's locks now looks at the acting console
+// session again under them (payments.WithStaffSession, queueStaffStands): refused, the proposal
+// still waits. Negative control: without queueStaffStands in lockOrderAndSessionWith, approved.
+func TestAnApprovalByAnOffboardedApproverInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "root@example.com", access.RoleAdmin)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	ctx := context.Background()
+	s := b.payment(t, "o-approve-offboard", 1000)
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
+		s.ID, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.svc.ProposeResolution(ctx, payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)},
+		payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed, Reason: "never paid", Evidence: "gateway dashboard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, fin2 := b.agent(t), b.agent(t)
+	root.login("root@example.com")
+	fin2.login("fin2@example.com")
+	root.get("/admin/users")
+	doc := page(t, fin2.get("/finance/resolutions"), http.StatusOK)
+	approve, ok := doc.Find(fmt.Sprintf(`[data-testid="resolution-row"][data-id="%d"] [data-testid="approve-form"]`, p.ID)).Attr("action")
+	if !ok {
+		t.Fatal("no approve form")
+	}
+
+	// Something holds the order for a moment (any action on the payment does).
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM orders WHERE order_id = $1 FOR UPDATE`, s.OrderID).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	approved := postAsync(b, fin2, approve, url.Values{})
+	waitBlockedBy(t, b, holderPID) // the approval waits for the payment's locks
+	if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+"/disable", url.Values{}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's disable of fin2: %d", rec.Code)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-approved
+	var state string
+	if err := b.pool.QueryRow(ctx, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.svc.Get(ctx, s.ID); err != nil || state != "proposed" || got.Status != s.Status {
+		t.Fatalf("after fin2 was disabled, fin2's approval in flight left the proposal %s and the payment %s (%v): want it still waiting",
+			state, got.Status, err)
 	}
 }

@@ -571,6 +571,7 @@ func lockOrderAndSessionWith(ctx context.Context, tx pgx.Tx, orderID, sessionID 
 	} else {
 		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).QueryRow(scanLocked)
 	}
+	queueStaffStands(ctx, &b) // a staff member's change: their session still stands (staff_session.go)
 	if more != nil {
 		more(&b)
 	}

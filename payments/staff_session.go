@@ -1,0 +1,62 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// staffSessionKey marks a request made in a signed-in console session (web/auth's Require).
+type staffSessionKey struct{}
+
+// StaffSession is the console session a request runs in: its user, and the session epoch it
+// signed in under (staff_users.session_epoch then).
+type StaffSession struct {
+	Email string
+	Epoch int
+}
+
+// WithStaffSession marks ctx as a request of email's console session signed in under epoch.
+// Require looked at the user when the request began; an action that then waits for a lock (a
+// payment's, a user's) may run after the user was disabled or given a new password meanwhile.
+// Every change made under a payment's locks (lockOrderAndSession) and every change of staff
+// users (access) checks the session again under its locks and is refused when it no longer
+// stands (ErrStaffSessionEnded): an offboarding that lands first cannot be outrun by the
+// offboarded user's last click (outside reviews).
+func WithStaffSession(ctx context.Context, email string, epoch int) context.Context {
+	return context.WithValue(ctx, staffSessionKey{}, StaffSession{Email: strings.ToLower(strings.TrimSpace(email)), Epoch: epoch})
+}
+
+// StaffSessionFrom is the console session ctx runs in (WithStaffSession), if any.
+func StaffSessionFrom(ctx context.Context) (StaffSession, bool) {
+	ss, ok := ctx.Value(staffSessionKey{}).(StaffSession)
+	return ss, ok
+}
+
+// ErrStaffSessionEnded refuses a change whose console session ended while it waited.
+var ErrStaffSessionEnded = &Error{Code: EUNAUTHENTICATED,
+	Message: "your session ended while this was on its way (your account was disabled, or given a new password): nothing was changed"}
+
+// queueStaffStands queues, when ctx runs in a console session, the look at its user under a
+// share lock (an offboarding of the user waits for this transaction, or this one for it), refusing
+// with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch.
+func queueStaffStands(ctx context.Context, b *pgx.Batch) {
+	ss, ok := StaffSessionFrom(ctx)
+	if !ok {
+		return
+	}
+	b.Queue(`SELECT disabled_at IS NULL AND session_epoch = $2 FROM staff_users WHERE email = $1 FOR SHARE`, ss.Email, ss.Epoch).
+		QueryRow(func(r pgx.Row) error {
+			var stands bool
+			err := r.Scan(&stands)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows) || (err == nil && !stands):
+				return ErrStaffSessionEnded
+			case err != nil:
+				return dbError("staff session", err, "")
+			}
+			return nil
+		})
+}
