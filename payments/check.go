@@ -57,7 +57,8 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 			// the gateway has nothing under our reference: a contradiction for finance.
 			return sess, s.inTx(ctx, "completed without gateway payment", func(tx pgx.Tx) error {
 				return openCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
-					"the gateway has no payment with reference "+sess.Reference()+" for a Completed session", s.cfg.Clock.Now())
+					"the gateway has no payment with reference "+sess.Reference()+" for a Completed session", s.cfg.Clock.Now(),
+					missingFact(sess.Reference()))
 			})
 		}
 		return sess, nil

@@ -483,8 +483,11 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			// are about other money (a second gateway payment, a cancel that lost its race, a
 			// reversal nobody asked for) and stay open for finance (an outside review: a duplicate
 			// payment's case was closed by settling the first payment, the second one's money off
-			// the open list).
-			rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
+			// the open list). Their facts are let go: the settlement said what state the payment is
+			// in, it did not deal with the gateway's contradiction, which a Check or reconciliation
+			// finding it again (a Completed payment the gateway lost) must report anew
+			// (factsResolved; an outside review of the facts).
+			rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4, facts = '{}'
 			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
 				fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
 			if err != nil {
