@@ -28,13 +28,18 @@ document.addEventListener("change", function (e) {
 // away). An answer holding what the form swaps (the payment page again, with the refusal in its
 // flash and the form as typed) is swapped in as a success would be; any other (the error page:
 // 403, 404, 503 with its "Try again") replaces the page's main content.
+// Only a form's own post: a live region's refresh (a GET of live.js) that meets an error keeps
+// the page as it is and is tried again (it replaced the page with the error page, which nothing
+// refreshed any more once the database was back: a review of this handler).
 document.addEventListener("htmx:beforeSwap", function (e) {
   var d = e.detail;
-  if (!d.xhr || d.xhr.status < 400 || d.shouldSwap || !d.requestConfig || !d.requestConfig.elt) {
+  var cfg = d.requestConfig;
+  if (!d.xhr || d.xhr.status < 400 || d.shouldSwap || !cfg || !cfg.elt || cfg.verb === "get" ||
+      cfg.elt.tagName !== "FORM") {
     return;
   }
   var answer = new DOMParser().parseFromString(d.xhr.responseText, "text/html");
-  var swaps = d.requestConfig.elt.closest("[hx-select]");
+  var swaps = cfg.elt.closest("[hx-select]");
   var sel = swaps ? swaps.getAttribute("hx-select") : "";
   d.shouldSwap = true;
   d.isError = false;
