@@ -594,7 +594,6 @@ func TestSignOutIsNotUndoneByARenewalInFlight(t *testing.T) {
 	b.user(t, "sup@example.com", access.RoleSupport)
 	a := b.agent(t)
 	a.login("sup@example.com")
-	old := a.cookie(auth.SessionCookie)
 	holder, err := b.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -604,21 +603,8 @@ func TestSignOutIsNotUndoneByARenewalInFlight(t *testing.T) {
 	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'sup@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan *httptest.ResponseRecorder, 1)
-	go func() {
-		form := url.Values{"csrf_token": {a.csrf}}
-		r := httptest.NewRequest(http.MethodPost, "/account/sessions", strings.NewReader(form.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: old.Value})
-		rec := httptest.NewRecorder()
-		b.e.ServeHTTP(rec, r)
-		done <- rec
-	}()
-	for blocked := false; !blocked; { // the request waits for the user's row
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holderPID).Scan(&blocked); err != nil {
-			t.Fatal(err)
-		}
-	}
+	done := postAsync(b, a, "/account/sessions", url.Values{})
+	waitBlockedBy(t, b, holderPID) // the request waits for the user's row
 	if rec := a.post("/logout", nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("logout: %d", rec.Code)
 	}

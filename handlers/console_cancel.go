@@ -18,14 +18,7 @@ func (h *Console) RequestCancel(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	// A page of the release before (a rolling deploy: its form has no intent key) still gets its
-	// code, as that release gave it; a damaged key is refused (an outside review of the upgrade).
-	var ch payments.Challenge
-	if intent := c.FormValue("intent"); intent == "" {
-		ch, err = h.svc.RequestCancel(c.Request().Context(), st.Actor(), id)
-	} else {
-		ch, err = h.svc.RequestCancelOnce(c.Request().Context(), st.Actor(), id, intent)
-	}
+	ch, err := h.svc.RequestCancelOnce(c.Request().Context(), st.Actor(), id, c.FormValue("intent"))
 	detail, msg := outcome(err), "A one-time code went to the customer. Ask them to read it to you."
 	switch {
 	case err == nil && ch.Reused:

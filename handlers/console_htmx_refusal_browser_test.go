@@ -30,11 +30,11 @@ func TestBrowserARefusedHtmxActionShowsWhy(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string // the check posts the server answered, with their status and HX-Request
 	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		b.e.ServeHTTP(rec, r)
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check") {
 			mu.Lock()
-			seen = append(seen, fmt.Sprintf("%d HX-Request=%s", rec.code, r.Header.Get("HX-Request")))
+			seen = append(seen, fmt.Sprintf("%d HX-Request=%s", rec.status, r.Header.Get("HX-Request")))
 			mu.Unlock()
 		}
 	}))
@@ -66,25 +66,6 @@ func TestBrowserARefusedHtmxActionShowsWhy(t *testing.T) {
 		loc, _ := chromedp.Run(ctx, chromedp.Location())
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("the server answered the click %v; the browser shows no reason within 8 s (%v), still at %s:\n%s", seen, err, loc, headOf(body, 300))
+		t.Fatalf("the server answered the click %v; the browser shows no reason within 8 s (%v), still at %s:\n%.300s", seen, err, loc, body)
 	}
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (r *statusRecorder) WriteHeader(code int) { r.code = code; r.ResponseWriter.WriteHeader(code) }
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func headOf(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

@@ -30,9 +30,9 @@ func TestBrowserALiveRefreshThatFailsKeepsThePage(t *testing.T) {
 	var failed atomic.Int32
 	refused := make(chan struct{}, 1)
 	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		b.e.ServeHTTP(rec, r)
-		if r.Header.Get("X-Pitlane-Live") == "1" && rec.code >= 400 {
+		if r.Header.Get("X-Pitlane-Live") == "1" && rec.status >= 400 {
 			failed.Add(1)
 			select {
 			case refused <- struct{}{}:

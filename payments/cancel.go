@@ -19,8 +19,13 @@ func (s *Service) RequestCancel(ctx context.Context, actor Actor, sessionID stri
 // RequestCancelOnce is RequestCancel for a form with an intent key (the console's "Request
 // cancel", a UUID per page): the same form sent again while its code is still open answers that
 // code and sends nothing. A double click sent the customer two codes, the first dead on arrival,
-// and spent two of the payment's three code requests of the hour (an outside review).
+// and spent two of the payment's three code requests of the hour (an outside review). A form
+// without a key (a page of the release before, during a rolling deploy) is RequestCancel, as that
+// release answered it; a damaged key is refused.
 func (s *Service) RequestCancelOnce(ctx context.Context, actor Actor, sessionID, intent string) (Challenge, error) {
+	if intent == "" {
+		return s.requestCancel(ctx, actor, sessionID, "")
+	}
 	if !validUUID(intent) {
 		return Challenge{}, Invalid("intent", "the cancel form is damaged; reload the page")
 	}

@@ -22,18 +22,12 @@ type cpuSample map[string]float64
 
 // procCPU reads utime+stime of one process in seconds, and its command name.
 func procCPU(pid string) (string, float64, bool) {
-	comm, own, _, ok := procCPUs(pid)
+	comm, own, _, _, ok := procStat(pid)
 	return comm, own, ok
 }
 
-// procCPUs is procCPU with the CPU of the process's children it has reaped (cutime+cstime): for
-// the postmaster, every backend that exited.
-func procCPUs(pid string) (string, float64, float64, bool) {
-	comm, own, reaped, _, ok := procStat(pid)
-	return comm, own, reaped, ok
-}
-
-// procStat is procCPUs with the process's parent pid.
+// procStat is procCPU with the CPU of the process's children it has reaped (cutime+cstime: for
+// the postmaster, every backend that exited) and its parent pid.
 func procStat(pid string) (comm string, own, reaped float64, ppid string, ok bool) {
 	raw, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
 	if err != nil {
