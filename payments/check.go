@@ -107,6 +107,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	if err != nil {
 		return GatewayPayment{}, false, err
 	}
+	found = distinctPayments(found)
 	if len(found) == 0 {
 		return GatewayPayment{}, false, nil
 	}
@@ -122,6 +123,36 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		}
 	}
 	return best, true, nil
+}
+
+// distinctPayments keeps one copy of each payment a search listed. A search whose index moves
+// between its pages (Stripe's is paginated and eventually consistent) can list one payment
+// twice, and two copies of one payment are not two payments: they opened a false duplicate case
+// (an outside review). Of two copies the one further along is kept (a payment only moves from
+// pending to authorized to an end), else the first (the newest listing).
+func distinctPayments(ps []GatewayPayment) []GatewayPayment {
+	stage := func(st GatewayStatus) int {
+		switch st {
+		case GatewayPending:
+			return 0
+		case GatewayAuthorized:
+			return 1
+		}
+		return 2
+	}
+	out := make([]GatewayPayment, 0, len(ps))
+	at := make(map[string]int, len(ps))
+	for _, p := range ps {
+		i, seen := at[p.ID]
+		switch {
+		case !seen:
+			at[p.ID] = len(out)
+			out = append(out, p)
+		case stage(p.Status) > stage(out[i].Status):
+			out[i] = p
+		}
+	}
+	return out
 }
 
 // pickPayment prefers the payment that moved money furthest: succeeded, then authorized, then

@@ -527,6 +527,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	if err != nil {
 		return err
 	}
+	found = distinctPayments(found)
 	// Our own payment: the one the session is attached to, always asked for by id (GET by id is
 	// the gateway's word; a search index may lag, and Stripe's does by up to an hour: its stale
 	// copy of a payment just Completed opened a false gateway_mismatch case, an outside review).
