@@ -2,15 +2,19 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"go.opentelemetry.io/otel/trace"
+
+	"pitlane/payments"
 )
 
 // requestLogger writes one structured line per request. The error itself is handed to the
@@ -119,3 +123,41 @@ func securityHeaders(hsts bool) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// RequestTimeoutFor is the bound of a JSON API request's work (Deps.RequestTimeout) for a
+// gateway timeout: three gateway calls (a Create's registration, then its answer asked again
+// when a newer decision overtook it) and their lock waits fit inside; the server's write timeout
+// is 5 s longer, so the 503 is written before the connection is dropped.
+func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
+	return 3*gatewayTimeout + 25*time.Second
+}
+
+// requestBound gives a request's work a deadline (d 0: none). A database that does not answer —
+// a host gone silent, a pool whose connections are all taken — held an API call until the client
+// gave up or the server's write timeout dropped the connection, with no answer either way; now
+// the call's database work is cut at d and answered 503 "unavailable" with Retry-After. Nothing
+// is half-written: each change is one transaction, and a key whose request was cut serves the
+// same request again (Idempotency.Run gives it up as after any outage).
+func requestBound(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if d <= 0 {
+			return next
+		}
+		return func(c echo.Context) error {
+			req := c.Request()
+			ctx, cancel := context.WithTimeout(req.Context(), d)
+			defer cancel()
+			c.SetRequest(req.WithContext(ctx))
+			err := next(c)
+			c.SetRequest(req) // the error handler judges a client's hang-up by the request's own context
+			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
+				payments.ErrorCode(err) == payments.EINTERNAL {
+				return &payments.Error{Code: payments.EUNAVAIL, Message: requestTimedOutMessage, Err: err}
+			}
+			return err
+		}
+	}
+}
+
+// requestTimedOutMessage is the client's word when requestBound cut a call.
+const requestTimedOutMessage = "the service's database did not answer in time; try again shortly (with the same Idempotency-Key, if the request had one)"

@@ -33,23 +33,25 @@ func routes(e *echo.Echo, d Deps) {
 	// document describing them needs none. Errors become problem+json in errors.go.
 	// Authentication is per route, not group middleware, so an unknown path stays a plain 404.
 	api := handlers.NewAPI(d.Payments, d.Access, d.Idempotency, d.Logger)
-	read := api.Authenticate(access.ScopePaymentsRead)
-	write := api.Authenticate(access.ScopePaymentsWrite)
-	refund := api.Authenticate(access.ScopeRefundsWrite)
+	// Each call's work is bounded first (requestBound), its key's look-up included.
+	bound := requestBound(d.RequestTimeout)
+	read := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopePaymentsRead)}
+	write := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopePaymentsWrite)}
+	refund := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopeRefundsWrite)}
 	e.GET("/api/openapi.json", handlers.OpenAPI)
 	v1 := e.Group("/api/v1")
-	v1.POST("/orders/:order_id/payments", api.CreatePayment, write)
-	v1.POST("/orders/:order_id/checkout-links", api.CreateCheckoutLink, write)
-	v1.GET("/orders/:order_id", api.GetOrder, read)
-	v1.GET("/payments/:id", api.GetPayment, read)
-	v1.POST("/payments/:id/check", api.CheckPayment, write)
-	v1.POST("/payments/:id/cancel", api.CancelPayment, write)
-	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, write)
-	v1.POST("/payments/:id/refunds", api.CreateRefund, refund)
-	v1.GET("/payments/:id/refunds", api.ListRefunds, read)
-	v1.GET("/payments/:id/events", api.ListPaymentEvents, read)
-	v1.GET("/refunds/:id", api.GetRefund, read)
-	v1.GET("/events", api.ListEvents, read)
+	v1.POST("/orders/:order_id/payments", api.CreatePayment, write...)
+	v1.POST("/orders/:order_id/checkout-links", api.CreateCheckoutLink, write...)
+	v1.GET("/orders/:order_id", api.GetOrder, read...)
+	v1.GET("/payments/:id", api.GetPayment, read...)
+	v1.POST("/payments/:id/check", api.CheckPayment, write...)
+	v1.POST("/payments/:id/cancel", api.CancelPayment, write...)
+	v1.POST("/payments/:id/cancel/confirm", api.ConfirmCancel, write...)
+	v1.POST("/payments/:id/refunds", api.CreateRefund, refund...)
+	v1.GET("/payments/:id/refunds", api.ListRefunds, read...)
+	v1.GET("/payments/:id/events", api.ListPaymentEvents, read...)
+	v1.GET("/refunds/:id", api.GetRefund, read...)
+	v1.GET("/events", api.ListEvents, read...)
 
 	// People's pages: the staff console and the customer's checkout. Sessions live in
 	// PostgreSQL (every replica shares them); every unsafe request carries a CSRF token

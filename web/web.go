@@ -62,6 +62,9 @@ type Deps struct {
 	// it (a missing gateway configuration stops them before a server exists), so no handler
 	// has a "no service" mode.
 	Payments *payments.Service
+	// RequestTimeout bounds the work of every JSON API request (0: none; serve passes
+	// RequestTimeoutFor(GATEWAY_TIMEOUT)): a database that does not answer is a 503 within it.
+	RequestTimeout time.Duration
 	// Idempotency configures the API's idempotency keys; set StaleAfter from GATEWAY_TIMEOUT
 	// (payments.StaleAfterFor). Zero values are the defaults.
 	Idempotency payments.IdempotencyConfig

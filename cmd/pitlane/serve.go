@@ -130,14 +130,15 @@ func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slo
 // httpServer is the server every listener of ours runs: bounded time to send the headers and
 // the body (a slow client cannot hold a connection and a goroutine forever), to write the
 // answer (long enough for a request that calls the gateway a few times, each bounded by
-// GATEWAY_TIMEOUT), to keep an idle connection, and bounded header size (the default is 1 MiB;
-// nothing of ours needs more than a few KiB).
+// GATEWAY_TIMEOUT; 5 s past an API request's own bound, web.RequestTimeoutFor, so its 503 is
+// written), to keep an idle connection, and bounded header size (the default is 1 MiB; nothing
+// of ours needs more than a few KiB).
 func httpServer(h http.Handler, cfg config.Config, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      3*cfg.GatewayTimeout + 30*time.Second,
+		WriteTimeout:      web.RequestTimeoutFor(cfg.GatewayTimeout) + 5*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -297,6 +298,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		TrustedProxies:     cfg.TrustedProxies,
 		Payments:           svc,
 		Access:             access.New(pool, clock), // built whatever the gateway: the console signs people in anyway
+		RequestTimeout:     web.RequestTimeoutFor(cfg.GatewayTimeout),
 		Idempotency:        payments.IdempotencyConfig{StaleAfter: payments.StaleAfterFor(cfg.GatewayTimeout)},
 		Webhooks:           handlers.WebhookConfig{Verifier: verifier},
 		Metrics:            metrics,
