@@ -572,11 +572,24 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 		x.giveUp(ctx, r, slot.Token, err)
 		return Outcome{}, err
 	}
-	if cerr := x.Complete(context.WithoutCancel(ctx), r, slot.Token, id, status); cerr != nil {
+	rctx, cancel := x.recordContext(ctx)
+	defer cancel()
+	if cerr := x.Complete(rctx, r, slot.Token, id, status); cerr != nil {
 		x.svc.log.Warn("idempotency: completing key failed", "client", r.ClientID, "kind", string(r.Kind),
 			"resource", id, "err", cerr)
 	}
 	return Outcome{ResourceID: id, Status: status}, nil
+}
+
+// recordContext is ctx for a key's last write once its effect ran or failed: detached from the
+// caller (a client that hung up, an API call cut by its bound) since the key must say what
+// happened, and bounded by StaleAfter, after which the key is another request's to take over
+// anyway. Unbounded, a database that did not answer held the request (its answer already made)
+// as long as it did; each write also waits for locks at most lock_timeout (execBounded: an
+// autocommit UPDATE behind a transaction whose client died holding the key's row waited for
+// hours).
+func (x *Idempotency) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), x.cfg.StaleAfter)
 }
 
 // giveUp lets go of a key after the effect failed. Failures that by their code had no effect
@@ -586,7 +599,8 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 // same request to take over at once (running the effect again is safe: Create's per-order claim
 // finds the session it made, a refund's RequestKey finds the refund).
 func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, token string, cause error) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := x.recordContext(ctx)
+	defer cancel()
 	var err error
 	switch ErrorCode(cause) {
 	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
@@ -605,7 +619,7 @@ func (x *Idempotency) Complete(ctx context.Context, r IdempotencyRequest, token,
 	if !validUUID(token) {
 		return ErrIdempotencyLockLost
 	}
-	tag, err := x.svc.db.Exec(ctx, completeKeySQL,
+	tag, err := x.svc.execBounded(ctx, "idempotency: complete", completeKeySQL,
 		r.ClientID, string(r.Kind), r.Key, token, resourceID, responseCode, x.svc.cfg.Clock.Now())
 	if err != nil {
 		return dbError("idempotency: complete", err, "")
@@ -657,7 +671,7 @@ func (x *Idempotency) Abandon(ctx context.Context, r IdempotencyRequest, token s
 	if !validUUID(token) {
 		return ErrIdempotencyLockLost
 	}
-	tag, err := x.svc.db.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL
+	tag, err := x.svc.execBounded(ctx, "idempotency: abandon", `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL
 		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4`, r.ClientID, string(r.Kind), r.Key, token)
 	if err != nil {
 		return dbError("idempotency: abandon", err, "")
