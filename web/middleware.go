@@ -149,7 +149,7 @@ func requestBound(d time.Duration) echo.MiddlewareFunc {
 			defer cancel()
 			c.SetRequest(req.WithContext(ctx))
 			err := next(c)
-			c.SetRequest(req) // the error handler judges a client's hang-up by the request's own context
+			c.SetRequest(req)      // the error handler judges a client's hang-up by the request's own context
 			var he *echo.HTTPError // the router's and the binder's own answers stand
 			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
 				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
