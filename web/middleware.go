@@ -149,8 +149,10 @@ func requestBound(d time.Duration) echo.MiddlewareFunc {
 			defer cancel()
 			c.SetRequest(req.WithContext(ctx))
 			err := next(c)
-			c.SetRequest(req)      // the error handler judges a client's hang-up by the request's own context
-			var he *echo.HTTPError // the router's and the binder's own answers stand
+			// The error handler judges a client's hang-up by the request's own context; Echo's
+			// own answers (the binder's 400, a 413) stand whenever they came.
+			c.SetRequest(req)
+			var he *echo.HTTPError
 			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
 				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
 				return &payments.Error{Code: payments.EUNAVAIL, Message: requestTimedOutMessage, Err: err}
