@@ -110,7 +110,13 @@ func newService(cfg config.Config, pool *pgxpool.Pool, clock payments.Clock, log
 		ReconcileBatch: cfg.ReconcileBatch,
 	}
 	if cfg.NotifyWebhookURL != "" {
-		pcfg.Notifier = payments.WebhookNotifier{URL: cfg.NotifyWebhookURL, Secrets: cfg.NotifyWebhookSecrets}
+		n := payments.WebhookNotifier{URL: cfg.NotifyWebhookURL, Secrets: cfg.NotifyWebhookSecrets}
+		if clock != nil {
+			// Signed on the service's clock (the database's), as the events webhook is: a host
+			// clock minutes off stamped every code message outside the receiver's tolerance.
+			n.Now = clock.Now
+		}
+		pcfg.Notifier = n
 	}
 	// EVENTS_WEBHOOK_URL: the events feed POSTed to the shop (off when unset).
 	pcfg.EventsWebhook = payments.EventsWebhook{URL: cfg.EventsWebhookURL, Secrets: cfg.EventsWebhookSecrets}
