@@ -216,6 +216,14 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		}
 		return codeAttempt{Challenge: ch, Wrong: wrong}, nil
 	}
+	if supersededAt != nil || !expiresAt.After(now) {
+		// A payment whose codes are locked answers its lock (429, Retry-After) to every
+		// confirmation, as the contract says: "request a new one" sent the client to a request
+		// that is refused (an outside review).
+		if _, err := s.codeGuessesLeft(ctx, tx, sessionID, now); err != nil {
+			return codeAttempt{}, err
+		}
+	}
 	if supersededAt != nil {
 		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
 	}

@@ -205,6 +205,8 @@ type ChallengeInfo struct {
 	Attempts    int
 	MaxAttempts int
 	ConsumedAt  *time.Time
+	// SupersededAt: a newer code of the payment replaced this one (it takes no code any more).
+	SupersededAt *time.Time
 }
 
 // ChangesAt is when the payment page changes by the clock alone (nil: nothing is due): the codes'
@@ -234,7 +236,15 @@ func (d PaymentDetail) ChangesAt() *time.Time {
 
 // Pending reports whether the challenge can still take a code at now.
 func (c ChallengeInfo) Pending(now time.Time) bool {
-	return c.ConsumedAt == nil && c.ExpiresAt.After(now) && c.Attempts < c.MaxAttempts
+	return c.ConsumedAt == nil && c.SupersededAt == nil && c.ExpiresAt.After(now) && c.Attempts < c.MaxAttempts
+}
+
+// AttemptsLeft is how many codes may still be tried on challenge c: its own attempts left, or
+// the payment's wrong codes left for the day (CodeGuessesPerDay across all its codes) when that
+// is fewer. The form said a fresh code had its 5 while one more wrong code would lock every code
+// of the payment for a day (an outside review).
+func (d PaymentDetail) AttemptsLeft(c ChallengeInfo) int {
+	return max(0, min(c.MaxAttempts-c.Attempts, CodeGuessesPerDay-d.WrongCodes))
 }
 
 // PaymentDetail is everything the console shows about one session.
@@ -373,7 +383,8 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return PaymentDetail{}, fmt.Errorf("payment detail: reverse: %w", err)
 	}
-	rows, err = s.db.Query(ctx, `SELECT id::text, action, coalesce(amount, 0), requested_by, created_at, expires_at, attempts, max_attempts, consumed_at
+	rows, err = s.db.Query(ctx, `SELECT id::text, action, coalesce(amount, 0), requested_by, created_at, expires_at, attempts, max_attempts, consumed_at,
+			superseded_at
 		FROM cancel_challenges WHERE session_id = $1 ORDER BY created_at DESC, id`, id)
 	if err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
@@ -381,7 +392,7 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	if d.Challenges, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChallengeInfo, error) {
 		var c ChallengeInfo
 		var action string
-		err := r.Scan(&c.ID, &action, &c.Amount, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt)
+		err := r.Scan(&c.ID, &action, &c.Amount, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt, &c.SupersededAt)
 		c.Action = CodeAction(action)
 		return c, err
 	}); err != nil {

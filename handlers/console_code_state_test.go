@@ -1,0 +1,116 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+// A code replaced by a newer one is dead (confirming it answers 410), and the console says so
+// ("This code can no longer be used (expired, replaced by a newer one or out of attempts)").
+// Before, the page offered the replaced code's form, with its attempts left, and an "Enter
+// code" link on its row: PaymentDetail never read superseded_at, so ChallengeInfo.Pending called
+// a replaced challenge live, and support typed the customer's new code into the dead form in a
+// loop (an outside review).
+func TestReplacedCodeIsNotOfferedAsLive(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	s := b.payment(t, "o-review-replaced", 1500)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+
+	first := sup.post("/payments/"+s.ID+"/cancel", cancelForm())
+	locA := first.Header().Get("Location")
+	u, _ := url.Parse(locA)
+	chA := u.Query().Get("challenge")
+	if chA == "" {
+		t.Fatalf("no challenge in %q", locA)
+	}
+	// A second code (another tab, a colleague): it replaces the first.
+	second := sup.post("/payments/"+s.ID+"/cancel", cancelForm())
+	if second.Code != http.StatusSeeOther || !strings.Contains(second.Header().Get("Location"), "challenge=") {
+		t.Fatalf("second request: %d %q", second.Code, second.Header().Get("Location"))
+	}
+
+	// The replaced code is dead: a confirmation of it is refused as expired ...
+	doc := page(t, sup.follow(sup.post("/payments/"+s.ID+"/cancel/"+chA, url.Values{"code": {"123456"}})), http.StatusOK)
+	t.Logf("flash after confirming the replaced challenge: %q", text(doc, "flash-error"))
+	// ... and the page it redirects to (its own ?challenge=) must say so, not offer its form.
+	if n := doc.Find(testid("cancel-confirm-form")).Length(); n != 0 {
+		t.Errorf("the replaced challenge's page offers its code form (%q)", text(doc, "cancel-confirm"))
+	}
+	if doc.Find(testid("challenge-dead")).Length() == 0 {
+		t.Errorf("the replaced challenge's page does not say it can no longer be used")
+	}
+	doc = page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	if n := doc.Find(testid("enter-code")).Length(); n != 1 {
+		t.Errorf("challenge rows offering \"Enter code\" = %d, want 1 (only the newest code is live)", n)
+	}
+}
+
+// The code form tells support how many attempts are left counting the payment's budget too (10
+// wrong codes a day across all its codes): after 9 wrong codes a fresh code's form said "5
+// attempts left" while the next wrong code locked every code of the payment for a day (an
+// outside review).
+func TestCodeFormCountsThePaymentsWrongCodes(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-review-attempts", 1500)
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+
+	var ch payments.Challenge
+	for i := range payments.CodeGuessesPerDay - 1 {
+		if i%5 == 0 {
+			var err error
+			if ch, err = b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, ch.ID, "wrong!"); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong guess %d = %v", i+1, err)
+		}
+	}
+	rec := sup.post("/payments/"+s.ID+"/cancel", cancelForm())
+	doc := page(t, sup.follow(rec), http.StatusOK)
+	form := text(doc, "cancel-confirm")
+	t.Logf("the code form says: %q", form)
+	if !strings.Contains(form, "1 attempts left") {
+		// What the next wrong code really does:
+		u, _ := url.Parse(rec.Header().Get("Location"))
+		_, err := b.svc.ConfirmCancel(ctx, shop, s.ID, u.Query().Get("challenge"), "wrong!")
+		t.Errorf("the form does not say 1 attempt is left, and the next wrong code answers: %v", err)
+	}
+}
+
+// Once a payment has 10 wrong codes within a day "every confirmation, the right code too, and
+// every new code request answers 429 with Retry-After" (docs/api.md): a confirmation of a
+// replaced (or expired) code of a locked payment answered 410 "request a new one", sending the
+// client to a request that is refused (an outside review).
+func TestLockedPaymentAnswersItsLockForADeadCode(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-review-locked-410", 1500)
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	first, err := b.svc.RequestCancel(ctx, shop, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.lockCodes(t, s.ID) // asks for new codes itself: first is replaced
+	_, err = b.svc.ConfirmCancel(ctx, shop, s.ID, first.ID, "123456")
+	if payments.ErrorCode(err) != payments.ELOCKED {
+		t.Errorf("confirming a replaced code of a locked payment = %v (code %s), want %s with Retry-After", err, payments.ErrorCode(err), payments.ELOCKED)
+	}
+	_, rerr := b.svc.RequestCancel(ctx, shop, s.ID)
+	t.Logf("and the new code it tells the client to request: %v", rerr)
+}
