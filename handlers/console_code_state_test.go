@@ -114,3 +114,29 @@ func TestLockedPaymentAnswersItsLockForADeadCode(t *testing.T) {
 	_, rerr := b.svc.RequestCancel(ctx, shop, s.ID)
 	t.Logf("and the new code it tells the client to request: %v", rerr)
 }
+
+// The code form names where the code went: a payment created without a contact of its own gets
+// its codes at the order's contact (as the message is addressed), and the form said "the
+// customer ()" (an outside review).
+func TestCodeFormNamesTheOrdersContact(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	first := b.payment(t, "o-contact-order", 1500) // the order's contact: cust@example.com
+	b.gw.SetStatus(first.GatewayPaymentID, payments.GatewayDeclined)
+	if got, err := b.svc.Check(ctx, shop, first.ID); err != nil || got.Status != payments.StatusFailed {
+		t.Fatalf("setup: %s %v", got.Status, err)
+	}
+	res, err := b.svc.Create(ctx, shop, payments.CreateInput{OrderID: "o-contact-order", Amount: 1500, Currency: "EUR"})
+	if err != nil || res.Session.CustomerContact != "" {
+		t.Fatalf("second payment without a contact: %+v %v", res.Session, err)
+	}
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.follow(sup.post("/payments/"+res.Session.ID+"/cancel", cancelForm())), http.StatusOK)
+	if form := text(doc, "cancel-confirm"); !strings.Contains(form, "(cust@example.com)") {
+		t.Fatalf("the code form says %q, want the order's contact the code went to", form)
+	}
+}

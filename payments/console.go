@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -237,6 +238,13 @@ func (d PaymentDetail) ChangesAt() *time.Time {
 // Pending reports whether the challenge can still take a code at now.
 func (c ChallengeInfo) Pending(now time.Time) bool {
 	return c.ConsumedAt == nil && c.SupersededAt == nil && c.ExpiresAt.After(now) && c.Attempts < c.MaxAttempts
+}
+
+// CodeContact is where the payment's one-time codes go: its own contact, else its order's (as
+// the code's message is addressed). The form named the payment's alone, "the customer ()" for a
+// payment created without one.
+func (d PaymentDetail) CodeContact() string {
+	return cmp.Or(d.Session.CustomerContact, d.Order.CustomerContact)
 }
 
 // AttemptsLeft is how many codes may still be tried on challenge c: its own attempts left, or
