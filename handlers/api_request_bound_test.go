@@ -1,40 +1,25 @@
 package handlers_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/web"
 )
 
-// answerWithin sends c to e and returns its answer; a request still unanswered after a minute
-// (it waits as long as the database does) fails the test after release lets it end.
+// answerWithin sends c to e and returns its answer (answered: a minute at most).
 func (b *apiBench) answerWithin(t *testing.T, e http.Handler, c call, release func()) *httptest.ResponseRecorder {
 	t.Helper()
-	done := make(chan *httptest.ResponseRecorder, 1)
-	go func() {
+	return answered(t, c.method+" "+c.path, func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, b.request(c))
-		done <- rec
-	}()
-	select {
-	case rec := <-done:
 		return rec
-	case <-time.After(time.Minute):
-		release()
-		<-done
-		t.Fatalf("%s %s: no answer in a minute, the request waits as long as its database", c.method, c.path)
-		return nil
-	}
+	}, release)
 }
 
 // An API call whose database does not answer is answered 503 (code "unavailable", Retry-After)
@@ -47,17 +32,7 @@ func (b *apiBench) answerWithin(t *testing.T, e http.Handler, c call, release fu
 func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, take := poolOfOne(t, b.url)
 	svc := payments.NewService(pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-bound",
 		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Minute})
 	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-bound", Payments: svc}
@@ -73,31 +48,16 @@ func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 		}
 	}
 
-	held, err := pool.Acquire(ctx) // the pool's one connection, taken
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(held.Release) }
-	defer release() // before pool.Close, which waits for it
+	release := take()
 	create := post(createPath("o-bound-pool"), body, "Idempotency-Key", "k-bound-pool")
 	want503(b.answerWithin(t, e, create, release))
 	release()
 	wantPayment(t, b.on(free, create), http.StatusCreated)
 
-	tx, err := b.pool.Begin(ctx) // the order's claim lock, held by another replica's transaction
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(payments.LockCreateOrder), "o-bound-lock"); err != nil {
-		t.Fatal(err)
-	}
+	release = holdCreateLock(t, b.pool, "o-bound-lock")
 	create = post(createPath("o-bound-lock"), body, "Idempotency-Key", "k-bound-lock")
-	want503(b.answerWithin(t, e, create, func() { _ = tx.Rollback(ctx) }))
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	want503(b.answerWithin(t, e, create, release))
+	release()
 	wantPayment(t, b.on(free, create), http.StatusCreated)
 	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
 		t.Fatalf("%d registrations, want one per order", n)

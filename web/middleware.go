@@ -124,7 +124,7 @@ func securityHeaders(hsts bool) echo.MiddlewareFunc {
 	}
 }
 
-// RequestTimeoutFor is the bound of a JSON API request's work (Deps.RequestTimeout) for a
+// RequestTimeoutFor is the bound of a request's work (Deps.RequestTimeout) for a
 // gateway timeout: three gateway calls (a Create's registration, then its answer asked again
 // when a newer decision overtook it) and their lock waits fit inside; the server's write timeout
 // is 5 s longer, so the 503 is written before the connection is dropped.
@@ -133,12 +133,17 @@ func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
 }
 
 // requestBound gives a request's work a deadline (d 0: none). A database that does not answer —
-// a host gone silent, a pool whose connections are all taken — held an API call until the client
+// a host gone silent, a pool whose connections are all taken — held a call until the client
 // gave up or the server's write timeout dropped the connection, with no answer either way; now
-// the call's database work is cut at d and answered 503 "unavailable" with Retry-After. Nothing
-// is half-written: each change is one transaction, and a key whose request was cut serves the
-// same request again (Idempotency.Run gives it up as after any outage).
-func requestBound(d time.Duration) echo.MiddlewareFunc {
+// the call's database work is cut at d and answered 503 "unavailable" with Retry-After and
+// message. Nothing is half-written: each change is one transaction, and a key whose request was
+// cut serves the same request again (Idempotency.Run gives it up as after any outage).
+//
+// The error is answered here, on a context that carries what the handlers put on the request
+// (a console session, whose save the answer triggers) with the request's own cancellation (the
+// error handler judges a client's hang-up by it) and answerGrace to write in: the page's
+// template and the session's save would fail on the cut context.
+func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if d <= 0 {
 			return next
@@ -149,18 +154,39 @@ func requestBound(d time.Duration) echo.MiddlewareFunc {
 			defer cancel()
 			c.SetRequest(req.WithContext(ctx))
 			err := next(c)
-			// The error handler judges a client's hang-up by the request's own context; Echo's
-			// own answers (the binder's 400, a 413) stand whenever they came.
-			c.SetRequest(req)
-			var he *echo.HTTPError
-			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
-				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
-				return &payments.Error{Code: payments.EUNAVAIL, Message: requestTimedOutMessage, Err: err}
+			if err == nil || c.Response().Committed {
+				return err
 			}
-			return err
+			// Echo's own answers (the binder's 400, a 413) stand whenever they came.
+			var he *echo.HTTPError
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
+				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
+				err = &payments.Error{Code: payments.EUNAVAIL, Message: message, Err: err}
+			}
+			actx, acancel := context.WithTimeout(valuesOf{Context: req.Context(), values: c.Request().Context()}, answerGrace)
+			defer acancel()
+			c.SetRequest(c.Request().WithContext(actx))
+			c.Error(err)
+			return nil
 		}
 	}
 }
 
-// requestTimedOutMessage is the client's word when requestBound cut a call.
-const requestTimedOutMessage = "the service's database did not answer in time; try again shortly (with the same Idempotency-Key, if the request had one)"
+// answerGrace is how long requestBound's answer may take to write (a session's save on a silent
+// database gives up in it): well inside the 5 s the server's write timeout leaves past the bound.
+const answerGrace = 2 * time.Second
+
+// valuesOf is Context (its deadline, cancellation and error) with the values of values.
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (v valuesOf) Value(key any) any { return v.values.Value(key) }
+
+// The words of a call requestBound cut: an API client's, and a staff member's (a customer's 503
+// page says its own: temporary, nothing charged, try again).
+const (
+	requestTimedOutMessage = "the service's database did not answer in time; try again shortly (with the same Idempotency-Key, if the request had one)"
+	pageTimedOutMessage    = "The service's database did not answer in time. Reload the page to see where things stand before you try again."
+)

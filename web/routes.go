@@ -34,7 +34,7 @@ func routes(e *echo.Echo, d Deps) {
 	// Authentication is per route, not group middleware, so an unknown path stays a plain 404.
 	api := handlers.NewAPI(d.Payments, d.Access, d.Idempotency, d.Logger)
 	// Each call's work is bounded first (requestBound), its key's look-up included.
-	bound := requestBound(d.RequestTimeout)
+	bound := requestBound(d.RequestTimeout, requestTimedOutMessage)
 	read := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopePaymentsRead)}
 	write := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopePaymentsWrite)}
 	refund := []echo.MiddlewareFunc{bound, api.Authenticate(access.ScopeRefundsWrite)}
@@ -61,9 +61,16 @@ func routes(e *echo.Echo, d Deps) {
 	// Route-level rather than a group over "/", so unknown paths and other methods stay plain
 	// 404/405 without a session lookup.
 	lv := handlers.NewLive(d.Live, d.Payments, d.Logger, am.Still)
-	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
-		return append([]echo.MiddlewareFunc{middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
+	// A page's work is bounded as an API call's is, its session's load included: a database
+	// that does not answer is a readable 503 page, not a connection dropped at the write
+	// timeout. Not the live streams, the CSV exports and the stuck list's bulk check: they run
+	// longer by design and move their own write deadlines.
+	chain := func(bound echo.MiddlewareFunc, m []echo.MiddlewareFunc) []echo.MiddlewareFunc {
+		return append([]echo.MiddlewareFunc{bound, middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
 	}
+	pageBound := requestBound(d.RequestTimeout, pageTimedOutMessage)
+	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc { return chain(pageBound, m) }
+	long := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc { return chain(requestBound(0, ""), m) }
 	con := handlers.NewConsole(d.Payments, d.Access, am, d.ReplicaID, d.Logger)
 	view, operate := am.Require(access.PermView), am.Require(access.PermOperate)
 	finance, resolve, admin := am.Require(access.PermFinance), am.Require(access.PermResolve), am.Require(access.PermAdmin)
@@ -93,9 +100,9 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/finance/flagged/refunds/:id/retry", con.RetryFlaggedRefund, pages(resolve)...)
 	e.POST("/finance/flagged/refunds/:id/propose", con.ProposeRefundOutcome, pages(resolve)...)
 	e.GET("/finance/ledger", con.Ledger, pages(finance)...)
-	e.GET("/finance/ledger.csv", con.LedgerCSV, pages(finance)...)
+	e.GET("/finance/ledger.csv", con.LedgerCSV, long(finance)...)
 	e.GET("/finance/stuck", con.Stuck, pages(finance)...)
-	e.POST("/finance/stuck/check", con.CheckStuck, pages(resolve)...)
+	e.POST("/finance/stuck/check", con.CheckStuck, long(resolve)...)
 	e.GET("/finance/resolutions", con.Resolutions, pages(finance)...)
 	e.GET("/finance/resolutions/new", con.NewResolution, pages(resolve)...)
 	e.POST("/finance/resolutions", con.ProposeResolution, pages(resolve)...)
@@ -110,17 +117,17 @@ func routes(e *echo.Echo, d Deps) {
 	e.POST("/admin/users/:id/role", con.SetUserRole, pages(admin)...)
 	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)
-	e.GET("/admin/audit.csv", con.AuditCSV, pages(admin)...)
+	e.GET("/admin/audit.csv", con.AuditCSV, long(admin)...)
 	// Live streams (server-sent events): each behind the role check of the page it feeds.
-	e.GET("/live/dashboard", lv.Stream(live.PageDashboard), pages(view)...)
-	e.GET("/live/payments", lv.Stream(live.PagePayments), pages(view)...)
-	e.GET("/live/payments/:id", lv.Payment, pages(view)...)
-	e.GET("/live/locks", lv.Stream(live.PageLocks), pages(view)...)
-	e.GET("/live/finance/stuck", lv.Stream(live.PageStuck), pages(finance)...)
-	e.GET("/live/finance/cases", lv.Stream(live.PageCases), pages(finance)...)
-	e.GET("/live/finance/flagged", lv.Stream(live.PageFlagged), pages(finance)...)
-	e.GET("/live/finance/resolutions", lv.Stream(live.PageResolutions), pages(finance)...)
-	e.GET("/live/finance/ledger", lv.Stream(live.PageLedger), pages(finance)...)
+	e.GET("/live/dashboard", lv.Stream(live.PageDashboard), long(view)...)
+	e.GET("/live/payments", lv.Stream(live.PagePayments), long(view)...)
+	e.GET("/live/payments/:id", lv.Payment, long(view)...)
+	e.GET("/live/locks", lv.Stream(live.PageLocks), long(view)...)
+	e.GET("/live/finance/stuck", lv.Stream(live.PageStuck), long(finance)...)
+	e.GET("/live/finance/cases", lv.Stream(live.PageCases), long(finance)...)
+	e.GET("/live/finance/flagged", lv.Stream(live.PageFlagged), long(finance)...)
+	e.GET("/live/finance/resolutions", lv.Stream(live.PageResolutions), long(finance)...)
+	e.GET("/live/finance/ledger", lv.Stream(live.PageLedger), long(finance)...)
 
 	checkout := handlers.NewCheckout(d.Payments, d.Idempotency, d.MerchantName, d.Logger)
 	e.GET("/checkout/:order_id", checkout.Page, pages()...)

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alexedwards/scs/pgxstore"
 	"github.com/alexedwards/scs/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -154,12 +153,12 @@ func New(cfg Config) *Manager {
 		_, _ = rand.Read(m.secret)
 	}
 	// Built by hand rather than with scs.New(): New installs an in-memory store whose cleanup
-	// goroutine would run forever beside the PostgreSQL store we use. pgxstore's own cleanup
-	// goroutine is off too (interval 0); SignIn deletes expired rows instead (ReapSessions):
-	// this package owns the store, so it owns its reaper.
+	// goroutine would run forever beside the PostgreSQL store we use (hashedStore: pgxstore's
+	// table, without its cleanup goroutine); SignIn deletes expired rows instead
+	// (ReapSessions): this package owns the store, so it owns its reaper.
 	m.sm = &scs.SessionManager{
 		Lifetime: SessionLifetime,
-		Store:    hashedStore{next: pgxstore.NewWithCleanupInterval(cfg.DB, 0), db: cfg.DB},
+		Store:    hashedStore{db: cfg.DB},
 		Codec:    scs.GobCodec{},
 		ErrorFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			m.log.Error("session", "err", err)
@@ -624,7 +623,7 @@ func LocalPath(next string) string {
 
 // SignIn starts the staff user's session: a new session token (RenewToken, so a token planted
 // before sign-in is worthless after it), the user's session epoch and a new CSRF token. Expired
-// sessions of anyone (ReapSessions: pgxstore's cleanup goroutine is off) and dead sign-in
+// sessions of anyone (ReapSessions: the store has no cleanup goroutine) and dead sign-in
 // throttle rows are deleted on the way.
 func (m *Manager) SignIn(c echo.Context, u access.User) error {
 	return m.signIn(c, u, false)

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/alexedwards/scs/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -30,9 +30,12 @@ import (
 // tab, or a stolen copy of the cookie signed out by its owner) would otherwise insert the
 // signed-out token back with the email in it when it saved its flash or its last-seen time,
 // and set its cookie again (an outside review).
+//
+// Every statement runs under the request's context (scs's ...Ctx calls): the table and its
+// statements are pgxstore's, but pgxstore runs them under context.Background, so a session's
+// load or save waited as long as a database that did not answer, past the request's bound.
 type hashedStore struct {
-	next scs.Store
-	db   *pgxpool.Pool
+	db *pgxpool.Pool
 }
 
 // existingOnlyKey marks a commit's context: the session was loaded from the store by this
@@ -47,26 +50,58 @@ func hashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (s hashedStore) Find(token string) ([]byte, bool, error) {
-	b, found, err := s.next.Find(hashToken(token))
+// FindCtx is what scs calls (with the request's context).
+func (s hashedStore) FindCtx(ctx context.Context, token string) ([]byte, bool, error) {
+	b, found, err := s.find(ctx, hashToken(token))
 	if err != nil || found || len(token) == len(hashToken("")) {
 		// Never the fallback for a token shaped like a hash: the stored hashes, read from a
 		// database copy, would work as cookies again. scs's tokens are 43 characters.
 		return b, found, err
 	}
-	return s.next.Find(token) // a session of the release before (see above)
+	return s.find(ctx, token) // a session of the release before (see above)
+}
+
+func (s hashedStore) find(ctx context.Context, key string) ([]byte, bool, error) {
+	var b []byte
+	err := s.db.QueryRow(ctx, `SELECT data FROM sessions WHERE token = $1 AND current_timestamp < expiry`, key).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
+// commit stores a session under the hash of its token.
+func (s hashedStore) commit(ctx context.Context, token string, b []byte, expiry time.Time) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO sessions (token, data, expiry) VALUES ($1, $2, $3)
+		ON CONFLICT (token) DO UPDATE SET data = EXCLUDED.data, expiry = EXCLUDED.expiry`, hashToken(token), b, expiry)
+	return err
+}
+
+// delete removes a session, under its hash and (the release before) its clear token, and says
+// how many rows it removed.
+func (s hashedStore) delete(ctx context.Context, token string) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE token = $1 OR token = $2`, hashToken(token), token)
+	return tag.RowsAffected(), err
+}
+
+// Find, Commit and Delete are scs.Store's, for callers without a context (scs calls the
+// ...Ctx forms).
+func (s hashedStore) Find(token string) ([]byte, bool, error) {
+	return s.FindCtx(context.Background(), token)
 }
 
 func (s hashedStore) Commit(token string, b []byte, expiry time.Time) error {
-	return s.next.Commit(hashToken(token), b, expiry)
+	return s.commit(context.Background(), token, b, expiry)
 }
+
+func (s hashedStore) Delete(token string) error { return s.DeleteCtx(context.Background(), token) }
 
 // CommitCtx is what scs calls (with the request's context). A session the request loaded is
 // updated where it is; gone (ended meanwhile), it stays gone: errSessionEnded. One found under
 // its clear token (the release before) is stored under its hash as Commit does.
 func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expiry time.Time) error {
-	if only, _ := ctx.Value(existingOnlyKey{}).(bool); !only || s.db == nil {
-		return s.Commit(token, b, expiry)
+	if only, _ := ctx.Value(existingOnlyKey{}).(bool); !only {
+		return s.commit(ctx, token, b, expiry)
 	}
 	var updated, clear bool
 	if err := s.db.QueryRow(ctx, `WITH u AS (UPDATE sessions SET data = $2, expiry = $3 WHERE token = $1 RETURNING 1)
@@ -78,7 +113,7 @@ func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expi
 	case updated:
 		return nil
 	case clear && len(token) != len(hashToken("")):
-		return s.Commit(token, b, expiry)
+		return s.commit(ctx, token, b, expiry)
 	}
 	return errSessionEnded
 }
@@ -92,19 +127,12 @@ type renewSignedInKey struct{}
 // else" waiting on the user's row while the user signed out in another tab) was renewed onto a
 // new token and signed the browser in again (an outside review): errSessionEnded instead.
 func (s hashedStore) DeleteCtx(ctx context.Context, token string) error {
-	if only, _ := ctx.Value(renewSignedInKey{}).(bool); !only || s.db == nil {
-		return s.Delete(token)
-	}
-	tag, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE token = $1 OR token = $2`, hashToken(token), token)
+	n, err := s.delete(ctx, token)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
+	if only, _ := ctx.Value(renewSignedInKey{}).(bool); only && n == 0 {
 		return errSessionEnded
 	}
 	return nil
-}
-
-func (s hashedStore) Delete(token string) error {
-	return errors.Join(s.next.Delete(hashToken(token)), s.next.Delete(token))
 }

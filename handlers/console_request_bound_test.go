@@ -1,0 +1,171 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/access"
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+	"pitlane/web"
+)
+
+// answered runs do and returns its answer; one still unanswered after a minute (it waits as long
+// as the database does) fails the test after release lets it end.
+func answered(t *testing.T, what string, do func() *httptest.ResponseRecorder, release func()) *httptest.ResponseRecorder {
+	t.Helper()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- do() }()
+	select {
+	case rec := <-done:
+		return rec
+	case <-time.After(time.Minute):
+		release()
+		<-done
+		t.Fatalf("%s: no answer in a minute, the request waits as long as its database", what)
+		return nil
+	}
+}
+
+// poolOfOne is a pool of a single connection to the database at url, closed when the test ends;
+// take takes that connection (the database then answers nothing through the pool) and returns
+// its release, which may be called more than once and is called at the end in any case.
+func poolOfOne(t *testing.T, url string) (pool *pgxpool.Pool, take func() (release func())) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	if pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, func() func() {
+		held, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		release := func() { once.Do(held.Release) }
+		t.Cleanup(release) // before the pool's Close, which waits for it
+		return release
+	}
+}
+
+// holdCreateLock holds order's claim lock in a transaction of another replica until the returned
+// release (which may be called more than once, and is at the test's end in any case).
+func holdCreateLock(t *testing.T, pool *pgxpool.Pool, order string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := tx.Rollback(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(payments.LockCreateOrder), order); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// A console or checkout page whose database does not answer is a readable 503 page within the
+// request's bound (as an API call is), and the same page works once the database answers:
+// every connection of the pool taken (the staff member's session cannot even be loaded; the
+// customer's order cannot be read), and a claim lock that is never let go while the lock wait is
+// long (a staff member's Start: nothing is registered or written, and the same form starts the
+// payment afterwards). Before, the page waited as long as the database did, until the server's
+// write timeout dropped the connection with no answer at all.
+func TestPageWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ops@example.com", access.RoleSupport)
+	pool, take := poolOfOne(t, b.url)
+	b.deps = func(d *web.Deps) { d.RequestTimeout = 300 * time.Millisecond }
+	_, e := b.replica(pool, "replica-bound", b.gw, func(c *payments.Config) { c.LockTimeout = 10 * time.Minute })
+	staff := newAgent(t, e)
+	staff.login("ops@example.com")
+	customer := newAgent(t, e)
+	link := b.link(t, "o-bound-pay", 1500, "EUR")
+
+	want503 := func(rec *httptest.ResponseRecorder, words string) {
+		t.Helper()
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("status %d, Retry-After %q: want 503 with Retry-After; body:\n%s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+		}
+		if !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") || !strings.Contains(rec.Body.String(), words) {
+			t.Fatalf("503 page without %q:\n%s", words, rec.Body)
+		}
+	}
+
+	release := take()
+	want503(answered(t, "GET /payments", func() *httptest.ResponseRecorder { return staff.get("/payments") }, release),
+		"did not answer in time")
+	want503(answered(t, "GET "+link, func() *httptest.ResponseRecorder { return customer.get(link) }, release),
+		"nothing was charged")
+	release()
+	page(t, staff.get("/payments"), http.StatusOK) // still signed in
+	page(t, customer.get(link), http.StatusOK)
+
+	release = holdCreateLock(t, b.pool, "o-bound-lock")
+	page(t, staff.get("/payments/new"), http.StatusOK) // the form's CSRF token
+	start := url.Values{"order_id": {"o-bound-lock"}, "amount": {"25.00"}, "currency": {"EUR"}, "customer_contact": {"cust@example.com"}}
+	want503(answered(t, "POST /payments", func() *httptest.ResponseRecorder { return staff.post("/payments", start) }, release),
+		"did not answer in time")
+	release()
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-bound-lock'`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("a cut Start left %d sessions and %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	if rec := staff.post("/payments", start); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Start once the lock is free: %d\n%s", rec.Code, rec.Body)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("%d registrations, want one", n)
+	}
+}
+
+// The pages that run longer by design are not cut at the bound: the CSV exports and the stuck
+// list's bulk check move their own write deadlines (and a live stream, routed the same way,
+// stays open for as long as its page).
+func TestLongPagesAreNotCutAtTheBound(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.user(t, "admin@example.com", access.RoleAdmin)
+	b.deps = func(d *web.Deps) { d.RequestTimeout = time.Nanosecond }
+	_, e := b.replica(b.pool, "replica-cut", b.gw)
+	if rec := newAgent(t, e).get("/login"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a page under a bound of 1ns: %d, want 503 (the control of this test)", rec.Code)
+	}
+	fin := newAgent(t, b.e)
+	fin.login("fin@example.com")
+	fin.h = e
+	if rec := fin.get("/finance/ledger.csv"); rec.Code != http.StatusOK {
+		t.Fatalf("ledger export under a bound of 1ns: %d\n%s", rec.Code, rec.Body)
+	}
+	if rec := fin.post("/finance/stuck/check", url.Values{}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("stuck list's check under a bound of 1ns: %d\n%s", rec.Code, rec.Body)
+	}
+	admin := newAgent(t, b.e)
+	admin.login("admin@example.com")
+	admin.h = e
+	if rec := admin.get("/admin/audit.csv"); rec.Code != http.StatusOK {
+		t.Fatalf("audit export under a bound of 1ns: %d\n%s", rec.Code, rec.Body)
+	}
+}
