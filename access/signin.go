@@ -173,7 +173,9 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	if a.Reauth {
 		detail += ", proving the password again (password change)"
 	}
-	if _, err := s.db.Exec(context.WithoutCancel(ctx), `WITH audit AS (
+	actx, cancel := payments.Outlive(ctx, payments.AuditGrace) // the failure is counted: its audit outlives the request
+	defer cancel()
+	if _, err := s.db.Exec(actx, `WITH audit AS (
 			INSERT INTO audit_log (at, actor, role, action, target, detail) SELECT $2, $1, '', $3, $1, $4 WHERE $5)
 		UPDATE staff_login_throttle SET last_failure_at = last_failure_at WHERE email = $1`,
 		email, now, payments.AuditLoginFailed, detail, found); err != nil {

@@ -32,7 +32,7 @@ func (b *apiBench) answerWithin(t *testing.T, e http.Handler, c call, release fu
 func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	pool, take := poolOfOne(t, b.url)
+	pool, take := poolOfOne(t, b.pool)
 	svc := payments.NewService(pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-bound",
 		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Minute})
 	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-bound", Payments: svc}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/access"
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/web"
@@ -35,29 +36,19 @@ func answered(t *testing.T, what string, do func() *httptest.ResponseRecorder, r
 	}
 }
 
-// poolOfOne is a pool of a single connection to the database at url, closed when the test ends;
+// poolOfOne is a pool of a single connection to of's database, closed when the test ends;
 // take takes that connection (the database then answers nothing through the pool) and returns
 // its release, which may be called more than once and is called at the end in any case.
-func poolOfOne(t *testing.T, url string) (pool *pgxpool.Pool, take func() (release func())) {
+func poolOfOne(t *testing.T, of *pgxpool.Pool) (pool *pgxpool.Pool, take func() (release func())) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	if pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool = testdb.PoolOf(t, of, 1)
 	return pool, func() func() {
 		held, err := pool.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var once sync.Once
-		release := func() { once.Do(held.Release) }
-		t.Cleanup(release) // before the pool's Close, which waits for it
-		return release
+		t.Cleanup(held.Release) // before the pool's Close, which waits for it; a second Release is a no-op
+		return held.Release
 	}
 }
 
@@ -96,7 +87,7 @@ func TestPageWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
 	b.user(t, "ops@example.com", access.RoleSupport)
-	pool, take := poolOfOne(t, b.url)
+	pool, take := poolOfOne(t, b.pool)
 	b.deps = func(d *web.Deps) { d.RequestTimeout = 300 * time.Millisecond }
 	_, e := b.replica(pool, "replica-bound", b.gw, func(c *payments.Config) { c.LockTimeout = 10 * time.Minute })
 	staff := newAgent(t, e)

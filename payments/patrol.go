@@ -932,17 +932,7 @@ func (s *Service) endBackoff() {
 // claimContext is a claim's context: it does not end with ctx (the round's stop) at once, but a
 // gateway timeout after it.
 func (s *Service) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(s.cfg.GatewayTimeout)
-		defer t.Stop()
-		select {
-		case <-cctx.Done():
-		case <-t.C:
-			cancel()
-		}
-	})
-	return cctx, func() { stop(); cancel() }
+	return Outlive(ctx, s.cfg.GatewayTimeout)
 }
 
 // driveContext bounds one drive: it ends one gateway timeout before the lease does. The lease

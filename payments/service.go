@@ -373,6 +373,24 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
+// Outlive is a context that outlives ctx by at most grace: work that must be done though its
+// request or round ended (an audit entry of what was done, a claim's release, a heartbeat) is
+// not cut with it, but neither waits past grace after it on a database that does not answer:
+// under context.WithoutCancel alone it waited as long as the database did.
+func Outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-octx.Done():
+		case <-t.C:
+			cancel()
+		}
+	})
+	return octx, func() { stop(); cancel() }
+}
+
 // execBounded runs one statement in a transaction of its own under inTx's bounded lock wait: a
 // write outside the core's transactions that may wait for a row the core locks (a foreign key to
 // payment_sessions, a lease on one). An autocommit statement has no lock_timeout, and behind a

@@ -75,9 +75,18 @@ type AuditEntry struct {
 // Money-moving staff actions (a cancel confirmed, a refund claimed) are written by the core in
 // the action's transaction (auditStaff), as are the console's own actions (resolve a case, retry
 // a flagged session, the four-eyes steps).
+//
+// The entry outlives its request (a client gone, a request cut at its bound) by AuditGrace at
+// most: a database that does not answer held the request's answer for as long as it did.
 func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
-	return recordAudit(context.WithoutCancel(ctx), s.db, e, s.cfg.Clock.Now())
+	ctx, cancel := Outlive(ctx, AuditGrace)
+	defer cancel()
+	return recordAudit(ctx, s.db, e, s.cfg.Clock.Now())
 }
+
+// AuditGrace is how long an audit entry of a request may still be written once the request
+// ended: an INSERT that takes no lock anyone holds; a few seconds are the pool's wait under load.
+const AuditGrace = 3 * time.Second
 
 // Execer is what AppendAudit writes through: a pool or a transaction.
 type Execer interface {

@@ -3,9 +3,11 @@ package payments_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -99,5 +101,45 @@ func TestStaffRefundWithoutItsAuditEntryDoesNotHappen(t *testing.T) {
 	}
 	if n, calls := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, paid.ID), b.gw.Calls(fakegw.OpRefund); n != 0 || calls != 0 {
 		t.Fatalf("%d refunds, %d gateway refund calls without an audit entry; want none", n, calls)
+	}
+}
+
+// An audit entry outlives its request — a client gone, a request cut at its bound: the action
+// it records happened — but by payments.AuditGrace at most: written through a pool whose only
+// connection is taken (a database that does not answer), it is given up within the grace and
+// the request can answer. Before, under context.WithoutCancel alone, it waited for as long as
+// the database did, and so did the request's answer: a console page cut at its bound by a
+// silent database hung in the audit of its refusal.
+func TestAuditOutlivesItsRequestByItsGraceAtMost(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	one := testdb.PoolOf(t, b.pool, 1)
+	svc := b.service(one, "replica-one")
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	entry := payments.AuditEntry{Actor: supportStaff.Email, Role: string(supportStaff.Role), Action: payments.AuditPaymentCheck, Target: "s-grace"}
+	if err := svc.RecordAudit(gone, entry); err != nil {
+		t.Fatalf("the entry of a request gone: %v", err)
+	}
+
+	held, err := one.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	done := make(chan error, 1)
+	go func() { done <- svc.RecordAudit(gone, entry) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("an entry written through a pool with no connection to give")
+		}
+	case <-time.After(time.Minute):
+		held.Release()
+		<-done
+		t.Fatal("the entry waited a minute for the database, past its grace")
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE target = 's-grace'`); n != 1 {
+		t.Fatalf("%d entries, want the first one", n)
 	}
 }

@@ -127,10 +127,15 @@ func securityHeaders(hsts bool) echo.MiddlewareFunc {
 // RequestTimeoutFor is the bound of a request's work (Deps.RequestTimeout) for a
 // gateway timeout: three gateway calls (a Create's registration, then its answer asked again
 // when a newer decision overtook it) and their lock waits fit inside; the server's write timeout
-// is 5 s longer, so the 503 is written before the connection is dropped.
+// is WriteMargin longer, so the 503 is written before the connection is dropped.
 func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
 	return 3*gatewayTimeout + 25*time.Second
 }
+
+// WriteMargin is how much longer than RequestTimeoutFor the server's write timeout is: a call
+// cut at its bound may still write its refusal's audit entry (payments.AuditGrace) and then its
+// answer (answerGrace), a session's save included.
+const WriteMargin = 10 * time.Second
 
 // requestBound gives a request's work a deadline (d 0: none). A database that does not answer —
 // a host gone silent, a pool whose connections are all taken — held a call until the client
@@ -173,7 +178,7 @@ func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 }
 
 // answerGrace is how long requestBound's answer may take to write (a session's save on a silent
-// database gives up in it): well inside the 5 s the server's write timeout leaves past the bound.
+// database gives up in it): with an audit entry's grace before it, inside WriteMargin.
 const answerGrace = 2 * time.Second
 
 // valuesOf is Context (its deadline, cancellation and error) with the values of values.

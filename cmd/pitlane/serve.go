@@ -130,7 +130,7 @@ func run(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slo
 // httpServer is the server every listener of ours runs: bounded time to send the headers and
 // the body (a slow client cannot hold a connection and a goroutine forever), to write the
 // answer (long enough for a request that calls the gateway a few times, each bounded by
-// GATEWAY_TIMEOUT; 5 s past an API request's own bound, web.RequestTimeoutFor, so its 503 is
+// GATEWAY_TIMEOUT; web.WriteMargin past a request's own bound, web.RequestTimeoutFor, so its 503 is
 // written), to keep an idle connection, and bounded header size (the default is 1 MiB; nothing
 // of ours needs more than a few KiB).
 func httpServer(h http.Handler, cfg config.Config, logger *slog.Logger) *http.Server {
@@ -138,7 +138,7 @@ func httpServer(h http.Handler, cfg config.Config, logger *slog.Logger) *http.Se
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      web.RequestTimeoutFor(cfg.GatewayTimeout) + 5*time.Second,
+		WriteTimeout:      web.RequestTimeoutFor(cfg.GatewayTimeout) + web.WriteMargin,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
