@@ -86,10 +86,10 @@ func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 }
 
 // RecordAudit appends one entry to the audit log (sign-ins and sign-outs, the command line).
-// It outlives a canceled request, by payments.AuditGrace at most: the action it records already
+// It outlives a canceled request, by payments.RecordGrace at most: the action it records already
 // happened.
 func (s *Service) RecordAudit(ctx context.Context, e payments.AuditEntry) error {
-	ctx, cancel := payments.Outlive(ctx, payments.AuditGrace)
+	ctx, cancel := payments.Outlive(ctx, payments.RecordGrace)
 	defer cancel()
 	return payments.AppendAudit(ctx, s.db, e, s.clock.Now())
 }

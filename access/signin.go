@@ -173,7 +173,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	if a.Reauth {
 		detail += ", proving the password again (password change)"
 	}
-	actx, cancel := payments.Outlive(ctx, payments.AuditGrace) // the failure is counted: its audit outlives the request
+	actx, cancel := payments.Outlive(ctx, payments.RecordGrace) // the failure is counted: its audit outlives the request
 	defer cancel()
 	if _, err := s.db.Exec(actx, `WITH audit AS (
 			INSERT INTO audit_log (at, actor, role, action, target, detail) SELECT $2, $1, '', $3, $1, $4 WHERE $5)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/web"
@@ -61,5 +64,83 @@ func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	wantPayment(t, b.on(free, create), http.StatusCreated)
 	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
 		t.Fatalf("%d registrations, want one per order", n)
+	}
+}
+
+// boundReplica is a replica over pool whose API calls are bounded at bound, with a stale bound
+// of ten minutes (so only the cut, not the key's staleness, can end a key's last write), and the
+// same replica without a bound, for the retries.
+func (b *apiBench) boundReplica(pool *pgxpool.Pool, bound time.Duration) (e, free *echo.Echo) {
+	svc := payments.NewService(pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-bound",
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Minute})
+	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-bound", Payments: svc,
+		Idempotency: payments.IdempotencyConfig{StaleAfter: 10 * time.Minute}}
+	free = web.New(deps)
+	deps.RequestTimeout = bound
+	return web.New(deps), free
+}
+
+// A keyed call cut at its bound gives its key up within payments.RecordGrace of the cut, so its
+// 503 is written before the server's write timeout: here the claim waits on a held lock, and
+// when the cut frees the pool's only connection other work takes it before the key's Abandon.
+// Before, the Abandon waited up to the stale bound (30 s in serve, past the write timeout's
+// 10 s margin; ten minutes here) and the client got a dropped connection.
+func TestKeyedCallCutAtItsBoundIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	pool, take := poolOfOne(t, b.pool)
+	e, free := b.boundReplica(pool, 2*time.Second)
+	release := holdCreateLock(t, b.pool, "o-cut-key")
+	create := post(createPath("o-cut-key"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k-cut-key")
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answer <- b.on(e, create) }()
+	waitBlockedOrAnswered(t, b, answer)
+	var taken func()
+	took := make(chan struct{})
+	go func() { taken = take(); close(took) }() // queued for the connection before the key's Abandon
+	rec := answered(t, "the keyed Create", func() *httptest.ResponseRecorder { return <-answer }, func() { <-took; taken() })
+	if p := wantProblem(t, rec, http.StatusServiceUnavailable, ""); p.Code != payments.EUNAVAIL {
+		t.Fatalf("problem %+v, want unavailable", p)
+	}
+	<-took
+	taken()
+	release()
+	// The key's Abandon was given up: the key is the request's until its stale bound, then the
+	// same request takes it over.
+	wantProblem(t, b.on(free, create), http.StatusConflict, "")
+	b.clock.Advance(10*time.Minute + time.Second)
+	wantPayment(t, b.on(free, create), http.StatusCreated)
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("%d registrations, want one", n)
+	}
+}
+
+// A call whose gateway has answered records that answer within payments.RecordGrace of its cut:
+// a Check whose database goes quiet (the pool's only connection taken) while the gateway answers
+// is answered 503 instead of waiting as long as the database does, and the answer it gave up is
+// the next look's. Before, the record ran under context.WithoutCancel alone (the gateway has
+// spoken), outside the request's bound.
+func TestCallCutAfterItsGatewayAnsweredIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	pool, take := poolOfOne(t, b.pool)
+	e, free := b.boundReplica(pool, 2*time.Second)
+	p := wantPayment(t, b.on(free, post(createPath("o-cut-check"), `{"amount":100,"currency":"EUR"}`)), http.StatusCreated)
+	b.gw.SetStatus(*p.GatewayPaymentID, payments.GatewaySucceeded)
+	gate := b.gw.Hold(fakegw.OpStatus)
+	check := post("/api/v1/payments/"+p.ID+"/check", "")
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answer <- b.on(e, check) }()
+	<-gate.Arrived()
+	release := take() // the database goes quiet while the gateway answers
+	gate.Open()
+	rec := answered(t, "the Check", func() *httptest.ResponseRecorder { return <-answer }, release)
+	if p := wantProblem(t, rec, http.StatusServiceUnavailable, ""); p.Code != payments.EUNAVAIL {
+		t.Fatalf("problem %+v, want unavailable", p)
+	}
+	release()
+	b.gw.Unhold(fakegw.OpStatus)
+	if got := wantPayment(t, b.on(free, check), http.StatusOK); got.Status != string(payments.StatusCompleted) {
+		t.Fatalf("after the quiet: %s, want Completed", got.Status)
 	}
 }

@@ -203,7 +203,9 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if err != nil {
 		// The cancel is committed; the sweeper finishes the reverse. Report the state as it is.
 		s.log.Warn("reverse after confirm", "session", sessionID, "err", err)
-		sessAfter, err = s.Get(context.WithoutCancel(ctx), sessionID)
+		gctx, done := detachRecord(ctx)
+		defer done()
+		sessAfter, err = s.Get(gctx, sessionID)
 		if err != nil {
 			return ConfirmResult{}, err
 		}
@@ -328,7 +330,8 @@ func reverseRefusalFinal(st GatewayStatus) bool {
 }
 
 func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess Session) (Session, error) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, done := detachRecord(ctx)
+	defer done()
 	now := s.cfg.Clock.Now()
 	var out Session
 	err := s.inTx(ctx, "cancel: no gateway payment", func(tx pgx.Tx) error {

@@ -581,15 +581,19 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	return Outcome{ResourceID: id, Status: status}, nil
 }
 
-// recordContext is ctx for a key's last write once its effect ran or failed: detached from the
-// caller (a client that hung up, an API call cut by its bound) since the key must say what
-// happened, and bounded by StaleAfter, after which the key is another request's to take over
-// anyway. Unbounded, a database that did not answer held the request (its answer already made)
-// as long as it did; each write also waits for locks at most lock_timeout (execBounded: an
-// autocommit UPDATE behind a transaction whose client died holding the key's row waited for
-// hours).
+// recordContext is ctx for a key's last write once its effect ran or failed: it outlives the
+// caller (a client that hung up, an API call cut by its bound) by RecordGrace, since the key must
+// say what happened, and is bounded by StaleAfter in any case, after which the key is another
+// request's to take over anyway. Unbounded, a database that did not answer held the request (its
+// answer already made) as long as it did; bounded by StaleAfter alone, a call cut at its bound
+// waited StaleAfter more, past the server's write timeout, and its 503 was never written (an
+// outside review). A write given up leaves the key to go stale, as after a crash. Each write
+// also waits for locks at most lock_timeout (execBounded: an autocommit UPDATE behind a
+// transaction whose client died holding the key's row waited for hours).
 func (x *Idempotency) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), x.cfg.StaleAfter)
+	octx, stop := Outlive(ctx, RecordGrace)
+	tctx, cancel := context.WithTimeout(octx, x.cfg.StaleAfter)
+	return tctx, func() { cancel(); stop() }
 }
 
 // giveUp lets go of a key after the effect failed. Failures that by their code had no effect

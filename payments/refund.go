@@ -217,12 +217,14 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		}
 		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
 			r.ID, r.Detail, gr.Status, gr.ID)
-		if err := s.inTx(context.WithoutCancel(ctx), "refund: note", func(tx pgx.Tx) error {
+		nctx, done := detachRecord(ctx)
+		defer done()
+		if err := s.inTx(nctx, "refund: note", func(tx pgx.Tx) error {
 			// Kept, so the next refund reads it by id (and the payment page shows it).
-			if _, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
+			if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
 				return dbError("refund: note the gateway's id", err, "")
 			}
-			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
+			return noteCase(nctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
 		}); err != nil {
 			return nil, err
 		}
@@ -393,7 +395,9 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 	out, err := s.driveRefund(ctx, sess, r)
 	if err != nil {
 		s.log.Info("refund not settled yet", "refund", r.ID, "err", err)
-		return s.GetRefund(context.WithoutCancel(ctx), r.ID)
+		gctx, done := detachRecord(ctx)
+		defer done()
+		return s.GetRefund(gctx, r.ID)
 	}
 	return out, nil
 }
@@ -476,7 +480,8 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	default:
 		return r, gerr
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx, done := detachRecord(ctx)
+	defer done()
 	now := s.cfg.Clock.Now()
 	var out Refund
 	leaseLost := false

@@ -391,6 +391,19 @@ func Outlive(ctx context.Context, grace time.Duration) (context.Context, context
 	return octx, func() { stop(); cancel() }
 }
 
+// detachRecord is the context a request's work is recorded under once it may not be left half
+// done (the gateway has spoken, a cancel is committed): it outlives the request — a client gone,
+// a call cut at its bound — by RecordGrace at most, so a database that does not answer cannot
+// hold the answer past the request's bound (an outside review); a record given up is the next
+// look's (the session or refund stays due), as after a crash. A patrol drive's records stay
+// detached without a grace: its round bounds them (the lease; claimContext at the stop).
+func detachRecord(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, drive := ctx.Value(leaseCtxKey{}).(driveLease); drive {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	return Outlive(ctx, RecordGrace)
+}
+
 // execBounded runs one statement in a transaction of its own under inTx's bounded lock wait: a
 // write outside the core's transactions that may wait for a row the core locks (a foreign key to
 // payment_sessions, a lease on one). An autocommit statement has no lock_timeout, and behind a
@@ -654,8 +667,10 @@ func (s *Service) writeCallLog(ctx context.Context, args []any, guarded bool) {
 	// transaction until PostgreSQL notices, hours) an unbounded insert hung the Check that had
 	// already given up on that lock — a 503 promised, no answer, a pool connection held — and the
 	// patrol's round and its stop with it (an outside review). The row is then lost; the log says
-	// which call it was.
-	if _, err := s.execBounded(context.WithoutCancel(ctx), "log gateway call", sql, args...); err != nil {
+	// which call it was. It outlives a request as its other records do (detachRecord).
+	ctx, done := detachRecord(ctx)
+	defer done()
+	if _, err := s.execBounded(ctx, "log gateway call", sql, args...); err != nil {
 		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0], "key", args[2], "outcome", args[3])
 	}
 }

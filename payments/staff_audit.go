@@ -76,17 +76,18 @@ type AuditEntry struct {
 // the action's transaction (auditStaff), as are the console's own actions (resolve a case, retry
 // a flagged session, the four-eyes steps).
 //
-// The entry outlives its request (a client gone, a request cut at its bound) by AuditGrace at
+// The entry outlives its request (a client gone, a request cut at its bound) by RecordGrace at
 // most: a database that does not answer held the request's answer for as long as it did.
 func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
-	ctx, cancel := Outlive(ctx, AuditGrace)
+	ctx, cancel := Outlive(ctx, RecordGrace)
 	defer cancel()
 	return recordAudit(ctx, s.db, e, s.cfg.Clock.Now())
 }
 
-// AuditGrace is how long an audit entry of a request may still be written once the request
-// ended: an INSERT that takes no lock anyone holds; a few seconds are the pool's wait under load.
-const AuditGrace = 3 * time.Second
+// RecordGrace is how long a request's records (its audit entry, its outcome once the gateway has
+// spoken, its idempotency key's last write) may still be written once the request ended: a few
+// seconds are the pool's wait under load; longer is a database that does not answer.
+const RecordGrace = 3 * time.Second
 
 // Execer is what AppendAudit writes through: a pool or a transaction.
 type Execer interface {

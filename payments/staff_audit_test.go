@@ -105,7 +105,7 @@ func TestStaffRefundWithoutItsAuditEntryDoesNotHappen(t *testing.T) {
 }
 
 // An audit entry outlives its request — a client gone, a request cut at its bound: the action
-// it records happened — but by payments.AuditGrace at most: written through a pool whose only
+// it records happened — but by payments.RecordGrace at most: written through a pool whose only
 // connection is taken (a database that does not answer), it is given up within the grace and
 // the request can answer. Before, under context.WithoutCancel alone, it waited for as long as
 // the database did, and so did the request's answer: a console page cut at its bound by a

@@ -133,7 +133,7 @@ func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
 }
 
 // WriteMargin is how much longer than RequestTimeoutFor the server's write timeout is: a call
-// cut at its bound may still write its refusal's audit entry (payments.AuditGrace) and then its
+// cut at its bound may still write its refusal's audit entry (payments.RecordGrace) and then its
 // answer (answerGrace), a session's save included.
 const WriteMargin = 10 * time.Second
 
