@@ -3,6 +3,8 @@ package payments
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +54,10 @@ const (
 	EventsWebhookMaxBackoff = 5 * time.Minute
 	// eventsWebhookPagesPerRound bounds one round, so a long backlog yields between rounds.
 	eventsWebhookPagesPerRound = 10
+	// EventsWebhookHandover is how long no replica of the URL the row delivers to must have
+	// taken it before a replica configured with another URL takes it over (a rolling change of
+	// EVENTS_WEBHOOK_URL): they take it every round while they run and are not backing off.
+	EventsWebhookHandover = time.Minute
 )
 
 // PushEvents runs one round of the events webhook: while there are events after the cursor (at
@@ -102,20 +108,44 @@ const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lea
 	WHERE id = 1 AND lease_token = $1`
 
 // pushEventsPage POSTs one page; more: another page may be ready.
+//
+// The row delivers to one URL at a time (url_hash, migration 00760): while replicas of another
+// URL still take it (a rolling change of EVENTS_WEBHOOK_URL), this one does not, and takes it
+// over, from the cursor, once they have not for EventsWebhookHandover. Before, every replica
+// POSTed to its own URL and moved the one cursor: the old and the new endpoint each got
+// alternate pages, and neither the whole feed (an outside review).
 func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err error) {
 	now := s.cfg.Clock.Now()
 	leaseUntil := now.Add(2 * EventsWebhookTimeout)
-	var cursor, token string
+	url := eventsWebhookURLHash(s.cfg.EventsWebhook.URL)
+	var cursor, token, before string
 	var attempts int
-	err = s.db.QueryRow(ctx, `UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid()
+	err = s.db.QueryRow(ctx, `WITH before AS (SELECT url_hash FROM events_webhook WHERE id = 1)
+		UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid(), url_hash = $4, url_seen_at = $3
 		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3) AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
-		RETURNING cursor, lease_token::text, attempts`,
-		s.cfg.ReplicaID, leaseUntil, now).Scan(&cursor, &token, &attempts)
+		  AND (url_hash IS NULL OR url_hash = $4 OR url_seen_at IS NULL OR url_seen_at <= $5)
+		RETURNING cursor, lease_token::text, attempts, coalesce((SELECT url_hash FROM before), '')`,
+		s.cfg.ReplicaID, leaseUntil, now, url, now.Add(-EventsWebhookHandover)).Scan(&cursor, &token, &attempts, &before)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil // another replica delivers, or the wait after a failure runs
+		// Another replica delivers, or the wait after a failure runs, or another URL's replicas
+		// still deliver: said once, when it begins.
+		var fenced bool
+		if err := s.db.QueryRow(ctx, `SELECT coalesce(url_hash <> $1 AND url_seen_at > $2, false) FROM events_webhook WHERE id = 1`,
+			url, now.Add(-EventsWebhookHandover)).Scan(&fenced); err != nil {
+			return 0, false, dbError("events webhook: read", err, "")
+		}
+		if fenced && !s.eventsWebhookFenced.Swap(true) {
+			s.log.Warn("events webhook: other replicas deliver to another EVENTS_WEBHOOK_URL; this one takes over once they have not for a minute",
+				"replica", s.cfg.ReplicaID)
+		}
+		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, dbError("events webhook: take", err, "")
+	}
+	if s.eventsWebhookFenced.Swap(false) || (before != "" && before != url) {
+		s.log.Warn("events webhook: delivering to this replica's EVENTS_WEBHOOK_URL from here on (the other URL's replicas stopped)",
+			"replica", s.cfg.ReplicaID, "cursor", cursor)
 	}
 	// release writes the round's outcome and gives the row back, only while the lease is still
 	// this round's; kept is false when another replica had taken the row over meanwhile.
@@ -166,6 +196,12 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		delivered_at = $3, delivered_events = delivered_events + $4, lease_owner = NULL, lease_until = NULL, lease_token = NULL
 		WHERE id = 1 AND lease_token = $1`, page.Next, s.cfg.Clock.Now(), len(page.Events))
 	return len(page.Events), page.More && kept, err
+}
+
+// eventsWebhookURLHash is what events_webhook.url_hash holds of a URL (SHA-256, hex).
+func eventsWebhookURLHash(url string) string {
+	sum := sha256.Sum256([]byte(url))
+	return hex.EncodeToString(sum[:])
 }
 
 // postEvents POSTs body, signed; any answer but 2xx is a failure.

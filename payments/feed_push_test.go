@@ -492,3 +492,46 @@ func TestEventsWebhookDoesNotPostOnALeaseNearlySpent(t *testing.T) {
 		t.Fatalf("the next round sent %d, want 2", n)
 	}
 }
+
+// A rolling change of EVENTS_WEBHOOK_URL hands the feed over whole: while a replica of the old
+// URL still delivers, one with the new URL sends nothing; once no replica of the old URL has
+// taken the row for EventsWebhookHandover, the new one delivers from the cursor on. Each URL
+// gets one unbroken part of the feed. Before, both replicas POSTed to their own URL and moved
+// the one cursor: the old endpoint got o-url-1's changes, the new one o-url-2's (an outside
+// review).
+func TestEventsWebhookURLChangeHandsTheFeedOverWhole(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	oldShop, newShop := newShop(t, b.clock), newShop(t, b.clock)
+	oldRep := b.service(b.pool, "replica-old", oldShop.config)
+	newRep := b.service(b.pool, "replica-new", newShop.config)
+	push(t, oldRep) // delivery begins at the feed's end
+	b.registered(t, "o-url-1", 100)
+	feedReady(t, b, 2)
+	push(t, oldRep)
+	b.registered(t, "o-url-2", 200)
+	feedReady(t, b, 2)
+	if n := push(t, newRep); n != 0 {
+		t.Fatalf("the new URL's replica sent %d events while the old URL's still delivers", n)
+	}
+	push(t, oldRep)
+	_, got := oldShop.counts()
+	wantChanges(t, got, "o-url-1:Registering", "o-url-1:Registered", "o-url-2:Registering", "o-url-2:Registered")
+
+	// The old URL's replicas are gone: a minute later the new URL takes over from the cursor.
+	b.registered(t, "o-url-3", 300)
+	feedReady(t, b, 2)
+	b.clock.Advance(payments.EventsWebhookHandover - time.Second)
+	if n := push(t, newRep); n != 0 {
+		t.Fatalf("the new URL's replica took over %d events before the handover", n)
+	}
+	b.clock.Advance(time.Second)
+	if n := push(t, newRep); n != 2 {
+		t.Fatalf("the new URL's replica sent %d events after the handover, want o-url-3's two", n)
+	}
+	_, got = newShop.counts()
+	wantChanges(t, got, "o-url-3:Registering", "o-url-3:Registered")
+	if n := push(t, oldRep); n != 0 {
+		t.Fatalf("a replica of the old URL, back, sent %d events", n)
+	}
+}

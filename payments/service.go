@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,6 +187,9 @@ type Service struct {
 	patrol *patrolState
 	// settles batches the patrol's answers into shared transactions (nil: SettleBatch 1).
 	settles *settleBatcher
+	// eventsWebhookFenced: this replica's EVENTS_WEBHOOK_URL is not the one the events webhook
+	// delivers to, as its last round found (said once in the log, when it begins).
+	eventsWebhookFenced atomic.Bool
 }
 
 // NewService builds the core over a pool and a gateway.
