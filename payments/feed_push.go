@@ -160,7 +160,24 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		}
 		return true, nil
 	}
+	// fail counts a failed attempt: the row waits (1 s, doubling, at most EventsWebhookMaxBackoff)
+	// and says why (the Operations page, pitlane_events_webhook_failures and its alert).
+	fail := func(cause string) error {
+		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)
+		s.log.Warn("events webhook: delivery failed", "err", cause, "attempt", attempts+1, "retry_in", wait)
+		_, err := release(ctx, `UPDATE events_webhook SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
+			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = 1 AND lease_token = $1`,
+			s.cfg.Clock.Now().Add(wait), truncate(cause, 500))
+		return err
+	}
 	page, err := s.Feed(ctx, cursor, EventsWebhookBatch)
+	if ErrorCode(err) == EEXPIRED {
+		// The cursor names an event of a history this database does not have (a restore to an
+		// earlier point): no page will ever come, so it is a failure like a refused POST, not an
+		// error logged every round with nothing counted and no alert (an outside review).
+		// docs/operations.md: set the cursor, or delete the row.
+		return 0, false, fail("the cursor " + cursor + " is lost: " + ErrorMessage(err))
+	}
 	if err != nil || len(page.Events) == 0 {
 		if _, rerr := release(ctx, giveBackEventsWebhook); err == nil {
 			err = rerr
@@ -185,12 +202,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		_, err := release(ctx, giveBackEventsWebhook)
 		return 0, false, err
 	} else if perr != nil {
-		wait := min(time.Second<<min(attempts, 20), EventsWebhookMaxBackoff)
-		s.log.Warn("events webhook: POST failed", "err", perr, "attempt", attempts+1, "retry_in", wait)
-		_, err := release(ctx, `UPDATE events_webhook SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
-			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = 1 AND lease_token = $1`,
-			s.cfg.Clock.Now().Add(wait), truncate(perr.Error(), 500))
-		return 0, false, err
+		return 0, false, fail(perr.Error())
 	}
 	kept, err := release(ctx, `UPDATE events_webhook SET cursor = $2, attempts = 0, next_attempt_at = NULL, last_error = '',
 		delivered_at = $3, delivered_events = delivered_events + $4, lease_owner = NULL, lease_until = NULL, lease_token = NULL

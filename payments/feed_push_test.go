@@ -535,3 +535,32 @@ func TestEventsWebhookURLChangeHandsTheFeedOverWhole(t *testing.T) {
 		t.Fatalf("a replica of the old URL, back, sent %d events", n)
 	}
 }
+
+// A cursor of a lost history (the database restored to an earlier point) can never be read on:
+// the round counts a failed attempt that says so, so the Operations page and
+// pitlane_events_webhook_failures (its alert) show it. Before, each round logged an error and
+// counted nothing: the shop heard of no change and no alert fired.
+func TestEventsWebhookOnALostCursorCountsAFailure(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	shop := newShop(t, b.clock)
+	rep := b.service(b.pool, "replica-a", shop.config)
+	push(t, rep)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE events_webhook SET cursor = '18446744073709551615-9223372036854775807'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := push(t, rep); n != 0 {
+		t.Fatalf("%d events sent after a lost cursor", n)
+	}
+	st, err := rep.EventsWebhookStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Failures != 1 || st.NextAttemptAt == nil || !strings.Contains(st.LastError, "is lost") {
+		t.Fatalf("after a lost cursor: %d failures, next attempt %v, last error %q; want one failure saying the cursor is lost",
+			st.Failures, st.NextAttemptAt, st.LastError)
+	}
+	if posts, _ := shop.counts(); posts != 0 {
+		t.Fatalf("%d POSTs", posts)
+	}
+}
