@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,8 +17,12 @@ import (
 )
 
 // Message is a message to a customer (a one-time code, …). Its JSON is the contract's
-// NOTIFY_WEBHOOK_URL body: {"to","kind","text","order_id","payment_id"}.
+// NOTIFY_WEBHOOK_URL body: {"to","kind","text","order_id","payment_id"}, and "id".
 type Message struct {
+	// ID is the message's outbox row, the same on every try of it: delivery is at least once
+	// (a retry after an answer that was lost), and the receiver drops a message whose id it has
+	// sent on already, rather than text the customer the same code twice (an outside review).
+	ID        string `json:"id"`
 	To        string `json:"to"`
 	Kind      string `json:"kind"`
 	Text      string `json:"text"`
@@ -268,6 +273,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	if t, ok := leaseOf(ctx, outboxLeaseID(outboxID)); ok {
 		token = t
 	}
+	m.ID = strconv.FormatInt(outboxID, 10)
 	err := s.cfg.Notifier.Notify(ctx, m)
 	now := s.cfg.Clock.Now()
 	if err != nil && stopped(ctx) {

@@ -76,6 +76,23 @@ func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND last_error IS NOT NULL`); n != 1 {
 		t.Fatalf("a refused delivery must stay undelivered with its error (%d)", n)
 	}
+	// The retry carries the refused message's id, another message another id: the receiver
+	// drops a message it has sent on already.
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("sink received %d messages, want the retry as the third", len(got))
+	}
+	if id := got[1]["id"]; id == nil || id == "" || id != got[2]["id"] || id == got[0]["id"] {
+		t.Fatalf("ids %v, %v, %v: want the retry's the refused one's, and the first message's another", got[0]["id"], got[1]["id"], got[2]["id"])
+	}
 }
 
 // A code whose first delivery failed waits in the outbox for the retry. When a newer code has
