@@ -140,3 +140,33 @@ func TestCodeFormNamesTheOrdersContact(t *testing.T) {
 		t.Fatalf("the code form says %q, want the order's contact the code went to", form)
 	}
 }
+
+// A payment whose codes are locked offers no code form: the form of an open code still said
+// "0 attempts left" and took a code that is refused whatever it is, beside the panel saying the
+// codes are locked (an outside review). It says the lock instead.
+func TestLockedPaymentOffersNoCodeForm(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-review-locked-form", 1500)
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	var ch payments.Challenge
+	for i := range payments.CodeGuessesPerDay {
+		if i%4 == 0 { // three codes: the last has had two wrong guesses and is still open
+			var err error
+			if ch, err = b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, ch.ID, "wrong!"); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong guess %d = %v", i+1, err)
+		}
+	}
+	doc := page(t, sup.get("/payments/"+s.ID+"?challenge="+ch.ID), http.StatusOK)
+	if doc.Find(testid("cancel-confirm-form")).Length() != 0 || doc.Find(testid("challenge-locked")).Length() != 1 {
+		t.Fatalf("the open code of a locked payment: %q", text(doc, "cancel-confirm"))
+	}
+}
