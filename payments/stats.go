@@ -26,6 +26,8 @@ type Stats struct {
 	// alert on it means "a case waited an hour", which a count above 0 for an hour does not
 	// (a steady flow of cases, each resolved in minutes, keeps the count above 0).
 	OldestOpenCase    map[string]time.Duration
+	// UnprocessedEvents counts the verified webhook events of this replica's gateway not yet
+	// applied (those of a gateway before a switch of GATEWAY are nobody's to retry).
 	UnprocessedEvents int
 	// OldestUnprocessedEvent is how long the oldest verified webhook event not yet applied has
 	// waited since it was first received (0 when none waits).
@@ -122,12 +124,12 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 		(SELECT min(next_check_at) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
 			AND (lease_until IS NULL OR lease_until <= $1)),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
-		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL),
-		(SELECT min(received_at) FROM webhook_events WHERE processed_at IS NULL),
+		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND gateway = $2),
+		(SELECT min(received_at) FROM webhook_events WHERE processed_at IS NULL AND gateway = $2),
 		(SELECT coalesce(max(attempts), 0) FROM events_webhook),
 		(SELECT cursor FROM events_webhook),
 		(SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0),
-		(SELECT min(created_at) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0)`, now).
+		(SELECT min(created_at) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0)`, now, s.gatewayName()).
 		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &oldestEvent, &st.EventsWebhookFailures, &pushCursor,
 			&st.FailingMessages, &oldestMessage); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
@@ -256,4 +258,12 @@ func statusCounts(ctx context.Context, q querier) (map[Status]int, error) {
 		}
 	}
 	return counts, nil
+}
+
+// gatewayName is the name of the service's gateway ("" without one).
+func (s *Service) gatewayName() string {
+	if s.gw == nil {
+		return ""
+	}
+	return s.gw.Name()
 }

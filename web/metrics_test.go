@@ -58,6 +58,9 @@ func TestMetricsServesTextFormat(t *testing.T) {
 		`INSERT INTO finance_cases (order_id, kind, detail, created_at) VALUES (NULL, 'late_payment', 'x', $1::timestamptz - interval '5 minutes')`,
 		`INSERT INTO finance_cases (order_id, kind, detail, created_at, resolved_at) VALUES (NULL, 'late_payment', 'x', $1::timestamptz - interval '2 hours', $1)`,
 		`INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at) VALUES ('fake', 'ev-waits', $1::timestamptz - interval '17 minutes', $1)`,
+		// Left by the gateway before a switch of GATEWAY: no replica retries it, so it does not
+		// count (it kept the unprocessed alert on for good).
+		`INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at) VALUES ('stripe', 'ev-old-gateway', $1::timestamptz - interval '3 days', $1)`,
 		`INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at, processed_at, outcome)
 			VALUES ('fake', 'ev-done', $1::timestamptz - interval '1 hour', $1, $1, 'applied')`,
 	} {
