@@ -68,18 +68,7 @@ func TestCodeFormCountsThePaymentsWrongCodes(t *testing.T) {
 	sup := b.agent(t)
 	sup.login("sup@example.com")
 
-	var ch payments.Challenge
-	for i := range payments.CodeGuessesPerDay - 1 {
-		if i%5 == 0 {
-			var err error
-			if ch, err = b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, ch.ID, "wrong!"); payments.ErrorCode(err) != payments.EWRONG {
-			t.Fatalf("wrong guess %d = %v", i+1, err)
-		}
-	}
+	wrongCodes(t, b, s.ID, payments.CodeGuessesPerDay-1, 5)
 	rec := sup.post("/payments/"+s.ID+"/cancel", cancelForm())
 	doc := page(t, sup.follow(rec), http.StatusOK)
 	form := text(doc, "cancel-confirm")
@@ -147,26 +136,34 @@ func TestCodeFormNamesTheOrdersContact(t *testing.T) {
 func TestLockedPaymentOffersNoCodeForm(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	ctx := context.Background()
 	s := b.payment(t, "o-review-locked-form", 1500)
-	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
 	b.user(t, "sup@example.com", access.RoleSupport)
 	sup := b.agent(t)
 	sup.login("sup@example.com")
-	var ch payments.Challenge
-	for i := range payments.CodeGuessesPerDay {
-		if i%4 == 0 { // three codes: the last has had two wrong guesses and is still open
-			var err error
-			if ch, err = b.svc.RequestCancel(ctx, shop, s.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := b.svc.ConfirmCancel(ctx, shop, s.ID, ch.ID, "wrong!"); payments.ErrorCode(err) != payments.EWRONG {
-			t.Fatalf("wrong guess %d = %v", i+1, err)
-		}
-	}
+	ch := wrongCodes(t, b, s.ID, payments.CodeGuessesPerDay, 4) // three codes: the last has had two wrong guesses and is still open
 	doc := page(t, sup.get("/payments/"+s.ID+"?challenge="+ch.ID), http.StatusOK)
 	if doc.Find(testid("cancel-confirm-form")).Length() != 0 || doc.Find(testid("challenge-locked")).Length() != 1 {
 		t.Fatalf("the open code of a locked payment: %q", text(doc, "cancel-confirm"))
 	}
+}
+
+// wrongCodes makes n wrong guesses at the payment's cancel codes as the shop, asking for a new
+// code before every per-th guess, and returns the last code asked for.
+func wrongCodes(t *testing.T, b *consoleBench, sessionID string, n, per int) payments.Challenge {
+	t.Helper()
+	ctx := context.Background()
+	shop := payments.Actor{Kind: payments.ActorAPI, ID: "shop"}
+	var ch payments.Challenge
+	for i := range n {
+		if i%per == 0 {
+			var err error
+			if ch, err = b.svc.RequestCancel(ctx, shop, sessionID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.svc.ConfirmCancel(ctx, shop, sessionID, ch.ID, "wrong!"); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("wrong guess %d = %v", i+1, err)
+		}
+	}
+	return ch
 }

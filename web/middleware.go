@@ -144,10 +144,11 @@ const WriteMargin = 10 * time.Second
 // message. Nothing is half-written: each change is one transaction, and a key whose request was
 // cut serves the same request again (Idempotency.Run gives it up as after any outage).
 //
-// The error is answered here, on a context that carries what the handlers put on the request
-// (a console session, whose save the answer triggers) with the request's own cancellation (the
-// error handler judges a client's hang-up by it) and answerGrace to write in: the page's
-// template and the session's save would fail on the cut context.
+// The error is answered here; once the call was cut (or its client went), on a context that
+// carries what the handlers put on the request (a console session, whose save the answer
+// triggers) with the request's own cancellation (the error handler judges a client's hang-up by
+// it) and answerGrace to write in: the page's template and the session's save would fail on the
+// ended context.
 func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if d <= 0 {
@@ -168,10 +169,12 @@ func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
 				err = &payments.Error{Code: payments.EUNAVAIL, Message: message, Err: err}
 			}
-			actx, acancel := context.WithTimeout(valuesOf{Context: req.Context(), values: c.Request().Context()}, answerGrace)
-			defer acancel()
-			c.SetRequest(c.Request().WithContext(actx))
-			c.Error(err)
+			if ctx.Err() != nil {
+				actx, acancel := context.WithTimeout(valuesOf{Context: req.Context(), values: c.Request().Context()}, answerGrace)
+				defer acancel()
+				c.SetRequest(c.Request().WithContext(actx))
+			}
+			c.Error(err) // within the bound's time when it was not cut
 			return nil
 		}
 	}
