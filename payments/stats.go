@@ -25,7 +25,7 @@ type Stats struct {
 	// OldestOpenCase is how long the oldest open case of each kind in OpenCases has waited: an
 	// alert on it means "a case waited an hour", which a count above 0 for an hour does not
 	// (a steady flow of cases, each resolved in minutes, keeps the count above 0).
-	OldestOpenCase    map[string]time.Duration
+	OldestOpenCase map[string]time.Duration
 	// UnprocessedEvents counts the verified webhook events of this replica's gateway not yet
 	// applied (those of a gateway before a switch of GATEWAY are nobody's to retry).
 	UnprocessedEvents int
