@@ -73,6 +73,12 @@ type CheckoutPayResult struct {
 //
 // The browser abandons the first request of a double click; the Create it started must finish
 // and be bound all the same, so the work runs on a context that does not end with the request.
+// It ends with the click's hold on its key (staleAfter), past which another request of the
+// click may take the key over: a database that answers nothing (a host gone quiet, a pool whose
+// connections are all taken) held the click, its goroutine and what it had acquired for as long
+// as it stayed silent. The records of a Create whose gateway has spoken, and the key's bind or
+// release after it, get RecordGrace beyond that (as an API call's do past its bound); a click cut
+// at the gateway is the patrol's to resolve, as any call cut there.
 func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, staleAfter time.Duration) (CheckoutPayResult, error) {
 	if !validUUID(key) {
 		return CheckoutPayResult{}, Invalid("intent", "the payment form is damaged; reload the page")
@@ -83,7 +89,17 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	if staleAfter <= 0 {
 		staleAfter = StaleAfterFor(0)
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), staleAfter)
+	defer cancel()
+	res, err := s.checkoutPay(ctx, key, in, staleAfter)
+	if err != nil && ctx.Err() != nil && ErrorCode(err) == EINTERNAL {
+		// The hold ran out in a wait on the database: the click may be sent again (503).
+		err = &Error{Code: EUNAVAIL, Message: unavailableMessage, Err: err}
+	}
+	return res, err
+}
+
+func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, staleAfter time.Duration) (CheckoutPayResult, error) {
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString() // this request's hold on the key, if it gets one
 	var bound string
@@ -147,6 +163,8 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	}
 	actor := checkoutActor(key)
 	res, err := s.Create(ctx, actor, in)
+	ctx, cancelRecord := Outlive(ctx, RecordGrace) // the key's bind or release, once Create is done
+	defer cancelRecord()
 	if err != nil {
 		// The click's Create failed: refused, or its outcome is unknown. Its claim may have
 		// committed a session all the same (the connection of the transaction writing the
@@ -189,6 +207,8 @@ func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateI
 	if err != nil {
 		return CheckoutPayResult{}, err
 	}
+	ctx, cancel := Outlive(ctx, RecordGrace)
+	defer cancel()
 	if res.Created {
 		if _, err := s.execBounded(ctx, "checkout: bind intent", `INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
