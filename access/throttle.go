@@ -172,25 +172,26 @@ func lockedUntilError(until, now time.Time) error {
 // more: address buckets that have drained empty, and per-email counts whose last failure is
 // older than AccountWindow with no lock in force. Every failed sign-in reaps a few (so the
 // tables never hold much more than the live rows, whatever an attacker sends); a successful one
-// reaps a full batch.
+// reaps a full batch. A row another transaction holds is skipped, not waited for: the reaping
+// runs inside a sign-in, which must not wait on it (an outside review).
 func (s *Service) ReapThrottle(ctx context.Context, batch int) (int64, error) {
 	now := s.clock.Now()
 	tag, err := s.db.Exec(ctx, `DELETE FROM login_buckets WHERE scope = $1 AND key IN (
-		SELECT key FROM login_buckets WHERE scope = $1 AND updated_at < $2 LIMIT $3)`,
+		SELECT key FROM login_buckets WHERE scope = $1 AND updated_at < $2 LIMIT $3 FOR UPDATE SKIP LOCKED)`,
 		scopeAddress, now.Add(-s.Limits.AddressWindow), batch)
 	if err != nil {
 		return 0, fmt.Errorf("reap login buckets: %w", err)
 	}
 	n := tag.RowsAffected()
 	tag, err = s.db.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email IN (
-		SELECT email FROM staff_login_throttle WHERE last_failure_at < $1 AND (locked_until IS NULL OR locked_until < $2) LIMIT $3)`,
+		SELECT email FROM staff_login_throttle WHERE last_failure_at < $1 AND (locked_until IS NULL OR locked_until < $2) LIMIT $3 FOR UPDATE SKIP LOCKED)`,
 		now.Add(-s.Limits.AccountWindow), now, batch)
 	if err != nil {
 		return n, fmt.Errorf("reap login throttle: %w", err)
 	}
 	n += tag.RowsAffected()
 	tag, err = s.db.Exec(ctx, `DELETE FROM staff_devices WHERE token_hash IN (
-		SELECT token_hash FROM staff_devices WHERE last_used_at < $1 LIMIT $2)`, now.Add(-DeviceTTL), batch)
+		SELECT token_hash FROM staff_devices WHERE last_used_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.Add(-DeviceTTL), batch)
 	if err != nil {
 		return n, fmt.Errorf("reap devices: %w", err)
 	}

@@ -160,3 +160,57 @@ func TestLongPagesAreNotCutAtTheBound(t *testing.T) {
 		t.Fatalf("audit export under a bound of 1ns: %d\n%s", rec.Code, rec.Body)
 	}
 }
+
+// holdExpiredSession inserts an expired session row and holds it FOR UPDATE in a transaction
+// until the returned release (called at the test's end in any case): a sign-in's reaping of
+// expired sessions waits on it.
+func holdExpiredSession(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO sessions (token, data, expiry) VALUES ('expired-held', '\x00', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE token = 'expired-held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// A sign-in or a renewal ("sign out everywhere else") does not wait on the expired rows it
+// reaps on its way: here another transaction holds one, and both answer within the page's bound
+// and keep their session. Before, the reaping waited until the bound cut it: the sign-in's next
+// step failed (503, signed in or not), a renewal's old session row was gone and its new one was
+// saved on the ended context (an outside review: "done", and the browser signed out).
+func TestSignInDoesNotWaitOnTheRowsItReaps(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ops@example.com", access.RoleSupport)
+	b.deps = func(d *web.Deps) { d.RequestTimeout = 500 * time.Millisecond }
+	_, e := b.replica(b.pool, "replica-renew", b.gw)
+	release := holdExpiredSession(t, b.pool)
+
+	staff := newAgent(t, e)
+	page(t, staff.get("/login"), http.StatusOK)
+	rec := staff.post("/login", url.Values{"email": {"ops@example.com"}, "password": {testPassword}})
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/" {
+		t.Fatalf("sign-in: %d %q\n%s", rec.Code, rec.Header().Get("Location"), rec.Body)
+	}
+	page(t, staff.get("/account"), http.StatusOK)
+
+	rec = staff.post("/account/sessions", url.Values{})
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/account" {
+		t.Fatalf("sign out everywhere else: %d %q\n%s", rec.Code, rec.Header().Get("Location"), rec.Body)
+	}
+	release()
+	page(t, staff.get("/account"), http.StatusOK) // still signed in, in this browser
+	if n := b.count(t, `SELECT count(*) FROM sessions WHERE token <> 'expired-held' AND expiry > now()`); n != 1 {
+		t.Fatalf("%d live sessions, want this browser's one", n)
+	}
+}

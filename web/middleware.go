@@ -134,7 +134,7 @@ func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
 
 // WriteMargin is how much longer than RequestTimeoutFor the server's write timeout is: a call
 // cut at its bound may still write its refusal's audit entry (payments.RecordGrace) and then its
-// answer (answerGrace), a session's save included.
+// answer (answerGrace), and its session's save (auth.SaveGrace).
 const WriteMargin = 10 * time.Second
 
 // requestBound gives a request's work a deadline (d 0: none). A database that does not answer —

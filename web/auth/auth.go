@@ -221,14 +221,20 @@ func (m *Manager) Sessions() echo.MiddlewareFunc {
 // even when nothing changed. loaded: the token the request's session was loaded under ("" for
 // none); committed under that same token, the session is only updated (hashedStore.CommitCtx),
 // and if it was ended meanwhile nothing is stored and no cookie is written.
+//
+// The commit outlives the request by SaveGrace: a handler that succeeded just past the request's
+// bound (a sign-in whose reaping waited) answers its success, and a renewal whose old row is
+// already deleted must store the new one, or the answer says "done" and the browser is signed
+// out (an outside review).
 func (m *Manager) save(c echo.Context, migrate bool, loaded string) {
 	ctx := c.Request().Context()
 	w := c.Response().Writer
 	switch m.sm.Status(ctx) {
 	case scs.Modified:
-		cctx := ctx
+		cctx, cancel := payments.Outlive(ctx, SaveGrace)
+		defer cancel()
 		if loaded != "" && m.sm.Token(ctx) == loaded {
-			cctx = context.WithValue(ctx, existingOnlyKey{}, true)
+			cctx = context.WithValue(cctx, existingOnlyKey{}, true)
 		}
 		token, expiry, err := m.sm.Commit(cctx)
 		if errors.Is(err, errSessionEnded) {
@@ -485,7 +491,7 @@ func (m *Manager) Still(c echo.Context) error {
 	if err == nil && ok {
 		// Through the session store itself: its hashing, its release-before fallback and its
 		// expiry rule, not a copy of them.
-		_, ok, err = m.sm.Store.Find(m.sm.Token(ctx))
+		_, ok, err = m.sm.Store.(scs.CtxStore).FindCtx(ctx, m.sm.Token(ctx))
 	}
 	switch {
 	case err != nil:
@@ -666,6 +672,10 @@ func (m *Manager) signIn(c echo.Context, u access.User, signedIn bool) error {
 	return nil
 }
 
+// SaveGrace is how long a session's save may outlive its request (Manager.save), inside the
+// server's write margin after a record's grace (web.WriteMargin).
+const SaveGrace = 2 * time.Second
+
 // Epoch is the session epoch the signed-in session holds (access.User.SessionEpoch at its sign-in):
 // a change of one's own account is made under it (access.ChangeOwnPassword, access.EndSessions).
 func (m *Manager) Epoch(c echo.Context) int {
@@ -686,12 +696,13 @@ func (m *Manager) Restart(c echo.Context, u access.User) error {
 }
 
 // ReapSessions deletes one bounded batch of expired sessions. pgxstore compares expiry with
-// the database's clock, so this does too.
+// the database's clock, so this does too. A row another transaction holds is skipped: a sign-in
+// reaps on its way and waited on it, past its bound (an outside review).
 func (m *Manager) ReapSessions(ctx context.Context) (int64, error) {
 	if m.db == nil {
 		return 0, nil
 	}
-	tag, err := m.db.Exec(ctx, `DELETE FROM sessions WHERE token IN (SELECT token FROM sessions WHERE expiry < now() LIMIT 1000)`)
+	tag, err := m.db.Exec(ctx, `DELETE FROM sessions WHERE token IN (SELECT token FROM sessions WHERE expiry < now() LIMIT 1000 FOR UPDATE SKIP LOCKED)`)
 	if err != nil {
 		return 0, fmt.Errorf("reap sessions: %w", err)
 	}
