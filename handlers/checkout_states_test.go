@@ -212,7 +212,7 @@ func TestCheckoutErrorPagesAreTheCustomers(t *testing.T) {
 	restore := outage(t, db)
 	rec := a.get(b.orderPage("o-csrf", ""))
 	doc = check(rec, http.StatusServiceUnavailable, b.orderPage("o-csrf", ""))
-	wantText(t, doc, "error-retry", "nothing was charged")
+	wantText(t, doc, "error-retry", "do not pay again") // a look: no claim about the money
 	if got := doc.Find(testid("error-retry-link")).AttrOr("href", ""); got != b.orderPage("o-csrf", "") {
 		t.Errorf("Try again leads to %q, want the order's page", got)
 	}

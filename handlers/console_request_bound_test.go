@@ -109,7 +109,7 @@ func TestPageWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	want503(answered(t, "GET /payments", func() *httptest.ResponseRecorder { return staff.get("/payments") }, release),
 		"did not answer in time")
 	want503(answered(t, "GET "+link, func() *httptest.ResponseRecorder { return customer.get(link) }, release),
-		"nothing was charged")
+		"do not pay again")
 	release()
 	page(t, staff.get("/payments"), http.StatusOK) // still signed in
 	page(t, customer.get(link), http.StatusOK)
@@ -212,5 +212,31 @@ func TestSignInDoesNotWaitOnTheRowsItReaps(t *testing.T) {
 	page(t, staff.get("/account"), http.StatusOK) // still signed in, in this browser
 	if n := b.count(t, `SELECT count(*) FROM sessions WHERE token <> 'expired-held' AND expiry > now()`); n != 1 {
 		t.Fatalf("%d live sessions, want this browser's one", n)
+	}
+}
+
+// The customer back from the bank, whose return page is cut at its bound, is not told "nothing
+// was charged": they have just paid (the payment is Completed once the database answers). The
+// page of a look says to look again and not to pay again; a Pay click cut before it registered
+// still says nothing was charged (TestCheckoutPayRefusalsLeadBackToTheOrder).
+func TestCutReturnPageMakesNoClaimAboutTheMoney(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	sess := b.payment(t, "o-bound-paid", 1500)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded) // the customer paid at the bank
+	pool, take := poolOfOne(t, b.pool)
+	b.deps = func(d *web.Deps) { d.RequestTimeout = 300 * time.Millisecond }
+	_, e := b.replica(pool, "replica-return", b.gw)
+	customer := newAgent(t, e)
+	release := take()
+	rec := answered(t, "return", func() *httptest.ResponseRecorder { return customer.get(b.orderPage("o-bound-paid", "/return")) }, release)
+	release()
+	doc := page(t, rec, http.StatusServiceUnavailable)
+	if got := doc.Find(testid("error-retry")).Text(); strings.Contains(got, "nothing was charged") || !strings.Contains(got, "do not pay again") {
+		t.Fatalf("the cut return page says %q", got)
+	}
+	page(t, customer.get(b.orderPage("o-bound-paid", "/return")), http.StatusOK)
+	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("after the outage: %v %v, want Completed", got.Status, err)
 	}
 }

@@ -176,11 +176,14 @@ func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Ser
 		back = orderPageBack(c, svc, payments.CheckoutPathOrderID(id))
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back)); err != nil {
+	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back, looking(c.Request().Method))); err != nil {
 		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
 	}
 	return nil
 }
+
+// looking: a request that only looks (GET, HEAD), whose failure says nothing of what was paid.
+func looking(method string) bool { return method == http.MethodGet || method == http.MethodHead }
 
 func htmlError(c echo.Context, p Problem, replicaID string) error {
 	page := views.Page{Title: p.Title, ReplicaID: replicaID}
