@@ -12,6 +12,7 @@ import (
 	"pitlane/access"
 	"pitlane/migrations"
 	"pitlane/payments"
+	"pitlane/payments/dbconn"
 )
 
 // openPool opens the application's pool. It does not wait for the database (pgxpool connects
@@ -22,6 +23,7 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
+	dbconn.CancelOnContextEnd(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

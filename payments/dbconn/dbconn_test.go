@@ -1,0 +1,65 @@
+package dbconn_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pitlane/internal/testdb"
+)
+
+// A statement whose context ends stops on the server: here a DELETE waiting on a row lock is
+// canceled, and no backend goes on waiting to delete the row once the lock is free. With pgx's
+// default (the client's socket closed, nothing said to the server) the backend went on waiting
+// and deleted the row after its caller had been told the call failed.
+func TestACanceledStatementStopsOnTheServer(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t) // configured as the service's pools are (dbconn.CancelOnContextEnd)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE held (id int PRIMARY KEY); INSERT INTO held VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM held WHERE id = 1 FOR UPDATE`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(cctx, `DELETE FROM held WHERE id = 1`)
+		done <- err
+	}()
+	waiting := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); waiting() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the DELETE never waited on the held row")
+		}
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the canceled DELETE succeeded")
+	}
+	if n := waiting(); n != 0 {
+		t.Fatalf("the canceled DELETE still waits on the server (%d backends): it would delete the row once the lock is free", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM held`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v), want the row still there", rows, err)
+	}
+}
