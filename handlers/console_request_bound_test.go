@@ -240,3 +240,51 @@ func TestCutReturnPageMakesNoClaimAboutTheMoney(t *testing.T) {
 		t.Fatalf("after the outage: %v %v, want Completed", got.Status, err)
 	}
 }
+// A sign-out cut at its bound before its session ended is not audited as a sign-out: the
+// session ends first, the entry follows. Here the session row's delete waits on a held lock
+// past the bound: 503, the session still works, and the audit log says so (no "logout").
+// Before, the entry was written first (it outlives the request) and claimed a sign-out that
+// never happened.
+func TestSignOutCutBeforeTheSessionEndedIsNotAudited(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "ops@example.com", access.RoleSupport)
+	b.deps = func(d *web.Deps) { d.RequestTimeout = 300 * time.Millisecond }
+	_, e := b.replica(b.pool, "replica-logout", b.gw)
+	staff := newAgent(t, b.e)
+	staff.login("ops@example.com")
+	staff.h = e
+	page(t, staff.get("/account"), http.StatusOK)
+
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	rec := answered(t, "POST /logout", func() *httptest.ResponseRecorder { return staff.post("/logout", url.Values{}) }, release)
+	release()
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("sign-out whose session row is locked past the bound: %d, want 503\n%s", rec.Code, rec.Body)
+	}
+	page(t, staff.get("/account"), http.StatusOK)
+	if n := b.audits(t, payments.AuditLogout, "ops@example.com"); n != 0 {
+		t.Fatalf("%d logout entries for a session that still works", n)
+	}
+	// The same button once the row is free: signed out, and audited.
+	page(t, staff.get("/account"), http.StatusOK)
+	if rec := staff.post("/logout", url.Values{}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d\n%s", rec.Code, rec.Body)
+	}
+	if rec := staff.get("/account"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("after sign-out /account: %d, want a redirect to the sign-in", rec.Code)
+	}
+	if n := b.audits(t, payments.AuditLogout, "ops@example.com"); n != 1 {
+		t.Fatalf("%d logout entries, want 1", n)
+	}
+}
