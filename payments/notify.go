@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,9 +18,12 @@ import (
 // Message is a message to a customer (a one-time code, …). Its JSON is the contract's
 // NOTIFY_WEBHOOK_URL body: {"to","kind","text","order_id","payment_id"}, and "id".
 type Message struct {
-	// ID is the message's outbox row, the same on every try of it: delivery is at least once
-	// (a retry after an answer that was lost), and the receiver drops a message whose id it has
-	// sent on already, rather than text the customer the same code twice (an outside review).
+	// ID is the message's own (its outbox row's message_id, a random UUID), the same on every try
+	// of it: delivery is at least once (a retry after an answer that was lost), and the receiver
+	// drops a message whose id it has sent on already, rather than text the customer the same
+	// code twice (an outside review). Not the row's serial, which a point-in-time restore hands
+	// out again and every install counts from 1 (another review: a new code was dropped as a
+	// repeat); a row written before migration 00850 keeps its serial, as its earlier tries had it.
 	ID        string `json:"id"`
 	To        string `json:"to"`
 	Kind      string `json:"kind"`
@@ -96,6 +98,9 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 	return nil
 }
 
+// outboxMessageID is an outbox row's message id in a query (Message.ID).
+const outboxMessageID = `coalesce(message_id::text, id::text)`
+
 // queuedMessage is a message enqueue wrote, with the lease its writer holds on it until it has
 // delivered it (deliverQueued).
 type queuedMessage struct {
@@ -126,7 +131,8 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Tim
 	err := tx.QueryRow(ctx, `INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, payment_id, challenge_id, created_at,
 			lease_until, lease_token)
 		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, CASE WHEN $9::timestamptz IS NOT NULL THEN gen_random_uuid() END)
-		RETURNING id, coalesce(lease_token::text, '')`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now, until).Scan(&q.id, &q.token)
+		RETURNING id, `+outboxMessageID+`, coalesce(lease_token::text, '')`, m.Kind, m.To, m.Text, m.Redacted, m.OrderID, pid, cid, now, until).
+		Scan(&q.id, &q.msg.ID, &q.token)
 	if err != nil {
 		return queuedMessage{}, fmt.Errorf("outbox: %w", err)
 	}
@@ -214,7 +220,7 @@ func (s *Service) outboxSource() patrolSource {
 				)
 				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
 				FROM due WHERE id = due.due_id AND due.dead IS NULL
-				RETURNING id, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text`,
+				RETURNING id, `+outboxMessageID+`, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text`,
 				outboxAttempts, now, now.Add(-s.cfg.CodeTTL), s.cfg.RegisterGrace, limit, now.Add(s.cfg.LeaseDuration))
 			if err != nil {
 				return fmt.Errorf("outbox: claim: %w", err)
@@ -224,7 +230,7 @@ func (s *Service) outboxSource() patrolSource {
 				var id int64
 				var m Message
 				var token string
-				if err := rows.Scan(&id, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token); err != nil {
+				if err := rows.Scan(&id, &m.ID, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token); err != nil {
 					return err
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
@@ -273,7 +279,6 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	if t, ok := leaseOf(ctx, outboxLeaseID(outboxID)); ok {
 		token = t
 	}
-	m.ID = strconv.FormatInt(outboxID, 10)
 	err := s.cfg.Notifier.Notify(ctx, m)
 	now := s.cfg.Clock.Now()
 	if err != nil && stopped(ctx) {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,79 @@ func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 	}
 	if id := got[1]["id"]; id == nil || id == "" || id != got[2]["id"] || id == got[0]["id"] {
 		t.Fatalf("ids %v, %v, %v: want the retry's the refused one's, and the first message's another", got[0]["id"], got[1]["id"], got[2]["id"])
+	}
+}
+
+// A message's id is its own, not the outbox row's serial: after a point-in-time restore the
+// sequence hands the lost gap's serials out again (and every install counts from 1), and a
+// receiver that drops ids it has sent on already dropped a new one-time code as a repeat (an
+// outside review). Here the restore is played: the gap's row deleted and the sequence set back.
+// A row written before migration 00850 (no message_id) is still sent under its serial, as its
+// earlier tries were.
+func TestNotifierMessageIDsDoNotRepeatAfterARestore(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var ids []string
+	fail := false
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		mu.Lock()
+		defer mu.Unlock()
+		id, _ := m["id"].(string)
+		ids = append(ids, id)
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer sink.Close()
+	b := newBench(t, func(c *payments.Config) { c.Notifier = payments.WebhookNotifier{URL: sink.URL} })
+	ctx := context.Background()
+	s1 := b.registered(t, "o-restore-a", 100)
+	s2 := b.registered(t, "o-restore-b", 200)
+	var before int64
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.RequestCancel(ctx, api, s1.ID); err != nil { // sent, then lost by the restore
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `DELETE FROM outbox WHERE id > $1`, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `SELECT setval(pg_get_serial_sequence('outbox', 'id'), greatest($1, 1), $1 > 0)`, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.RequestCancel(ctx, api, s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(ids) != 2 || ids[0] == ids[1] || !regexp.MustCompile(`^[0-9a-f-]{36}$`).MatchString(ids[1]) {
+		mu.Unlock()
+		t.Fatalf("ids %q: want two different UUIDs (the new code of another payment must not repeat the lost one's id)", ids)
+	}
+	fail = true
+	mu.Unlock()
+
+	// A row of the release before: its failed try was sent under its serial, and so is its retry.
+	if _, err := b.svc.RequestCancel(ctx, api, s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	var serial int64
+	if err := b.pool.QueryRow(ctx, `UPDATE outbox SET message_id = NULL WHERE delivered_at IS NULL RETURNING id`).Scan(&serial); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 4 || ids[3] != strconv.FormatInt(serial, 10) {
+		t.Fatalf("ids %q: want the old row's retry under its serial %d", ids, serial)
 	}
 }
 
