@@ -240,6 +240,7 @@ func TestCutReturnPageMakesNoClaimAboutTheMoney(t *testing.T) {
 		t.Fatalf("after the outage: %v %v, want Completed", got.Status, err)
 	}
 }
+
 // A sign-out cut at its bound before its session ended is not audited as a sign-out: the
 // session ends first, the entry follows. Here the session row's delete waits on a held lock
 // past the bound: 503, the session still works, and the audit log says so (no "logout").
