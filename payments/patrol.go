@@ -467,6 +467,21 @@ type patrolSource struct {
 	gateway bool
 }
 
+// runDrive runs one drive. A panic in it (an answer or a row the code does not expect) is
+// logged with its stack and counts as a look (endRelease): the row goes back with its backoff
+// and, look after look, is flagged for staff like any row that never settles. Before, it ended
+// the process, and every replica crash-looped on the same due row (an outside review).
+func (s *Service) runDrive(ctx context.Context, kind string, j patrolJob) (end driveEnd) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("patrol: the drive panicked; counted as a look", "kind", kind, "id", j.id,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			end = endRelease
+		}
+	}()
+	return j.run(ctx)
+}
+
 // finishedDrive is what a worker reports to the producer.
 type finishedDrive struct {
 	source int
@@ -822,7 +837,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 						return
 					}
 					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, slot), j.leasedAt)
-					f.end = j.run(jctx)
+					f.end = s.runDrive(jctx, src.kind, j)
 					f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
 					cancel()
 				}()
