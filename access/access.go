@@ -65,17 +65,17 @@ func (s *Service) dummyHash() ([]byte, error) {
 	return s.dummy, s.dummyErr
 }
 
-// inTx runs fn in a short READ COMMITTED transaction with a bounded lock wait. As in the core, a
-// commit error is an unknown outcome for the caller to read back, never to repeat blindly.
+// inTx runs fn in a short READ COMMITTED transaction with a bounded lock wait, and bounded on the
+// server as the core's are (payments.IdleInTransaction). As in the core, a commit error is an
+// unknown outcome for the caller to read back, never to repeat blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
+		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
+		lockTimeout.Milliseconds(), payments.IdleInTransaction.Milliseconds())})
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", op, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())); err != nil {
-		return fmt.Errorf("%s: lock_timeout: %w", op, err)
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -119,6 +119,10 @@ type Config struct {
 	ReplicaID string
 	// LockTimeout bounds every lock wait (SET LOCAL lock_timeout).
 	LockTimeout time.Duration
+	// IdleInTransactionTimeout (default IdleInTransaction) bounds, on the server, how long one
+	// of the core's transactions may wait for its client's next statement (SET LOCAL
+	// idle_in_transaction_session_timeout).
+	IdleInTransactionTimeout time.Duration
 	// CodeSecret keys the HMAC that one-time codes are stored as (and, derived, checkout links).
 	CodeSecret []byte
 	// CodeSecretFallbacks (SECRET_KEY_FALLBACKS) still verify one-time codes and checkout links
@@ -202,6 +206,9 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 	}
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = 5 * time.Second
+	}
+	if cfg.IdleInTransactionTimeout == 0 {
+		cfg.IdleInTransactionTimeout = IdleInTransaction
 	}
 	if cfg.ReturnURL == nil {
 		cfg.ReturnURL = func(Session) string { return "" }
@@ -432,7 +439,8 @@ func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) (err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
-	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()))
+	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()),
+		fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = '%dms'", s.cfg.IdleInTransactionTimeout.Milliseconds()))
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if err := fn(tx); err != nil {
 		return err

@@ -84,6 +84,15 @@ func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
 	return recordAudit(ctx, s.db, e, s.cfg.Clock.Now())
 }
 
+// IdleInTransaction is how long the server lets a transaction of pitlane wait for its
+// client's next statement (SET LOCAL idle_in_transaction_session_timeout) before it ends the
+// session: a replica's host lost between two statements of a transaction (no FIN, no RST) left
+// its backend idle in transaction, holding the order's and the session's row locks and the
+// events feed's horizon, until the server's TCP keepalive gave up — two hours by default (an
+// outside review). No transaction of pitlane spans a gateway call or any other wait: its
+// statements follow one another as fast as the replica can send them.
+const IdleInTransaction = 15 * time.Second
+
 // RecordGrace is how long a request's records (its audit entry, its outcome once the gateway has
 // spoken, its idempotency key's last write) may still be written once the request ended: a few
 // seconds are the pool's wait under load; longer is a database that does not answer.

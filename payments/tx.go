@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// pipelinedTx is the core's transaction: a pgx.Tx whose BEGIN and SET LOCAL lock_timeout travel
-// in the same pipeline as its first statement, and whose COMMIT may travel in the pipeline of its
+// pipelinedTx is the core's transaction: a pgx.Tx whose BEGIN and SET LOCALs (lock_timeout,
+// idle_in_transaction_session_timeout) travel in the same pipeline as its first statement, and whose COMMIT may travel in the pipeline of its
 // last (commitWith), so a transaction of one pipelined batch is one round trip where BEGIN, the
 // batch and COMMIT were three. Every transaction of the core pays those round trips — a Create
 // two, a patrol drive one or two — and on a 2-core machine the client's share of each round trip
@@ -31,15 +31,15 @@ import (
 // Or it runs on a connection its caller already holds (held), which stays the caller's: the
 // transaction ends without giving it back.
 type pipelinedTx struct {
-	db          *pgxpool.Pool
-	held        *pgxpool.Conn // the caller's connection, or nil: one of the pool's
-	lockTimeout string        // "SET LOCAL lock_timeout = '5000ms'"
-	conn        *pgxpool.Conn // nil until the first statement is sent
-	done        bool          // committed or rolled back
+	db       *pgxpool.Pool
+	held     *pgxpool.Conn // the caller's connection, or nil: one of the pool's
+	setLocal []string      // "SET LOCAL lock_timeout = '5000ms'", …
+	conn     *pgxpool.Conn // nil until the first statement is sent
+	done     bool          // committed or rolled back
 }
 
-func newPipelinedTx(db *pgxpool.Pool, held *pgxpool.Conn, lockTimeout string) *pipelinedTx {
-	return &pipelinedTx{db: db, held: held, lockTimeout: lockTimeout}
+func newPipelinedTx(db *pgxpool.Pool, held *pgxpool.Conn, setLocal ...string) *pipelinedTx {
+	return &pipelinedTx{db: db, held: held, setLocal: setLocal}
 }
 
 var _ pgx.Tx = (*pipelinedTx)(nil)
@@ -47,7 +47,7 @@ var _ pgx.Tx = (*pipelinedTx)(nil)
 // errNestedTx: the core takes no savepoints.
 var errNestedTx = errors.New("payments: nested transactions (savepoints) are not supported")
 
-// first acquires the connection and sends queue's statements behind BEGIN and SET LOCAL in one
+// first acquires the connection and sends queue's statements behind BEGIN and SET LOCALs in one
 // pipeline; it returns the results positioned at the first of them.
 func (t *pipelinedTx) first(ctx context.Context, queue []*pgx.QueuedQuery) (pgx.BatchResults, error) {
 	if t.done {
@@ -63,10 +63,12 @@ func (t *pipelinedTx) first(ctx context.Context, queue []*pgx.QueuedQuery) (pgx.
 	t.conn = conn
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(t.lockTimeout)
+	for _, q := range t.setLocal {
+		b.Queue(q)
+	}
 	b.QueuedQueries = append(b.QueuedQueries, queue...)
 	br := conn.SendBatch(ctx, b)
-	for range 2 { // BEGIN, SET LOCAL
+	for range 1 + len(t.setLocal) { // BEGIN, SET LOCALs
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("begin: %w", err)

@@ -104,9 +104,9 @@ func TestTransactionBeginsWithItsFirstStatement(t *testing.T) {
 	if xid1 != xid2 {
 		t.Errorf("the two statements ran in transactions %d and %d, want one", xid1, xid2)
 	}
-	if len(log.batches) == 0 || len(log.batches[0]) != 3 || !strings.HasPrefix(strings.ToLower(log.batches[0][0]), "begin") ||
-		!strings.HasPrefix(log.batches[0][1], "SET LOCAL lock_timeout") {
-		t.Fatalf("first pipeline = %q, want BEGIN, SET LOCAL and the first statement", log.batches)
+	if len(log.batches) == 0 || len(log.batches[0]) != 4 || !strings.HasPrefix(strings.ToLower(log.batches[0][0]), "begin") ||
+		!strings.HasPrefix(log.batches[0][1], "SET LOCAL lock_timeout") || !strings.HasPrefix(log.batches[0][2], "SET LOCAL idle_in_transaction_session_timeout") {
+		t.Fatalf("first pipeline = %q, want BEGIN, the SET LOCALs and the first statement", log.batches)
 	}
 	for _, q := range log.alone {
 		if strings.HasPrefix(strings.ToLower(q), "begin") {
@@ -475,4 +475,46 @@ type registeringGateway struct{ namedGateway }
 func (registeringGateway) Register(_ context.Context, req RegisterRequest) (GatewayPayment, error) {
 	return GatewayPayment{ID: "gp-" + req.Reference, Status: GatewayPending, Amount: req.Amount, Currency: req.Currency,
 		Reference: req.Reference, ConfirmationURL: "https://gw.example/pay/" + req.Reference}, nil
+}
+
+// A core transaction whose client goes quiet between two statements (its replica's host lost:
+// no FIN, no RST reaches the server) is ended by the server after IdleInTransactionTimeout, and
+// its row locks with it. Before, the backend stayed idle in transaction, the order's and the
+// session's rows locked, until the server's TCP keepalive gave up: two hours by default (an
+// outside review).
+func TestAQuietTransactionIsEndedByTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	svc := NewService(pool, Config{IdleInTransactionTimeout: 200 * time.Millisecond})
+	if _, err := pool.Exec(ctx, `CREATE TABLE quiet (id int PRIMARY KEY); INSERT INTO quiet VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	err := svc.inTx(ctx, "test", func(tx pgx.Tx) error {
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM quiet WHERE id = 1 FOR UPDATE`).Scan(&pid); err != nil {
+			return err
+		}
+		// The client goes quiet, the row locked: the server ends its session.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the quiet transaction is still open after 30 s")
+			}
+		}
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	if err == nil {
+		t.Fatal("the transaction went on after the server ended it")
+	}
+	if _, err := pool.Exec(ctx, `SELECT 1 FROM quiet FOR UPDATE NOWAIT`); err != nil {
+		t.Fatalf("the row is still locked: %v", err)
+	}
 }
