@@ -165,14 +165,17 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := checkHTTPURL(v); err != nil {
 			return c, errorf("PUBLIC_BASE_URL", "%v", err)
 		}
-		if u, _ := url.Parse(v); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil || strings.Trim(u.EscapedPath(), "/") != "" {
+		u, _ := url.Parse(v)
+		if strings.ContainsAny(v, "?#") || u.User != nil || strings.Trim(u.EscapedPath(), "/") != "" {
 			// Paths are appended to it (…/checkout/{order}): a query or fragment would swallow them.
 			// And pitlane serves at the root of its host: its pages link /static/…, /checkout/…,
 			// so a base with a path gave customers links whose page could not be paid from (the
 			// Pay form posted outside the path, the stylesheets 404; an outside review).
 			return c, errorf("PUBLIC_BASE_URL", "must be the scheme and host (and port) pitlane is reached at, without a path, credentials, query or fragment: pitlane serves at the root of its host (e.g. https://pay.example.com)")
 		}
-		c.PublicBaseURL = strings.TrimRight(v, "/")
+		// Scheme and host as lower case: "HTTPS://…" is https to every browser, and the Secure
+		// cookies and HSTS follow a prefix test of this value (an outside review: they were off).
+		c.PublicBaseURL = strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
 	} else {
 		if host == "" || host == "0.0.0.0" || host == "::" {
 			host = "localhost"
@@ -298,8 +301,12 @@ func parseRefundLimit(v string) (map[string]int64, error) {
 }
 
 // longEnoughSecret: at least MinSecretKeyLen characters, as the contract counts them (not bytes:
-// 16 two-byte characters are 32 bytes).
-func longEnoughSecret(v string) bool { return utf8.RuneCountInString(v) >= MinSecretKeyLen }
+// 16 two-byte characters are 32 bytes), not counting spaces around it: 32 spaces were a key
+// anyone could guess (an outside review). The value itself is used as given, as every replica
+// of the release before used it.
+func longEnoughSecret(v string) bool {
+	return utf8.RuneCountInString(strings.TrimSpace(v)) >= MinSecretKeyLen
+}
 
 // secretList reads a comma-separated list of secrets (a rotation's old and new), each at least
 // MinSecretKeyLen characters, as long as SECRET_KEY must be. Spaces around entries and empty
@@ -511,8 +518,13 @@ func count(getenv func(string) string, name string, def, maxN int) (int, error) 
 
 func checkHTTPURL(v string) error {
 	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return fmt.Errorf("%q is not an absolute http(s) URL", v)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q has no valid port number", v)
+		}
 	}
 	return nil
 }

@@ -135,6 +135,13 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"PUBLIC_BASE_URL", "https://example.com/#pay"},
 		{"PUBLIC_BASE_URL", "https://u:hunter2@example.com"},
 		{"PUBLIC_BASE_URL", "https://example.com/pay"}, // pitlane serves at the root: its pages' links would leave the path
+		{"PUBLIC_BASE_URL", "https://example.com#"},    // a bare fragment swallowed every path appended to it
+		{"PUBLIC_BASE_URL", "https://:443"},
+		{"PUBLIC_BASE_URL", "https://example.com:99999"},
+		{"PUBLIC_BASE_URL", "https://example.com:0"},
+		{"GATEWAY_URL", "http://:12111"},
+		{"SECRET_KEY", strings.Repeat(" ", 32)},
+		{"SECRET_KEY", " " + strings.Repeat("k", 30) + " "},
 		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
 		{"NOTIFY_WEBHOOK_URL", "/hook"},
 		{"EVENTS_WEBHOOK_URL", "/hook"},
@@ -354,5 +361,22 @@ func TestNotifyWebhookSecretIsLongEnough(t *testing.T) {
 	}
 	if c, err := Load(env(map[string]string{"NOTIFY_WEBHOOK_URL": "https://shop.example/texts"})); err != nil || c.NotifyWebhookSecrets != nil {
 		t.Fatalf("without a secret: %v, %q", err, c.NotifyWebhookSecrets)
+	}
+}
+
+// PUBLIC_BASE_URL's scheme and host are kept in lower case: "HTTPS://…" is https to every
+// browser, and serve turns Secure cookies and HSTS on by the value's "https://" prefix (an
+// outside review: with "HTTPS://" the staff session cookie went without Secure, and no HSTS).
+func TestPublicBaseURLIsLowerCase(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"HTTPS://Pay.Example.com/":     "https://pay.example.com",
+		"Https://pay.example.com:8443": "https://pay.example.com:8443",
+		"http://[::1]:8080":            "http://[::1]:8080",
+	} {
+		c, err := Load(env(map[string]string{"PUBLIC_BASE_URL": in}))
+		if err != nil || c.PublicBaseURL != want {
+			t.Errorf("PUBLIC_BASE_URL=%q: %q %v, want %q", in, c.PublicBaseURL, err, want)
+		}
 	}
 }
