@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/internal/testdb"
+	"pitlane/payments/dbconn"
 )
 
 // withPoolSettings is url with pgxpool's own settings added: what the README tells operators to
@@ -40,5 +44,39 @@ func TestServeWithoutSecretKeyNamesIt(t *testing.T) {
 		}}
 	if code := Main([]string{"serve"}, env); code != 2 || !strings.Contains(stderr.String(), "SECRET_KEY") {
 		t.Fatalf("serve without SECRET_KEY: exit %d, stderr %q; want exit 2 naming SECRET_KEY", code, stderr.String())
+	}
+}
+
+// `pitlane migrate` against a host that accepts the connection and never answers (a hung
+// database host, a black-holing firewall) fails within dbconn.ConnectTimeout, naming the host;
+// before, it waited silently until someone killed it (an outside review).
+func TestMigrateOnASilentHostFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never answered
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := migrate(context.Background(), "postgres://pitlane@"+ln.Addr().String()+"/pitlane?sslmode=disable")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "connect to database at 127.0.0.1") {
+			t.Fatalf("migrate on a silent host: %v, want a connect error naming the host", err)
+		}
+	case <-time.After(dbconn.ConnectTimeout + time.Minute):
+		t.Fatal("migrate on a silent host still waits")
 	}
 }

@@ -23,7 +23,7 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	dbconn.CancelOnContextEnd(&cfg.ConnConfig.Config)
+	dbconn.Configure(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -41,10 +41,11 @@ func migrate(ctx context.Context, url string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("database: %w", err)
 	}
+	dbconn.Configure(&cfg.ConnConfig.Config) // a host that never answers is an error, not a hang
 	db := stdlib.OpenDB(*cfg.ConnConfig)
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
-		return 0, fmt.Errorf("connect to database: %w", err)
+		return 0, fmt.Errorf("connect to database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return migrations.Up(ctx, db)
 }
