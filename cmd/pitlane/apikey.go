@@ -90,7 +90,9 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			}
 			return fmt.Errorf("create API client: %w", err)
 		}
-		fmt.Fprintln(env.Stdout, key)
+		if _, err := fmt.Fprintln(env.Stdout, key); err != nil {
+			return unshownKey(ctx, acc, c.KeyPrefix, err)
+		}
 		fmt.Fprintf(env.Stderr, "apikey: created client %q id %s prefix %s scopes %s; the key above is shown only now\n",
 			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes))
 	case "rotate":
@@ -101,7 +103,9 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			}
 			return fmt.Errorf("rotate API key: %w", err)
 		}
-		fmt.Fprintln(env.Stdout, key)
+		if _, err := fmt.Fprintln(env.Stdout, key); err != nil {
+			return unshownKey(ctx, acc, c.KeyPrefix, err)
+		}
 		fmt.Fprintf(env.Stderr, "apikey: new key for client %q id %s prefix %s scopes %s; the key above is shown only now. "+
 			"The client's %d other keys still work: revoke each by its prefix (pitlane apikey revoke PREFIX) once the client uses this one\n",
 			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes), c.LiveKeys-1)
@@ -138,4 +142,15 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// unshownKey revokes a new key that could not be written out (a full disk, a closed stdout):
+// only its hash is stored, so nobody could ever hold it, and the command said it was shown (an
+// outside review: exit 0, "the key above is shown only now", an active key in no one's hands).
+// The command fails; run it again.
+func unshownKey(ctx context.Context, acc *access.Service, prefix string, werr error) error {
+	if _, err := acc.RevokeAPIClient(ctx, cliActor(), prefix); err != nil {
+		return fmt.Errorf("write the key to stdout: %w; revoking the unshown key failed too (%v): revoke %s yourself", werr, err, prefix)
+	}
+	return fmt.Errorf("write the key to stdout: %w; the unshown key %s is revoked, run the command again", werr, prefix)
 }

@@ -125,3 +125,52 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 		t.Errorf("no database: exit %d %q", code, stderr)
 	}
 }
+
+// failingWriter is a stdout that takes nothing (a full disk, a closed descriptor).
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A new key that could not be written to stdout is revoked and the command fails: only its hash
+// is stored, so nobody could ever hold it. Before, create and rotate said "the key above is
+// shown only now", exit 0, and left an active key in no one's hands.
+func TestApikeyKeyThatCannotBeWrittenIsRevoked(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	run := func(args ...string) (int, string) {
+		var errOut bytes.Buffer
+		e := &Env{Stdin: strings.NewReader(""), Stdout: failingWriter{}, Stderr: &errOut,
+			Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		return Main(args, e), errOut.String()
+	}
+	pool := testdb.Pool(t, url)
+	live := func() int {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM api_client_keys k JOIN api_clients c ON c.id = k.client_id
+			WHERE k.revoked_at IS NULL AND c.revoked_at IS NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if code, stderr := run("apikey", "create", "full-disk"); code == 0 || !strings.Contains(stderr, "revoked") || strings.Contains(stderr, "shown only now") {
+		t.Fatalf("create to a stdout that fails: exit %d, stderr %q", code, stderr)
+	}
+	if n := live(); n != 0 {
+		t.Fatalf("%d live keys after a create whose key was never shown", n)
+	}
+	code, out, _ := apikeyMain(env, "apikey", "create", "shop")
+	if code != 0 {
+		t.Fatalf("create: %d", code)
+	}
+	prefix := strings.TrimSpace(out)[:len("pl_")+12]
+	if code, stderr := run("apikey", "rotate", prefix); code == 0 || !strings.Contains(stderr, "revoked") {
+		t.Fatalf("rotate to a stdout that fails: exit %d, stderr %q", code, stderr)
+	}
+	if n := live(); n != 1 {
+		t.Fatalf("%d live keys after a rotate whose key was never shown, want the one shown before", n)
+	}
+	if _, err := access.New(pool, nil).AuthenticateAPIKey(context.Background(), strings.TrimSpace(out)); err != nil {
+		t.Fatalf("the key shown before no longer works: %v", err)
+	}
+}
