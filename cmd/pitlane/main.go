@@ -74,6 +74,7 @@ func Usagef(format string, args ...any) error { return &UsageError{Msg: fmt.Spri
 // error naming it.
 func parseFlags(env *Env, fs *flag.FlagSet, usage string, args []string) error {
 	fs.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &onceValue{Value: f.Value} })
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(env.Stdout, usage)
@@ -85,6 +86,28 @@ func parseFlags(env *Env, fs *flag.FlagSet, usage string, args []string) error {
 		return Usagef("%s: %v (%s)", fs.Name(), err, usage)
 	}
 	return nil
+}
+
+// onceValue refuses a flag given twice: Go's flag package keeps the last, and `user create
+// --role admin --role support` made a support user without a word (an outside review), as
+// apikey's --scopes already refuses.
+type onceValue struct {
+	flag.Value
+	set bool
+}
+
+func (v *onceValue) Set(s string) error {
+	if v.set {
+		return errors.New("given twice")
+	}
+	v.set = true
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag's bare form (--demo).
+func (v *onceValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func main() {

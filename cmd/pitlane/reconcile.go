@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"pitlane/payments"
 )
@@ -105,9 +106,10 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 // process id, so that the run never counts as the lease's current holder.
 func reconcileOwner(replicaID string, pid int) string {
 	suffix := fmt.Sprintf("/reconcile-%d", pid)
-	const maxOwner = 128 // maintenance_leaders.owner
-	if len(replicaID) > maxOwner-len(suffix) {
-		replicaID = replicaID[:maxOwner-len(suffix)]
+	const maxOwner = 128                        // maintenance_leaders.owner
+	for len(replicaID) > maxOwner-len(suffix) { // cut on a character's boundary: PostgreSQL refuses half of one
+		_, size := utf8.DecodeLastRuneInString(replicaID)
+		replicaID = replicaID[:len(replicaID)-size]
 	}
 	return replicaID + suffix
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -265,6 +266,11 @@ func TestReconcileOwnerFitsTheLeaseColumn(t *testing.T) {
 	}
 	if got := reconcileOwner(strings.Repeat("r", 128), 4194304); len(got) != 128 || !strings.HasSuffix(got, "/reconcile-4194304") {
 		t.Errorf("owner of a 128-character REPLICA_ID: %q (%d characters)", got, len(got))
+	}
+	// Cut on a character's boundary: 42 "€" are 126 bytes, and a cut inside one was refused by
+	// PostgreSQL on every run (an outside review).
+	if got := reconcileOwner(strings.Repeat("€", 42), 4194304); len(got) > 128 || !utf8.ValidString(got) || !strings.HasSuffix(got, "/reconcile-4194304") {
+		t.Errorf("owner of a REPLICA_ID of 42 euro signs: %q (%d bytes)", got, len(got))
 	}
 }
 

@@ -53,6 +53,9 @@ func TestUserCreate(t *testing.T) {
 		{"short\n", []string{"user", "create", "--email", "bo@example.com", "--role", "admin"}, "at least 12 characters"},
 		{"", []string{"user", "create", "--email", "bo@example.com", "--role", "admin"}, "no password on standard input"},
 		{pw, []string{"user", "create", "--role", "admin"}, "usage: pitlane user create"},
+		// A flag given twice: Go's flag package kept the last, silently (an outside review).
+		{pw, []string{"user", "create", "--email", "bo@example.com", "--role", "admin", "--role", "support"}, "given twice"},
+		{pw, []string{"user", "create", "--email", "a1@example.com", "--email", "bo@example.com", "--role", "support"}, "given twice"},
 		{pw, []string{"user", "delete"}, "usage: pitlane user create"},
 		{pw, []string{"user", "disable"}, "usage: pitlane user create"},
 		{pw, []string{"user", "role", "bo@example.com"}, "usage: pitlane user create"},

@@ -222,7 +222,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.ReplicaID == "" {
 		c.ReplicaID = defaultReplicaID()
 	} else if len(c.ReplicaID) > 128 || strings.IndexFunc(c.ReplicaID, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
-		return c, errorf("REPLICA_ID", "must be 1-128 printable characters without spaces")
+		return c, errorf("REPLICA_ID", "must be printable characters without spaces, at most 128 bytes")
 	}
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
 		return c, err
