@@ -97,6 +97,7 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 	if err := checkGateway(cfg, "serve"); err != nil {
 		return err
 	}
+	warnLocalLinks(env, cfg)
 	if path := env.Getenv("PITLANE_CPU_PROFILE"); path != "" {
 		// A Go CPU profile of the whole process until it stops (make bench's BENCH_PROFILE sets
 		// it for the replica under load; docs/performance.md). Not a setting of the product.
@@ -118,6 +119,20 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 		env.Logger.Info("stopped: database pool closed", "replica", cfg.ReplicaID)
 	}
 	return err
+}
+
+// warnLocalLinks: serve listening on every interface without PUBLIC_BASE_URL gives customers
+// checkout links and the gateway return URLs on localhost (config's default), which no one else
+// reaches: said at the start, as an unset MERCHANT_NAME is (an outside review: it was silent).
+// dev's localhost is right, and a host named in HTTP_ADDR is the operator's own choice.
+func warnLocalLinks(env *Env, cfg config.Config) {
+	if env.Getenv("PUBLIC_BASE_URL") != "" {
+		return
+	}
+	if host, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && (host == "" || net.ParseIP(host).IsUnspecified()) {
+		env.Logger.Warn("PUBLIC_BASE_URL is unset while HTTP_ADDR listens on every interface: checkout links and the gateway's return URLs point at localhost; set PUBLIC_BASE_URL to the address customers reach",
+			"http_addr", cfg.HTTPAddr, "public_base_url", cfg.PublicBaseURL)
+	}
 }
 
 // run is the server process shared by serve and dev: it listens on HTTP_ADDR, serves until ctx

@@ -118,3 +118,28 @@ func TestPatrolWaitsForMigrations(t *testing.T) {
 		t.Fatal("waitMigrated on a migrated database says not migrated")
 	}
 }
+
+// serve listening on every interface without PUBLIC_BASE_URL says that its links point at
+// localhost; a named host, or PUBLIC_BASE_URL, is quiet.
+func TestServeWarnsOfLocalhostLinks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr, base string
+		warn       bool
+	}{
+		{":8080", "", true}, {"0.0.0.0:8080", "", true}, {"[::]:8080", "", true},
+		{"127.0.0.1:8080", "", false}, {"pay.internal:8080", "", false}, {":8080", "https://pay.example.com", false},
+	} {
+		var log strings.Builder
+		vars := map[string]string{"HTTP_ADDR": tc.addr, "PUBLIC_BASE_URL": tc.base}
+		env := &Env{Getenv: func(k string) string { return vars[k] }, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+		cfg, err := env.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnLocalLinks(env, cfg)
+		if got := strings.Contains(log.String(), "PUBLIC_BASE_URL is unset"); got != tc.warn {
+			t.Errorf("HTTP_ADDR=%q PUBLIC_BASE_URL=%q: warned %v, want %v (%s)", tc.addr, tc.base, got, tc.warn, log.String())
+		}
+	}
+}
