@@ -597,3 +597,29 @@ func TestFlaggedPageListsEveryFlagInPages(t *testing.T) {
 		}
 	}
 }
+
+// A payment page lists the newest PaymentCallsShown gateway calls and says how many older ones
+// it leaves out: a customer's page left open at an active payment adds a look every 5 s, and
+// the page rendered every one of them on each view and live refresh (an outside review: 17,281
+// rows, 4.9 MB, 0.45 s after a day).
+func TestPaymentPageListsTheNewestGatewayCalls(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, "o-many-looks", 1500)
+	if _, err := b.pool.Exec(t.Context(), `INSERT INTO gateway_calls (session_id, operation, outcome, latency_ms, detail, created_at)
+		SELECT $1, 'status', 'ok', 3, 'look ' || n, now() FROM generate_series(1, 150) n`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	doc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	rows := doc.Find(testid("call-row"))
+	if n := rows.Length(); n != payments.PaymentCallsShown {
+		t.Fatalf("%d call rows, want the newest %d", n, payments.PaymentCallsShown)
+	}
+	if last := rows.Last().Text(); !strings.Contains(last, "look 150") {
+		t.Errorf("the last row is %q, want the newest call", last)
+	}
+	wantText(t, doc, "calls-older", "51 older calls not shown") // the registration and looks 1-50
+}
