@@ -326,7 +326,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			hasRefused bool
 		)
 		if in.RefusedStands > 0 {
-			// The order's latest session (payment_sessions_order), if the gateway refused it.
+			// The order's latest session (payment_sessions_order_pattern), if the gateway refused it.
 			b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1
 				AND created_at = (SELECT max(created_at) FROM payment_sessions WHERE order_id = $1)
 				AND status = 'Failed' AND gateway_payment_id IS NULL AND amount = $2 AND currency = $3 AND updated_at > $4
