@@ -134,17 +134,18 @@ type OutboxMessage struct {
 // (tryCode).
 func (s *Service) Outbox(ctx context.Context, viewer Staff, paymentID string) ([]OutboxMessage, error) {
 	var pid any
+	only := `$1::uuid IS NULL` // every message; one statement per filter, so a generic plan cannot read them all for one payment
 	if paymentID != "" {
 		if !validUUID(paymentID) {
 			return nil, Invalid("payment", "not a payment id")
 		}
-		pid = paymentID
+		pid, only = paymentID, `payment_id = $1::uuid` // outbox_payment (00870)
 	}
 	rows, err := s.db.Query(ctx, `WITH shown AS (
 			SELECT id, kind, to_addr, body, coalesce(order_id, '') AS order_id, coalesce(payment_id::text, '') AS payment_id,
 			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || CASE skip_reason WHEN 'spent' THEN 'out of attempts' ELSE skip_reason END,
 				last_error, '') AS note, challenge_id
-			FROM outbox WHERE ($1::uuid IS NULL OR payment_id = $1::uuid) ORDER BY id DESC LIMIT 200),
+			FROM outbox WHERE `+only+` ORDER BY id DESC LIMIT 200),
 		seen AS (
 			-- The reader's password setters as they are now: a reset later does not make the one
 			-- who could have been the reader someone else (migration 00630).
