@@ -119,6 +119,12 @@ type Config struct {
 	ReplicaID string
 	// LockTimeout bounds every lock wait (SET LOCAL lock_timeout).
 	LockTimeout time.Duration
+	// SideLoopEvery (default 10 s) is the longest RunSweeper's side loops — upkeep (reapers,
+	// dead codes' redaction, the Operations samples), reconciliation, the events webhook — wait
+	// between looks: SWEEP_INTERVAL paces them only when it is shorter. Their own cadences
+	// (HousekeepingEvery, OpsSampleEvery, ReconcileEvery) are minutes, and a SWEEP_INTERVAL of an
+	// hour (allowed) held them to an hour (an outside review).
+	SideLoopEvery time.Duration
 	// IdleInTransactionTimeout (default IdleInTransaction) bounds, on the server, how long one
 	// of the core's transactions may wait for its client's next statement (SET LOCAL
 	// idle_in_transaction_session_timeout).
@@ -206,6 +212,9 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 	}
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = 5 * time.Second
+	}
+	if cfg.SideLoopEvery == 0 {
+		cfg.SideLoopEvery = 10 * time.Second
 	}
 	if cfg.IdleInTransactionTimeout == 0 {
 		cfg.IdleInTransactionTimeout = IdleInTransaction

@@ -241,24 +241,25 @@ func (s *Service) housekeep(ctx context.Context) {
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	side := min(interval, s.cfg.SideLoopEvery) // the side loops' look, whatever SWEEP_INTERVAL is
 	if s.cfg.EventsWebhook.URL != "" {
 		// The events webhook (feed_push.go) on its own loop: a slow shop holds its POSTs, never
 		// the patrol's rounds (TestSlowShopDoesNotHoldThePatrol).
 		pushed := make(chan struct{})
-		go func() { defer close(pushed); s.runEventsWebhook(ctx, interval) }()
+		go func() { defer close(pushed); s.runEventsWebhook(ctx, side) }()
 		defer func() { <-pushed }()
 	}
 	// Reconciliation on its own loop too: a batch is a search and a read by id per session, one
 	// after another, and inline it held the leader's patrol for as long (an outside review saw
 	// the leader's due sessions wait 90 s behind 55 searches of a slow gateway).
 	reconciled := make(chan struct{})
-	go func() { defer close(reconciled); s.runReconcile(ctx, interval) }()
+	go func() { defer close(reconciled); s.runReconcile(ctx, side) }()
 	// Housekeeping and the Operations samples on a loop of their own as well: a round lasts as
 	// long as work is due (a drain after an outage is one round), and inline they waited for its
 	// end — dead codes stayed in clear in the outbox past their promised 5 minutes and the backlog
 	// chart had no sample for exactly the minutes of the backlog (an outside review).
 	upkept := make(chan struct{})
-	go func() { defer close(upkept); s.runUpkeep(ctx, interval) }()
+	go func() { defer close(upkept); s.runUpkeep(ctx, side) }()
 	defer func() { <-upkept }()
 	for {
 		if _, err := s.patrolRound(ctx, interval); err != nil && ctx.Err() == nil {

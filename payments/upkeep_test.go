@@ -103,3 +103,25 @@ func TestHousekeepingFoldsTheCountDeltas(t *testing.T) {
 		t.Fatalf("after housekeeping: %d status delta rows, %d ledger day delta rows; want them folded (one per status, one per day and currency)", n, m)
 	}
 }
+
+// The upkeep loop looks every SideLoopEvery whatever the patrol's interval: with
+// SWEEP_INTERVAL at an hour (allowed), dead codes stayed in clear, the Operations page had one
+// sample an hour and reconciliation ran hourly (an outside review). Here the interval is an
+// hour, the side loops' look 10 ms: the upkeep passes follow one another.
+func TestALongSweepIntervalDoesNotPaceTheUpkeep(t *testing.T) {
+	t.Parallel()
+	passed := make(chan struct{}, 100)
+	b := newBench(t, func(c *payments.Config) {
+		c.SideLoopEvery = 10 * time.Millisecond
+		c.Hooks.AfterUpkeep = func(context.Context) { passed <- struct{}{} }
+	})
+	b.reconcileElsewhere(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.svc.RunSweeper(ctx, time.Hour); close(done) }()
+	for range 3 {
+		mustWait(t, passed, "an upkeep pass (the side loops look every 10 ms)")
+	}
+	cancel()
+	mustWait(t, done, "the patrol to stop")
+}
