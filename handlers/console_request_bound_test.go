@@ -52,9 +52,10 @@ func poolOfOne(t *testing.T, of *pgxpool.Pool) (pool *pgxpool.Pool, take func() 
 	}
 }
 
-// holdCreateLock holds order's claim lock in a transaction of another replica until the returned
-// release (which may be called more than once, and is at the test's end in any case).
-func holdCreateLock(t *testing.T, pool *pgxpool.Pool, order string) (release func()) {
+// holdInTx runs sql in a transaction of its own on pool and holds it (and the locks sql took)
+// until the returned release, which may be called more than once and is called at the test's
+// end in any case.
+func holdInTx(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -70,10 +71,17 @@ func holdCreateLock(t *testing.T, pool *pgxpool.Pool, order string) (release fun
 		})
 	}
 	t.Cleanup(release)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(payments.LockCreateOrder), order); err != nil {
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		t.Fatal(err)
 	}
 	return release
+}
+
+// holdCreateLock holds order's claim lock in a transaction of another replica until the returned
+// release (which may be called more than once, and is at the test's end in any case).
+func holdCreateLock(t *testing.T, pool *pgxpool.Pool, order string) (release func()) {
+	t.Helper()
+	return holdInTx(t, pool, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(payments.LockCreateOrder), order)
 }
 
 // A console or checkout page whose database does not answer is a readable 503 page within the
@@ -163,24 +171,13 @@ func TestLongPagesAreNotCutAtTheBound(t *testing.T) {
 
 // holdExpiredSession inserts an expired session row and holds it FOR UPDATE in a transaction
 // until the returned release (called at the test's end in any case): a sign-in's reaping of
-// expired sessions waits on it.
+// expired sessions would wait on it.
 func holdExpiredSession(t *testing.T, pool *pgxpool.Pool) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO sessions (token, data, expiry) VALUES ('expired-held', '\x00', now() - interval '1 hour')`); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO sessions (token, data, expiry) VALUES ('expired-held', '\x00', now() - interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(release)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE token = 'expired-held' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	return release
+	return holdInTx(t, pool, `SELECT 1 FROM sessions WHERE token = 'expired-held' FOR UPDATE`)
 }
 
 // A sign-in or a renewal ("sign out everywhere else") does not wait on the expired rows it
@@ -257,17 +254,7 @@ func TestSignOutCutBeforeTheSessionEndedIsNotAudited(t *testing.T) {
 	staff.h = e
 	page(t, staff.get("/account"), http.StatusOK)
 
-	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(release)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := holdInTx(t, b.pool, `SELECT 1 FROM sessions FOR UPDATE`)
 	rec := answered(t, "POST /logout", func() *httptest.ResponseRecorder { return staff.post("/logout", url.Values{}) }, release)
 	release()
 	if rec.Code != http.StatusServiceUnavailable {

@@ -273,7 +273,7 @@ type PaymentDetail struct {
 	// that many means "at least").
 	OlderCalls int
 	Reverse    *ReverseOperation
-	Challenges    []ChallengeInfo // newest first
+	Challenges []ChallengeInfo // newest first
 	// WrongCodes is how many wrong codes count against the payment now (within a day, not
 	// cleared); CodesLockedUntil, when they reach CodeGuessesPerDay, is when the lock lapses by
 	// itself (UnlockCodes lifts it sooner).

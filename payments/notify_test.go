@@ -23,40 +23,19 @@ import (
 // row is marked delivered. A sink answering 500 leaves it undelivered for the patrol.
 func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var got []map[string]any
-	fail := false
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		defer mu.Unlock()
-		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" {
-			t.Errorf("sink got %s %s", r.Method, r.Header.Get("Content-Type"))
-		}
-		var m map[string]any
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Errorf("sink body %q: %v", body, err)
-		}
-		got = append(got, m)
-		if fail {
-			w.WriteHeader(http.StatusInternalServerError)
-		}
-	}))
-	defer sink.Close()
-	b := newBench(t, func(c *payments.Config) { c.Notifier = payments.WebhookNotifier{URL: sink.URL} })
+	sink := newNotifySink(t)
+	b := newBench(t, func(c *payments.Config) { c.Notifier = payments.WebhookNotifier{URL: sink.url} })
 	ctx := context.Background()
 	sess := b.registered(t, "o-notify", 100)
 	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
+	got := sink.messages()
 	if len(got) != 1 {
-		mu.Unlock()
 		t.Fatalf("sink received %d messages", len(got))
 	}
 	m := got[0]
-	fail = true
-	mu.Unlock()
+	sink.failing(true)
 	for _, k := range []string{"to", "kind", "text", "order_id", "payment_id"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("message lacks %q: %v", k, m)
@@ -79,21 +58,72 @@ func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 	}
 	// The retry carries the refused message's id, another message another id: the receiver
 	// drops a message it has sent on already.
-	mu.Lock()
-	fail = false
-	mu.Unlock()
+	sink.failing(false)
 	b.clock.Advance(2 * time.Minute)
 	if _, err := b.svc.PatrolRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got = sink.messages()
 	if len(got) != 3 {
 		t.Fatalf("sink received %d messages, want the retry as the third", len(got))
 	}
 	if id := got[1]["id"]; id == nil || id == "" || id != got[2]["id"] || id == got[0]["id"] {
 		t.Fatalf("ids %v, %v, %v: want the retry's the refused one's, and the first message's another", got[0]["id"], got[1]["id"], got[2]["id"])
 	}
+}
+
+// notifySink is a NOTIFY_WEBHOOK_URL receiver: it keeps every message POSTed to it, and
+// answers 500 while failing.
+type notifySink struct {
+	url  string
+	mu   sync.Mutex
+	got  []map[string]any
+	fail bool
+}
+
+func newNotifySink(t *testing.T) *notifySink {
+	s := &notifySink{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("sink got %s %s", r.Method, r.Header.Get("Content-Type"))
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Errorf("sink body %q: %v", body, err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.got = append(s.got, m)
+		if s.fail {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+func (s *notifySink) failing(fail bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = fail
+}
+
+func (s *notifySink) messages() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// ids is the "id" of every message received, in order.
+func (s *notifySink) ids() []string {
+	var out []string
+	for _, m := range s.messages() {
+		id, _ := m["id"].(string)
+		out = append(out, id)
+	}
+	return out
 }
 
 // A message's id is its own, not the outbox row's serial: after a point-in-time restore the
@@ -104,22 +134,8 @@ func TestWebhookNotifierDeliversCancelCode(t *testing.T) {
 // earlier tries were.
 func TestNotifierMessageIDsDoNotRepeatAfterARestore(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var ids []string
-	fail := false
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		mu.Lock()
-		defer mu.Unlock()
-		id, _ := m["id"].(string)
-		ids = append(ids, id)
-		if fail {
-			w.WriteHeader(http.StatusInternalServerError)
-		}
-	}))
-	defer sink.Close()
-	b := newBench(t, func(c *payments.Config) { c.Notifier = payments.WebhookNotifier{URL: sink.URL} })
+	sink := newNotifySink(t)
+	b := newBench(t, func(c *payments.Config) { c.Notifier = payments.WebhookNotifier{URL: sink.url} })
 	ctx := context.Background()
 	s1 := b.registered(t, "o-restore-a", 100)
 	s2 := b.registered(t, "o-restore-b", 200)
@@ -139,15 +155,12 @@ func TestNotifierMessageIDsDoNotRepeatAfterARestore(t *testing.T) {
 	if _, err := b.svc.RequestCancel(ctx, api, s2.ID); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(ids) != 2 || ids[0] == ids[1] || !regexp.MustCompile(`^[0-9a-f-]{36}$`).MatchString(ids[1]) {
-		mu.Unlock()
+	if ids := sink.ids(); len(ids) != 2 || ids[0] == ids[1] || !regexp.MustCompile(`^[0-9a-f-]{36}$`).MatchString(ids[1]) {
 		t.Fatalf("ids %q: want two different UUIDs (the new code of another payment must not repeat the lost one's id)", ids)
 	}
-	fail = true
-	mu.Unlock()
 
 	// A row of the release before: its failed try was sent under its serial, and so is its retry.
+	sink.failing(true)
 	if _, err := b.svc.RequestCancel(ctx, api, s2.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -155,16 +168,12 @@ func TestNotifierMessageIDsDoNotRepeatAfterARestore(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `UPDATE outbox SET message_id = NULL WHERE delivered_at IS NULL RETURNING id`).Scan(&serial); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	fail = false
-	mu.Unlock()
+	sink.failing(false)
 	b.clock.Advance(2 * time.Minute)
 	if _, err := b.svc.PatrolRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(ids) != 4 || ids[3] != strconv.FormatInt(serial, 10) {
+	if ids := sink.ids(); len(ids) != 4 || ids[3] != strconv.FormatInt(serial, 10) {
 		t.Fatalf("ids %q: want the old row's retry under its serial %d", ids, serial)
 	}
 }
