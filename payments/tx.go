@@ -11,9 +11,9 @@ import (
 )
 
 // pipelinedTx is the core's transaction: a pgx.Tx whose BEGIN and SET LOCALs (lock_timeout,
-// idle_in_transaction_session_timeout) travel in the same pipeline as its first statement, and whose COMMIT may travel in the pipeline of its
-// last (commitWith), so a transaction of one pipelined batch is one round trip where BEGIN, the
-// batch and COMMIT were three. Every transaction of the core pays those round trips — a Create
+// idle_in_transaction_session_timeout) travel in the same pipeline as its first statement, and
+// whose COMMIT may travel in the pipeline of its last (commitWith), so a transaction of one
+// pipelined batch is one round trip where BEGIN, the batch and COMMIT were three. Every transaction of the core pays those round trips — a Create
 // two, a patrol drive one or two — and on a 2-core machine the client's share of each round trip
 // is most of what a Create costs beyond its SQL (see docs/performance.md).
 //
