@@ -442,9 +442,9 @@ func TestSettleBatchWritesInAFixedNumberOfStatements(t *testing.T) {
 		stmts = append(stmts, b...)
 	}
 	stmts = append(stmts, log.alone...)
-	// BEGIN, SET LOCAL, lock orders and sessions (one statement), call log, reverses asked;
-	// transitions, orders and ledger; COMMIT.
-	if len(stmts) != 8 {
+	// BEGIN, the two SET LOCALs, lock orders and sessions (one statement), call log, reverses
+	// asked; transitions, orders and ledger; COMMIT.
+	if len(stmts) != 9 {
 		t.Fatalf("%d statements for a batch of 12:\n%s", len(stmts), strings.Join(stmts, "\n---\n"))
 	}
 }
