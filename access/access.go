@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"pitlane/payments"
+	"pitlane/payments/dbconn"
 )
 
 // DefaultPasswordCost is the bcrypt cost of new password hashes (each hash carries its cost, so
@@ -75,7 +76,11 @@ func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", op, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	defer func() {
+		rctx, cancel := dbconn.Rollback(ctx)
+		defer cancel()
+		tx.Rollback(rctx) //nolint:errcheck // no-op after commit
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
+	"pitlane/payments/dbconn"
 )
 
 // ActorKind says who caused a change (timeline, audit).
@@ -450,7 +451,11 @@ func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn 
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
 	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()),
 		fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = '%dms'", s.cfg.IdleInTransactionTimeout.Milliseconds()))
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	defer func() {
+		rctx, cancel := dbconn.Rollback(ctx)
+		defer cancel()
+		tx.Rollback(rctx) //nolint:errcheck // no-op after commit
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@
 package dbconn
 
 import (
+	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,5 +38,17 @@ func CancelOnContextEnd(cfg *pgconn.Config) {
 }
 
 // cancelGrace is how long a canceled statement's connection waits for the server's answer to
-// the cancel request before it is dropped (a host gone silent answers nothing).
-const cancelGrace = time.Second
+// the cancel request before it is dropped (a host gone silent answers nothing; a living one
+// answers in milliseconds). Short: on a silent host every cut statement costs it (and pgx's
+// 100 ms pause after a cancel) before its request can answer, inside web.WriteMargin.
+const cancelGrace = 250 * time.Millisecond
+
+// Rollback is how long a transaction's ROLLBACK after an error may take: the connection now
+// survives a cancel the server answered, so the ROLLBACK is real, and a host that goes silent
+// just then must not hold its caller (the socket is dropped; the pool discards the connection).
+func Rollback(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), RollbackBound)
+}
+
+// RollbackBound bounds Rollback's context.
+const RollbackBound = 2 * time.Second
