@@ -333,9 +333,14 @@ const (
 // payment between them was answered as an order AwaitingPayment whose only payment is Completed
 // — a state the database never held (the session's Completed and its order's Paid are one
 // commit), and a shop reading the status to ship and the payments to start another got
-// contradicting answers (an outside review).
+// contradicting answers (an outside review). Like every transaction of pitlane it bounds its
+// idle time on the server (IdleInTransaction): a host lost between the two reads left the
+// snapshot and the tables' locks, which a migration's ALTER TABLE waits behind, until the TCP
+// keepalive gave up.
 func (s *Service) GetOrder(ctx context.Context, orderID string) (o Order, sessions []Session, err error) {
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	begin := fmt.Sprintf("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
+		s.cfg.IdleInTransactionTimeout.Milliseconds())
+	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		o, sessions, err = getOrder(ctx, tx, orderID)
 		return err
 	})

@@ -518,3 +518,68 @@ func TestAQuietTransactionIsEndedByTheServer(t *testing.T) {
 		t.Fatalf("the row is still locked: %v", err)
 	}
 }
+
+// quietAfterOrderRead is a pgx tracer that, once GetOrder's read of the order has ended, keeps
+// its client quiet (a replica's host lost between the transaction's two reads) until the
+// server has ended that connection's session or 30 s have passed.
+type quietAfterOrderRead struct {
+	watch *pgxpool.Pool // another pool, to look at pg_stat_activity
+	once  sync.Once     // only the first read goes quiet
+	ended chan bool     // whether the server ended the quiet session
+}
+
+func (q *quietAfterOrderRead) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (q *quietAfterOrderRead) TraceQueryEnd(_ context.Context, conn *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err == nil && strings.HasPrefix(d.CommandTag.String(), "SELECT") {
+		q.once.Do(func() { q.ended <- q.wait(conn.PgConn().PID()) })
+	}
+}
+
+func (q *quietAfterOrderRead) wait(pid uint32) bool {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		var n int
+		if err := q.watch.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n); err != nil || n == 0 {
+			return err == nil
+		}
+	}
+	return false
+}
+
+// GetOrder's REPEATABLE READ transaction bounds its idle time on the server too: a client quiet
+// between its two reads is ended after IdleInTransactionTimeout. Before, it had no bound (the
+// core's and access's transactions had one): the backend kept its snapshot and its tables' locks
+// until the server's TCP keepalive gave up.
+func TestAQuietOrderReadIsEndedByTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	watch, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Close)
+	if _, err := watch.Exec(ctx, `INSERT INTO orders (order_id, created_at, updated_at) VALUES ('quiet', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := &quietAfterOrderRead{watch: watch, ended: make(chan bool, 1)}
+	cfg.ConnConfig.Tracer = quiet
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := NewService(pool, Config{IdleInTransactionTimeout: 200 * time.Millisecond})
+	_, _, err = svc.GetOrder(ctx, "quiet")
+	if !<-quiet.ended {
+		t.Fatal("the quiet order read is still open after 30 s")
+	}
+	if err == nil {
+		t.Fatal("GetOrder went on after the server ended its transaction")
+	}
+}
