@@ -112,6 +112,20 @@ func TestFeedReadsByItsIndex(t *testing.T) {
 	}
 }
 
+// eachScan calls fn for every node of an EXPLAIN ANALYZE plan that reads a table, with the rows it
+// read: returned or filtered out, over all its loops.
+func eachScan(node map[string]any, fn func(rel string, node map[string]any, read float64)) {
+	if rel, ok := node["Relation Name"].(string); ok {
+		rows, _ := node["Actual Rows"].(float64)
+		loops, _ := node["Actual Loops"].(float64)
+		removed, _ := node["Rows Removed by Filter"].(float64)
+		fn(rel, node, (rows+removed)*max(loops, 1))
+	}
+	for _, k := range planChildren(node) {
+		eachScan(k, fn)
+	}
+}
+
 func planChildren(node map[string]any) []map[string]any {
 	kids, _ := node["Plans"].([]any)
 	out := make([]map[string]any, len(kids))

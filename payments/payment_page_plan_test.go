@@ -83,22 +83,12 @@ func TestPaymentPageReadsByIndexes(t *testing.T) {
 				continue // the order's read-only transaction (GetOrder): nothing to plan
 			}
 			plan := explainWith(t, conn.Conn(), "ANALYZE, FORMAT JSON", st.SQL, st.Args)
-			var walk func(node map[string]any)
-			walk = func(node map[string]any) {
-				if rel, ok := node["Relation Name"].(string); ok {
-					rows, _ := node["Actual Rows"].(float64)
-					loops, _ := node["Actual Loops"].(float64)
-					removed, _ := node["Rows Removed by Filter"].(float64)
-					if read := rows*loops + removed*loops; read > most {
-						js, _ := json.MarshalIndent(plan, "", "  ")
-						t.Errorf("%s: %s reads %.0f rows of %s for one payment:\n%s\n%s", mode, node["Node Type"], read, rel, st.SQL, js)
-					}
+			eachScan(plan, func(rel string, node map[string]any, read float64) {
+				if read > most {
+					js, _ := json.MarshalIndent(plan, "", "  ")
+					t.Errorf("%s: %s reads %.0f rows of %s for one payment:\n%s\n%s", mode, node["Node Type"], read, rel, st.SQL, js)
 				}
-				for _, k := range planChildren(node) {
-					walk(k)
-				}
-			}
-			walk(plan)
+			})
 		}
 	}
 }

@@ -45,19 +45,10 @@ func TestPaymentSearchReadsByIndexUnderAnyCollation(t *testing.T) {
 	}
 	defer conn.Release()
 	plan := explainWith(t, conn.Conn(), "ANALYZE, FORMAT JSON", stmts[0].SQL, stmts[0].Args)
-	var walk func(node map[string]any)
-	walk = func(node map[string]any) {
-		if rel, ok := node["Relation Name"].(string); ok {
-			rows, _ := node["Actual Rows"].(float64)
-			removed, _ := node["Rows Removed by Filter"].(float64)
-			if rows+removed > 100 {
-				js, _ := json.MarshalIndent(plan, "", "  ")
-				t.Errorf("%s reads %.0f rows of %s for a search that matches nothing:\n%s", node["Node Type"], rows+removed, rel, js)
-			}
+	eachScan(plan, func(rel string, node map[string]any, read float64) {
+		if read > 100 {
+			js, _ := json.MarshalIndent(plan, "", "  ")
+			t.Errorf("%s reads %.0f rows of %s for a search that matches nothing:\n%s", node["Node Type"], read, rel, js)
 		}
-		for _, k := range planChildren(node) {
-			walk(k)
-		}
-	}
-	walk(plan)
+	})
 }
