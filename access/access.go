@@ -71,8 +71,8 @@ func (s *Service) dummyHash() ([]byte, error) {
 // unknown outcome for the caller to read back, never to repeat blindly.
 func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
-		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
-		lockTimeout.Milliseconds(), payments.IdleInTransaction.Milliseconds())})
+		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '%dms'; ", lockTimeout.Milliseconds()) +
+		payments.SetIdleInTransaction(payments.IdleInTransaction)})
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", op, err)
 	}

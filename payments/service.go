@@ -338,8 +338,7 @@ const (
 // snapshot and the tables' locks, which a migration's ALTER TABLE waits behind, until the TCP
 // keepalive gave up.
 func (s *Service) GetOrder(ctx context.Context, orderID string) (o Order, sessions []Session, err error) {
-	begin := fmt.Sprintf("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
-		s.cfg.IdleInTransactionTimeout.Milliseconds())
+	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; " + SetIdleInTransaction(s.cfg.IdleInTransactionTimeout)
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		o, sessions, err = getOrder(ctx, tx, orderID)
 		return err
@@ -455,7 +454,7 @@ func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn 
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
 	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()),
-		fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = '%dms'", s.cfg.IdleInTransactionTimeout.Milliseconds()))
+		SetIdleInTransaction(s.cfg.IdleInTransactionTimeout))
 	defer func() {
 		rctx, cancel := dbconn.Rollback(ctx)
 		defer cancel()

@@ -93,6 +93,11 @@ func (s *Service) RecordAudit(ctx context.Context, e AuditEntry) error {
 // statements follow one another as fast as the replica can send them.
 const IdleInTransaction = 15 * time.Second
 
+// SetIdleInTransaction is the statement that bounds a transaction's idle time to d on the server.
+func SetIdleInTransaction(d time.Duration) string {
+	return fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = '%dms'", d.Milliseconds())
+}
+
 // RecordGrace is how long a request's records (its audit entry, its outcome once the gateway has
 // spoken, its idempotency key's last write) may still be written once the request ended: a few
 // seconds are the pool's wait under load; longer is a database that does not answer.
