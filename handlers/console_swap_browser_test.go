@@ -1,0 +1,72 @@
+package handlers_test
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"pitlane/access"
+)
+
+// TestBrowserAClickRightAfterALiveRefreshStaysInPlace: a live refresh swaps the payment block in
+// and the user clicks one of its buttons at once. htmx wires a swapped-in form only when it
+// settles, by default 20 ms after the swap: a click inside that window was the browser's own
+// full-page post (a reload, not the in-place answer; seen once in CI as "the page reloaded" in
+// TestBrowserSupportRefundByCode). The console settles at once (htmx-config defaultSettleDelay 0),
+// so the first tick after the swap already finds the form wired. Negative control: without
+// defaultSettleDelay the check is posted without HX-Request and the page reloads.
+func TestBrowserAClickRightAfterALiveRefreshStaysInPlace(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.completed(t, "o-browser-swap-click", 1500)
+	var mu sync.Mutex
+	var posts []string // HX-Request of each check post
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check") {
+			mu.Lock()
+			posts = append(posts, r.Header.Get("HX-Request"))
+			mu.Unlock()
+		}
+		b.e.ServeHTTP(w, r)
+	}))
+
+	ctx := newBrowser(t)
+	within(t, ctx, 10*time.Second, chromedp.EmulateViewport(1280, 900))
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	within(t, ctx, 20*time.Second,
+		chromedp.Navigate(srv.URL+"/payments/"+s.ID),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="check"]`)),
+	)
+	// The refresh live.js makes, and a click on the new block's Check in the next tick.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		window.pitlaneMarker = "no reload";
+		document.body.addEventListener("htmx:afterSwap", () => setTimeout(() => {
+			document.querySelector('[data-testid="check"]').click();
+			window.pitlaneClicked = "yes";
+		}, 0), {once: true});
+		htmx.ajax("GET", location.pathname, {target: "#payment", swap: "outerHTML", headers: {"X-Pitlane-Live": "1"}});
+		return "sent";
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	done, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => {
+		const n = document.querySelector('[data-testid="flash"], [data-testid="flash-error"]');
+		return (window.pitlaneClicked === "yes" && n !== null);
+	})()`, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil && strings.Contains(err.Error(), "navigated") { // the reload: look at the new page
+		within(t, ctx, 20*time.Second, chromedp.WaitVisible(chromedp.CSS(`[data-testid="check"]`)))
+	} else if err != nil || !done {
+		t.Fatalf("no answer within 10 s: %v", err)
+	}
+	marker, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.pitlaneMarker)`))
+	mu.Lock()
+	defer mu.Unlock()
+	if marker != "no reload" || len(posts) != 1 || posts[0] != "true" {
+		t.Fatalf("the click after the swap: page kept = %v, check posts (HX-Request) = %q; want one htmx post answered in place", marker == "no reload", posts)
+	}
+}
