@@ -150,7 +150,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	// release writes the round's outcome and gives the row back, only while the lease is still
 	// this round's; kept is false when another replica had taken the row over meanwhile.
 	release := func(ctx context.Context, sql string, args ...any) (kept bool, err error) {
-		tag, err := s.db.Exec(context.WithoutCancel(ctx), sql, append([]any{token}, args...)...)
+		tag, err := s.execDetached(ctx, sql, append([]any{token}, args...)...)
 		if err != nil {
 			return false, dbError("events webhook: write", err, "")
 		}

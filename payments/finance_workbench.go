@@ -582,7 +582,7 @@ func (s *Service) releaseCheckClaim(ctx context.Context, id, token string) {
 // session it did not ask about).
 func (s *Service) endCheckClaim(ctx context.Context, id, token string, cooldown time.Duration) {
 	until := s.cfg.Clock.Now().Add(cooldown)
-	if _, err := s.db.Exec(context.WithoutCancel(ctx), `UPDATE finance_check_claims SET until = $3
+	if _, err := s.execDetached(ctx, `UPDATE finance_check_claims SET until = $3
 		WHERE session_id = $1 AND token = $2 AND until > $3`, id, token, until); err != nil {
 		s.log.Error("check now: release claim", "session", id, "err", err)
 	}

@@ -289,7 +289,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		// failed try like any other: a notifier slower than that is retried on the schedule and
 		// at most outboxAttempts times, not sent again every round.
 		s.log.Warn("notify cut by a stop; the next round sends it", "outbox_id", outboxID, "kind", m.Kind, "err", err)
-		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET lease_until = NULL, lease_token = NULL
+		tag, uerr := s.execDetached(ctx, `UPDATE outbox SET lease_until = NULL, lease_token = NULL
 			WHERE id = $1 AND delivered_at IS NULL AND ($2::uuid IS NULL OR lease_token = $2)`, outboxID, token)
 		if uerr != nil {
 			s.log.Error("outbox: give back", "outbox_id", outboxID, "err", uerr)
@@ -298,7 +298,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	}
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
-		tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+		tag, uerr := s.execDetached(ctx, `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
 			next_attempt_at = $3::timestamptz + interval '1 minute' * power(2, attempts), lease_until = NULL, lease_token = NULL
 			WHERE id = $1 AND ($4::uuid IS NULL OR lease_token = $4)`, outboxID, err.Error(), now, token)
 		if uerr != nil {
@@ -306,7 +306,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		}
 		return uerr != nil || tag.RowsAffected() == 1
 	}
-	tag, uerr := s.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
+	tag, uerr := s.execDetached(ctx, `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
 		body = coalesce(redacted_body, body), lease_until = NULL, lease_token = NULL
 		WHERE id = $1 AND ($3::uuid IS NULL OR lease_token = $3)`, outboxID, now, token)
 	if uerr != nil {

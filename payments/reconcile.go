@@ -263,7 +263,7 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 		return rep, err
 	}
 	defer func() {
-		if _, err := s.db.Exec(context.WithoutCancel(ctx), `DELETE FROM maintenance_leaders WHERE job = $1 AND owner = $2`,
+		if _, err := s.execDetached(ctx, `DELETE FROM maintenance_leaders WHERE job = $1 AND owner = $2`,
 			job, s.cfg.ReplicaID); err != nil {
 			s.log.Warn("reconcile: give the lease back", "job", job, "err", err)
 		}
@@ -282,7 +282,9 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	rep, err = s.reconcileWindow(ctx, job, cfg, now, rep, &compared)
 	// Listed however the run ended (cut by Ctrl-C or a timeout, a database error): the command
 	// prints the report of a cut run too, and its cases were opened all the same.
-	opened, cerr := s.casesOpened(context.WithoutCancel(ctx), highWater, compared)
+	lctx, cancel := Outlive(ctx, RecordGrace)
+	defer cancel()
+	opened, cerr := s.casesOpened(lctx, highWater, compared)
 	rep.CasesOpened = opened
 	return rep, errors.Join(err, cerr)
 }
@@ -405,7 +407,7 @@ func (s *Service) elect(ctx context.Context, q querier, job string, ttl time.Dur
 // patrol's leader stays leader between its runs, but an on-demand run may now take the row.
 // If it fails, running_until expires with the lease.
 func (s *Service) endRun(ctx context.Context, job string) {
-	if _, err := s.db.Exec(context.WithoutCancel(ctx), `UPDATE maintenance_leaders SET running_until = NULL WHERE job = $1 AND owner = $2`,
+	if _, err := s.execDetached(ctx, `UPDATE maintenance_leaders SET running_until = NULL WHERE job = $1 AND owner = $2`,
 		job, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("reconcile: mark the run over", "job", job, "err", err)
 	}
@@ -459,7 +461,8 @@ func (s *Service) readCursor(ctx context.Context, job string) (reconcileCursor, 
 // transaction: the leader row stays locked until the cursor is written, so a replica trying to
 // take over either waits and finds the lease renewed, or took it before and this returns false.
 func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, c reconcileCursor) (bool, error) {
-	ctx = context.WithoutCancel(ctx) // the session was compared: record it
+	ctx, cancel := Outlive(ctx, RecordGrace) // the session was compared: record it
+	defer cancel()
 	mine := false
 	err := s.inTx(ctx, "reconcile: advance", func(tx pgx.Tx) error {
 		owner, err := s.elect(ctx, tx, job, cfg.LeaderTTL, false)
@@ -649,7 +652,8 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 // amounts), so one that changes — another payment, another status, another amount — is a new
 // detail and opens a new case.
 func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *ReconcileReport, kind, detail string, facts ...string) error {
-	ctx = context.WithoutCancel(ctx) // the gateway has spoken: record it
+	ctx, cancel := Outlive(ctx, RecordGrace) // the gateway has spoken: record it
+	defer cancel()
 	settled := false
 	if err := s.inTx(ctx, "reconcile: case", func(tx pgx.Tx) error {
 		// By its facts, whoever found it first (a Check, a webhook: another wording), or, for a

@@ -416,6 +416,16 @@ func Outlive(ctx context.Context, grace time.Duration) (context.Context, context
 	return octx, func() { stop(); cancel() }
 }
 
+// execDetached runs one autocommit statement that must run though ctx ended (a lease given back,
+// an outcome recorded, a claim released) under Outlive's bound: RecordGrace past ctx's end at
+// most. Under context.WithoutCancel alone, a database that did not answer held the stop of the
+// loop or request it belonged to for as long as it did not answer.
+func (s *Service) execDetached(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	dctx, cancel := Outlive(ctx, RecordGrace)
+	defer cancel()
+	return s.db.Exec(dctx, sql, args...)
+}
+
 // detachRecord is the context a request's work is recorded under once it may not be left half
 // done (the gateway has spoken, a cancel is committed): it outlives the request — a client gone,
 // a call cut at its bound — by RecordGrace at most, so a database that does not answer cannot
