@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -66,11 +67,30 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 		return nil, nil, err
 	}
 	clock, err := databaseClock(ctx, pool)
+	if err == nil {
+		err = requireMigrated(ctx, pool)
+	}
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
 	return access.New(pool, clock), pool.Close, nil
+}
+
+// requireMigrated refuses a database that lacks some of the migrations this binary embeds: a
+// command run before `pitlane migrate` says so, instead of PostgreSQL's words about a table that
+// does not exist (or, for a newer binary on an older schema, a column).
+func requireMigrated(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	ok, err := migrations.Current(ctx, db)
+	if err != nil {
+		return fmt.Errorf("database: cannot tell whether it is migrated: %w", err)
+	}
+	if !ok {
+		return errors.New("the database lacks migrations this binary needs: run `pitlane migrate` first")
+	}
+	return nil
 }
 
 // waitMigrated waits until the database has every migration this binary embeds (checked every

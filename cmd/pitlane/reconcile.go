@@ -66,6 +66,9 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	owner := reconcileOwner(cfg.ReplicaID, os.Getpid())
 	// The patrol's one-runner lease is compared with the servers' times: the database's.
 	clock, err := databaseClock(ctx, pool)
+	if err == nil {
+		err = requireMigrated(ctx, pool)
+	}
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
