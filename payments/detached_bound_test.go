@@ -29,13 +29,14 @@ func TestADeliveryCutByItsRequestGivesTheRowBackWithinTheGrace(t *testing.T) {
 	one := testdb.PoolOf(t, b.pool, 1)
 	req, cut := context.WithCancel(context.Background())
 	defer cut()
-	var held *pgxpool.Conn
+	heldc := make(chan *pgxpool.Conn, 1) // the connection the notifier took
 	svc := b.service(one, "replica-one", func(c *payments.Config) {
 		c.Notifier = notifyFunc(func(ctx context.Context, m payments.Message) error {
-			var err error
-			if held, err = one.Acquire(context.Background()); err != nil {
+			held, err := one.Acquire(context.Background())
+			if err != nil {
 				return err
 			}
+			heldc <- held
 			cut() // the client hangs up while the message is on its way
 			return ctx.Err()
 		})
@@ -49,16 +50,16 @@ func TestADeliveryCutByItsRequestGivesTheRowBackWithinTheGrace(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		if held != nil {
-			held.Release()
-		}
+		(<-heldc).Release()
 		<-done
 		t.Fatal("the request waited a minute for the give-back of its message, past its grace")
 	}
-	if held == nil {
+	select {
+	case held := <-heldc:
+		held.Release()
+	default:
 		t.Fatal("the code was never handed to the notifier")
 	}
-	held.Release()
 	// The row was not given back (the database did not answer): it stays the writer's until its
 	// lease ends, then the patrol's — the code is not lost.
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND lease_until IS NOT NULL`); n != 1 {
