@@ -15,12 +15,13 @@ import (
 // into minor units of the currency (1999), refusing more decimals than the currency has.
 //
 // A comma is a decimal mark, except where it reads as a thousands separator just as well: in a
-// currency of three decimals (KWD, BHD, …) "1,500" is 1.500 to some and 1500 to others, so it is
-// refused as ambiguous rather than taken as either.
+// currency of three decimals or more (KWD, BHD, CLF, …) "1,500" is 1.500 to some and 1500 to
+// others, so it is refused as ambiguous rather than taken as either. (A point stays a decimal
+// point in every currency.)
 func parseMajorAmount(s, currency string) (int64, error) {
 	bad := payments.Invalid("amount", "amount must be a number like 19.99")
 	digits := payments.MinorUnitDigits(currency)
-	if _, frac, ok := strings.Cut(strings.TrimSpace(s), ","); ok && digits == 3 && len(frac) == 3 {
+	if _, frac, ok := strings.Cut(strings.TrimSpace(s), ","); ok && digits >= 3 && len(frac) == 3 {
 		return 0, payments.Invalid("amount", "%q could be read two ways: write %s amounts with a decimal point (1.500), or without a separator (1500)", strings.TrimSpace(s), currency)
 	}
 	s = strings.TrimSpace(strings.ReplaceAll(s, ",", "."))
