@@ -232,6 +232,9 @@ func TestCutReturnPageMakesNoClaimAboutTheMoney(t *testing.T) {
 	if got := doc.Find(testid("error-retry")).Text(); strings.Contains(got, "nothing was charged") || !strings.Contains(got, "do not pay again") {
 		t.Fatalf("the cut return page says %q", got)
 	}
+	// The look again, on a replica without the 300 ms bound: the cut look's own records may
+	// still hold the one connection for a moment (a CI run under -race answered 503 here).
+	customer.h = b.e
 	page(t, customer.get(b.orderPage("o-bound-paid", "/return")), http.StatusOK)
 	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status != payments.StatusCompleted {
 		t.Fatalf("after the outage: %v %v, want Completed", got.Status, err)
