@@ -198,6 +198,42 @@ func TestDeployPgbouncerINI(t *testing.T) {
 		t.Fatalf("%d ledger entries, %d leases (%v); want 1, 0", ledger, leases, err)
 	}
 
+	// A statement cut at its bound (here a DELETE waiting on a held row) through these settings,
+	// over the shipped sslmode=require: the cancel request reaches the server (the row is still
+	// there) and pgbouncer lives on. pgx's own cancel handling crashed pgbouncer 1.18 at the first
+	// cut (payments/dbconn).
+	held := testdb.Pool(t, url)
+	if _, err := held.Exec(ctx, `CREATE TABLE cut_probe (id int PRIMARY KEY); INSERT INTO cut_probe VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := held.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT FROM cut_probe FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	replica := asShipped("../../deploy/pitlane.env.example")
+	for range 3 {
+		cut, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, cutErr := replica.Exec(cut, `DELETE FROM cut_probe`)
+		cancel()
+		if cutErr == nil {
+			t.Fatal("a DELETE went through a held row")
+		}
+		if err := replica.Ping(ctx); err != nil {
+			t.Fatalf("after a cut statement (%v) pgbouncer does not answer: %v", cutErr, err)
+		}
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := held.QueryRow(ctx, `SELECT count(*) FROM cut_probe`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v) after the cut DELETEs; want the row still there", rows, err)
+	}
+
 	// Negative control: pgbouncer refuses a configuration it cannot read, and StartWith says so.
 	broken := map[string]string{}
 	for k, v := range settings {

@@ -24,24 +24,71 @@ func Configure(cfg *pgconn.Config) {
 // connection and never answers waited, silent, until someone killed it (an outside review).
 const ConnectTimeout = 10 * time.Second
 
-// CancelOnContextEnd makes a statement whose context ends stop on the server too: pgx sends
-// PostgreSQL a cancel request (and drops the connection only if no answer comes within
-// cancelGrace). pgx's default only closes the client's socket, and a backend waiting on a lock
-// does not notice that: the statement went on when the lock came free and, outside a
-// transaction, committed after its request had been answered 503 "nothing was done" (a sign-out
-// cut while its session's delete waited ended the session afterwards, unaudited). Every pool the
-// service opens is configured with it (Configure: cmd/pitlane's pools; the tests' pools too).
+// CancelOnContextEnd makes a statement whose context ends stop on the server too: a cancel
+// request goes to PostgreSQL (or the pgbouncer in front of it), and the connection is dropped
+// only if the statement has not answered within cancelGrace. pgx's default only closes the
+// client's socket, and a backend waiting on a lock does not notice that: the statement went on
+// when the lock came free and, outside a transaction, committed after its request had been
+// answered 503 "nothing was done" (a sign-out cut while its session's delete waited ended the
+// session afterwards, unaudited). Every pool the service opens is configured with it (Configure:
+// cmd/pitlane's pools; the tests' pools too).
 func CancelOnContextEnd(cfg *pgconn.Config) {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+		return &cancelOnServer{conn: c}
 	}
 }
 
-// cancelGrace is how long a canceled statement's connection waits for the server's answer to
-// the cancel request before it is dropped (a host gone silent answers nothing; a living one
-// answers in milliseconds). Short: on a silent host every cut statement costs it (and pgx's
-// 100 ms pause after a cancel) before its request can answer, inside web.WriteMargin.
+// cancelOnServer is pgx's CancelRequestContextWatcherHandler but for one thing: the cancel
+// request runs on a context of its own, to the server's end of it (the server closes the cancel
+// connection once the cancel is done). pgx's aborts it, and closes the cancel connection, the
+// moment the canceled statement returns; pgbouncer 1.18 (Debian 12's) has often not finished
+// forwarding it then, and exits (`FATAL … disconnect_client(): bad client state: 0`, pgbouncer
+// issue #801): the first statement cut at its bound took every replica's database away (an
+// outside review). Waiting for the server's end also orders the cancel before the connection's
+// next statement, which pgx approximates with a 100 ms pause.
+type cancelOnServer struct {
+	conn     *pgconn.PgConn
+	deadline time.Time
+	done     chan struct{}
+}
+
+func (h *cancelOnServer) HandleCancel(context.Context) {
+	h.deadline = time.Now().Add(cancelGrace)
+	_ = h.conn.Conn().SetDeadline(h.deadline)
+	done := make(chan struct{})
+	h.done = done
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), cancelRequestBound)
+		defer cancel()
+		_ = h.conn.CancelRequest(ctx)
+	}()
+}
+
+// HandleUnwatchAfterCancel waits for the cancel request, but not past the statement's own
+// deadline: a statement that ran into it had no answer from the server, pgx drops its
+// connection, and the cancel request goes on alone (its connection open until the server or
+// pgbouncer closes it, or cancelRequestBound).
+func (h *cancelOnServer) HandleUnwatchAfterCancel() {
+	wait := time.NewTimer(time.Until(h.deadline))
+	defer wait.Stop()
+	select {
+	case <-h.done:
+	case <-wait.C:
+	}
+	_ = h.conn.Conn().SetDeadline(time.Time{})
+}
+
+// cancelGrace is how long a canceled statement's connection waits for the server's answer
+// before it is dropped (a host gone silent answers nothing; a living one answers in
+// milliseconds). Short: on a silent host every cut statement costs it before its request can
+// answer, inside web.WriteMargin.
 const cancelGrace = 250 * time.Millisecond
+
+// cancelRequestBound bounds a cancel request on its own connection (dial, TLS, the server's
+// close): long, since closing it before pgbouncer has forwarded it is what crashes pgbouncer
+// 1.18, and no caller waits for it past cancelGrace.
+const cancelRequestBound = 5 * time.Second
 
 // Rollback is how long a transaction's ROLLBACK after an error may take: the connection now
 // survives a cancel the server answered, so the ROLLBACK is real, and a host that goes silent

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"pitlane/internal/pgbouncer"
 	"pitlane/internal/testdb"
 )
 
@@ -61,5 +62,47 @@ func TestACanceledStatementStopsOnTheServer(t *testing.T) {
 	var rows int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM held`).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("%d rows (%v), want the row still there", rows, err)
+	}
+}
+
+// The same cut through pgbouncer (transaction pooling, as deploy/pgbouncer.ini): the statement
+// stops on the server and pgbouncer lives on. pgx's own cancel handler closed the cancel
+// connection as soon as the canceled statement returned, before pgbouncer 1.18 had finished
+// forwarding it, and pgbouncer exited (`bad client state: 0`) at the first cut: every replica
+// lost its database (an outside review).
+func TestACutStatementThroughPgbouncerStopsAndPgbouncerLivesOn(t *testing.T) {
+	t.Parallel()
+	upstream := testdb.NewEmptyURL(t)
+	pool := testdb.Pool(t, pgbouncer.Start(t, upstream, 3))
+	direct := testdb.Pool(t, upstream)
+	ctx := context.Background()
+	if _, err := direct.Exec(ctx, `CREATE TABLE held (id int PRIMARY KEY); INSERT INTO held VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM held WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, cut := pool.Exec(cctx, `DELETE FROM held WHERE id = 1`)
+		cancel()
+		if cut == nil {
+			t.Fatal("the DELETE went through a held row")
+		}
+		if err := pool.Ping(ctx); err != nil {
+			t.Fatalf("after %d cut statements (the last: %v) pgbouncer does not answer: %v", i+1, cut, err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := direct.QueryRow(ctx, `SELECT count(*) FROM held`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v), want the row still there: a cut DELETE went on on the server", rows, err)
 	}
 }
