@@ -106,3 +106,30 @@ func TestACutStatementThroughPgbouncerStopsAndPgbouncerLivesOn(t *testing.T) {
 		t.Fatalf("%d rows (%v), want the row still there: a cut DELETE went on on the server", rows, err)
 	}
 }
+
+// A cancel request that arrives after its statement has finished anyway must not cancel the
+// connection's next statement: the canceled call returns only once the server has closed the
+// cancel connection (it has then signaled the backend, which is idle and ignores it). Without
+// that wait about one next statement in six was "canceling statement due to user request".
+func TestALateCancelNeverCutsTheConnectionsNextStatement(t *testing.T) {
+	t.Parallel()
+	pool := testdb.PoolOf(t, testdb.New(t), 1)
+	ctx := context.Background()
+	cuts, hits := 0, 0
+	for i := range 300 {
+		// bounds from 1 to 26 ms around a 20 ms statement: some cut, some finished when the
+		// cancel arrives
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(1000+(i*83)%25000)*time.Microsecond)
+		if _, err := pool.Exec(cctx, `SELECT pg_sleep(0.02)`); err != nil {
+			cuts++
+		}
+		cancel()
+		if _, err := pool.Exec(ctx, `SELECT pg_sleep(0.001)`); err != nil {
+			hits++
+			t.Logf("the statement after a cut one: %v", err)
+		}
+	}
+	if hits != 0 || cuts == 0 {
+		t.Fatalf("%d of 300 next statements failed (%d statements cut); want none", hits, cuts)
+	}
+}
