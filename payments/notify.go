@@ -279,7 +279,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	if t, ok := leaseOf(ctx, outboxLeaseID(outboxID)); ok {
 		token = t
 	}
-	err := s.cfg.Notifier.Notify(ctx, m)
+	err := s.panicAsError("notify", func() error { return s.cfg.Notifier.Notify(ctx, m) })
 	now := s.cfg.Clock.Now()
 	if err != nil && stopped(ctx) {
 		// A stop cut the delivery (the patrol's SIGTERM, or the request that wrote it ended): the

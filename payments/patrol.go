@@ -468,9 +468,12 @@ type patrolSource struct {
 }
 
 // runDrive runs one drive. A panic in it (an answer or a row the code does not expect) is
-// logged with its stack and counts as a look (endRelease): the row goes back with its backoff
-// and, look after look, is flagged for staff like any row that never settles. Before, it ended
-// the process, and every replica crash-looped on the same due row (an outside review).
+// logged with its stack and counts as a look (endRelease): a session's or refund's row goes back
+// with its backoff and, look after look, is flagged for staff like any row that never settles.
+// Before, it ended the process, and every replica crash-looped on the same due row (an outside
+// review). Sources that keep their own books (an outbox message's attempts, a webhook event's
+// retry) turn a panic into a failed try themselves (panicAsError): a lease given back would
+// count nothing.
 func (s *Service) runDrive(ctx context.Context, kind string, j patrolJob) (end driveEnd) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -480,6 +483,20 @@ func (s *Service) runDrive(ctx context.Context, kind string, j patrolJob) (end d
 		}
 	}()
 	return j.run(ctx)
+}
+
+// panicAsError runs f and turns a panic in it into its error (logged with its stack), for
+// drives whose sources record their own failed tries: the try is then counted, put off and, in
+// the end, given up like any failed one. Without it a notifier that panicked on one message was
+// called again every lease, attempts 0, never capped (an outside review).
+func (s *Service) panicAsError(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error(what+": panicked; recorded as a failed try", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }
 
 // finishedDrive is what a worker reports to the producer.
@@ -634,6 +651,9 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		inFlight--
 		switch f.end {
 		case endRelease:
+			if sources[f.source].leases == nil {
+				break // the source's drives give their rows back themselves
+			}
 			k := 0
 			if f.interrupted {
 				k = 1
@@ -660,7 +680,7 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		var jobs []job
 		for i := range toRelease {
 			for k, ls := range toRelease[i] {
-				if len(ls) == 0 || sources[i].leases == nil {
+				if len(ls) == 0 {
 					continue
 				}
 				jobs = append(jobs, job{tbl: *sources[i].leases, kind: sources[i].kind, leases: ls, interrupted: k == 1})

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,4 +50,71 @@ func TestADriveThatPanicsIsALookNotACrash(t *testing.T) {
 		AND check_attempts = 1 AND next_check_at > $2`, poisoned.ID, b.clock.Now()); n != 1 {
 		t.Fatal("the poisoned payment's lease was not given back with one look and its backoff")
 	}
+}
+
+// panickingNotifier panics on every message.
+type panickingNotifier struct{ calls atomic.Int32 }
+
+func (n *panickingNotifier) Notify(context.Context, payments.Message) error {
+	n.calls.Add(1)
+	panic("a notifier that does not survive this message")
+}
+
+// A customer message whose delivery panics is a failed try like any other: counted, put off, and
+// given up at the outbox's cap. runDrive's recovery gives back leases of sessions and refunds
+// only; the outbox keeps its own books, and a panicking notifier was called again every lease
+// with attempts 0 and no end but the code's expiry (an outside review). The request that wrote
+// the message (its inline delivery) survives the panic too.
+func TestAPanickingDeliveryCountsAsAFailedTry(t *testing.T) {
+	t.Parallel()
+	n := &panickingNotifier{}
+	b := newBench(t, func(c *payments.Config) { c.Notifier, c.CodeTTL = n, 24*time.Hour })
+	ctx := context.Background()
+	s := b.registered(t, "o-panic-notify", 100)
+	if _, err := b.svc.RequestCancel(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		b.clock.Advance(time.Hour)
+		if _, err := b.svc.DeliverOutbox(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.count(t, `SELECT count(*) FROM outbox WHERE attempts = 5 AND last_error LIKE 'panic: %'
+		AND delivered_at IS NULL AND lease_token IS NULL`); got != 1 || n.calls.Load() != 5 {
+		t.Fatalf("%d messages given up after 5 failed tries; the notifier was called %d times; want 1, 5", got, n.calls.Load())
+	}
+}
+
+// The same for a webhook event whose apply panics (an answer the code does not expect): its
+// delivery is answered (queued), and each try is counted and put off by the retry schedule.
+func TestAWebhookEventWhoseApplyPanicsIsRetriedOnItsSchedule(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	poisoned := b.registered(t, "o-panic-hook", 100)
+	svc := b.service(b.pool, "replica-p", func(c *payments.Config) {
+		c.Gateway = panicky{Gateway: b.gw, id: poisoned.GatewayPaymentID}
+	})
+	ctx := context.Background()
+	res, err := svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-panic", Type: "payment.updated",
+		PaymentID: poisoned.GatewayPaymentID, Reference: poisoned.ID})
+	if err != nil || res.Outcome != payments.EventQueued {
+		t.Fatalf("the delivery: %+v %v, want queued", res, err)
+	}
+	tried := func(attempts int) {
+		t.Helper()
+		if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt-panic' AND attempts = $1
+			AND processed_at IS NULL AND claim_token IS NULL AND retry_at > $2 AND error LIKE 'panic: %'`, attempts, b.clock.Now()); n != 1 {
+			t.Fatalf("the event after its try %d: not recorded as a failed try put off", attempts)
+		}
+	}
+	tried(1)
+	if n, err := svc.RetryWebhooksOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("retried %d (%v) before its retry time", n, err)
+	}
+	b.clock.Advance(time.Hour)
+	if n, err := svc.RetryWebhooksOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("retried %d (%v), want 1", n, err)
+	}
+	tried(2)
 }

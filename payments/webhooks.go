@@ -166,7 +166,11 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 // claim with its error and the time of the patrol's next try (the looks' schedule by attempts,
 // at most maxWebhookRetryWait).
 func (s *Service) processEvent(ctx context.Context, rowID int64, token string, ev GatewayEvent) (EventResult, error) {
-	res, err := s.applyEvent(ctx, ev)
+	var res EventResult
+	err := s.panicAsError("webhook: apply", func() (err error) {
+		res, err = s.applyEvent(ctx, ev)
+		return err
+	})
 	cut := err != nil && stopped(ctx)
 	ctx = context.WithoutCancel(ctx) // what was done must be recorded
 	if cut {
