@@ -66,3 +66,66 @@ func TestADeliveryCutByItsRequestGivesTheRowBackWithinTheGrace(t *testing.T) {
 		t.Fatalf("%d undelivered leased messages, want the code", n)
 	}
 }
+
+// holdingGateway answers Status as its gateway does, after taking the only connection of a pool
+// (handed to the test): from then on the service's database does not answer.
+type holdingGateway struct {
+	payments.Gateway
+	pool  *pgxpool.Pool
+	heldc chan *pgxpool.Conn
+}
+
+func (g holdingGateway) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
+	held, err := g.pool.Acquire(context.Background())
+	if err != nil {
+		return payments.GatewayPayment{}, err
+	}
+	g.heldc <- held
+	return g.Gateway.Status(ctx, id)
+}
+
+// A gateway's delivery of an event is applied though the gateway hangs up, but not for longer
+// than the claim it takes on the event (LeaseDuration), and its record then waits RecordGrace at
+// most: here the database stops answering while the event is applied (the pool's only
+// connection is taken during the gateway call). The delivery is answered (queued) and the event
+// stays unprocessed under its claim, for the patrol once the claim runs out. Under
+// context.WithoutCancel alone, the delivery waited as long as the database did (negative
+// control: still waiting after a minute).
+func TestAGatewayDeliveryWaitsForASilentDatabaseNoLongerThanItsClaim(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	one := testdb.PoolOf(t, b.pool, 1)
+	heldc := make(chan *pgxpool.Conn, 1)
+	svc := b.service(one, "replica-one", func(c *payments.Config) {
+		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
+		c.LeaseDuration = time.Second
+	})
+	sess := b.registered(t, "o-silent-hook", 100)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	type answer struct {
+		res payments.EventResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := svc.HandleGatewayEvent(context.Background(), payments.GatewayEvent{ID: "evt-silent",
+			Type: "payment.updated", PaymentID: sess.GatewayPaymentID, Reference: sess.ID})
+		done <- answer{res, err}
+	}()
+	var got answer
+	select {
+	case got = <-done:
+	case <-time.After(time.Minute):
+		(<-heldc).Release()
+		<-done
+		t.Fatal("the delivery waited a minute for a database that did not answer, past its claim")
+	}
+	(<-heldc).Release()
+	if got.err != nil || got.res.Outcome != payments.EventQueued {
+		t.Fatalf("the delivery: %+v %v; want it queued for the patrol", got.res, got.err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events WHERE event_id = 'evt-silent' AND processed_at IS NULL
+		AND claim_token IS NOT NULL`); n != 1 {
+		t.Fatal("the event is not left unprocessed under its claim")
+	}
+}

@@ -120,7 +120,12 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 	case len(ev.PaymentID) > MaxGatewayIDLen:
 		return EventResult{}, Errorf(EMALFORMED, "the event's payment id has %d bytes; a gateway id has at most %d", len(ev.PaymentID), MaxGatewayIDLen)
 	}
-	ctx = context.WithoutCancel(ctx) // the gateway may hang up; what we started must be recorded
+	// The gateway may hang up: what we started must be recorded. But not for longer than the
+	// claim this delivery takes on the event: past it the patrol may apply the event beside it,
+	// and a database that does not answer held the delivery (its goroutine and a connection slot)
+	// for as long as it did not answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseDuration)
+	defer cancel()
 	ctx, span := s.startSpan(ctx, "payments.webhook", "", "")
 	defer span.End()
 	span.SetAttributes(attrEventID.String(ev.ID), attrEventType.String(ev.Type))
@@ -172,11 +177,12 @@ func (s *Service) processEvent(ctx context.Context, rowID int64, token string, e
 		return err
 	})
 	cut := err != nil && stopped(ctx)
-	ctx = context.WithoutCancel(ctx) // what was done must be recorded
+	ctx, cancel := Outlive(ctx, RecordGrace) // what was done must be recorded, within its grace
+	defer cancel()
 	if cut {
-		// The patrol's stop cut the retry (a delivery's apply is never cut: HandleGatewayEvent
-		// drops its request's end): the event goes back due as it was, no attempt counted and
-		// its next try not put off, for another replica's next round.
+		// The patrol's stop cut the retry (a delivery's apply is not cut by its request's end,
+		// only at its claim's end, and is then a failed try): the event goes back due as it
+		// was, no attempt counted and its next try not put off, for another replica's next round.
 		if _, xerr := s.db.Exec(ctx, `UPDATE webhook_events SET claim_token = NULL, claimed_until = NULL
 			WHERE id = $1 AND claim_token = $2`, rowID, token); xerr != nil {
 			s.log.Error("webhook: give back", "event", ev.ID, "err", xerr)
