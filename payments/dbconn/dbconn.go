@@ -68,7 +68,10 @@ func (h *cancelOnServer) HandleCancel(context.Context) {
 // HandleUnwatchAfterCancel waits for the cancel request, but not past the statement's own
 // deadline: a statement that ran into it had no answer from the server, pgx drops its
 // connection, and the cancel request goes on alone (its connection open until the server or
-// pgbouncer closes it, or cancelRequestBound).
+// pgbouncer closes it, or cancelRequestBound). Left as pgx leaves it: a statement that answered
+// within the grace while its cancel request took longer than the rest of it (a server slower
+// than 250 ms to take a cancel) keeps its connection, and the cancel may still land on the
+// connection's next statement.
 func (h *cancelOnServer) HandleUnwatchAfterCancel() {
 	wait := time.NewTimer(time.Until(h.deadline))
 	defer wait.Stop()
