@@ -274,6 +274,7 @@ func TestSignOutCutBeforeTheSessionEndedIsNotAudited(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("sign-out whose session row is locked past the bound: %d, want 503\n%s", rec.Code, rec.Body)
 	}
+	staff.h = b.e // the rest without the bound (a loaded machine under -race may pass 300 ms)
 	page(t, staff.get("/account"), http.StatusOK)
 	if n := b.audits(t, payments.AuditLogout, "ops@example.com"); n != 0 {
 		t.Fatalf("%d logout entries for a session that still works", n)
