@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"pitlane/internal/pgbouncer"
 	"pitlane/internal/testdb"
 )
@@ -88,11 +91,28 @@ func TestACutStatementThroughPgbouncerStopsAndPgbouncerLivesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
+		// Every other cut inside a transaction, as the core's are (inTx): its ROLLBACK must
+		// reach the server through pgbouncer too.
+		var q interface {
+			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+		} = pool
+		var inTx pgx.Tx
+		if i%2 == 1 {
+			if inTx, err = pool.Begin(ctx); err != nil {
+				t.Fatal(err)
+			}
+			q = inTx
+		}
 		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, cut := pool.Exec(cctx, `DELETE FROM held WHERE id = 1`)
+		_, cut := q.Exec(cctx, `DELETE FROM held WHERE id = 1`)
 		cancel()
 		if cut == nil {
 			t.Fatal("the DELETE went through a held row")
+		}
+		if inTx != nil {
+			if err := inTx.Rollback(ctx); err != nil {
+				t.Fatalf("the ROLLBACK after a cut statement: %v", err)
+			}
 		}
 		if err := pool.Ping(ctx); err != nil {
 			t.Fatalf("after %d cut statements (the last: %v) pgbouncer does not answer: %v", i+1, cut, err)
