@@ -135,8 +135,8 @@ func RequestTimeoutFor(gatewayTimeout time.Duration) time.Duration {
 // WriteMargin is how much longer than RequestTimeoutFor the server's write timeout is: a call
 // cut at its bound may still write its refusal's audit entry (payments.RecordGrace) and then its
 // answer (answerGrace), and its session's save (auth.SaveGrace); on a silent database each of
-// those statements and the one cut first also costs the cancel's grace (payments/dbconn, 250 ms
-// and pgx's 100 ms pause): 3 + 2 + 2 + 4 × 0.35 s, inside 10 s.
+// those statements and the one cut first also costs the cancel's grace (payments/dbconn,
+// 250 ms): 3 + 2 + 2 + 4 × 0.25 s, inside 10 s.
 const WriteMargin = 10 * time.Second
 
 // requestBound gives a request's work a deadline (d 0: none). A database that does not answer —
