@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"pitlane/internal/pgbouncer"
 	"pitlane/internal/testdb"
@@ -15,7 +16,7 @@ import (
 // pools of 20: consecutive transactions of one client land on different server connections, so
 // the protocol may rely only on transaction-scoped locks. 50 Creates → one registration; 20
 // concurrent Checks after success → one ledger entry; 10 concurrent confirmations of one code →
-// one reverse.
+// one reverse. Ten Creates cut while they wait on an order's claim lock: pgbouncer lives on.
 func TestCoreBehindPgbouncerTransactionMode(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -56,6 +57,36 @@ func TestCoreBehindPgbouncerTransactionMode(t *testing.T) {
 	var id string
 	for k := range ids {
 		id = k
+	}
+
+	// Creates cut while they wait on an order's claim lock (another transaction holds it, on
+	// PostgreSQL directly): each is canceled on the server through pgbouncer, which lives on, and
+	// nothing is registered until the lock is free; then one Create registers the order once.
+	// pgx's own cancel handling crashed pgbouncer 1.18 at the first such cut (payments/dbconn).
+	held, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx)
+	if _, err := held.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('bounced-cut'))`, int32(payments.LockCreateOrder)); err != nil {
+		t.Fatal(err)
+	}
+	cut := payments.CreateInput{OrderID: "bounced-cut", Amount: 1234, Currency: "EUR", CustomerContact: "c@example.com"}
+	run(10, func(svc *payments.Service) {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := svc.Create(cctx, api, cut); err == nil {
+			t.Error("a Create went through a held claim lock")
+		}
+	})
+	if err := held.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc2.Create(ctx, api, cut); err != nil {
+		t.Fatalf("the Create once the lock is free (pgbouncer still there?): %v", err)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 || b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'bounced-cut'`) != 1 {
+		t.Fatalf("%d registrations in all, want 2 (one per order) and one session of the cut order", n)
 	}
 	sess, _ := b.svc.Get(ctx, id)
 	// Cancel race on a second order; payment success on the first.
