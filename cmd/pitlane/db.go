@@ -24,7 +24,7 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	dbconn.Configure(&cfg.ConnConfig.Config)
+	dbconn.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

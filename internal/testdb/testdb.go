@@ -99,7 +99,7 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 		t.Fatalf("testdb: parse %q: %v", url, err)
 	}
 	cfg.MaxConns = 20
-	dbconn.Configure(&cfg.ConnConfig.Config)
+	dbconn.ConfigurePool(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

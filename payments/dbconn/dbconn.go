@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Configure is how every connection of pitlane is set up: CancelOnContextEnd, and
@@ -18,6 +19,23 @@ func Configure(cfg *pgconn.Config) {
 		cfg.ConnectTimeout = ConnectTimeout
 	}
 }
+
+// ConfigurePool is Configure for a pool's connections, and a PingTimeout when the URL gives no
+// pool_ping_timeout (or 0). pgxpool pings a connection that sat idle over a second before it
+// hands it out, and without a ping timeout the ping may take the caller's whole deadline: after a
+// failover that left the old host silent (no reset: a moved DNS name, a host gone), every idle
+// connection of the pool was a request answered 503 at its bound (55 s by default) instead of a
+// ping given up in PingTimeout and a fresh connection to the new host.
+func ConfigurePool(cfg *pgxpool.Config) {
+	Configure(&cfg.ConnConfig.Config)
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = PingTimeout
+	}
+}
+
+// PingTimeout is how long a pooled connection's liveness ping may take: a living server answers
+// in milliseconds, a loaded one well within it.
+const PingTimeout = 2 * time.Second
 
 // ConnectTimeout bounds a connection's start (TCP, TLS, authentication) when DATABASE_URL does
 // not say connect_timeout: pgx has none, and `pitlane migrate` against a host that accepts a

@@ -2,14 +2,19 @@ package dbconn_test
 
 import (
 	"context"
+	"net"
+	neturl "net/url"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/internal/pgbouncer"
 	"pitlane/internal/testdb"
+	"pitlane/payments/dbconn"
 )
 
 // A statement whose context ends stops on the server: here a DELETE waiting on a row lock is
@@ -152,4 +157,121 @@ func TestALateCancelNeverCutsTheConnectionsNextStatement(t *testing.T) {
 	if hits != 0 || cuts == 0 {
 		t.Fatalf("%d of 300 next statements failed (%d statements cut); want none", hits, cuts)
 	}
+}
+
+// failoverProxy forwards TCP to target until goSilent: from then on the connections open so far
+// forward nothing more (what they send is swallowed, nothing comes back, nothing is closed: a
+// host gone silent), while new connections are forwarded as before (the failover's new host).
+type failoverProxy struct {
+	addr   string
+	mu     sync.Mutex
+	silent chan struct{} // closed when the connections open until then go silent
+	close  func()        // every connection closed, the listener too (a pool then closes at once)
+}
+
+func newFailoverProxy(t *testing.T, target string) *failoverProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &failoverProxy{addr: ln.Addr().String(), silent: make(chan struct{})}
+	var conns []net.Conn
+	p.close = func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			conns = append(conns, c, s)
+			silent := p.silent
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					select {
+					case <-silent: // swallowed
+					default:
+						if _, werr := dst.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *failoverProxy) goSilent() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.silent)
+	p.silent = make(chan struct{})
+}
+
+// A pooled connection to a host that went silent (a failover that moved the database's name
+// elsewhere and left the old host unanswering) is given up at the pool's ping timeout, and the
+// statement runs on a fresh connection: pgxpool pings a connection that sat idle before handing
+// it out, and without a ping timeout the ping took the caller's whole deadline (a request's bound,
+// 55 s by default) and the caller got nothing. Negative control: without dbconn's PingTimeout
+// the query below fails at its 20 s deadline.
+func TestAPooledConnectionToASilentHostIsGivenUpAtThePingTimeout(t *testing.T) {
+	t.Parallel()
+	u, err := neturl.Parse(testdb.NewEmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFailoverProxy(t, u.Host)
+	u.Host = proxy.addr
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbconn.ConfigurePool(cfg)
+	// Two: the given-up connection's slot stays taken while pgx drains it (up to 15 s on a
+	// silent host); the pool's other slot gets the fresh one.
+	cfg.MaxConns = 2
+	// pgxpool pings a connection idle for over a second; here every time, so the test need not
+	// let one sit idle.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	defer proxy.close() // first: pgx drains a silent connection up to 15 s at the pool's close
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.goSilent()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var one int
+	start := time.Now()
+	if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+		t.Fatalf("a query after the pool's connection went silent: %v; want it run on a fresh connection", err)
+	}
+	t.Logf("answered in %v", time.Since(start).Round(time.Millisecond))
 }
