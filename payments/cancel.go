@@ -203,7 +203,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if err != nil {
 		// The cancel is committed; the sweeper finishes the reverse. Report the state as it is.
 		s.log.Warn("reverse after confirm", "session", sessionID, "err", err)
-		gctx, done := detachRecord(ctx)
+		gctx, done := s.detachRecord(ctx)
 		defer done()
 		sessAfter, err = s.Get(gctx, sessionID)
 		if err != nil {
@@ -330,7 +330,7 @@ func reverseRefusalFinal(st GatewayStatus) bool {
 }
 
 func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess Session) (Session, error) {
-	ctx, done := detachRecord(ctx)
+	ctx, done := s.detachRecord(ctx)
 	defer done()
 	now := s.cfg.Clock.Now()
 	var out Session

@@ -73,7 +73,7 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 // flagMissingAtGateway flags a session whose gateway payment the gateway says does not exist
 // and opens a gateway_mismatch case; the sweeper stops asking about it.
 func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause error) (Session, error) {
-	ctx, done := detachRecord(ctx)
+	ctx, done := s.detachRecord(ctx)
 	defer done()
 	now := s.cfg.Clock.Now()
 	reason := fmt.Sprintf("the gateway has no payment %s (%v)", sess.GatewayPaymentID, cause)
@@ -249,8 +249,8 @@ func decide(cur Status, gs GatewayStatus, weAskedReverse bool) outcome {
 // answer writes nothing; the gateway is asked again about the session as it is now, and that
 // answer is applied (staleAnswer). A contradiction that is real survives the second question.
 func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Session, gp GatewayPayment, reason string) (Session, error) {
-	asking := ctx                  // asking again stays bounded by the caller's time and ends at shutdown
-	ctx, done := detachRecord(ctx) // the gateway has spoken: its answer must be recorded
+	asking := ctx                    // asking again stays bounded by the caller's time and ends at shutdown
+	ctx, done := s.detachRecord(ctx) // the gateway has spoken: its answer must be recorded
 	defer done()
 	leaseLost := false
 	for asked := 1; ; asked++ {

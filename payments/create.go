@@ -479,7 +479,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 // Any other failure leaves an Unknown session as it is, for the next look.
 func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Session, gerr error) (Session, error) {
 	// The request's context may be gone (client hung up); the outcome must still be written.
-	ctx, done := detachRecord(ctx)
+	ctx, done := s.detachRecord(ctx)
 	defer done()
 	now := s.cfg.Clock.Now()
 	refused := FailureOf(gerr) == FailureDefinitive

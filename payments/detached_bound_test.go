@@ -129,3 +129,40 @@ func TestAGatewayDeliveryWaitsForASilentDatabaseNoLongerThanItsClaim(t *testing.
 		t.Fatal("the event is not left unprocessed under its claim")
 	}
 }
+
+// A patrol drive whose database stops answering once the gateway has spoken (the pool's only
+// connection is taken during the gateway call) gives up its record, and the round its release
+// and its beat, each within a lease: the row stays leased, for the patrol once the lease runs out, and the
+// patrol goes on. Under context.WithoutCancel alone the round waited as long as the database did
+// (after a failover that left the old host silent, until TCP gave up: about 15 minutes), and the
+// replica's patrol stood still meanwhile. Negative control: still waiting after a minute.
+func TestAPatrolRoundWaitsForASilentDatabaseNoLongerThanALease(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	one := testdb.PoolOf(t, b.pool, 1)
+	heldc := make(chan *pgxpool.Conn, 1)
+	svc := b.service(one, "replica-one", func(c *payments.Config) {
+		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
+		c.LeaseDuration = 2 * time.Second
+		c.GatewayTimeout = time.Second
+	})
+	sess := b.registered(t, "o-silent-patrol", 100)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	b.clock.Advance(time.Hour)
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.PatrolRound(context.Background())
+		done <- err
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		(<-heldc).Release()
+		<-done
+		t.Fatal("the patrol round waited a minute for a database that did not answer, past its lease")
+	}
+	(<-heldc).Release()
+	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status == payments.StatusCompleted {
+		t.Fatalf("the payment: %v %v; want its answer not recorded (the database did not answer)", got.Status, err)
+	}
+}

@@ -158,7 +158,11 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	ctx = context.WithoutCancel(ctx) // the drives are done: their looks must be recorded
+	// The drives are done: their looks must be recorded, though the round stops; but within a
+	// lease (later, every lease given back has run out anyway), not for as long as a silent
+	// database keeps the statement waiting.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseDuration)
+	defer cancel()
 	now := s.cfg.Clock.Now()
 	ids, tokens := make([]string, len(leases)), make([]string, len(leases))
 	for i, l := range leases {
@@ -964,10 +968,14 @@ func (s *Service) endBackoff() {
 	p.mu.Unlock()
 }
 
-// claimContext is a claim's context: it does not end with ctx (the round's stop) at once, but a
-// gateway timeout after it.
+// claimContext is a claim's (or a beat's) context: it does not end with ctx (the round's stop)
+// at once, but a gateway timeout after it, and never lasts longer than a lease: a claim that
+// takes longer leases nothing worth having, and with no bound of its own a statement on a
+// database gone silent held the round, and the replica's patrol, until TCP gave up.
 func (s *Service) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return Outlive(ctx, s.cfg.GatewayTimeout)
+	octx, stop := Outlive(ctx, s.cfg.GatewayTimeout)
+	tctx, cancel := context.WithTimeout(octx, s.cfg.LeaseDuration)
+	return tctx, func() { cancel(); stop() }
 }
 
 // driveContext bounds one drive: it ends one gateway timeout before the lease does. The lease

@@ -217,7 +217,7 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		}
 		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
 			r.ID, r.Detail, gr.Status, gr.ID)
-		nctx, done := detachRecord(ctx)
+		nctx, done := s.detachRecord(ctx)
 		defer done()
 		if err := s.inTx(nctx, "refund: note", func(tx pgx.Tx) error {
 			// Kept, so the next refund reads it by id (and the payment page shows it).
@@ -395,7 +395,7 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 	out, err := s.driveRefund(ctx, sess, r)
 	if err != nil {
 		s.log.Info("refund not settled yet", "refund", r.ID, "err", err)
-		gctx, done := detachRecord(ctx)
+		gctx, done := s.detachRecord(ctx)
 		defer done()
 		return s.GetRefund(gctx, r.ID)
 	}
@@ -480,7 +480,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	default:
 		return r, gerr
 	}
-	ctx, done := detachRecord(ctx)
+	ctx, done := s.detachRecord(ctx)
 	defer done()
 	now := s.cfg.Clock.Now()
 	var out Refund

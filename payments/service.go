@@ -430,11 +430,13 @@ func (s *Service) execDetached(ctx context.Context, sql string, args ...any) (pg
 // done (the gateway has spoken, a cancel is committed): it outlives the request — a client gone,
 // a call cut at its bound — by RecordGrace at most, so a database that does not answer cannot
 // hold the answer past the request's bound (an outside review); a record given up is the next
-// look's (the session or refund stays due), as after a crash. A patrol drive's records stay
-// detached without a grace: its round bounds them (the lease; claimContext at the stop).
-func detachRecord(ctx context.Context) (context.Context, context.CancelFunc) {
+// look's (the session or refund stays due), as after a crash. A patrol drive's records outlive
+// the drive (its budget ends a gateway timeout before the lease) by a lease at most: under
+// context.WithoutCancel alone, a database gone silent mid-record (a failover that left the old
+// host unanswering) held the drive, its round and the replica's patrol until TCP gave up.
+func (s *Service) detachRecord(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, drive := ctx.Value(leaseCtxKey{}).(driveLease); drive {
-		return context.WithoutCancel(ctx), func() {}
+		return Outlive(ctx, s.cfg.LeaseDuration)
 	}
 	return Outlive(ctx, RecordGrace)
 }
@@ -708,7 +710,7 @@ func (s *Service) writeCallLog(ctx context.Context, args []any, guarded bool) {
 	// already given up on that lock — a 503 promised, no answer, a pool connection held — and the
 	// patrol's round and its stop with it (an outside review). The row is then lost; the log says
 	// which call it was. It outlives a request as its other records do (detachRecord).
-	ctx, done := detachRecord(ctx)
+	ctx, done := s.detachRecord(ctx)
 	defer done()
 	if _, err := s.execBounded(ctx, "log gateway call", sql, args...); err != nil {
 		s.log.Error("log gateway call", "err", err, "op", args[1], "session", args[0], "key", args[2], "outcome", args[3])

@@ -334,7 +334,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 		it.out, it.err = s.applyOne(it.ctx, it.actor, it.sess, it.seen, it.gp, it.reason)
 		return
 	}
-	ctx := context.WithoutCancel(items[0].ctx)
+	ctx := items[0].ctx // its leader's record context (detachRecord: bounded past its drive); its items wait for it
 	ctx, span := s.startSpan(ctx, "payments.apply_batch", "", "")
 	span.SetAttributes(attribute.Int("pitlane.batch_size", len(items)))
 	defer span.End()
