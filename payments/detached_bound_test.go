@@ -16,6 +16,26 @@ type notifyFunc func(ctx context.Context, m payments.Message) error
 
 func (f notifyFunc) Notify(ctx context.Context, m payments.Message) error { return f(ctx, m) }
 
+// answeredWithinAMinute runs do while the test holds its service's only connection (handed over
+// on heldc once taken) and returns what do returns. A do still waiting after a minute — as long
+// as the database does not answer — fails the test as what, once the connection is given back
+// and do has ended.
+func answeredWithinAMinute[T any](t *testing.T, heldc chan *pgxpool.Conn, what string, do func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- do() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(time.Minute):
+		(<-heldc).Release()
+		<-done
+		t.Fatalf("%s waited a minute for a database that did not answer", what)
+		var zero T
+		return zero
+	}
+}
+
 // The writes that must be made though their request or round ended — here a cancel code's
 // outbox row given back when the request that sent it was cut mid-delivery — wait for a database
 // that does not answer by payments.RecordGrace at most. Under context.WithoutCancel alone the
@@ -42,18 +62,10 @@ func TestADeliveryCutByItsRequestGivesTheRowBackWithinTheGrace(t *testing.T) {
 		})
 	})
 	sess := b.registered(t, "o-detached-bound", 100)
-	done := make(chan error, 1)
-	go func() {
+	answeredWithinAMinute(t, heldc, "the request (the give-back of its message)", func() error {
 		_, err := svc.RequestCancel(req, api, sess.ID)
-		done <- err
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		(<-heldc).Release()
-		<-done
-		t.Fatal("the request waited a minute for the give-back of its message, past its grace")
-	}
+		return err
+	})
 	select {
 	case held := <-heldc:
 		held.Release()
@@ -106,20 +118,11 @@ func TestAGatewayDeliveryWaitsForASilentDatabaseNoLongerThanItsClaim(t *testing.
 		res payments.EventResult
 		err error
 	}
-	done := make(chan answer, 1)
-	go func() {
+	got := answeredWithinAMinute(t, heldc, "the delivery", func() answer {
 		res, err := svc.HandleGatewayEvent(context.Background(), payments.GatewayEvent{ID: "evt-silent",
 			Type: "payment.updated", PaymentID: sess.GatewayPaymentID, Reference: sess.ID})
-		done <- answer{res, err}
-	}()
-	var got answer
-	select {
-	case got = <-done:
-	case <-time.After(time.Minute):
-		(<-heldc).Release()
-		<-done
-		t.Fatal("the delivery waited a minute for a database that did not answer, past its claim")
-	}
+		return answer{res, err}
+	})
 	(<-heldc).Release()
 	if got.err != nil || got.res.Outcome != payments.EventQueued {
 		t.Fatalf("the delivery: %+v %v; want it queued for the patrol", got.res, got.err)
@@ -149,18 +152,10 @@ func TestAPatrolRoundWaitsForASilentDatabaseNoLongerThanALease(t *testing.T) {
 	sess := b.registered(t, "o-silent-patrol", 100)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
 	b.clock.Advance(time.Hour)
-	done := make(chan error, 1)
-	go func() {
+	answeredWithinAMinute(t, heldc, "the patrol round", func() error {
 		_, err := svc.PatrolRound(context.Background())
-		done <- err
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		(<-heldc).Release()
-		<-done
-		t.Fatal("the patrol round waited a minute for a database that did not answer, past its lease")
-	}
+		return err
+	})
 	(<-heldc).Release()
 	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status == payments.StatusCompleted {
 		t.Fatalf("the payment: %v %v; want its answer not recorded (the database did not answer)", got.Status, err)
