@@ -96,6 +96,19 @@ func (g holdingGateway) Status(ctx context.Context, id string) (payments.Gateway
 	return g.Gateway.Status(ctx, id)
 }
 
+// silentOnceAsked is a service of b on a pool of one connection whose gateway takes that
+// connection when asked about a payment (holdingGateway; the connection comes out of heldc), with
+// mod's settings.
+func silentOnceAsked(t *testing.T, b *bench, mod func(*payments.Config)) (*payments.Service, chan *pgxpool.Conn) {
+	t.Helper()
+	one := testdb.PoolOf(t, b.pool, 1)
+	heldc := make(chan *pgxpool.Conn, 1)
+	return b.service(one, "replica-one", func(c *payments.Config) {
+		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
+		mod(c)
+	}), heldc
+}
+
 // A gateway's delivery of an event is applied though the gateway hangs up, but not for longer
 // than the claim it takes on the event (LeaseDuration), and its record then waits RecordGrace at
 // most: here the database stops answering while the event is applied (the pool's only
@@ -106,12 +119,7 @@ func (g holdingGateway) Status(ctx context.Context, id string) (payments.Gateway
 func TestAGatewayDeliveryWaitsForASilentDatabaseNoLongerThanItsClaim(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	one := testdb.PoolOf(t, b.pool, 1)
-	heldc := make(chan *pgxpool.Conn, 1)
-	svc := b.service(one, "replica-one", func(c *payments.Config) {
-		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
-		c.LeaseDuration = time.Second
-	})
+	svc, heldc := silentOnceAsked(t, b, func(c *payments.Config) { c.LeaseDuration = time.Second })
 	sess := b.registered(t, "o-silent-hook", 100)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
 	type answer struct {
@@ -142,13 +150,7 @@ func TestAGatewayDeliveryWaitsForASilentDatabaseNoLongerThanItsClaim(t *testing.
 func TestAPatrolRoundWaitsForASilentDatabaseNoLongerThanALease(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	one := testdb.PoolOf(t, b.pool, 1)
-	heldc := make(chan *pgxpool.Conn, 1)
-	svc := b.service(one, "replica-one", func(c *payments.Config) {
-		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
-		c.LeaseDuration = 2 * time.Second
-		c.GatewayTimeout = time.Second
-	})
+	svc, heldc := silentOnceAsked(t, b, func(c *payments.Config) { c.LeaseDuration, c.GatewayTimeout = 2*time.Second, time.Second })
 	sess := b.registered(t, "o-silent-patrol", 100)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
 	b.clock.Advance(time.Hour)

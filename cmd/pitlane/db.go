@@ -81,9 +81,7 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 // command run before `pitlane migrate` says so, instead of PostgreSQL's words about a table that
 // does not exist (or, for a newer binary on an older schema, a column).
 func requireMigrated(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	ok, err := migrations.Current(ctx, db)
+	ok, err := migrated(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("database: cannot tell whether it is migrated: %w", err)
 	}
@@ -93,15 +91,20 @@ func requireMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// migrated reports whether the database has every migration this binary embeds.
+func migrated(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return migrations.Current(ctx, db)
+}
+
 // waitMigrated waits until the database has every migration this binary embeds (checked every
 // second; the first wait is logged) and reports whether it does, false when ctx ended first.
 func waitMigrated(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) bool {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for logged := false; ; {
-		db := stdlib.OpenDBFromPool(pool)
-		ok, err := migrations.Current(ctx, db)
-		db.Close()
+		ok, err := migrated(ctx, pool)
 		if ok {
 			return true
 		}
