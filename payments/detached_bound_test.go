@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,5 +162,71 @@ func TestAPatrolRoundWaitsForASilentDatabaseNoLongerThanALease(t *testing.T) {
 	(<-heldc).Release()
 	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status == payments.StatusCompleted {
 		t.Fatalf("the payment: %v %v; want its answer not recorded (the database did not answer)", got.Status, err)
+	}
+}
+
+// A reconciliation run lasts no longer than its leadership without a renewal (the leader row's
+// TTL, past which another replica may run): here the database stops answering while the run
+// compares a session (the pool's only connection is taken during its gateway status call). The
+// run ends the leader TTL after its take, its records RecordGrace after that, and it says why.
+// Under the patrol's own context alone, the run — and the replica's reconciliation loop — waited
+// as long as the database did (negative control: still waiting after a minute).
+func TestAReconcileRunWaitsForASilentDatabaseNoLongerThanItsLeadership(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	svc, heldc := silentOnceAsked(t, b, func(*payments.Config) {})
+	sess := b.registered(t, "o-silent-reconcile", 100)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	err := answeredWithinAMinute(t, heldc, "the reconciliation run", func() error {
+		_, err := svc.ReconcileOnceWith(context.Background(), payments.ReconcileConfig{LeaderTTL: 2 * time.Second})
+		return err
+	})
+	(<-heldc).Release()
+	if err == nil || !strings.Contains(err.Error(), "outlived its leadership") {
+		t.Fatalf("the run: %v; want it stopped as past its leadership", err)
+	}
+	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status == payments.StatusCompleted {
+		t.Fatalf("the payment: %v %v; want the gateway's answer not recorded (the database did not answer)", got.Status, err)
+	}
+}
+
+// The upkeep loop's housekeeping and sample wait for a silent database a lease at most (the
+// patrol's own bound), and housekeeping cut so runs again at the next pass: here the pool's only
+// connection is taken before the patrol starts, with a dead cancel code in clear in the outbox.
+// Once the database answers again, the next pass redacts it. Under the loop's context alone the
+// first pass waited as long as the database did (negative control: still waiting after a
+// minute); with a cut housekeeping counted as done, the code stayed in clear until the next
+// HousekeepingEvery (negative control: not redacted after the next pass).
+func TestAnUpkeepPassWaitsForASilentDatabaseNoLongerThanALease(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.reconcileElsewhere(t)
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
+	one := testdb.PoolOf(t, b.pool, 1)
+	passed := make(chan struct{}, 100)
+	svc := b.service(one, "replica-one", func(c *payments.Config) {
+		c.LeaseDuration, c.SideLoopEvery = time.Second, 10*time.Millisecond
+		c.Hooks.AfterUpkeep = func(context.Context) { passed <- struct{}{} }
+	})
+	held, err := one.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldc := make(chan *pgxpool.Conn, 1)
+	heldc <- held
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { svc.RunSweeper(ctx, time.Hour); close(done) }()
+	defer func() { cancel(); mustWait(t, done, "the patrol to stop") }()
+	answeredWithinAMinute(t, heldc, "the upkeep pass", func() struct{} { <-passed; return struct{}{} })
+	(<-heldc).Release()
+	for len(passed) > 0 { // passes that may have started before the release
+		<-passed
+	}
+	mustWait(t, passed, "an upkeep pass after the database answers again")
+	mustWait(t, passed, "a second one")
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); n != 0 {
+		t.Fatal("the dead code is still in clear after the database answered again; want the cut housekeeping run again")
 	}
 }

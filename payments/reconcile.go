@@ -172,7 +172,9 @@ func (s *Service) ReconcileOnce(ctx context.Context) (ReconcileReport, error) {
 // leadership is not an error: the report says Leader=false.
 func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (ReconcileReport, error) {
 	cfg = cfg.withDefaults()
-	job, rep, err := s.startRun(ctx, cfg.LeaderTTL, false)
+	ctx, lead, end := boundByLeadership(ctx, cfg.LeaderTTL)
+	defer end()
+	job, rep, err := s.startRun(ctx, lead, false)
 	if err != nil || !rep.Leader {
 		return rep, err
 	}
@@ -190,13 +192,13 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 		return rep, err
 	}
 	for _, sess := range batch {
-		if err := ctx.Err(); err != nil {
-			return rep, err
+		if ctx.Err() != nil {
+			return rep, context.Cause(ctx)
 		}
 		next := cur
 		serr := s.reconcileSession(ctx, sess, &rep)
 		if serr != nil && ctx.Err() != nil {
-			return rep, ctx.Err() // shutting down: not the session's fault, nothing to count
+			return rep, context.Cause(ctx) // shutting down, or past the leadership: not the session's fault, nothing to count
 		}
 		if serr != nil {
 			rep.found(sess, FindingError, serr.Error())
@@ -213,6 +215,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 			rep.Skipped++
 		}
 		next.afterUpdatedAt, next.afterID, next.failures = &sess.UpdatedAt, sess.ID, 0
+		from := time.Now()
 		ok, err := s.advance(ctx, job, cfg, next)
 		if err != nil {
 			return rep, err
@@ -221,6 +224,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 			rep.LostLeadership = true
 			return rep, nil
 		}
+		lead.renewed(from)
 		cur = next
 		if serr != nil {
 			return rep, nil // skipped after repeated failures: the gateway is probably down; stop here
@@ -258,7 +262,9 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	if since <= 0 {
 		return ReconcileReport{}, Invalid("since", "the window must be positive, got %s", since)
 	}
-	job, rep, err := s.startRun(ctx, cfg.LeaderTTL, true)
+	ctx, lead, end := boundByLeadership(ctx, cfg.LeaderTTL)
+	defer end()
+	job, rep, err := s.startRun(ctx, lead, true)
 	if err != nil || !rep.Leader {
 		return rep, err
 	}
@@ -279,7 +285,7 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	rep.Since = now.Add(-since)
 	cfg.Lookback = since
 	var compared []string
-	rep, err = s.reconcileWindow(ctx, job, cfg, now, rep, &compared)
+	rep, err = s.reconcileWindow(ctx, job, lead, cfg, now, rep, &compared)
 	// Listed however the run ended (cut by Ctrl-C or a timeout, a database error): the command
 	// prints the report of a cut run too, and its cases were opened all the same.
 	lctx, cancel := Outlive(ctx, RecordGrace)
@@ -291,7 +297,7 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 
 // reconcileWindow is ReconcileSince's walk over its window; compared collects every session it
 // looked at, the one it was cut on included.
-func (s *Service) reconcileWindow(ctx context.Context, job string, cfg ReconcileConfig, now time.Time, rep ReconcileReport, compared *[]string) (ReconcileReport, error) {
+func (s *Service) reconcileWindow(ctx context.Context, job string, lead *leadership, cfg ReconcileConfig, now time.Time, rep ReconcileReport, compared *[]string) (ReconcileReport, error) {
 	cur := reconcileCursor{passStartedAt: &now}
 	inARow := 0
 walk:
@@ -304,7 +310,7 @@ walk:
 			serr := s.reconcileSession(ctx, sess, &rep)
 			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
-				return rep, ctx.Err() // interrupted: not the session's fault
+				return rep, context.Cause(ctx) // interrupted, or past the leadership: not the session's fault
 			}
 			if serr != nil {
 				rep.found(sess, FindingError, serr.Error())
@@ -315,6 +321,7 @@ walk:
 				inARow = 0
 			}
 			cur.afterUpdatedAt, cur.afterID = &sess.UpdatedAt, sess.ID
+			from := time.Now()
 			owner, err := s.elect(ctx, s.db, job, cfg.LeaderTTL, true)
 			if err != nil {
 				return rep, err
@@ -323,6 +330,7 @@ walk:
 				rep.LostLeadership = true
 				break walk
 			}
+			lead.renewed(from)
 		}
 		if len(batch) < cfg.Batch {
 			rep.PassDone = true
@@ -353,9 +361,34 @@ func (s *Service) casesOpened(ctx context.Context, highWater int64, sessionIDs [
 	return out, nil
 }
 
+// errLeadershipLapsed is the cause of a reconciliation run's context that outlived its leadership.
+var errLeadershipLapsed = errors.New("reconcile: the run outlived its leadership (no renewal within the leader TTL): stopped; the next run goes on")
+
+// leadership bounds a reconciliation run by the leadership it runs under: the run's context
+// (boundByLeadership) ends the leader TTL after the last take or renewal was sent, when the
+// leader row expires and another replica may run. Under the patrol's own context alone, a run
+// whose statement the database never answered (a failover that left the old host silent) held
+// the replica's reconciliation loop until TCP gave up, long after another replica had taken over.
+type leadership struct {
+	ttl   time.Duration
+	timer *time.Timer
+}
+
+// boundByLeadership returns ctx ending (cause errLeadershipLapsed) ttl from now unless renewed.
+func boundByLeadership(ctx context.Context, ttl time.Duration) (context.Context, *leadership, context.CancelFunc) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	l := &leadership{ttl: ttl, timer: time.AfterFunc(ttl, func() { cancel(errLeadershipLapsed) })}
+	return lctx, l, func() { l.timer.Stop(); cancel(nil) }
+}
+
+// renewed moves the bound to the leader TTL after from, when the take or renewal that succeeded
+// was sent.
+func (l *leadership) renewed(from time.Time) { l.timer.Reset(l.ttl - time.Since(from)) }
+
 // startRun takes (or renews) the reconciliation lease for a run, onDemand as elect's
-// preemptIdle. The report says whether this replica leads now and, if not, who does.
-func (s *Service) startRun(ctx context.Context, ttl time.Duration, onDemand bool) (string, ReconcileReport, error) {
+// preemptIdle, and moves lead's bound with it. The report says whether this replica leads now
+// and, if not, who does.
+func (s *Service) startRun(ctx context.Context, lead *leadership, onDemand bool) (string, ReconcileReport, error) {
 	var rep ReconcileReport
 	if s.gw == nil {
 		return "", rep, errors.New("reconcile: no gateway configured")
@@ -364,11 +397,15 @@ func (s *Service) startRun(ctx context.Context, ttl time.Duration, onDemand bool
 		return "", rep, errors.New("reconcile: the service has no ReplicaID to lead with")
 	}
 	job := s.reconcileJob()
-	owner, err := s.elect(ctx, s.db, job, ttl, onDemand)
+	from := time.Now()
+	owner, err := s.elect(ctx, s.db, job, lead.ttl, onDemand)
 	if err != nil {
 		return job, rep, err
 	}
 	rep.LeaderID, rep.Leader = owner, owner == s.cfg.ReplicaID
+	if rep.Leader {
+		lead.renewed(from)
+	}
 	return job, rep, nil
 }
 

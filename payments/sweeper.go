@@ -281,21 +281,32 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 // runUpkeep is RunSweeper's upkeep loop, looked at every interval: the reapers every
 // HousekeepingEvery, and the Operations page's sample of each minute (ops_samples.go: tried once
 // per minute per replica; the first replica in the minute writes it, the others find it written).
+//
+// Each lasts a lease at most, as the patrol's own statements do: under the loop's context alone,
+// a statement the database never answered (a failover that left the old host silent) held the
+// loop — no dead code redacted, no minute sampled — until TCP gave up. Housekeeping cut by its
+// bound runs again at the next pass, not HousekeepingEvery later.
 func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastHousekeeping, lastSample time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
-			s.housekeep(ctx)
-			lastHousekeeping = now
+			hctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+			s.housekeep(hctx)
+			if hctx.Err() == nil {
+				lastHousekeeping = now
+			}
+			cancel()
 		}
 		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {
-			if _, err := s.SampleOps(ctx); err == nil {
+			sctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+			if _, err := s.SampleOps(sctx); err == nil {
 				lastSample = now.Truncate(OpsSampleEvery)
 			} else if ctx.Err() == nil {
 				s.log.Error("ops sample", "err", err) // tried again next pass
 			}
+			cancel()
 		}
 		if h := s.cfg.Hooks.AfterUpkeep; h != nil {
 			h(ctx)
