@@ -54,6 +54,8 @@ const (
 	EventsWebhookMaxBackoff = 5 * time.Minute
 	// eventsWebhookPagesPerRound bounds one round, so a long backlog yields between rounds.
 	eventsWebhookPagesPerRound = 10
+	// eventsWebhookLease is how long a round holds the row for one page.
+	eventsWebhookLease = 2 * EventsWebhookTimeout
 	// EventsWebhookHandover is how long no replica of the URL the row delivers to must have
 	// taken it before a replica configured with another URL takes it over (a rolling change of
 	// EVENTS_WEBHOOK_URL): they take it every round while they run and are not backing off.
@@ -69,10 +71,13 @@ func (s *Service) PushEvents(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	// The row, once: delivery begins at the feed's end as of now (what is still being written
-	// sorts after it, so it is delivered).
-	if _, err := s.db.Exec(ctx, `INSERT INTO events_webhook (cursor, started_at)
+	// sorts after it, so it is delivered). Bounded as a page is (pushEventsPage).
+	sctx, cancel := context.WithTimeout(ctx, eventsWebhookLease)
+	_, err := s.db.Exec(sctx, `INSERT INTO events_webhook (cursor, started_at)
 		SELECT (`+feedEndSQL+`), $1
-		ON CONFLICT (id) DO NOTHING`, s.cfg.Clock.Now()); err != nil {
+		ON CONFLICT (id) DO NOTHING`, s.cfg.Clock.Now())
+	cancel()
+	if err != nil {
 		return 0, dbError("events webhook: start", err, "")
 	}
 	sent := 0
@@ -114,9 +119,15 @@ const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lea
 // over, from the cursor, once they have not for EventsWebhookHandover. Before, every replica
 // POSTed to its own URL and moved the one cursor: the old and the new endpoint each got
 // alternate pages, and neither the whole feed (an outside review).
+//
+// A page's work lasts its lease at most: past it another replica may take the row over, and under
+// the loop's context alone a statement the database never answered (a failover that left the old
+// host silent) held this replica's deliveries until TCP gave up.
 func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, eventsWebhookLease)
+	defer cancel()
 	now := s.cfg.Clock.Now()
-	leaseUntil := now.Add(2 * EventsWebhookTimeout)
+	leaseUntil := now.Add(eventsWebhookLease)
 	url := eventsWebhookURLHash(s.cfg.EventsWebhook.URL)
 	var cursor, token, before string
 	var attempts int

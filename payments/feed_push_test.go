@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 	"pitlane/payments/gateway/webhooksig"
@@ -562,5 +565,53 @@ func TestEventsWebhookOnALostCursorCountsAFailure(t *testing.T) {
 	}
 	if posts, _ := shop.counts(); posts != 0 {
 		t.Fatalf("%d POSTs", posts)
+	}
+}
+
+// A page's work lasts its lease at most (twice EventsWebhookTimeout), its record RecordGrace
+// after that: here the database stops answering once the page is read (the pool's only
+// connection is taken). The shop gets the page; the cursor is not moved (the next round sends it
+// again: at least once). Under the loop's context alone, the round — and the replica's
+// deliveries — waited as long as the database did (negative control: still waiting after a
+// minute).
+func TestAnEventsWebhookPageWaitsForASilentDatabaseNoLongerThanItsLease(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	one := testdb.PoolOf(t, b.pool, 1)
+	heldc := make(chan *pgxpool.Conn, 1)
+	silent := false
+	svc := b.service(one, "replica-a", sh.config, func(c *payments.Config) {
+		c.Hooks.AfterEventsPageRead = func(context.Context) {
+			if !silent {
+				return
+			}
+			held, err := one.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			heldc <- held
+		}
+	})
+	push(t, svc) // delivery begins
+	b.registered(t, "o-silent-push", 700)
+	feedReady(t, b, 2)
+	silent = true
+	err := answeredWithinAMinute(t, heldc, "the events webhook round", func() error {
+		_, err := svc.PushEvents(context.Background())
+		return err
+	})
+	(<-heldc).Release()
+	if err == nil {
+		t.Fatal("the round ended well though the database did not answer its record")
+	}
+	if posts, _ := sh.counts(); posts != 1 {
+		t.Fatalf("%d POSTs, want the page sent once", posts)
+	}
+	silent = false
+	b.clock.Advance(2 * payments.EventsWebhookTimeout) // the round's lease ran out (nothing gave it back)
+	if n := push(t, svc); n != 2 {
+		t.Fatalf("the next round sent %d, want the page again (its cursor was not moved)", n)
 	}
 }
