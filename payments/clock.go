@@ -155,6 +155,10 @@ func (c *DatabaseClock) Sync(ctx context.Context, db interface {
 // host clock stepped, a VM that slept). A failure is logged and tried again a second later, the
 // anchor in use staying. A host clock more than a second off the database's is logged at the
 // first sync, and every move of it by more than clockReportAfter after that.
+//
+// A Sync lasts interval at most (the next one is due then): under ctx alone, a read the database
+// never answered (a failover that left the old host silent) held the loop until TCP gave up,
+// and the new primary's clock — another host's — was not read for as long.
 func (c *DatabaseClock) Run(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, interval time.Duration, log *slog.Logger) {
@@ -169,7 +173,9 @@ func (c *DatabaseClock) Run(ctx context.Context, db interface {
 			parted = d > clockReportAfter || d < -clockReportAfter
 		}
 		if lastMono.IsZero() || parted || time.Since(lastMono) >= interval {
-			off, _, err := c.Sync(ctx, db)
+			sctx, cancel := context.WithTimeout(ctx, interval)
+			off, _, err := c.Sync(sctx, db)
+			cancel()
 			switch {
 			case err != nil:
 				if ctx.Err() == nil {

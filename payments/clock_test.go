@@ -2,9 +2,14 @@ package payments_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/internal/testdb"
 	"pitlane/payments"
@@ -164,5 +169,68 @@ func TestDatabaseClockSyncedAfterTheFirstSync(t *testing.T) {
 	case <-clock.Synced():
 	default:
 		t.Fatal("not synced after a Sync")
+	}
+}
+
+// failingOver is a database that fails over to a host whose clock is an hour ahead, leaving the
+// read on the old host unanswered: the first read after the failover waits until its context
+// ends (as pgx gives up a silent connection), every later one reads the new host's clock.
+type failingOver struct {
+	pool   *pgxpool.Pool
+	over   atomic.Bool
+	silent atomic.Bool // the read caught on the old host is still to come
+}
+
+func (f *failingOver) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !f.over.Load() {
+		return f.pool.QueryRow(ctx, sql, args...)
+	}
+	if f.silent.CompareAndSwap(true, false) {
+		<-ctx.Done()
+		return f.pool.QueryRow(ctx, sql, args...) // fails: its context ended
+	}
+	return f.pool.QueryRow(ctx, `SELECT clock_timestamp() + interval '1 hour'`)
+}
+
+// messages is a slog.Handler that hands each record's message over.
+type messages chan string
+
+func (m messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m messages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case m <- r.Message:
+	default:
+	}
+	return nil
+}
+func (m messages) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m messages) WithGroup(string) slog.Handler      { return m }
+
+// A read of the database's clock caught on a host that went silent lasts one sync interval at
+// most: the failover's new clock is read at the next try. Under Run's context alone the loop
+// waited as long as the old host did not answer (negative control: the clock still reads the
+// old host's time after a minute).
+func TestDatabaseClockReadsTheNewPrimaryThoughTheOldOneWentSilent(t *testing.T) {
+	t.Parallel()
+	db := &failingOver{pool: testdb.Pool(t, testdb.NewURL(t))}
+	clock := payments.NewDatabaseClock(nil)
+	logged := make(messages, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { clock.Run(ctx, db, 100*time.Millisecond, slog.New(logged)); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-clock.Synced()
+	db.silent.Store(true)
+	db.over.Store(true)
+	for moved := false; !moved; {
+		select {
+		case m := <-logged:
+			moved = strings.Contains(m, "moved against the database's")
+		case <-time.After(time.Minute):
+			t.Fatal("a minute after the failover the clock still reads the old host's time")
+		}
+	}
+	if d := time.Until(clock.Now()); d < 59*time.Minute {
+		t.Fatalf("the clock reads %v from the host's time, want the new primary's (an hour ahead)", d)
 	}
 }
