@@ -156,9 +156,11 @@ func (c *DatabaseClock) Sync(ctx context.Context, db interface {
 // anchor in use staying. A host clock more than a second off the database's is logged at the
 // first sync, and every move of it by more than clockReportAfter after that.
 //
-// A Sync lasts interval at most (the next one is due then): under ctx alone, a read the database
-// never answered (a failover that left the old host silent) held the loop until TCP gave up,
-// and the new primary's clock — another host's — was not read for as long.
+// A Sync lasts an interval per read at most: under ctx alone, a read the database never answered
+// (a failover that left the old host silent) held the loop until TCP gave up, and the new
+// primary's clock — another host's — was not read for as long. A slow database that answers
+// each read within the interval is still read (a replica starting beside a busy database must
+// become ready).
 func (c *DatabaseClock) Run(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, interval time.Duration, log *slog.Logger) {
@@ -173,7 +175,7 @@ func (c *DatabaseClock) Run(ctx context.Context, db interface {
 			parted = d > clockReportAfter || d < -clockReportAfter
 		}
 		if lastMono.IsZero() || parted || time.Since(lastMono) >= interval {
-			sctx, cancel := context.WithTimeout(ctx, interval)
+			sctx, cancel := context.WithTimeout(ctx, clockSamples*interval)
 			off, _, err := c.Sync(sctx, db)
 			cancel()
 			switch {
