@@ -57,6 +57,7 @@ type ReconcileConfig struct {
 	// LeaderTTL: how long leadership lasts without renewal. A replica that dies holding it is
 	// replaced after this long; it must exceed the time one session takes (a gateway timeout or
 	// two) plus what skew between replicas' clocks is left (servers read the database's clock).
+	// Zero: DefaultReconcileConfig's, or three gateway timeouts when that is longer.
 	LeaderTTL time.Duration
 	// MaxFailures: runs in a row that may fail on the same session (gateway down, lock timeout)
 	// before it is skipped until the next pass.
@@ -74,6 +75,17 @@ var DefaultReconcileConfig = ReconcileConfig{
 // ReconcileEvery is how often (by the service clock) each replica's patrol tries to reconcile:
 // the leader runs one batch, the others find the leader row taken and do nothing else.
 const ReconcileEvery = time.Minute
+
+// reconcileConfig fills cfg's zero fields: DefaultReconcileConfig's, and a LeaderTTL of at least
+// three gateway timeouts (a session takes a find and a status call): a run ends with its
+// leadership (boundByLeadership), and one cut on the same slow session every run would never
+// get past it.
+func (s *Service) reconcileConfig(c ReconcileConfig) ReconcileConfig {
+	if c.LeaderTTL <= 0 {
+		c.LeaderTTL = max(DefaultReconcileConfig.LeaderTTL, 3*s.cfg.GatewayTimeout)
+	}
+	return c.withDefaults()
+}
 
 func (c ReconcileConfig) withDefaults() ReconcileConfig {
 	d := DefaultReconcileConfig
@@ -171,7 +183,7 @@ func (s *Service) ReconcileOnce(ctx context.Context) (ReconcileReport, error) {
 // batch of sessions (from the persisted cursor) with the gateway. Another replica's live
 // leadership is not an error: the report says Leader=false.
 func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (ReconcileReport, error) {
-	cfg = cfg.withDefaults()
+	cfg = s.reconcileConfig(cfg)
 	ctx, lead, end := boundByLeadership(ctx, cfg.LeaderTTL)
 	defer end()
 	job, rep, err := s.startRun(ctx, lead, false)
@@ -258,7 +270,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 // probably down), with PassDone false. Everything a run does is idempotent, so running it again
 // is always safe.
 func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg ReconcileConfig) (ReconcileReport, error) {
-	cfg = cfg.withDefaults()
+	cfg = s.reconcileConfig(cfg)
 	if since <= 0 {
 		return ReconcileReport{}, Invalid("since", "the window must be positive, got %s", since)
 	}

@@ -626,3 +626,24 @@ func TestAReconcileRunThatRenewsItsLeadershipOutlastsTheTTL(t *testing.T) {
 		t.Fatalf("the on-demand run: %+v %v; want the three sessions compared", rep, err)
 	}
 }
+
+// The leadership outlasts a session's gateway calls whatever GATEWAY_TIMEOUT is: with a 3-minute
+// timeout the default TTL is 9 minutes, not 5. A run ends with its leadership, and one cut on the
+// same slow session (a find and a status call, each up to the timeout) every run would never get
+// past it. Negative control: with the fixed 5 minutes, the row is held 5 minutes.
+func TestTheReconcileLeadershipOutlastsASessionsGatewayCalls(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	svc := b.service(b.pool, "replica-slow-gateway", func(c *payments.Config) { c.GatewayTimeout = 3 * time.Minute })
+	if rep := reconcile(t, svc, payments.ReconcileConfig{}); !rep.Leader {
+		t.Fatalf("the run: %+v; want it to lead", rep)
+	}
+	var held float64
+	if err := b.pool.QueryRow(t.Context(), `SELECT extract(epoch FROM until - $1)::float8 FROM maintenance_leaders WHERE owner = 'replica-slow-gateway'`,
+		b.clock.Now()).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != (9 * time.Minute).Seconds() {
+		t.Fatalf("the leadership is held %.0f s, want three gateway timeouts (540 s)", held)
+	}
+}
