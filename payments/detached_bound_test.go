@@ -182,7 +182,7 @@ func TestAReconcileRunWaitsForASilentDatabaseNoLongerThanItsLeadership(t *testin
 		return err
 	})
 	(<-heldc).Release()
-	if err == nil || !strings.Contains(err.Error(), "outlived its leadership") {
+	if err == nil || !strings.Contains(err.Error(), "outlived its lease") {
 		t.Fatalf("the run: %v; want it stopped as past its leadership", err)
 	}
 	if got, err := b.svc.Get(t.Context(), sess.ID); err != nil || got.Status == payments.StatusCompleted {

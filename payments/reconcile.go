@@ -87,6 +87,12 @@ func (s *Service) reconcileConfig(c ReconcileConfig) ReconcileConfig {
 	return c.withDefaults()
 }
 
+// ReconcileLeaderTTL is the TTL of this service's reconciliation lease when the config leaves
+// it zero (reconcileConfig).
+func (s *Service) ReconcileLeaderTTL() time.Duration {
+	return s.reconcileConfig(ReconcileConfig{}).LeaderTTL
+}
+
 func (c ReconcileConfig) withDefaults() ReconcileConfig {
 	d := DefaultReconcileConfig
 	if c.Lookback <= 0 {
@@ -374,7 +380,7 @@ func (s *Service) casesOpened(ctx context.Context, highWater int64, sessionIDs [
 }
 
 // errLeadershipLapsed is the cause of a reconciliation run's context that outlived its leadership.
-var errLeadershipLapsed = errors.New("reconcile: the run outlived its leadership (no renewal within the leader TTL): stopped; the next run goes on")
+var errLeadershipLapsed = errors.New("the run outlived its lease: no renewal within its TTL (is the database answering?)")
 
 // leadership bounds a reconciliation run by the leadership it runs under: the run's context
 // (boundByLeadership) ends the leader TTL after the last take or renewal was sent, when the

@@ -643,7 +643,7 @@ func TestTheReconcileLeadershipOutlastsASessionsGatewayCalls(t *testing.T) {
 		b.clock.Now()).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
-	if held != (9 * time.Minute).Seconds() {
-		t.Fatalf("the leadership is held %.0f s, want three gateway timeouts (540 s)", held)
+	if held != (9*time.Minute).Seconds() || svc.ReconcileLeaderTTL() != 9*time.Minute {
+		t.Fatalf("the leadership is held %.0f s (said: %s), want three gateway timeouts (540 s)", held, svc.ReconcileLeaderTTL())
 	}
 }

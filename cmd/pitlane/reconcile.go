@@ -95,7 +95,7 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 	case err != nil:
 		return fmt.Errorf("reconcile: stopped: %w", err)
 	case rep.LostLeadership:
-		return fmt.Errorf("reconcile: stopped: another replica took the lease over (this run had stalled past its %s TTL)", payments.DefaultReconcileConfig.LeaderTTL)
+		return fmt.Errorf("reconcile: stopped: another replica took the lease over (this run had stalled past its %s TTL)", svc.ReconcileLeaderTTL())
 	case !rep.PassDone:
 		return fmt.Errorf("reconcile: stopped after %d failures in a row (is the gateway down?); run it again", payments.DefaultReconcileConfig.MaxFailures)
 	case rep.Errors > 0:
