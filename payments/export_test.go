@@ -1,6 +1,9 @@
 package payments
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // BeatNow writes this replica's heartbeat row now, as the patrol's ticker does during a round
 // (for tests that read it mid-round).
@@ -9,3 +12,6 @@ func (s *Service) BeatNow(ctx context.Context) { s.beat(ctx) }
 // ReconcileRound runs the patrol's reconciliation round once (RunSweeper's loop does it every
 // ReconcileEvery), with the service's own configuration.
 func (s *Service) ReconcileRound(ctx context.Context) { s.reconcileRound(ctx) }
+
+// UpkeepBound is how long one housekeeping pass or one Operations sample may take.
+func (s *Service) UpkeepBound() time.Duration { return s.upkeepBound() }

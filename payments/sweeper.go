@@ -282,17 +282,17 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 // HousekeepingEvery, and the Operations page's sample of each minute (ops_samples.go: tried once
 // per minute per replica; the first replica in the minute writes it, the others find it written).
 //
-// Each lasts a lease at most, as the patrol's own statements do: under the loop's context alone,
-// a statement the database never answered (a failover that left the old host silent) held the
-// loop — no dead code redacted, no minute sampled — until TCP gave up. Housekeeping cut by its
-// bound runs again at the next pass, not HousekeepingEvery later.
+// Each lasts a lease at most (upkeepBound), as the patrol's own statements do: under the loop's
+// context alone, a statement the database never answered (a failover that left the old host
+// silent) held the loop — no dead code redacted, no minute sampled — until TCP gave up.
+// Housekeeping cut by its bound runs again at the next pass, not HousekeepingEvery later.
 func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastHousekeeping, lastSample time.Time
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
-			hctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+			hctx, cancel := context.WithTimeout(ctx, s.upkeepBound())
 			s.housekeep(hctx)
 			if hctx.Err() == nil {
 				lastHousekeeping = now
@@ -300,7 +300,7 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 			cancel()
 		}
 		if now := s.cfg.Clock.Now(); now.Truncate(OpsSampleEvery).After(lastSample) {
-			sctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+			sctx, cancel := context.WithTimeout(ctx, s.upkeepBound())
 			if _, err := s.SampleOps(sctx); err == nil {
 				lastSample = now.Truncate(OpsSampleEvery)
 			} else if ctx.Err() == nil {
@@ -318,6 +318,13 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// upkeepBound is how long one housekeeping pass or one sample may take: a lease, and never less
+// than upkeepAtLeast (GATEWAY_TIMEOUT may be as short as 10 ms, its lease 60 ms: a housekeeping
+// cut every time would never redact a dead code).
+func (s *Service) upkeepBound() time.Duration { return max(s.cfg.LeaseDuration, upkeepAtLeast) }
+
+const upkeepAtLeast = 5 * time.Second
 
 // runReconcile is RunSweeper's reconciliation loop: every ReconcileEvery a round (only the
 // leader compares; the others try for the leader row), looked at every interval.

@@ -125,3 +125,19 @@ func TestALongSweepIntervalDoesNotPaceTheUpkeep(t *testing.T) {
 	cancel()
 	mustWait(t, done, "the patrol to stop")
 }
+
+// An upkeep pass is bounded by a lease (TestAnUpkeepPassWaitsForASilentDatabaseNoLongerThanALease),
+// never by less than 5 s: GATEWAY_TIMEOUT may be 10 ms and its lease 60 ms, and a housekeeping cut
+// at 60 ms every pass would never redact a dead code. Fails with the lease alone.
+func TestAnUpkeepPassHasAtLeastFiveSecondsWhateverTheLease(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	short := b.service(b.pool, "replica-short", func(c *payments.Config) { c.GatewayTimeout, c.LeaseDuration = 10*time.Millisecond, 0 })
+	if got := short.UpkeepBound(); got != 5*time.Second {
+		t.Fatalf("with a 10 ms gateway timeout an upkeep pass may take %s, want 5s", got)
+	}
+	long := b.service(b.pool, "replica-long", func(c *payments.Config) { c.GatewayTimeout, c.LeaseDuration = 10*time.Second, 0 })
+	if got := long.UpkeepBound(); got != time.Minute {
+		t.Fatalf("with a 10 s gateway timeout an upkeep pass may take %s, want its lease (1m0s)", got)
+	}
+}
