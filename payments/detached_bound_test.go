@@ -178,10 +178,15 @@ func TestAReconcileRunWaitsForASilentDatabaseNoLongerThanItsLeadership(t *testin
 	sess := b.registered(t, "o-silent-reconcile", 100)
 	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
 	err := answeredWithinAMinute(t, heldc, "the reconciliation run", func() error {
-		_, err := svc.ReconcileOnceWith(context.Background(), payments.ReconcileConfig{LeaderTTL: 2 * time.Second})
+		_, err := svc.ReconcileOnceWith(context.Background(), payments.ReconcileConfig{LeaderTTL: 3 * time.Second})
 		return err
 	})
-	(<-heldc).Release()
+	select {
+	case held := <-heldc:
+		held.Release()
+	default:
+		t.Fatalf("the run ended (%v) before it asked the gateway", err)
+	}
 	if err == nil || !strings.Contains(err.Error(), "outlived its lease") {
 		t.Fatalf("the run: %v; want it stopped as past its leadership", err)
 	}

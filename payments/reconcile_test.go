@@ -610,15 +610,15 @@ func TestWebhookEventForAnUnattachedSessionAppliesThePaymentReadByID(t *testing.
 
 // A run is bounded by its leadership (TestAReconcileRunWaitsForASilentDatabaseNoLongerThanItsLeadership),
 // and each renewal moves the bound: a run longer than the TTL that renews after every session, as
-// the patrol's and the on-demand one do, is not cut. Here three sessions take 1.5 s each (a
-// gateway answering in 750 ms, a find and a status call per session) under a 3-second TTL.
-// Negative control: with renewals that do not move the bound, both runs stop at 3 s.
+// the patrol's and the on-demand one do, is not cut. Here three sessions take 2 s each (a
+// gateway answering in a second, a find and a status call per session) under a 4-second TTL.
+// Negative control: with renewals that do not move the bound, both runs stop at 4 s.
 func TestAReconcileRunThatRenewsItsLeadershipOutlastsTheTTL(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.seedRegistered(t, 3)
-	b.gw.SetLatency(750 * time.Millisecond)
-	cfg := payments.ReconcileConfig{LeaderTTL: 3 * time.Second}
+	b.gw.SetLatency(time.Second)
+	cfg := payments.ReconcileConfig{LeaderTTL: 4 * time.Second}
 	if rep, err := b.svc.ReconcileOnceWith(t.Context(), cfg); err != nil || rep.Checked != 3 {
 		t.Fatalf("the patrol's run: %+v %v; want the three sessions compared", rep, err)
 	}
