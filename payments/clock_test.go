@@ -219,7 +219,7 @@ func TestDatabaseClockReadsTheNewPrimaryThoughTheOldOneWentSilent(t *testing.T) 
 	done := make(chan struct{})
 	go func() { clock.Run(ctx, db, 500*time.Millisecond, slog.New(logged)); close(done) }()
 	defer func() { cancel(); <-done }()
-	<-clock.Synced()
+	mustWait(t, clock.Synced(), "the first read of the database's clock")
 	db.silent.Store(true)
 	db.over.Store(true)
 	for moved := false; !moved; {

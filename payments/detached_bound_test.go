@@ -195,8 +195,8 @@ func TestAReconcileRunWaitsForASilentDatabaseNoLongerThanItsLeadership(t *testin
 	}
 }
 
-// The upkeep loop's housekeeping and sample wait for a silent database a lease at most (the
-// patrol's own bound), and housekeeping cut so runs again at the next pass: here the pool's only
+// The upkeep loop's housekeeping and sample wait for a silent database a lease (at least 5 s) at
+// most, and housekeeping cut so runs again at the next pass: here the pool's only
 // connection is taken before the patrol starts, with a dead cancel code in clear in the outbox.
 // Once the database answers again, the next pass redacts it. Under the loop's context alone the
 // first pass waited as long as the database did (negative control: still waiting after a
