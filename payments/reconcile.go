@@ -679,12 +679,19 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		// where the answer contradicts us, a flag and a case where its amount or currency is not
 		// the session's. decide and answerMismatch are only the filter for "anything to do".
 		if haveOwn && (decide(sess.Status, own.Status, false) != (outcome{}) || answerMismatch(sess, own) != "") {
+			from := s.cfg.Clock.Now()
 			after, err := s.applyGatewayPayment(ctx, actor, sess, own, "reconciliation: the gateway says "+string(own.Status))
 			if err != nil {
 				return err
 			}
 			if after.Status != sess.Status {
-				rep.found(sess, FindingDriven, fmt.Sprintf("%s → %s: the gateway says %s for %s", sess.Status, after.Status, own.Status, own.ID))
+				moved, err := s.movedBy(ctx, sess, actor, from)
+				if err != nil {
+					return err
+				}
+				if moved {
+					rep.found(sess, FindingDriven, fmt.Sprintf("%s → %s: the gateway says %s for %s", sess.Status, after.Status, own.Status, own.ID))
+				}
 			}
 			if mismatch := answerMismatch(sess, own); mismatch != "" {
 				rep.found(sess, CaseGatewayMismatch, "reconciliation: "+mismatch)
@@ -693,6 +700,20 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	}
 	rep.Checked++
 	return nil
+}
+
+// movedBy reports whether actor moved sess on (wrote a transition of it) at or after from:
+// a session the run found active may have been settled meanwhile by its webhook, a Check or the
+// patrol (the apply then finds it settled and writes nothing), and the report called that
+// reconciliation's doing ("driven", an outside review). One probe of session_events_session.
+func (s *Service) movedBy(ctx context.Context, sess Session, actor Actor, from time.Time) (bool, error) {
+	var moved bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM session_events WHERE session_id = $1
+		AND actor_kind = $2 AND actor_id = $3 AND created_at >= $4)`, sess.ID, actor.Kind, actor.ID, from).Scan(&moved)
+	if err != nil {
+		return false, fmt.Errorf("reconcile: who moved the session: %w", err)
+	}
+	return moved, nil
 }
 
 // reconcileCase opens a finance case (at most one open per session and kind) for what the

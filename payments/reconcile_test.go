@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -646,4 +647,42 @@ func TestTheReconcileLeadershipOutlastsASessionsGatewayCalls(t *testing.T) {
 	if held != (9*time.Minute).Seconds() || svc.ReconcileLeaderTTL() != 9*time.Minute {
 		t.Fatalf("the leadership is held %.0f s (said: %s), want three gateway timeouts (540 s)", held, svc.ReconcileLeaderTTL())
 	}
+}
+
+// statusAfter answers Status as its gateway does, after running before once.
+type statusAfter struct {
+	payments.Gateway
+	once   sync.Once
+	before func()
+}
+
+func (g *statusAfter) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
+	g.once.Do(g.before)
+	return g.Gateway.Status(ctx, id)
+}
+
+// A session the run found active but that was settled by someone else while it asked the gateway
+// (here a Check of the API between the run's batch read and its status call) is compared, not
+// reported as driven: the run moved nothing (the report called it reconciliation's doing, an
+// outside review). Negative control: with any status change counted, Driven is 1.
+func TestReconcileDoesNotClaimASessionSettledMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sess := b.registered(t, "o-settled-meanwhile", 300)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+	svc := b.service(b.pool, "replica-r", func(c *payments.Config) {
+		c.Gateway = &statusAfter{Gateway: b.gw, before: func() {
+			if got, err := b.svc.Check(context.Background(), api, sess.ID); err != nil || got.Status != payments.StatusCompleted {
+				t.Errorf("the Check meanwhile: %v %v", got.Status, err)
+			}
+		}}
+	})
+	rep := reconcile(t, svc, payments.ReconcileConfig{})
+	if rep.Checked != 1 || rep.Driven != 0 || len(rep.Findings) != 0 {
+		t.Fatalf("the run: %+v; want the session compared and nothing found", rep)
+	}
+	if k := b.count(t, `SELECT count(*) FROM session_events WHERE actor_id = 'reconcile:replica-r'`); k != 0 {
+		t.Fatalf("%d transitions by the reconciler, want none", k)
+	}
+	// And one it does move is still reported (TestReconcileDrivesSettledActiveSessions).
 }
