@@ -80,32 +80,22 @@ func TestADeliveryCutByItsRequestGivesTheRowBackWithinTheGrace(t *testing.T) {
 	}
 }
 
-// holdingGateway answers Status as its gateway does, after taking the only connection of a pool
-// (handed to the test): from then on the service's database does not answer.
-type holdingGateway struct {
-	payments.Gateway
-	pool  *pgxpool.Pool
-	heldc chan *pgxpool.Conn
-}
-
-func (g holdingGateway) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
-	held, err := g.pool.Acquire(context.Background())
-	if err != nil {
-		return payments.GatewayPayment{}, err
-	}
-	g.heldc <- held
-	return g.Gateway.Status(ctx, id)
-}
-
 // silentOnceAsked is a service of b on a pool of one connection whose gateway takes that
-// connection when asked about a payment (holdingGateway; the connection comes out of heldc), with
-// mod's settings.
+// connection when first asked about a payment (statusAfter; the connection comes out of heldc):
+// from then on the service's database does not answer. With mod's settings.
 func silentOnceAsked(t *testing.T, b *bench, mod func(*payments.Config)) (*payments.Service, chan *pgxpool.Conn) {
 	t.Helper()
 	one := testdb.PoolOf(t, b.pool, 1)
 	heldc := make(chan *pgxpool.Conn, 1)
 	return b.service(one, "replica-one", func(c *payments.Config) {
-		c.Gateway = holdingGateway{Gateway: b.gw, pool: one, heldc: heldc}
+		c.Gateway = &statusAfter{Gateway: b.gw, before: func() {
+			held, err := one.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			heldc <- held
+		}}
 		mod(c)
 	}), heldc
 }

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +135,16 @@ func beginHolder(t *testing.T, pool *pgxpool.Pool) (pgx.Tx, int32) {
 		t.Fatal(err)
 	}
 	return holder, pid
+}
+
+// statusAfter answers Status as its gateway does, after running before once.
+type statusAfter struct {
+	payments.Gateway
+	once   sync.Once
+	before func()
+}
+
+func (g *statusAfter) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
+	g.once.Do(g.before)
+	return g.Gateway.Status(ctx, id)
 }

@@ -3,7 +3,6 @@ package payments_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -647,18 +646,6 @@ func TestTheReconcileLeadershipOutlastsASessionsGatewayCalls(t *testing.T) {
 	if held != (9*time.Minute).Seconds() || svc.ReconcileLeaderTTL() != 9*time.Minute {
 		t.Fatalf("the leadership is held %.0f s (said: %s), want three gateway timeouts (540 s)", held, svc.ReconcileLeaderTTL())
 	}
-}
-
-// statusAfter answers Status as its gateway does, after running before once.
-type statusAfter struct {
-	payments.Gateway
-	once   sync.Once
-	before func()
-}
-
-func (g *statusAfter) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
-	g.once.Do(g.before)
-	return g.Gateway.Status(ctx, id)
 }
 
 // A session the run found active but that was settled by someone else while it asked the gateway
