@@ -626,104 +626,7 @@ func (s *Service) PatrolStatus() PatrolStatus {
 // back-off is a probe: it drives at most a quarter of the pool's width, waits for those drives,
 // and goes on at full width only if the gateway answered them.
 func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat func(), beatEvery time.Duration) (RoundReport, error) {
-	p := s.patrol
-	now := s.cfg.Clock.Now()
-	p.mu.Lock()
-	backingOff := now.Before(p.backoffUntil)
-	probing := !backingOff && p.backoffLevel > 0
-	p.mu.Unlock()
-
-	width := s.cfg.SweepConcurrency
-	probeSize, probeSent := max(1, width/4), 0
-	stats := &roundStats{}
-	dctx := context.WithValue(withStop(ctx), roundCtxKey{}, stats)
-	var rep RoundReport
-	// inFlight: drives started and not finished (their leases are still to be given back). slots:
-	// those of them still holding one of the width's slots — a drive gives its slot back when it
-	// hands its last answer to be written (handOff), as River frees a worker when its job returns
-	// and completes it in the background, and takes one again before it asks the gateway again
-	// (retakeSlot). At most width drives talk to the gateway at once, and at most width more wait
-	// for their answers to be written.
-	inFlight := 0
-	slots := newSlotPool(width)
-	done := make(chan finishedDrive, 2*width)
-	// Finished drives to release, per source: [0] looked, [1] cut by shutdown.
-	toRelease := make([][2][]heldLease, len(sources))
-	finished := func(f finishedDrive) {
-		rep.Driven++
-		p.progress(false, 1) // the heartbeat's total moves with each drive, not at the round's end
-		inFlight--
-		switch f.end {
-		case endRelease:
-			if sources[f.source].leases == nil {
-				break // the source's drives give their rows back themselves
-			}
-			k := 0
-			if f.interrupted {
-				k = 1
-			}
-			toRelease[f.source][k] = append(toRelease[f.source][k], f.lease)
-		case endLost:
-			rep.Lost++ // the drive found its lease taken over
-		}
-	}
-	// Releases run beside the producer, one at a time (River's completer): the producer goes on
-	// claiming for the workers that just freed up while the leases of the drives that finished are
-	// given back. Whatever finishes during a release goes in the next one.
-	var releasing chan int // the release in flight reports the leases it found lost; nil: none
-	startRelease := func() {
-		if releasing != nil {
-			return
-		}
-		type job struct {
-			tbl         leaseTable
-			kind        string
-			leases      []heldLease
-			interrupted bool
-		}
-		var jobs []job
-		for i := range toRelease {
-			for k, ls := range toRelease[i] {
-				if len(ls) == 0 {
-					continue
-				}
-				jobs = append(jobs, job{tbl: *sources[i].leases, kind: sources[i].kind, leases: ls, interrupted: k == 1})
-				toRelease[i][k] = nil
-			}
-		}
-		if len(jobs) == 0 {
-			return
-		}
-		ch := make(chan int, 1)
-		releasing = ch
-		go func() {
-			lost := 0
-			for _, j := range jobs {
-				n, err := s.releaseBatch(ctx, j.tbl, j.leases, j.interrupted)
-				if err != nil {
-					s.log.Error("patrol: release", "kind", j.kind, "err", err)
-				}
-				lost += n
-			}
-			ch <- lost
-		}()
-	}
-	var firstErr error
-	exhausted := make([]bool, len(sources))
-	// claimable: the source is claimed from when its turn comes (not short since the last
-	// beat, and not a gateway source in a back-off).
-	claimable := func(j int) bool { return !exhausted[j] && !(backingOff && sources[j].gateway) }
-	backlog := func() bool { // a source is still claimed from: the round goes on
-		for j := range sources {
-			if claimable(j) {
-				return true
-			}
-		}
-		return false
-	}
-	next := 0
-	stopFetching := false
-	swept := false
+	r := s.newProducer(ctx, sources)
 	lastBeat := time.Now()
 	roundStarted := lastBeat
 	var tick <-chan time.Time // nil (never) without a beat
@@ -732,189 +635,349 @@ func (s *Service) runRound(ctx context.Context, sources []patrolSource, beat fun
 		defer t.Stop()
 		tick = t.C
 	}
-
 	for {
 		if ctx.Err() != nil {
-			stopFetching = true
+			r.stopFetching = true
 		}
-		if probing && probeSent > 0 && inFlight == 0 {
-			// The probe is back: go on at full width, or stop and let judgeRound back off again.
-			// A probe that asked the gateway nothing (only a customer message was due) proves
-			// nothing: the back-off stays as it is and the next round probes again. Judged
-			// healthy, it ended the back-off with the gateway still down, and the next round
-			// hit it at full width (an outside review).
-			if calls, _ := stats.window(); calls == 0 {
-				stopFetching = true
-			} else if stats.failing(1) {
-				stopFetching = true
-			} else {
-				probing = false
-				s.endBackoff()
-			}
-		}
+		r.judgeProbe()
 		if beat != nil && time.Since(lastBeat) >= beatEvery {
 			beat()
 			lastBeat = time.Now()
-			switch {
-			case backingOff && !s.backingOff():
-				// The back-off this round began in is over: the round claims nothing more, so it
-				// ends with its drives and the next one probes the gateway (a round of outbox
-				// drives alone, re-armed every beat, kept every gateway source skipped).
-				stopFetching = true
-			case time.Since(roundStarted) < s.driveBudget() || backlog():
-				// What fell due since a source came back short (first looks, rows a stopping
-				// replica handed back due now) is claimed now, as the next round would: a round
-				// lasts as long as its slowest drive (up to the drive budget, five gateway
-				// timeouts), and its free workers waited for that with due work in the table.
-				// Past one drive budget of the round's start only while another source still
-				// has due work: a round fed every beat alone would never end, and its report
-				// (judgeRound) never come; a round fed by a backlog goes on anyway (a drain
-				// after an outage is one round), and a source short once waited behind all of
-				// it (a due session behind a thousand pending refunds: an outside review).
-				clear(exhausted)
-			}
+			r.afterBeat(roundStarted)
 		}
-		free := min(slots.free(), 2*width-inFlight)
-		if probing {
-			free = min(free, probeSize-probeSent)
-		}
-		for !stopFetching && free > 0 {
-			if !probing && stats.failing(BackoffMinCalls) {
-				stopFetching = true // the gateway is failing: claim nothing more this round
-				break
-			}
-			i := -1
-			for k := range sources {
-				j := (next + k) % len(sources)
-				if claimable(j) {
-					i = j
-					break
-				}
-			}
-			if i < 0 {
-				break
-			}
-			next = (i + 1) % len(sources)
-			src := sources[i]
-			swept = swept || src.gateway
-			if src.gateway {
-				// A long drain is one round: its claims are sweeping, and the heartbeat says so
-				// as they happen (judged only at the round's end, a replica draining at full
-				// width after an outage looked stuck to PitlaneReplicaNotSweeping: an outside
-				// review).
-				p.progress(true, 0)
-			}
-			if ctx.Err() != nil {
-				stopFetching = true // stopped between two claims
-				break
-			}
-			// A claim is not cut by the stop: cut while its COMMIT's answer is on the wire, it
-			// would have leased rows it never returns, and they would wait out their lease with
-			// no drive (six gateway timeouts). A claim begun before the stop ends (SKIP LOCKED: it
-			// waits for no row), and its drives, started under the stopped round, give their rows
-			// straight back, due now. One still running a gateway timeout after the stop (behind a
-			// migration's table lock, a database that stopped answering) is cut then: a stop
-			// never hangs on it.
-			reserved := slots.reserve(free) // a drive retaking a slot meanwhile gets none of these
-			if reserved == 0 {
-				break
-			}
-			cctx, cancelClaim := s.claimContext(ctx)
-			jobs, err := src.claim(cctx, reserved)
-			cancelClaim()
-			slots.give(reserved - len(jobs))
-			if err != nil {
-				firstErr = err
-				stopFetching = true
-				break
-			}
-			if len(jobs) < reserved {
-				exhausted[i] = true // everything due is claimed, here or by another replica
-			}
-			if h := s.cfg.Hooks.AfterSweepClaim; h != nil && src.kind == "session" && len(jobs) > 0 {
-				ids := make([]string, len(jobs))
-				for k, j := range jobs {
-					ids[k] = j.id
-				}
-				h(ctx, ids)
-			}
-			for _, j := range jobs {
-				inFlight++
-				p.inFlight.Add(1)
-				slot := &driveSlot{pool: slots, held: true} // one of the reserved
-				go func() {
-					f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
-					defer func() { slot.handOff(); p.inFlight.Add(-1); done <- f }()
-					if s.leaseSpent(j.leasedAt) {
-						// The claim came back so late (a busy pool, a pooler's queue, a commit
-						// waiting for a standby) that less than a gateway timeout of the lease
-						// is left: nothing is sent beside the row's next holder. The row goes
-						// back due now, its schedule untouched (as a drive cut by shutdown), for
-						// a claim with a whole lease; a source that releases its own rows lets
-						// the lease run out.
-						s.log.Warn("patrol: the lease was spent before its drive started; giving the row back",
-							"kind", src.kind, "id", j.id, "claimed", j.leasedAt)
-						f.end, f.interrupted = endDone, false
-						if src.leases != nil {
-							f.end, f.interrupted = endRelease, true
-						}
-						return
-					}
-					jctx, cancel := s.driveContext(context.WithValue(dctx, slotCtxKey{}, slot), j.leasedAt)
-					f.end = s.runDrive(jctx, src.kind, j)
-					f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
-					cancel()
-				}()
-			}
-			free -= len(jobs)
-			if probing {
-				probeSent += len(jobs)
-			}
-		}
+		r.claim()
 		// Release after the claim: the drives just started need not wait for it, and the rows
 		// released here are not due again this round (their next look is in the future).
-		startRelease()
-		if inFlight == 0 && releasing == nil {
+		r.startRelease()
+		if r.inFlight == 0 && r.releasing == nil {
 			break // every drive finished and every lease is given back
 		}
-		select {
-		case f := <-done:
-			finished(f)
-		case lost := <-releasing:
-			rep.Lost += lost
-			releasing = nil
-		case <-slots.wake:
-			continue // a drive handed its slot back: claim for it
-		case <-tick:
-			continue // drives are slow (the gateway hangs): still beat on time
+		r.wait(tick)
+	}
+	return r.end()
+}
+
+// producer is one round of the patrol (runRound), River's producer: it claims due rows for the
+// workers that are free, starts a drive for each, and gives the leases of finished drives back.
+// Its fields are the round's goroutine's alone; drives report through done, slots and stats.
+type producer struct {
+	s       *Service
+	ctx     context.Context // the round's: its end is the replica's stop
+	dctx    context.Context // the drives' parent: ctx marked as the stop, with the round's stats
+	sources []patrolSource
+	stats   *roundStats
+	rep     RoundReport
+
+	// backingOff: the round began in a back-off (gateway sources are skipped). probing: it is
+	// the first round after one, driving at most probeSize rows until their answers are in.
+	backingOff, probing  bool
+	probeSize, probeSent int
+
+	// inFlight: drives started and not finished (their leases are still to be given back). slots:
+	// those of them still holding one of the width's slots — a drive gives its slot back when it
+	// hands its last answer to be written (handOff), as River frees a worker when its job returns
+	// and completes it in the background, and takes one again before it asks the gateway again
+	// (retakeSlot). At most width drives talk to the gateway at once, and at most width more wait
+	// for their answers to be written.
+	width    int
+	inFlight int
+	slots    *slotPool
+	done     chan finishedDrive
+	// toRelease: finished drives to release, per source: [0] looked, [1] cut by shutdown.
+	// releasing: the release in flight reports the leases it found lost; nil: none.
+	toRelease [][2][]heldLease
+	releasing chan int
+
+	// exhausted: the source came back short since the last beat (everything due is claimed,
+	// here or by another replica). next: the source whose turn is next.
+	exhausted    []bool
+	next         int
+	stopFetching bool // claim nothing more this round
+	swept        bool // a gateway source was claimed from
+	firstErr     error
+}
+
+func (s *Service) newProducer(ctx context.Context, sources []patrolSource) *producer {
+	p := s.patrol
+	now := s.cfg.Clock.Now()
+	p.mu.Lock()
+	backingOff := now.Before(p.backoffUntil)
+	probing := !backingOff && p.backoffLevel > 0
+	p.mu.Unlock()
+
+	width := s.cfg.SweepConcurrency
+	stats := &roundStats{}
+	return &producer{s: s, ctx: ctx, dctx: context.WithValue(withStop(ctx), roundCtxKey{}, stats), sources: sources,
+		stats: stats, backingOff: backingOff, probing: probing, probeSize: max(1, width/4),
+		width: width, slots: newSlotPool(width), done: make(chan finishedDrive, 2*width),
+		toRelease: make([][2][]heldLease, len(sources)), exhausted: make([]bool, len(sources))}
+}
+
+// finished records a drive that returned: its lease goes in the next release.
+func (r *producer) finished(f finishedDrive) {
+	r.rep.Driven++
+	r.s.patrol.progress(false, 1) // the heartbeat's total moves with each drive, not at the round's end
+	r.inFlight--
+	switch f.end {
+	case endRelease:
+		if r.sources[f.source].leases == nil {
+			break // the source's drives give their rows back themselves
 		}
-	drain: // take every drive that finished meanwhile: one claim, then one release for all of them
-		for inFlight > 0 {
-			select {
-			case f := <-done:
-				finished(f)
-			default:
-				break drain
+		k := 0
+		if f.interrupted {
+			k = 1
+		}
+		r.toRelease[f.source][k] = append(r.toRelease[f.source][k], f.lease)
+	case endLost:
+		r.rep.Lost++ // the drive found its lease taken over
+	}
+}
+
+// startRelease gives back the leases of the drives that finished, beside the producer and one
+// release at a time (River's completer): the producer goes on claiming for the workers that just
+// freed up meanwhile. Whatever finishes during a release goes in the next one.
+func (r *producer) startRelease() {
+	if r.releasing != nil {
+		return
+	}
+	type job struct {
+		tbl         leaseTable
+		kind        string
+		leases      []heldLease
+		interrupted bool
+	}
+	var jobs []job
+	for i := range r.toRelease {
+		for k, ls := range r.toRelease[i] {
+			if len(ls) == 0 {
+				continue
 			}
+			jobs = append(jobs, job{tbl: *r.sources[i].leases, kind: r.sources[i].kind, leases: ls, interrupted: k == 1})
+			r.toRelease[i][k] = nil
 		}
 	}
-	if calls, _ := stats.window(); probing && calls == 0 && ctx.Err() == nil && firstErr == nil {
+	if len(jobs) == 0 {
+		return
+	}
+	ch := make(chan int, 1)
+	r.releasing = ch
+	go func() {
+		lost := 0
+		for _, j := range jobs {
+			n, err := r.s.releaseBatch(r.ctx, j.tbl, j.leases, j.interrupted)
+			if err != nil {
+				r.s.log.Error("patrol: release", "kind", j.kind, "err", err)
+			}
+			lost += n
+		}
+		ch <- lost
+	}()
+}
+
+// claimable: the source is claimed from when its turn comes (not short since the last beat, and
+// not a gateway source in a back-off).
+func (r *producer) claimable(j int) bool {
+	return !r.exhausted[j] && !(r.backingOff && r.sources[j].gateway)
+}
+
+// backlog: a source is still claimed from, so the round goes on.
+func (r *producer) backlog() bool {
+	for j := range r.sources {
+		if r.claimable(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeProbe: once the probe's drives are back, the round goes on at full width, or stops and
+// lets judgeRound back off again. A probe that asked the gateway nothing (only a customer message
+// was due) proves nothing: the back-off stays as it is and the next round probes again. Judged
+// healthy, it ended the back-off with the gateway still down, and the next round hit it at full
+// width (an outside review).
+func (r *producer) judgeProbe() {
+	if !r.probing || r.probeSent == 0 || r.inFlight != 0 {
+		return
+	}
+	if calls, _ := r.stats.window(); calls == 0 {
+		r.stopFetching = true
+	} else if r.stats.failing(1) {
+		r.stopFetching = true
+	} else {
+		r.probing = false
+		r.s.endBackoff()
+	}
+}
+
+// afterBeat decides, at each beat, whether the round claims on.
+func (r *producer) afterBeat(roundStarted time.Time) {
+	switch {
+	case r.backingOff && !r.s.backingOff():
+		// The back-off this round began in is over: the round claims nothing more, so it ends
+		// with its drives and the next one probes the gateway (a round of outbox drives alone,
+		// re-armed every beat, kept every gateway source skipped).
+		r.stopFetching = true
+	case time.Since(roundStarted) < r.s.driveBudget() || r.backlog():
+		// What fell due since a source came back short (first looks, rows a stopping replica
+		// handed back due now) is claimed now, as the next round would: a round lasts as long as
+		// its slowest drive (up to the drive budget, five gateway timeouts), and its free workers
+		// waited for that with due work in the table. Past one drive budget of the round's start
+		// only while another source still has due work: a round fed every beat alone would never
+		// end, and its report (judgeRound) never come; a round fed by a backlog goes on anyway (a
+		// drain after an outage is one round), and a source short once waited behind all of it (a
+		// due session behind a thousand pending refunds: an outside review).
+		clear(r.exhausted)
+	}
+}
+
+// claim leases due rows for the free workers, the sources in turn, and starts their drives.
+func (r *producer) claim() {
+	s, p := r.s, r.s.patrol
+	free := min(r.slots.free(), 2*r.width-r.inFlight)
+	if r.probing {
+		free = min(free, r.probeSize-r.probeSent)
+	}
+	for !r.stopFetching && free > 0 {
+		if !r.probing && r.stats.failing(BackoffMinCalls) {
+			r.stopFetching = true // the gateway is failing: claim nothing more this round
+			return
+		}
+		i := -1
+		for k := range r.sources {
+			j := (r.next + k) % len(r.sources)
+			if r.claimable(j) {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return
+		}
+		r.next = (i + 1) % len(r.sources)
+		src := r.sources[i]
+		r.swept = r.swept || src.gateway
+		if src.gateway {
+			// A long drain is one round: its claims are sweeping, and the heartbeat says so as
+			// they happen (judged only at the round's end, a replica draining at full width
+			// after an outage looked stuck to PitlaneReplicaNotSweeping: an outside review).
+			p.progress(true, 0)
+		}
+		if r.ctx.Err() != nil {
+			r.stopFetching = true // stopped between two claims
+			return
+		}
+		// A claim is not cut by the stop: cut while its COMMIT's answer is on the wire, it would
+		// have leased rows it never returns, and they would wait out their lease with no drive
+		// (six gateway timeouts). A claim begun before the stop ends (SKIP LOCKED: it waits for
+		// no row), and its drives, started under the stopped round, give their rows straight
+		// back, due now. One still running a gateway timeout after the stop (behind a
+		// migration's table lock, a database that stopped answering) is cut then: a stop never
+		// hangs on it.
+		reserved := r.slots.reserve(free) // a drive retaking a slot meanwhile gets none of these
+		if reserved == 0 {
+			return
+		}
+		cctx, cancelClaim := s.claimContext(r.ctx)
+		jobs, err := src.claim(cctx, reserved)
+		cancelClaim()
+		r.slots.give(reserved - len(jobs))
+		if err != nil {
+			r.firstErr = err
+			r.stopFetching = true
+			return
+		}
+		if len(jobs) < reserved {
+			r.exhausted[i] = true // everything due is claimed, here or by another replica
+		}
+		if h := s.cfg.Hooks.AfterSweepClaim; h != nil && src.kind == "session" && len(jobs) > 0 {
+			ids := make([]string, len(jobs))
+			for k, j := range jobs {
+				ids[k] = j.id
+			}
+			h(r.ctx, ids)
+		}
+		for _, j := range jobs {
+			r.inFlight++
+			p.inFlight.Add(1)
+			go r.drive(i, j, &driveSlot{pool: r.slots, held: true}) // one of the reserved
+		}
+		free -= len(jobs)
+		if r.probing {
+			r.probeSent += len(jobs)
+		}
+	}
+}
+
+// drive is one worker: it drives the row of source i it holds the lease of, and reports to done.
+func (r *producer) drive(i int, j patrolJob, slot *driveSlot) {
+	s, src := r.s, r.sources[i]
+	f := finishedDrive{source: i, lease: heldLease{id: j.id, token: j.token}}
+	defer func() { slot.handOff(); s.patrol.inFlight.Add(-1); r.done <- f }()
+	if s.leaseSpent(j.leasedAt) {
+		// The claim came back so late (a busy pool, a pooler's queue, a commit waiting for a
+		// standby) that less than a gateway timeout of the lease is left: nothing is sent beside
+		// the row's next holder. The row goes back due now, its schedule untouched (as a drive
+		// cut by shutdown), for a claim with a whole lease; a source that releases its own rows
+		// lets the lease run out.
+		s.log.Warn("patrol: the lease was spent before its drive started; giving the row back",
+			"kind", src.kind, "id", j.id, "claimed", j.leasedAt)
+		f.end, f.interrupted = endDone, false
+		if src.leases != nil {
+			f.end, f.interrupted = endRelease, true
+		}
+		return
+	}
+	jctx, cancel := s.driveContext(context.WithValue(r.dctx, slotCtxKey{}, slot), j.leasedAt)
+	f.end = s.runDrive(jctx, src.kind, j)
+	f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
+	cancel()
+}
+
+// wait waits for the next thing the producer acts on: a drive that finished (then every drive
+// that finished meanwhile: one claim, then one release for all of them), the release in flight,
+// a slot handed back, or the beat's tick (drives are slow, the gateway hangs: still beat on time).
+func (r *producer) wait(tick <-chan time.Time) {
+	select {
+	case f := <-r.done:
+		r.finished(f)
+	case lost := <-r.releasing:
+		r.rep.Lost += lost
+		r.releasing = nil
+	case <-r.slots.wake:
+		return // a drive handed its slot back: claim for it
+	case <-tick:
+		return
+	}
+	for r.inFlight > 0 {
+		select {
+		case f := <-r.done:
+			r.finished(f)
+		default:
+			return
+		}
+	}
+}
+
+// end reports the round once its drives finished and their leases are given back.
+func (r *producer) end() (RoundReport, error) {
+	s := r.s
+	if calls, _ := r.stats.window(); r.probing && calls == 0 && r.ctx.Err() == nil && r.firstErr == nil {
 		// The back-off ran out with nothing due at the gateway (or only customer messages): the
-		// probe asked it nothing, and the back-off, its gauge and PitlanePatrolBackingOff's
-		// "the gateway keeps failing" stayed for as long as nothing fell due — hours on a quiet
-		// night after the gateway had long recovered (an outside review). One question that
-		// changes nothing tells: answered, the back-off ends; not, it lengthens as a failed
-		// probe's does (judgeRound).
-		s.probeGateway(dctx)
-		if !stats.failing(1) {
-			probing = false
+		// probe asked it nothing, and the back-off, its gauge and PitlanePatrolBackingOff's "the
+		// gateway keeps failing" stayed for as long as nothing fell due — hours on a quiet night
+		// after the gateway had long recovered (an outside review). One question that changes
+		// nothing tells: answered, the back-off ends; not, it lengthens as a failed probe's does
+		// (judgeRound).
+		s.probeGateway(r.dctx)
+		if !r.stats.failing(1) {
+			r.probing = false
 			s.endBackoff()
 		}
 	}
-	rep.Calls, rep.Failed = int(stats.calls.Load()), int(stats.failed.Load())
-	rep.Skipped = backingOff
-	s.judgeRound(&rep, stats, probing, swept)
-	return rep, firstErr
+	r.rep.Calls, r.rep.Failed = int(r.stats.calls.Load()), int(r.stats.failed.Load())
+	r.rep.Skipped = r.backingOff
+	s.judgeRound(&r.rep, r.stats, r.probing, r.swept)
+	return r.rep, r.firstErr
 }
 
 // judgeRound updates the back-off after a round: a round whose gateway calls mostly failed
