@@ -132,8 +132,8 @@ func TestTheHeartbeatBacksOffWhileAProbeWaits(t *testing.T) {
 // hit the still-dead gateway at full width and backed off from the first step again. Now a probe
 // with nothing to ask the gateway asks it one read that changes nothing (probeGateway): failed,
 // the back-off lengthens as a failed probe's does. From an outside review; negative control:
-// without the zero-calls case in runRound's probe check, level 0 after the message, and 12
-// status calls in the next round (full width until ten failed).
+// without the zero-calls case in the round's probe check (producer.judgeProbe), level 0 after
+// the message, and 12 status calls in the next round (full width until ten failed).
 func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
 	t.Parallel()
 	const width = 4
@@ -195,7 +195,8 @@ func TestAProbeThatAskedTheGatewayNothingDoesNotEndTheBackoff(t *testing.T) {
 // PitlanePatrolBackingOff saying "the gateway keeps failing" for hours after it had recovered
 // (an outside review). Now such a round asks the gateway one read that changes nothing, logged as
 // a "probe" call of no session, and its answer ends the back-off. Negative control: without
-// probeGateway in runRound, no find, level 1 and the heartbeat backing off after the round.
+// probeGateway at the round's end (producer.end), no find, level 1 and the heartbeat backing
+// off after the round.
 func TestAnIdleReplicaEndsItsBackoffOnceTheGatewayAnswers(t *testing.T) {
 	t.Parallel()
 	b := backedOff(t) // the back-off ran out; the gateway is back
