@@ -651,10 +651,17 @@ func (m *Manager) signIn(c echo.Context, u access.User, signedIn bool) error {
 	if signedIn {
 		rctx = context.WithValue(ctx, renewSignedInKey{}, true)
 	}
+	old := m.sm.Token(ctx)
 	if err := m.sm.RenewToken(rctx); errors.Is(err, errSessionEnded) {
 		return ErrSignedOut
 	} else if err != nil {
 		return fmt.Errorf("sign in: renew token: %w", err)
+	}
+	if signedIn {
+		// The new token is stored through the renewal's link (hashedStore.CommitCtx): a sign-out
+		// of the old one in another tab before the answer keeps it from being stored.
+		ctx = context.WithValue(ctx, renewedFromKey{}, hashToken(old))
+		c.SetRequest(c.Request().WithContext(ctx))
 	}
 	m.sm.Put(ctx, keyEmail, u.Email)
 	m.sm.Put(ctx, keyEpoch, u.SessionEpoch)
@@ -695,14 +702,17 @@ func (m *Manager) Restart(c echo.Context, u access.User) error {
 	return nil
 }
 
-// ReapSessions deletes one bounded batch of expired sessions. pgxstore compares expiry with
-// the database's clock, so this does too. A row another transaction holds is skipped: a sign-in
-// reaps on its way and waited on it, past its bound (an outside review).
+// ReapSessions deletes one bounded batch of expired sessions (and of expired renewal links,
+// hashedStore.DeleteCtx). pgxstore compares expiry with the database's clock, so this does too.
+// A row another transaction holds is skipped: a sign-in reaps on its way and waited on it, past
+// its bound (an outside review).
 func (m *Manager) ReapSessions(ctx context.Context) (int64, error) {
 	if m.db == nil {
 		return 0, nil
 	}
-	tag, err := m.db.Exec(ctx, `DELETE FROM sessions WHERE token IN (SELECT token FROM sessions WHERE expiry < now() LIMIT 1000 FOR UPDATE SKIP LOCKED)`)
+	tag, err := m.db.Exec(ctx, `WITH links AS (DELETE FROM session_renewals WHERE old_token IN
+			(SELECT old_token FROM session_renewals WHERE expiry < now() LIMIT 1000 FOR UPDATE SKIP LOCKED))
+		DELETE FROM sessions WHERE token IN (SELECT token FROM sessions WHERE expiry < now() LIMIT 1000 FOR UPDATE SKIP LOCKED)`)
 	if err != nil {
 		return 0, fmt.Errorf("reap sessions: %w", err)
 	}

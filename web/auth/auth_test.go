@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -57,5 +58,106 @@ func TestSessionSaveOutlivesTheRequestsEnd(t *testing.T) {
 	}
 	if cookie == nil || n != 1 {
 		t.Fatalf("answered signed in, but session cookie %v and %d stored sessions", cookie, n)
+	}
+}
+
+// A sign-out in one tab and a renewal of the same session in another (a new password, "sign out
+// everywhere else"), the sign-out having loaded the session just before the renewal deleted
+// its token: the sign-out found nothing to delete, and the renewal stored the new token, so the
+// browser was signed in again by whichever answer it took last (carried as U2 since the
+// thirty-seventh session). The renewal's link (session_renewals) ends with the sign-out: a
+// renewal stored after it stores nothing (no cookie), one stored before it is deleted. Negative
+// control: DeleteCtx without endRenewals, and CommitCtx without the link — both renewed
+// cookies sign the browser in after it signed out.
+func TestASignOutEndsTheRenewalItRaced(t *testing.T) {
+	t.Parallel()
+	for _, storedFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("renewal stored first=%v", storedFirst), func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.New(t)
+			m := auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())), Secret: []byte("0123456789abcdef0123456789abcdef")})
+			user := access.User{ID: 1, Email: "ops@example.com", Role: access.RoleSupport, SessionEpoch: 1}
+			e := echo.New()
+			e.Use(m.Sessions())
+			outLoaded, outGo := make(chan struct{}), make(chan struct{})
+			renewed, renewGo := make(chan struct{}), make(chan struct{})
+			e.POST("/in", func(c echo.Context) error {
+				if err := m.SignIn(c, user); err != nil {
+					return err
+				}
+				return c.NoContent(http.StatusNoContent) // the session is saved as the answer is written
+			})
+			e.POST("/out", func(c echo.Context) error {
+				close(outLoaded) // the session is loaded: the sign-out will go through
+				<-outGo
+				if err := m.SignOut(c); err != nil {
+					return err
+				}
+				return c.NoContent(http.StatusNoContent)
+			})
+			e.POST("/renew", func(c echo.Context) error {
+				if err := m.SignInAgain(c, user); err != nil {
+					return err
+				}
+				close(renewed) // the old token is deleted; the new one is stored at the answer
+				<-renewGo
+				return c.NoContent(http.StatusNoContent)
+			})
+			e.GET("/who", func(c echo.Context) error { return c.String(http.StatusOK, m.SignedIn(c)) })
+			serve := func(method, path string, ck *http.Cookie) *httptest.ResponseRecorder {
+				r := httptest.NewRequest(method, path, nil)
+				if ck != nil {
+					r.AddCookie(ck)
+				}
+				rec := httptest.NewRecorder()
+				e.ServeHTTP(rec, r)
+				return rec
+			}
+			sessionCookie := func(rec *httptest.ResponseRecorder) *http.Cookie {
+				for _, ck := range rec.Result().Cookies() {
+					if ck.Name == auth.SessionCookie && ck.Value != "" {
+						return ck
+					}
+				}
+				return nil
+			}
+			first := sessionCookie(serve(http.MethodPost, "/in", nil))
+			if first == nil {
+				t.Fatal("sign-in set no session cookie")
+			}
+			out := make(chan *httptest.ResponseRecorder, 1)
+			go func() { out <- serve(http.MethodPost, "/out", first) }()
+			<-outLoaded
+			renewal := make(chan *httptest.ResponseRecorder, 1)
+			go func() { renewal <- serve(http.MethodPost, "/renew", first) }()
+			<-renewed
+			var late *httptest.ResponseRecorder
+			if storedFirst {
+				close(renewGo)
+				late = <-renewal
+				if sessionCookie(late) == nil {
+					t.Fatal("the renewal, stored before the sign-out, set no cookie")
+				}
+				close(outGo)
+				<-out
+			} else {
+				close(outGo)
+				<-out
+				close(renewGo)
+				late = <-renewal
+			}
+			if ck := sessionCookie(late); ck != nil {
+				if who := serve(http.MethodGet, "/who", ck).Body.String(); who != "" {
+					t.Fatalf("signed out, but the renewal's cookie still signs the browser in as %q", who)
+				}
+			}
+			var live int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM sessions WHERE expiry > now()`).Scan(&live); err != nil {
+				t.Fatal(err)
+			}
+			if live > 1 { // the sign-out's own (a message for the sign-in page, no one signed in)
+				t.Fatalf("%d sessions stored after the sign-out, want at most its own", live)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,8 +99,25 @@ func (s hashedStore) Delete(token string) error { return s.DeleteCtx(context.Bac
 
 // CommitCtx is what scs calls (with the request's context). A session the request loaded is
 // updated where it is; gone (ended meanwhile), it stays gone: errSessionEnded. One found under
-// its clear token (the release before) is stored under its hash as Commit does.
+// its clear token (the release before) is stored under its hash as Commit does. A renewed one
+// is stored through its renewal's link, unless that was ended meanwhile: errSessionEnded.
 func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expiry time.Time) error {
+	if from, _ := ctx.Value(renewedFromKey{}).(string); from != "" {
+		// A renewed session is stored only through its link, and only while it is not ended
+		// (a sign-out of the old token meanwhile: DeleteCtx).
+		var stored bool
+		if err := s.db.QueryRow(ctx, `WITH link AS (UPDATE session_renewals SET new_token = $1
+				WHERE old_token = $4 AND NOT ended AND (new_token IS NULL OR new_token = $1) RETURNING 1),
+			ins AS (INSERT INTO sessions (token, data, expiry) SELECT $1, $2, $3 FROM link
+				ON CONFLICT (token) DO UPDATE SET data = EXCLUDED.data, expiry = EXCLUDED.expiry RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM ins)`, hashToken(token), b, expiry, from).Scan(&stored); err != nil {
+			return err
+		}
+		if !stored {
+			return errSessionEnded
+		}
+		return nil
+	}
 	if only, _ := ctx.Value(existingOnlyKey{}).(bool); !only {
 		return s.commit(ctx, token, b, expiry)
 	}
@@ -122,17 +140,62 @@ func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expi
 // Manager.SignInAgain): the old token's delete must find it.
 type renewSignedInKey struct{}
 
-// DeleteCtx is what scs calls (RenewToken, Destroy). For a signed-in session's renewal, the
-// session must still be there: one signed out while the request ran (a "sign out everywhere
-// else" waiting on the user's row while the user signed out in another tab) was renewed onto a
-// new token and signed the browser in again (an outside review): errSessionEnded instead.
+// renewedFromKey marks the context of a renewed session's commit with the hash of the token it
+// was renewed from (Manager.signIn): the commit goes through the renewal's link.
+type renewedFromKey struct{}
+
+// DeleteCtx is what scs calls (RenewToken, Destroy).
+//
+// For a signed-in session's renewal, the session must still be there: one signed out while the
+// request ran (a "sign out everywhere else" waiting on the user's row while the user signed out
+// in another tab) was renewed onto a new token and signed the browser in again (an outside
+// review): errSessionEnded instead. The delete leaves the renewal's link (session_renewals, in
+// the same statement), which its commit fills in with the new token (CommitCtx).
+//
+// Any other delete (a sign-out, a sign-in over an old session) also ends what the token was
+// renewed into. A sign-out that loaded its session just before a renewal in another tab deleted
+// it found nothing to delete, and the renewal then stored the new token: signed out, the
+// browser was signed in again by whichever answer came last. Now it ends the link: a renewal not
+// yet stored stores nothing (errSessionEnded), one already stored is deleted.
 func (s hashedStore) DeleteCtx(ctx context.Context, token string) error {
-	n, err := s.delete(ctx, token)
-	if err != nil {
+	if only, _ := ctx.Value(renewSignedInKey{}).(bool); only {
+		var n int
+		if err := s.db.QueryRow(ctx, `WITH d AS (DELETE FROM sessions WHERE token = $1 OR token = $2 RETURNING 1),
+			l AS (INSERT INTO session_renewals (old_token, expiry) SELECT $1, now() + interval '1 hour'
+				WHERE EXISTS (SELECT 1 FROM d) ON CONFLICT (old_token) DO NOTHING)
+			SELECT count(*) FROM d`, hashToken(token), token).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errSessionEnded
+		}
+		return nil
+	}
+	if _, err := s.delete(ctx, token); err != nil {
 		return err
 	}
-	if only, _ := ctx.Value(renewSignedInKey{}).(bool); only && n == 0 {
-		return errSessionEnded
+	return s.endRenewals(ctx, hashToken(token))
+}
+
+// endRenewals ends the renewals of the session stored under key: each link is marked ended and
+// the session it leads to deleted, down the chain (a session renewed again). The delete is a
+// statement of its own, after the mark: it must see the session a renewal committing meanwhile
+// stored (the mark waited for its link's row, and returns its new token), which a snapshot
+// taken before that commit would not.
+func (s hashedStore) endRenewals(ctx context.Context, key string) error {
+	for range 16 { // a chain longer than any a user makes in the link's hour
+		var next *string
+		err := s.db.QueryRow(ctx, `UPDATE session_renewals SET ended = true WHERE old_token = $1 RETURNING new_token`, key).Scan(&next)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && next == nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("end renewals: %w", err)
+		}
+		if _, err := s.db.Exec(ctx, `DELETE FROM sessions WHERE token = $1`, *next); err != nil {
+			return fmt.Errorf("end renewals: %w", err)
+		}
+		key = *next
 	}
 	return nil
 }
