@@ -161,3 +161,27 @@ func TestASignOutEndsTheRenewalItRaced(t *testing.T) {
 		})
 	}
 }
+
+// ReapSessions deletes expired renewal links with the expired sessions (a sign-in reaps on its
+// way and only logs a failure, so a broken statement would go unnoticed there).
+func TestReapSessionsReapsExpiredRenewalLinks(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	m := auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO sessions (token, data, expiry) VALUES ('old', '', now() - interval '1 minute'), ('new', '', now() + interval '1 hour');
+		INSERT INTO session_renewals (old_token, expiry) VALUES ('a', now() - interval '1 minute'), ('b', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := m.ReapSessions(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("reaped %d sessions (%v), want 1", n, err)
+	}
+	var sessions, links string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT string_agg(token, ',') FROM sessions), (SELECT string_agg(old_token, ',') FROM session_renewals)`).Scan(&sessions, &links); err != nil {
+		t.Fatal(err)
+	}
+	if sessions != "new" || links != "b" {
+		t.Fatalf("left sessions %q and links %q, want the live ones alone (new, b)", sessions, links)
+	}
+}
