@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"pitlane/access"
@@ -16,14 +17,31 @@ import (
 	"pitlane/web/auth"
 )
 
+// newManager is a session manager on a fresh database of its own.
+func newManager(t *testing.T) (*auth.Manager, *pgxpool.Pool) {
+	t.Helper()
+	pool := testdb.New(t)
+	return auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())),
+		Secret: []byte("0123456789abcdef0123456789abcdef")}), pool
+}
+
+// sessionCookie is the session cookie an answer set (nil: none, or one that clears it).
+func sessionCookie(rec *httptest.ResponseRecorder) *http.Cookie {
+	for _, ck := range rec.Result().Cookies() {
+		if ck.Name == auth.SessionCookie && ck.Value != "" {
+			return ck
+		}
+	}
+	return nil
+}
+
 // A handler that succeeds just as its request's context ends (the request's bound fired
 // between its last statement and its answer) still gets its session saved: the save outlives
 // the request by auth.SaveGrace. Before, a sign-in answered 303 "signed in" while its session
 // was never stored (no cookie), and a renewal had already deleted the old one: signed out.
 func TestSessionSaveOutlivesTheRequestsEnd(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	m := auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	m, pool := newManager(t)
 	e := echo.New()
 	type cutKey struct{}
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the request's bound, fired by the handler
@@ -46,12 +64,7 @@ func TestSessionSaveOutlivesTheRequestsEnd(t *testing.T) {
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("sign-in: %d\n%s", rec.Code, rec.Body)
 	}
-	var cookie *http.Cookie
-	for _, c := range rec.Result().Cookies() {
-		if c.Name == auth.SessionCookie && c.Value != "" {
-			cookie = c
-		}
-	}
+	cookie := sessionCookie(rec)
 	var n int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM sessions WHERE expiry > now()`).Scan(&n); err != nil {
 		t.Fatal(err)
@@ -74,8 +87,7 @@ func TestASignOutEndsTheRenewalItRaced(t *testing.T) {
 	for _, storedFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("renewal stored first=%v", storedFirst), func(t *testing.T) {
 			t.Parallel()
-			pool := testdb.New(t)
-			m := auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())), Secret: []byte("0123456789abcdef0123456789abcdef")})
+			m, pool := newManager(t)
 			user := access.User{ID: 1, Email: "ops@example.com", Role: access.RoleSupport, SessionEpoch: 1}
 			e := echo.New()
 			e.Use(m.Sessions())
@@ -112,14 +124,6 @@ func TestASignOutEndsTheRenewalItRaced(t *testing.T) {
 				rec := httptest.NewRecorder()
 				e.ServeHTTP(rec, r)
 				return rec
-			}
-			sessionCookie := func(rec *httptest.ResponseRecorder) *http.Cookie {
-				for _, ck := range rec.Result().Cookies() {
-					if ck.Name == auth.SessionCookie && ck.Value != "" {
-						return ck
-					}
-				}
-				return nil
 			}
 			first := sessionCookie(serve(http.MethodPost, "/in", nil))
 			if first == nil {
@@ -166,8 +170,7 @@ func TestASignOutEndsTheRenewalItRaced(t *testing.T) {
 // way and only logs a failure, so a broken statement would go unnoticed there).
 func TestReapSessionsReapsExpiredRenewalLinks(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	m := auth.New(auth.Config{DB: pool, Access: access.New(pool, payments.NewManualClock(time.Now())), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	m, pool := newManager(t)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `INSERT INTO sessions (token, data, expiry) VALUES ('old', '', now() - interval '1 minute'), ('new', '', now() + interval '1 hour');
 		INSERT INTO session_renewals (old_token, expiry) VALUES ('a', now() - interval '1 minute'), ('b', now() + interval '1 hour')`); err != nil {
