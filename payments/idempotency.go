@@ -597,17 +597,29 @@ func (x *Idempotency) recordContext(ctx context.Context) (context.Context, conte
 }
 
 // giveUp lets go of a key after the effect failed. Failures that by their code had no effect
-// (invalid input, not found, a conflict, busy) release the key, so the client can use it again
-// for a corrected request; anything else (a database outage or lock timeout mid-way, an internal
-// error) may have had an effect, so the key stays bound to this request and is abandoned for the
-// same request to take over at once (running the effect again is safe: Create's per-order claim
-// finds the session it made, a refund's RequestKey finds the refund).
+// (invalid input, not found, a conflict, busy) release a client's key, so the client can use it
+// again for a corrected request; anything else (a database outage or lock timeout mid-way, an
+// internal error) may have had an effect, so the key stays bound to this request and is
+// abandoned for the same request to take over at once (running the effect again is safe:
+// Create's per-order claim finds the session it made, a refund's RequestKey finds the refund).
+//
+// An intent is always abandoned, never released: its use (Since) outlives a refusal of this
+// request. An identical request that found the intent busy ran its effect under this use
+// (BusyRunsEffect) and may have made the resource after this one was refused — a refund claimed
+// once the patrol settled a Pending one Failed, freeing the room this one lacked. Released, the
+// next identical request started a new use, and a refund keyed by it was a second refund of
+// the same keyless intent (an outside review). Kept, it takes the use over and finds that
+// resource. There is no corrected request to free it for: an intent's key is its request.
 func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, token string, cause error) {
 	ctx, cancel := x.recordContext(ctx)
 	defer cancel()
 	var err error
 	switch ErrorCode(cause) {
 	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
+		if r.Kind == IdempotencyIntentKey {
+			err = x.Abandon(ctx, r, token)
+			break
+		}
 		err = x.Release(ctx, r, token)
 	default:
 		err = x.Abandon(ctx, r, token)

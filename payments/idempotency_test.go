@@ -548,3 +548,48 @@ func TestIdempotencyRunOwnsTheProtocol(t *testing.T) {
 		t.Fatalf("busy intent with BusyRunsEffect = %+v %v", out, err)
 	}
 }
+
+// An intent's use outlives a refusal. Two identical keyless requests arrive together: the first
+// holds the intent, the second (busy: BusyRunsEffect) runs its effect under the first one's use
+// and makes the resource; the first is then refused (a 409: a Pending refund held the room until
+// the patrol settled it Failed). The next identical request, seconds later, must run under the
+// same use (Since): a refund's RequestKey is derived from it, and a new use made a second refund
+// of the same keyless intent (an outside review). Negative control: releasing an intent on a
+// refusal, as a client key is released, gives the third request a new use.
+func TestIntentUseOutlivesARefusal(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cl := newClient(t, b, "shop")
+	x := payments.NewIdempotency(b.svc, payments.IdempotencyConfig{})
+	r := intentReq(cl.ID, payments.RefundIntentKey(uuid.NewString(), 500))
+	r.BusyRunsEffect = true
+
+	var firstUse, busyUse, nextUse time.Time
+	made := uuid.NewString()
+	_, err := x.Run(ctx, r, func(ctx context.Context, slot payments.Slot) (string, int, error) {
+		firstUse = slot.Since
+		out, err := x.Run(ctx, r, func(_ context.Context, busy payments.Slot) (string, int, error) {
+			busyUse = busy.Since
+			return made, 201, nil
+		})
+		if err != nil || out.ResourceID != made {
+			t.Fatalf("the busy duplicate = %+v %v", out, err)
+		}
+		return "", 0, payments.Errorf(payments.ECONFLICT, "the refunds would exceed the amount received")
+	})
+	if payments.ErrorCode(err) != payments.ECONFLICT || !busyUse.Equal(firstUse) {
+		t.Fatalf("first = %v; the busy duplicate ran under %s, the first under %s", err, busyUse, firstUse)
+	}
+
+	b.clock.Advance(10 * time.Second)
+	if _, err := x.Run(ctx, r, func(_ context.Context, slot payments.Slot) (string, int, error) {
+		nextUse = slot.Since
+		return made, 201, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !nextUse.Equal(firstUse) {
+		t.Fatalf("the request 10 s later ran under a new use (%s, the first %s): its refund would be a second one", nextUse, firstUse)
+	}
+}
