@@ -178,3 +178,35 @@ func TestPlantedLegacySessionCookieDoesNotSignTheVictimIn(t *testing.T) {
 		t.Fatalf("the attacker's own session: %d", rec.Code)
 	}
 }
+
+// A browser with no __Host- CSRF seed yet (a fresh or restarted one: the cookie dies with the
+// browser) takes the unprefixed seed of the rollout, and a page on a sibling subdomain can plant
+// one (Domain=) with the value the attacker got by opening /login, then post the sign-in form
+// with the attacker's credentials and that seed's token: the victim's browser signed in as the
+// attacker (login CSRF; an outside review). The browser says where the form came from
+// (Sec-Fetch-Site: same-site), and a sibling is another site to the console. Negative control:
+// refusing only cross-site posts signs the victim in.
+func TestPlantedLegacyCSRFSeedInAFreshBrowserIsRefused(t *testing.T) {
+	t.Parallel()
+	b, eNew := httpsBench(t)
+	b.user(t, "attacker@example.com", access.RoleSupport)
+	attacker := newAgentAt(t, eNew, httpsSite)
+	attacker.get("/login")
+	seed := attacker.cookie(auth.CSRFCookie) // the unprefixed twin written beside the __Host- one
+	if seed == nil {
+		t.Fatal("no unprefixed seed written")
+	}
+
+	victim := newAgentAt(t, eNew, httpsSite) // has not opened the console in this browser session
+	victim.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.CSRFCookie, Value: seed.Value}}) // planted by the sibling
+	form := url.Values{"email": {"attacker@example.com"}, "password": {testPassword}, "csrf_token": {attacker.csrf}}
+	r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Sec-Fetch-Site", "same-site")
+	if rec := victim.do(r); rec.Code != http.StatusForbidden {
+		t.Fatalf("a sign-in posted from a sibling site with a planted seed: %d, want 403", rec.Code)
+	}
+	if victim.cookie(auth.HostSessionCookie) != nil {
+		t.Fatal("the victim's browser got a session")
+	}
+}

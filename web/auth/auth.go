@@ -295,8 +295,13 @@ func (m *Manager) CSRF() echo.MiddlewareFunc {
 			// A browser that says the request comes from another site (Sec-Fetch-Site, sent by
 			// every current browser) is refused before the token is looked at: a second layer
 			// that holds even if a token leaked. No form of ours posts from another site (the
-			// gateway sends the customer back with a GET).
-			if req.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			// gateway sends the customer back with a GET). A page on a sibling subdomain is
+			// another site too (same-site), as for the GETs that write (web.go): it can plant
+			// the unprefixed CSRF seed of the __Host- rollout in a browser that holds no
+			// __Host- one yet (a fresh or restarted browser), and then post the sign-in form
+			// with the token of the seed it chose — the victim signed in as the attacker (an
+			// outside review).
+			if sfs := req.Header.Get("Sec-Fetch-Site"); sfs == "cross-site" || sfs == "same-site" {
 				return payments.Errorf(payments.EFORBIDDEN,
 					"This form was sent from another site (CSRF check failed). Open the page on this site and try again.")
 			}
