@@ -197,7 +197,7 @@ func TestPlantedLegacyCSRFSeedInAFreshBrowserIsRefused(t *testing.T) {
 		t.Fatal("no unprefixed seed written")
 	}
 
-	victim := newAgentAt(t, eNew, httpsSite) // has not opened the console in this browser session
+	victim := newAgentAt(t, eNew, httpsSite)                                                     // has not opened the console in this browser session
 	victim.jar.SetCookies(httpsSite, []*http.Cookie{{Name: auth.CSRFCookie, Value: seed.Value}}) // planted by the sibling
 	form := url.Values{"email": {"attacker@example.com"}, "password": {testPassword}, "csrf_token": {attacker.csrf}}
 	r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
