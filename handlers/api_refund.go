@@ -37,7 +37,8 @@ func refundLocation(id string) string { return refundsPath + id }
 // a completed key replays the refund it created AS IT IS NOW with the first answer's status and
 // Idempotent-Replayed: true; without one, the intent (payment, amount; 5 minutes sliding from
 // the last identical request, from any API client) is the key. Failures without effect (404,
-// 409, 422) release the key; an uncertain one abandons it to the same request. While a client key's first request
+// 409, 422) release a client's key (an intent keeps its use: Idempotency.giveUp); an uncertain
+// one abandons it to the same request. While a client key's first request
 // still runs: 409 + Retry-After. A keyless refund's intent is completed with the refund in the
 // refund's claim (Bind), so an identical keyless request that arrives while the first one waits
 // for the gateway replays the Pending refund (202): the contract's "is the same refund". One that

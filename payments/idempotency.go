@@ -32,7 +32,8 @@ import (
 //     is held after this transaction.
 //  3. Do the work (the effect: Create's claim transaction then the gateway, no key lock held).
 //  4. Complete (resource id + response code), or Release when the work failed before any effect
-//     (the key is not burnt: the client may fix the request and use it again), or Abandon when
+//     (the key is not burnt: the client may fix the request and use it again; never an intent,
+//     whose use outlives a refusal: giveUp), or Abandon when
 //     the outcome is uncertain (the row stays bound to this request and the same request may
 //     take it over at once; the core's per-order claim makes running Create again safe). An
 //     intent key is completed by the effect's own transaction where the effect offers one
