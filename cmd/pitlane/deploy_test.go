@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -307,6 +308,54 @@ func TestDeploySystemdUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// The retention timer's service runs `pitlane prune` with arguments the command takes (it gets as
+// far as wanting DATABASE_URL), and systemd reads both units as they ship.
+func TestDeployPruneTimer(t *testing.T) {
+	t.Parallel()
+	const servicePath, timerPath = "../../deploy/pitlane-prune.service", "../../deploy/pitlane-prune.timer"
+	svc := readConf(t, servicePath)["Service"]
+	if len(svc["ExecStart"]) != 1 || len(svc["EnvironmentFile"]) != 1 || len(svc["Type"]) != 1 || svc["Type"][0] != "oneshot" {
+		t.Fatalf("[Service] ExecStart %q EnvironmentFile %q Type %q", svc["ExecStart"], svc["EnvironmentFile"], svc["Type"])
+	}
+	f := strings.Fields(svc["ExecStart"][0])
+	if len(f) < 2 || filepath.Base(f[0]) != "pitlane" || f[1] != "prune" {
+		t.Fatalf("ExecStart %q, want pitlane prune", svc["ExecStart"][0])
+	}
+	var stdout, stderr strings.Builder
+	env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" },
+		Logger: slog.New(slog.DiscardHandler)}
+	if code := Main(f[1:], env); code != 2 || !strings.Contains(stderr.String(), "DATABASE_URL") {
+		t.Fatalf("pitlane %s without a database: exit %d, %q; want the arguments taken and DATABASE_URL asked for", strings.Join(f[1:], " "), code, stderr.String())
+	}
+	if timer := readConf(t, timerPath)["Timer"]; len(timer["OnCalendar"]) != 1 {
+		t.Fatalf("[Timer] OnCalendar %q", timer["OnCalendar"])
+	}
+
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze not found: run `make test` (it installs it) or `apt-get install -y systemd`")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, p := range []string{servicePath, timerPath} {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := regexp.MustCompile(`(?m)^ExecStart=\S+`).ReplaceAllString(string(raw), "ExecStart="+self)
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(p)), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(analyze, "verify", filepath.Join(dir, "pitlane-prune.service"), filepath.Join(dir, "pitlane-prune.timer")).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}

@@ -40,7 +40,7 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 	}
 	dry := fs.Bool("dry-run", false, "count what would be deleted; delete nothing")
 	if err := fs.Parse(args); err != nil {
-		return Usagef("prune: %v (%s)", err, usage)
+		return Usagef("%v (%s)", err, usage)
 	}
 	if fs.NArg() > 0 {
 		return Usagef(usage)
@@ -63,7 +63,7 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 		err = requireMigrated(ctx, pool)
 	}
 	if err != nil {
-		return fmt.Errorf("prune: %w", err)
+		return err
 	}
 	svc := payments.NewService(pool, payments.Config{Clock: clock, Logger: env.Logger.With("component", "prune"), ReplicaID: cfg.ReplicaID})
 	counts, err := svc.Prune(ctx, payments.PruneConfig{
@@ -72,7 +72,7 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 	})
 	printPrune(env.Stdout, counts, *dry)
 	if err != nil {
-		return fmt.Errorf("prune: stopped: %w; run it again", err)
+		return fmt.Errorf("stopped: %w; run it again", err)
 	}
 	return nil
 }
