@@ -203,6 +203,7 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 // exhaustion). Should the order's payment end between the check and Create's claim, this click
 // does start one: its key is written then, bound to the session and counted like any start.
 func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateInput, now time.Time) (CheckoutPayResult, error) {
+	in.checkoutStart = key // the claim holds a start to the order's budget
 	res, err := s.Create(ctx, checkoutActor(key), in)
 	if err != nil {
 		return CheckoutPayResult{}, err
@@ -269,24 +270,42 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key strin
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCreateOrder), orderID); err != nil {
 		return false, dbError("checkout: lock order", err, "")
 	}
-	var n int
-	var oldest *time.Time
+	var starts checkoutStarts
 	// A paid order, or one with an active payment, starts nothing new whatever the click
 	// (Create answers "already paid", the active payment, or "another payment is active"): such
 	// clicks — stale tabs, the back button — get that answer, not "too many attempts".
-	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at),
+	if err := tx.QueryRow(ctx, `SELECT starts.*,
 			coalesce((SELECT status = 'Paid' OR active_session_id IS NOT NULL FROM orders WHERE order_id = $1), false)
 			OR coalesce((SELECT amount <> $4 OR currency <> $5 FROM checkout_prices WHERE order_id = $1), false)
 			OR (`+latePaymentInReviewSQL+`)
-		FROM checkout_intents WHERE order_id = $1 AND created_at > $2 AND key <> $3`,
-		orderID, now.Add(-time.Hour), key, in.Amount, in.Currency).Scan(&n, &oldest, &startsNothing); err != nil {
+		FROM (`+checkoutStartsSQL+`) starts`,
+		orderID, now.Add(-time.Hour), key, in.Amount, in.Currency).Scan(&starts.n, &starts.oldest, &startsNothing); err != nil {
 		return false, dbError("checkout: count starts", err, "")
 	}
-	if n < CheckoutStartsPerHour || startsNothing {
-		return startsNothing, nil
+	if startsNothing {
+		return true, nil
 	}
-	wait := oldest.Add(time.Hour).Sub(now)
-	return false, &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
+	return false, starts.spent(now)
+}
+
+// checkoutStartsSQL counts an order's Pay clicks ($1) that started a payment since $2, but for
+// the click $3 itself, and gives the oldest one's time. Read under the order's lock.
+const checkoutStartsSQL = `SELECT count(*)::int, min(created_at) FROM checkout_intents WHERE order_id = $1 AND created_at > $2 AND key <> $3`
+
+// checkoutStarts is checkoutStartsSQL's answer.
+type checkoutStarts struct {
+	n      int
+	oldest *time.Time
+}
+
+// spent is ELOCKED, with when the oldest counted start is an hour old, once the order's
+// CheckoutStartsPerHour are spent.
+func (c checkoutStarts) spent(now time.Time) error {
+	if c.n < CheckoutStartsPerHour || c.oldest == nil {
+		return nil
+	}
+	wait := c.oldest.Add(time.Hour).Sub(now)
+	return &Error{Code: ELOCKED, RetryAfter: wait, Message: fmt.Sprintf(
 		"this order's payment was started %d times within the last hour, the most we allow: please try again in %s. Nothing was charged by this click.",
 		CheckoutStartsPerHour, RoundUpWait(wait))}
 }

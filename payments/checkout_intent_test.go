@@ -2,7 +2,9 @@ package payments_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -225,5 +227,60 @@ func TestCheckoutKeylessClickThatStartsAPaymentAfterAllIsCounted(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, in.OrderID); n != 2 {
 		t.Fatalf("counted starts = %d, want both clicks that started a payment", n)
+	}
+}
+
+// A click judged to start nothing (a payment of the order under way) writes no key and spends
+// none of the order's CheckoutStartsPerHour; when that payment ends between the click's look
+// and its Create, the click starts one after all, and the claim must hold it to the budget: with
+// the hour's ten starts spent, it is refused (ELOCKED, with when a start frees up), and the
+// gateway registers nothing (an outside review: the 11th payment of the hour, repeatable by
+// anyone holding the link). Negative control: without the claim's count, an 11th payment.
+func TestCheckoutClickStartingAfterAllIsHeldToTheBudget(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	var endActive func()
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
+			if f := endActive; f != nil {
+				endActive = nil
+				f()
+			}
+		}
+	})
+	ctx := context.Background()
+	in := payments.CreateInput{OrderID: "o-budget-race", Amount: 1999, Currency: "EUR"}
+	decline := func(s payments.Session) {
+		t.Helper()
+		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+		if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
+			t.Fatalf("decline %s: %s %v", s.ID, got.Status, err)
+		}
+	}
+	// Ten clicks within the hour, each its own payment: nine declined, the tenth under way.
+	var last payments.Session
+	for i := 0; i < payments.CheckoutStartsPerHour; i++ {
+		b.clock.Advance(time.Minute)
+		res, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
+		if err != nil {
+			t.Fatalf("click %d: %v", i+1, err)
+		}
+		last = res.Session
+		if i < payments.CheckoutStartsPerHour-1 {
+			decline(last)
+		}
+	}
+	registered := b.gw.Calls(fakegw.OpRegister)
+	endActive = func() { decline(last) } // after the 11th click's look, before its Create
+	res, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
+	var pe *payments.Error
+	if payments.ErrorCode(err) != payments.ELOCKED || !errors.As(err, &pe) || pe.RetryAfter != 51*time.Minute {
+		t.Fatalf("the 11th click of the hour: %+v %v, want ELOCKED until the first click is an hour old (51 min)", res.Session, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, in.OrderID); n != payments.CheckoutStartsPerHour {
+		t.Fatalf("%d payments of the order, want %d", n, payments.CheckoutStartsPerHour)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != registered {
+		t.Fatalf("%d more registrations at the gateway", n-registered)
 	}
 }

@@ -68,6 +68,13 @@ type CreateInput struct {
 	// order's checkout price (checkout_prices: the newest link's amount and currency) when the
 	// shop made a link; the claim reads it under the order's lock, in its batch.
 	checkoutPrice bool
+	// checkoutStart: the key of a checkout Pay click that was judged to start nothing (a payment
+	// of the order was active: checkoutPayKeyless) and so spent none of the order's
+	// CheckoutStartsPerHour. Should the claim start a payment after all (that payment ended in
+	// between), it counts the order's starts of the hour under the order's lock first, as the
+	// click's own look would have, and refuses past the budget (an outside review: the 11th
+	// payment of the hour).
+	checkoutStart string
 }
 
 // Validate checks the input against the contract and names the field at fault.
@@ -352,6 +359,12 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			// A late payment in finance's hands: no new charge from the checkout (ErrLatePaymentInReview).
 			b.Queue(latePaymentInReviewSQL, in.OrderID).QueryRow(func(r pgx.Row) error { return r.Scan(&lateReview) })
 		}
+		var starts checkoutStarts
+		if in.checkoutStart != "" {
+			b.Queue(checkoutStartsSQL, in.OrderID, now.Add(-time.Hour), in.checkoutStart).QueryRow(func(r pgx.Row) error {
+				return r.Scan(&starts.n, &starts.oldest)
+			})
+		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return dbError("create: claim", err, "")
 		}
@@ -379,6 +392,11 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		case hasRefused:
 			out = refused
 			return nil
+		}
+		if in.checkoutStart != "" {
+			if err := starts.spent(now); err != nil {
+				return err
+			}
 		}
 		id := uuid.NewString()
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies
