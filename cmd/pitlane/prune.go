@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,12 +25,12 @@ const (
 // runPrune: `pitlane prune [--gateway-calls AGE] [--webhook-events AGE] [--outbox AGE]
 // [--dry-run]`, the retention of the tables that grow with traffic (payments.Prune). It deletes
 // in batches of short transactions, may run on several hosts at once (a systemd timer on each is
-// fine), prints one line per table and exits 0 done, 1 failed (what it did is printed), 2 bad
-// usage or settings. It needs DATABASE_URL only.
+// fine), prints one line per table and exits 0 done, 1 a table stopped short (each line says
+// what it did; the others were still pruned), 2 bad usage or settings. It needs DATABASE_URL
+// only.
 func runPrune(ctx context.Context, env *Env, args []string) error {
 	const usage = "usage: pitlane prune [--gateway-calls AGE] [--webhook-events AGE] [--outbox AGE] [--dry-run] (AGE: 400d, 72h, or keep)"
 	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	ages := map[string]*pruneAge{
 		"gateway-calls":  {},
 		"webhook-events": {d: defaultPruneWebhookEvents},
@@ -39,8 +40,8 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 		fs.Var(a, name, "delete "+name+" rows older than AGE (keep: none)")
 	}
 	dry := fs.Bool("dry-run", false, "count what would be deleted; delete nothing")
-	if err := fs.Parse(args); err != nil {
-		return Usagef("%v (%s)", err, usage)
+	if err := parseFlags(env, fs, usage, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return Usagef(usage)
@@ -72,7 +73,10 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 	})
 	printPrune(env.Stdout, counts, *dry)
 	if err != nil {
-		return fmt.Errorf("stopped: %w; run it again", err)
+		if counts == nil {
+			return err // refused before it began
+		}
+		return errors.New("a table stopped short (above); run it again: it goes on from the oldest rows left")
 	}
 	return nil
 }
@@ -87,7 +91,12 @@ func printPrune(w io.Writer, counts []payments.PruneCount, dry bool) {
 	done := map[string]bool{}
 	for _, c := range counts {
 		done[c.Table] = true
-		fmt.Fprintf(w, "prune %-15s %s %d rows from before %s\n", c.Table, verb, c.Deleted, c.Before.UTC().Format(time.RFC3339))
+		before := c.Before.UTC().Format(time.RFC3339)
+		if c.Err != nil {
+			fmt.Fprintf(w, "prune %-15s stopped: %s %d rows from before %s, then: %s\n", c.Table, verb, c.Deleted, before, oneLine(c.Err.Error()))
+			continue
+		}
+		fmt.Fprintf(w, "prune %-15s %s %d rows from before %s\n", c.Table, verb, c.Deleted, before)
 	}
 	for _, r := range payments.PruneRules {
 		if !done[r.Table] {

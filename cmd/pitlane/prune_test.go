@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"pitlane/internal/testdb"
+	"pitlane/payments"
 )
 
 // runPruneCmd runs `pitlane prune args…` in-process through Main against url.
@@ -54,13 +57,17 @@ func TestPruneCommand(t *testing.T) {
 	exec(`INSERT INTO gateway_calls (operation, outcome, latency_ms, created_at) VALUES
 		('find', 'ok', 1, now() - interval '500 days'), ('find', 'ok', 1, now() - interval '100 days')`)
 
-	for _, bad := range [][]string{{"--outbox", "90"}, {"--outbox", "1h"}, {"--gateway-calls", "-3d"}, {"--webhook-events", "soon"}, {"extra"}} {
+	for _, bad := range [][]string{{"--outbox", "90"}, {"--outbox", "1h"}, {"--gateway-calls", "-3d"}, {"--webhook-events", "soon"}, {"extra"},
+		{"--outbox", "90d", "--webhook-events", "keep", "--outbox", "1d"}} { // given twice: which one? (an outside review)
 		code, stdout, stderr := runPruneCmd(t, url, bad...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("prune %v: exit %d, stdout %q, stderr %q; want 2 and one line", bad, code, stdout, stderr)
 		}
 	}
 
+	if code, stdout, _ := runPruneCmd(t, url, "--dry-run", "-h"); code != 0 || !strings.Contains(stdout, "usage: pitlane prune") {
+		t.Errorf("prune --dry-run -h: exit %d, %q; want the usage and 0", code, stdout)
+	}
 	code, stdout, stderr := runPruneCmd(t, url, "--dry-run")
 	if code != 0 {
 		t.Fatalf("dry run: exit %d, %s", code, stderr)
@@ -94,5 +101,22 @@ func TestPruneCommand(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "prune gateway_calls   deleted 1 rows") || count("gateway_calls") != 1 {
 		t.Errorf("prune --gateway-calls 400d:\n%s(%d calls left, want 1)", stdout, count("gateway_calls"))
+	}
+}
+
+// A table that stopped short says so, with what it did, and never reads as kept whole.
+func TestPrintPruneSaysWhereATableStopped(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	before := time.Date(2025, 10, 26, 12, 0, 0, 0, time.UTC)
+	printPrune(&out, []payments.PruneCount{
+		{Table: "gateway_calls", Before: before, Deleted: 5000, Err: errors.New("prune gateway_calls: ERROR: canceling statement due to lock timeout")},
+		{Table: "outbox", Before: before, Deleted: 3},
+	}, false)
+	want := "prune gateway_calls   stopped: deleted 5000 rows from before 2025-10-26T12:00:00Z, then: prune gateway_calls: ERROR: canceling statement due to lock timeout\n" +
+		"prune outbox          deleted 3 rows from before 2025-10-26T12:00:00Z\n" +
+		"prune webhook_events  kept whole\n"
+	if out.String() != want {
+		t.Fatalf("printed:\n%s\nwant:\n%s", out.String(), want)
 	}
 }

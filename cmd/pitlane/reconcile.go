@@ -33,10 +33,9 @@ const ExitLeaseHeld = 75
 func runReconcile(ctx context.Context, env *Env, args []string) error {
 	const usage = "usage: pitlane reconcile [--since 24h]"
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	since := fs.Duration("since", 24*time.Hour, "compare the sessions updated within this long (a Go duration: 90m, 24h, 168h)")
-	if err := fs.Parse(args); err != nil {
-		return Usagef("reconcile: %v (%s)", err, usage)
+	if err := parseFlags(env, fs, usage, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return Usagef(usage)
