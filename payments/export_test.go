@@ -15,12 +15,3 @@ func (s *Service) ReconcileRound(ctx context.Context) { s.reconcileRound(ctx) }
 
 // UpkeepBound is how long one housekeeping pass or one Operations sample may take.
 func (s *Service) UpkeepBound() time.Duration { return s.upkeepBound() }
-
-// PruneBatchSQLs is every prune batch statement, real and dry, by table.
-func PruneBatchSQLs() map[string][]string {
-	out := map[string][]string{}
-	for _, pt := range pruneTables {
-		out[pt.name] = []string{pruneBatchSQL(pt, false), pruneBatchSQL(pt, true)}
-	}
-	return out
-}
