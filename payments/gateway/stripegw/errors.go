@@ -76,8 +76,9 @@ func (t *observingTransport) CloseIdleConnections() {
 //     amount_too_large, charge_already_refunded (refund) → "amount_exceeds_remaining";
 //     an idempotency_error on 400 → "idempotency_key_reused";
 //     every other code is passed through as Stripe spells it (e.g. "card_declined").
-//   - An HTTP answer stripe-go could not parse: 5xx, 408, 409, 429 or a 2xx/3xx with a broken
-//     body (one cut short too) → unknown; any other 4xx → definitive.
+//   - An HTTP answer stripe-go could not parse (cut short, late past the timeout, a proxy's
+//     page) → unknown, whatever its status: its refusal cannot be told from an
+//     idempotency_error; but 401 and 403 → not sent.
 //   - No HTTP answer at all: if a connection was never obtained (connection refused, DNS
 //     failure, a deadline that expired while dialing) nothing was written → not sent. Once a
 //     connection was obtained, a timeout, reset or EOF → unknown: the request may have been read
@@ -127,11 +128,18 @@ func classify(op string, ci *callInfo, err error) error {
 	}
 
 	if status := int(ci.status.Load()); status != 0 {
+		// An answer whose body stripe-go could not read: cut short, arriving after the call's
+		// timeout (a slow gateway), or no Stripe error object at all (a proxy's page). Which
+		// refusal it was cannot be told — a 400 idempotency_error (an earlier request under our
+		// key that Stripe may have carried out) looks the same as a 400 invalid_request_error —
+		// and calling it a refusal settled a refund Failed that Stripe may have made, its amount
+		// refundable again (an outside review). Unknown, as refgw reads a 4xx that names
+		// nothing: asked again with the same key, or looked up. 401 and 403 are our
+		// credentials refused, whatever the body: not sent (as above, and as refgw).
 		ge.HTTPStatus = status
-		switch {
-		case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests &&
-			status != http.StatusConflict:
-			ge.Kind = payments.FailureDefinitive
+		switch status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			ge.Kind = payments.FailureNotSent
 		default:
 			ge.Kind = payments.FailureUnknown
 		}

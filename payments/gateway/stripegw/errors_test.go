@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,7 +108,29 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 			payments.FailureNotSent, 401, "invalid_request_error", ""}, // our key, not the payment: retried once it is right
 		{"403 html", register,
 			func(w http.ResponseWriter, r *http.Request) { http.Error(w, "forbidden", http.StatusForbidden) },
-			payments.FailureDefinitive, 403, "", ""},
+			payments.FailureNotSent, 403, "", ""}, // credentials refused, as a parsed 403 and refgw's
+		{"404 text from a proxy", status,
+			func(w http.ResponseWriter, r *http.Request) { http.Error(w, "404 page not found", http.StatusNotFound) },
+			payments.FailureUnknown, 404, "", ""}, // not Stripe's resource_missing: asked again
+		{"400 cut short: an idempotency_error Stripe may have acted on, unreadable", refund,
+			func(w http.ResponseWriter, r *http.Request) {
+				const reused = `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", strconv.Itoa(len(reused)))
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, reused[:40])
+			},
+			payments.FailureUnknown, 400, "", ""}, // an outside review: was definitive, the refund settled Failed
+		{"400 whose body comes after the call's timeout (a slow gateway)", refund,
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // the client gave up reading
+			},
+			payments.FailureUnknown, 400, "", ""},
 		{"404 resource_missing", status,
 			stripeError(404, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"intent","message":"No such payment_intent"}}`),
 			payments.FailureDefinitive, 404, "not_found", ""},
