@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"golang.org/x/crypto/bcrypt"
 
 	"pitlane/access"
@@ -94,5 +96,59 @@ func TestACodeReadThroughALinkedAccountStaysReadAfterAReset(t *testing.T) {
 	wantCode(t, err, payments.EFORBIDDEN, "when this code was read in the outbox, you had set the reader's password")
 	if got, _ := b.svc.Get(ctx, p.ID); got.Status != payments.StatusRegistered {
 		t.Fatalf("the payment is %s after a refused confirmation", got.Status)
+	}
+}
+
+// Outside review (four-eyes, a chain): X creates admin B (X knows B's password), signs in as B and
+// creates finance user D (X knows D's password too). Another admin, or the command line, then
+// resets B's password: D's password is untouched and X still knows it, but the chain walked as
+// the passwords are now (D <- B <- the resetter) no longer reached X, and X approved, as D, the
+// refund over the direct limit X had proposed. Who knows a password is decided when it is set
+// (staff_users.password_known_by, migration 00890): the reset of B takes nobody out of D's.
+// Negative control: password_linked walking the setters as they are now (00710's) approves.
+func TestAChainOfSettersOutlivesAResetOfItsMiddle(t *testing.T) {
+	t.Parallel()
+	for _, resetBy := range []string{"y-admin@example.com", "cli:root"} {
+		t.Run(resetBy, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t, eurLimit)
+			ctx := context.Background()
+			acc := access.New(b.pool, b.clock)
+			acc.PasswordCost = bcrypt.MinCost
+			cli := payments.Staff{Email: "cli:root", Role: "admin"}
+			x := payments.Staff{Email: "x-admin@example.com", Role: "admin"}
+			y := payments.Staff{Email: "y-admin@example.com", Role: "admin"}
+			for _, a := range []payments.Staff{x, y} {
+				if _, err := acc.CreateUser(ctx, cli, a.Email, access.RoleAdmin, "a long enough password"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			middle := payments.Staff{Email: "b-admin@example.com", Role: "admin"}
+			if _, err := acc.CreateUser(ctx, x, middle.Email, access.RoleAdmin, "initial password b"); err != nil {
+				t.Fatal(err)
+			}
+			d := payments.Staff{Email: "fin-d@example.com", Role: "finance"} // created by X at B's keyboard
+			if _, err := acc.CreateUser(ctx, middle, d.Email, access.RoleFinance, "initial password d"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := acc.SetPassword(ctx, payments.Staff{Email: resetBy, Role: "admin"}, middle.Email, "brand new password b2"); err != nil {
+				t.Fatal(err)
+			}
+
+			s := b.completed(t, "o-chain-reset", 100000)
+			p, err := b.svc.RefundByFinance(ctx, x, staffRefund(s.ID, 90000, uuid.NewString()))
+			if err != nil || p.Proposal == nil {
+				t.Fatalf("proposal = %+v %v", p, err)
+			}
+			a, err := b.svc.ApproveResolution(ctx, d, p.Proposal.ID)
+			if err == nil {
+				t.Fatalf("X approved X's own refund as D, whose password X set at B's keyboard: %s by %s, approved by %s",
+					a.State, a.ProposedBy, a.DecidedBy)
+			}
+			wantCode(t, err, payments.EFORBIDDEN, "")
+			if n := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, s.ID); n != 0 {
+				t.Fatalf("%d refunds made", n)
+			}
+		})
 	}
 }
