@@ -132,9 +132,24 @@ func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 // approver (staff-concurrency review, session 32: "ApproveResolution never re-reads the
 // approver"). Every change made under a payment's locks now looks at the acting console
 // session again under them (payments.WithStaffSession, queueStaffStands): refused, the proposal
-// still waits. Negative control: without queueStaffStands in lockOrderAndSessionWith, approved.
+// still waits. So when the approver is made support meanwhile (no four-eyes rights): the session
+// stood, and the approval went on (an outside review); the role the request was let through with
+// must still be the user's. Negative controls: without queueStaffStands in
+// lockOrderAndSessionWith, both approved; without its role check, the demoted one.
 func TestAnApprovalByAnOffboardedApproverInFlightIsRefused(t *testing.T) {
 	t.Parallel()
+	for _, offboard := range []struct{ name, path, role string }{
+		{"disable", "/disable", ""},
+		{"demote to support", "/role", string(access.RoleSupport)},
+	} {
+		t.Run(offboard.name, func(t *testing.T) {
+			t.Parallel()
+			approvalOffboardedInFlight(t, offboard.path, offboard.role)
+		})
+	}
+}
+
+func approvalOffboardedInFlight(t *testing.T, path, role string) {
 	b := newConsoleBench(t)
 	b.user(t, "root@example.com", access.RoleAdmin)
 	b.user(t, "fin@example.com", access.RoleFinance)
@@ -172,19 +187,25 @@ func TestAnApprovalByAnOffboardedApproverInFlightIsRefused(t *testing.T) {
 	}
 	approved := postAsync(b, fin2, approve, url.Values{})
 	waitBlockedBy(t, b, holderPID) // the approval waits for the payment's locks
-	if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+"/disable", url.Values{}); rec.Code != http.StatusSeeOther {
-		t.Fatalf("root's disable of fin2: %d", rec.Code)
+	form := url.Values{}
+	if role != "" {
+		form.Set("role", role)
+	}
+	if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+path, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's %s of fin2: %d", path, rec.Code)
 	}
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-approved
+	if rec := <-approved; rec.Code != http.StatusSeeOther { // refused with its message (Post/Redirect/Get), not failed
+		t.Fatalf("fin2's approval in flight answered %d, want 303", rec.Code)
+	}
 	var state string
 	if err := b.pool.QueryRow(ctx, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := b.svc.Get(ctx, s.ID); err != nil || state != "proposed" || got.Status != s.Status {
-		t.Fatalf("after fin2 was disabled, fin2's approval in flight left the proposal %s and the payment %s (%v): want it still waiting",
-			state, got.Status, err)
+		t.Fatalf("after root's %s of fin2, fin2's approval in flight left the proposal %s and the payment %s (%v): want it still waiting",
+			path, state, got.Status, err)
 	}
 }

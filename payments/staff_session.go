@@ -11,10 +11,11 @@ import (
 // staffSessionKey marks a request made in a signed-in console session (web/auth's Require).
 type staffSessionKey struct{}
 
-// StaffSession is the console session a request runs in: its user, and the session epoch it
-// signed in under (staff_users.session_epoch then).
+// StaffSession is the console session a request runs in: its user, the role the request was let
+// through with, and the session epoch it signed in under (staff_users.session_epoch then).
 type StaffSession struct {
 	Email string
+	Role  string
 	Epoch int
 }
 
@@ -24,9 +25,12 @@ type StaffSession struct {
 // Every change made under a payment's locks (lockOrderAndSession) and every change of staff
 // users (access) checks the session again under its locks and is refused when it no longer
 // stands (ErrStaffSessionEnded): an offboarding that lands first cannot be outrun by the
-// offboarded user's last click (outside reviews).
-func WithStaffSession(ctx context.Context, email string, epoch int) context.Context {
-	return context.WithValue(ctx, staffSessionKey{}, StaffSession{Email: strings.ToLower(strings.TrimSpace(email)), Epoch: epoch})
+// offboarded user's last click (outside reviews). So is one whose user has another role now: a
+// finance user made support while their approval waited for the payment's locks approved
+// all the same (an outside review); the role the request was let through with (role) must
+// still be the user's.
+func WithStaffSession(ctx context.Context, email, role string, epoch int) context.Context {
+	return context.WithValue(ctx, staffSessionKey{}, StaffSession{Email: strings.ToLower(strings.TrimSpace(email)), Role: role, Epoch: epoch})
 }
 
 // StaffSessionFrom is the console session ctx runs in (WithStaffSession), if any.
@@ -39,23 +43,32 @@ func StaffSessionFrom(ctx context.Context) (StaffSession, bool) {
 var ErrStaffSessionEnded = &Error{Code: EUNAUTHENTICATED,
 	Message: "your session ended while this was on its way (your account was disabled, or given a new password): nothing was changed"}
 
+// ErrStaffRoleChanged refuses a change whose user was given another role while it waited.
+var ErrStaffRoleChanged = &Error{Code: EFORBIDDEN,
+	Message: "your role changed while this was on its way: nothing was changed; reload the page"}
+
 // queueStaffStands queues, when ctx runs in a console session, the look at its user under a
 // share lock (an offboarding of the user waits for this transaction, or this one for it), refusing
-// with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch.
+// with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch, and
+// with ErrStaffRoleChanged when the user's role is no longer the one the request was let through
+// with.
 func queueStaffStands(ctx context.Context, b *pgx.Batch) {
 	ss, ok := StaffSessionFrom(ctx)
 	if !ok {
 		return
 	}
-	b.Queue(`SELECT disabled_at IS NULL AND session_epoch = $2 FROM staff_users WHERE email = $1 FOR SHARE`, ss.Email, ss.Epoch).
+	b.Queue(`SELECT disabled_at IS NULL AND session_epoch = $2, role = $3 OR $3 = '' FROM staff_users WHERE email = $1 FOR SHARE`,
+		ss.Email, ss.Epoch, ss.Role).
 		QueryRow(func(r pgx.Row) error {
-			var stands bool
-			err := r.Scan(&stands)
+			var stands, sameRole bool
+			err := r.Scan(&stands, &sameRole)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows) || (err == nil && !stands):
 				return ErrStaffSessionEnded
 			case err != nil:
 				return dbError("staff session", err, "")
+			case !sameRole:
+				return ErrStaffRoleChanged
 			}
 			return nil
 		})

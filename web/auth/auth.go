@@ -470,7 +470,7 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 			v := views.ViewerFrom(ctx)
 			v.Email, v.Role = u.Email, u.Role
 			// The session as read now, for changes of staff users to check again under their locks.
-			ctx = payments.WithStaffSession(ctx, u.Email, u.SessionEpoch)
+			ctx = payments.WithStaffSession(ctx, u.Email, string(u.Role), u.SessionEpoch)
 			c.SetRequest(req.WithContext(views.WithViewer(ctx, v)))
 			c.Set(staffKey, u.Staff())
 			c.Set(permKey, p)
