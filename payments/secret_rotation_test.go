@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"pitlane/internal/config"
 	"pitlane/payments"
 )
 
@@ -77,5 +78,51 @@ func TestSecretKeyRotation(t *testing.T) {
 	res, err := step2.ConfirmCancel(ctx, api, sess.ID, ch.ID, code)
 	if err != nil || res.Session.Status != payments.StatusCanceled {
 		t.Fatalf("code under the old secret on a step-2 replica = %+v %v, want canceled", res, err)
+	}
+}
+
+// A SECRET_KEY with spaces around it (a trailing newline: a Kubernetes secret made from a file)
+// signed with them, while the same value moved into SECRET_KEY_FALLBACKS at a rotation's second
+// step was trimmed there: every link signed under the old key failed on the new replicas (an
+// outside review). The key now signs trimmed, as fallbacks are read, and the value as given
+// still verifies (what the release before signed with it). Negative control: the key kept as
+// given fails the second step.
+func TestSecretKeyRotationWithSpacesAroundTheKey(t *testing.T) {
+	t.Parallel()
+	old := strings.Repeat("o", 32) + "\n"
+	load := func(vars map[string]string) config.Config {
+		t.Helper()
+		c, err := config.Load(func(k string) string { return vars[k] })
+		if err != nil {
+			t.Fatalf("config.Load(%q): %v", vars, err)
+		}
+		return c
+	}
+	b := newBench(t)
+	with := func(replica string, secret []byte, fallbacks [][]byte) *payments.Service {
+		return b.service(b.pool, replica, func(pc *payments.Config) { pc.CodeSecret, pc.CodeSecretFallbacks = secret, fallbacks })
+	}
+	before := load(map[string]string{"SECRET_KEY": old})
+	step2 := load(map[string]string{"SECRET_KEY": strings.Repeat("n", 32), "SECRET_KEY_FALLBACKS": old})
+	for _, signer := range []struct {
+		name   string
+		secret []byte
+		before bool // signed before this release: checked by this release's replicas with the same key only
+	}{{"this release", before.SecretKey, false}, {"the release before (the key as given)", []byte(old), true}} {
+		l, err := with("signer", signer.secret, nil).CheckoutLink(context.Background(), "rot-nl", 1999, "EUR", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, verifier := range []struct {
+			name string
+			c    config.Config
+		}{{"the same SECRET_KEY", before}, {"the rotation's second step", step2}} {
+			if signer.before && verifier.name == "the rotation's second step" {
+				continue
+			}
+			if err := with("verifier", verifier.c.SecretKey, verifier.c.SecretKeyFallbacks).VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Sig); err != nil {
+				t.Errorf("a link signed by %s fails on a replica with %s: %v", signer.name, verifier.name, err)
+			}
+		}
 	}
 }

@@ -253,14 +253,26 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.MerchantName = v
 	}
+	var asGiven []byte
 	if v := getenv("SECRET_KEY"); v != "" {
 		if !longEnoughSecret(v) {
 			return c, errorf("SECRET_KEY", "must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinSecretKeyLen)
 		}
-		c.SecretKey = []byte(v)
+		// Without the spaces around it, as every entry of SECRET_KEY_FALLBACKS is read: a key with
+		// a trailing newline (a Kubernetes secret made from a file) signed with the newline, and
+		// the same value moved into the fallbacks at a rotation's second step was trimmed there:
+		// every link, code and form signed under the old key failed (an outside review). The value
+		// as given still verifies (a fallback): what replicas of the release before signed with it.
+		c.SecretKey = []byte(strings.TrimSpace(v))
+		if string(c.SecretKey) != v {
+			asGiven = []byte(v)
+		}
 	}
 	if c.SecretKeyFallbacks, err = secretList(getenv, "SECRET_KEY_FALLBACKS"); err != nil {
 		return c, err
+	}
+	if asGiven != nil {
+		c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, asGiven)
 	}
 	if c.RefundDirectLimit, err = parseRefundLimit(getenv("REFUND_DIRECT_LIMIT")); err != nil {
 		return c, err
@@ -302,8 +314,7 @@ func parseRefundLimit(v string) (map[string]int64, error) {
 
 // longEnoughSecret: at least MinSecretKeyLen characters, as the contract counts them (not bytes:
 // 16 two-byte characters are 32 bytes), not counting spaces around it: 32 spaces were a key
-// anyone could guess (an outside review). The value itself is used as given, as every replica
-// of the release before used it.
+// anyone could guess (an outside review). The key signs without them (Load).
 func longEnoughSecret(v string) bool {
 	return utf8.RuneCountInString(strings.TrimSpace(v)) >= MinSecretKeyLen
 }
@@ -519,14 +530,35 @@ func count(getenv func(string) string, name string, def, maxN int) (int, error) 
 func checkHTTPURL(v string) error {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return fmt.Errorf("%q is not an absolute http(s) URL", v)
+		return fmt.Errorf("%q is not an absolute http(s) URL", shownURL(v))
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%q has no valid port number", v)
+			return fmt.Errorf("%q has no valid port number", shownURL(v))
 		}
 	}
 	return nil
+}
+
+// shownURL is v as a message may quote it: the credentials a URL may carry (a webhook's
+// user:password, a token as the user) replaced, whether or not v parses. The message of a bad
+// EVENTS_WEBHOOK_URL went to stderr and the journal with its password in it (an outside review).
+func shownURL(v string) string {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		scheme, rest = "", v
+	} else {
+		scheme += "://"
+	}
+	host := rest
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		host = rest[:end]
+	}
+	at := strings.LastIndex(host, "@")
+	if at < 0 {
+		return v
+	}
+	return scheme + "xxxxx" + rest[at:]
 }
 
 func defaultReplicaID() string {

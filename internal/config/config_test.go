@@ -140,6 +140,14 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"PUBLIC_BASE_URL", "https://example.com:99999"},
 		{"PUBLIC_BASE_URL", "https://example.com:0"},
 		{"GATEWAY_URL", "http://:12111"},
+		// Credentials in a URL that does not parse, or whose port is bad: the message quoted it
+		// whole (an outside review). The user part may be a token too.
+		{"EVENTS_WEBHOOK_URL", "https://shop:hunter2@hooks.example.com:99999/x"},
+		{"EVENTS_WEBHOOK_URL", "https://shop:hunter2@hooks.example.com:44x/x"},
+		{"NOTIFY_WEBHOOK_URL", "https://hunter2@notify.example.com:0/x"},
+		{"GATEWAY_URL", "ftp://u:hunter2@gw.example.com"},
+		{"GATEWAY_URL", "https://u:hunter2@gw example.com/"},
+		{"PUBLIC_BASE_URL", "https://u:hunter2@pay.example.com:70000"},
 		{"SECRET_KEY", strings.Repeat(" ", 32)},
 		{"SECRET_KEY", " " + strings.Repeat("k", 30) + " "},
 		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
