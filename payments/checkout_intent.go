@@ -159,7 +159,7 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 		h(ctx, key)
 	}
 	if keyless {
-		return s.checkoutPayKeyless(ctx, key, in, now)
+		return s.checkoutPayKeyless(ctx, key, in)
 	}
 	actor := checkoutActor(key)
 	res, err := s.Create(ctx, actor, in)
@@ -201,21 +201,13 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 // anyone holding the link could post made-up keys while a payment ran: rows without end, and the
 // customer's first "Try again" after a decline refused for an hour (an outside review, resource
 // exhaustion). Should the order's payment end between the check and Create's claim, this click
-// does start one: its key is written then, bound to the session and counted like any start.
-func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateInput, now time.Time) (CheckoutPayResult, error) {
-	in.checkoutStart = key // the claim holds a start to the order's budget
+// does start one: its key is written in the claim, bound to the session and counted like any
+// start (CreateInput.checkoutStart).
+func (s *Service) checkoutPayKeyless(ctx context.Context, key string, in CreateInput) (CheckoutPayResult, error) {
+	in.checkoutStart = key // the claim holds a start to the order's budget, and writes it
 	res, err := s.Create(ctx, checkoutActor(key), in)
 	if err != nil {
 		return CheckoutPayResult{}, err
-	}
-	ctx, cancel := Outlive(ctx, RecordGrace)
-	defer cancel()
-	if res.Created {
-		if _, err := s.execBounded(ctx, "checkout: bind intent", `INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
-			key, in.OrderID, in.Amount, in.Currency, res.Session.ID, now); err != nil {
-			return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)
-		}
 	}
 	return CheckoutPayResult{Session: res.Session}, nil
 }

@@ -284,3 +284,52 @@ func TestCheckoutClickStartingAfterAllIsHeldToTheBudget(t *testing.T) {
 		t.Fatalf("%d more registrations at the gateway", n-registered)
 	}
 }
+
+// Such a click's start is written in Create's claim, with its payment: written after Create
+// returned (after the gateway's answer), it left a gap in which the payment could end (a
+// registration refused inside Create) and another click count one start too few (an outside
+// review). While the new payment is still registering at the gateway, its click's start is
+// there, bound to it. Negative control: the row written after Create is missing then.
+func TestCheckoutClickStartingAfterAllIsCountedWithItsPayment(t *testing.T) {
+	t.Parallel()
+	var b *bench
+	var endActive func()
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
+			if f := endActive; f != nil {
+				endActive = nil
+				f()
+			}
+		}
+	})
+	ctx := context.Background()
+	in := payments.CreateInput{OrderID: "o-start-counted", Amount: 1999, Currency: "EUR"}
+	first, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endActive = func() {
+		b.gw.SetStatus(first.Session.GatewayPaymentID, payments.GatewayDeclined)
+		if s, err := b.plain.Check(ctx, api, first.Session.ID); err != nil || s.Status != payments.StatusFailed {
+			t.Errorf("the first payment's check: %s %v", s.Status, err)
+		}
+	}
+	gate := b.gw.Hold(fakegw.OpRegister)
+	key := uuid.NewString()
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.CheckoutPay(ctx, key, in, 0); done <- err }()
+	mustWait(t, gate.Arrived(), "the click's payment at the gateway")
+	var bound string
+	err = b.pool.QueryRow(ctx, `SELECT coalesce(ci.session_id::text, '') FROM checkout_intents ci
+		JOIN payment_sessions ps ON ps.id = ci.session_id WHERE ci.key = $1 AND ps.status = 'Registering'`, key).Scan(&bound)
+	gate.Open()
+	if err != nil || bound == "" {
+		t.Fatalf("while its payment registers, the click's start: %q %v; want it written, bound to the payment", bound, err)
+	}
+	if err := mustWait(t, done, "the click"); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, in.OrderID); n != 2 {
+		t.Fatalf("counted starts = %d, want 2", n)
+	}
+}

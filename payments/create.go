@@ -72,8 +72,9 @@ type CreateInput struct {
 	// of the order was active: checkoutPayKeyless) and so spent none of the order's
 	// CheckoutStartsPerHour. Should the claim start a payment after all (that payment ended in
 	// between), it counts the order's starts of the hour under the order's lock first, as the
-	// click's own look would have, and refuses past the budget (an outside review: the 11th
-	// payment of the hour).
+	// click's own look would have, refuses past the budget (an outside review: the 11th payment
+	// of the hour), and writes the click's start (its checkout intent, bound to the payment) in
+	// the claim's transaction.
 	checkoutStart string
 }
 
@@ -427,6 +428,15 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			string(actor.Kind), actor.ID).QueryRow(func(r pgx.Row) (err error) { sess, err = scanSession(r); return err })
 		if in.Bind != nil {
 			in.Bind.queue(&ins, id, now)
+		}
+		if in.checkoutStart != "" {
+			// The click's start is counted from the moment its payment exists, under the order's
+			// lock: written after Create returned, it left a gap in which the payment could end
+			// (a registration refused inside Create) and a new click count one start too few (an
+			// outside review: an 11th payment of the hour).
+			ins.Queue(`INSERT INTO checkout_intents (key, order_id, amount, currency, session_id, created_at)
+				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
+				in.checkoutStart, in.OrderID, in.Amount, in.Currency, id, now)
 		}
 		if err := commitWith(ctx, tx, &ins); err != nil {
 			return dbError("create: insert", err, "")
