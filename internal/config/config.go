@@ -324,14 +324,22 @@ func longEnoughSecret(v string) bool {
 // entries are dropped; nil when unset.
 func secretList(getenv func(string) string, name string) ([][]byte, error) {
 	var out [][]byte
-	for v := range strings.SplitSeq(getenv(name), ",") {
-		if v = strings.TrimSpace(v); v == "" {
+	for given := range strings.SplitSeq(getenv(name), ",") {
+		v := strings.TrimSpace(given)
+		if v == "" {
 			continue
 		}
 		if !longEnoughSecret(v) {
 			return nil, errorf(name, "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
 		}
 		out = append(out, []byte(v))
+		if asGiven := strings.Trim(given, " "); asGiven != v && name == "SECRET_KEY_FALLBACKS" {
+			// Also with its line end or tab (the spaces beside a comma are the list's): a
+			// SECRET_KEY from a file signed with its trailing newline before this release (Load),
+			// and the links it signed live for weeks; the same value moved here at a rotation's
+			// second step still verifies them (an outside review).
+			out = append(out, []byte(asGiven))
+		}
 	}
 	return out, nil
 }
@@ -540,9 +548,12 @@ func checkHTTPURL(v string) error {
 	return nil
 }
 
-// shownURL is v as a message may quote it: the credentials a URL may carry (a webhook's
-// user:password, a token as the user) replaced, whether or not v parses. The message of a bad
-// EVENTS_WEBHOOK_URL went to stderr and the journal with its password in it (an outside review).
+// shownURL is v as a message may quote it: everything before the last "@" after the scheme
+// replaced (the credentials a URL may carry: a webhook's user:password, a token as the user),
+// whether or not v parses. The message of a bad EVENTS_WEBHOOK_URL went to stderr and the
+// journal with its password in it (an outside review); a password may hold "/", "?" or "#"
+// unescaped (a base64 token), so the host's end is not where the credentials end. An "@" in a
+// path hides the host too: a message may say less, never a secret.
 func shownURL(v string) string {
 	scheme, rest, ok := strings.Cut(v, "://")
 	if !ok {
@@ -550,11 +561,7 @@ func shownURL(v string) string {
 	} else {
 		scheme += "://"
 	}
-	host := rest
-	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-		host = rest[:end]
-	}
-	at := strings.LastIndex(host, "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return v
 	}

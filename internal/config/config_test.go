@@ -148,6 +148,9 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_URL", "ftp://u:hunter2@gw.example.com"},
 		{"GATEWAY_URL", "https://u:hunter2@gw example.com/"},
 		{"PUBLIC_BASE_URL", "https://u:hunter2@pay.example.com:70000"},
+		{"EVENTS_WEBHOOK_URL", "https://shop:hunter2/abc@hooks.example.com/x"}, // "/" in the password
+		{"NOTIFY_WEBHOOK_URL", "https://shop:hun?ter2hunter2@notify.example.com/x"},
+		{"GATEWAY_URL", "https://shop:hunter2#x@gw.example.com/x"},
 		{"SECRET_KEY", strings.Repeat(" ", 32)},
 		{"SECRET_KEY", " " + strings.Repeat("k", 30) + " "},
 		{"GATEWAY_WEBHOOK_SECRET", " , ,"},
