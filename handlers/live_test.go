@@ -615,3 +615,37 @@ func TestLiveStuckPageSaysWhenAClaimOrLeaseLapses(t *testing.T) {
 		t.Errorf("the lease is listed until it runs out in %s ms, but data-live-due=%q", want, got)
 	}
 }
+
+// The dashboard's "Leases" card counts leases with lease_until > now: a lease of a replica that
+// died lapses by the clock alone (nothing written, nothing notified). Like the stuck page, the
+// dashboard's live region says when (data-live-due), so an open dashboard does not keep saying
+// "1 session held by a patrol" for the hour until its next stuck session (an outside review).
+// Negative control: the due time of the next stuck session alone (61 minutes here).
+func TestLiveDashboardSaysWhenALeaseLapses(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	s := b.payment(t, "o-lease-lapses", 4200)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	a := b.agent(t)
+	a.login("sup@example.com")
+	until := b.clock.Now().Add(30 * time.Second)
+	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET lease_owner = 'replica-lost', lease_until = $2,
+		next_check_at = $3 WHERE id = $1`, s.ID, until, b.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	frag := page(t, a.get("/", "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	if got := frag.Find(testid("lease-count")).Text(); got != "1" {
+		t.Fatalf("setup: lease count %q", got)
+	}
+	due, _ := frag.Find("#dashboard-live").Attr("data-live-due")
+	ms, err := strconv.ParseInt(due, 10, 64)
+	if err != nil || ms > (30*time.Second).Milliseconds() {
+		t.Errorf("the lease lapses by the clock in 30000 ms, but the dashboard's data-live-due=%q", due)
+	}
+	b.clock.Advance(31 * time.Second)
+	frag = page(t, a.get("/", "HX-Request", "true", handlers.LiveHeader, "1"), http.StatusOK)
+	if got := frag.Find(testid("lease-count")).Text(); got != "0" {
+		t.Fatalf("after the lapse the count is %q (control)", got)
+	}
+}

@@ -44,11 +44,28 @@ type Dashboard struct {
 	// LateAt is when the next active session turns stuck by the clock alone, StuckAfter past
 	// its next_check_at with no patrol having looked (nil: none is scheduled). Nothing is
 	// written at that moment, so no live notification says so: the dashboard refreshes itself
-	// then (views.LiveDue). A patrol's look moves next_check_at and notifies anyway.
+	// then (views.LiveDue, through ChangesAt). A patrol's look moves next_check_at and notifies
+	// anyway.
 	LateAt *time.Time
+	// LeaseEndsAt is when the soonest lease of an active session runs out (nil: none is held):
+	// Leases drops then by the clock alone, a replica that died holding it writing nothing.
+	LeaseEndsAt *time.Time
 	// Patrols is every replica's patrol as its last heartbeat says (back-off included).
 	Patrols []Heartbeat
 	At      time.Time
+}
+
+// ChangesAt is when the dashboard changes by the clock alone: a session turning stuck or a lease
+// running out, whichever comes first (nil: neither). An open dashboard kept "1 session held by a
+// patrol" for an hour after a dead replica's lease ran out (an outside review).
+func (d Dashboard) ChangesAt() *time.Time {
+	switch {
+	case d.LateAt == nil:
+		return d.LeaseEndsAt
+	case d.LeaseEndsAt != nil && d.LeaseEndsAt.Before(*d.LateAt):
+		return d.LeaseEndsAt
+	}
+	return d.LateAt
 }
 
 // Dashboard counts sessions per status and lists the stuck ones.
@@ -88,8 +105,9 @@ func (s *Service) Dashboard(ctx context.Context) (Dashboard, error) {
 		at := next.Add(StuckAfter)
 		d.LateAt = &at
 	}
-	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL),
-		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1)`, now).Scan(&d.OpenCases, &d.Leases); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL), leases.*
+		FROM (SELECT count(*), min(lease_until) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1) leases`,
+		now).Scan(&d.OpenCases, &d.Leases, &d.LeaseEndsAt); err != nil {
 		return Dashboard{}, fmt.Errorf("dashboard: cases: %w", err)
 	}
 	if d.Patrols, err = s.Heartbeats(ctx); err != nil {

@@ -84,7 +84,7 @@ func Dashboard(v DashboardView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.RenderAttributes(ctx, templ_7745c5c3_Buffer, templ_7745c5c3_ElementWriter, "div", LiveDue(ctx, v.D.LateAt, v.D.At))
+					templ_7745c5c3_Err = templruntime.RenderAttributes(ctx, templ_7745c5c3_Buffer, templ_7745c5c3_ElementWriter, "div", LiveDue(ctx, v.D.ChangesAt(), v.D.At))
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
