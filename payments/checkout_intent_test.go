@@ -192,28 +192,14 @@ func TestCheckoutClickDoesNotTakeOverTheOrdersContact(t *testing.T) {
 // a session, the repeat is not a replay and nothing is counted.
 func TestCheckoutKeylessClickThatStartsAPaymentAfterAllIsCounted(t *testing.T) {
 	t.Parallel()
-	var b *bench
-	var failFirst func()
-	b = newBench(t, func(c *payments.Config) {
-		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
-			if failFirst != nil {
-				failFirst()
-			}
-		}
-	})
+	b, endNext, _ := endsBetweenLookAndCreate(t)
 	ctx := context.Background()
 	in := payments.CreateInput{OrderID: "o-keyless-start", Amount: 1999, Currency: "EUR"}
 	first, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failFirst = func() {
-		failFirst = nil
-		b.gw.SetStatus(first.Session.GatewayPaymentID, payments.GatewayDeclined)
-		if s, err := b.plain.Check(ctx, api, first.Session.ID); err != nil || s.Status != payments.StatusFailed {
-			t.Errorf("the first payment's check: %s %v", s.Status, err)
-		}
-	}
+	endNext(first.Session)
 	key := uuid.NewString()
 	second, err := b.svc.CheckoutPay(ctx, key, in, 0)
 	if err != nil || second.Session.ID == first.Session.ID || second.Session.Status != payments.StatusRegistered {
@@ -238,25 +224,9 @@ func TestCheckoutKeylessClickThatStartsAPaymentAfterAllIsCounted(t *testing.T) {
 // anyone holding the link). Negative control: without the claim's count, an 11th payment.
 func TestCheckoutClickStartingAfterAllIsHeldToTheBudget(t *testing.T) {
 	t.Parallel()
-	var b *bench
-	var endActive func()
-	b = newBench(t, func(c *payments.Config) {
-		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
-			if f := endActive; f != nil {
-				endActive = nil
-				f()
-			}
-		}
-	})
+	b, endNext, decline := endsBetweenLookAndCreate(t)
 	ctx := context.Background()
 	in := payments.CreateInput{OrderID: "o-budget-race", Amount: 1999, Currency: "EUR"}
-	decline := func(s payments.Session) {
-		t.Helper()
-		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
-		if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
-			t.Fatalf("decline %s: %s %v", s.ID, got.Status, err)
-		}
-	}
 	// Ten clicks within the hour, each its own payment: nine declined, the tenth under way.
 	var last payments.Session
 	for i := 0; i < payments.CheckoutStartsPerHour; i++ {
@@ -271,7 +241,7 @@ func TestCheckoutClickStartingAfterAllIsHeldToTheBudget(t *testing.T) {
 		}
 	}
 	registered := b.gw.Calls(fakegw.OpRegister)
-	endActive = func() { decline(last) } // after the 11th click's look, before its Create
+	endNext(last) // after the 11th click's look, before its Create
 	res, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
 	var pe *payments.Error
 	if payments.ErrorCode(err) != payments.ELOCKED || !errors.As(err, &pe) || pe.RetryAfter != 51*time.Minute {
@@ -292,28 +262,14 @@ func TestCheckoutClickStartingAfterAllIsHeldToTheBudget(t *testing.T) {
 // there, bound to it. Negative control: the row written after Create is missing then.
 func TestCheckoutClickStartingAfterAllIsCountedWithItsPayment(t *testing.T) {
 	t.Parallel()
-	var b *bench
-	var endActive func()
-	b = newBench(t, func(c *payments.Config) {
-		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
-			if f := endActive; f != nil {
-				endActive = nil
-				f()
-			}
-		}
-	})
+	b, endNext, _ := endsBetweenLookAndCreate(t)
 	ctx := context.Background()
 	in := payments.CreateInput{OrderID: "o-start-counted", Amount: 1999, Currency: "EUR"}
 	first, err := b.svc.CheckoutPay(ctx, uuid.NewString(), in, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	endActive = func() {
-		b.gw.SetStatus(first.Session.GatewayPaymentID, payments.GatewayDeclined)
-		if s, err := b.plain.Check(ctx, api, first.Session.ID); err != nil || s.Status != payments.StatusFailed {
-			t.Errorf("the first payment's check: %s %v", s.Status, err)
-		}
-	}
+	endNext(first.Session)
 	gate := b.gw.Hold(fakegw.OpRegister)
 	key := uuid.NewString()
 	done := make(chan error, 1)
@@ -332,4 +288,27 @@ func TestCheckoutClickStartingAfterAllIsCountedWithItsPayment(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = $1`, in.OrderID); n != 2 {
 		t.Fatalf("counted starts = %d, want 2", n)
 	}
+}
+
+// endsBetweenLookAndCreate is a bench whose next Pay click, once its look at the order is made
+// (the hook after the click's acquire), declines and checks the payment given to end (the
+// interleaving of a payment ending between a click's look and its Create), and a decline that
+// ends a payment through the gateway's word and a check.
+func endsBetweenLookAndCreate(t *testing.T) (b *bench, endNext func(payments.Session), decline func(payments.Session)) {
+	var end func()
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterIntentAcquire = func(context.Context, string) {
+			if f := end; f != nil {
+				end = nil
+				f()
+			}
+		}
+	})
+	decline = func(s payments.Session) {
+		b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+		if got, err := b.plain.Check(context.Background(), api, s.ID); err != nil || got.Status != payments.StatusFailed {
+			t.Errorf("decline %s: %s %v", s.ID, got.Status, err)
+		}
+	}
+	return b, func(s payments.Session) { end = func() { decline(s) } }, decline
 }

@@ -28,16 +28,7 @@ func TestALinkAtProposalTimeOutlivesAPasswordReset(t *testing.T) {
 func linkedThenReset(t *testing.T, resetBy string) {
 	b := newBench(t)
 	ctx := context.Background()
-	acc := access.New(b.pool, b.clock)
-	acc.PasswordCost = bcrypt.MinCost
-	cli := payments.Staff{Email: "cli:root", Role: "admin"}
-	x := payments.Staff{Email: "x-admin@example.com", Role: "admin"}
-	y := payments.Staff{Email: "y-admin@example.com", Role: "admin"}
-	for _, a := range []payments.Staff{x, y} {
-		if _, err := acc.CreateUser(ctx, cli, a.Email, access.RoleAdmin, "a long enough password"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acc, x, y := twoAdmins(t, b)
 	// X creates the finance user: X knows its password.
 	if _, err := acc.CreateUser(ctx, x, "fin-b@example.com", access.RoleFinance, "initial password 1"); err != nil {
 		t.Fatal(err)
@@ -56,8 +47,8 @@ func linkedThenReset(t *testing.T, resetBy string) {
 	// (or, as the refusal's own message advises, "the account's owner gets a password set from
 	// the command line")
 	by := y
-	if resetBy == cli.Email {
-		by = cli
+	if resetBy != y.Email {
+		by = payments.Staff{Email: resetBy, Role: "admin"} // the command line
 	}
 	if _, err := acc.SetPassword(ctx, by, finB.Email, "brand new password 2"); err != nil {
 		t.Fatal(err)
@@ -113,16 +104,7 @@ func TestAChainOfSettersOutlivesAResetOfItsMiddle(t *testing.T) {
 			t.Parallel()
 			b := newBench(t, eurLimit)
 			ctx := context.Background()
-			acc := access.New(b.pool, b.clock)
-			acc.PasswordCost = bcrypt.MinCost
-			cli := payments.Staff{Email: "cli:root", Role: "admin"}
-			x := payments.Staff{Email: "x-admin@example.com", Role: "admin"}
-			y := payments.Staff{Email: "y-admin@example.com", Role: "admin"}
-			for _, a := range []payments.Staff{x, y} {
-				if _, err := acc.CreateUser(ctx, cli, a.Email, access.RoleAdmin, "a long enough password"); err != nil {
-					t.Fatal(err)
-				}
-			}
+			acc, x, _ := twoAdmins(t, b)
 			middle := payments.Staff{Email: "b-admin@example.com", Role: "admin"}
 			if _, err := acc.CreateUser(ctx, x, middle.Email, access.RoleAdmin, "initial password b"); err != nil {
 				t.Fatal(err)
@@ -151,4 +133,20 @@ func TestAChainOfSettersOutlivesAResetOfItsMiddle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoAdmins creates the admins X and Y from the command line (no console user knows their
+// passwords) and returns the access service that did, at bcrypt's least cost.
+func twoAdmins(t *testing.T, b *bench) (acc *access.Service, x, y payments.Staff) {
+	t.Helper()
+	acc = access.New(b.pool, b.clock)
+	acc.PasswordCost = bcrypt.MinCost
+	x = payments.Staff{Email: "x-admin@example.com", Role: "admin"}
+	y = payments.Staff{Email: "y-admin@example.com", Role: "admin"}
+	for _, a := range []payments.Staff{x, y} {
+		if _, err := acc.CreateUser(context.Background(), payments.Staff{Email: "cli:root", Role: "admin"}, a.Email, access.RoleAdmin, "a long enough password"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return acc, x, y
 }
