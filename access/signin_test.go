@@ -400,3 +400,23 @@ func TestTheLockMessageNamesATimeThatHasCome(t *testing.T) {
 		t.Fatalf("the right password at 12:16, as told, is refused: %v", err)
 	}
 }
+
+// bcrypt reads 72 bytes of a password at most, and its compare cut a longer one there without a
+// word: a user whose password is exactly 72 bytes signed in with it followed by anything (an
+// outside review). No password over MaxPasswordBytes is ever set, so one matches none at sign-in.
+// Negative control: the compare alone signs the longer one in.
+func TestSignInRefusesAPasswordPastBcryptsLimit(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	pw := strings.Repeat("p", access.MaxPasswordBytes)
+	if _, err := b.acc.CreateUser(ctx, cli, "ana@example.com", access.RoleSupport, pw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", pw, "192.0.2.7")); err != nil {
+		t.Fatalf("the real password: %v", err)
+	}
+	if _, err := b.acc.SignIn(ctx, attempt("ana@example.com", pw+"-and-anything-else", "192.0.2.7")); payments.ErrorCode(err) != payments.EWRONG {
+		t.Fatalf("a different, longer password signed ana in (%v); want wrong email or password", err)
+	}
+}

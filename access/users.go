@@ -7,10 +7,12 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/text/unicode/norm"
 
 	"pitlane/payments"
 )
@@ -103,8 +105,11 @@ const (
 // Bytes no email can hold (a NUL, a sequence that is not UTF-8) become U+FFFD, so such an input
 // is one more unknown email — refused, timed and throttled like any other — and never reaches
 // PostgreSQL, which refuses to store them.
+//
+// And in Unicode's composed form (NFC): "josé" typed as e and a combining accent is the same
+// address as with é, not a second account that looks like the first (an outside review).
 func NormalizeEmail(s string) string {
-	return strings.ToLower(strings.TrimSpace(storableText(s)))
+	return strings.ToLower(norm.NFC.String(strings.TrimSpace(storableText(s))))
 }
 
 // storableText is s with the bytes PostgreSQL refuses to store in text (a NUL, a sequence that is
@@ -127,8 +132,18 @@ func ValidateEmail(email string) error {
 	if err != nil || addr.Address != email || addr.Name != "" || len(email) > 254 {
 		return payments.Invalid("email", "email %q is not a plain email address", email)
 	}
+	if strings.IndexFunc(email, invisible) >= 0 {
+		// root@example.com with a zero-width space in it was a second admin that looked like the
+		// first in every list, and stayed enabled when the first was offboarded (an outside
+		// review). No address holds a character nobody sees.
+		return payments.Invalid("email", "email %q holds an invisible character (a zero-width space, a direction mark, a byte-order mark…)", email)
+	}
 	return nil
 }
+
+// invisible reports a formatting character nobody sees (Unicode's Cf: zero-width spaces and
+// joiners, direction marks and isolates, byte-order marks, soft hyphens).
+func invisible(r rune) bool { return unicode.Is(unicode.Cf, r) }
 
 // ValidateRole checks that role is one of Roles.
 func ValidateRole(role Role) error {
@@ -149,6 +164,11 @@ func ValidatePassword(password string) error {
 	if !payments.PlainLine(password) {
 		// Nobody could type it at the sign-in form: the user would be locked out.
 		return payments.Invalid("password", "the password must be text you can type (UTF-8, no control characters)")
+	}
+	if strings.IndexFunc(password, untypable) >= 0 {
+		// The same: a byte-order mark an editor put at the start of a password file set a
+		// password nobody could sign in with (an outside review).
+		return payments.Invalid("password", "the password holds an invisible character no keyboard types (a byte-order mark, a zero-width space, a direction mark)")
 	}
 	return nil
 }
@@ -230,7 +250,16 @@ func (s *Service) SignsInWith(ctx context.Context, email, password string) (bool
 	if err != nil {
 		return false, fmt.Errorf("user %s: %w", email, err)
 	}
-	return !u.Disabled() && bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil, nil
+	return !u.Disabled() && passwordMatches(hash, password), nil
+}
+
+// passwordMatches compares password with a stored bcrypt hash. bcrypt reads 72 bytes at most and
+// its compare cuts a longer password there without a word: a password of exactly 72 bytes
+// signed in followed by anything (an outside review), two passwords taken for one. No password
+// longer than MaxPasswordBytes is ever set (ValidatePassword), so a longer one matches none; the
+// compare still runs, so the answer takes the time of any other.
+func passwordMatches(hash, password string) bool {
+	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil && len(password) <= MaxPasswordBytes
 }
 
 // User returns the user with this email (ENOTFOUND when there is none).
@@ -476,4 +505,16 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		return User{}, err
 	}
 	return out, nil
+}
+
+// untypable reports an invisible character no keyboard puts in a password: a byte-order mark, a
+// zero-width space, a word joiner, a direction mark, embedding or isolate. Not every formatting
+// character: the zero-width joiner and non-joiner are typed (emoji sequences, Persian).
+func untypable(r rune) bool {
+	switch {
+	case r == '\uFEFF', r == '\u200B', r == '\u2060', r == '\u200E', r == '\u200F',
+		r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069':
+		return true
+	}
+	return false
 }

@@ -282,3 +282,31 @@ func TestPasswordSetByIsRecorded(t *testing.T) {
 		t.Fatalf("created from the command line: set by %q", got)
 	}
 }
+
+// An email with a character nobody sees, or in another Unicode form of an existing one, was a
+// second account that looked like the first in every list — root@example.com with a zero-width
+// space stayed an enabled admin when root@example.com was offboarded (an outside review). Such
+// an email is refused, a decomposed one is the composed one; a password holding a byte-order
+// mark or another character no keyboard types is refused (nobody could sign in with it), while
+// the joiners that are typed (emoji, Persian) are not.
+func TestLookalikeEmailsAndUntypablePasswords(t *testing.T) {
+	t.Parallel()
+	for _, e := range []string{"root@example.com\u200b", "root\u200b@example.com", "ro\u202eot@example.com", "\ufeffroot@example.com"} {
+		if err := access.ValidateEmail(access.NormalizeEmail(e)); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("email %q: %v, want refused", e, err)
+		}
+	}
+	if got, want := access.NormalizeEmail("Jose\u0301@Example.com"), "jos\u00e9@example.com"; got != want {
+		t.Errorf("NormalizeEmail of a decomposed é: %q, want %q", got, want)
+	}
+	for _, pw := range []string{"\ufeffa long enough password", "a long\u200b enough password", "a long enough\u200e password"} {
+		if err := access.ValidatePassword(pw); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("password %q: %v, want refused", pw, err)
+		}
+	}
+	for _, pw := range []string{"a long enough password 👩\u200d💻", "گذرواژه\u200cی بلند کافی"} {
+		if err := access.ValidatePassword(pw); err != nil {
+			t.Errorf("password %q: %v, want taken", pw, err)
+		}
+	}
+}

@@ -140,7 +140,9 @@ func readPassword(r io.Reader, sub string) (string, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("read password from standard input: %w", err)
 	}
-	line = strings.TrimRight(line, "\r\n")
+	// A byte-order mark an editor put at the start of a password file is the file's, not the
+	// password's (an outside review: a password nobody could type was set).
+	line = strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "\uFEFF")
 	if line == "" {
 		return "", Usagef("user %s: no password on standard input (pipe it in: printf '%%s\\n' \"$PW\" | pitlane user %s …)", sub, sub)
 	}

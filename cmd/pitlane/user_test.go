@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
 )
 
@@ -179,5 +180,37 @@ func TestAdminCommandsOnAnUnmigratedDatabaseSayMigrate(t *testing.T) {
 	var tables int // goose's own version table is made by the look at what is applied
 	if err := testdb.Pool(t, url).QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`).Scan(&tables); err != nil || tables != 0 {
 		t.Fatalf("tables after the commands: %d %v", tables, err)
+	}
+}
+
+// `user create` beside an existing user: the same address with a character nobody sees is
+// refused (exit 2), the same address in another Unicode form is that user (exit 1, already
+// exists); a password file an editor saved with a byte-order mark and CRLF sets the password in
+// it (an outside review: five users where two were wanted, and a password nobody could type).
+func TestUserCreateLookalikesAndAPasswordFileWithAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	const pw = "a long enough password\n"
+	for _, e := range []string{"root@example.com", "jos\u00e9@example.com"} {
+		if code, _, stderr := runMain(pw, env, "user", "create", "--email", e, "--role", "admin"); code != 0 {
+			t.Fatalf("create %q: %d %s", e, code, stderr)
+		}
+	}
+	for twin, want := range map[string]int{"root@example.com\u200b": 2, "root\u200b@example.com": 2, "jose\u0301@example.com": 1} {
+		if code, _, stderr := runMain(pw, env, "user", "create", "--email", twin, "--role", "admin"); code != want {
+			t.Errorf("create %q beside its look-alike: exit %d (%s), want %d", twin, code, stderr, want)
+		}
+	}
+	if code, _, stderr := runMain("\ufeffa long enough password\r\n", env, "user", "create", "--email", "ana@example.com", "--role", "support"); code != 0 {
+		t.Fatalf("create with a password file carrying a byte-order mark: %d %s", code, stderr)
+	}
+	pool := testdb.Pool(t, url)
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM staff_users`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d staff users (%v), want 3", n, err)
+	}
+	if _, err := access.New(pool, nil).SignIn(context.Background(), access.Attempt{Email: "ana@example.com", Password: "a long enough password", Address: "192.0.2.9"}); err != nil {
+		t.Fatalf("signing in with the password in the file: %v", err)
 	}
 }
