@@ -209,3 +209,62 @@ func approvalOffboardedInFlight(t *testing.T, path, role string) {
 			path, state, got.Status, err)
 	}
 }
+
+// The same for "Unlock codes": a finance user's unlock waiting for the payment's row while an
+// admin disabled them (or made them support) went on afterwards and cleared the payment's wrong
+// codes as that user — the unlock locked the row itself and never looked at the user again (an
+// outside review). Negative control: without queueStaffStands in UnlockCodes, both clear them.
+func TestAnUnlockByAnOffboardedUserInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, offboard := range []struct{ name, path, role string }{
+		{"disable", "/disable", ""},
+		{"demote to support", "/role", string(access.RoleSupport)},
+	} {
+		t.Run(offboard.name, func(t *testing.T) {
+			t.Parallel()
+			b := newConsoleBench(t)
+			b.user(t, "root@example.com", access.RoleAdmin)
+			b.user(t, "fin2@example.com", access.RoleFinance)
+			ctx := context.Background()
+			s := b.payment(t, "o-unlock-offboard", 1000)
+			b.lockCodes(t, s.ID)
+			root, fin2 := b.agent(t), b.agent(t)
+			root.login("root@example.com")
+			fin2.login("fin2@example.com")
+			root.get("/admin/users")
+			page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
+
+			holder, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(ctx) //nolint:errcheck
+			var holderPID int
+			if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID).Scan(&holderPID); err != nil {
+				t.Fatal(err)
+			}
+			unlocked := postAsync(b, fin2, "/payments/"+s.ID+"/codes/unlock", url.Values{"reason": {"called the customer back"}})
+			waitBlockedBy(t, b, holderPID)
+			form := url.Values{}
+			if offboard.role != "" {
+				form.Set("role", offboard.role)
+			}
+			if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+offboard.path, form); rec.Code != http.StatusSeeOther {
+				t.Fatalf("root's %s of fin2: %d", offboard.path, rec.Code)
+			}
+			if err := holder.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if rec := <-unlocked; rec.Code != http.StatusSeeOther { // refused with its message, not failed
+				t.Fatalf("fin2's unlock in flight answered %d, want 303", rec.Code)
+			}
+			var cleared int
+			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1 AND cleared_at IS NOT NULL`, s.ID).Scan(&cleared); err != nil {
+				t.Fatal(err)
+			}
+			if cleared != 0 {
+				t.Fatalf("after root's %s of fin2 committed, fin2's unlock in flight cleared %d wrong codes: want none", offboard.path, cleared)
+			}
+		})
+	}
+}
