@@ -220,6 +220,10 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 		}
 		if serr != nil {
 			rep.found(sess, FindingError, serr.Error())
+			if next.failingID != sess.ID {
+				// The count is of one session: the one that failed before left the window.
+				next.failures, next.failingID = 0, sess.ID
+			}
 			next.failures++
 			if next.failures < cfg.MaxFailures {
 				s.log.Warn("reconcile: session not compared; will retry", "session", sess.ID, "failures", next.failures, "err", serr)
@@ -232,7 +236,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 			s.log.Error("reconcile: session skipped until the next pass", "session", sess.ID, "failures", next.failures, "err", serr)
 			rep.Skipped++
 		}
-		next.afterUpdatedAt, next.afterID, next.failures = &sess.UpdatedAt, sess.ID, 0
+		next.afterUpdatedAt, next.afterID, next.failures, next.failingID = &sess.UpdatedAt, sess.ID, 0, ""
 		from := time.Now()
 		ok, err := s.advance(ctx, job, cfg, next)
 		if err != nil {
@@ -486,28 +490,34 @@ type reconcileCursor struct {
 	afterUpdatedAt    *time.Time
 	afterID           string
 	failures          int
-	passes            int64
+	// failingID: the session failures counts (migration 00900); another one starts from nothing.
+	failingID string
+	passes    int64
 }
 
 func (s *Service) readCursor(ctx context.Context, job string) (reconcileCursor, error) {
 	var c reconcileCursor
-	var afterID *string
+	var afterID, failingID *string
 	err := s.db.QueryRow(ctx, `
 		WITH ins AS (
 			INSERT INTO reconcile_cursors (job, updated_at, updated_by) VALUES ($1, $2, $3)
 			ON CONFLICT (job) DO NOTHING
-			RETURNING pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at
+			RETURNING pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at, failing_id::text
 		)
 		SELECT * FROM ins
 		UNION ALL
-		SELECT pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at FROM reconcile_cursors WHERE job = $1
+		SELECT pass_started_at, after_updated_at, after_id::text, failures, passes, prev_pass_started_at, failing_id::text
+		FROM reconcile_cursors WHERE job = $1
 		LIMIT 1`, job, s.cfg.Clock.Now(), s.cfg.ReplicaID).
-		Scan(&c.passStartedAt, &c.afterUpdatedAt, &afterID, &c.failures, &c.passes, &c.prevPassStartedAt)
+		Scan(&c.passStartedAt, &c.afterUpdatedAt, &afterID, &c.failures, &c.passes, &c.prevPassStartedAt, &failingID)
 	if err != nil {
 		return c, fmt.Errorf("reconcile: read cursor: %w", err)
 	}
 	if afterID != nil {
 		c.afterID = *afterID
+	}
+	if failingID != nil {
+		c.failingID = *failingID
 	}
 	return c, nil
 }
@@ -527,13 +537,16 @@ func (s *Service) advance(ctx context.Context, job string, cfg ReconcileConfig, 
 		if mine = owner == s.cfg.ReplicaID; !mine {
 			return nil
 		}
-		var afterID any
+		var afterID, failingID any
 		if c.afterID != "" {
 			afterID = c.afterID
 		}
+		if c.failingID != "" && c.failures > 0 {
+			failingID = c.failingID
+		}
 		_, err = tx.Exec(ctx, `UPDATE reconcile_cursors SET pass_started_at = $2, after_updated_at = $3, after_id = $4,
-			failures = $5, passes = $6, updated_at = $7, updated_by = $8, prev_pass_started_at = $9 WHERE job = $1`,
-			job, c.passStartedAt, c.afterUpdatedAt, afterID, c.failures, c.passes, s.cfg.Clock.Now(), s.cfg.ReplicaID, c.prevPassStartedAt)
+			failures = $5, passes = $6, updated_at = $7, updated_by = $8, prev_pass_started_at = $9, failing_id = $10 WHERE job = $1`,
+			job, c.passStartedAt, c.afterUpdatedAt, afterID, c.failures, c.passes, s.cfg.Clock.Now(), s.cfg.ReplicaID, c.prevPassStartedAt, failingID)
 		if err != nil {
 			return fmt.Errorf("reconcile: advance: %w", err)
 		}
