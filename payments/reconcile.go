@@ -307,7 +307,24 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	rep.Since = now.Add(-since)
 	cfg.Lookback = since
 	var compared []string
-	rep, err = s.reconcileWindow(ctx, job, lead, cfg, now, rep, &compared)
+	rep, err = s.reconcileWindow(ctx, job, lead, cfg, reconcileCursor{passStartedAt: &now}, rep, &compared)
+	// A session of the window that moved while the run was busy with earlier ones (a Check, a
+	// webhook) now has an updated_at past the window's top and was never reached: the run said
+	// "compared to the end" without it (an outside review). Catch-up walks over what changed
+	// since the walk before, until one finds nothing; each covers only the time the one before
+	// took, so a few do.
+	for from, round := now, 0; err == nil && rep.PassDone && !rep.LostLeadership && round < maxReconcileCatchUps; round++ {
+		to := s.cfg.Clock.Now()
+		if !to.After(from) {
+			break
+		}
+		before := len(compared)
+		after := reconcileCursor{passStartedAt: &to, afterUpdatedAt: &from, afterID: maxUUID}
+		if rep, err = s.reconcileWindow(ctx, job, lead, cfg, after, rep, &compared); len(compared) == before {
+			break
+		}
+		from = to
+	}
 	// Listed however the run ended (cut by Ctrl-C or a timeout, a database error): the command
 	// prints the report of a cut run too, and its cases were opened all the same.
 	lctx, cancel := Outlive(ctx, RecordGrace)
@@ -317,10 +334,21 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	return rep, errors.Join(err, cerr)
 }
 
-// reconcileWindow is ReconcileSince's walk over its window; compared collects every session it
-// looked at, the one it was cut on included.
-func (s *Service) reconcileWindow(ctx context.Context, job string, lead *leadership, cfg ReconcileConfig, now time.Time, rep ReconcileReport, compared *[]string) (ReconcileReport, error) {
-	cur := reconcileCursor{passStartedAt: &now}
+// maxReconcileCatchUps bounds ReconcileSince's walks over sessions that moved during the run.
+const maxReconcileCatchUps = 3
+
+// maxUUID is the highest uuid: a cursor after (t, maxUUID) starts after every session of t.
+const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+// reconcileWindow is ReconcileSince's walk over its window from cur (its top: passStartedAt);
+// compared collects every session it looked at, the one it was cut on included, and a session
+// in it already is not compared again.
+func (s *Service) reconcileWindow(ctx context.Context, job string, lead *leadership, cfg ReconcileConfig, cur reconcileCursor, rep ReconcileReport, compared *[]string) (ReconcileReport, error) {
+	rep.PassDone = false
+	seen := make(map[string]bool, len(*compared))
+	for _, id := range *compared {
+		seen[id] = true
+	}
 	inARow := 0
 walk:
 	for {
@@ -329,6 +357,11 @@ walk:
 			return rep, err
 		}
 		for _, sess := range batch {
+			if seen[sess.ID] {
+				// Compared already; moved since (by this run's own settle, most often).
+				cur.afterUpdatedAt, cur.afterID = &sess.UpdatedAt, sess.ID
+				continue
+			}
 			serr := s.reconcileSession(ctx, sess, &rep)
 			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
