@@ -138,18 +138,57 @@ func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 // lockOrderAndSessionWith, both approved; without its role check, the demoted one.
 func TestAnApprovalByAnOffboardedApproverInFlightIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, offboard := range []struct{ name, path, role string }{
-		{"disable", "/disable", ""},
-		{"demote to support", "/role", string(access.RoleSupport)},
-	} {
-		t.Run(offboard.name, func(t *testing.T) {
+	eachOffboarding(t, approvalOffboardedInFlight)
+}
+
+// offboarding is how an admin takes fin2's rights away on the Users page: the action's path
+// and, for a role change, the new role.
+type offboarding struct{ name, path, role string }
+
+// eachOffboarding runs test once for a disable and once for a demotion to support.
+func eachOffboarding(t *testing.T, test func(t *testing.T, off offboarding)) {
+	for _, off := range []offboarding{{"disable", "/disable", ""}, {"demote to support", "/role", string(access.RoleSupport)}} {
+		t.Run(off.name, func(t *testing.T) {
 			t.Parallel()
-			approvalOffboardedInFlight(t, offboard.path, offboard.role)
+			test(t, off)
 		})
 	}
 }
 
-func approvalOffboardedInFlight(t *testing.T, path, role string) {
+// offboardedInFlight has fin2 post action (form) while another transaction holds a row it waits
+// for (lockSQL, selecting pg_backend_pid() FOR UPDATE with arg), has root offboard fin2 meanwhile,
+// lets the row go, and wants fin2's request refused with its message (303, Post/Redirect/Get),
+// not failed.
+func offboardedInFlight(t *testing.T, b *consoleBench, root, fin2 *agent, lockSQL string, arg any, action string, form url.Values, off offboarding) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, lockSQL, arg).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	answered := postAsync(b, fin2, action, form)
+	waitBlockedBy(t, b, holderPID) // fin2's request waits for the payment's locks
+	change := url.Values{}
+	if off.role != "" {
+		change.Set("role", off.role)
+	}
+	if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+off.path, change); rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's %s of fin2: %d", off.path, rec.Code)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec := <-answered; rec.Code != http.StatusSeeOther {
+		t.Fatalf("fin2's %s in flight answered %d, want 303", action, rec.Code)
+	}
+}
+
+func approvalOffboardedInFlight(t *testing.T, off offboarding) {
 	b := newConsoleBench(t)
 	b.user(t, "root@example.com", access.RoleAdmin)
 	b.user(t, "fin@example.com", access.RoleFinance)
@@ -176,37 +215,14 @@ func approvalOffboardedInFlight(t *testing.T, path, role string) {
 	}
 
 	// Something holds the order for a moment (any action on the payment does).
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM orders WHERE order_id = $1 FOR UPDATE`, s.OrderID).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
-	approved := postAsync(b, fin2, approve, url.Values{})
-	waitBlockedBy(t, b, holderPID) // the approval waits for the payment's locks
-	form := url.Values{}
-	if role != "" {
-		form.Set("role", role)
-	}
-	if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+path, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("root's %s of fin2: %d", path, rec.Code)
-	}
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec := <-approved; rec.Code != http.StatusSeeOther { // refused with its message (Post/Redirect/Get), not failed
-		t.Fatalf("fin2's approval in flight answered %d, want 303", rec.Code)
-	}
+	offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM orders WHERE order_id = $1 FOR UPDATE`, s.OrderID, approve, url.Values{}, off)
 	var state string
 	if err := b.pool.QueryRow(ctx, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := b.svc.Get(ctx, s.ID); err != nil || state != "proposed" || got.Status != s.Status {
 		t.Fatalf("after root's %s of fin2, fin2's approval in flight left the proposal %s and the payment %s (%v): want it still waiting",
-			path, state, got.Status, err)
+			off.path, state, got.Status, err)
 	}
 }
 
@@ -216,55 +232,21 @@ func approvalOffboardedInFlight(t *testing.T, path, role string) {
 // outside review). Negative control: without queueStaffStands in UnlockCodes, both clear them.
 func TestAnUnlockByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, offboard := range []struct{ name, path, role string }{
-		{"disable", "/disable", ""},
-		{"demote to support", "/role", string(access.RoleSupport)},
-	} {
-		t.Run(offboard.name, func(t *testing.T) {
-			t.Parallel()
-			b := newConsoleBench(t)
-			b.user(t, "root@example.com", access.RoleAdmin)
-			b.user(t, "fin2@example.com", access.RoleFinance)
-			ctx := context.Background()
-			s := b.payment(t, "o-unlock-offboard", 1000)
-			b.lockCodes(t, s.ID)
-			root, fin2 := b.agent(t), b.agent(t)
-			root.login("root@example.com")
-			fin2.login("fin2@example.com")
-			root.get("/admin/users")
-			page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
-
-			holder, err := b.pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback(ctx) //nolint:errcheck
-			var holderPID int
-			if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID).Scan(&holderPID); err != nil {
-				t.Fatal(err)
-			}
-			unlocked := postAsync(b, fin2, "/payments/"+s.ID+"/codes/unlock", url.Values{"reason": {"called the customer back"}})
-			waitBlockedBy(t, b, holderPID)
-			form := url.Values{}
-			if offboard.role != "" {
-				form.Set("role", offboard.role)
-			}
-			if rec := root.post("/admin/users/"+b.userID(t, "fin2@example.com")+offboard.path, form); rec.Code != http.StatusSeeOther {
-				t.Fatalf("root's %s of fin2: %d", offboard.path, rec.Code)
-			}
-			if err := holder.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if rec := <-unlocked; rec.Code != http.StatusSeeOther { // refused with its message, not failed
-				t.Fatalf("fin2's unlock in flight answered %d, want 303", rec.Code)
-			}
-			var cleared int
-			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1 AND cleared_at IS NOT NULL`, s.ID).Scan(&cleared); err != nil {
-				t.Fatal(err)
-			}
-			if cleared != 0 {
-				t.Fatalf("after root's %s of fin2 committed, fin2's unlock in flight cleared %d wrong codes: want none", offboard.path, cleared)
-			}
-		})
-	}
+	eachOffboarding(t, func(t *testing.T, off offboarding) {
+		b := newConsoleBench(t)
+		b.user(t, "root@example.com", access.RoleAdmin)
+		b.user(t, "fin2@example.com", access.RoleFinance)
+		s := b.payment(t, "o-unlock-offboard", 1000)
+		b.lockCodes(t, s.ID)
+		root, fin2 := b.agent(t), b.agent(t)
+		root.login("root@example.com")
+		fin2.login("fin2@example.com")
+		root.get("/admin/users")
+		page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
+		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID,
+			"/payments/"+s.ID+"/codes/unlock", url.Values{"reason": {"called the customer back"}}, off)
+		if cleared := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1 AND cleared_at IS NOT NULL`, s.ID); cleared != 0 {
+			t.Fatalf("after root's %s of fin2 committed, fin2's unlock in flight cleared %d wrong codes: want none", off.path, cleared)
+		}
+	})
 }

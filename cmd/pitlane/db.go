@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib" // also the "pgx" database/sql driver for goose
 
 	"pitlane/access"
+	"pitlane/internal/config"
 	"pitlane/migrations"
 	"pitlane/payments"
 	"pitlane/payments/dbconn"
@@ -59,6 +60,17 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 	if err != nil {
 		return nil, nil, err
 	}
+	pool, clock, err := openMigrated(ctx, cfg, command)
+	if err != nil {
+		return nil, nil, err
+	}
+	return access.New(pool, clock), pool.Close, nil
+}
+
+// openMigrated opens the configuration's database, which command requires, with the
+// database's clock (the time every row was written with), refusing one that lacks a migration.
+// The caller closes the pool.
+func openMigrated(ctx context.Context, cfg config.Config, command string) (*pgxpool.Pool, *payments.DatabaseClock, error) {
 	if err := cfg.RequireDatabase(command); err != nil {
 		return nil, nil, err
 	}
@@ -74,7 +86,7 @@ func openAccess(ctx context.Context, env *Env, command string) (acc *access.Serv
 		pool.Close()
 		return nil, nil, err
 	}
-	return access.New(pool, clock), pool.Close, nil
+	return pool, clock, nil
 }
 
 // requireMigrated refuses a database that lacks some of the migrations this binary embeds: a

@@ -50,22 +50,11 @@ func runPrune(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.RequireDatabase("prune"); err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, cfg.DatabaseURL)
+	pool, clock, err := openMigrated(ctx, cfg, "prune") // the cutoffs are the database's time
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	// The cutoffs are the database's time, as every time the rows were written with.
-	clock, err := databaseClock(ctx, pool)
-	if err == nil {
-		err = requireMigrated(ctx, pool)
-	}
-	if err != nil {
-		return err
-	}
 	svc := payments.NewService(pool, payments.Config{Clock: clock, Logger: env.Logger.With("component", "prune"), ReplicaID: cfg.ReplicaID})
 	counts, err := svc.Prune(ctx, payments.PruneConfig{
 		GatewayCalls: ages["gateway-calls"].d, WebhookEvents: ages["webhook-events"].d, Outbox: ages["outbox"].d,

@@ -271,6 +271,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SecretKeyFallbacks, err = secretList(getenv, "SECRET_KEY_FALLBACKS"); err != nil {
 		return c, err
 	}
+	c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, withLineEnds(getenv("SECRET_KEY_FALLBACKS"))...)
 	if asGiven != nil {
 		c.SecretKeyFallbacks = append(c.SecretKeyFallbacks, asGiven)
 	}
@@ -324,24 +325,31 @@ func longEnoughSecret(v string) bool {
 // entries are dropped; nil when unset.
 func secretList(getenv func(string) string, name string) ([][]byte, error) {
 	var out [][]byte
-	for given := range strings.SplitSeq(getenv(name), ",") {
-		v := strings.TrimSpace(given)
-		if v == "" {
+	for v := range strings.SplitSeq(getenv(name), ",") {
+		if v = strings.TrimSpace(v); v == "" {
 			continue
 		}
 		if !longEnoughSecret(v) {
 			return nil, errorf(name, "every secret in the list must be at least %d characters, like SECRET_KEY", MinSecretKeyLen)
 		}
 		out = append(out, []byte(v))
-		if asGiven := strings.Trim(given, " "); asGiven != v && name == "SECRET_KEY_FALLBACKS" {
-			// Also with its line end or tab (the spaces beside a comma are the list's): a
-			// SECRET_KEY from a file signed with its trailing newline before this release (Load),
-			// and the links it signed live for weeks; the same value moved here at a rotation's
-			// second step still verifies them (an outside review).
-			out = append(out, []byte(asGiven))
-		}
 	}
 	return out, nil
+}
+
+// withLineEnds are the entries of a secret list that carry a line end or a tab (the spaces
+// beside a comma are the list's), as given: a SECRET_KEY from a file signed with its trailing
+// newline before this release (Load), and the links it signed live for weeks; the same value
+// moved into SECRET_KEY_FALLBACKS at a rotation's second step still verifies them (an outside
+// review). secretList has checked every entry already.
+func withLineEnds(list string) [][]byte {
+	var out [][]byte
+	for given := range strings.SplitSeq(list, ",") {
+		if g := strings.Trim(given, " "); g != strings.TrimSpace(g) {
+			out = append(out, []byte(g))
+		}
+	}
+	return out
 }
 
 // parseHosts reads GATEWAY_CONFIRMATION_HOSTS: host names (lower-cased), each optionally "*."
