@@ -192,9 +192,7 @@ const feedServes = `e.xid IS NOT NULL AND e.xid < pg_snapshot_xmin(pg_current_sn
 // only when they have no WHERE, and these have feedServes. TestFeedReadsByItsIndex.)
 //
 // One payment's branches have no order or limit of their own: a payment has a handful of
-// events, found by its own indexes and sorted outside. With a LIMIT inside, the planner
-// sometimes walked the whole feed's index in order, betting on meeting the payment's rows early
-// (a CI run's plan: refund_events_feed instead of refund_events_refund).
+// events, found by its own indexes and sorted outside.
 func feedEvents(where, of, order, limit string) string {
 	sessionOf, refundOf := "", ""
 	inner := ` ORDER BY ` + order + ` LIMIT ` + limit
@@ -226,10 +224,10 @@ func feedRead(of string) string {
 	from := feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, of, `e.xid, e.id`, `$3`)
 	if of != "" {
 		// One payment's events are few: all of them first, by the payment's own indexes, then
-		// ordered and cut. Offered the LIMIT, the planner sometimes walked the whole feed's
-		// index (refund_events_feed) in order, filtering every refund event by its payment, on
-		// statistics that ANALYZE's sample moved between runs (TestFeedReadsByItsIndex failed
-		// once in CI that way).
+		// ordered and cut. (The planner walks the feed's index instead only when the oldest
+		// running transaction is older than the payment's events: it evaluates feedServes's
+		// bound to estimate, and then that walk reads nothing. TestFeedReadsByItsIndex waits
+		// for its fill to be served: waitServed.)
 		from = `(SELECT * FROM ` + from + ` OFFSET 0) ev`
 	}
 	return `
