@@ -166,10 +166,26 @@ func (h *Checkout) followIntent(c echo.Context, orderID, key string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	if sess.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(sess.ConfirmationURL) {
-		return true, c.Redirect(http.StatusSeeOther, sess.ConfirmationURL)
+	if bank, err := h.toBank(c, sess); err != nil || bank {
+		return true, err
 	}
-	return false, nil
+	return false, nil // the page says why not
+}
+
+// toBank sends the customer to the session's page at the bank (303) and reports true when the
+// customer may pay there: the session is Registered, its page is one we send customers to, and
+// the gateway holds no money of the order that finance is checking (PaymentInReview). Otherwise
+// it does nothing: the order's page says where the payment is (in review, confirming). The
+// click's follow-up page and a resubmitted click answer from here, not from show: they sent a
+// customer to a payment's page at the bank while the order's page refused the way there.
+func (h *Checkout) toBank(c echo.Context, s payments.Session) (bool, error) {
+	if s.Status != payments.StatusRegistered || !h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
+		return false, nil
+	}
+	if inReview, err := h.svc.PaymentInReview(c.Request().Context(), s.OrderID); err != nil || inReview {
+		return false, err
+	}
+	return true, c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
 }
 
 // show renders the order's state. q is what the page was opened with: a checkout link's parts
@@ -221,11 +237,12 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		v.Session = active
 		inReview := false
 		if active.Status == payments.StatusRegistered {
-			// No way to the bank's page while the bank reported a payment of the order after
-			// this one began (a late payment in review): it may hold the customer's money
-			// already, and this payment would be a second charge (Pay clicks are refused alike).
+			// No way to the bank's page while finance checks money the gateway may hold for the
+			// order (PaymentInReview: a late payment reported after this one began, or this
+			// one's answer for another amount): this payment would be a second charge (Pay
+			// clicks are refused alike).
 			var err error
-			if inReview, err = h.svc.LatePaymentInReview(ctx, orderID); err != nil {
+			if inReview, err = h.svc.PaymentInReview(ctx, orderID); err != nil {
 				return err
 			}
 		}
@@ -251,7 +268,7 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 			v.Session = latest
 		}
 		if latest != nil && (latest.Status == payments.StatusFailed || latest.Status == payments.StatusCanceled) {
-			inReview, err := h.svc.LatePaymentInReview(ctx, orderID)
+			inReview, err := h.svc.PaymentInReview(ctx, orderID)
 			if err != nil {
 				return err
 			}

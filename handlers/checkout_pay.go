@@ -84,9 +84,10 @@ func (h *Checkout) Pay(c echo.Context) error {
 	if err != nil {
 		return h.payError(c, id, page, err)
 	}
-	s := res.Session
-	if s.Status == payments.StatusRegistered && h.svc.TrustedConfirmationURL(s.ConfirmationURL) {
-		return c.Redirect(http.StatusSeeOther, s.ConfirmationURL)
+	if bank, err := h.toBank(c, res.Session); err != nil {
+		return h.payError(c, id, page, err)
+	} else if bank {
+		return nil
 	}
 	return c.Redirect(http.StatusSeeOther, h.follow(id, key, page))
 }
@@ -112,7 +113,7 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 	switch code := payments.ErrorCode(err); {
 	case code == payments.EBUSY:
 		return c.Redirect(http.StatusSeeOther, h.follow(orderID, c.FormValue("intent"), page))
-	case errors.Is(err, payments.ErrLatePaymentInReview):
+	case errors.Is(err, payments.ErrPaymentInReview):
 		// The gateway took money for the order's last payment late (a stale "try again" form):
 		// the page's state says so; nothing was started.
 		return h.show(c, page, orderID, false, http.StatusConflict, "")

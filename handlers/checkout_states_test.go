@@ -4,6 +4,7 @@ import (
 	"github.com/google/uuid"
 
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -302,7 +303,7 @@ func (b *consoleBench) lateSuccess(t *testing.T, order string) payments.Session 
 // "Try again" form started one. Now the page says the bank reported the payment and offers no
 // form, and the stale form's click is refused (409) with nothing sent to the gateway; once
 // finance resolves the case (refunded by hand, say) the page may offer a new payment again.
-// From the checkout review; negative control: without the page's LatePaymentInReview and the
+// From the checkout review; negative control: without the page's PaymentInReview and the
 // claim's check, the page is "declined" with a form and the stale click registers a second
 // payment.
 func TestCheckoutAfterALatePaymentOffersNoSecondCharge(t *testing.T) {
@@ -392,8 +393,9 @@ func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
 	const order = "o-late-retry"
 	action, form, s1, gp1 := b.declinedClick(t, a, order)
 	retryAction, retry := payForm(t, a, b.orderPage(order, ""))
-	if rec := a.post(retryAction, retry); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Try again: %d", rec.Code)
+	rec := a.post(retryAction, retry)
+	if rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "https://") {
+		t.Fatalf("Try again: %d %s", rec.Code, rec.Header().Get("Location"))
 	}
 	// The bank took the money for the first payment after all.
 	b.gw.SetStatus(gp1, payments.GatewaySucceeded)
@@ -416,6 +418,74 @@ func TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview(t *testing.T) {
 	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
 		t.Errorf("a new click while the late payment is in review: state %q", st)
 	}
+	noWayToTheBank(t, b, a, order, retryAction, retry)
+}
+
+// noWayToTheBank checks that the click (action, form) already made for order, sent again, and
+// its follow-up page (where a double click's second request lands, kept in the browser's
+// history) show the order's page in review and send nobody to a payment's page at the bank.
+// They did while the order's own page refused the way there (an outside review).
+func noWayToTheBank(t *testing.T, b *consoleBench, a *agent, order, action string, form url.Values) {
+	t.Helper()
+	follow := b.svc.OrderPagePath(order, url.Values{"intent": {form.Get("intent")}})
+	for what, rec := range map[string]*httptest.ResponseRecorder{
+		"the click's follow-up page": a.get(follow),
+		"the click sent again":       a.post(action, form),
+	} {
+		for rec.Code == http.StatusSeeOther && strings.HasPrefix(rec.Header().Get("Location"), "/checkout/") {
+			rec = a.get(rec.Header().Get("Location"))
+		}
+		if rec.Code == http.StatusSeeOther {
+			t.Errorf("%s: 303 to %s, a payment's page at the bank", what, rec.Header().Get("Location"))
+			continue
+		}
+		if st := page(t, rec, rec.Code).Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
+			t.Errorf("%s: %d, state %q", what, rec.Code, st)
+		}
+	}
+}
+
+// The gateway answers that the customer's payment succeeded, for 19.90 of a 19.99 session: the
+// answer is not applied (the session stays Registered, flagged, a gateway_mismatch case opens),
+// and the customer's return page said "You have not been charged yet" with the way back to the
+// bank's page, while the gateway held the money. The page is in review now, a new click starts
+// nothing (409, nothing registered), and the click and its follow-up page send nobody to the
+// bank. From an outside review; negative control: paymentInReviewSQL without gateway_mismatch
+// (the page is "continue").
+func TestCheckoutPaymentTakenAtAnotherAmountIsInReview(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	const order = "o-other-amount"
+	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay: %d", rec.Code)
+	}
+	var sid, gp string
+	if err := b.pool.QueryRow(context.Background(), `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, order).Scan(&sid, &gp); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp, payments.GatewaySucceeded)
+	b.gw.SetAmount(gp, 1990, "EUR")
+	b.clock.Advance(payments.PageLookEvery)
+	doc := page(t, a.get(b.orderPage(order, "/return")), http.StatusOK)
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, sid); n != 1 {
+		t.Fatalf("setup: %d open gateway_mismatch cases", n)
+	}
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview || strings.Contains(doc.Text(), "not been charged") {
+		t.Fatalf("the gateway holds 19.90 of the customer's, yet the return page is %q: %q",
+			st, strings.Join(strings.Fields(doc.Find(testid("checkout-state")).Text()), " "))
+	}
+	registered := b.gw.Calls(fakegw.OpRegister)
+	fresh := maps.Clone(form)
+	fresh.Set("intent", uuid.NewString())
+	if st := page(t, a.post(action, fresh), http.StatusConflict).Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
+		t.Errorf("a new click: state %q", st)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister) - registered; n != 0 {
+		t.Errorf("a new click registered %d payments at the gateway", n)
+	}
+	noWayToTheBank(t, b, a, order, action, form)
 }
 
 // declinedClick pays the order through a new link's form, then the gateway lets the payment

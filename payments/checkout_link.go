@@ -47,26 +47,31 @@ var ErrLinkReplaced = &Error{Code: ECONFLICT, Message: "the shop has changed thi
 // no checkout link was ever made for the order (CheckoutRetry).
 var ErrNoCheckoutRetry = &Error{Code: ECONFLICT, Message: "this payment can be started again only from the shop; please go back to the shop to pay"}
 
-// ErrLatePaymentInReview: the gateway took money for a payment of the order after pitlane had
-// settled it Failed or Canceled, and finance has not resolved that late_payment case yet. The
-// checkout starts no payment meanwhile: "try again" would charge the customer a second time
-// for an order whose money the gateway may already hold (CheckoutPay refuses it; the page
-// offers no form, LatePaymentInReview).
-var ErrLatePaymentInReview = &Error{Code: ECONFLICT, Message: "our bank reported a payment of this order after this page said it had not gone through; the shop is checking it, so no new payment can be started here: you will not be charged twice"}
+// ErrPaymentInReview: the gateway reported money for a payment of the order that finance has not
+// resolved yet (paymentInReviewSQL's cases): it took money for a payment pitlane had settled
+// Failed or Canceled, or its answer about a payment is not the session's amount or currency. The
+// checkout starts no payment and sends no customer to the bank's page meanwhile: "try again" or
+// "continue" would charge the customer a second time for an order whose money the gateway may
+// already hold (CheckoutPay refuses it; the page offers no form, PaymentInReview).
+var ErrPaymentInReview = &Error{Code: ECONFLICT, Message: "our bank reported a payment of this order that the shop is checking, so no new payment can be started here: you will not be charged twice"}
 
-// LatePaymentInReview reports whether a payment of the order has an open late_payment case
-// (ErrLatePaymentInReview). Through finance_cases_one_open: the order's sessions, each one
-// index probe.
-func (s *Service) LatePaymentInReview(ctx context.Context, orderID string) (bool, error) {
+// PaymentInReview reports whether a payment of the order has an open case that says the gateway
+// may hold the customer's money (ErrPaymentInReview). Through finance_cases_one_open: the
+// order's sessions, each one index probe per kind.
+func (s *Service) PaymentInReview(ctx context.Context, orderID string) (bool, error) {
 	var open bool
-	if err := s.db.QueryRow(ctx, latePaymentInReviewSQL, orderID).Scan(&open); err != nil {
-		return false, dbError("late payment in review", err, "")
+	if err := s.db.QueryRow(ctx, paymentInReviewSQL, orderID).Scan(&open); err != nil {
+		return false, dbError("payment in review", err, "")
 	}
 	return open, nil
 }
 
-const latePaymentInReviewSQL = `SELECT EXISTS (SELECT 1 FROM payment_sessions ps
-	JOIN finance_cases fc ON fc.session_id = ps.id AND fc.kind = '` + string(CaseLatePayment) + `' AND fc.resolved_at IS NULL
+// paymentInReviewSQL: $1's sessions have an open late_payment case (the gateway took money after
+// pitlane settled the session), or an open gateway_mismatch case (the gateway's word about a
+// session is for another amount or currency: it may have taken 19.90 of a 19.99 session, which
+// stays Registered and flagged; its page at the bank asks for what the session does not say).
+const paymentInReviewSQL = `SELECT EXISTS (SELECT 1 FROM payment_sessions ps
+	JOIN finance_cases fc ON fc.session_id = ps.id AND fc.kind IN ('` + string(CaseLatePayment) + `', '` + string(CaseGatewayMismatch) + `') AND fc.resolved_at IS NULL
 	WHERE ps.order_id = $1)`
 
 // errLinkExpired is the refusal of a genuine link (or of the page's retry the links allowed)

@@ -327,7 +327,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			priced     bool
 			price      int64
 			priceCurr  string
-			lateReview bool
+			inReview bool
 		)
 		var (
 			refused    Session
@@ -357,8 +357,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				}
 				return err
 			})
-			// A late payment in finance's hands: no new charge from the checkout (ErrLatePaymentInReview).
-			b.Queue(latePaymentInReviewSQL, in.OrderID).QueryRow(func(r pgx.Row) error { return r.Scan(&lateReview) })
+			// A late payment in finance's hands: no new charge from the checkout (ErrPaymentInReview).
+			b.Queue(paymentInReviewSQL, in.OrderID).QueryRow(func(r pgx.Row) error { return r.Scan(&inReview) })
 		}
 		var starts checkoutStarts
 		if in.checkoutStart != "" {
@@ -375,10 +375,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		switch {
 		case orderStatus == OrderPaid:
 			return Errorf(ECONFLICT, "order %s is already paid", in.OrderID)
-		case lateReview:
+		case inReview:
 			// Before the active payment: a retry's payment started before the bank reported the
 			// late one is not sent to the customer again (TestCheckoutOffersNoActivePaymentWhileALateOneIsInReview).
-			return ErrLatePaymentInReview
+			return ErrPaymentInReview
 		case hasActive && active.Amount == in.Amount && active.Currency == in.Currency:
 			out = active
 			return nil
