@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,7 +116,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		// Attach the most advanced one and tell finance about the others.
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), duplicateFact(paymentIDs(found)...))
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), duplicateFacts(found)...)
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -599,20 +597,16 @@ func gatewayFact(gp GatewayPayment) string {
 // missingFact: the gateway has no payment id (or, for a reference, none carrying it).
 func missingFact(id string) string { return id + " (missing)" }
 
-// paymentIDs is the ids of ps.
-func paymentIDs(ps []GatewayPayment) []string {
-	ids := make([]string, len(ps))
+// duplicateFacts are the facts of a duplicate_gateway_payment case: each payment carrying the
+// session's reference as gatewayFact, with its status. A second payment that was pending when
+// finance resolved the case and is captured later is new news (an outside review: the fact named
+// the ids only, and the second charge never reached finance again).
+func duplicateFacts(ps []GatewayPayment) []string {
+	facts := make([]string, len(ps))
 	for i, p := range ps {
-		ids[i] = p.ID
+		facts[i] = gatewayFact(p)
 	}
-	return ids
-}
-
-// duplicateFact: these gateway payments carry one session's reference.
-func duplicateFact(ids ...string) string {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	return "carry one reference: " + strings.Join(slices.Compact(ids), ", ")
+	return facts
 }
 
 // factsResolved reports whether every one of facts is in a case of the session and kind that

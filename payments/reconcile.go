@@ -677,7 +677,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	if len(found) > 1 {
 		if err := s.reconcileCase(ctx, sess, rep, CaseDuplicatePayment, fmt.Sprintf(
 			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found)),
-			duplicateFact(paymentIDs(found)...)); err != nil {
+			duplicateFacts(found)...); err != nil {
 			return err
 		}
 	}

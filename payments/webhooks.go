@@ -302,9 +302,10 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 			ev.PaymentID, sess.GatewayPaymentID, ev.ID)
 		s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
 			"session_gateway_payment", sess.GatewayPaymentID)
+		// No facts: the event says the second payment changed (events come once each, on a
+		// change), but not into what; a case finance resolved is no reason to drop it.
 		if err := s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(),
-				duplicateFact(ev.PaymentID, sess.GatewayPaymentID))
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
 		}); err != nil {
 			return EventResult{}, err
 		}
