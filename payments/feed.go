@@ -181,11 +181,15 @@ func parseFeedCursor(after string) (xid string, id int64, err error) {
 // 00210 and 00212 whose transaction is older than the oldest one still running.
 const feedServes = `e.xid IS NOT NULL AND e.xid < pg_snapshot_xmin(pg_current_snapshot())`
 
-// feedEvents is the events the feed serves, payments' and refunds', as one relation (alias ev:
-// xid, id, type, session_id, refund_id, order_id, amount, currency, from_status, to_status,
-// actor_kind, created_at) of at most 2 × limit rows: each table's events that match where
-// (written over alias e) and, when of is not "", belong to the payment of names (an SQL
-// expression), in order (over e), the first limit of them. Each branch walks its own (xid, id)
+// feedAfter is which event rows (alias e) come after the cursor $1 (its transaction id, text),
+// $2 (its row id) in the feed's order.
+const feedAfter = `(e.xid, e.id) > ($1::text::xid8, $2::bigint)`
+
+// feedEvents is the feed's events, payments' and refunds', as one relation (alias ev: xid, id,
+// type, session_id, refund_id, order_id, amount, currency, from_status, to_status, actor_kind,
+// created_at) of at most 2 × limit rows: each table's events that match where (written over
+// alias e: feedServes and a bound, for what the feed serves) and, when of is not "", belong to
+// the payment of names (an SQL expression), in order (over e), the first limit of them. Each branch walks its own (xid, id)
 // index (one payment's: its events and refunds by their own indexes); the caller orders and
 // limits the two together. (One UNION ALL ordered once
 // outside would sort both tables whole: PostgreSQL merges the branches of a UNION ALL in order
@@ -204,12 +208,12 @@ func feedEvents(where, of, order, limit string) string {
 	(SELECT e.xid, e.id, '` + FeedEventPaymentStatus + `'::text AS type, e.session_id, ''::text AS refund_id, s.order_id, s.amount, s.currency,
 		coalesce(e.from_status, '') AS from_status, e.to_status, e.actor_kind, e.created_at
 	FROM session_events e JOIN payment_sessions s ON s.id = e.session_id
-	WHERE ` + feedServes + ` AND ` + where + sessionOf + inner + `)
+	WHERE ` + where + sessionOf + inner + `)
 	UNION ALL
 	(SELECT e.xid, e.id, '` + FeedEventRefundStatus + `'::text, f.session_id, f.id::text, f.order_id, f.amount, f.currency,
 		coalesce(e.from_status, ''), e.to_status, e.actor_kind, e.created_at
 	FROM refund_events e JOIN refunds f ON f.id = e.refund_id
-	WHERE ` + feedServes + ` AND ` + where + refundOf + inner + `)
+	WHERE ` + where + refundOf + inner + `)
 ) ev`
 }
 
@@ -221,7 +225,7 @@ var feedSQL = feedRead(``)
 var paymentFeedSQL = feedRead(`$4::uuid`)
 
 func feedRead(of string) string {
-	from := feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, of, `e.xid, e.id`, `$3`)
+	from := feedEvents(feedServes+` AND `+feedAfter, of, `e.xid, e.id`, `$3`)
 	if of != "" {
 		// One payment's events are few: all of them first, by the payment's own indexes, then
 		// ordered and cut. (The planner walks the feed's index instead only when the oldest
@@ -241,7 +245,7 @@ func feedRead(of string) string {
 // feedEndSQL is the feed's end: the cursor of the last event it serves (empty when it serves
 // none). What is still being written sorts after it, so a reader starting there misses nothing
 // from then on.
-var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(`true`, ``, `e.xid DESC, e.id DESC`, `1`) + `
+var feedEndSQL = `SELECT coalesce((SELECT ev.xid::text || '-' || ev.id FROM ` + feedEvents(feedServes, ``, `e.xid DESC, e.id DESC`, `1`) + `
 	ORDER BY ev.xid DESC, ev.id DESC LIMIT 1), '')`
 
 // FeedBody is the feed as JSON, the same for GET /api/v1/events and the events webhook: what a

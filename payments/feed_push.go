@@ -308,15 +308,19 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 	return st, nil
 }
 
-// eventsAfter counts the feed's events after cursor, at most limit, and gives the oldest one's
-// time (nil when none): through each table's (xid, id) index, at most limit rows each.
+// eventsAfter counts the events committed after cursor, at most limit, and gives the oldest
+// one's time (nil when none): through each table's (xid, id) index, at most limit rows each.
+// Those the feed does not serve yet count too: a transaction left open in the cluster holds them
+// back from the shop (feedServes), and they wait all the same — counting only what the feed
+// served, the lag stayed 0 and PitlaneEventsWebhookBehind silent while the shop heard nothing
+// (an outside review).
 func eventsAfter(ctx context.Context, q querier, cursor string, limit int) (n int, oldest *time.Time, err error) {
 	xid, id, err := parseFeedCursor(cursor)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := q.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
-		feedEvents(`(e.xid, e.id) > ($1::text::xid8, $2::bigint)`, ``, `e.xid, e.id`, `$3`),
+		feedEvents(feedAfter, ``, `e.xid, e.id`, `$3`),
 		xid, id, limit).Scan(&n, &oldest); err != nil {
 		return 0, nil, dbError("events webhook: waiting", err, "")
 	}

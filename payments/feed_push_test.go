@@ -615,3 +615,34 @@ func TestAnEventsWebhookPageWaitsForASilentDatabaseNoLongerThanItsLease(t *testi
 		t.Fatalf("the next round sent %d, want the page again (its cursor was not moved)", n)
 	}
 }
+
+// A transaction left open in the cluster (a psql session after BEGIN and a write) holds every
+// event back from the feed, by design (docs/operations.md, "The events feed and long
+// transactions"). The shop heard nothing of two committed changes for 15 minutes, yet the events
+// webhook's lag (pitlane_events_webhook_lag_seconds, PitlaneEventsWebhookBehind) was 0 and the
+// Operations card said nothing waited: both counted only what the feed already served. From an
+// outside review; negative control: eventsAfter bounded by feedServes again (lag 0, 0 waiting).
+func TestEventsWebhookLagCountsEventsHeldBackByAnOpenTransaction(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	svc := b.service(b.pool, "replica-a", sh.config)
+	push(t, svc) // delivery begins at the feed's end
+	ctx := context.Background()
+	holder, _ := beginHolder(t, b.pool)
+	if _, err := holder.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // it has a transaction id, as a write gives
+		t.Fatal(err)
+	}
+	b.registered(t, "o-held-back", 900) // committed: two events
+	b.clock.Advance(15 * time.Minute)
+	if n := push(t, svc); n != 0 {
+		t.Fatalf("sent %d events while the feed holds them back", n)
+	}
+	st, err := b.plain.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := webhookStatus(t, b.plain); st.EventsWebhookLag < 15*time.Minute || ws.Waiting != 2 {
+		t.Fatalf("the shop has heard nothing of 2 committed changes for 15 minutes, yet the lag is %v and %d wait", st.EventsWebhookLag, ws.Waiting)
+	}
+}
