@@ -26,6 +26,19 @@ func (b *bench) registered(t *testing.T, orderID string, amount int64) payments.
 	return r.Session
 }
 
+// secondPayment registers a second gateway payment under s's reference, as a gateway that
+// ignored our idempotency key would have made it (pending).
+func (b *bench) secondPayment(t *testing.T, s payments.Session) payments.GatewayPayment {
+	t.Helper()
+	b.gw.IgnoreKeys(true)
+	defer b.gw.IgnoreKeys(false)
+	second, err := b.gw.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: s.ID, Reference: s.ID, Amount: s.Amount, Currency: s.Currency})
+	if err != nil || second.ID == s.GatewayPaymentID {
+		t.Fatalf("second registration: %+v %v", second, err)
+	}
+	return second
+}
+
 type checkOut struct {
 	s   payments.Session
 	err error

@@ -26,12 +26,7 @@ func TestADuplicateChargedAfterItsCaseWasResolvedReachesFinance(t *testing.T) {
 			b := newBench(t)
 			ctx := context.Background()
 			s := b.registered(t, "o-dup-later-"+finder, 700)
-			b.gw.IgnoreKeys(true)
-			second, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: s.ID, Reference: s.ID, Amount: s.Amount, Currency: s.Currency})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.gw.IgnoreKeys(false)
+			second := b.secondPayment(t, s)
 			b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
 			if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusCompleted {
 				t.Fatalf("setup: %s %v", got.Status, err)

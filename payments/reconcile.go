@@ -312,14 +312,16 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	// webhook) now has an updated_at past the window's top and was never reached: the run said
 	// "compared to the end" without it (an outside review). Catch-up walks over what changed
 	// since the walk before, until one finds nothing; each covers only the time the one before
-	// took, so a few do.
+	// took, so a few do. A session's updated_at is its writer's clock read before its locks:
+	// it commits up to its lock waits later, behind a walk already past it, so each catch-up
+	// starts reconcileCommitLag earlier (a Check that waited on the order's lock while the run
+	// walked was never compared: an outside review); what a walk compared is not compared again.
+	lag := reconcileCommitLag(s.cfg.LockTimeout)
 	for from, round := now, 0; err == nil && rep.PassDone && !rep.LostLeadership && round < maxReconcileCatchUps; round++ {
 		to := s.cfg.Clock.Now()
-		if !to.After(from) {
-			break
-		}
 		before := len(compared)
-		after := reconcileCursor{passStartedAt: &to, afterUpdatedAt: &from, afterID: maxUUID}
+		start := from.Add(-lag)
+		after := reconcileCursor{passStartedAt: &to, prevPassStartedAt: &rep.Since, afterUpdatedAt: &start, afterID: maxUUID}
 		if rep, err = s.reconcileWindow(ctx, job, lead, cfg, after, rep, &compared); len(compared) == before {
 			break
 		}
@@ -336,6 +338,14 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 
 // maxReconcileCatchUps bounds ReconcileSince's walks over sessions that moved during the run.
 const maxReconcileCatchUps = 3
+
+// reconcileCommitLag is how much older than its commit a session's updated_at may be: its
+// writer reads the clock, then waits for the order's and the session's locks (each wait bounded
+// by lockTimeout), and replicas' clocks differ (PitlaneClockOffset fires past a second). At
+// least a minute.
+func reconcileCommitLag(lockTimeout time.Duration) time.Duration {
+	return max(time.Minute, 3*lockTimeout)
+}
 
 // maxUUID is the highest uuid: a cursor after (t, maxUUID) starts after every session of t.
 const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"

@@ -22,11 +22,7 @@ func TestReconcileSinceComparesASessionThatMovedDuringTheRun(t *testing.T) {
 	b.registered(t, "o-first", 100)
 	b.clock.Advance(time.Second)
 	dup := b.registered(t, "o-dup", 300)
-	b.gw.IgnoreKeys(true)
-	if _, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: dup.ID, Reference: dup.ID, Amount: dup.Amount, Currency: dup.Currency}); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.IgnoreKeys(false)
+	b.secondPayment(t, dup)
 	b.clock.Advance(time.Minute)
 
 	gate := b.gw.Hold(fakegw.OpFind)
@@ -54,5 +50,65 @@ func TestReconcileSinceComparesASessionThatMovedDuringTheRun(t *testing.T) {
 	}
 	if rep.Duplicates != 1 || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, dup.ID) != 1 {
 		t.Errorf("session %s updated within the window (and again during the run) never compared: checked %d, findings %+v", dup.ID, rep.Checked, rep.Findings)
+	}
+}
+
+// A session's updated_at is its writer's clock read before its locks. A Check of session S
+// read the clock at T and waited on S's order, locked by another transaction, while the run
+// walked past T; it committed during the run with updated_at T, inside the window, behind the
+// walk, and below the catch-ups, which began at the run's start: S's duplicate gateway payment
+// went unfound and the run said "compared to the end" (an outside review). The catch-ups begin
+// reconcileCommitLag earlier. Negative control: catch-ups from the run's start (no duplicate).
+func TestReconcileSinceComparesASessionWhoseChangeWaitedOnALock(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	cmd := b.service(b.pool, "cmd-reconcile")
+	late := b.registered(t, "o-late", 300) // outside the window, with a second payment
+	b.secondPayment(t, late)
+	b.clock.Advance(2 * time.Hour)
+	first := b.registered(t, "o-first", 100)
+	b.clock.Advance(time.Second)
+
+	// The customer approves S; a Check reads its clock (T) and waits for S's order, which
+	// another transaction holds (a claim, a cancel).
+	b.gw.SetStatus(late.GatewayPaymentID, payments.GatewayAuthorized)
+	holder, _ := beginHolder(t, b.pool)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'o-late' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	checked := goCheck(b.plain, late.ID)
+	waitLockWaiters(t, b.pool, 1)
+	b.clock.Advance(2 * time.Second) // within the lock's wait
+	second := b.registered(t, "o-second", 200)
+	b.clock.Advance(2 * time.Second)
+
+	gate := b.gw.Hold(fakegw.OpFind)
+	defer gate.Open()
+	done := make(chan payments.ReconcileReport, 1)
+	go func() {
+		rep, err := cmd.ReconcileSince(context.Background(), time.Hour, payments.ReconcileConfig{Batch: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	mustWait(t, gate.Arrived(), "the find of "+first.ID)
+	gate.Release()
+	mustWait(t, gate.Arrived(), "the find of "+second.ID) // the walk is past T
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustWait(t, checked, "the check of S"); out.err != nil || out.s.Status != payments.StatusAuthorized {
+		t.Fatalf("check: %s %v", out.s.Status, out.err)
+	}
+	gate.Open()
+	b.gw.Unhold(fakegw.OpFind)
+	rep := mustWait(t, done, "the run")
+	if !rep.PassDone || rep.Errors != 0 {
+		t.Fatalf("run: %+v", rep)
+	}
+	if rep.Duplicates != 1 || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, late.ID) != 1 {
+		t.Errorf("session %s changed inside the window and committed during the run, never compared: checked %d, findings %+v", late.ID, rep.Checked, rep.Findings)
 	}
 }

@@ -50,11 +50,7 @@ func TestReconcileSinceReportsFindingsAndTheCasesItOpened(t *testing.T) {
 	}
 	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the money came anyway
 	dup := b.registered(t, "o-dup", 300)
-	b.gw.IgnoreKeys(true)
-	if _, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: dup.ID, Reference: dup.ID, Amount: dup.Amount, Currency: dup.Currency}); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.IgnoreKeys(false)
+	b.secondPayment(t, dup)
 	paid := b.registered(t, "o-paid", 400)
 	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
 	b.clock.Advance(time.Minute)
