@@ -324,10 +324,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return err
 		})
 		var (
-			priced     bool
-			price      int64
-			priceCurr  string
-			inReview bool
+			priced    bool
+			price     int64
+			priceCurr string
+			inReview  bool
 		)
 		var (
 			refused    Session
