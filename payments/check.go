@@ -612,9 +612,20 @@ func duplicateFacts(ps []GatewayPayment) []string {
 // factsResolved reports whether every one of facts is in a case of the session and kind that
 // finance resolved: the contradiction is one finance has dealt with, and stays the same. No
 // facts: never (news whose facts are not known opens its case as before).
+//
+// It first waits for a resolution of the session's open case of the kind that is in flight
+// (ResolveCase locks the case row only): read before that resolution committed, the facts were
+// not resolved yet, the finder's insert waited for the case row, and went through once the
+// resolution took the row out of finance_cases_one_open — a second open case of the fact finance
+// had just resolved, inviting a second refund by hand (an outside review). Finance rows come
+// last in the lock order; the next statement's snapshot sees the resolution.
 func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts []string) (bool, error) {
 	if len(facts) == 0 {
 		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL FOR UPDATE`,
+		sessionID, kind); err != nil {
+		return false, fmt.Errorf("case %s: wait for a resolution: %w", kind, err)
 	}
 	var resolved bool
 	err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM unnest($3::text[]) f WHERE NOT EXISTS (

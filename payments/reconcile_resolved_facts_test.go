@@ -104,3 +104,59 @@ func TestReconcileDoesNotReopenAResolvedAmountMismatch(t *testing.T) {
 		t.Errorf("gateway_mismatch cases for the one amount mismatch finance already resolved = %d, want 1", n)
 	}
 }
+
+// Finance resolves a late_payment case (refunded by hand at the gateway) while the late
+// payment's webhook or a Check finds the same fact. ResolveCase locks the case row only: the
+// finder read the facts before the resolution committed (not resolved), its insert waited for
+// the case row and went through once the resolution took it out of finance_cases_one_open — a
+// second open case of the fact finance had just resolved. factsResolved waits for a resolution
+// in flight first. From an outside review; the resolution is held before its commit by its
+// audit row's lock. Negative control: without the wait, 2 cases (1 open).
+func TestALatePaymentResolvedWhileAFinderRacesOpensNoSecondCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	dead := b.failed(t, "o-late-race", 100)
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the late money
+	if _, err := b.plain.Check(ctx, api, dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
+		t.Fatalf("setup: no late_payment case: %v", err)
+	}
+	b.clock.Advance(time.Minute)
+
+	// Hold ResolveCase between its UPDATE of the case and its commit: its audit row waits.
+	holder, _ := beginHolder(t, b.pool)
+	if _, err := holder.Exec(ctx, `LOCK TABLE audit_log IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	resolved := make(chan error, 1)
+	go func() {
+		_, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-10")
+		resolved <- err
+	}()
+	waitLockWaiters(t, b.pool, 1)
+	// The webhook of the same late payment arrives meanwhile (a Check: the same apply).
+	checked := make(chan error, 1)
+	go func() {
+		_, err := b.svc.Check(ctx, api, dead.ID)
+		checked <- err
+	}()
+	waitLockWaiters(t, b.pool, 2)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustWait(t, resolved, "the resolution"); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustWait(t, checked, "the check"); err != nil {
+		t.Fatal(err)
+	}
+	all := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID)
+	open := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND resolved_at IS NULL`, dead.ID)
+	if all != 1 || open != 0 {
+		t.Fatalf("late_payment cases for the one late payment = %d (%d open after finance resolved it), want 1 (0 open)", all, open)
+	}
+}
