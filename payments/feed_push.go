@@ -181,6 +181,11 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 			s.cfg.Clock.Now().Add(wait), truncate(cause, 500))
 		return err
 	}
+	if _, _, err := parseFeedCursor(cursor); err != nil {
+		// Not an event id (set by hand before migration 00910 refused such values; 'end' would
+		// read the feed's end every round): no page will ever come.
+		return 0, false, fail(fmt.Sprintf("the cursor %q is not an event id the feed returned: set it to one, or delete the row to start at the feed's end", cursor))
+	}
 	page, err := s.Feed(ctx, cursor, EventsWebhookBatch)
 	if ErrorCode(err) == EEXPIRED {
 		// The cursor names an event of a history this database does not have (a restore to an
@@ -215,9 +220,14 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	} else if perr != nil {
 		return 0, false, fail(perr.Error())
 	}
-	kept, err := release(ctx, `UPDATE events_webhook SET cursor = $2, attempts = 0, next_attempt_at = NULL, last_error = '',
+	// The cursor moves only from where the page was read: an operator who set it during the POST
+	// (to send again from an earlier point, docs/operations.md) had it overwritten by this page's
+	// end, and the shop never got the events again (an outside review). The next round reads
+	// from the operator's.
+	kept, err := release(ctx, `UPDATE events_webhook SET cursor = CASE WHEN cursor = $5 THEN $2 ELSE cursor END,
+		attempts = 0, next_attempt_at = NULL, last_error = '',
 		delivered_at = $3, delivered_events = delivered_events + $4, lease_owner = NULL, lease_until = NULL, lease_token = NULL
-		WHERE id = 1 AND lease_token = $1`, page.Next, s.cfg.Clock.Now(), len(page.Events))
+		WHERE id = 1 AND lease_token = $1`, page.Next, s.cfg.Clock.Now(), len(page.Events), cursor)
 	return len(page.Events), page.More && kept, err
 }
 
@@ -314,10 +324,13 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 // back from the shop (feedServes), and they wait all the same — counting only what the feed
 // served, the lag stayed 0 and PitlaneEventsWebhookBehind silent while the shop heard nothing
 // (an outside review).
+//
+// A cursor that is not an event id counts nothing: the round that reads it counts a failure
+// (pushEventsPage) and says why; failing here failed every replica's stats with it.
 func eventsAfter(ctx context.Context, q querier, cursor string, limit int) (n int, oldest *time.Time, err error) {
 	xid, id, err := parseFeedCursor(cursor)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil
 	}
 	if err := q.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
 		feedEvents(feedAfter, ``, `e.xid, e.id`, `$3`),

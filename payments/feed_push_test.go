@@ -3,15 +3,18 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/internal/testdb"
@@ -644,5 +647,103 @@ func TestEventsWebhookLagCountsEventsHeldBackByAnOpenTransaction(t *testing.T) {
 	}
 	if ws := webhookStatus(t, b.plain); st.EventsWebhookLag < 15*time.Minute || ws.Waiting != 2 {
 		t.Fatalf("the shop has heard nothing of 2 committed changes for 15 minutes, yet the lag is %v and %d wait", st.EventsWebhookLag, ws.Waiting)
+	}
+}
+
+// docs/operations.md: "To send again from an earlier point, set cursor to an event id the feed
+// returned". When the operator's UPDATE landed while a page was on its way to the shop (a slow
+// shop keeps one in flight most of the time), the page's acknowledgement wrote its own end over
+// it: the rewind was lost and the events never sent again. The acknowledgement moves the cursor
+// only from where its page was read. From an outside review; negative control: the
+// acknowledgement's cursor = $2 again (left at the page's end).
+func TestAnOperatorsRewindOfTheEventsWebhookDuringAPostIsKept(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	var rewindTo string
+	var armed atomic.Bool
+	svc := b.service(b.pool, "replica-a", sh.config, func(c *payments.Config) {
+		c.Hooks.AfterEventsPageRead = func(ctx context.Context) {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			// The operator's runbook statement, while this page is on its way to the shop.
+			if _, err := b.pool.Exec(ctx, `UPDATE events_webhook SET cursor = $1`, rewindTo); err != nil {
+				t.Errorf("operator's UPDATE: %v", err)
+			}
+		}
+	})
+	push(t, svc) // delivery begins at the feed's end
+	b.registered(t, "o-rewind-1", 500)
+	feedReady(t, b, 2)
+	if n := push(t, svc); n != 2 {
+		t.Fatalf("sent %d, want o-rewind-1's 2", n)
+	}
+	_, got := sh.counts()
+	rewindTo = got[0].ID // "an event id the feed returned": send again what came after it
+
+	// Control: the same UPDATE between two rounds does what the runbook says.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE events_webhook SET cursor = $1`, rewindTo); err != nil {
+		t.Fatal(err)
+	}
+	if n := push(t, svc); n != 1 {
+		t.Fatalf("control: after a rewind between rounds sent %d, want o-rewind-1:Registered again", n)
+	}
+	b.registered(t, "o-rewind-2", 600)
+	feedReady(t, b, 2)
+	armed.Store(true)
+	if n := push(t, svc); n != 2 { // o-rewind-2's page, during which the operator rewinds
+		t.Fatalf("sent %d, want o-rewind-2's 2", n)
+	}
+	var cursor string
+	if err := b.pool.QueryRow(context.Background(), `SELECT cursor FROM events_webhook`).Scan(&cursor); err != nil {
+		t.Fatal(err)
+	}
+	if cursor != rewindTo {
+		t.Errorf("the operator set the cursor to %s during a POST; the POST's acknowledgement left it at %s", rewindTo, cursor)
+	}
+	push(t, svc) // the round after: the runbook promises what came after rewindTo again
+	_, got = sh.counts()
+	wantChanges(t, got, "o-rewind-1:Registering", "o-rewind-1:Registered", "o-rewind-1:Registered",
+		"o-rewind-2:Registering", "o-rewind-2:Registered",
+		"o-rewind-1:Registered", "o-rewind-2:Registering", "o-rewind-2:Registered")
+}
+
+// A cursor set by hand that is not an event id ('end', the feed API's word for its end; an id
+// pasted with a space) failed every replica's stats (pitlane_stats_up 0, every database gauge
+// gone) and the Operations page's card, while the webhook sent nothing and counted no failure.
+// Migration 00910 refuses such a value; one already there (the constraint is NOT VALID) counts
+// nothing waiting, and each round counts a failure that says why (PitlaneEventsWebhookFailing).
+// From an outside review; negative controls: without the constraint the UPDATE is taken; with
+// eventsAfter's parse error returned, Stats fails; without the EINVALID failure, attempts stay 0.
+func TestAnEventsWebhookCursorSetByHandMustBeAnEventID(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	svc := b.service(b.pool, "replica-a", sh.config)
+	ctx := context.Background()
+	push(t, svc) // delivery begins
+	for _, cursor := range []string{"end", " 1234-5678", "1234-5678 ", "1234"} {
+		_, err := b.pool.Exec(ctx, `UPDATE events_webhook SET cursor = $1`, cursor)
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Errorf("cursor %q set by hand: %v, want a check violation", cursor, err)
+		}
+	}
+	// One from before the constraint.
+	if _, err := b.pool.Exec(ctx, `ALTER TABLE events_webhook DROP CONSTRAINT events_webhook_cursor_is_an_event_id;
+		UPDATE events_webhook SET cursor = 'end'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Stats(ctx); err != nil {
+		t.Errorf("Stats (every replica's gauges) with the cursor 'end': %v", err)
+	}
+	b.registered(t, "o-edit", 500)
+	b.clock.Advance(time.Minute)
+	if _, err := svc.PushEvents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws := webhookStatus(t, svc)
+	if posts, _ := sh.counts(); posts != 0 || ws.Failures != 1 || !strings.Contains(ws.LastError, "not an event id") {
+		t.Errorf("a round from the cursor 'end': %d POSTs, %d failures counted (%q)", posts, ws.Failures, ws.LastError)
 	}
 }
