@@ -90,15 +90,38 @@ func (h *cancelOnServer) HandleCancel(context.Context) {
 // within the grace while its cancel request took longer than the rest of it (a server slower
 // than 250 ms to take a cancel) keeps its connection, and the cancel may still land on the
 // connection's next statement.
+//
+// A statement that ran into its deadline although its cancel request was taken (the host is
+// alive) gets one more, before pgx drops the connection (pgx unwatches first): pgbouncer drops a
+// cancel for a client that waits in its queue for a server connection ("cancel request for idle
+// client"), the statement started when one came free, and it went on waiting on a lock after
+// its caller had its error, then committed (an outside review). Sent now, the cancel reaches the
+// server the client is linked to; a client still queued is dropped with its statement when pgx
+// closes the connection.
 func (h *cancelOnServer) HandleUnwatchAfterCancel() {
+	defer func() { _ = h.conn.Conn().SetDeadline(time.Time{}) }()
+	if !time.Now().Before(h.deadline) { // the statement ran into its deadline
+		select {
+		case <-h.done:
+			ctx, cancel := context.WithTimeout(context.Background(), againBound)
+			defer cancel()
+			_ = h.conn.CancelRequest(ctx)
+		default: // the first still goes (a silent host)
+		}
+		return
+	}
 	wait := time.NewTimer(time.Until(h.deadline))
 	defer wait.Stop()
 	select {
 	case <-h.done:
 	case <-wait.C:
 	}
-	_ = h.conn.Conn().SetDeadline(time.Time{})
 }
+
+// againBound bounds the second cancel request of a statement that ran into its deadline, on a
+// host that took the first: its caller waits for it (pgbouncer opens a server connection to
+// forward it, tens of milliseconds; more on a loaded machine).
+const againBound = time.Second
 
 // cancelGrace is how long a canceled statement's connection waits for the server's answer
 // before it is dropped (a host gone silent answers nothing; a living one answers in
