@@ -11,6 +11,7 @@ import (
 
 	"pitlane/internal/config"
 	"pitlane/internal/pgrunner"
+	"pitlane/payments"
 )
 
 // devDatabase is the database `dev` creates in its private cluster.
@@ -22,7 +23,8 @@ const devDatabase = "pitlane"
 // Ctrl-C stops the server, then the database.
 //
 // With DATABASE_URL set, the database may be shared (a team's staging database): dev seeds
-// demo data there only while it has no staff user but dev's own demo ones (a new database, as
+// demo data there only while it has no staff user but dev's own demo ones, no API client and
+// no order but dev's (a new database, as
 // the contract's "demo orders and demo staff logins printed on start" has it), never demo
 // accounts with printed passwords beside real people's, unless --demo says to; its banner says
 // which it did.
@@ -107,16 +109,20 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	})
 }
 
-// onlyDemoStaff says whether the database has no staff user but dev's demo ones: a new database
-// (or one dev seeded before), where seeding the demo hurts no one.
+// onlyDemoStaff says whether the database has no staff user but dev's demo ones, no API client
+// and no order but dev's: a new database (or one dev seeded before), where seeding the demo
+// hurts no one. A database that serves a shop over the API alone (no staff user yet) is not
+// one: dev pointed at it made an admin with the printed demo password there (an outside review).
 func onlyDemoStaff(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	emails := make([]string, len(demoStaff))
 	for i, u := range demoStaff {
 		emails[i] = u.email
 	}
 	var others bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM staff_users WHERE email <> ALL($1))`, emails).Scan(&others); err != nil {
-		return false, fmt.Errorf("dev: read staff users: %w", err)
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM staff_users WHERE email <> ALL($1))
+		OR EXISTS (SELECT 1 FROM api_clients WHERE id <> $2)
+		OR EXISTS (SELECT 1 FROM orders WHERE order_id !~ '^demo-[0-9]+$')`, emails, payments.RefundIntentOwner).Scan(&others); err != nil {
+		return false, fmt.Errorf("dev: read staff users, API clients and orders: %w", err)
 	}
 	return !others, nil
 }

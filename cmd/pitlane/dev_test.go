@@ -309,14 +309,24 @@ func TestDevSeedsSharedDatabaseOnlyWithDemo(t *testing.T) {
 	text, users, orders = run(fresh) // dev's own demo users are no one else's
 	seeded("a database dev seeded before", text, users, orders)
 
-	shared := testdb.NewURL(t)
-	if _, err := testdb.Pool(t, shared).Exec(context.Background(), `INSERT INTO staff_users (email, role, password_hash, created_at)
-		VALUES ('ops@team.example', 'admin', 'x', now())`); err != nil {
-		t.Fatal(err)
-	}
-	text, users, orders = run(shared)
-	if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
-		t.Fatalf("a database with staff of its own, without --demo: %d demo users, %d demo orders; banner:\n%s", users, orders, text)
+	// A database with staff users of its own; one that serves a shop over the API alone (no
+	// staff user yet: an admin with the printed demo password there was an outside review's
+	// finding); one with orders of its own.
+	var shared string
+	for what, sql := range map[string]string{
+		"staff of its own": `INSERT INTO staff_users (email, role, password_hash, created_at) VALUES ('ops@team.example', 'admin', 'x', now())`,
+		"an API client": `INSERT INTO api_clients (id, name, key_prefix, key_hash, scopes, created_at)
+			VALUES (gen_random_uuid(), 'shop', 'pl_0123456789ab', sha256('k'), '{payments:read}', now())`,
+		"orders of its own": `INSERT INTO orders (order_id, created_at, updated_at) VALUES ('shop-1', now(), now())`,
+	} {
+		shared = testdb.NewURL(t)
+		if _, err := testdb.Pool(t, shared).Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+		text, users, orders = run(shared)
+		if users != 0 || orders != 0 || strings.Contains(text, "demo-pass") || !strings.Contains(text, "none seeded") || !strings.Contains(text, "--demo") {
+			t.Fatalf("a database with %s, without --demo: %d demo users, %d demo orders; banner:\n%s", what, users, orders, text)
+		}
 	}
 	text, users, orders = run(shared, "--demo")
 	seeded("with --demo", text, users, orders)

@@ -183,7 +183,7 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 		fmt.Fprintf(w, "  gateway:  %s\n", d.cfg.Gateway)
 	}
 	if !d.seed {
-		fmt.Fprintf(w, "  demo data: none seeded: DATABASE_URL names a database with staff users of its own (run `pitlane dev --demo` to seed demo orders and demo staff logins into it)\n")
+		fmt.Fprintf(w, "  demo data: none seeded: DATABASE_URL names a database in use (staff users, API clients or orders of its own; run `pitlane dev --demo` to seed demo orders and demo staff logins into it)\n")
 	}
 	if d.seed && d.sim != nil {
 		note := "already present"
