@@ -13,6 +13,7 @@ import (
 	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
+	"pitlane/views"
 )
 
 // stuckBench: a finance user and an admin, two stuck payments (one Unknown, one Registered and
@@ -243,6 +244,27 @@ func TestLedgerCSVExport(t *testing.T) {
 	if href != "/finance/ledger.csv?currency=EUR&from=2026-11-30&to=2026-11-30" {
 		t.Fatalf("export link %q", href)
 	}
+	// The day is not over (09:00): not final. A day long over is; one that ended a minute ago is
+	// not yet (an entry dated 23:59:59 may commit after midnight: an outside review).
+	wantText(t, doc, "ledger-not-final", "may still be written until")
+	if doc = page(t, fin.get("/finance/ledger?to=2026-11-29"), http.StatusOK); doc.Find(testid("ledger-not-final")).Length() != 0 {
+		t.Error("a day that ended 9 hours ago is called not final")
+	}
+	b.clock.Set(time.Date(2026, 12, 1, 0, 1, 0, 0, time.UTC))
+	fin.login("fin@example.com") // 15 hours later
+	doc = page(t, fin.get("/finance/ledger?to=2026-11-30"), http.StatusOK)
+	final := b.svc.LedgerFinalAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	if !final.After(b.clock.Now()) {
+		t.Fatalf("LedgerFinalAt(midnight) = %s", final)
+	}
+	wantText(t, doc, "ledger-not-final", views.When(final))
+	b.clock.Set(final)
+	if doc = page(t, fin.get("/finance/ledger?to=2026-11-30"), http.StatusOK); doc.Find(testid("ledger-not-final")).Length() != 0 {
+		t.Error("the day is called not final at its final time")
+	}
+	b.clock.Set(consoleT0)
+	fin.login("fin@example.com")
+
 	doc = page(t, fin.get("/finance/ledger?from=2026-12-01"), http.StatusOK)
 	wantText(t, doc, "ledger-empty", "No entries")
 	// Year 0 parses in Go; PostgreSQL has none and answered a 500 (an outside review).

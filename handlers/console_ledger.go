@@ -28,6 +28,14 @@ func (h *Console) Ledger(c echo.Context) error {
 		return err
 	}
 	v := views.LedgerView{Filter: form, Entries: entries, Totals: totals}
+	now := h.svc.Now()
+	end := f.To
+	if end.IsZero() || end.After(now) {
+		end = now
+	}
+	if final := h.svc.LedgerFinalAt(end); final.After(now) {
+		v.FinalAt = &final
+	}
 	if htmx(c) {
 		return render.Fragments(c, http.StatusOK, views.Ledger(v), views.LedgerLive)
 	}
