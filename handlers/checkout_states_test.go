@@ -457,14 +457,7 @@ func TestCheckoutPaymentTakenAtAnotherAmountIsInReview(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	const order = "o-other-amount"
-	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay: %d", rec.Code)
-	}
-	var sid, gp string
-	if err := b.pool.QueryRow(context.Background(), `SELECT id::text, gateway_payment_id FROM payment_sessions WHERE order_id = $1`, order).Scan(&sid, &gp); err != nil {
-		t.Fatal(err)
-	}
+	action, form, sid, gp := b.clicked(t, a, order)
 	b.gw.SetStatus(gp, payments.GatewaySucceeded)
 	b.gw.SetAmount(gp, 1990, "EUR")
 	b.clock.Advance(payments.PageLookEvery)
@@ -488,10 +481,9 @@ func TestCheckoutPaymentTakenAtAnotherAmountIsInReview(t *testing.T) {
 	noWayToTheBank(t, b, a, order, action, form)
 }
 
-// declinedClick pays the order through a new link's form, then the gateway lets the payment
-// expire and the customer's return shows it Failed. It returns the form (for more clicks) and
-// the payment's session and gateway ids.
-func (b *consoleBench) declinedClick(t *testing.T, a *agent, order string) (action string, form url.Values, sessionID, gatewayID string) {
+// clicked pays the order (19.99 EUR) through a new link's form: the customer is at the bank's
+// page. It returns the form (for more clicks) and the payment's session and gateway ids.
+func (b *consoleBench) clicked(t *testing.T, a *agent, order string) (action string, form url.Values, sessionID, gatewayID string) {
 	t.Helper()
 	action, form = payForm(t, a, b.link(t, order, 1999, "EUR"))
 	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
@@ -501,6 +493,15 @@ func (b *consoleBench) declinedClick(t *testing.T, a *agent, order string) (acti
 		Scan(&sessionID, &gatewayID); err != nil {
 		t.Fatal(err)
 	}
+	return action, form, sessionID, gatewayID
+}
+
+// declinedClick pays the order through a new link's form, then the gateway lets the payment
+// expire and the customer's return shows it Failed. It returns the form (for more clicks) and
+// the payment's session and gateway ids.
+func (b *consoleBench) declinedClick(t *testing.T, a *agent, order string) (action string, form url.Values, sessionID, gatewayID string) {
+	t.Helper()
+	action, form, sessionID, gatewayID = b.clicked(t, a, order)
 	b.gw.SetStatus(gatewayID, payments.GatewayExpired)
 	b.clock.Advance(payments.PageLookEvery)
 	wantText(t, page(t, a.get(b.orderPage(order, "/return")), http.StatusOK), "checkout-status", "Failed")

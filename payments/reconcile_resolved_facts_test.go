@@ -19,16 +19,7 @@ func TestReconcileKnowsALatePaymentCaseResolvedFromCheck(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	dead := b.failed(t, "o-late-check", 100)
-	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the late money
-	// The late payment's webhook (or staff pressing Check) runs Check: one late_payment case.
-	if _, err := b.plain.Check(ctx, api, dead.ID); err != nil {
-		t.Fatal(err)
-	}
-	var caseID int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
-		t.Fatalf("setup: Check opened no late_payment case: %v", err)
-	}
+	dead, caseID := b.latePaymentCase(t, "o-late-check")
 	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,15 +107,7 @@ func TestALatePaymentResolvedWhileAFinderRacesOpensNoSecondCase(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	dead := b.failed(t, "o-late-race", 100)
-	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the late money
-	if _, err := b.plain.Check(ctx, api, dead.ID); err != nil {
-		t.Fatal(err)
-	}
-	var caseID int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
-		t.Fatalf("setup: no late_payment case: %v", err)
-	}
+	dead, caseID := b.latePaymentCase(t, "o-late-race")
 	b.clock.Advance(time.Minute)
 
 	// Hold ResolveCase between its UPDATE of the case and its commit: its audit row waits.
@@ -159,4 +142,21 @@ func TestALatePaymentResolvedWhileAFinderRacesOpensNoSecondCase(t *testing.T) {
 	if all != 1 || open != 0 {
 		t.Fatalf("late_payment cases for the one late payment = %d (%d open after finance resolved it), want 1 (0 open)", all, open)
 	}
+}
+
+// latePaymentCase makes a Failed session of order whose money the gateway took after all, and
+// has Check (the late payment's webhook, or staff pressing Check) open its late_payment case.
+func (b *bench) latePaymentCase(t *testing.T, order string) (payments.Session, int64) {
+	t.Helper()
+	ctx := context.Background()
+	dead := b.failed(t, order, 100)
+	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // the late money
+	if _, err := b.plain.Check(ctx, api, dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	var caseID int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
+		t.Fatalf("setup: Check opened no late_payment case: %v", err)
+	}
+	return dead, caseID
 }

@@ -25,16 +25,7 @@ func TestReconcileSinceComparesASessionThatMovedDuringTheRun(t *testing.T) {
 	b.secondPayment(t, dup)
 	b.clock.Advance(time.Minute)
 
-	gate := b.gw.Hold(fakegw.OpFind)
-	done := make(chan payments.ReconcileReport, 1)
-	go func() {
-		// Batch 1 stands for a window of more than 100 sessions (the command's batch).
-		rep, err := cmd.ReconcileSince(context.Background(), 24*time.Hour, payments.ReconcileConfig{Batch: 1})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- rep
-	}()
+	gate, done := b.reconcileSinceHeldAtFind(t, cmd, 24*time.Hour)
 	mustWait(t, gate.Arrived(), "the run's first find")
 	// Meanwhile the customer approves the dup session's payment; its webhook applies it.
 	b.clock.Advance(time.Second)
@@ -42,14 +33,38 @@ func TestReconcileSinceComparesASessionThatMovedDuringTheRun(t *testing.T) {
 	if s, err := b.plain.Check(ctx, api, dup.ID); err != nil || s.Status != payments.StatusAuthorized {
 		t.Fatalf("setup: %s %v", s.Status, err)
 	}
+	b.wantDuplicateFound(t, gate, done, dup, "updated within the window (and again during the run)")
+}
+
+// reconcileSinceHeldAtFind runs `pitlane reconcile --since since` on cmd with its gateway finds
+// held at the gate (batch 1 stands for a window of more than 100 sessions, the command's batch).
+func (b *bench) reconcileSinceHeldAtFind(t *testing.T, cmd *payments.Service, since time.Duration) (*fakegw.Gate, <-chan payments.ReconcileReport) {
+	t.Helper()
+	gate := b.gw.Hold(fakegw.OpFind)
+	t.Cleanup(gate.Open)
+	done := make(chan payments.ReconcileReport, 1)
+	go func() {
+		rep, err := cmd.ReconcileSince(context.Background(), since, payments.ReconcileConfig{Batch: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	return gate, done
+}
+
+// wantDuplicateFound lets the run held at gate finish and wants it to have compared s (changed
+// how moved says) and found its second gateway payment.
+func (b *bench) wantDuplicateFound(t *testing.T, gate *fakegw.Gate, done <-chan payments.ReconcileReport, s payments.Session, moved string) {
+	t.Helper()
 	gate.Open()
 	b.gw.Unhold(fakegw.OpFind)
 	rep := mustWait(t, done, "the run")
 	if !rep.PassDone || rep.Errors != 0 {
 		t.Fatalf("run: %+v", rep)
 	}
-	if rep.Duplicates != 1 || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, dup.ID) != 1 {
-		t.Errorf("session %s updated within the window (and again during the run) never compared: checked %d, findings %+v", dup.ID, rep.Checked, rep.Findings)
+	if rep.Duplicates != 1 || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, s.ID) != 1 {
+		t.Errorf("session %s %s never compared: checked %d, findings %+v", s.ID, moved, rep.Checked, rep.Findings)
 	}
 }
 
@@ -83,16 +98,7 @@ func TestReconcileSinceComparesASessionWhoseChangeWaitedOnALock(t *testing.T) {
 	second := b.registered(t, "o-second", 200)
 	b.clock.Advance(2 * time.Second)
 
-	gate := b.gw.Hold(fakegw.OpFind)
-	defer gate.Open()
-	done := make(chan payments.ReconcileReport, 1)
-	go func() {
-		rep, err := cmd.ReconcileSince(context.Background(), time.Hour, payments.ReconcileConfig{Batch: 1})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- rep
-	}()
+	gate, done := b.reconcileSinceHeldAtFind(t, cmd, time.Hour)
 	mustWait(t, gate.Arrived(), "the find of "+first.ID)
 	gate.Release()
 	mustWait(t, gate.Arrived(), "the find of "+second.ID) // the walk is past T
@@ -102,13 +108,5 @@ func TestReconcileSinceComparesASessionWhoseChangeWaitedOnALock(t *testing.T) {
 	if out := mustWait(t, checked, "the check of S"); out.err != nil || out.s.Status != payments.StatusAuthorized {
 		t.Fatalf("check: %s %v", out.s.Status, out.err)
 	}
-	gate.Open()
-	b.gw.Unhold(fakegw.OpFind)
-	rep := mustWait(t, done, "the run")
-	if !rep.PassDone || rep.Errors != 0 {
-		t.Fatalf("run: %+v", rep)
-	}
-	if rep.Duplicates != 1 || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'`, late.ID) != 1 {
-		t.Errorf("session %s changed inside the window and committed during the run, never compared: checked %d, findings %+v", late.ID, rep.Checked, rep.Findings)
-	}
+	b.wantDuplicateFound(t, gate, done, late, "changed inside the window and committed during the run")
 }
