@@ -359,12 +359,21 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 			// failing (the error-ratio alert), and no payment is failed for it.
 			ge.Kind = payments.FailureNotSent
 		}
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooEarly {
 			// "Slow down" and "your request took too long": neither refuses the payment, and a
 			// 408 may come from a proxy while the gateway still works on the request. Not a
 			// refusal (which fails a registration, or ends a confirmed cancel): unknown, asked
 			// again with the same key, and counted as the gateway failing, so the patrol backs
 			// off instead of hammering a gateway that throttles it. Stripe's adapter says so too.
+			// 425 "too early" (a request replayed too soon) likewise.
+			ge.Kind = payments.FailureUnknown
+		}
+		if op == OpRegister && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusUnprocessableEntity) {
+			// The contract's only 409 and 422 to a registration are about its idempotency key
+			// (in use, reused), and either way the gateway may hold a payment under it. Read
+			// as a refusal, a code the contract does not list (its own spelling, capitals) failed
+			// a session the gateway went on to register (an outside review): unknown, found by
+			// the key or by reference.
 			ge.Kind = payments.FailureUnknown
 		}
 		switch ge.Code {

@@ -611,6 +611,13 @@ func TestUnusableAnswers(t *testing.T) {
 		// Names match exactly: an unknown "Error" after "error" does not replace it.
 		{"409 in use with an unknown Error beside", 409, `{"error":"idempotency_key_in_use","Error":"not_reversible"}`, reverse, payments.FailureUnknown, "idempotency_key_in_use"},
 		{"409 refusal with an unknown ERROR beside", 409, `{"error":"not_reversible","status":"succeeded","ERROR":"idempotency_key_in_use"}`, reverse, payments.FailureDefinitive, "not_reversible"},
+		// A registration's only 409 and 422 are about its key: whatever the code's spelling,
+		// the gateway may hold a payment under it (an outside review). A reverse's 409 with a
+		// code is the gateway's refusal.
+		{"a registration's 409 in capitals is not a refusal", 409, `{"error":"IDEMPOTENCY_KEY_IN_USE"}`, register, payments.FailureUnknown, "IDEMPOTENCY_KEY_IN_USE"},
+		{"a registration's 422 with a code of its own is not a refusal", 422, `{"error":"duplicate_request"}`, register, payments.FailureUnknown, "duplicate_request"},
+		{"a reverse's 409 with a code of its own is a refusal", 409, `{"error":"conflict"}`, reverse, payments.FailureDefinitive, "conflict"},
+		{"425 too early is not a refusal", 425, `{"error":"too_early"}`, register, payments.FailureUnknown, "too_early"},
 		// The contract's refund look-up answers a bare 404 for a refund it does not have.
 		{"refund look-up: a bare 404 is the contract's not found", 404, ``, refundStatus, payments.FailureDefinitive, "not_found"},
 		{"refund look-up: a balancer's HTML 404 is not", 404, `<h1>Not Found</h1>`, refundStatus, payments.FailureUnknown, "http_404"},
