@@ -479,6 +479,17 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			WHERE session_id = $1 AND status = 'Pending'`, cur.ID, opStatus, opDetail, now); err != nil {
 				return fmt.Errorf("approve resolution: reverse: %w", err)
 			}
+			if cur.Status == StatusCanceling && p.Outcome == StatusCompleted {
+				// The customer confirmed a cancel with their code, and the money was taken all the
+				// same: as when the gateway's answer settles it (decide: cancel_lost_race), finance
+				// is asked whether to refund. Settled by people, nothing said so, and nothing
+				// later would: a Completed payment the gateway holds is no contradiction (an
+				// outside review).
+				if err := noteCase(ctx, tx, cur.ID, cur.OrderID, CaseCancelLostRace, fmt.Sprintf(
+					"the customer confirmed a cancel, and the payment was settled Completed by resolution #%d: refund if the customer still wants to cancel", id), now); err != nil {
+					return err
+				}
+			}
 			// The settlement answers the cases that asked what state the payment is in; the others
 			// are about other money (a second gateway payment, a cancel that lost its race, a
 			// reversal nobody asked for) and stay open for finance (an outside review: a duplicate

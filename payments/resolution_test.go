@@ -601,3 +601,34 @@ func TestResolutionOfACancelEndsItsReverse(t *testing.T) {
 		})
 	}
 }
+
+// The customer confirmed a cancel with their code (Canceling, the reverse unanswered), and the
+// gateway captured the payment before the reverse reached it; the patrol's schedule ran out and
+// four eyes settled it Completed. Settled by the gateway's word, such a payment opens a
+// cancel_lost_race case ("refund if the customer still wants to cancel"); settled by people,
+// nothing said the customer had asked to cancel money now taken and booked, and nothing later
+// would (a Completed payment the gateway holds is no contradiction). From an outside review;
+// negative control: without the approval's case, no open case.
+func TestApprovingCompletedForAConfirmedCancelAsksFinanceToRefund(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-lost-cancel-approved", 100)
+	b.cancelWithLostReverse(t, s)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'reverse never confirmed', next_check_at = NULL WHERE id = $1`, s.ID, b.clock.Now())
+	b.exec(t, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at) VALUES ($1, $2, 'sweep_exhausted', 'x', $3)`, s.ID, s.OrderID, b.clock.Now())
+	p := b.propose(t, fin1, s.ID, payments.StatusCompleted)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Check(ctx, api, s.ID); err != nil { // asked again afterwards: nothing new
+		t.Fatal(err)
+	}
+	if got, err := b.svc.Get(ctx, s.ID); err != nil || got.Status != payments.StatusCompleted {
+		t.Fatalf("session %s %v, want Completed", got.Status, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'cancel_lost_race' AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Fatalf("open cancel_lost_race cases = %d, want 1: the customer's confirmed cancel of a payment now Completed is on no list", n)
+	}
+}
