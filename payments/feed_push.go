@@ -332,13 +332,14 @@ func eventsAfter(ctx context.Context, q querier, cursor string, limit int) (n in
 	if err != nil {
 		return 0, nil, nil
 	}
-	if err := q.QueryRow(ctx, `SELECT count(*), min(ev.created_at) FROM `+
-		feedEvents(feedAfter, ``, `e.xid, e.id`, `$3`),
-		xid, id, limit).Scan(&n, &oldest); err != nil {
+	if err := q.QueryRow(ctx, eventsAfterSQL, xid, id, limit).Scan(&n, &oldest); err != nil {
 		return 0, nil, dbError("events webhook: waiting", err, "")
 	}
 	return min(n, limit), oldest, nil // (each table gave at most limit)
 }
+
+// eventsAfterSQL is eventsAfter's count: feedSQL's arguments.
+var eventsAfterSQL = `SELECT count(*), min(ev.created_at) FROM ` + feedEvents(feedAfter, ``, `e.xid, e.id`, `$3`)
 
 // RetryEventsWebhookNow ends the wait after failed POSTs of the events webhook, so that the next
 // round of any replica that pushes sends at once (an operator who fixed the shop's endpoint need
