@@ -395,7 +395,7 @@ func parseRefund(r *http.Request, paymentID string) (refundRequest, error) {
 	if err != nil {
 		return refundRequest{}, err
 	}
-	id, ok := canonicalUUID(paymentID)
+	id, ok := CanonicalUUID(paymentID)
 	if !ok {
 		return refundRequest{}, payments.Errorf(payments.ENOTFOUND, "payment %q not found", paymentID)
 	}
@@ -407,9 +407,9 @@ func parseRefund(r *http.Request, paymentID string) (refundRequest, error) {
 	return refundRequest{PaymentID: id, Amount: amount, Key: key, Path: path, Fingerprint: payments.Fingerprint(http.MethodPost, path, canon)}, nil
 }
 
-// canonicalUUID accepts the 36-character textual form of a UUID (any case) and returns it in
+// CanonicalUUID accepts the 36-character textual form of a UUID (any case) and returns it in
 // lower case; anything else (braces, urn:uuid:, no dashes) is not an id of ours.
-func canonicalUUID(s string) (string, bool) {
+func CanonicalUUID(s string) (string, bool) {
 	if len(s) != 36 {
 		return "", false
 	}

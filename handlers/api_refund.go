@@ -108,7 +108,7 @@ func (a *API) ListRefunds(c echo.Context) error {
 		return err
 	}
 	id := PathParam(c, "id")
-	if u, ok := canonicalUUID(id); ok {
+	if u, ok := CanonicalUUID(id); ok {
 		id = u // as every refund's payment_id says it, whatever case the path used
 	}
 	out := refundListJSON{PaymentID: id, Refunds: make([]refundJSON, len(refunds)), HasMore: more}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
@@ -40,6 +41,15 @@ func auditFilter(c echo.Context) (payments.AuditFilter, error) {
 			return f, &payments.Error{Code: payments.EMALFORMED, Field: v.field,
 				Message: "the " + v.field + " filter holds characters that cannot be stored (a NUL byte or invalid UTF-8)"}
 		}
+	}
+	// As the log stores them: a staff member's email normalised (Sup@Example.com signs in as
+	// sup@example.com), a payment's id in lower case; typed otherwise, the filter found nothing
+	// (an outside review).
+	if strings.Contains(f.Actor, "@") && !strings.Contains(f.Actor, ":") {
+		f.Actor = access.NormalizeEmail(f.Actor)
+	}
+	if id, ok := CanonicalUUID(f.Target); ok {
+		f.Target = id
 	}
 	return f, nil
 }

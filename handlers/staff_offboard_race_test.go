@@ -250,3 +250,61 @@ func TestAnUnlockByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// "Retry now" of a flagged payment locks the session's row and, like "Unlock codes" before its
+// fix, never looked at its user again: a finance user disabled (or made support) while the retry
+// waited for the row cleared the flag all the same, audited as made by a finance user. The same
+// held for "Resolve" of a case (waiting for the case's row), the retry of a flagged refund and
+// the rejection of a proposal: each looks again after its lock (payments.staffStands). From an
+// outside review; negative control: staffStands doing nothing (the flag cleared, the case
+// closed).
+func TestARetryByAnOffboardedUserInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	eachOffboarding(t, func(t *testing.T, off offboarding) {
+		b := newConsoleBench(t)
+		b.user(t, "root@example.com", access.RoleAdmin)
+		b.user(t, "fin2@example.com", access.RoleFinance)
+		s := b.payment(t, "o-retry-offboard", 1000)
+		if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
+			s.ID, b.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		root, fin2 := b.agent(t), b.agent(t)
+		root.login("root@example.com")
+		fin2.login("fin2@example.com")
+		root.get("/admin/users")
+		page(t, fin2.get("/finance/flagged"), http.StatusOK)
+		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID,
+			"/finance/flagged/"+s.ID+"/retry", url.Values{}, off)
+		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE id = $1 AND flagged_at IS NULL`, s.ID); n != 0 {
+			roles := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = 'fin2@example.com' AND role = 'finance'`, payments.AuditFlagRetry)
+			t.Fatalf("after root's %s of fin2 committed, fin2's retry in flight cleared the flag (%d audit entries name fin2 as finance)", off.path, roles)
+		}
+	})
+}
+
+// The same for "Resolve" of a finance case, waiting for the case's row.
+func TestACaseResolvedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	eachOffboarding(t, func(t *testing.T, off offboarding) {
+		b := newConsoleBench(t)
+		b.user(t, "root@example.com", access.RoleAdmin)
+		b.user(t, "fin2@example.com", access.RoleFinance)
+		s := b.payment(t, "o-case-offboard", 1000)
+		var caseID int64
+		if err := b.pool.QueryRow(context.Background(), `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+			VALUES ($1, $2, 'late_payment', 'probe', $3) RETURNING id`, s.ID, s.OrderID, b.clock.Now()).Scan(&caseID); err != nil {
+			t.Fatal(err)
+		}
+		root, fin2 := b.agent(t), b.agent(t)
+		root.login("root@example.com")
+		fin2.login("fin2@example.com")
+		root.get("/admin/users")
+		page(t, fin2.get("/finance/cases"), http.StatusOK)
+		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM finance_cases WHERE id = $1 FOR UPDATE`, caseID,
+			fmt.Sprintf("/finance/cases/%d/resolve", caseID), url.Values{"note": {"refunded by hand"}}, off)
+		if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE id = $1 AND resolved_at IS NOT NULL`, caseID); n != 0 {
+			t.Fatalf("after root's %s of fin2 committed, fin2's resolve in flight closed the case", off.path)
+		}
+	})
+}

@@ -97,6 +97,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if err != nil {
 		return ConfirmResult{}, err
 	}
+	sessionID = sess.ID // as stored: the audit's target, as the payment's page looks it up
 	ctx = s.traceSession(ctx, sess)
 	began := time.Now() // the drive's deadline is counted from here, before any lock wait (cancelGrace)
 	var (

@@ -1144,3 +1144,52 @@ func TestACancelFormSentTwiceSendsOneCode(t *testing.T) {
 	_, err = b.svc.RequestCancelOnce(ctx, supportStaff.Actor(), sess.ID, "not-a-key")
 	wantCode(t, err, payments.EINVALID, "reload the page")
 }
+
+// A payment id is taken in any letter case (a uuid column matches either), but the core's staff
+// audit entry of a cancel confirmed by support took its target from the id as the caller typed
+// it: sent in upper case, the money-moving action was audited under a target the payment's page
+// and the audit filtered on the payment never show. The core audits the id as stored (the
+// console's path ids are canonical too: TestAStaffActionOnAnUpperCaseIDIsOnThePaymentsAudit).
+// From an outside review; negative control: ConfirmCancel with the id as typed (0 shown).
+func TestAStaffCancelOfAnUpperCaseIDIsOnThePaymentsAudit(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+
+	// A cancel confirmed by support, with the path's id in upper case.
+	s := b.registered(t, "o-audit-case-cancel", 700)
+	upper := strings.ToUpper(s.ID)
+	ch, err := b.svc.RequestCancel(ctx, supportStaff.Actor(), upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, supportStaff.Actor(), upper, ch.ID, b.lastCode(t, s.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1`, payments.AuditCancelConfirm); n != 1 {
+		t.Fatalf("cancel confirmed: %d audit entries in all, want 1", n)
+	}
+	d, err := b.svc.PaymentDetail(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := 0
+	for _, e := range d.Audit {
+		if e.Action == payments.AuditCancelConfirm {
+			shown++
+		}
+	}
+	log, err := b.svc.AuditLog(ctx, payments.AuditFilter{Target: s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != 1 || len(log) != 1 {
+		var targets []string
+		for _, e := range d.Audit {
+			targets = append(targets, e.Target)
+		}
+		got := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2`, payments.AuditCancelConfirm, upper)
+		t.Fatalf("support's cancel of %s: the payment's page shows %d cancel_confirm entries, the audit log filtered on the payment shows %d; "+
+			"%d entry is filed under %q instead", s.ID, shown, len(log), got, upper)
+	}
+}

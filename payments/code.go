@@ -374,6 +374,7 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 	if !validUUID(sessionID) {
 		return 0, Errorf(ENOTFOUND, "payment %q not found", sessionID)
 	}
+	sessionID = strings.ToLower(sessionID) // the audit's target, as the payment's page looks it up
 	reason, err := requiredText("reason", reason, "say why the codes are unlocked (how the customer was reached, for instance)", MaxResolutionLength)
 	if err != nil {
 		return 0, err

@@ -379,6 +379,7 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	if err != nil {
 		return PaymentDetail{}, err
 	}
+	id = sess.ID // as stored: the id as typed may be in upper case, and audit targets are text
 	d := PaymentDetail{Session: sess, At: s.cfg.Clock.Now()}
 	if d.Order, d.OrderSessions, err = s.GetOrder(ctx, sess.OrderID); err != nil {
 		return PaymentDetail{}, err

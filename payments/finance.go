@@ -45,6 +45,9 @@ func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note stri
 		if err != nil {
 			return fmt.Errorf("resolve case: %w", err)
 		}
+		if err := staffStands(ctx, tx); err != nil {
+			return err
+		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditCaseResolve,
 			Target: CaseTarget(id), Detail: kind + ": " + note}, now)
 	})
@@ -88,6 +91,9 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		if err != nil {
 			return dbError("retry flagged: lock", err, "")
 		}
+		if err := staffStands(ctx, tx); err != nil {
+			return err
+		}
 		if err := noSettleProposal(ctx, tx, "payment", id); err != nil {
 			return err
 		}
@@ -97,7 +103,7 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 			return dbError("retry flagged", err, "")
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditFlagRetry,
-			Target: id, Detail: "flag cleared (" + reason + "); due now"}, now)
+			Target: out.ID, Detail: "flag cleared (" + reason + "); due now"}, now)
 	})
 	return out, err
 }
@@ -128,6 +134,9 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 		}
 		if err != nil {
 			return dbError("retry flagged refund: lock", err, "")
+		}
+		if err := staffStands(ctx, tx); err != nil {
+			return err
 		}
 		if err := noSettleProposal(ctx, tx, "refund", id); err != nil {
 			return err

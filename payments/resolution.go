@@ -565,6 +565,9 @@ func (s *Service) RejectResolution(ctx context.Context, by Staff, id int64, note
 		if err != nil {
 			return dbError("reject resolution", err, "")
 		}
+		if err := staffStands(ctx, tx); err != nil {
+			return err
+		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionReject, Target: sessionID,
 			Detail: fmt.Sprintf("#%d: %s", id, note)}, now)
 	})

@@ -52,6 +52,17 @@ var ErrStaffRoleChanged = &Error{Code: EFORBIDDEN,
 // with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch, and
 // with ErrStaffRoleChanged when the user's role is no longer the one the request was let through
 // with.
+// staffStands is queueStaffStands on its own, for a change whose lock was taken by the statement
+// before: a finance action that waited for its row (a case, a flag, a proposal) while its user
+// was disabled or made support went through under the old role (an outside review).
+func staffStands(ctx context.Context, tx pgx.Tx) error {
+	var b pgx.Batch
+	if queueStaffStands(ctx, &b); b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, &b).Close()
+}
+
 func queueStaffStands(ctx context.Context, b *pgx.Batch) {
 	ss, ok := StaffSessionFrom(ctx)
 	if !ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"go.opentelemetry.io/otel/trace"
 
+	"pitlane/handlers"
 	"pitlane/payments"
 )
 
@@ -200,3 +201,24 @@ const (
 	requestTimedOutMessage = "the service's database did not answer in time; try again shortly (with the same Idempotency-Key, if the request had one)"
 	pageTimedOutMessage    = "The service's database did not answer in time. Reload the page to see where things stand before you try again."
 )
+
+// canonicalIDs writes every path parameter that is a UUID in its canonical form (lower case), as
+// PostgreSQL gives it back: the console's changes are audited under the payment's id as the
+// handler has it, and one typed in upper case went through (a uuid column matches either case)
+// but was filed under a target the payment's page and the audit filter never find (an outside
+// review).
+func canonicalIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		vals := slices.Clone(c.ParamValues())
+		changed := false
+		for i, v := range vals {
+			if id, ok := handlers.CanonicalUUID(v); ok && id != v {
+				vals[i], changed = id, true
+			}
+		}
+		if changed {
+			c.SetParamValues(vals...)
+		}
+		return next(c)
+	}
+}

@@ -66,7 +66,7 @@ func routes(e *echo.Echo, d Deps) {
 	// timeout. Not the live streams, the CSV exports and the stuck list's bulk check: they run
 	// longer by design and move their own write deadlines.
 	chain := func(bound echo.MiddlewareFunc, m []echo.MiddlewareFunc) []echo.MiddlewareFunc {
-		return append([]echo.MiddlewareFunc{bound, middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark}, m...)
+		return append([]echo.MiddlewareFunc{bound, middleware.BodyLimit("64K"), am.Sessions(), am.CSRF(), lv.Mark, canonicalIDs}, m...)
 	}
 	pageBound := requestBound(d.RequestTimeout, pageTimedOutMessage)
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc { return chain(pageBound, m) }
