@@ -203,3 +203,25 @@ func TestCheckoutURLsOfDotOrderIDsSurviveBrowsers(t *testing.T) {
 		t.Fatalf("/checkout/~a = %d, want 404", rec.Code)
 	}
 }
+
+// An order id is the shop's, and an upper-case GUID is one (1–64 of [A-Za-z0-9._:-]): the
+// console's canonical path ids (web's canonicalIDs) lower-cased the checkout's :order_id too, and
+// the customer of such an order met "This payment link is incomplete or was changed" on the
+// shop's signed link (this session's own review). Negative control: canonicalIDs on every
+// parameter (400, bad-link).
+func TestCheckoutOfAnUpperCaseGUIDOrder(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	const order = "3F2504E0-4F89-11D3-9A0C-0305E82C3301"
+	action, form := payForm(t, a, b.link(t, order, 1999, "EUR"))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "https://") {
+		t.Fatalf("Pay on order %s: %d %s", order, rec.Code, rec.Header().Get("Location"))
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 1 {
+		t.Fatalf("%d payments of order %s", n, order)
+	}
+	if st := page(t, a.get(b.orderPage(order, "/return")), http.StatusOK).Find(testid("checkout-state")).AttrOr("data-state", ""); st == "" || st == views.CheckoutBadLink {
+		t.Fatalf("the return page of order %s: state %q", order, st)
+	}
+}

@@ -45,11 +45,12 @@ func auditFilter(c echo.Context) (payments.AuditFilter, error) {
 	// As the log stores them: a staff member's email normalised (Sup@Example.com signs in as
 	// sup@example.com), a payment's id in lower case; typed otherwise, the filter found nothing
 	// (an outside review).
-	if strings.Contains(f.Actor, "@") && !strings.Contains(f.Actor, ":") {
-		f.Actor = access.NormalizeEmail(f.Actor)
-	}
-	if id, ok := CanonicalUUID(f.Target); ok {
-		f.Target = id
+	for _, v := range []*string{&f.Actor, &f.Target} {
+		if strings.Contains(*v, "@") && !strings.Contains(*v, ":") {
+			*v = access.NormalizeEmail(*v) // a staff member (an actor, or the target of a user change)
+		} else if id, ok := CanonicalUUID(*v); ok {
+			*v = id
+		}
 	}
 	return f, nil
 }

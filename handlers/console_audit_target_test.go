@@ -53,8 +53,8 @@ func TestAStaffActionOnAnUpperCaseIDIsOnThePaymentsAudit(t *testing.T) {
 // Staff emails are stored normalised (lower case), and so is every entry's actor; the audit
 // page's filter was compared as typed: an admin looking up a colleague by the address as HR wrote
 // it ("Sup@Example.com") was told "Nothing recorded." while the log held that user's sign-in. The
-// filter is normalised as the log is. From an outside review; negative control: the filter as
-// typed.
+// filter is normalised as the log is, actor and target (a user's changes are filed under their
+// email). From an outside review; negative control: the filter as typed.
 func TestTheAuditFilterFindsAStaffMemberWhateverTheCase(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
@@ -67,9 +67,11 @@ func TestTheAuditFilterFindsAStaffMemberWhateverTheCase(t *testing.T) {
 	}
 	adm := b.agent(t)
 	adm.login("adm@example.com")
-	doc := page(t, adm.get("/admin/audit?actor="+url.QueryEscape("Sup@Example.com")), http.StatusOK)
-	if n := doc.Find(testid("audit-row")).Length(); n == 0 {
-		t.Fatalf("the audit page filtered on Sup@Example.com lists nothing (%q); the log holds its sign-in under sup@example.com",
-			strings.TrimSpace(doc.Find(testid("audit-empty")).Text()))
+	for _, filter := range []string{"actor", "target"} {
+		doc := page(t, adm.get("/admin/audit?"+filter+"="+url.QueryEscape("Sup@Example.com")), http.StatusOK)
+		if n := doc.Find(testid("audit-row")).Length(); n == 0 {
+			t.Errorf("the audit page filtered on %s Sup@Example.com lists nothing (%q); the log holds its sign-in under sup@example.com",
+				filter, strings.TrimSpace(doc.Find(testid("audit-empty")).Text()))
+		}
 	}
 }

@@ -244,9 +244,12 @@ func TestLedgerCSVExport(t *testing.T) {
 	if href != "/finance/ledger.csv?currency=EUR&from=2026-11-30&to=2026-11-30" {
 		t.Fatalf("export link %q", href)
 	}
-	// The day is not over (09:00): not final. A day long over is; one that ended a minute ago is
-	// not yet (an entry dated 23:59:59 may commit after midnight: an outside review).
-	wantText(t, doc, "ledger-not-final", "may still be written until")
+	// The day is not over (09:00): not final until its end's time (this session's own review: it
+	// named 09:05). A day long over is final; one that ended a minute ago is not yet (an entry
+	// dated 23:59:59 may commit after midnight: an outside review); a range without an end never
+	// is.
+	wantText(t, doc, "ledger-not-final", views.When(b.svc.LedgerFinalAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))))
+	wantText(t, page(t, fin.get("/finance/ledger?from=2026-11-30"), http.StatusOK), "ledger-not-final", "never final")
 	if doc = page(t, fin.get("/finance/ledger?to=2026-11-29"), http.StatusOK); doc.Find(testid("ledger-not-final")).Length() != 0 {
 		t.Error("a day that ended 9 hours ago is called not final")
 	}

@@ -28,12 +28,11 @@ func (h *Console) Ledger(c echo.Context) error {
 		return err
 	}
 	v := views.LedgerView{Filter: form, Entries: entries, Totals: totals}
-	now := h.svc.Now()
-	end := f.To
-	if end.IsZero() || end.After(now) {
-		end = now
-	}
-	if final := h.svc.LedgerFinalAt(end); final.After(now) {
+	// A range that ends is final once everything dated before its end is written; one without
+	// an end never is (Open).
+	if now := h.svc.Now(); f.To.IsZero() {
+		v.Open = true
+	} else if final := h.svc.LedgerFinalAt(f.To); final.After(now) {
 		v.FinalAt = &final
 	}
 	if htmx(c) {

@@ -308,3 +308,31 @@ func TestACaseResolvedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// The same for "Reject" of a four-eyes proposal, waiting for the proposal's row.
+func TestAProposalRejectedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	eachOffboarding(t, func(t *testing.T, off offboarding) {
+		b := newConsoleBench(t)
+		b.user(t, "root@example.com", access.RoleAdmin)
+		b.user(t, "fin2@example.com", access.RoleFinance)
+		s := b.payment(t, "o-reject-offboard", 1000)
+		var id int64
+		if err := b.pool.QueryRow(context.Background(), `INSERT INTO resolution_proposals
+				(session_id, order_id, outcome, status_at_proposal, reason, evidence, proposed_by, proposed_at)
+			VALUES ($1, $2, 'Failed', $3, 'r', 'e', 'fin1@example.com', $4) RETURNING id`,
+			s.ID, s.OrderID, string(s.Status), b.clock.Now()).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		root, fin2 := b.agent(t), b.agent(t)
+		root.login("root@example.com")
+		fin2.login("fin2@example.com")
+		root.get("/admin/users")
+		page(t, fin2.get("/finance/resolutions"), http.StatusOK)
+		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM resolution_proposals WHERE id = $1 FOR UPDATE`, id,
+			fmt.Sprintf("/finance/resolutions/%d/reject", id), url.Values{"note": {"the bank shows nothing yet"}}, off)
+		if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state <> 'proposed'`, id); n != 0 {
+			t.Fatalf("after root's %s of fin2 committed, fin2's rejection in flight decided the proposal", off.path)
+		}
+	})
+}

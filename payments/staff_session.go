@@ -47,11 +47,6 @@ var ErrStaffSessionEnded = &Error{Code: EUNAUTHENTICATED,
 var ErrStaffRoleChanged = &Error{Code: EFORBIDDEN,
 	Message: "your role changed while this was on its way: nothing was changed; reload the page"}
 
-// queueStaffStands queues, when ctx runs in a console session, the look at its user under a
-// share lock (an offboarding of the user waits for this transaction, or this one for it), refusing
-// with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch, and
-// with ErrStaffRoleChanged when the user's role is no longer the one the request was let through
-// with.
 // staffStands is queueStaffStands on its own, for a change whose lock was taken by the statement
 // before: a finance action that waited for its row (a case, a flag, a proposal) while its user
 // was disabled or made support went through under the old role (an outside review).
@@ -63,6 +58,11 @@ func staffStands(ctx context.Context, tx pgx.Tx) error {
 	return tx.SendBatch(ctx, &b).Close()
 }
 
+// queueStaffStands queues, when ctx runs in a console session, the look at its user under a
+// share lock (an offboarding of the user waits for this transaction, or this one for it), refusing
+// with ErrStaffSessionEnded when the user is gone, disabled, or on another session epoch, and
+// with ErrStaffRoleChanged when the user's role is no longer the one the request was let through
+// with.
 func queueStaffStands(ctx context.Context, b *pgx.Batch) {
 	ss, ok := StaffSessionFrom(ctx)
 	if !ok {

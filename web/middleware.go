@@ -202,16 +202,20 @@ const (
 	pageTimedOutMessage    = "The service's database did not answer in time. Reload the page to see where things stand before you try again."
 )
 
-// canonicalIDs writes every path parameter that is a UUID in its canonical form (lower case), as
-// PostgreSQL gives it back: the console's changes are audited under the payment's id as the
-// handler has it, and one typed in upper case went through (a uuid column matches either case)
-// but was filed under a target the payment's page and the audit filter never find (an outside
-// review).
+// canonicalIDs writes the path parameters that name our ids (:id, :challenge) in their canonical
+// form (lower case) when they are UUIDs, as PostgreSQL gives them back: the console's changes are
+// audited under the payment's id as the handler has it, and one typed in upper case went through
+// (a uuid column matches either case) but was filed under a target the payment's page and the
+// audit filter never find (an outside review). Never :order_id: an order id is the shop's, and
+// an upper-case GUID is one (its checkout link is signed over it as it is).
 func canonicalIDs(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		vals := slices.Clone(c.ParamValues())
+		names, vals := c.ParamNames(), slices.Clone(c.ParamValues())
 		changed := false
 		for i, v := range vals {
+			if i >= len(names) || (names[i] != "id" && names[i] != "challenge") {
+				continue
+			}
 			if id, ok := handlers.CanonicalUUID(v); ok && id != v {
 				vals[i], changed = id, true
 			}
