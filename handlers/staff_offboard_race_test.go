@@ -234,15 +234,9 @@ func TestAnUnlockByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	t.Parallel()
 	eachOffboarding(t, func(t *testing.T, off offboarding) {
 		b := newConsoleBench(t)
-		b.user(t, "root@example.com", access.RoleAdmin)
-		b.user(t, "fin2@example.com", access.RoleFinance)
 		s := b.payment(t, "o-unlock-offboard", 1000)
 		b.lockCodes(t, s.ID)
-		root, fin2 := b.agent(t), b.agent(t)
-		root.login("root@example.com")
-		fin2.login("fin2@example.com")
-		root.get("/admin/users")
-		page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
+		root, fin2 := rootAndFin2(t, b, "/payments/"+s.ID)
 		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID,
 			"/payments/"+s.ID+"/codes/unlock", url.Values{"reason": {"called the customer back"}}, off)
 		if cleared := b.count(t, `SELECT count(*) FROM code_wrong_guesses WHERE session_id = $1 AND cleared_at IS NOT NULL`, s.ID); cleared != 0 {
@@ -262,18 +256,12 @@ func TestARetryByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	t.Parallel()
 	eachOffboarding(t, func(t *testing.T, off offboarding) {
 		b := newConsoleBench(t)
-		b.user(t, "root@example.com", access.RoleAdmin)
-		b.user(t, "fin2@example.com", access.RoleFinance)
 		s := b.payment(t, "o-retry-offboard", 1000)
 		if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
 			s.ID, b.clock.Now()); err != nil {
 			t.Fatal(err)
 		}
-		root, fin2 := b.agent(t), b.agent(t)
-		root.login("root@example.com")
-		fin2.login("fin2@example.com")
-		root.get("/admin/users")
-		page(t, fin2.get("/finance/flagged"), http.StatusOK)
+		root, fin2 := rootAndFin2(t, b, "/finance/flagged")
 		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID,
 			"/finance/flagged/"+s.ID+"/retry", url.Values{}, off)
 		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE id = $1 AND flagged_at IS NULL`, s.ID); n != 0 {
@@ -288,19 +276,13 @@ func TestACaseResolvedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	t.Parallel()
 	eachOffboarding(t, func(t *testing.T, off offboarding) {
 		b := newConsoleBench(t)
-		b.user(t, "root@example.com", access.RoleAdmin)
-		b.user(t, "fin2@example.com", access.RoleFinance)
 		s := b.payment(t, "o-case-offboard", 1000)
 		var caseID int64
 		if err := b.pool.QueryRow(context.Background(), `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
 			VALUES ($1, $2, 'late_payment', 'probe', $3) RETURNING id`, s.ID, s.OrderID, b.clock.Now()).Scan(&caseID); err != nil {
 			t.Fatal(err)
 		}
-		root, fin2 := b.agent(t), b.agent(t)
-		root.login("root@example.com")
-		fin2.login("fin2@example.com")
-		root.get("/admin/users")
-		page(t, fin2.get("/finance/cases"), http.StatusOK)
+		root, fin2 := rootAndFin2(t, b, "/finance/cases")
 		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM finance_cases WHERE id = $1 FOR UPDATE`, caseID,
 			fmt.Sprintf("/finance/cases/%d/resolve", caseID), url.Values{"note": {"refunded by hand"}}, off)
 		if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE id = $1 AND resolved_at IS NOT NULL`, caseID); n != 0 {
@@ -314,8 +296,6 @@ func TestAProposalRejectedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	t.Parallel()
 	eachOffboarding(t, func(t *testing.T, off offboarding) {
 		b := newConsoleBench(t)
-		b.user(t, "root@example.com", access.RoleAdmin)
-		b.user(t, "fin2@example.com", access.RoleFinance)
 		s := b.payment(t, "o-reject-offboard", 1000)
 		var id int64
 		if err := b.pool.QueryRow(context.Background(), `INSERT INTO resolution_proposals
@@ -324,15 +304,25 @@ func TestAProposalRejectedByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 			s.ID, s.OrderID, string(s.Status), b.clock.Now()).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		root, fin2 := b.agent(t), b.agent(t)
-		root.login("root@example.com")
-		fin2.login("fin2@example.com")
-		root.get("/admin/users")
-		page(t, fin2.get("/finance/resolutions"), http.StatusOK)
+		root, fin2 := rootAndFin2(t, b, "/finance/resolutions")
 		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM resolution_proposals WHERE id = $1 FOR UPDATE`, id,
 			fmt.Sprintf("/finance/resolutions/%d/reject", id), url.Values{"note": {"the bank shows nothing yet"}}, off)
 		if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state <> 'proposed'`, id); n != 0 {
 			t.Fatalf("after root's %s of fin2 committed, fin2's rejection in flight decided the proposal", off.path)
 		}
 	})
+}
+
+// rootAndFin2 makes and signs in an admin (root, on the users page) and a finance user (fin2, on
+// the page at from), as the offboarding-in-flight tests begin.
+func rootAndFin2(t *testing.T, b *consoleBench, from string) (root, fin2 *agent) {
+	t.Helper()
+	b.user(t, "root@example.com", access.RoleAdmin)
+	b.user(t, "fin2@example.com", access.RoleFinance)
+	root, fin2 = b.agent(t), b.agent(t)
+	root.login("root@example.com")
+	fin2.login("fin2@example.com")
+	root.get("/admin/users")
+	page(t, fin2.get(from), http.StatusOK)
+	return root, fin2
 }
