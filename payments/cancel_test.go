@@ -1184,10 +1184,6 @@ func TestAStaffCancelOfAnUpperCaseIDIsOnThePaymentsAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if shown != 1 || len(log) != 1 {
-		var targets []string
-		for _, e := range d.Audit {
-			targets = append(targets, e.Target)
-		}
 		got := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2`, payments.AuditCancelConfirm, upper)
 		t.Fatalf("support's cancel of %s: the payment's page shows %d cancel_confirm entries, the audit log filtered on the payment shows %d; "+
 			"%d entry is filed under %q instead", s.ID, shown, len(log), got, upper)
