@@ -69,12 +69,12 @@ func (f LedgerFilter) where(withType bool) (string, []any) {
 
 // LedgerFinalAt is when the ledger's entries dated before end are all written. An entry is dated
 // with its writer's clock, read before the writer waits for a connection and for the payment's
-// locks (a request's or a patrol drive's bound, each lock wait within LockTimeout): it may commit
-// minutes after its date. A day exported right after midnight could lack an entry dated 23:59:59
+// locks (a request's, a patrol drive's or a "Check now"'s bound, each lock wait within
+// LockTimeout): it may commit minutes after its date. A day exported right after midnight could lack an entry dated 23:59:59
 // that committed a moment later, which no later day's export has either (an outside review):
 // the ledger page says a range is not final until then, and exports of it may still change.
 func (s *Service) LedgerFinalAt(end time.Time) time.Time {
-	return end.Add(max(5*time.Minute, s.cfg.LeaseDuration+3*s.cfg.LockTimeout))
+	return end.Add(max(5*time.Minute, max(s.cfg.LeaseDuration, s.CheckNowClaimTTL())+3*s.cfg.LockTimeout))
 }
 
 // ExportedEntry is a ledger entry as exported: with the refund it books, if any.

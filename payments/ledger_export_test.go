@@ -246,3 +246,22 @@ func TestExportsHoldNoConnectionWhileTheReaderWaits(t *testing.T) {
 		t.Fatalf("audit export by actor and target: %d, %v; want 1", got, err)
 	}
 }
+
+// A range is final once every writer that may have dated an entry inside it has committed or
+// given up: a patrol drive within its lease, a "Check now" within its claim (longer than the
+// lease by a lock timeout and some seconds), each lock wait within LockTimeout; never sooner
+// than 5 minutes. With a long GATEWAY_TIMEOUT the lease alone fell short of Check now's bound.
+func TestLedgerFinalAtOutlastsEveryWritersBound(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, timeout := range []time.Duration{time.Second, 10 * time.Second, 3 * time.Minute} {
+		svc := b.service(b.pool, "ledger-final", func(c *payments.Config) { c.GatewayTimeout = timeout; c.LeaseDuration = 0 })
+		wait := svc.LedgerFinalAt(end).Sub(end)
+		lock := 5 * time.Second // the default LockTimeout
+		if wait < 5*time.Minute || wait < payments.LeaseFor(timeout)+3*lock || wait < svc.CheckNowClaimTTL()+3*lock {
+			t.Errorf("GATEWAY_TIMEOUT %s: final %s after the range's end; the lease is %s, Check now's claim %s",
+				timeout, wait, payments.LeaseFor(timeout), svc.CheckNowClaimTTL())
+		}
+	}
+}
