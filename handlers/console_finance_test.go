@@ -334,10 +334,7 @@ func TestResolutionsPageShowsTheLatestDecisionAndTheOldestWaiting(t *testing.T) 
 	var first int64
 	for i := 0; i < 101; i++ {
 		s := b.payment(t, fmt.Sprintf("o-%03d", i), 1000+int64(i))
-		if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
-			s.ID, b.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
+		b.flag(t, s.ID)
 		r, err := b.svc.ProposeResolution(ctx, fin, payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed,
 			Reason: "never paid", Evidence: "gateway dashboard"})
 		if err != nil {

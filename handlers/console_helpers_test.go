@@ -331,3 +331,12 @@ func (a *agent) pastWriteTimeout(h http.Handler, method, path string, form url.V
 	}
 	return resp, b
 }
+
+// flag flags session id as the patrol does when its schedule runs out (finance's to settle).
+func (b *consoleBench) flag(t *testing.T, id string) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
+		id, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -195,10 +195,7 @@ func approvalOffboardedInFlight(t *testing.T, off offboarding) {
 	b.user(t, "fin2@example.com", access.RoleFinance)
 	ctx := context.Background()
 	s := b.payment(t, "o-approve-offboard", 1000)
-	if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
-		s.ID, b.clock.Now()); err != nil {
-		t.Fatal(err)
-	}
+	b.flag(t, s.ID)
 	p, err := b.svc.ProposeResolution(ctx, payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)},
 		payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed, Reason: "never paid", Evidence: "gateway dashboard"})
 	if err != nil {
@@ -257,10 +254,7 @@ func TestARetryByAnOffboardedUserInFlightIsRefused(t *testing.T) {
 	eachOffboarding(t, func(t *testing.T, off offboarding) {
 		b := newConsoleBench(t)
 		s := b.payment(t, "o-retry-offboard", 1000)
-		if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out', next_check_at = NULL WHERE id = $1`,
-			s.ID, b.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
+		b.flag(t, s.ID)
 		root, fin2 := rootAndFin2(t, b, "/finance/flagged")
 		offboardedInFlight(t, b, root, fin2, `SELECT pg_backend_pid() FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID,
 			"/finance/flagged/"+s.ID+"/retry", url.Values{}, off)

@@ -116,7 +116,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		// Attach the most advanced one and tell finance about the others.
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), duplicateFacts(found)...)
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), paymentFacts(found)...)
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -597,11 +597,12 @@ func gatewayFact(gp GatewayPayment) string {
 // missingFact: the gateway has no payment id (or, for a reference, none carrying it).
 func missingFact(id string) string { return id + " (missing)" }
 
-// duplicateFacts are the facts of a duplicate_gateway_payment case: each payment carrying the
-// session's reference as gatewayFact, with its status. A second payment that was pending when
-// finance resolved the case and is captured later is new news (an outside review: the fact named
-// the ids only, and the second charge never reached finance again).
-func duplicateFacts(ps []GatewayPayment) []string {
+// paymentFacts is gatewayFact of each of ps: the facts of a duplicate_gateway_payment case (each
+// payment carrying the session's reference, with its status: a second payment that was pending
+// when finance resolved the case and is captured later is new news; an outside review: the fact
+// named the ids only, and the second charge never reached finance again), and the parts of
+// describePayments.
+func paymentFacts(ps []GatewayPayment) []string {
 	facts := make([]string, len(ps))
 	for i, p := range ps {
 		facts[i] = gatewayFact(p)

@@ -386,20 +386,15 @@ func (s *Service) UnlockCodes(ctx context.Context, by Staff, sessionID, reason s
 		// change under a payment's locks does (lockOrderAndSessionWith): a finance user disabled
 		// or made support while the unlock waited for the row reset the payment's guess budget
 		// all the same (an outside review).
-		var b pgx.Batch
-		b.Queue(`SELECT 1 FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).QueryRow(func(r pgx.Row) error {
-			var one int
-			err := r.Scan(&one)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return Errorf(ENOTFOUND, "payment %s not found", sessionID)
-			}
-			if err != nil {
-				return dbError("unlock codes: lock", err, "")
-			}
-			return nil
-		})
-		queueStaffStands(ctx, &b)
-		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM payment_sessions WHERE id = $1 FOR UPDATE`, sessionID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Errorf(ENOTFOUND, "payment %s not found", sessionID)
+		}
+		if err != nil {
+			return dbError("unlock codes: lock", err, "")
+		}
+		if err := staffStands(ctx, tx); err != nil {
 			return err
 		}
 		if _, until, err := codeLock(ctx, tx, sessionID, now); err != nil {

@@ -16,8 +16,8 @@ import (
 // finance resolved" and opened nothing: the second charge never reached finance. Each finder
 // now opens a case (the facts carry each payment's status; the webhook's event is news itself),
 // and a reconciliation of the same payments, unchanged, still opens none. From an outside
-// review; negative control: duplicateFacts with the ids alone fails "reconciliation", the
-// webhook's case with duplicateFacts of the two ids fails "webhook".
+// review; negative control: paymentFacts with the ids alone fails "reconciliation", the
+// webhook's case with the two ids as facts fails "webhook".
 func TestADuplicateChargedAfterItsCaseWasResolvedReachesFinance(t *testing.T) {
 	t.Parallel()
 	for _, finder := range []string{"reconciliation", "webhook"} {

@@ -67,14 +67,21 @@ func (f LedgerFilter) where(withType bool) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
-// LedgerFinalAt is when the ledger's entries dated before end are all written. An entry is dated
-// with its writer's clock, read before the writer waits for a connection and for the payment's
-// locks (a request's, a patrol drive's or a "Check now"'s bound, each lock wait within
-// LockTimeout): it may commit minutes after its date. A day exported right after midnight could lack an entry dated 23:59:59
-// that committed a moment later, which no later day's export has either (an outside review):
-// the ledger page says a range is not final until then, and exports of it may still change.
+// LedgerFinalAt is when the ledger's entries dated before end are all written (writeLag after
+// it). A day exported right after midnight could lack an entry dated 23:59:59 that committed a
+// moment later, which no later day's export has either (an outside review): the ledger page says
+// a range is not final until then, and exports of it may still change.
 func (s *Service) LedgerFinalAt(end time.Time) time.Time {
-	return end.Add(max(5*time.Minute, max(s.cfg.LeaseDuration, s.CheckNowClaimTTL())+3*s.cfg.LockTimeout))
+	return end.Add(s.writeLag())
+}
+
+// writeLag is how much older than its commit a row's time may be (a ledger entry's created_at, a
+// session's updated_at): its writer reads the clock, then waits for a connection within its
+// work's bound (a request's, a patrol drive's lease, a "Check now"'s claim) and for the
+// payment's locks (each wait within LockTimeout); replicas' clocks differ by a second or so
+// (PitlaneClockOffset). At least 5 minutes.
+func (s *Service) writeLag() time.Duration {
+	return max(5*time.Minute, max(s.cfg.LeaseDuration, s.CheckNowClaimTTL())+3*s.cfg.LockTimeout)
 }
 
 // ExportedEntry is a ledger entry as exported: with the refund it books, if any.

@@ -313,10 +313,10 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 	// "compared to the end" without it (an outside review). Catch-up walks over what changed
 	// since the walk before, until one finds nothing; each covers only the time the one before
 	// took, so a few do. A session's updated_at is its writer's clock read before its locks:
-	// it commits up to its lock waits later, behind a walk already past it, so each catch-up
-	// starts reconcileCommitLag earlier (a Check that waited on the order's lock while the run
-	// walked was never compared: an outside review); what a walk compared is not compared again.
-	lag := reconcileCommitLag(s.cfg.LockTimeout)
+	// it commits up to writeLag later, behind a walk already past it, so each catch-up starts
+	// that much earlier (a Check that waited on the order's lock while the run walked was never
+	// compared: an outside review); what a walk compared is not compared again.
+	lag := s.writeLag()
 	for from, round := now, 0; err == nil && rep.PassDone && !rep.LostLeadership && round < maxReconcileCatchUps; round++ {
 		to := s.cfg.Clock.Now()
 		before := len(compared)
@@ -338,14 +338,6 @@ func (s *Service) ReconcileSince(ctx context.Context, since time.Duration, cfg R
 
 // maxReconcileCatchUps bounds ReconcileSince's walks over sessions that moved during the run.
 const maxReconcileCatchUps = 3
-
-// reconcileCommitLag is how much older than its commit a session's updated_at may be: its
-// writer reads the clock, then waits for the order's and the session's locks (each wait bounded
-// by lockTimeout), and replicas' clocks differ (PitlaneClockOffset fires past a second). At
-// least a minute.
-func reconcileCommitLag(lockTimeout time.Duration) time.Duration {
-	return max(time.Minute, 3*lockTimeout)
-}
 
 // maxUUID is the highest uuid: a cursor after (t, maxUUID) starts after every session of t.
 const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
@@ -687,7 +679,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	if len(found) > 1 {
 		if err := s.reconcileCase(ctx, sess, rep, CaseDuplicatePayment, fmt.Sprintf(
 			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found)),
-			duplicateFacts(found)...); err != nil {
+			paymentFacts(found)...); err != nil {
 			return err
 		}
 	}
@@ -811,10 +803,7 @@ func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *Reconcil
 // describePayments names payments in a case's detail, in the order of their ids: the detail is
 // how reconcileCase knows a contradiction finance resolved, whatever order the gateway lists in.
 func describePayments(ps []GatewayPayment) string {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		parts[i] = gatewayFact(p)
-	}
+	parts := paymentFacts(ps)
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
 }

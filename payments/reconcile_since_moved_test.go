@@ -73,7 +73,7 @@ func (b *bench) wantDuplicateFound(t *testing.T, gate *fakegw.Gate, done <-chan 
 // walked past T; it committed during the run with updated_at T, inside the window, behind the
 // walk, and below the catch-ups, which began at the run's start: S's duplicate gateway payment
 // went unfound and the run said "compared to the end" (an outside review). The catch-ups begin
-// reconcileCommitLag earlier. Negative control: catch-ups from the run's start (no duplicate).
+// writeLag earlier. Negative control: catch-ups from the run's start (no duplicate).
 func TestReconcileSinceComparesASessionWhoseChangeWaitedOnALock(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)

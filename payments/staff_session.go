@@ -48,8 +48,9 @@ var ErrStaffRoleChanged = &Error{Code: EFORBIDDEN,
 	Message: "your role changed while this was on its way: nothing was changed; reload the page"}
 
 // staffStands is queueStaffStands on its own, for a change whose lock was taken by the statement
-// before: a finance action that waited for its row (a case, a flag, a proposal) while its user
-// was disabled or made support went through under the old role (an outside review).
+// before: a finance action that waited for its row (a case, a flag, a proposal, the codes of a
+// payment) while its user was disabled or made support went through under the old role (outside
+// reviews).
 func staffStands(ctx context.Context, tx pgx.Tx) error {
 	var b pgx.Batch
 	if queueStaffStands(ctx, &b); b.Len() == 0 {
