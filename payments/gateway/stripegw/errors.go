@@ -3,6 +3,7 @@ package stripegw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
@@ -136,7 +137,14 @@ func classify(op string, ci *callInfo, err error) error {
 		// refundable again (an outside review). Unknown, as refgw reads a 4xx that names
 		// nothing: asked again with the same key, or looked up. 401 and 403 are our
 		// credentials refused, whatever the body: not sent (as above, and as refgw).
+		// stripe-go's error for a body it could not decode quotes its first 500 bytes: a
+		// PaymentIntent's client_secret and its last_payment_error's card, which must not reach
+		// the log or gateway_calls.detail (an outside review). Its context error (the call's
+		// time ran out) says nothing of the body and is kept for errors.Is.
 		ge.HTTPStatus = status
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			ge.Err = fmt.Errorf("an answer with HTTP status %d that could not be read as Stripe's", status)
+		}
 		switch status {
 		case http.StatusUnauthorized, http.StatusForbidden:
 			ge.Kind = payments.FailureNotSent

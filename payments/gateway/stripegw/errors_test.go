@@ -85,6 +85,14 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 		{"200 with a broken body", register,
 			func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{not json") },
 			payments.FailureUnknown, 200, "", ""},
+		{"200 with a PaymentIntent stripe-go cannot read: its error quotes no secret", status,
+			func(w http.ResponseWriter, r *http.Request) {
+				// stripe-go's error quoted the body's first 500 bytes: the client_secret, the card
+				// (an outside review).
+				_, _ = io.WriteString(w, `{"id":"pi_1","object":"payment_intent","amount":"100","client_secret":"pi_1_secret_abc",`+
+					`"last_payment_error":{"payment_method":{"card":{"last4":"4242","fingerprint":"fp_abc"}}}}`)
+			},
+			payments.FailureUnknown, 200, "", ""},
 		{"402 card declined", register,
 			stripeError(402, `{"error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"declined"}}`),
 			payments.FailureDefinitive, 402, "card_declined", ""},
@@ -165,7 +173,7 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 			if got := n.Load(); got != 1 {
 				t.Fatalf("%d requests reached the server, want 1: retries are pitlane's decision, not stripe-go's", got)
 			}
-			if msg := ge.Error(); strings.Contains(msg, "_secret_") || strings.Contains(msg, `"payment_intent":`) {
+			if msg := ge.Error(); strings.Contains(msg, "_secret_") || strings.Contains(msg, `"payment_intent":`) || strings.Contains(msg, "4242") {
 				t.Fatalf("error message leaks the error object: %s", msg)
 			}
 		})
