@@ -88,6 +88,9 @@ func problemFor(err error) Problem {
 	return p
 }
 
+// statusClientClosed is the status of a request whose client hung up before its answer.
+const statusClientClosed = 499
+
 // errorHandler is Echo's one error handler: status from problemFor, problem+json for machine
 // paths, an HTML page for people, and a log line only for internal errors.
 func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Service) echo.HTTPErrorHandler {
@@ -97,6 +100,13 @@ func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Se
 		}
 		p := problemFor(err)
 		req := c.Request()
+		if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+			// The client hung up (its own timeout, a closed tab): nothing is broken, and nobody
+			// reads the answer. 499, as nginx logs it, keeps it out of the 5xx that
+			// PitlaneHTTPErrors counts as bugs, out of the WARN request log and the error span
+			// (an outside review: each hang-up was a 500).
+			p.Status, p.Title = statusClientClosed, "Client Closed Request"
+		}
 		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
 			attrs := []slog.Attr{
 				slog.String("method", req.Method),
@@ -108,11 +118,7 @@ func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Se
 			if errors.As(err, &pe) {
 				attrs = append(attrs, slog.String("stack", pe.stack))
 			}
-			level := slog.LevelError
-			if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
-				level = slog.LevelInfo // the client went away; nothing is broken
-			}
-			log.LogAttrs(req.Context(), level, "internal error", attrs...)
+			log.LogAttrs(req.Context(), slog.LevelError, "internal error", attrs...)
 		}
 		if ra := retryAfter(err, p); ra != "" {
 			c.Response().Header().Set("Retry-After", ra)

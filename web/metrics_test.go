@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -199,5 +200,36 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	}
 	if strings.Contains(after, `method="BREW"`) || !strings.Contains(after, `method="other"`) {
 		t.Fatalf("an unknown method is a label value of its own:\n%s", after)
+	}
+}
+
+// A client that hangs up before its answer (its own timeout, a closed tab) is not a server
+// error: its request is counted as 499, not in the 5xx that PitlaneHTTPErrors calls bugs. Here
+// the API key's look-up runs on a context the client has already cancelled. Before, each
+// hang-up was a 500 (an outside review).
+func TestClientHangUpIsNotAServerError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	clock := payments.NewManualClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	acc := access.New(pool, clock)
+	e := web.New(web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, Access: acc,
+		Payments: payments.NewService(pool, payments.Config{Gateway: fakegw.New(), Clock: clock})})
+	_, key, err := acc.CreateAPIClient(ctx, payments.Staff{Email: "test@example.com", Role: "admin"}, "shop", access.Scopes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, hangUp := context.WithCancel(ctx)
+	hangUp()
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/payments/5c1b6a1e-0000-4000-8000-000000000001", nil).WithContext(gone)
+	req.Header.Set("Authorization", "Bearer "+key)
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	if rec.Code != 499 {
+		t.Fatalf("a hung-up request answered %d, want 499\n%s", rec.Code, rec.Body)
+	}
+	const counted = `pitlane_http_requests_total{method="GET",route="/api/v1/payments/:id",status="499"} 1`
+	if m := do(e, http.MethodGet, "/metrics").Body.String(); !strings.Contains(m, counted) || strings.Contains(m, `route="/api/v1/payments/:id",status="5`) {
+		t.Fatalf("/metrics without %s, or with a 5xx for the route:\n%s", counted, m)
 	}
 }
