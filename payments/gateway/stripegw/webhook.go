@@ -1,13 +1,13 @@
 package stripegw
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"pitlane/payments"
@@ -46,14 +46,15 @@ type Event struct {
 
 // ParseWebhook verifies a Stripe webhook delivery against any of secrets and extracts the event.
 //
-// The signature is checked by stripe-go (webhook.ConstructEventWithOptions: HMAC-SHA256 over
+// The signature is checked by stripe-go (webhook.ValidatePayloadIgnoringTolerance: HMAC-SHA256 over
 // "<t>.<raw body>", any of several v1 signatures, constant-time comparison), once per secret
 // until one matches: during a rotation of the endpoint's signing secret Stripe signs with both
 // (two v1 entries) and pitlane holds both, and either side may move first. Its own timestamp
 // check is switched off and done here instead, against now, because stripe-go reads the wall
 // clock and pitlane injects its clock; the rule is the same 300 s, applied in both directions
 // (a timestamp from the future is as suspicious as an old one). The event's API version is not
-// required to match stripe-go's: only the ids are read, and those do not change between versions.
+// required to match stripe-go's: only the ids, type and time are decoded, and those do not change
+// between versions.
 //
 // The header is read here first, so that what cannot be a signature at all (ErrWebhookMalformed)
 // is told apart from a signature that does not match (ErrWebhookSignature).
@@ -73,12 +74,8 @@ func ParseWebhook(payload []byte, sigHeader string, secrets []string, now time.T
 	if err != nil {
 		return Event{}, err
 	}
-	var ev stripe.Event
 	for _, secret := range usable {
-		ev, err = webhook.ConstructEventWithOptions(payload, sigHeader, secret, webhook.ConstructEventOptions{
-			IgnoreTolerance:          true,
-			IgnoreAPIVersionMismatch: true,
-		})
+		err = webhook.ValidatePayloadIgnoringTolerance(payload, sigHeader, secret)
 		if !errors.Is(err, webhook.ErrNoValidSignature) {
 			break
 		}
@@ -86,23 +83,36 @@ func ParseWebhook(payload []byte, sigHeader string, secrets []string, now time.T
 	switch {
 	case errors.Is(err, webhook.ErrNoValidSignature):
 		return Event{}, fmt.Errorf("%w: %w", ErrWebhookSignature, err)
-	case errors.Is(err, webhook.ErrNotSigned) || errors.Is(err, webhook.ErrInvalidHeader):
-		return Event{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
 	case err != nil:
-		// The signature matched (stripe-go checks it before decoding): a signed body that is
-		// not an event.
 		return Event{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
 	}
 
-	// A signature matched, so t= is authenticated (it is part of the signed string).
-	if d := now.Sub(signedAt); d > WebhookTolerance || d < -WebhookTolerance {
+	// A signature matched, so t= is authenticated (it is part of the signed string). Whole
+	// seconds, as the timestamp is (webhooksig's rule): now's fraction made a delivery signed
+	// exactly 300 s ago 300.4 s old, refused (an outside review).
+	if age := now.Unix() - signedAt.Unix(); age > int64(WebhookTolerance/time.Second) || age < -int64(WebhookTolerance/time.Second) {
 		return Event{}, fmt.Errorf("%w: signed at %s, now %s", ErrWebhookStale, signedAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 
+	// Only the fields read, whatever the endpoint's API version renders around them: decoded
+	// into stripe.Event, a version before 2017-05-25 (its "request" a string, not an object)
+	// failed every delivery as malformed (an outside review).
+	var ev struct {
+		ID      string `json:"id"`
+		Type    string `json:"type"`
+		Created int64  `json:"created"`
+		Data    *struct {
+			Object map[string]any `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		// The signature matched: a signed body that is not an event.
+		return Event{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
+	}
 	if ev.ID == "" {
 		return Event{}, fmt.Errorf("%w: event without id", ErrWebhookMalformed)
 	}
-	out := Event{ID: ev.ID, Type: string(ev.Type)}
+	out := Event{ID: ev.ID, Type: ev.Type}
 	if ev.Created != 0 {
 		out.Created = time.Unix(ev.Created, 0).UTC()
 	}

@@ -49,6 +49,31 @@ func TestParseWebhook(t *testing.T) {
 		}
 	})
 
+	// The timestamp is in whole seconds, and so is the rule: now's fraction made it 300.4 s
+	// (an outside review; webhooksig's rule for refgw).
+	t.Run("exactly at the tolerance, a fraction into the second, is accepted", func(t *testing.T) {
+		t.Parallel()
+		now := whNow.Add(400 * time.Millisecond)
+		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(-300*time.Second), whSecret), []string{whSecret}, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseWebhook([]byte(piEvent), signed(piEvent, whNow.Add(300*time.Second), whSecret), []string{whSecret}, now); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// An endpoint on an API version before 2017-05-25 renders "request" as a string: decoded
+	// into stripe.Event, every delivery was refused as malformed (an outside review).
+	t.Run("an event of an old API version is read", func(t *testing.T) {
+		t.Parallel()
+		const old = `{"id":"evt_old","object":"event","api_version":"2017-04-06","created":1931000000,"request":"req_abc123",
+ "type":"payment_intent.succeeded","data":{"object":{"id":"pi_789","object":"payment_intent","status":"succeeded"}}}`
+		ev, err := ParseWebhook([]byte(old), signed(old, whNow, whSecret), []string{whSecret}, whNow)
+		if err != nil || ev.ID != "evt_old" || ev.PaymentIntentID != "pi_789" {
+			t.Fatalf("got %+v, %v", ev, err)
+		}
+	})
+
 	t.Run("charge event names its payment intent", func(t *testing.T) {
 		t.Parallel()
 		body := `{"id":"evt_2","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_456"}}}`
