@@ -3,11 +3,14 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"pitlane/access"
+	"pitlane/handlers"
+	"pitlane/payments"
 )
 
 // Review of session 32's own commits (b988132; fixed in the commit that brought this test):
@@ -56,4 +59,50 @@ func TestBrowserALiveRefreshThatFailsKeepsThePage(t *testing.T) {
 	waitJS(t, ctx, "the payment page, live again after the database came back",
 		`document.documentElement.getAttribute("data-live-state") === "live" && !!document.querySelector('[data-testid="payment-status"]')`)
 	noReload(t, ctx)
+}
+
+// The stream says "refresh", the page's fetch of its region fails once (a 503: the request's
+// bound on a database that stalled a moment, a replica going away), and the page still comes to
+// read the change. Before, live.js took a failed fetch as done: the stream's position had moved
+// past the change (a reconnect's Last-Event-ID says nothing was missed), and for a payment in a
+// final state no later event comes, so support kept reading "Registered" for a payment the
+// customer paid (an outside review, live). Negative control: without live.js's afterRequest
+// listener the wait for Completed times out.
+func TestBrowserALiveRefreshThatFailsIsFetchedAgain(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	paid := b.payment(t, "o-refresh-fails", 1999)
+	var (
+		mu     sync.Mutex
+		armed  bool
+		failed = make(chan struct{})
+	)
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fail := armed && r.Header.Get(handlers.LiveHeader) == "1"
+		if fail {
+			armed = false
+			close(failed)
+		}
+		mu.Unlock()
+		if fail {
+			http.Error(w, "temporarily unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		b.e.ServeHTTP(w, r)
+	}))
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+paid.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+
+	mu.Lock()
+	armed = true // the next live refresh of a region answers 503, once
+	mu.Unlock()
+	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, paid.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitC(t, failed, "the one failed live refresh")
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
 }

@@ -6,7 +6,8 @@
 //
 // When the stream is down (the browser lost it, the server refused it, or the server's
 // database listener is reconnecting: event "down"), the region polls every POLL ms instead,
-// and stops polling when the stream is back. Nothing is fetched while the tab is hidden (one
+// and stops polling when the stream is back. A refresh answered with an error (or not at all)
+// is fetched again POLL ms later: the stream has moved past the change. Nothing is fetched while the tab is hidden (one
 // refresh when it shows again), nor while someone is typing into or ticking something in the
 // region (one refresh once they leave it). A region with data-live-poll also polls at that
 // interval while visible, whatever the stream says (the locks page: PostgreSQL notifies nothing
@@ -34,7 +35,7 @@
   var source = null;
   var pollTimer = null, graceTimer = null, retryTimer = null, dueTimer = null;
   var retry = RETRY_MIN;
-  var stale = false, inflight = false, again = false;
+  var stale = false, inflight = false, again = false, failed = false;
 
   function state(s) {
     document.documentElement.setAttribute("data-live-state", s);
@@ -107,6 +108,17 @@
     inflight = true;
     var done = function () {
       inflight = false;
+      if (failed) {
+        // The fetch was answered with an error or not at all (a 503 while the database
+        // stalled, a replica going away): the stream has moved past the change it announced,
+        // so nothing would announce it again. Fetch again in a while, unless polling will.
+        failed = false;
+        behind(true);
+        if (!pollTimer) {
+          setTimeout(refresh, POLL);
+        }
+        return;
+      }
       if (again) {
         again = false;
         refresh();
@@ -208,6 +220,12 @@
     if (el && cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1" && busy(el)) {
       e.detail.shouldSwap = false;
       behind(true);
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var cfg = e.detail.requestConfig;
+    if (cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1" && e.detail.successful !== true) {
+      failed = true;
     }
   });
   document.addEventListener("htmx:afterSettle", due);
