@@ -104,6 +104,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		res       ConfirmResult
 		wrong     error
 		newCancel bool
+		patrols   bool // the reverse is the patrol's alone: a registration may be on its way
 	)
 	err = s.inTx(ctx, "confirm cancel", func(tx pgx.Tx) error {
 		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sessionID)
@@ -150,6 +151,17 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		// until it can no longer be in flight (RegisterGrace, as for a Registering session),
 		// or another replica sends the same reverse beside it.
 		next := now.Add(s.cancelGrace())
+		// A registration may be on its way to the gateway — Create's own (Registering), or a
+		// patrol drive's under the lease cleared below — and the drive after the commit, finding
+		// nothing by reference yet, would register beside it: with a gateway that ignores keys,
+		// a second payment (an outside review). The patrol sends the reverse once that is over
+		// (a drive ends its calls before its lease does).
+		if cur.GatewayPaymentID == "" && (cur.Status == StatusRegistering || cur.LeaseUntil != nil && cur.LeaseUntil.After(now)) {
+			patrols = true
+			if cur.LeaseUntil != nil && cur.LeaseUntil.After(next) {
+				next = *cur.LeaseUntil
+			}
+		}
 		// The reverse is new work with a schedule of its own: it starts from the first step,
 		// not from the looks the payment's check used up (an Unknown payment near the end of
 		// its schedule would otherwise get one look a day later and be flagged), and a flag
@@ -185,7 +197,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	if wrong != nil {
 		return ConfirmResult{}, wrong
 	}
-	if !newCancel {
+	if !newCancel || patrols {
 		return res, nil
 	}
 	// The drive after the commit ends a gateway timeout before the patrol's first look may come

@@ -647,15 +647,18 @@ func TestOutboxRetriesFailedDelivery(t *testing.T) {
 }
 
 // A cancel confirmed while the payment's registration is still on its way to the gateway: the
-// search by reference finds nothing yet, and that is not the gateway's word. The cancel asks
-// under the session's own key, gets the payment the registration made (the gateway's key holds
-// them to one) and reverses it. Before, the empty search closed the session as Canceled
-// ("nothing to reverse") and the payment appeared at the gateway afterwards, pending and never
-// reversed (an outside fault audit).
+// search by reference would find nothing yet, and that is not the gateway's word. Before, the
+// empty search closed the session as Canceled ("nothing to reverse") and the payment appeared at
+// the gateway afterwards, pending and never reversed (an outside fault audit); then the cancel
+// registered again under the session's key beside the registration on its way, and a gateway
+// that ignores keys made a second payment (an outside review, sweeper). Now the cancel is
+// Canceling at once and the patrol, once the registration can no longer be on its way
+// (cancelGrace), finds the one payment it made and reverses it.
 func TestCancelWhileTheRegistrationIsInFlightReversesWhatAppears(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
+	b.gw.IgnoreKeys(true)
 	gate := b.gw.Hold(fakegw.OpRegister)
 	defer gate.Open()
 	created := make(chan error, 1)
@@ -664,20 +667,24 @@ func TestCancelWhileTheRegistrationIsInFlightReversesWhatAppears(t *testing.T) {
 		created <- err
 	}()
 	id := mustWait(t, gate.Arrived(), "the registration at the gateway")
+	b.gw.Unhold(fakegw.OpRegister) // a registration beside it would go straight through
 	ch, err := b.svc.RequestCancel(ctx, api, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	confirmed := goConfirm(b.svc, id, ch.ID, b.lastCode(t, id))
-	if again := mustWait(t, gate.Arrived(), "the cancel asking under the session's key"); again != id {
-		t.Fatalf("the cancel registered under %q, want the session's key %s", again, id)
+	if r, err := b.svc.ConfirmCancel(ctx, api, id, ch.ID, b.lastCode(t, id)); err != nil || r.Session.Status != payments.StatusCanceling {
+		t.Fatalf("confirm = %s %v, want Canceling", r.Session.Status, err)
 	}
 	gate.Open()
 	if err := mustWait(t, created, "the Create"); err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Logf("the Create: %v", err) // it may find its session canceled under it
 	}
-	if r := mustWait(t, confirmed, "the confirmation"); r.err != nil {
-		t.Fatalf("confirm = %v", r.err)
+	if n := b.gw.KeyCalls(fakegw.OpRegister, id); n != 1 {
+		t.Fatalf("%d registrations, want Create's alone", n)
+	}
+	b.clock.Advance(time.Hour)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
 	}
 	s, err := b.svc.Get(ctx, id)
 	if err != nil || s.Status != payments.StatusCanceled || s.GatewayPaymentID == "" {

@@ -110,3 +110,51 @@ func TestALeaseLostDuringTheLookUpRegistersNothing(t *testing.T) {
 		})
 	}
 }
+
+// A cancel confirmed while a patrol drive re-registers an Unknown payment (its answer lost,
+// nothing found by our reference; the confirm takes the drive's lease) registers nothing beside
+// it: the confirm's own drive would look up nothing yet and register again, and a gateway that
+// ignores keys made a second payment (an outside review, sweeper). The patrol sends the reverse
+// once the drive's lease is over: one registration, one gateway payment, reversed
+// (TestCancelWhileTheRegistrationIsInFlightReversesWhatAppears: Create's registration on its
+// way). Negative control: with the confirm's drive run whatever is on its way, 3 registrations
+// (Create's refused one, the drive's, the confirm's) and 2 gateway payments.
+func TestACancelConfirmedUnderADriveRegisteringRegistersNothingBeside(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.IgnoreKeys(true)
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // Create's registration: 503, nothing made
+	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-cancel-beside-patrol", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Session.ID
+	b.clock.Advance(5 * time.Minute)
+	held := b.gw.Hold(fakegw.OpRegister)
+	defer held.Open()
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = b.service(b.pool, "replica-a2").SweepOnce(ctx) }()
+	mustWait(t, held.Arrived(), "the drive's registration at the gateway")
+	b.gw.Unhold(fakegw.OpRegister) // a registration beside it would go straight through
+
+	ch, err := b.svc.RequestCancel(ctx, api, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ConfirmCancel(ctx, api, id, ch.ID, b.lastCode(t, id)); err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	held.Open()
+	mustWait(t, done, "the drive")
+	if regs, pays := b.gw.KeyCalls(fakegw.OpRegister, id), b.gw.PaymentsWithReference(id); regs != 2 || pays != 1 {
+		t.Fatalf("%d register calls, %d gateway payments; want Create's refused one and the drive's, and one payment", regs, pays)
+	}
+	b.clock.Advance(time.Hour)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := b.svc.Get(ctx, id); err != nil || s.Status != payments.StatusCanceled || b.gw.PaymentsWithReference(id) != 1 {
+		t.Fatalf("after the patrol: %s %v, %d gateway payments; want Canceled, one", s.Status, err, b.gw.PaymentsWithReference(id))
+	}
+}
