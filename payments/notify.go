@@ -180,7 +180,10 @@ const outboxAttempts = 5
 // (the customer would get an old code that answers 410 next to the new one), consumed (the first
 // delivery reached the customer after all, and they have read it out), it expired (no use to
 // anyone), or it is spent: wrong guesses used up its attempts, and ConfirmCancel refuses it for
-// good (a challenge's attempts never go down; UnlockCodes lifts the payment's lock, not that). Such a message is marked skipped with the reason, in the same claim, and its code
+// good (a challenge's attempts never go down; UnlockCodes lifts the payment's lock, not that), or
+// it is a cancel code of a payment that has finished meanwhile (Completed, Failed, Canceled: the
+// code could only be refused, and the customer would be asked to cancel a payment that is over;
+// an outside review). Such a message is marked skipped with the reason, in the same claim, and its code
 // redacted like a delivered one. A code that dies while its message is on the wire (after the
 // claim committed) still arrives: closing that window would mean holding a lock across the
 // notifier's HTTP call, and the code answers 410 anyway.
@@ -205,8 +208,10 @@ func (s *Service) outboxSource() patrolSource {
 						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
 						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
 						     WHEN c.attempts >= c.max_attempts THEN 'spent'
+						     WHEN c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`) THEN 'finished'
 						END AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+						LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
 					  AND coalesce(o.next_attempt_at, o.created_at + $4::interval) <= $2
 					  AND (o.lease_until IS NULL OR o.lease_until <= $2)
@@ -246,7 +251,8 @@ func (s *Service) outboxSource() patrolSource {
 }
 
 // RedactDeadCodes replaces the text of messages whose one-time code can no longer be used
-// (consumed, superseded by a newer code, expired, out of attempts) by its redacted text, in
+// (consumed, superseded by a newer code, expired, out of attempts, a cancel code of a finished
+// payment) by its redacted text, in
 // batches of at most batch rows (FOR UPDATE SKIP LOCKED: never waiting for a delivery's claim).
 // A delivered message keeps only its redacted text already; without a NOTIFY_WEBHOOK_URL
 // nothing is ever delivered (the outbox is the channel admins relay from), and every code ever
@@ -255,9 +261,11 @@ func (s *Service) outboxSource() patrolSource {
 func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
 	return s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
 			SELECT o.id FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 			WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
 			  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
-			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2))
+			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2)
+			       OR c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`))
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
 		UPDATE outbox o SET body = o.redacted_body FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL))
 }

@@ -339,6 +339,21 @@ func TestDeadCodesAreRedactedFromTheOutbox(t *testing.T) {
 		t.Fatal("a code out of attempts is still in clear")
 	}
 
+	// A cancel code of a payment that finished meanwhile: dead while it has time left.
+	fourth := b.registered(t, "o-dead-codes-4", 100)
+	finished, err := b.svc.RequestCancel(ctx, api, fourth.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(fourth.GatewayPaymentID, payments.GatewaySucceeded)
+	if s, err := b.svc.Check(ctx, api, fourth.ID); err != nil || s.Status != payments.StatusCompleted {
+		t.Fatalf("check = %s %v", s.Status, err)
+	}
+	redact(1)
+	if inClear(finished.ID) {
+		t.Fatal("a cancel code of a Completed payment is still in clear")
+	}
+
 	// A message from before messages named their challenge: dead after CodeTTL from its own
 	// age, alive before.
 	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at) VALUES
@@ -388,52 +403,76 @@ func TestWebhookNotifierRefusesARedirect(t *testing.T) {
 	}
 }
 
-// A code whose wrong guesses used up its attempts (someone typed five wrong codes while its
-// delivery waited for the retry) is refused by ConfirmCancel for good, yet the retry sent it:
-// the customer got a code that answers "no longer usable". The retry marks it skipped as
-// spent, redacts it, and the outbox page says why. Negative control: without the 'spent' case
-// in the claim the retry sends it (sent 1).
-func TestOutboxRetrySkipsACodeOutOfAttempts(t *testing.T) {
+// A code that died while its delivery waited for the retry is not sent; the retry marks it
+// skipped with the reason, redacts it, and the outbox page says why:
+//   - its wrong guesses used up its attempts (someone typed five wrong codes): ConfirmCancel
+//     refuses it for good, yet the retry sent a code that answers "no longer usable";
+//   - its payment finished meanwhile (the customer's capture came first): the retry asked the
+//     customer to read out a code to cancel a Completed payment, refused as such (an outside
+//     review, outbox).
+//
+// Negative control: without the 'spent' or the 'finished' case in the claim the retry sends it
+// (sent 1).
+func TestOutboxRetrySkipsADeadCode(t *testing.T) {
 	t.Parallel()
-	n := &flakyNotifier{down: true}
-	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
-	ctx := context.Background()
-	sess := b.registered(t, "o-spent-code", 100)
-	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		reason, note string
+		kill         func(t *testing.T, b *bench, sess payments.Session, challenge, code string)
+	}{
+		{"spent", "not sent: the code was out of attempts", func(t *testing.T, b *bench, sess payments.Session, challenge, code string) {
+			wrong := "000000"
+			if code == wrong {
+				wrong = "111111"
+			}
+			for range 5 { // Config.CodeAttempts, default 5
+				if _, err := b.svc.ConfirmCancel(context.Background(), api, sess.ID, challenge, wrong); payments.ErrorCode(err) != payments.EWRONG {
+					t.Fatalf("wrong code: %v", err)
+				}
+			}
+		}},
+		{"finished", "not sent: the code was for a payment that had finished", func(t *testing.T, b *bench, sess payments.Session, _, _ string) {
+			b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewaySucceeded)
+			if s, err := b.svc.Check(context.Background(), api, sess.ID); err != nil || s.Status != payments.StatusCompleted {
+				t.Fatalf("check = %s %v", s.Status, err)
+			}
+		}},
 	}
-	code := b.lastCode(t, sess.ID)
-	wrong := "000000"
-	if code == wrong {
-		wrong = "111111"
-	}
-	for range 5 { // Config.CodeAttempts, default 5
-		if _, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, wrong); payments.ErrorCode(err) != payments.EWRONG {
-			t.Fatalf("wrong code: %v", err)
-		}
-	}
-	n.mu.Lock()
-	n.down = false
-	n.mu.Unlock()
-	b.clock.Advance(2 * time.Minute)
-	if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
-		t.Fatalf("retry sent %d (%v), want 0: the code is out of attempts", sent, err)
-	}
-	var body string
-	if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = 'spent'
-		AND delivered_at IS NULL`, ch.ID).Scan(&body); err != nil {
-		t.Fatalf("the spent code's message is not marked: %v", err)
-	}
-	if strings.Contains(body, code) {
-		t.Fatalf("the skipped message keeps its code: %q", body)
-	}
-	msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, sess.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != 1 || msgs[0].LastError != "not sent: the code was out of attempts" {
-		t.Fatalf("outbox page = %+v", msgs)
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
+			n := &flakyNotifier{down: true}
+			b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+			ctx := context.Background()
+			sess := b.registered(t, "o-dead-code-"+tc.reason, 100)
+			ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code := b.lastCode(t, sess.ID)
+			tc.kill(t, b, sess, ch.ID, code)
+			n.mu.Lock()
+			n.down = false
+			n.mu.Unlock()
+			b.clock.Advance(2 * time.Minute)
+			if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
+				t.Fatalf("retry sent %d (%v), want 0: the code is dead (%s)", sent, err, tc.reason)
+			}
+			var body string
+			if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = $2
+				AND delivered_at IS NULL`, ch.ID, tc.reason).Scan(&body); err != nil {
+				t.Fatalf("the dead code's message is not marked: %v", err)
+			}
+			if strings.Contains(body, code) {
+				t.Fatalf("the skipped message keeps its code: %q", body)
+			}
+			msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, sess.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) != 1 || msgs[0].LastError != tc.note {
+				t.Fatalf("outbox page = %+v", msgs)
+			}
+		})
 	}
 }
 

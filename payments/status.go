@@ -53,6 +53,9 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCanceled
 }
 
+// terminalStatusSQL lists the Terminal statuses as SQL literals (for "status IN (…)").
+const terminalStatusSQL = `'` + string(StatusCompleted) + `', '` + string(StatusFailed) + `', '` + string(StatusCanceled) + `'`
+
 // Valid reports whether s is a known status.
 func (s Status) Valid() bool {
 	for _, a := range AllStatuses {
