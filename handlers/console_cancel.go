@@ -26,6 +26,7 @@ func (h *Console) RequestCancel(c echo.Context) error {
 		msg = "The code this form asked for is still open (nothing new was sent). Ask the customer to read it to you."
 	case err == nil:
 		detail = "code sent, challenge " + ch.ID + ", expires " + ch.ExpiresAt.UTC().Format("15:04:05") + " UTC"
+		detail, msg = notYetSent(ch, detail, msg)
 	}
 	h.audit(c, payments.AuditCancelRequest, id, detail)
 	to := "/payments/" + id
@@ -71,4 +72,16 @@ func (h *Console) ConfirmCancel(c echo.Context) error {
 		to += "?challenge=" + url.QueryEscape(challenge)
 	}
 	return h.done(c, to, msg, err)
+}
+
+// notYetSent is a new code's audit detail and page message when its message did not reach the
+// notifier (payments.Challenge.Undelivered): the page said the code went to the customer while
+// the notifier had refused it, and support waited for a code that was not on its way yet (an
+// outside review, outbox). The patrol sends it again within minutes.
+func notYetSent(ch payments.Challenge, detail, msg string) (string, string) {
+	if ch.Undelivered == "" {
+		return detail, msg
+	}
+	return detail + "; not delivered yet: " + ch.Undelivered,
+		"The one-time code could not be sent to the customer yet (" + ch.Undelivered + "); it is sent again within a few minutes. Ask them to read it to you once it arrives."
 }

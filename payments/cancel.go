@@ -73,7 +73,7 @@ func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, req
 	if err != nil {
 		return Challenge{}, err
 	}
-	s.deliverQueued(ctx, queued)
+	ch.Undelivered = s.deliverQueued(ctx, queued)
 	return ch, nil
 }
 

@@ -52,6 +52,10 @@ type Challenge struct {
 	ExpiresAt time.Time
 	// Reused: the form's code was still open and is answered again; no message was sent.
 	Reused bool
+	// Undelivered is why the code's message has not reached NOTIFY_WEBHOOK_URL yet (the
+	// notifier refused it, or did not answer in time): the patrol tries again. "" when the
+	// notifier took it, or when there is none (the outbox is the channel).
+	Undelivered string
 }
 
 // codeRequest is a new code about to be sent: what it confirms and the message that carries it.

@@ -143,10 +143,12 @@ func enqueue(ctx context.Context, tx pgx.Tx, m Message, now, leaseUntil time.Tim
 // notifier's call ends writerRecordTime before the lease does (the lease was counted from before
 // the writer's lock wait, and the notifier's own timeout is fixed): a call still on the wire when
 // the patrol may take the message over would send the customer the same code twice. What the
-// writer cannot send in its lease is the patrol's.
-func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
+// writer cannot send in its lease is the patrol's. It returns why the message did not reach the
+// notifier ("" when it did, when nothing was queued, or without a notifier): staff must not be
+// told a code went to the customer when it did not (an outside review, outbox).
+func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) (undelivered string) {
 	if q.id == 0 {
-		return // nothing was queued (a form sent again answered its open code)
+		return "" // nothing was queued (a form sent again answered its open code)
 	}
 	ctx = withStop(ctx)
 	if q.token != "" {
@@ -154,13 +156,16 @@ func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) {
 		if left <= 0 {
 			s.log.Warn("outbox: no time left in the writer's lease to deliver the message; the patrol sends it",
 				"outbox_id", q.id, "kind", q.msg.Kind)
-			return
+			return "not tried yet: the request ran out of time"
 		}
 		var stop context.CancelFunc
 		ctx, stop = context.WithTimeout(withLease(ctx, outboxLeaseID(q.id), q.token), left)
 		defer stop()
 	}
-	s.deliver(ctx, q.id, q.msg)
+	if _, err := s.deliver(ctx, q.id, q.msg); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // writerRecordTime is what a writer's delivery keeps of its lease to record the outcome.
@@ -240,7 +245,7 @@ func (s *Service) outboxSource() patrolSource {
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
 				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
-					s.deliver(withLease(ctx, outboxLeaseID(id), token), id, m)
+					_, _ = s.deliver(withLease(ctx, outboxLeaseID(id), token), id, m)
 					return endDone
 				}})
 			}
@@ -278,10 +283,10 @@ func outboxLeaseID(id int64) string { return fmt.Sprintf("outbox:%d", id) }
 // message text is never logged (it may hold a code). A delivered message keeps only its redacted
 // text: the code reached the customer, and the outbox (which admins read) must not hold it in
 // clear any longer. A patrol drive records only while the row still carries its lease token (a
-// guarded UPDATE); held=false when it no longer did.
-func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held bool) {
+// guarded UPDATE); held=false when it no longer did. failed is the notifier's error, if any.
+func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held bool, failed error) {
 	if s.cfg.Notifier == nil {
-		return true
+		return true, nil
 	}
 	var token any // nil: not a patrol drive (the request that wrote the message delivers it)
 	if t, ok := leaseOf(ctx, outboxLeaseID(outboxID)); ok {
@@ -302,7 +307,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		if uerr != nil {
 			s.log.Error("outbox: give back", "outbox_id", outboxID, "err", uerr)
 		}
-		return uerr != nil || tag.RowsAffected() == 1
+		return uerr != nil || tag.RowsAffected() == 1, err
 	}
 	if err != nil {
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
@@ -312,7 +317,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		if uerr != nil {
 			s.log.Error("outbox: record failure", "outbox_id", outboxID, "err", uerr)
 		}
-		return uerr != nil || tag.RowsAffected() == 1
+		return uerr != nil || tag.RowsAffected() == 1, err
 	}
 	tag, uerr := s.execDetached(ctx, `UPDATE outbox SET attempts = attempts + 1, delivered_at = $2, last_error = NULL,
 		body = coalesce(redacted_body, body), lease_until = NULL, lease_token = NULL
@@ -320,7 +325,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 	if uerr != nil {
 		s.log.Error("outbox: record delivery", "outbox_id", outboxID, "err", uerr)
 	}
-	return uerr != nil || tag.RowsAffected() == 1
+	return uerr != nil || tag.RowsAffected() == 1, nil
 }
 
 // withoutURL is an HTTP client's error without the URL it names. Go's *url.Error carries the

@@ -128,7 +128,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	if err != nil {
 		return Challenge{}, err
 	}
-	s.deliverQueued(ctx, queued)
+	ch.Undelivered = s.deliverQueued(ctx, queued)
 	return ch, nil
 }
 
