@@ -65,8 +65,8 @@ func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, req
 		}
 		ch, queued, err = s.issueCode(ctx, tx, cur, actor, codeRequest{action: CodeCancel, kind: "cancel_code", requestKey: requestKey,
 			text: func(code string) string {
-				return fmt.Sprintf("Your code to cancel the payment of order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked to cancel.",
-					cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
+				return fmt.Sprintf("Your code to cancel the payment of order %s is %s. %s Read it to the support agent only if you asked to cancel.",
+					cur.OrderID, code, codeExpiry(s.cfg.CodeTTL))
 			}}, now)
 		return err
 	})

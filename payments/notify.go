@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,6 +169,22 @@ func (s *Service) deliverQueued(ctx context.Context, q queuedMessage) (undeliver
 	return ""
 }
 
+// codeExpiry is how a code's message says when the code expires, left from now (whole minutes,
+// rounded down: never more than is left). codeExpiryRe finds it in a stored message, whose
+// retry says it anew.
+func codeExpiry(left time.Duration) string {
+	switch m := int(left / time.Minute); {
+	case m < 1:
+		return "It expires in less than a minute."
+	case m == 1:
+		return "It expires in 1 minute."
+	default:
+		return fmt.Sprintf("It expires in %d minutes.", m)
+	}
+}
+
+var codeExpiryRe = regexp.MustCompile(`It expires in (?:\d+ minutes?|less than a minute)\.`)
+
 // writerRecordTime is what a writer's delivery keeps of its lease to record the outcome.
 const writerRecordTime = 2 * time.Second
 
@@ -207,7 +224,7 @@ func (s *Service) outboxSource() patrolSource {
 		err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
-					SELECT o.id AS due_id,
+					SELECT o.id AS due_id, c.expires_at AS code_expires_at,
 						CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
@@ -230,7 +247,8 @@ func (s *Service) outboxSource() patrolSource {
 				)
 				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
 				FROM due WHERE id = due.due_id AND due.dead IS NULL
-				RETURNING id, `+outboxMessageID+`, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text`,
+				RETURNING id, `+outboxMessageID+`, kind, to_addr, body, coalesce(order_id, ''), coalesce(payment_id::text, ''), lease_token::text,
+					due.code_expires_at`,
 				outboxAttempts, now, now.Add(-s.cfg.CodeTTL), s.cfg.RegisterGrace, limit, now.Add(s.cfg.LeaseDuration))
 			if err != nil {
 				return fmt.Errorf("outbox: claim: %w", err)
@@ -240,11 +258,17 @@ func (s *Service) outboxSource() patrolSource {
 				var id int64
 				var m Message
 				var token string
-				if err := rows.Scan(&id, &m.ID, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token); err != nil {
+				var expires *time.Time
+				if err := rows.Scan(&id, &m.ID, &m.Kind, &m.To, &m.Text, &m.OrderID, &m.PaymentID, &token, &expires); err != nil {
 					return err
 				}
 				// The delivery's record is its release (deliver's guarded UPDATEs).
 				jobs = append(jobs, patrolJob{id: outboxLeaseID(id), token: token, leasedAt: now, run: func(ctx context.Context) driveEnd {
+					if expires != nil {
+						// A retry minutes after the code was issued says what is left of it: the
+						// text written then said the whole CodeTTL (an outside review, outbox).
+						m.Text = codeExpiryRe.ReplaceAllLiteralString(m.Text, codeExpiry(expires.Sub(s.cfg.Clock.Now())))
+					}
 					_, _ = s.deliver(withLease(ctx, outboxLeaseID(id), token), id, m)
 					return endDone
 				}})

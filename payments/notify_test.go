@@ -515,3 +515,39 @@ func TestNotifierSignsItsPOSTsWithTheSecret(t *testing.T) {
 		}
 	}
 }
+
+// A code's message retried minutes after the code was issued says what is left of the code: the
+// text written at issue said "It expires in 10 minutes" on every try, so the customer reached
+// by the retry at minute 7 was told 10 while 3 were left, and read it out too late (an outside
+// review, outbox). The first try says the whole TTL; the outbox keeps what was written.
+// Negative control: without the claim's re-wording, the retry says 10 minutes.
+func TestRetriedCodeMessageSaysWhatIsLeftOfTheCode(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	sess := b.registered(t, "o-retry-expiry", 100)
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	code := b.lastCode(t, sess.ID)
+	for _, wait := range []time.Duration{time.Minute, 2 * time.Minute} { // tries at +1 and +3 min fail
+		b.clock.Advance(wait)
+		if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+			t.Fatalf("retry while the notifier is down: %d %v", sent, err)
+		}
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(4*time.Minute + 30*time.Second) // +7m30s: 2m30s left of the code
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 1 || err != nil {
+		t.Fatalf("retry once the notifier is back: %d %v", sent, err)
+	}
+	n.mu.Lock()
+	got := slices.Clone(n.got)
+	n.mu.Unlock()
+	if len(got) != 1 || !strings.Contains(got[0].Text, "is "+code+". It expires in 2 minutes. Read it") {
+		t.Fatalf("the retry at +7m30s sent %q, want the code and \"It expires in 2 minutes.\"", got)
+	}
+}

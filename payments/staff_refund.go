@@ -120,8 +120,8 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
 		ch, queued, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
 			requestKey: in.requestKey(), kind: "refund_code", text: func(code string) string {
-				return fmt.Sprintf("Your code to confirm a refund of %s for order %s is %s. It expires in %d minutes. Read it to the support agent only if you asked for this refund.",
-					money, cur.OrderID, code, int(s.cfg.CodeTTL.Minutes()))
+				return fmt.Sprintf("Your code to confirm a refund of %s for order %s is %s. %s Read it to the support agent only if you asked for this refund.",
+					money, cur.OrderID, code, codeExpiry(s.cfg.CodeTTL))
 			}}, now)
 		return err
 	})
