@@ -119,9 +119,26 @@ const clockSamples = 3
 // database's clock stepped, the monotonic clock stopped while the VM slept) at once.
 // It returns the host's wall clock minus the database's (what HostOffset says) and the
 // measurement's uncertainty (half its round trip).
+//
+// A pool's reads are timed on one connection held in a transaction for the Sync (BEGIN pins a
+// server connection behind pgbouncer too): a read sent to the pool first waits its turn for a
+// connection, wholly before the database reads its clock, and a saturated pool put the anchor
+// ahead of the database's by half that wait — every lease and expiry this replica judged then
+// early by as much (an outside review, clock skew).
 func (c *DatabaseClock) Sync(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (hostOffset, uncertainty time.Duration, err error) {
+	if p, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}); ok {
+		tx, err := p.Begin(ctx)
+		if err != nil {
+			off, _ := c.HostOffset()
+			return off, 0, fmt.Errorf("clock: a connection to read the database's clock on: %w", err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		db = tx
+	}
 	var best clockAnchor
 	var bestWall time.Time
 	bestRTT := time.Duration(-1)

@@ -51,6 +51,41 @@ func TestDatabaseClockReadsTheDatabasesTime(t *testing.T) {
 	}
 }
 
+// queuedPool is a pool whose every statement sent to it waits its turn for a connection first (a
+// saturated pgxpool, pgbouncer's client queue in transaction mode): the wait comes before the
+// database reads its clock, never after. A transaction holds its connection: no wait.
+type queuedPool struct {
+	*pgxpool.Pool
+	wait time.Duration
+}
+
+func (q queuedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	time.Sleep(q.wait) // latency injected: the queue's wait, not a wait for an event
+	return q.Pool.QueryRow(ctx, sql, args...)
+}
+
+// A replica that reads the database's clock while its pool's statements queue for a connection
+// still reads the database's time: the reads are timed on one connection. Sent to the pool, a
+// 2 s queue before each read put the clock a second ahead of the database's (Sync takes the
+// read at the round trip's midpoint), every lease and expiry this replica judged a second early
+// (an outside review, clock skew). Negative control: with Sync reading through the pool, 1 s.
+func TestDatabaseClockIsNotMovedByAQueueForAConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t, testdb.NewURL(t))
+	clock := payments.NewDatabaseClock(nil)
+	if _, _, err := clock.Sync(ctx, queuedPool{Pool: pool, wait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if d := clock.Now().Sub(dbNow); d > 500*time.Millisecond || d < -500*time.Millisecond {
+		t.Fatalf("after a sync behind a 2 s queue the clock reads %v from the database's time, want within 500 ms", d)
+	}
+}
+
 // steppingHost is a host's wall clock that an administrator (or NTP) may step at any moment.
 type steppingHost struct{ skew atomic.Int64 }
 
