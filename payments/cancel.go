@@ -306,7 +306,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 		}
 	}
 	started := time.Now()
-	gp, err := s.gw.Reverse(ctx, sess.GatewayPaymentID, opID)
+	gp, err := s.gwOf(sess).Reverse(ctx, sess.GatewayPaymentID, opID)
 	s.logGatewayCall(ctx, sess.ID, "reverse", opID, started, err)
 	if err == nil {
 		return s.applyGatewayPayment(ctx, actor, sess, gp, "gateway reversed the payment")

@@ -46,6 +46,9 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 		// not change that: flag the session for finance now, with a case, and leave its state.
 		return s.flagMissingAtGateway(ctx, sess, err)
 	}
+	if GatewayErrorCode(err) == CodeOtherGateway {
+		return sess, &Error{Code: ECONFLICT, Message: fmt.Sprintf("payment %s was registered at gateway %s: only a replica with GATEWAY=%s can ask about it", sess.ID, sess.Gateway, sess.Gateway), Err: err}
+	}
 	if err != nil {
 		return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the payment is unchanged", Err: err}
 	}
@@ -93,7 +96,7 @@ func (s *Service) flagMissingAtGateway(ctx context.Context, sess Session, cause 
 func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPayment, bool, error) {
 	if sess.GatewayPaymentID != "" {
 		started := time.Now()
-		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
+		gp, err := s.gwOf(sess).Status(ctx, sess.GatewayPaymentID)
 		s.logGatewayAnswer(ctx, sess.ID, "status", "", started, err, "gateway says "+string(gp.Status))
 		if err != nil {
 			return GatewayPayment{}, false, err
@@ -101,7 +104,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		return gp, true, nil
 	}
 	started := time.Now()
-	found, err := s.gw.FindByReference(ctx, sess.Reference())
+	found, err := s.gwOf(sess).FindByReference(ctx, sess.Reference())
 	s.logGatewayAnswer(ctx, sess.ID, "find", "", started, err, fmt.Sprintf("%d payment(s) with our reference", len(found)))
 	if err != nil {
 		return GatewayPayment{}, false, err

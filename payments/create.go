@@ -473,7 +473,7 @@ func (s *Service) registerRequest(sess Session) RegisterRequest {
 func (s *Service) registerAgain(ctx context.Context, sess Session) (GatewayPayment, error) {
 	req := s.registerRequest(sess)
 	started := time.Now()
-	gp, err := s.gw.Register(ctx, req)
+	gp, err := s.gwOf(sess).Register(ctx, req)
 	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
 	return gp, err
 }
@@ -486,7 +486,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 	defer span.End()
 	req := s.registerRequest(sess)
 	started := time.Now()
-	gp, gerr := s.gw.Register(ctx, req)
+	gp, gerr := s.gwOf(sess).Register(ctx, req)
 	if gerr == nil {
 		// The call's log row rides in the apply transaction (deferCallLog).
 		actx, flush := s.deferCallLog(ctx)

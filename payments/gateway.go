@@ -143,3 +143,58 @@ func GatewayErrorCode(err error) string {
 	}
 	return ""
 }
+
+// CodeOtherGateway is the GatewayError code of a call not sent because the payment was
+// registered at another gateway than this replica's (gwOf).
+const CodeOtherGateway = "other_gateway"
+
+// gwOf is the gateway to ask about sess: the service's, or, for a session registered at another
+// gateway (GATEWAY changed on a database with payments under way), one that sends nothing and
+// answers every call "not sent" (CodeOtherGateway). Asked at the new gateway, such a session was
+// registered there again (a second payment for one session), its refund sent where its money is
+// not (an outside review, stripe). A replica of its own gateway looks after it.
+func (s *Service) gwOf(sess Session) Gateway {
+	if s.gw == nil || sess.Gateway == "" || sess.Gateway == s.gw.Name() {
+		return s.gw
+	}
+	return otherGateway{Gateway: s.gw, at: sess.Gateway}
+}
+
+// otherGateway is gwOf's gateway for a session of another one.
+type otherGateway struct {
+	Gateway        // Name and KeyRetention: this replica's
+	at      string // the session's gateway
+}
+
+func (g otherGateway) refuse(op string) *GatewayError {
+	return &GatewayError{Kind: FailureNotSent, Op: op, Code: CodeOtherGateway,
+		Err: fmt.Errorf("the payment was registered at gateway %q; this replica's is %q: a replica with GATEWAY=%s looks after it", g.at, g.Name(), g.at)}
+}
+
+func (g otherGateway) Register(context.Context, RegisterRequest) (GatewayPayment, error) {
+	return GatewayPayment{}, g.refuse("register")
+}
+
+func (g otherGateway) Status(context.Context, string) (GatewayPayment, error) {
+	return GatewayPayment{}, g.refuse("status")
+}
+
+func (g otherGateway) FindByReference(context.Context, string) ([]GatewayPayment, error) {
+	return nil, g.refuse("find")
+}
+
+func (g otherGateway) Reverse(context.Context, string, string) (GatewayPayment, error) {
+	return GatewayPayment{}, g.refuse("reverse")
+}
+
+func (g otherGateway) Refund(context.Context, string, string, int64, string) (GatewayRefund, error) {
+	return GatewayRefund{}, g.refuse("refund")
+}
+
+func (g otherGateway) RefundStatus(context.Context, string) (GatewayRefund, error) {
+	return GatewayRefund{}, g.refuse("refund_status")
+}
+
+func (g otherGateway) FindRefund(context.Context, string, string) (GatewayRefund, bool, error) {
+	return GatewayRefund{}, false, g.refuse("find_refund")
+}

@@ -34,7 +34,7 @@ func TestHotStatementsKeepTheirGenericPlan(t *testing.T) {
 	}{
 		{"active session of an order", activeSessionOfOrderSQL, "payment_sessions_one_active_per_order", []any{"o-50"}},
 		{"the hot order's lock-free read", activeOrOpenClaimSQL, "payment_sessions_one_active_per_order", []any{"o-50", int32(LockCreateOrder)}},
-		{"patrol claim", claimDueSQL, "payment_sessions_due", []any{due, 16, "r1", due.Add(time.Minute)}},
+		{"patrol claim", claimDueSQL, "payment_sessions_due", []any{due, 16, "r1", due.Add(time.Minute), "fake"}},
 	}
 	genericPlans(t, pool, func(conn *pgx.Conn) {
 		for _, st := range statements {
@@ -126,7 +126,7 @@ func TestPatrolClaimKeepsItsGenericPlan(t *testing.T) {
 	}
 	genericPlans(t, pool, func(conn *pgx.Conn) {
 		due := time.Now()
-		checkPlan(t, "generic plan of the claim", explain(t, conn, claimDueSQL, []any{due, 16, "claimer", due.Add(time.Minute)}), "payment_sessions_due")
+		checkPlan(t, "generic plan of the claim", explain(t, conn, claimDueSQL, []any{due, 16, "claimer", due.Add(time.Minute), "fake"}), "payment_sessions_due")
 	})
 
 	svc := NewService(pool, Config{ReplicaID: "claimer"})

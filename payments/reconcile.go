@@ -628,7 +628,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	defer span.End()
 	actor := Actor{Kind: ActorSystem, ID: "reconcile:" + s.cfg.ReplicaID}
 	started := time.Now()
-	found, err := s.gw.FindByReference(ctx, sess.Reference())
+	found, err := s.gwOf(sess).FindByReference(ctx, sess.Reference())
 	s.logGatewayCall(ctx, sess.ID, "find", "", started, err)
 	if err != nil {
 		return err
@@ -644,7 +644,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 	switch {
 	case sess.GatewayPaymentID != "":
 		started := time.Now()
-		gp, err := s.gw.Status(ctx, sess.GatewayPaymentID)
+		gp, err := s.gwOf(sess).Status(ctx, sess.GatewayPaymentID)
 		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
 		notFound := err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found"
 		switch {

@@ -198,10 +198,10 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		var gr GatewayRefund
 		found := true
 		if r.GatewayRefundID != "" {
-			gr, err = s.gw.RefundStatus(ctx, r.GatewayRefundID)
+			gr, err = s.gwOf(sess).RefundStatus(ctx, r.GatewayRefundID)
 			s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
 		} else {
-			gr, found, err = s.gw.FindRefund(ctx, sess.GatewayPaymentID, r.ID)
+			gr, found, err = s.gwOf(sess).FindRefund(ctx, sess.GatewayPaymentID, r.ID)
 			s.logGatewayCall(ctx, sess.ID, "find_refund", r.ID, started, err)
 			if GatewayErrorCode(err) == "unsupported" {
 				found, err = false, nil
@@ -411,14 +411,14 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr GatewayRefund, sent bool, err error) {
 	if r.GatewayRefundID != "" {
 		started := time.Now()
-		gr, err = s.gw.RefundStatus(ctx, r.GatewayRefundID)
+		gr, err = s.gwOf(sess).RefundStatus(ctx, r.GatewayRefundID)
 		s.logGatewayCall(ctx, sess.ID, "refund_status", r.ID, started, err)
 		return gr, false, err
 	}
 	if ret := s.gw.KeyRetention(); ret > 0 && !s.cfg.Clock.Now().Before(r.CreatedAt.Add(ret-min(ret/10, time.Hour))) {
 		started := time.Now()
 		var found bool
-		gr, found, err = s.gw.FindRefund(ctx, sess.GatewayPaymentID, r.ID)
+		gr, found, err = s.gwOf(sess).FindRefund(ctx, sess.GatewayPaymentID, r.ID)
 		s.logGatewayCall(ctx, sess.ID, "find_refund", r.ID, started, err)
 		if err != nil || found {
 			return gr, false, err
@@ -436,7 +436,7 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 		}
 	}
 	started := time.Now()
-	gr, err = s.gw.Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount, sess.Currency)
+	gr, err = s.gwOf(sess).Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount, sess.Currency)
 	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, err)
 	return gr, true, err
 }
@@ -610,11 +610,13 @@ func (s *Service) refundSource() patrolSource {
 					SELECT id AS due_id FROM refunds
 					WHERE status = 'Pending' AND flagged_at IS NULL AND next_check_at <= $1
 					  AND (lease_until IS NULL OR lease_until <= $1)
-					ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED
+					  -- A refund of another gateway's payment is its replicas' (gwOf).
+					  AND ($5::text = '' OR EXISTS (SELECT 1 FROM payment_sessions ps WHERE ps.id = refunds.session_id AND ps.gateway = $5))
+					ORDER BY next_check_at LIMIT $2 FOR UPDATE OF refunds SKIP LOCKED
 				)
 				UPDATE refunds SET lease_owner = $3, lease_until = $4, lease_token = gen_random_uuid()
 				FROM due WHERE id = due.due_id RETURNING `+refundColumns+`, lease_token::text`,
-				now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration))
+				now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration), s.gatewayName())
 			if err != nil {
 				return fmt.Errorf("refunds: claim: %w", err)
 			}

@@ -51,7 +51,9 @@ type leasedSession struct {
 	leasedAt time.Time // the claim's time: the lease runs until leasedAt + LeaseDuration
 }
 
-// claimDueSQL leases up to $2 sessions due at $1 to replica $3 until $4. It is written for one
+// claimDueSQL leases up to $2 sessions due at $1 to replica $3 until $4, of gateway $5 only ("":
+// any; a session of another gateway is its own gateway's replicas' to look after, gwOf). It is
+// written for one
 // plan that serves every claim (the prepared statement's generic plan, which does not know $2):
 // the due sessions are found through the partial index over active sessions (activeStatusSQL) in
 // due order, and the leased rows by their primary key (id = ANY of an array). Joined to a CTE
@@ -62,7 +64,7 @@ var claimDueSQL = `
 	WHERE ps.id = ANY(ARRAY(
 		SELECT id FROM payment_sessions
 		WHERE ` + activeStatusSQL + ` AND next_check_at <= $1 AND flagged_at IS NULL
-		  AND (lease_until IS NULL OR lease_until <= $1)
+		  AND (lease_until IS NULL OR lease_until <= $1) AND ($5::text = '' OR gateway = $5)
 		ORDER BY next_check_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED))
@@ -82,7 +84,7 @@ func (s *Service) claimDue(ctx context.Context, limit int) ([]leasedSession, err
 		// guesses a tenth of the table — though both walk payment_sessions_due in order and
 		// stop at the limit. The generic plan is the one to keep (TestPatrolClaimKeepsItsGenericPlan).
 		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-		b.Queue(claimDueSQL, now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration)).Query(func(rows pgx.Rows) error {
+		b.Queue(claimDueSQL, now, limit, s.cfg.ReplicaID, now.Add(s.cfg.LeaseDuration), s.gatewayName()).Query(func(rows pgx.Rows) error {
 			var err error
 			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedSession, error) {
 				l := leasedSession{leasedAt: now}
