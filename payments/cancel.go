@@ -352,7 +352,10 @@ func (s *Service) finishCancelNoPayment(ctx context.Context, actor Actor, sess S
 		if err != nil {
 			return err
 		}
-		if cur.Status != StatusCanceling {
+		if cur.Status != StatusCanceling || cur.GatewayPaymentID != "" {
+			// Settled meanwhile, or its gateway payment was found meanwhile (a Check, a
+			// webhook): the refusal the caller read was not the last word, and the patrol
+			// reverses the payment the session now names.
 			out = cur
 			return nil
 		}

@@ -158,3 +158,52 @@ func TestACancelConfirmedUnderADriveRegisteringRegistersNothingBeside(t *testing
 		t.Fatalf("after the patrol: %s %v, %d gateway payments; want Canceled, one", s.Status, err, b.gw.PaymentsWithReference(id))
 	}
 }
+
+// A cancel's registration refused while its payment was found meanwhile (a Check, a webhook
+// attached the gateway's payment under our reference) does not close the session as "nothing to
+// reverse": the session names a payment now, and the patrol reverses it. Before, the refusal
+// settled it Canceled and the payment stayed pending at the gateway, never reversed (an outside
+// review, states; the gateway's contract forbids refusing a key it has a payment for, so this
+// takes a gateway that breaks it). Negative control: without the gateway id look in
+// finishCancelNoPayment, Canceled with the payment left pending.
+func TestACancelRefusedAfterItsPaymentWasFoundStillReversesIt(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // nothing made: Unknown, no gateway id
+	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-cancel-found-meanwhile", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Session.ID
+	ch, err := b.svc.RequestCancel(ctx, api, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := b.gw.Hold(fakegw.OpRegister)
+	defer held.Open()
+	confirmed := goConfirm(b.svc, id, ch.ID, b.lastCode(t, id))
+	mustWait(t, held.Arrived(), "the cancel's registration at the gateway")
+	b.gw.Unhold(fakegw.OpRegister)
+	// Meanwhile the payment appears under our reference and a Check attaches it.
+	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: "elsewhere", Reference: id, Amount: 1000, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := b.svc.Check(ctx, api, id); err != nil || s.GatewayPaymentID != gp.ID {
+		t.Fatalf("check: %+v %v, want the payment attached", s, err)
+	}
+	b.gw.Fail(fakegw.OpRegister, fakegw.Definitive, 1) // the held registration is refused
+	held.Open()
+	if r := mustWait(t, confirmed, "the confirmation"); r.err != nil {
+		t.Fatalf("confirm: %v", r.err)
+	}
+	b.clock.Advance(time.Hour)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.svc.Get(ctx, id)
+	if got, _ := b.gw.Payment(gp.ID); err != nil || s.Status != payments.StatusCanceled || got.Status != payments.GatewayReversed {
+		t.Fatalf("after the patrol: %s %v, the gateway's payment %s; want Canceled and reversed", s.Status, err, got.Status)
+	}
+}
