@@ -659,8 +659,13 @@ func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, 
 	err := s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE gateway = $1 AND gateway_payment_id = $2`,
 		s.gw.Name(), gatewayPaymentID).Scan(&id)
 	if err != nil && validUUID(reference) {
+		// Only a session of this replica's gateway: another gateway's session (GATEWAY changed)
+		// is not this gateway's payment to attach, Complete or Check (gwOf); the event is then
+		// an unknown payment, left to reconciliation (an outside review of the session's diff:
+		// the fallback attached the new gateway's payment to an old session, and an event about
+		// such a session was retried every round for ever).
 		byID = false
-		err = s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE id = $1`, reference).Scan(&id)
+		err = s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE id = $1 AND gateway = $2`, reference, s.gw.Name()).Scan(&id)
 	}
 	if err != nil {
 		return Session{}, dbError("hint: find session", err, "no session for gateway payment %q", gatewayPaymentID)

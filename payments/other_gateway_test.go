@@ -69,3 +69,82 @@ func TestASessionOfAnotherGatewayIsSentNothing(t *testing.T) {
 		t.Fatalf("%d gateway calls about sessions of another gateway after a Check, a cancel and the patrol, want none", n)
 	}
 }
+
+// A gateway event found by our reference names a session of another gateway (GATEWAY changed;
+// the patrol before the fix registered such sessions again at the new gateway, and the customer
+// paid there): the session is left alone, the event an unknown payment for reconciliation.
+// Before, the lookup by reference was not filtered by gateway: the new gateway's payment was
+// attached to the old gateway's session and Completed it, after which neither gateway's replicas
+// could look after it (an outside review of the session's diff). Negative control: without the
+// gateway in the lookup by reference, the session is Completed with the new gateway's payment.
+func TestAWebhookByReferenceLeavesASessionOfAnotherGatewayAlone(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // nothing made: Unknown, no gateway id
+	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-old-gw-hook", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil || res.Session.Status != payments.StatusUnknown || res.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %s %q %v", res.Session.Status, res.Session.GatewayPaymentID, err)
+	}
+	old := res.Session
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
+	// The payment the pre-fix patrol registered at this (the new) gateway under the old session's
+	// reference, now paid by the customer.
+	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
+
+	r, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := b.svc.Get(ctx, old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GatewayPaymentID != "" || after.Status != payments.StatusUnknown {
+		t.Fatalf("a webhook of this gateway applied its payment %s to session %s of gateway %q: now %s with gateway payment %q (outcome %s)",
+			gp.ID, old.ID, after.Gateway, after.Status, after.GatewayPaymentID, r.Outcome)
+	}
+}
+
+// The same event about a session of another gateway that already carries a gateway id (the
+// patrol before the fix attached the new gateway's re-registration to it) is an unknown payment
+// too, processed once: it went by reference to Check, which answers 409 other_gateway, and the
+// patrol retried it every 5 minutes for ever, PitlaneWebhookEventsUnprocessed never clearing (an
+// outside review of the session's diff). Negative control: without the gateway in the lookup by
+// reference, still unprocessed after 11 tries.
+func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
+	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-old-gw-hook2", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := res.Session
+	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old', gateway_payment_id = $2, status = 'Registered' WHERE id = $1`, old.ID, gp.ID)
+	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
+	_, err = b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw-2", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		b.clock.Advance(6 * time.Minute)
+		if _, err := b.svc.RetryWebhooksOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var attempts int
+	var errText string
+	if err := b.pool.QueryRow(ctx, `SELECT attempts, coalesce(error, '') FROM webhook_events WHERE event_id = 'evt-other-gw-2' AND processed_at IS NULL`).Scan(&attempts, &errText); err == nil {
+		t.Fatalf("the event is still unprocessed after %d tries (%s): retried every 5 minutes for ever", attempts, errText)
+	}
+}
