@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"pitlane/access"
 	"pitlane/handlers"
 	"pitlane/payments"
@@ -105,4 +107,76 @@ func TestBrowserALiveRefreshThatFailsIsFetchedAgain(t *testing.T) {
 	}
 	mustWaitC(t, failed, "the one failed live refresh")
 	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
+}
+
+// A live refresh whose answer stays an error (a 403 after the user's role changed, a page that
+// answers 500 for a bug, a long 503) is asked for again by one retry at a time, each waiting
+// twice as long: the first retry (2679629) armed a new 2 s retry after every failed fetch, and
+// every trigger while the region was behind (a click's focusout, a stream event, the tab shown
+// again) started a fetch and so one more chain, for ever (the session's own review: 23 requests
+// in 6 s from one tab after 8 triggers). Here the stream announces one change (the first failed
+// fetch), then 7 clicks within 1.75 s each fetch once (and fail); the 6 s after them are
+// counted: a rate over a window, not a wait for an event. Negative control: live.js of 2679629,
+// 23 in the window.
+func TestBrowserALiveRefreshThatKeepsFailingBacksOff(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, "o-live-retry-chains", 1500)
+	var (
+		mu    sync.Mutex
+		armed bool
+		fails int
+		seen  = make(chan struct{}, 1000)
+	)
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fail := armed && r.Header.Get(handlers.LiveHeader) == "1"
+		if fail {
+			fails++
+		}
+		mu.Unlock()
+		if fail {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			seen <- struct{}{}
+			return
+		}
+		b.e.ServeHTTP(w, r)
+	}))
+	count := func() int { mu.Lock(); defer mu.Unlock(); return fails }
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	// The first failed refresh: the stream announces a change of the payment (a Check writes its
+	// gateway call), the region is fetched and answered 403; live.js marks the region behind.
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitC(t, seen, "the first failed live refresh")
+	// Then 7 focus changes spread over the next 1.75 s (a person clicking about the page: each
+	// click blurs what had focus; live.js refreshes on focusout while the region is behind). The
+	// browser itself spaces them (setTimeout in the page), as a person would.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`for (let i = 1; i <= 7; i++) {
+			setTimeout(() => {
+				document.body.dispatchEvent(new FocusEvent("focusout", {bubbles: true}));
+				if (i === 7) { window.clicksDone = true; }
+			}, i * 250);
+		}; true`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the 7 clicks", `window.clicksDone === true`)
+	// drain what already came, then count a window
+	for len(seen) > 0 {
+		<-seen
+	}
+	c0 := count()
+	<-time.After(6 * time.Second) // a rate is measured over a window: nothing to wait for
+	n := count() - c0
+	if n > 4 {
+		t.Fatalf("%d live refreshes answered 403 in 6 s from one tab: the failed refresh's retry chains multiplied (one chain makes at most 4)", n)
+	}
 }

@@ -7,7 +7,8 @@
 // When the stream is down (the browser lost it, the server refused it, or the server's
 // database listener is reconnecting: event "down"), the region polls every POLL ms instead,
 // and stops polling when the stream is back. A refresh answered with an error (or not at all)
-// is fetched again POLL ms later: the stream has moved past the change. Nothing is fetched while the tab is hidden (one
+// is fetched again POLL ms later, then twice as long after each failure: the stream has moved
+// past the change. Nothing is fetched while the tab is hidden (one
 // refresh when it shows again), nor while someone is typing into or ticking something in the
 // region (one refresh once they leave it). A region with data-live-poll also polls at that
 // interval while visible, whatever the stream says (the locks page: PostgreSQL notifies nothing
@@ -36,6 +37,7 @@
   var pollTimer = null, graceTimer = null, retryTimer = null, dueTimer = null;
   var retry = RETRY_MIN;
   var stale = false, inflight = false, again = false, failed = false;
+  var failTimer = null, failWait = POLL; // the one retry after failed refreshes, backing off
 
   function state(s) {
     document.documentElement.setAttribute("data-live-state", s);
@@ -106,19 +108,30 @@
     }
     behind(false);
     inflight = true;
+    clearTimeout(failTimer); // this fetch is the retry, whatever started it
+    failTimer = null;
     var done = function () {
       inflight = false;
       if (failed) {
         // The fetch was answered with an error or not at all (a 503 while the database
         // stalled, a replica going away): the stream has moved past the change it announced,
-        // so nothing would announce it again. Fetch again in a while, unless polling will.
+        // so nothing would announce it again. Fetch again in a while, unless polling will:
+        // one retry at a time, each failure waiting twice as long (up to RETRY_MAX), so an
+        // answer that stays an error (a 403 after a role change) is not asked for every POLL
+        // ms, nor once more per click while it lasts (the session's own review).
         failed = false;
+        again = false;
         behind(true);
         if (!pollTimer) {
-          setTimeout(refresh, POLL);
+          failTimer = setTimeout(function () {
+            failTimer = null;
+            refresh();
+          }, failWait);
+          failWait = Math.min(2 * failWait, RETRY_MAX);
         }
         return;
       }
+      failWait = POLL;
       if (again) {
         again = false;
         refresh();
