@@ -26,6 +26,8 @@ func (h *Console) RequestCancel(c echo.Context) error {
 		msg = "The code this form asked for is still open (nothing new was sent). Ask the customer to read it to you."
 	case err == nil:
 		detail = "code sent, challenge " + ch.ID + ", expires " + ch.ExpiresAt.UTC().Format("15:04:05") + " UTC"
+	}
+	if err == nil {
 		detail, msg = notYetSent(ch, detail, msg)
 	}
 	h.audit(c, payments.AuditCancelRequest, id, detail)

@@ -21,8 +21,10 @@ func (refusingNotifier) Notify(context.Context, payments.Message) error {
 // says it could not be sent yet and why, and the audit says so too. Before, support read "A
 // one-time code went to the customer. Ask them to read it to you." and the audit "code sent"
 // while the customer had nothing to read out (an outside review, outbox). Both forms: the
-// cancel's and the refund's. Negative control: with notYetSent answering its arguments, the
-// pages say the code went to the customer.
+// cancel's and the refund's, each sent twice (the second answers the form's open code, whose
+// message still waits for its retry). Negative control: with notYetSent answering its
+// arguments, the pages say the code went to the customer; without openChallengeOf's look at
+// the outbox, the second answer says nothing of it.
 func TestConsoleSaysWhenACodeCouldNotBeSentYet(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
@@ -46,9 +48,17 @@ func TestConsoleSaysWhenACodeCouldNotBeSentYet(t *testing.T) {
 		}
 		doc := page(t, sup.follow(rec), http.StatusOK)
 		wantText(t, doc, "flash", "could not be sent to the customer yet (notify: the endpoint answered 503)")
+		// The same form sent again (a reload, the back button) answers its open code: still
+		// not delivered, and it says so.
+		rec = sup.post(action, form)
+		if rec.Code != http.StatusSeeOther {
+			t.Fatalf("%s again → %d\n%s", tc.form, rec.Code, rec.Body)
+		}
+		doc = page(t, sup.follow(rec), http.StatusOK)
+		wantText(t, doc, "flash", "could not be sent to the customer yet (notify: the endpoint answered 503)")
 		if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE '%not delivered yet: notify: the endpoint answered 503%'`,
-			tc.action, s.ID); n != 1 {
-			t.Fatalf("%d audit entries of %s saying the code was not delivered, want 1", n, tc.action)
+			tc.action, s.ID); n != 2 {
+			t.Fatalf("%d audit entries of %s saying the code was not delivered, want 2", n, tc.action)
 		}
 	}
 }

@@ -62,6 +62,8 @@ func (h *Console) RequestRefundCode(c echo.Context) error {
 	case err == nil:
 		detail = fmt.Sprintf("%s: code sent, challenge %s, expires %s UTC: %s", views.Money(in.Amount, sess.Currency), ch.ID,
 			ch.ExpiresAt.UTC().Format("15:04:05"), strings.TrimSpace(in.Reason))
+	}
+	if err == nil {
 		detail, msg = notYetSent(ch, detail, msg)
 	}
 	if err == nil {

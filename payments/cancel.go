@@ -73,7 +73,9 @@ func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, req
 	if err != nil {
 		return Challenge{}, err
 	}
-	ch.Undelivered = s.deliverQueued(ctx, queued)
+	if why := s.deliverQueued(ctx, queued); why != "" {
+		ch.Undelivered = why // a form's open code (nothing queued) keeps what openChallengeOf read
+	}
 	return ch, nil
 }
 

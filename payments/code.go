@@ -129,13 +129,18 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 
 // openChallengeOf is the challenge a form's intent key (requestKey) already got on the session,
 // while its code may still be tried: the same form sent again answers it and sends nothing.
-// Zero when there is none.
+// Zero when there is none. Its Undelivered is the notifier's last refusal of its message while
+// the message is still waiting for a retry (the form sent again after the page said so, or after
+// an error page: the answer said nothing of it, an outside review).
 func openChallengeOf(ctx context.Context, tx pgx.Tx, sessionID string, action CodeAction, requestKey string, amount int64, now time.Time) (Challenge, error) {
 	ch := Challenge{SessionID: sessionID, Action: action, Amount: amount, Reused: true}
-	err := tx.QueryRow(ctx, `SELECT id::text, expires_at FROM cancel_challenges
-		WHERE session_id = $1 AND action = $2 AND request_key = $3 AND amount IS NOT DISTINCT FROM nullif($4, 0)
-		  AND consumed_at IS NULL AND superseded_at IS NULL AND expires_at > $5 AND attempts < max_attempts`,
-		sessionID, string(action), requestKey, amount, now).Scan(&ch.ID, &ch.ExpiresAt)
+	err := tx.QueryRow(ctx, `SELECT c.id::text, c.expires_at, coalesce(o.last_error, '') FROM cancel_challenges c
+		LEFT JOIN LATERAL (SELECT last_error FROM outbox -- through outbox_payment (00870)
+			WHERE payment_id = c.session_id AND challenge_id = c.id AND delivered_at IS NULL AND skipped_at IS NULL
+			AND attempts > 0 ORDER BY id DESC LIMIT 1) o ON true
+		WHERE c.session_id = $1 AND c.action = $2 AND c.request_key = $3 AND c.amount IS NOT DISTINCT FROM nullif($4, 0)
+		  AND c.consumed_at IS NULL AND c.superseded_at IS NULL AND c.expires_at > $5 AND c.attempts < c.max_attempts`,
+		sessionID, string(action), requestKey, amount, now).Scan(&ch.ID, &ch.ExpiresAt, &ch.Undelivered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Challenge{}, nil
 	}

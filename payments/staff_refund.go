@@ -128,7 +128,9 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 	if err != nil {
 		return Challenge{}, err
 	}
-	ch.Undelivered = s.deliverQueued(ctx, queued)
+	if why := s.deliverQueued(ctx, queued); why != "" {
+		ch.Undelivered = why // a form's open code (nothing queued) keeps what openChallengeOf read
+	}
 	return ch, nil
 }
 
