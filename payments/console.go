@@ -467,7 +467,7 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, `fc.id DESC`, 500, id); err != nil {
 		return PaymentDetail{}, err
 	}
-	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, id); err != nil {
+	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, `id DESC`, id); err != nil {
 		return PaymentDetail{}, err
 	}
 	if d.Audit, err = s.AuditLog(ctx, AuditFilter{Target: id, Limit: 100}); err != nil {

@@ -215,9 +215,10 @@ type LedgerTotal struct {
 // Net is what was received less what was refunded.
 func (t LedgerTotal) Net() int64 { return t.Received - t.Refunded }
 
-func (s *Service) ledgerEntries(ctx context.Context, where string, args ...any) ([]LedgerEntry, error) {
+// ledgerEntries is the newest 500 entries under where, in order (an ORDER BY its indexes serve).
+func (s *Service) ledgerEntries(ctx context.Context, where, order string, args ...any) ([]LedgerEntry, error) {
 	rows, err := s.db.Query(ctx, `SELECT id, order_id, session_id::text, entry_type, amount, currency, created_at
-		FROM accounting_entries WHERE `+where+` ORDER BY id DESC LIMIT 500`, args...)
+		FROM accounting_entries WHERE `+where+` ORDER BY `+order+` LIMIT 500`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}

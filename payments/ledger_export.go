@@ -243,7 +243,11 @@ func (s *Service) LedgerEntries(ctx context.Context, f LedgerFilter) ([]LedgerEn
 		return nil, err
 	}
 	where, args := f.where(true)
-	return s.ledgerEntries(ctx, where, args...)
+	// Newest by date, as the page's range is: a range ending in the past starts at its end in
+	// accounting_entries_created, or in the currency's or the type's index (00930). By id, the
+	// plan walked the whole ledger back from its newest entry, filtering out everything after
+	// the range or in other currencies (an outside review of plans at scale).
+	return s.ledgerEntries(ctx, where, `created_at DESC, id DESC`, args...)
 }
 
 // FormatMinor writes an amount in minor units in major units without the currency:
