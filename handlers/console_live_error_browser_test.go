@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,41 +72,14 @@ func TestBrowserALiveRefreshThatFailsKeepsThePage(t *testing.T) {
 // customer paid (an outside review, live). Negative control: without live.js's afterRequest
 // listener the wait for Completed times out.
 func TestBrowserALiveRefreshThatFailsIsFetchedAgain(t *testing.T) {
-	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", access.RoleSupport)
-	paid := b.payment(t, "o-refresh-fails", 1999)
-	var (
-		mu     sync.Mutex
-		armed  bool
-		failed = make(chan struct{})
-	)
-	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		fail := armed && r.Header.Get(handlers.LiveHeader) == "1"
-		if fail {
-			armed = false
-			close(failed)
-		}
-		mu.Unlock()
-		if fail {
-			http.Error(w, "temporarily unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		b.e.ServeHTTP(w, r)
-	}))
-	ctx := newBrowser(t)
-	browserLogin(t, ctx, srv.URL, "sup@example.com")
-	openLive(t, ctx, srv.URL+"/payments/"+paid.ID)
-	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+	b, paid, live, ctx := failingLivePage(t, "o-refresh-fails", http.StatusServiceUnavailable, true)
 
-	mu.Lock()
-	armed = true // the next live refresh of a region answers 503, once
-	mu.Unlock()
+	live.arm() // the next live refresh of a region answers 503, once
 	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
 	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, paid.ID); err != nil {
 		t.Fatal(err)
 	}
-	mustWaitC(t, failed, "the one failed live refresh")
+	mustWaitC(t, live.seen, "the one failed live refresh")
 	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
 }
 
@@ -119,44 +93,15 @@ func TestBrowserALiveRefreshThatFailsIsFetchedAgain(t *testing.T) {
 // counted: a rate over a window, not a wait for an event. Negative control: live.js of 2679629,
 // 23 in the window.
 func TestBrowserALiveRefreshThatKeepsFailingBacksOff(t *testing.T) {
-	b := newConsoleBench(t)
-	b.user(t, "sup@example.com", access.RoleSupport)
-	s := b.payment(t, "o-live-retry-chains", 1500)
-	var (
-		mu    sync.Mutex
-		armed bool
-		fails int
-		seen  = make(chan struct{}, 1000)
-	)
-	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		fail := armed && r.Header.Get(handlers.LiveHeader) == "1"
-		if fail {
-			fails++
-		}
-		mu.Unlock()
-		if fail {
-			http.Error(w, "forbidden", http.StatusForbidden)
-			seen <- struct{}{}
-			return
-		}
-		b.e.ServeHTTP(w, r)
-	}))
-	count := func() int { mu.Lock(); defer mu.Unlock(); return fails }
-	ctx := newBrowser(t)
-	browserLogin(t, ctx, srv.URL, "sup@example.com")
-	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
-	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+	b, s, live, ctx := failingLivePage(t, "o-live-retry-chains", http.StatusForbidden, false)
 
-	mu.Lock()
-	armed = true
-	mu.Unlock()
+	live.arm()
 	// The first failed refresh: the stream announces a change of the payment (a Check writes its
 	// gateway call), the region is fetched and answered 403; live.js marks the region behind.
 	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	mustWaitC(t, seen, "the first failed live refresh")
+	mustWaitC(t, live.seen, "the first failed live refresh")
 	// Then 7 focus changes spread over the next 1.75 s (a person clicking about the page: each
 	// click blurs what had focus; live.js refreshes on focusout while the region is behind). The
 	// browser itself spaces them (setTimeout in the page), as a person would.
@@ -170,13 +115,62 @@ func TestBrowserALiveRefreshThatKeepsFailingBacksOff(t *testing.T) {
 	}
 	waitJS(t, ctx, "the 7 clicks", `window.clicksDone === true`)
 	// drain what already came, then count a window
-	for len(seen) > 0 {
-		<-seen
+	for len(live.seen) > 0 {
+		<-live.seen
 	}
-	c0 := count()
+	c0 := live.count()
 	<-time.After(6 * time.Second) // a rate is measured over a window: nothing to wait for
-	n := count() - c0
+	n := live.count() - c0
 	if n > 4 {
 		t.Fatalf("%d live refreshes answered 403 in 6 s from one tab: the failed refresh's retry chains multiplied (one chain makes at most 4)", n)
 	}
 }
+
+// failingLive serves the bench's console and, once armed, answers the page's live refreshes
+// (X-Pitlane-Live) with status: the first one only when once, every one otherwise. seen gets a
+// value for each refresh it failed.
+type failingLive struct {
+	srv         *httptest.Server
+	seen        chan struct{}
+	mu          sync.Mutex
+	armed, once bool
+	fails       int
+}
+
+// failingLivePage is a support user's browser on the live page of a new Registered payment of
+// order, served by a failingLive.
+func failingLivePage(t *testing.T, order string, status int, once bool) (*consoleBench, payments.Session, *failingLive, context.Context) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, order, 1500)
+	live := newFailingLive(t, b, status, once)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, live.srv.URL, "sup@example.com")
+	openLive(t, ctx, live.srv.URL+"/payments/"+s.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+	return b, s, live, ctx
+}
+
+func newFailingLive(t *testing.T, b *consoleBench, status int, once bool) *failingLive {
+	f := &failingLive{seen: make(chan struct{}, 1000), once: once}
+	f.srv = b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		fail := f.armed && r.Header.Get(handlers.LiveHeader) == "1"
+		if fail {
+			f.fails++
+			f.armed = !f.once
+		}
+		f.mu.Unlock()
+		if !fail {
+			b.e.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, http.StatusText(status), status)
+		f.seen <- struct{}{}
+	}))
+	return f
+}
+
+func (f *failingLive) arm() { f.mu.Lock(); f.armed = true; f.mu.Unlock() }
+
+func (f *failingLive) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.fails }

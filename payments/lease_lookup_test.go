@@ -124,12 +124,7 @@ func TestACancelConfirmedUnderADriveRegisteringRegistersNothingBeside(t *testing
 	b := newBench(t)
 	ctx := context.Background()
 	b.gw.IgnoreKeys(true)
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // Create's registration: 503, nothing made
-	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-cancel-beside-patrol", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Session.ID
+	id := b.unregistered(t, "o-cancel-beside-patrol", 1000).ID // Create's registration: 503, nothing made
 	b.clock.Advance(5 * time.Minute)
 	held := b.gw.Hold(fakegw.OpRegister)
 	defer held.Open()
@@ -170,12 +165,7 @@ func TestACancelRefusedAfterItsPaymentWasFoundStillReversesIt(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // nothing made: Unknown, no gateway id
-	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-cancel-found-meanwhile", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Session.ID
+	id := b.unregistered(t, "o-cancel-found-meanwhile", 1000).ID
 	ch, err := b.svc.RequestCancel(ctx, api, id)
 	if err != nil {
 		t.Fatal(err)

@@ -21,12 +21,7 @@ func TestASessionOfAnotherGatewayIsSentNothing(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // nothing made: Unknown, no gateway id
-	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-old-gw-unknown", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil || res.Session.Status != payments.StatusUnknown {
-		t.Fatalf("setup: %s %v", res.Session.Status, err)
-	}
-	unknown := res.Session
+	unknown := b.unregistered(t, "o-old-gw-unknown", 1000)
 	paid := b.completed(t, "o-old-gw-paid", 1000)
 	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1) // no answer: Pending, the patrol asks again
 	if r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: paid.ID, Amount: 100, RequestKey: "k-old-gw"}); err != nil || r.Refund.Status != payments.RefundPending {
@@ -81,12 +76,7 @@ func TestAWebhookByReferenceLeavesASessionOfAnotherGatewayAlone(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1) // nothing made: Unknown, no gateway id
-	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-old-gw-hook", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil || res.Session.Status != payments.StatusUnknown || res.Session.GatewayPaymentID != "" {
-		t.Fatalf("setup: %s %q %v", res.Session.Status, res.Session.GatewayPaymentID, err)
-	}
-	old := res.Session
+	old := b.unregistered(t, "o-old-gw-hook", 1000)
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
 	// The payment the pre-fix patrol registered at this (the new) gateway under the old session's
 	// reference, now paid by the customer.
@@ -120,12 +110,7 @@ func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) 
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.Transient, 1)
-	res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-old-gw-hook2", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := res.Session
+	old := b.unregistered(t, "o-old-gw-hook2", 1000)
 	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
 	if err != nil {
 		t.Fatal(err)
