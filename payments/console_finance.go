@@ -215,10 +215,13 @@ type LedgerTotal struct {
 // Net is what was received less what was refunded.
 func (t LedgerTotal) Net() int64 { return t.Received - t.Refunded }
 
-// ledgerEntries is the newest 500 entries under where, in order (an ORDER BY its indexes serve).
+// ledgerEntries is the newest 500 entries under where, in order (an ORDER BY its indexes serve),
+// planned with its values every time: one cached statement serves both entry types, and once
+// its generic plan was chosen (after five pages of PaymentReceived) the rare RefundIssued walked
+// the whole ledger (the session's own review).
 func (s *Service) ledgerEntries(ctx context.Context, where, order string, args ...any) ([]LedgerEntry, error) {
 	rows, err := s.db.Query(ctx, `SELECT id, order_id, session_id::text, entry_type, amount, currency, created_at
-		FROM accounting_entries WHERE `+where+` ORDER BY `+order+` LIMIT 500`, args...)
+		FROM accounting_entries WHERE `+where+` ORDER BY `+order+` LIMIT 500`, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}

@@ -167,6 +167,11 @@ func explainWith(t *testing.T, conn *pgx.Conn, options, sql string, args []any) 
 		t.Fatalf("prepare: %v\n%s", err, sql)
 	}
 	defer conn.Exec(ctx, "DEALLOCATE stuck_plan", pgx.QueryExecModeSimpleProtocol) //nolint:errcheck
+	if len(args) > 0 {
+		if _, ok := args[0].(pgx.QueryExecMode); ok {
+			args = args[1:] // how pgx sends the statement, not one of its arguments
+		}
+	}
 	lits := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {

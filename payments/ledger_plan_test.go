@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"pitlane/internal/testdb"
 )
 
@@ -58,6 +60,12 @@ func TestLedgerPageReadsByIndexWhateverItsFilter(t *testing.T) {
 			}
 		}
 		for _, st := range log.Take() {
+			// Planned with its values every time: one cached statement served both entry types,
+			// and its generic plan (after five pages of PaymentReceived) walked the whole ledger
+			// for RefundIssued (the session's own review).
+			if len(st.Args) == 0 || st.Args[0] != pgx.QueryExecModeExec {
+				t.Errorf("%s: the page's statement is a cached one (args %v): want pgx.QueryExecModeExec", name, st.Args)
+			}
 			plan := explainWith(t, conn.Conn(), "ANALYZE, FORMAT JSON", st.SQL, st.Args)
 			eachScan(plan, func(rel string, node map[string]any, read float64) {
 				// A page may read its currency's share of a range's entries (the planner may
