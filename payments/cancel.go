@@ -59,7 +59,7 @@ func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, req
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
 		if requestKey != "" {
-			if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeCancel, requestKey, 0, now); err != nil || ch.ID != "" {
+			if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeCancel, requestKey, 0, now, s.cfg.Notifier != nil); err != nil || ch.ID != "" {
 				return err // the form's code is still open: no second message
 			}
 		}

@@ -129,18 +129,25 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 
 // openChallengeOf is the challenge a form's intent key (requestKey) already got on the session,
 // while its code may still be tried: the same form sent again answers it and sends nothing.
-// Zero when there is none. Its Undelivered is the notifier's last refusal of its message while
-// the message is still waiting for a retry (the form sent again after the page said so, or after
-// an error page: the answer said nothing of it, an outside review).
-func openChallengeOf(ctx context.Context, tx pgx.Tx, sessionID string, action CodeAction, requestKey string, amount int64, now time.Time) (Challenge, error) {
+// Zero when there is none. With a notifier (notifying), its Undelivered says why its message
+// still waits for the patrol: the notifier's last refusal, or a first try cut short (the request
+// that wrote it ended while sending: the form is sent again after an error page, and the answer
+// said nothing of it; an outside review). A message whose writer may still be sending it (its
+// lease live: a double click) is not called undelivered.
+func openChallengeOf(ctx context.Context, tx pgx.Tx, sessionID string, action CodeAction, requestKey string, amount int64, now time.Time, notifying bool) (Challenge, error) {
 	ch := Challenge{SessionID: sessionID, Action: action, Amount: amount, Reused: true}
-	err := tx.QueryRow(ctx, `SELECT c.id::text, c.expires_at, coalesce(o.last_error, '') FROM cancel_challenges c
-		LEFT JOIN LATERAL (SELECT last_error FROM outbox -- through outbox_payment (00870)
+	err := tx.QueryRow(ctx, `SELECT c.id::text, c.expires_at,
+			CASE WHEN NOT $6 OR o.id IS NULL THEN ''
+			     WHEN o.last_error IS NOT NULL THEN o.last_error
+			     WHEN o.lease_until IS NULL OR o.lease_until <= $5 THEN 'its first try was cut short'
+			     ELSE '' END
+		FROM cancel_challenges c
+		LEFT JOIN LATERAL (SELECT id, last_error, lease_until FROM outbox -- through outbox_payment (00870)
 			WHERE payment_id = c.session_id AND challenge_id = c.id AND delivered_at IS NULL AND skipped_at IS NULL
-			AND attempts > 0 ORDER BY id DESC LIMIT 1) o ON true
+			ORDER BY id DESC LIMIT 1) o ON true
 		WHERE c.session_id = $1 AND c.action = $2 AND c.request_key = $3 AND c.amount IS NOT DISTINCT FROM nullif($4, 0)
 		  AND c.consumed_at IS NULL AND c.superseded_at IS NULL AND c.expires_at > $5 AND c.attempts < c.max_attempts`,
-		sessionID, string(action), requestKey, amount, now).Scan(&ch.ID, &ch.ExpiresAt, &ch.Undelivered)
+		sessionID, string(action), requestKey, amount, now, notifying).Scan(&ch.ID, &ch.ExpiresAt, &ch.Undelivered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Challenge{}, nil
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"pitlane/payments"
 	"pitlane/payments/gateway/webhooksig"
 )
@@ -549,5 +551,45 @@ func TestRetriedCodeMessageSaysWhatIsLeftOfTheCode(t *testing.T) {
 	n.mu.Unlock()
 	if len(got) != 1 || !strings.Contains(got[0].Text, "is "+code+". It expires in 2 minutes. Read it") {
 		t.Fatalf("the retry at +7m30s sent %q, want the code and \"It expires in 2 minutes.\"", got)
+	}
+}
+
+// The form's code whose first delivery was cut by its request's end (the support agent's browser
+// gave up: the error page after which the form is sent again) is given back with no attempt
+// counted and no error: the form sent again says its message still waits (the session's own
+// review). Negative control: with openChallengeOf reading only refused messages, Undelivered is
+// empty and the console says "Ask the customer to read it to you".
+func TestACodeFormSentAgainAfterACutDeliverySaysItWaits(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	req, cut := context.WithCancel(context.Background())
+	defer cut()
+	calls := 0
+	svc := b.service(b.pool, "replica-cut", func(c *payments.Config) {
+		c.Notifier = notifyFunc(func(ctx context.Context, m payments.Message) error {
+			calls++
+			cut() // the client hangs up while the message is on its way
+			return ctx.Err()
+		})
+	})
+	sess := b.registered(t, "o-cut-then-again", 100)
+	intent := uuid.NewString()
+	first, err := svc.RequestCancelOnce(req, supportStaff.Actor(), sess.ID, intent)
+	if err != nil {
+		t.Fatalf("first form: %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND delivered_at IS NULL AND skipped_at IS NULL`, sess.ID); n != 1 {
+		t.Fatalf("premise: %d undelivered messages, want the code's", n)
+	}
+	again, err := svc.RequestCancelOnce(context.Background(), supportStaff.Actor(), sess.ID, intent)
+	if err != nil || !again.Reused || again.ID != first.ID {
+		t.Fatalf("the form again = %+v %v: want its open code", again, err)
+	}
+	if calls != 1 {
+		t.Fatalf("notifier called %d times", calls)
+	}
+	if again.Undelivered == "" {
+		t.Fatalf("the form sent again answers its open code as sent (Undelivered empty) while its message was never delivered (outbox: %d undelivered)",
+			b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND delivered_at IS NULL`, sess.ID))
 	}
 }

@@ -114,7 +114,7 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		if asked != 0 {
 			return formReused(asked, in.Amount, cur.Currency)
 		}
-		if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeRefund, in.requestKey(), in.Amount, now); err != nil || ch.ID != "" {
+		if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeRefund, in.requestKey(), in.Amount, now, s.cfg.Notifier != nil); err != nil || ch.ID != "" {
 			return err // the form's code is still open: no second message
 		}
 		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
