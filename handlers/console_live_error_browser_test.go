@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,3 +175,84 @@ func newFailingLive(t *testing.T, b *consoleBench, status int, once bool) *faili
 func (f *failingLive) arm() { f.mu.Lock(); f.armed = true; f.mu.Unlock() }
 
 func (f *failingLive) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.fails }
+
+// The stream announces a change and the region's fetch fails; the stream drops and the page
+// polls, and the polls fail too (no retry timer while polling); then the stream opens again from
+// the last event id, past the change, and polling stops: the region, behind, is fetched at once.
+// Before, nothing fetched it again, and support read "Registered" for a paid payment until they
+// clicked about (the session's own review). Negative control: without onopen's catch-up, the wait
+// for Completed times out.
+func TestBrowserAFailedRefreshIsFetchedOnceTheStreamReopens(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	paid := b.payment(t, "o-live-reopen", 1999)
+	var (
+		mu           sync.Mutex
+		failLive     bool
+		refuseStream bool
+		cancelStream context.CancelFunc
+		failed       = make(chan struct{}, 1000)
+	)
+	srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/live/") {
+			mu.Lock()
+			refuse := refuseStream
+			if !refuse {
+				ctx, cancel := context.WithCancel(r.Context())
+				cancelStream = cancel
+				r = r.WithContext(ctx)
+			}
+			mu.Unlock()
+			if refuse {
+				http.Error(w, "unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			b.e.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		fail := failLive && r.Header.Get(handlers.LiveHeader) == "1"
+		mu.Unlock()
+		if fail {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			failed <- struct{}{}
+			return
+		}
+		b.e.ServeHTTP(w, r)
+	}))
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+paid.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+
+	mu.Lock()
+	failLive = true
+	mu.Unlock()
+	b.gw.SetStatus(paid.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, paid.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitC(t, failed, "the announced change's failed fetch")
+
+	// The stream drops and its reconnect is refused: the page polls, and the polls fail.
+	mu.Lock()
+	refuseStream = true
+	cancelStream()
+	mu.Unlock()
+	waitJS(t, ctx, "the page to poll", `document.documentElement.getAttribute("data-live-state") === "polling"`)
+	for len(failed) > 0 {
+		<-failed
+	}
+	mustWaitC(t, failed, "a failed poll")
+	mustWaitC(t, failed, "another failed poll")
+
+	// The stream is back (live.js's own reconnect): polling stops. Then the server answers again.
+	mu.Lock()
+	refuseStream = false
+	mu.Unlock()
+	waitJS(t, ctx, "the stream to open again", `document.documentElement.getAttribute("data-live-state") === "live"`)
+	mu.Lock()
+	failLive = false
+	mu.Unlock()
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
+}

@@ -115,8 +115,8 @@
       if (failed) {
         // The fetch was answered with an error or not at all (a 503 while the database
         // stalled, a replica going away): the stream has moved past the change it announced,
-        // so nothing would announce it again. Fetch again in a while, unless polling will:
-        // one retry at a time, each failure waiting twice as long (up to RETRY_MAX), so an
+        // so nothing would announce it again. Fetch again in a while, unless polling will (and
+        // a stream that opens again catches up: onopen): one retry at a time, each failure waiting twice as long (up to RETRY_MAX), so an
         // answer that stays an error (a 403 after a role change) is not asked for every POLL
         // ms, nor once more per click while it lasts (the session's own review).
         failed = false;
@@ -186,6 +186,11 @@
       retry = RETRY_MIN;
       stopPolling();
       state("live");
+      // Behind (a failed refresh, its polls failing too): the stream starts past the change it
+      // missed, so nothing would announce it again (the session's own review).
+      if (stale) {
+        refresh();
+      }
     };
     source.addEventListener("refresh", function (e) {
       if (e.lastEventId) {
