@@ -652,6 +652,28 @@ func (s *Service) ApplyGatewayHint(ctx context.Context, actor Actor, gatewayPaym
 	return s.applyHint(ctx, actor, gatewayPaymentID, reference, nil)
 }
 
+// otherGatewaysPayment opens a gateway_mismatch case on session id of gateway other, which this
+// replica's gateway names by reference in payment gatewayPaymentID (known, or read here), and
+// answers the event as an unknown payment.
+func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, gatewayPaymentID string, known *GatewayPayment) error {
+	fact := gatewayPaymentID + " (at " + s.gw.Name() + ")"
+	if known == nil {
+		if gp, err := s.gw.Status(ctx, gatewayPaymentID); err == nil {
+			known = &gp
+		}
+	}
+	if known != nil {
+		fact = gatewayFact(*known) + " (at " + s.gw.Name() + ")"
+	}
+	detail := fmt.Sprintf("gateway %s reports payment %s under this session's reference; the session was registered at gateway %s", s.gw.Name(), fact, other)
+	if err := s.inTx(ctx, "hint: another gateway's session", func(tx pgx.Tx) error {
+		return openCase(ctx, tx, id, orderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now(), fact)
+	}); err != nil {
+		return err
+	}
+	return Errorf(ENOTFOUND, "no session of gateway %s for gateway payment %q (session %s is gateway %s's: a case for finance)", s.gw.Name(), gatewayPaymentID, id, other)
+}
+
 // applyHint is ApplyGatewayHint with the event's payment when the caller read it already (known).
 func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, reference string, known *GatewayPayment) (Session, error) {
 	var id string
@@ -659,13 +681,17 @@ func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, 
 	err := s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE gateway = $1 AND gateway_payment_id = $2`,
 		s.gw.Name(), gatewayPaymentID).Scan(&id)
 	if err != nil && validUUID(reference) {
-		// Only a session of this replica's gateway: another gateway's session (GATEWAY changed)
-		// is not this gateway's payment to attach, Complete or Check (gwOf); the event is then
-		// an unknown payment, left to reconciliation (an outside review of the session's diff:
-		// the fallback attached the new gateway's payment to an old session, and an event about
-		// such a session was retried every round for ever).
 		byID = false
-		err = s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE id = $1 AND gateway = $2`, reference, s.gw.Name()).Scan(&id)
+		var gateway, orderID string
+		err = s.db.QueryRow(ctx, `SELECT id::text, gateway, order_id FROM payment_sessions WHERE id = $1`, reference).Scan(&id, &gateway, &orderID)
+		if err == nil && gateway != s.gw.Name() {
+			// Another gateway's session (GATEWAY changed) is not this gateway's payment to
+			// attach, Complete or Check (gwOf): the fallback attached the new gateway's payment
+			// to an old session, and an event about such a session was retried every round for
+			// ever (an outside review of the session's diff). Finance is told instead: the
+			// customer may have paid at this gateway for it.
+			return Session{}, s.otherGatewaysPayment(ctx, id, orderID, gateway, gatewayPaymentID, known)
+		}
 	}
 	if err != nil {
 		return Session{}, dbError("hint: find session", err, "no session for gateway payment %q", gatewayPaymentID)

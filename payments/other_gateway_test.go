@@ -67,7 +67,8 @@ func TestASessionOfAnotherGatewayIsSentNothing(t *testing.T) {
 
 // A gateway event found by our reference names a session of another gateway (GATEWAY changed;
 // the patrol before the fix registered such sessions again at the new gateway, and the customer
-// paid there): the session is left alone, the event an unknown payment for reconciliation.
+// paid there): the session is left alone, the event an unknown payment, and finance has a
+// gateway_mismatch case on the session naming the payment.
 // Before, the lookup by reference was not filtered by gateway: the new gateway's payment was
 // attached to the old gateway's session and Completed it, after which neither gateway's replicas
 // could look after it (an outside review of the session's diff). Negative control: without the
@@ -97,6 +98,11 @@ func TestAWebhookByReferenceLeavesASessionOfAnotherGatewayAlone(t *testing.T) {
 	if after.GatewayPaymentID != "" || after.Status != payments.StatusUnknown {
 		t.Fatalf("a webhook of this gateway applied its payment %s to session %s of gateway %q: now %s with gateway payment %q (outcome %s)",
 			gp.ID, old.ID, after.Gateway, after.Status, after.GatewayPaymentID, r.Outcome)
+	}
+	// Finance is told: the customer may have paid at this gateway for the old session.
+	if r.Outcome != payments.EventUnknownPayment || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'
+		AND resolved_at IS NULL AND detail LIKE '%' || $2 || ' (succeeded%'`, old.ID, gp.ID) != 1 {
+		t.Fatalf("outcome %s, and no open gateway_mismatch case naming %s succeeded on session %s", r.Outcome, gp.ID, old.ID)
 	}
 }
 
@@ -131,5 +137,8 @@ func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) 
 	var errText string
 	if err := b.pool.QueryRow(ctx, `SELECT attempts, coalesce(error, '') FROM webhook_events WHERE event_id = 'evt-other-gw-2' AND processed_at IS NULL`).Scan(&attempts, &errText); err == nil {
 		t.Fatalf("the event is still unprocessed after %d tries (%s): retried every 5 minutes for ever", attempts, errText)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, old.ID); n != 1 {
+		t.Fatalf("%d open gateway_mismatch cases on the old gateway's session, want one", n)
 	}
 }
