@@ -652,9 +652,12 @@ func (s *Service) ApplyGatewayHint(ctx context.Context, actor Actor, gatewayPaym
 	return s.applyHint(ctx, actor, gatewayPaymentID, reference, nil)
 }
 
-// otherGatewaysPayment opens a gateway_mismatch case on session id of gateway other, which this
-// replica's gateway names by reference in payment gatewayPaymentID (known, or read here), and
-// answers the event as an unknown payment.
+// otherGatewaysPayment answers an event whose payment gatewayPaymentID (known, or read here)
+// names by reference session id of gateway other as an unknown payment, and, unless that payment
+// took nothing (declined, expired, reversed), opens a duplicate_gateway_payment case on the
+// session: one session, a payment at each gateway. Not a gateway_mismatch case: a settlement of
+// the old session by four eyes closes those, and this one is about other money (the session's own
+// review).
 func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, gatewayPaymentID string, known *GatewayPayment) error {
 	fact := gatewayPaymentID + " (at " + s.gw.Name() + ")"
 	if known == nil {
@@ -665,11 +668,15 @@ func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, 
 	if known != nil {
 		fact = gatewayFact(*known) + " (at " + s.gw.Name() + ")"
 	}
-	detail := fmt.Sprintf("gateway %s reports payment %s under this session's reference; the session was registered at gateway %s", s.gw.Name(), fact, other)
-	if err := s.inTx(ctx, "hint: another gateway's session", func(tx pgx.Tx) error {
-		return openCase(ctx, tx, id, orderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now(), fact)
-	}); err != nil {
-		return err
+	switch {
+	case known != nil && (known.Status == GatewayDeclined || known.Status == GatewayExpired || known.Status == GatewayReversed):
+	default:
+		detail := fmt.Sprintf("gateway %s reports payment %s under this session's reference; the session was registered at gateway %s", s.gw.Name(), fact, other)
+		if err := s.inTx(ctx, "hint: another gateway's session", func(tx pgx.Tx) error {
+			return openCase(ctx, tx, id, orderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), fact)
+		}); err != nil {
+			return err
+		}
 	}
 	return Errorf(ENOTFOUND, "no session of gateway %s for gateway payment %q (session %s is gateway %s's: a case for finance)", s.gw.Name(), gatewayPaymentID, id, other)
 }

@@ -68,7 +68,7 @@ func TestASessionOfAnotherGatewayIsSentNothing(t *testing.T) {
 // A gateway event found by our reference names a session of another gateway (GATEWAY changed;
 // the patrol before the fix registered such sessions again at the new gateway, and the customer
 // paid there): the session is left alone, the event an unknown payment, and finance has a
-// gateway_mismatch case on the session naming the payment.
+// duplicate_gateway_payment case on the session naming the payment.
 // Before, the lookup by reference was not filtered by gateway: the new gateway's payment was
 // attached to the old gateway's session and Completed it, after which neither gateway's replicas
 // could look after it (an outside review of the session's diff). Negative control: without the
@@ -100,9 +100,9 @@ func TestAWebhookByReferenceLeavesASessionOfAnotherGatewayAlone(t *testing.T) {
 			gp.ID, old.ID, after.Gateway, after.Status, after.GatewayPaymentID, r.Outcome)
 	}
 	// Finance is told: the customer may have paid at this gateway for the old session.
-	if r.Outcome != payments.EventUnknownPayment || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'
+	if r.Outcome != payments.EventUnknownPayment || b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment'
 		AND resolved_at IS NULL AND detail LIKE '%' || $2 || ' (succeeded%'`, old.ID, gp.ID) != 1 {
-		t.Fatalf("outcome %s, and no open gateway_mismatch case naming %s succeeded on session %s", r.Outcome, gp.ID, old.ID)
+		t.Fatalf("outcome %s, and no open duplicate_gateway_payment case naming %s succeeded on session %s", r.Outcome, gp.ID, old.ID)
 	}
 }
 
@@ -138,7 +138,74 @@ func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) 
 	if err := b.pool.QueryRow(ctx, `SELECT attempts, coalesce(error, '') FROM webhook_events WHERE event_id = 'evt-other-gw-2' AND processed_at IS NULL`).Scan(&attempts, &errText); err == nil {
 		t.Fatalf("the event is still unprocessed after %d tries (%s): retried every 5 minutes for ever", attempts, errText)
 	}
-	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, old.ID); n != 1 {
-		t.Fatalf("%d open gateway_mismatch cases on the old gateway's session, want one", n)
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'duplicate_gateway_payment' AND resolved_at IS NULL`, old.ID); n != 1 {
+		t.Fatalf("%d open duplicate_gateway_payment cases on the old gateway's session, want one", n)
+	}
+}
+
+// The case about a payment at the new gateway for an old gateway's session is about other money:
+// a four-eyes settlement of the old session (Unknown at its own gateway, "nothing was taken
+// there", proposed before the event came) leaves it open. The first version opened a
+// gateway_mismatch case, which settlements close, its facts let go: the captured payment was on
+// no open case, no session, no ledger (the session's own review). Negative control: with
+// CaseGatewayMismatch, the case is closed by the approval.
+func TestSettlingTheOldSessionLeavesTheCaseAboutMoneyAtTheNewGateway(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	old := b.unregistered(t, "o-probe-other-gw-settle", 1000)
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
+	// Finance: the old gateway has nothing for this Unknown session; proposes Failed.
+	p := b.propose(t, fin1, old.ID, payments.StatusFailed)
+	// The payment the pre-fix patrol registered at this (the new) gateway, paid by the customer.
+	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
+	if r, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-probe-settle", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil || r.Outcome != payments.EventUnknownPayment {
+		t.Fatalf("event: %+v %v", r, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND detail LIKE '%' || $2 || '%'`, old.ID, gp.ID); n != 1 {
+		t.Fatalf("premise: %d open cases naming %s", n, gp.ID)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	inReview, err := b.svc.PaymentInReview(ctx, old.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL AND detail LIKE '%' || $1 || '%'`, gp.ID); n != 1 {
+		var res string
+		_ = b.pool.QueryRow(ctx, `SELECT coalesce(resolution, '') FROM finance_cases WHERE detail LIKE '%' || $1 || '%'`, gp.ID).Scan(&res)
+		t.Fatalf("the case about %s captured at the new gateway was closed by the old session's settlement (%q): no open case names it; checkout in review: %v",
+			gp.ID, res, inReview)
+	}
+}
+
+// An event of this gateway about a declined payment under an old gateway's session (nothing was
+// taken) opens no case: the first version opened a gateway_mismatch case, and the order's
+// checkout was refused ("our bank reported a payment") until finance resolved it (the session's
+// own review). Negative control: without the status look in otherGatewaysPayment, a case.
+func TestADeclinedPaymentAtTheNewGatewayOpensNoCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	old := b.failed(t, "o-probe-other-gw-declined", 1000) // settled Failed: the order may be paid again
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
+	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: "k-" + old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp.ID, payments.GatewayDeclined)
+	if in, err := b.svc.PaymentInReview(ctx, old.OrderID); err != nil || in {
+		t.Fatalf("premise: in review %v %v", in, err)
+	}
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-probe-declined", Type: "payment.declined", PaymentID: gp.ID, Reference: old.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, old.ID); n != 0 {
+		t.Fatalf("a declined payment (nothing taken) at the new gateway opened %d cases", n)
 	}
 }
