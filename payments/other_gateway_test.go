@@ -81,10 +81,7 @@ func TestAWebhookByReferenceLeavesASessionOfAnotherGatewayAlone(t *testing.T) {
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
 	// The payment the pre-fix patrol registered at this (the new) gateway under the old session's
 	// reference, now paid by the customer.
-	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gp := b.atThisGateway(t, old)
 	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
 
 	r, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID})
@@ -117,14 +114,10 @@ func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) 
 	b := newBench(t)
 	ctx := context.Background()
 	old := b.unregistered(t, "o-old-gw-hook2", 1000)
-	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gp := b.atThisGateway(t, old)
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old', gateway_payment_id = $2, status = 'Registered' WHERE id = $1`, old.ID, gp.ID)
 	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
-	_, err = b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw-2", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID})
-	if err != nil {
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw-2", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 10; i++ {
@@ -158,10 +151,7 @@ func TestSettlingTheOldSessionLeavesTheCaseAboutMoneyAtTheNewGateway(t *testing.
 	// Finance: the old gateway has nothing for this Unknown session; proposes Failed.
 	p := b.propose(t, fin1, old.ID, payments.StatusFailed)
 	// The payment the pre-fix patrol registered at this (the new) gateway, paid by the customer.
-	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gp := b.atThisGateway(t, old)
 	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
 	if r, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-probe-settle", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil || r.Outcome != payments.EventUnknownPayment {
 		t.Fatalf("event: %+v %v", r, err)
@@ -194,10 +184,7 @@ func TestADeclinedPaymentAtTheNewGatewayOpensNoCase(t *testing.T) {
 	ctx := context.Background()
 	old := b.failed(t, "o-probe-other-gw-declined", 1000) // settled Failed: the order may be paid again
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
-	gp, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: "k-" + old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gp := b.atThisGateway(t, old)
 	b.gw.SetStatus(gp.ID, payments.GatewayDeclined)
 	if in, err := b.svc.PaymentInReview(ctx, old.OrderID); err != nil || in {
 		t.Fatalf("premise: in review %v %v", in, err)
@@ -208,4 +195,15 @@ func TestADeclinedPaymentAtTheNewGatewayOpensNoCase(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, old.ID); n != 0 {
 		t.Fatalf("a declined payment (nothing taken) at the new gateway opened %d cases", n)
 	}
+}
+
+// atThisGateway is a payment at the bench's gateway under old's reference: what the patrol
+// registered there for a session of another gateway before it looked at the session's gateway.
+func (b *bench) atThisGateway(t *testing.T, old payments.Session) payments.GatewayPayment {
+	t.Helper()
+	gp, err := b.gw.Register(context.Background(), payments.RegisterRequest{IdempotencyKey: "again-" + old.ID, Reference: old.ID, Amount: old.Amount, Currency: old.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gp
 }
