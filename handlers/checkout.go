@@ -430,6 +430,20 @@ func nextLook(cur *url.URL) (string, time.Duration) {
 	return u.RequestURI(), after
 }
 
+// LookAgain is how a customer's page whose look met a passing failure (a 503: the database
+// away for a moment) looks again by itself, as a waiting page does: back (the look's own path
+// and query) with its look count one higher, after nextLook's interval. Without it a waiting
+// page that met one 503 stopped updating for good. Nothing when the customer turned updates
+// off (auto=off) or back is not a path.
+func LookAgain(back string) (next string, after time.Duration, ok bool) {
+	u, err := url.Parse(back)
+	if err != nil || u.Path == "" || u.Host != "" || u.Scheme != "" || u.Query().Get(autoParam) == autoOff {
+		return "", 0, false
+	}
+	next, after = nextLook(u)
+	return next, after, true
+}
+
 // updates is how the waiting page at cur looks again: by itself (nextLook), or, once the
 // customer turned that off (auto=off), only when they click "Check now".
 func updates(cur *url.URL) views.CheckoutUpdates {
@@ -475,7 +489,7 @@ func (h *Checkout) selfUpdatesAt(c echo.Context, orderID string, at time.Time) v
 	u := h.selfUpdates(c, orderID)
 	if !u.Off {
 		wait := (at.Sub(h.svc.Now()) + time.Second - 1).Truncate(time.Second) // Refresh counts whole seconds
-		u.After = min(max(wait, time.Second), maxRefreshAfter)
+		u.After = min(max(wait, u.After, time.Second), maxRefreshAfter)       // not before the gateway's turn, nor before the look's back-off
 	}
 	return u
 }

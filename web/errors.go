@@ -181,8 +181,18 @@ func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Ser
 	if id := handlers.PathParam(c, "order_id"); id != "" && p.Status != http.StatusNotFound {
 		back = orderPageBack(c, svc, payments.CheckoutPathOrderID(id))
 	}
-	c.Response().Header().Set("Cache-Control", "no-store")
-	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back, looking(c.Request().Method))); err != nil {
+	hdr := c.Response().Header()
+	hdr.Set("Cache-Control", "no-store")
+	refresh := 0
+	if p.Status == http.StatusServiceUnavailable && looking(c.Request().Method) && back != "" {
+		// A look that met an outage looks again by itself (a browser ignores Retry-After on a
+		// page): a waiting page keeps updating through a moment without its database.
+		if next, after, ok := handlers.LookAgain(back); ok {
+			refresh = int(after / time.Second)
+			hdr.Set("Refresh", strconv.Itoa(refresh)+"; url="+next)
+		}
+	}
+	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back, looking(c.Request().Method), refresh)); err != nil {
 		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
 	}
 	return nil
