@@ -570,7 +570,7 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 		return Outcome{ResourceID: id, Status: status}, nil
 	}
 	if err != nil {
-		x.giveUp(ctx, r, slot.Token, err)
+		x.giveUp(ctx, r, slot, err)
 		return Outcome{}, err
 	}
 	rctx, cancel := x.recordContext(ctx)
@@ -611,19 +611,25 @@ func (x *Idempotency) recordContext(ctx context.Context) (context.Context, conte
 // next identical request started a new use, and a refund keyed by it was a second refund of
 // the same keyless intent (an outside review). Kept, it takes the use over and finds that
 // resource. There is no corrected request to free it for: an intent's key is its request.
-func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, token string, cause error) {
+//
+// For the same reason a client's key taken over from a holder whose lock went stale
+// (Slot.TookOver) is abandoned, never released: that holder may still be running under the same
+// use, only slow (a pool with no free connection, a slow gateway in its re-check), and make the
+// refund after this request was refused for want of room. Released, the client's next use of
+// the key (free to it after a 409) started a new use and a second refund (an outside review).
+func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, slot Slot, cause error) {
 	ctx, cancel := x.recordContext(ctx)
 	defer cancel()
 	var err error
 	switch ErrorCode(cause) {
 	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
-		if r.Kind == IdempotencyIntentKey {
-			err = x.Abandon(ctx, r, token)
+		if r.Kind == IdempotencyIntentKey || slot.TookOver {
+			err = x.Abandon(ctx, r, slot.Token)
 			break
 		}
-		err = x.Release(ctx, r, token)
+		err = x.Release(ctx, r, slot.Token)
 	default:
-		err = x.Abandon(ctx, r, token)
+		err = x.Abandon(ctx, r, slot.Token)
 	}
 	if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
 		x.svc.log.Warn("idempotency: giving up key failed", "client", r.ClientID, "kind", string(r.Kind), "err", err)
