@@ -113,18 +113,60 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 	if len(found) == 0 {
 		return GatewayPayment{}, false, nil
 	}
-	best := pickPayment(found)
-	if len(found) > 1 {
+	// The payment to attach, asked for by its id: a search index may lag (Stripe's by up to an
+	// hour), and its copy must not judge the session (an outside review: a stale pending copy of
+	// a payment Completed by people).
+	started = time.Now()
+	best, err := s.gwOf(sess).Status(ctx, pickPayment(found).ID)
+	s.logGatewayAnswer(ctx, sess.ID, "status", "", started, err, "gateway says "+string(best.Status))
+	if err != nil {
+		return GatewayPayment{}, false, err
+	}
+	found = withAnswer(found, best)
+	if facts := duplicateFacts(found, best.ID, sess.Status); len(found) > 1 && len(facts) > 0 {
 		// A gateway that ignored our idempotency key created several payments for one session.
 		// Attach the most advanced one and tell finance about the others.
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), paymentFacts(found)...)
+			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
 	}
 	return best, true, nil
+}
+
+// withAnswer is found with gp, the gateway's answer by id about one of them, in place of the
+// search's copy (or added, when the search did not list it).
+func withAnswer(found []GatewayPayment, gp GatewayPayment) []GatewayPayment {
+	for i := range found {
+		if found[i].ID == gp.ID {
+			found[i] = gp
+			return found
+		}
+	}
+	return append(found, gp)
+}
+
+// duplicateFacts are the facts of a duplicate_gateway_payment case about found, the payments
+// carrying a session's reference: each one other than the session's own (own: the one attached,
+// else the one Check attaches) that holds or may still take money. The own payment's progress is no
+// news about a duplicate (an outside review: a resolved case opened again when the customer
+// paid the own payment); a payment that took nothing (declined, expired, reversed) asks nothing
+// of finance; and money held for a Failed or Canceled session is its late_payment case's (one
+// case for one sum: the same review found two, each inviting a refund).
+func duplicateFacts(found []GatewayPayment, own string, st Status) []string {
+	late := st == StatusFailed || st == StatusCanceled
+	var facts []string
+	for _, gp := range found {
+		switch {
+		case gp.ID == own, gp.Status == GatewayDeclined, gp.Status == GatewayExpired, gp.Status == GatewayReversed:
+		case late && (gp.Status == GatewaySucceeded || gp.Status == GatewayAuthorized):
+		default:
+			facts = append(facts, gatewayFact(gp))
+		}
+	}
+	return facts
 }
 
 // distinctPayments keeps one copy of each payment a search listed. A search whose index moves

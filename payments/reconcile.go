@@ -16,7 +16,9 @@ import (
 //
 //   - A succeeded/authorized gateway payment for a Failed or Canceled session (a late payment
 //     whose webhook was lost) → a late_payment case. No money moves.
-//   - Several gateway payments under one reference → a duplicate_gateway_payment case.
+//   - Several gateway payments under one reference → a duplicate_gateway_payment case about the
+//     ones other than the session's own that hold or may take money (duplicateFacts; money held
+//     for a Failed or Canceled session is its late_payment case's).
 //   - A Completed session whose gateway payment is not succeeded, or is for another amount or
 //     currency → a gateway_mismatch case.
 //   - An active session the gateway has moved on (settled, authorized, found) → applied through
@@ -660,26 +662,34 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		case err != nil:
 			return err
 		default:
-			replaced := false
-			for i := range found {
-				if found[i].ID == gp.ID {
-					found[i], replaced = gp, true
-				}
-			}
-			if !replaced {
-				found = append(found, gp)
-			}
+			found = withAnswer(found, gp)
 			own, haveOwn = gp, mine
 		}
 	case mine && len(found) > 0:
-		// No id attached yet (the registration's answer was lost): what Check would pick.
-		own, haveOwn = pickPayment(found), true
+		// No id attached yet (the registration's answer was lost): what Check would pick, asked
+		// for by its id too (the search's copy of a payment Completed by people lagged: a false
+		// gateway_mismatch case, an outside review).
+		started := time.Now()
+		gp, err := s.gwOf(sess).Status(ctx, pickPayment(found).ID)
+		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
+		if err != nil {
+			return err
+		}
+		found = withAnswer(found, gp)
+		own, haveOwn = gp, true
 	}
 
-	if len(found) > 1 {
+	ownID := sess.GatewayPaymentID
+	switch {
+	case ownID == "" && haveOwn:
+		ownID = own.ID
+	case ownID == "" && len(found) > 0:
+		ownID = pickPayment(found).ID
+	}
+	if facts := duplicateFacts(found, ownID, sess.Status); len(found) > 1 && len(facts) > 0 {
 		if err := s.reconcileCase(ctx, sess, rep, CaseDuplicatePayment, fmt.Sprintf(
 			"reconciliation: %d gateway payments carry reference %s: %s", len(found), sess.Reference(), describePayments(found)),
-			paymentFacts(found)...); err != nil {
+			facts...); err != nil {
 			return err
 		}
 	}
