@@ -200,7 +200,8 @@ const RefundIntentOwner = "00000000-0000-0000-0000-000000000000"
 type Slot struct {
 	// Token is set when this request now holds the key: it must Complete, Release or Abandon it.
 	Token string
-	// TookOver: the key was held by a request whose lock went stale (or that gave up).
+	// TookOver: the key was held by a request whose lock went stale, which may still be running
+	// (a key its request gave up, Abandon, has no holder: taking it is not a takeover).
 	TookOver bool
 	// Fresh: this request began a new use of the key (its row did not exist or had expired), so
 	// no earlier request of this key ran an effect in this use.
