@@ -338,7 +338,7 @@ func TestCheckoutAfterALatePaymentOffersNoSecondCharge(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1`, sid).Scan(&caseID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded at the gateway by hand"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded at the gateway by hand", ""); err != nil {
 		t.Fatal(err)
 	}
 	doc = page(t, a.get(b.orderPage("o-late", "")), http.StatusOK)

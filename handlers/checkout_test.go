@@ -491,7 +491,7 @@ func TestCheckoutClicksThatAreRefusedSpendNothing(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1`, sid).Scan(&caseID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded by hand"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, payments.Staff{Email: "fin@example.com", Role: "finance"}, caseID, "refunded by hand", ""); err != nil {
 		t.Fatal(err)
 	}
 	retryAction, retry := payForm(t, a, b.orderPage(late, ""))

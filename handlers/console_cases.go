@@ -48,7 +48,7 @@ func (h *Console) ResolveCase(c echo.Context) error {
 	if perr != nil {
 		return notFound("case")
 	}
-	fc, err := h.svc.ResolveCase(c.Request().Context(), st, id, c.FormValue("note"))
+	fc, err := h.svc.ResolveCase(c.Request().Context(), st, id, c.FormValue("note"), c.FormValue("seen"))
 	msg := ""
 	if err == nil {
 		msg = "Case " + strconv.FormatInt(fc.ID, 10) + " (" + fc.Kind + ") resolved."

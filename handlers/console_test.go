@@ -248,7 +248,23 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 	if b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`) != 1 {
 		t.Fatal("resolved without a note")
 	}
-	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}})), http.StatusOK)
+	// News added to the case after the page was read: the form that read it is refused, so
+	// nobody resolves what they have not seen; the page read again resolves it.
+	seen := doc.Find(testid("resolve-form")+` input[name="seen"]`).AttrOr("value", "")
+	if seen == "" {
+		t.Fatal("the resolve form does not say which case text it was read with")
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE finance_cases SET detail = detail || E'\nAlso: gateway captured more' WHERE id = $1`, caseID); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}, "seen": {seen}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "changed since you read it")
+	if b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`) != 1 {
+		t.Fatal("a case resolved with news its reader never saw")
+	}
+	doc = page(t, fin.get("/finance/cases"), http.StatusOK)
+	seen = doc.Find(testid("resolve-form")+` input[name="seen"]`).AttrOr("value", "")
+	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}, "seen": {seen}})), http.StatusOK)
 	wantText(t, doc, "flash", "resolved")
 	if doc.Find(testid("case-row")).Length() != 0 {
 		t.Error("a resolved case is still listed as open")

@@ -86,7 +86,7 @@ func TestCheckDoesNotReopenAResolvedCompletedWithoutPayment(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, s.ID).Scan(&caseID); err != nil {
 		t.Fatalf("setup: reconciliation opened no case: %v", err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "the gateway confirmed the capture under another account, ticket FIN-20"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "the gateway confirmed the capture under another account, ticket FIN-20", ""); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Advance(time.Minute)

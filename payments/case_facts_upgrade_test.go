@@ -45,7 +45,7 @@ func TestALatePaymentCaseOfThePreviousReleaseIsNotReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	// After the deploy: finance refunds it by hand and resolves it on a new replica.
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9", ""); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Advance(time.Minute)

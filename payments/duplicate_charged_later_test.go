@@ -38,7 +38,7 @@ func TestADuplicateChargedAfterItsCaseWasResolvedReachesFinance(t *testing.T) {
 				s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
 				t.Fatalf("setup: no duplicate case: %v", err)
 			}
-			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself"); err != nil {
+			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself", ""); err != nil {
 				t.Fatal(err)
 			}
 			open := func() int {

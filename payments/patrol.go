@@ -212,7 +212,11 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 		}
 		lost = len(leases) - n
 		for _, e := range flagged {
-			if err := openCase(ctx, tx, e.sessionID, e.orderID, tbl.caseKind, e.reason, now); err != nil {
+			// noteCase: a second refund of the payment running out while the first one's case is
+			// open is added to it (openCase dropped it, and finance resolved a case naming the
+			// first alone, an outside review); a session's case gets a repeat of its own reason
+			// once.
+			if err := noteCase(ctx, tx, e.sessionID, e.orderID, tbl.caseKind, e.reason, now); err != nil {
 				return err
 			}
 		}

@@ -29,7 +29,7 @@ func TestAResolvedDuplicateStaysResolvedWhenTheOwnPaymentIsPaid(t *testing.T) {
 		s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
 		t.Fatalf("setup: no duplicate case: %v", err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself", ""); err != nil {
 		t.Fatal(err)
 	}
 	// The customer pays on A's page; its Check completes S.

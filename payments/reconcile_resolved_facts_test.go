@@ -20,7 +20,7 @@ func TestReconcileKnowsALatePaymentCaseResolvedFromCheck(t *testing.T) {
 	b := newBench(t)
 	ctx := context.Background()
 	dead, caseID := b.latePaymentCase(t, "o-late-check")
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9", ""); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Advance(time.Minute)
@@ -49,7 +49,7 @@ func TestReconcileDoesNotReopenAResolvedLostPayment(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID).Scan(&caseID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "gateway support confirmed the capture by phone, ticket FIN-12"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "gateway support confirmed the capture by phone, ticket FIN-12", ""); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -59,7 +59,7 @@ func TestReconcileDoesNotReopenAResolvedLostPayment(t *testing.T) {
 			t.Fatal(err)
 		}
 		if caseID != 0 {
-			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "same as FIN-12"); err != nil {
+			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "same as FIN-12", ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -84,7 +84,7 @@ func TestReconcileDoesNotReopenAResolvedAmountMismatch(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID).Scan(&caseID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "asked the gateway to correct the amount, ticket FIN-13"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "asked the gateway to correct the amount, ticket FIN-13", ""); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -117,7 +117,7 @@ func TestALatePaymentResolvedWhileAFinderRacesOpensNoSecondCase(t *testing.T) {
 	}
 	resolved := make(chan error, 1)
 	go func() {
-		_, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-10")
+		_, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-10", "")
 		resolved <- err
 	}()
 	waitLockWaiters(t, b.pool, 1)

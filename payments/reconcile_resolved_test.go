@@ -31,7 +31,7 @@ func TestReconcileDoesNotReopenAContradictionFinanceResolved(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment'`, dead.ID).Scan(&caseID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9"); err != nil {
+	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded the late payment by hand at the gateway, ticket FIN-9", ""); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 { // each pass: the case finance closed comes back; finance closes it again
@@ -41,7 +41,7 @@ func TestReconcileDoesNotReopenAContradictionFinanceResolved(t *testing.T) {
 			t.Fatal(err)
 		}
 		if caseID != 0 {
-			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "already refunded, see FIN-9"); err != nil {
+			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "already refunded, see FIN-9", ""); err != nil {
 				t.Fatal(err)
 			}
 		}

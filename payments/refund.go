@@ -224,7 +224,7 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 			if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
 				return dbError("refund: note the gateway's id", err, "")
 			}
-			return noteCase(nctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now())
+			return noteCase(nctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now(), refundFact(r.ID, r.Status, gr))
 		}); err != nil {
 			return nil, err
 		}
@@ -441,6 +441,14 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 	return gr, true, err
 }
 
+// refundFact is a refund's contradiction as a case's fact: the refund, how it stands here, and
+// the gateway's answer about it (any of them changing is new news). Without facts a case finance
+// resolved was opened again at the patrol's every look at a refund still Pending behind a
+// misstated answer (an outside review).
+func refundFact(refundID, here string, gr GatewayRefund) string {
+	return fmt.Sprintf("refund %s (%s here): %s (%s, %d of %s)", refundID, here, orNone(gr.ID), gr.Status, gr.Amount, orNone(gr.PaymentID))
+}
+
 // driveRefund asks the gateway about a refund (askRefund) and applies the answer: succeeded
 // writes the one RefundIssued entry; a refusal of the refund request fails it; pending records
 // the gateway's refund id (so the next look reads it instead of asking again).
@@ -525,7 +533,8 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 					return dbError("refund: note the gateway's id", err, "")
 				}
 				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
-					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, answer, cur.Detail), now)
+					fmt.Sprintf("refund %s is %s here, but the gateway answers %s (%s)", r.ID, cur.Status, answer, cur.Detail), now,
+					refundFact(r.ID, cur.Status, gr))
 			}
 			return nil // applied already (the patrol or a concurrent request got there first)
 		}
@@ -533,7 +542,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			return nil // still Pending: the drive that holds it now applies its own answer
 		}
 		if mismatch != "" {
-			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now)
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now, refundFact(r.ID, cur.Status, gr))
 		}
 		if status == "" {
 			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = coalesce(nullif($2, ''), gateway_refund_id), updated_at = $3
@@ -551,7 +560,7 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		if out, err = settleRefundRow(ctx, tx, cur, status, detail, gr.ID, by, now); err != nil || booksDiffer == "" {
 			return err
 		}
-		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now)
+		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, booksDiffer, now, r.ID+" (refused: "+GatewayErrorCode(gerr)+")")
 	})
 	if err == nil && leaseLost {
 		return out, ErrLeaseLost

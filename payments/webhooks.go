@@ -298,19 +298,44 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 		return EventResult{}, err
 	}
 	if sess.GatewayPaymentID != "" && sess.GatewayPaymentID != ev.PaymentID {
-		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
-			ev.PaymentID, sess.GatewayPaymentID, ev.ID)
-		s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
-			"session_gateway_payment", sess.GatewayPaymentID)
-		// No facts: the event says the second payment changed (events come once each, on a
-		// change), but not into what; a case finance resolved is no reason to drop it.
-		if err := s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
-		}); err != nil {
+		if err := s.secondPayment(ctx, sess, ev); err != nil {
 			return EventResult{}, err
 		}
 	}
 	return EventResult{Outcome: EventApplied, Session: sess}, nil
+}
+
+// secondPayment is an event about a payment that carries sess's reference but is not the one
+// it is attached to (a gateway that ignored our key made two): read by its id, it goes to the
+// session's duplicate case with the facts reconciliation and Check give it (duplicateFacts).
+// Without them, a duplicate finance had resolved came back at the next reconciliation, a payment
+// that took nothing opened a case, and money held for a Failed session opened a duplicate case
+// beside its late_payment case: one sum, two cases (an outside review). noteCase: the open case
+// may be about the same payment still pending, and its capture is news. A payment the gateway
+// does not know opens the case without facts, as before.
+func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEvent) error {
+	started := time.Now()
+	gp, gerr := s.gw.Status(ctx, ev.PaymentID)
+	s.logGatewayCall(ctx, sess.ID, "status", "", started, gerr)
+	var facts []string
+	described := ev.PaymentID
+	switch {
+	case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+	case gerr != nil:
+		return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+	default:
+		if facts = duplicateFacts([]GatewayPayment{gp}, sess.GatewayPaymentID, sess.Status); len(facts) == 0 {
+			return nil // took nothing, or the session's late_payment case holds it
+		}
+		described = gatewayFact(gp)
+	}
+	s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
+		"session_gateway_payment", sess.GatewayPaymentID)
+	detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
+		described, sess.GatewayPaymentID, ev.ID)
+	return s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
+		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
+	})
 }
 
 // WebhookEvent is one row of the webhook inbox, for the console and tests.
