@@ -21,7 +21,8 @@ import (
 // (Since S'), a new RequestKey, and a second refund R' of the same amount. One Idempotency-Key,
 // two refunds at the gateway, the customer refunded twice (an outside review). A key taken over
 // from a stale holder is abandoned on such a refusal: the same request takes the use over and
-// finds R. Negative control: releasing it (giveUp without slot.TookOver) makes the two refunds.
+// finds R. Negative control: releasing it (giveUp without !slot.Fresh) makes the two refunds;
+// releasing a key taken over from no holder (slot.TookOver alone) makes them after two retries.
 func TestAKeyTakenOverAndRefusedStaysWithItsSlowFirstRequest(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
@@ -46,9 +47,15 @@ func TestAKeyTakenOverAndRefusedStaysWithItsSlowFirstRequest(t *testing.T) {
 	mustWait(t, gate.Arrived(), "K1 in its re-check")
 	b.gw.Unhold(fakegw.OpFindRefund) // later re-checks pass; K1 stays held
 
-	// K2: the client's retry after K1's lock went stale: a takeover, refused 409 (room).
+	// K2: the client's retry after K1's lock went stale: a takeover, refused 409 (room). And its
+	// retry again (a 409 invites one): the key K2 gave up has no holder, and taking it is no
+	// different (the same review's second look: it was released then).
 	b.clock.Advance(payments.StaleAfterFor(0) + time.Second)
 	wantProblem(t, b.do(c), http.StatusConflict, "")
+	wantProblem(t, b.do(c), http.StatusConflict, "")
+	if n := b.count(t, `SELECT count(*)::int FROM idempotency_keys WHERE key = 'k'`); n != 1 {
+		t.Errorf("key k rows after two refused retries = %d, want 1 (still bound to the slow first request's use)", n)
+	}
 
 	// P fails at the gateway; the patrol settles it: the room is back.
 	b.gw.SetRefundStatus(*pay.GatewayPaymentID, "failed")

@@ -41,8 +41,9 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 	ctx, flush := s.deferCallLog(ctx) // the call's log row rides in the apply transaction
 	defer flush()
 	gp, found, err := s.gatewayState(ctx, sess)
-	if err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
-		// The gateway says the payment we registered does not exist. Asking again for days will
+	if err != nil && sess.GatewayPaymentID != "" && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
+		// The gateway says the payment we registered does not exist (not a payment its search
+		// listed and its GET does not know yet: that one is asked about again). Asking again for days will
 		// not change that: flag the session for finance now, with a case, and leave its state.
 		return s.flagMissingAtGateway(ctx, sess, err)
 	}

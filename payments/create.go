@@ -360,6 +360,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			// A late payment in finance's hands: no new charge from the checkout (ErrPaymentInReview).
 			b.Queue(paymentInReviewSQL, in.OrderID).QueryRow(func(r pgx.Row) error { return r.Scan(&inReview) })
 		}
+		var holdsKey bool
+		in.Bind.queueHolds(&b, &holdsKey)
 		var starts checkoutStarts
 		if in.checkoutStart != "" {
 			b.Queue(checkoutStartsSQL, in.OrderID, now.Add(-time.Hour), in.checkoutStart).QueryRow(func(r pgx.Row) error {
@@ -398,6 +400,11 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			if err := starts.spent(now); err != nil {
 				return err
 			}
+		}
+		if !holdsKey {
+			// The key went to the same request sent again (KeyBinding.queueHolds): a new session
+			// is that one's to make; its answer is the key's.
+			return Errorf(EBUSY, "a request with this key is still in progress; retry shortly")
 		}
 		id := uuid.NewString()
 		// A Registering session is due for the sweeper after RegisterGrace: if this process dies

@@ -200,8 +200,7 @@ const RefundIntentOwner = "00000000-0000-0000-0000-000000000000"
 type Slot struct {
 	// Token is set when this request now holds the key: it must Complete, Release or Abandon it.
 	Token string
-	// TookOver: the key was held by a request whose lock went stale, which may still be running
-	// (a key its request gave up, Abandon, has no holder: taking it is not a takeover).
+	// TookOver: the key was held by a request whose lock went stale (it may still be running).
 	TookOver bool
 	// Fresh: this request began a new use of the key (its row did not exist or had expired), so
 	// no earlier request of this key ran an effect in this use.
@@ -257,6 +256,30 @@ func (kb *KeyBinding) statement() string {
 		return recordKeySQL
 	}
 	return completeKeySQL
+}
+
+// queueHolds adds to b a read of whether this request still holds its client key, locking the
+// key's row until b's transaction ends; *holds is true for an intent's binding or none (they
+// need no such read). A client key's request that was slower than StaleAfter before its claim
+// may have lost the key to the same request sent again, and that one may have ended its payment
+// since (refused, declined): the slow one's claim then made a second session and registration
+// for one key, which no replay of the key returned (an outside review). Read under the lock,
+// a takeover waits for the claim and finds the resource it records.
+func (kb *KeyBinding) queueHolds(b *pgx.Batch, holds *bool) {
+	*holds = true
+	if kb == nil || !kb.recordOnly {
+		return
+	}
+	b.Queue(`SELECT lock_token = $4::uuid AND completed_at IS NULL FROM idempotency_keys
+		WHERE client_id = $1 AND kind = $2 AND key = $3 FOR UPDATE`, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token).
+		QueryRow(func(r pgx.Row) error {
+			err := r.Scan(holds)
+			if errors.Is(err, pgx.ErrNoRows) {
+				*holds = false
+				return nil
+			}
+			return err
+		})
 }
 
 // queue adds the key's completion with resourceID to a batch that will commit with it. Call
@@ -613,18 +636,21 @@ func (x *Idempotency) recordContext(ctx context.Context) (context.Context, conte
 // the same keyless intent (an outside review). Kept, it takes the use over and finds that
 // resource. There is no corrected request to free it for: an intent's key is its request.
 //
-// For the same reason a client's key taken over from a holder whose lock went stale
-// (Slot.TookOver) is abandoned, never released: that holder may still be running under the same
-// use, only slow (a pool with no free connection, a slow gateway in its re-check), and make the
-// refund after this request was refused for want of room. Released, the client's next use of
-// the key (free to it after a 409) started a new use and a second refund (an outside review).
+// For the same reason a client's key is released only by the request that began its use
+// (Slot.Fresh); one taken over is abandoned: an earlier request of the same use may still be
+// running, only slow (a pool with no free connection, a slow gateway in its re-check), and make
+// the refund after this one was refused for want of room. Released, the client's next use of the
+// key (free to it after a 409) started a new use and a second refund (an outside review). A
+// takeover of a key a refused takeover abandoned is no different (the slow request may still
+// run): the same review's second retry. The cost: after a takeover, a corrected body with the
+// same key is refused 422, as the contract says of a key reused with another body.
 func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, slot Slot, cause error) {
 	ctx, cancel := x.recordContext(ctx)
 	defer cancel()
 	var err error
 	switch ErrorCode(cause) {
 	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
-		if r.Kind == IdempotencyIntentKey || slot.TookOver {
+		if r.Kind == IdempotencyIntentKey || !slot.Fresh {
 			err = x.Abandon(ctx, r, slot.Token)
 			break
 		}

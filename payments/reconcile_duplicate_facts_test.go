@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // A gateway that ignored our key holds two payments under session
@@ -142,5 +143,58 @@ func judgedByID(t *testing.T, viaCheck bool) {
 		var d string
 		_ = b.pool.QueryRow(ctx, `SELECT detail FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID).Scan(&d)
 		t.Errorf("a false gateway_mismatch case from the search's stale copy of succeeded payment %s (%d cases, %d mismatches reported): %q", a.ID, n, rep.Mismatches, d)
+	}
+}
+
+// getLags: the search lists a payment whose GET by id does not answer yet (404 not_found).
+type getLags struct {
+	*fakegw.Gateway
+	missing map[string]bool
+}
+
+func (g *getLags) Status(ctx context.Context, id string) (payments.GatewayPayment, error) {
+	if g.missing[id] {
+		return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: fakegw.OpStatus, HTTPStatus: 404, Code: "not_found"}
+	}
+	return g.Gateway.Status(ctx, id)
+}
+
+// An Unknown session (registration answer lost) whose payment the search lists but whose
+// GET by id answers not_found for a moment. Before b928f3e Check attached the listed payment;
+// now gatewayState's new Status call returns a definitive not_found and check() takes it for
+// "the payment WE ATTACHED does not exist": flagMissingAtGateway flags the session (the sweeper
+// stops asking: next_check_at NULL) and opens a gateway_mismatch case naming payment "" (a
+// review of the session's diff). The Check answers that the gateway did not answer, and the
+// next one, the GET caught up, attaches the payment. Negative control: flagging on any
+// not_found, as before.
+func TestACheckWhoseSearchIsAheadOfItsGetAsksAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	lg := &getLags{Gateway: b.gw, missing: map[string]bool{}}
+	svc := payments.NewService(b.pool, payments.Config{Gateway: lg, Clock: b.clock, ReplicaID: "replica-lag",
+		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Second})
+	s := b.unregistered(t, "o-audit-getlag", 500)
+	a, err := b.gw.Register(ctx, payments.RegisterRequest{IdempotencyKey: s.ID, Reference: s.ID, Amount: s.Amount, Currency: s.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg.missing[a.ID] = true
+	if _, err := svc.Check(ctx, api, s.ID); payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("Check while the GET lags: %v, want unavailable (asked again)", err)
+	}
+	var n int
+	var detail string
+	_ = b.pool.QueryRow(ctx, `SELECT count(*), coalesce(max(detail),'') FROM finance_cases WHERE session_id = $1`, s.ID).Scan(&n, &detail)
+	var flagged bool
+	if err := b.pool.QueryRow(ctx, `SELECT flagged_at IS NOT NULL FROM payment_sessions WHERE id = $1`, s.ID).Scan(&flagged); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || flagged {
+		t.Fatalf("a payment the search lists (GET not caught up) flagged the session (%v) and opened %d case(s): %q", flagged, n, detail)
+	}
+	lg.missing[a.ID] = false
+	if got, err := svc.Check(ctx, api, s.ID); err != nil || got.GatewayPaymentID != a.ID || got.Status != payments.StatusRegistered {
+		t.Fatalf("Check once the GET caught up: %s %q %v, want Registered with %s", got.Status, got.GatewayPaymentID, err, a.ID)
 	}
 }
