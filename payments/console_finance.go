@@ -2,8 +2,6 @@ package payments
 
 import (
 	"context"
-	"crypto/md5" //nolint:gosec // a version tag of a case's text (PostgreSQL's md5), not a secret
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -26,24 +24,29 @@ type FinanceCase struct {
 	Amount        int64
 	Currency      string
 	SessionStatus Status
+	seen          string // caseSeenSQL when read
 }
 
 // Open reports whether the case awaits a resolution.
 func (c FinanceCase) Open() bool { return c.ResolvedAt == nil }
 
-// Seen names the case as read now (the hex MD5 of its detail, PostgreSQL's md5(detail): news
-// added to an open case changes its detail): the resolve form sends it back, and ResolveCase
-// refuses a case that changed since. A version tag, not a secret.
-func (c FinanceCase) Seen() string {
-	sum := md5.Sum([]byte(c.Detail))
-	return hex.EncodeToString(sum[:])
+// Seen names the case as read (caseSeenSQL when it was read): the resolve form sends it back,
+// and ResolveCase refuses a case that changed since.
+func (c FinanceCase) Seen() string { return c.seen }
+
+// caseSeenSQL names a case as it is now, of the finance_cases row of alias: the MD5 of its detail
+// and its facts (news added to an open case, noteCase, adds both; past the detail's 8,000-character
+// cap only its facts change: an outside review resolved a capture unread that way). A version
+// tag, not a secret.
+func caseSeenSQL(alias string) string {
+	return `md5(` + alias + `.detail || E'\n' || array_to_string(` + alias + `.facts, E'\n'))`
 }
 
 // listCases reads the cases under where (its arguments args), in order, at most limit.
 func (s *Service) listCases(ctx context.Context, where, order string, limit int, args ...any) ([]FinanceCase, error) {
 	rows, err := s.db.Query(ctx, `SELECT fc.id, coalesce(fc.session_id::text, ''), coalesce(fc.order_id, ''), fc.kind, fc.detail,
 		fc.created_at, fc.resolved_at, coalesce(fc.resolved_by, ''), coalesce(fc.resolution, ''),
-		coalesce(ps.amount, 0), coalesce(ps.currency, ''), coalesce(ps.status, '')
+		coalesce(ps.amount, 0), coalesce(ps.currency, ''), coalesce(ps.status, ''), `+caseSeenSQL("fc")+`
 		FROM finance_cases fc LEFT JOIN payment_sessions ps ON ps.id = fc.session_id
 		WHERE `+where+` ORDER BY `+order+` LIMIT `+strconv.Itoa(limit), args...)
 	if err != nil {
@@ -53,7 +56,7 @@ func (s *Service) listCases(ctx context.Context, where, order string, limit int,
 		var c FinanceCase
 		var st string
 		err := r.Scan(&c.ID, &c.SessionID, &c.OrderID, &c.Kind, &c.Detail, &c.CreatedAt, &c.ResolvedAt, &c.ResolvedBy,
-			&c.Resolution, &c.Amount, &c.Currency, &st)
+			&c.Resolution, &c.Amount, &c.Currency, &st, &c.seen)
 		c.SessionStatus = Status(st)
 		return c, err
 	})

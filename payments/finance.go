@@ -33,7 +33,7 @@ func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note, see
 	err = s.inTx(ctx, "resolve case", func(tx pgx.Tx) error {
 		var kind string
 		err := tx.QueryRow(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4
-			WHERE id = $1 AND resolved_at IS NULL AND ($5 = '' OR md5(detail) = $5) RETURNING kind`, id, now, by.Email, note, seen).Scan(&kind)
+			WHERE id = $1 AND resolved_at IS NULL AND ($5 = '' OR `+caseSeenSQL("finance_cases")+` = $5) RETURNING kind`, id, now, by.Email, note, seen).Scan(&kind)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var resolvedBy string
 			var resolvedAt *time.Time

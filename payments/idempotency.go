@@ -270,7 +270,7 @@ func (kb *KeyBinding) queueHolds(b *pgx.Batch, holds *bool) {
 	if kb == nil || !kb.recordOnly {
 		return
 	}
-	b.Queue(`SELECT lock_token = $4::uuid AND completed_at IS NULL FROM idempotency_keys
+	b.Queue(`SELECT coalesce(lock_token = $4::uuid, false) AND completed_at IS NULL FROM idempotency_keys
 		WHERE client_id = $1 AND kind = $2 AND key = $3 FOR UPDATE`, kb.r.ClientID, string(kb.r.Kind), kb.r.Key, kb.token).
 		QueryRow(func(r pgx.Row) error {
 			err := r.Scan(holds)

@@ -307,7 +307,8 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 
 // secondPayment is an event about a payment that carries sess's reference but is not the one
 // it is attached to (a gateway that ignored our key made two): read by its id, it goes to the
-// session's duplicate case with the facts reconciliation and Check give it (duplicateFacts).
+// session's duplicate case with the facts reconciliation and Check give it (duplicateFacts), or,
+// holding money for a Failed or Canceled session, to its late_payment case.
 // Without them, a duplicate finance had resolved came back at the next reconciliation, a payment
 // that took nothing opened a case, and money held for a Failed session opened a duplicate case
 // beside its late_payment case: one sum, two cases (an outside review). noteCase: the open case
@@ -323,9 +324,19 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 	case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
 	case gerr != nil:
 		return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+	case (sess.Status == StatusFailed || sess.Status == StatusCanceled) && (gp.Status == GatewaySucceeded || gp.Status == GatewayAuthorized):
+		// Money held for a session that is over: its late_payment case, with reconciliation's
+		// fact, opened here and now (reconciliation looks back only so far: a session that
+		// failed long ago was never compared again, and the review of this change found the
+		// charge reaching nobody).
+		detail := fmt.Sprintf("gateway payment %s, a second payment carrying this session's reference, holds money for a %s session (event %s)",
+			gatewayFact(gp), sess.Status, ev.ID)
+		return s.inTx(ctx, "webhook: late case", func(tx pgx.Tx) error {
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseLatePayment, detail, s.cfg.Clock.Now(), gatewayFact(gp))
+		})
 	default:
 		if facts = duplicateFacts([]GatewayPayment{gp}, sess.GatewayPaymentID, sess.Status); len(facts) == 0 {
-			return nil // took nothing, or the session's late_payment case holds it
+			return nil // took nothing
 		}
 		described = gatewayFact(gp)
 	}
