@@ -85,13 +85,18 @@ func ErrorCode(err error) string {
 }
 
 // lockTimedOut reports whether a statement gave up waiting for a lock (SQLSTATE 55P03: the
-// transaction's lock_timeout fired). Whatever wrapped it, that is "busy, ask again" (503), not a
-// fault: a statement that wrapped it with fmt.Errorf rather than dbError answered a 500 (an
-// outside review: a cancel's code behind a held challenge row).
+// transaction's lock_timeout fired) or was cut short (57014 query_canceled: a statement_timeout
+// an operator set on the role or in DATABASE_URL, a DBA's pg_cancel_backend). Whatever wrapped
+// it, that is "busy, ask again" (503), not a fault: a statement that wrapped it with fmt.Errorf
+// rather than dbError answered a 500 (an outside review: a cancel's code behind a held
+// challenge row), and a statement_timeout firing before lock_timeout did (another review).
 func lockTimedOut(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "55P03"
+	return errors.As(err, &pe) && timedOutCode(pe.Code)
 }
+
+// timedOutCode: lock_not_available (55P03) or query_canceled (57014).
+func timedOutCode(code string) bool { return code == "55P03" || code == "57014" }
 
 // unstorableMessage is what a client is told when its input held bytes no text column can keep.
 const unstorableMessage = "the request holds characters that cannot be stored (a NUL byte or invalid UTF-8); nothing was changed"
@@ -153,7 +158,8 @@ func RetryAfter(err error) time.Duration {
 //   - the socket failing under a query: connection reset or refused, a broken pipe, an
 //     unexpected EOF, a connection pgx had already closed, any other socket error.
 //
-// What is not an outage stays what it was: a statement or lock timeout, a constraint, a bug.
+// What is not an outage stays what it was: a statement or lock timeout (busy, also 503:
+// lockTimedOut), a constraint, a bug.
 func DatabaseUnavailable(err error) bool {
 	if err == nil {
 		return false

@@ -380,7 +380,7 @@ func dbError(op string, err error, notFoundFormat string, args ...any) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case pe.Code == "55P03": // lock_not_available: lock_timeout fired
+		case timedOutCode(pe.Code): // lock_timeout or statement_timeout fired (lockTimedOut)
 			return &Error{Code: EUNAVAIL, Message: busyMessage, Err: err}
 		case pe.Code == "23505" && pe.ConstraintName == "payment_sessions_one_active_per_order":
 			return &Error{Code: ECONFLICT, Message: "the order already has an active payment session", Err: err}
