@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,19 +71,7 @@ func TestALatePaymentOfASecondPaymentIsOneCase(t *testing.T) {
 	}
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
-	rows, err := b.pool.Query(ctx, `SELECT kind FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL ORDER BY id`, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		kinds = append(kinds, k)
-	}
-	if len(kinds) != 1 {
+	if kinds := b.openCaseKinds(t, s.ID); len(kinds) != 1 {
 		t.Errorf("open cases for the one late payment %s = %v, want one", second.ID, kinds)
 	}
 }
@@ -207,23 +196,11 @@ func TestResolvingACaseThatChangedSinceItWasReadIsRefused(t *testing.T) {
 func TestASecondUnsettledRefundIsAddedToTheOpenCase(t *testing.T) {
 	t.Parallel()
 	b := newBench(t, shortSchedule)
-	ctx := context.Background()
 	s := b.completed(t, "o-audit-two-unsettled", 1000)
 	r1 := b.flaggedRefund(t, s, 300, "k1")
 	r2 := b.flaggedRefund(t, s, 200, "k2")
-	rows, err := b.pool.Query(ctx, `SELECT detail FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
+	details := b.texts(t, `SELECT detail FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
 		s.ID, payments.CaseRefundUnsettled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var details []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			t.Fatal(err)
-		}
-		details = append(details, d)
-	}
 	named := false
 	for _, d := range details {
 		named = named || strings.Contains(d, r2.ID)
@@ -250,19 +227,79 @@ func TestALatePaymentOfAnotherAmountIsOneCase(t *testing.T) {
 	}
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
-	var kinds []string
-	rows, err := b.pool.Query(ctx, `SELECT kind FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL ORDER BY id`, dead.ID)
-	if err != nil {
+	if kinds := b.openCaseKinds(t, dead.ID); len(kinds) != 1 {
+		t.Errorf("open cases for the one late payment %s of 400 = %v, want one", dead.GatewayPaymentID, kinds)
+	}
+}
+
+// A review of the session's diff: secondPayment answered nil for money a second payment B holds for a Failed
+// session ("the session's late_payment case holds it"), but nothing opens that late_payment case
+// except reconciliation, which compares only sessions updated within its Lookback (7 days). B
+// authorized, captured more than a week after the session failed: its webhook opened a duplicate
+// case before that diff, then no case ever opened. The webhook opens the late_payment case.
+// Negative control: returning nil for it.
+func TestASecondPaymentCapturedForALongFailedSessionReachesFinance(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-audit7-late-b", 700)
+	second := b.secondPayment(t, s)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
+	if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
+		t.Fatalf("setup: %s %v", got.Status, err)
+	}
+	b.clock.Advance(8 * 24 * time.Hour)
+	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // money taken for a Failed session
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_captured", Type: "payment.updated",
+		PaymentID: second.ID, Reference: s.ID}); err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+	b.clock.Advance(time.Minute)
+	reconcile(t, b.svc, payments.ReconcileConfig{})
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Errorf("open cases about %s, captured for Failed session %s = %d, want 1", second.ID, s.ID, n)
+	}
+}
+
+// The same review: noteCase caps a case's detail at 8,000 characters but still merges the news'
+// facts. Once at the cap, news changes the facts and not the detail, so FinanceCase.Seen (md5 of
+// the detail) is unchanged: a resolve on what was read before the news goes through, the news'
+// fact counted as resolved, and no finder raised it again. Seen covers the facts too. Negative
+// control: md5 of the detail alone.
+func TestNewsPastACasesDetailCapIsNotResolvedUnread(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-audit7-cap", 700)
+	second := b.secondPayment(t, s) // pending: may still take money
+	for i := range 70 {
+		b.clock.Advance(time.Minute)
+		if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: fmt.Sprintf("evt_b_%03d", i), Type: "payment.updated",
+			PaymentID: second.ID, Reference: s.ID}); err != nil {
 			t.Fatal(err)
 		}
-		kinds = append(kinds, k)
 	}
-	if len(kinds) != 1 {
-		t.Errorf("open cases for the one late payment %s of 400 = %v, want one", dead.GatewayPaymentID, kinds)
+	page, err := b.svc.ListCases(ctx, false, 0)
+	if err != nil || len(page.Cases) != 1 {
+		t.Fatalf("setup: cases %+v %v", page.Cases, err)
+	}
+	read := page.Cases[0]
+	if len(read.Detail) < 7900 {
+		t.Fatalf("setup: detail only %d chars", len(read.Detail))
+	}
+	b.clock.Advance(time.Minute)
+	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // the second charge, after finance read the case
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_captured", Type: "payment.updated",
+		PaymentID: second.ID, Reference: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.ResolveCase(ctx, fin1, read.ID, "pending second payment, it will expire: nothing to do", read.Seen())
+	if payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Errorf("resolve of a case whose facts gained the capture of %s after it was read: err = %v, want ECONFLICT", second.ID, err)
+	}
+	b.clock.Advance(time.Minute)
+	reconcile(t, b.svc, payments.ReconcileConfig{})
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Errorf("open cases about the capture of %s nobody read = %d, want 1", second.ID, n)
 	}
 }

@@ -55,6 +55,26 @@ func (b *bench) count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
+// texts is the one text column of sql's rows.
+func (b *bench) texts(t testing.TB, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%q: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%q: %v", sql, err)
+	}
+	return out
+}
+
+// openCaseKinds are the kinds of a session's open cases, oldest first.
+func (b *bench) openCaseKinds(t testing.TB, sessionID string) []string {
+	t.Helper()
+	return b.texts(t, `SELECT kind FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL ORDER BY id`, sessionID)
+}
+
 // waitLockWaiters waits until at least n backends of the test's database wait for a lock (pg_locks not granted):
 // how a test knows a concurrent operation is blocked exactly where the protocol says it must be.
 func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
