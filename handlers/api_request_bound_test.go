@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,11 @@ func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 		p := wantProblem(t, rec, http.StatusServiceUnavailable, "")
 		if p.Code != payments.EUNAVAIL || rec.Header().Get("Retry-After") == "" {
 			t.Fatalf("problem %+v, Retry-After %q: want unavailable with Retry-After", p, rec.Header().Get("Retry-After"))
+		}
+		// The bound's words, with what to do (a statement the cut cancelled, SQLSTATE 57014, is
+		// not "busy": a review of the session's diff found it answered so).
+		if !strings.Contains(p.Detail, "did not answer in time") || !strings.Contains(p.Detail, "Idempotency-Key") {
+			t.Fatalf("detail %q, want the bound's words", p.Detail)
 		}
 	}
 

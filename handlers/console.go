@@ -93,8 +93,8 @@ func formStatus(code string) int {
 // shown there too; an internal error goes to the error page instead.
 func (h *Console) done(c echo.Context, to, okMsg string, err error) error {
 	if err != nil {
-		if payments.ErrorCode(err) == payments.EINTERNAL {
-			return err
+		if payments.ErrorCode(err) == payments.EINTERNAL || c.Request().Context().Err() != nil {
+			return err // a fault, or a request cut at its bound (or its client gone): its own answer
 		}
 		h.auth.Flash(c, false, payments.ErrorMessage(err))
 	} else if okMsg != "" {

@@ -148,6 +148,16 @@ func TestPageWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
 		t.Fatalf("%d registrations, want one", n)
 	}
+
+	// A form whose statement the cut cancels (a Check behind its order's row) is the bound's page
+	// too, not a "busy" flash on the way back (its SQLSTATE 57014 reads as busy in the core: a
+	// review of the session's diff).
+	s := b.payment(t, "o-bound-row", 700)
+	release = holdInTx(t, b.pool, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, "o-bound-row")
+	page(t, staff.get("/payments/"+s.ID), http.StatusOK) // the form's CSRF token
+	want503(answered(t, "POST check", bounded(staff, func() *httptest.ResponseRecorder { return staff.post("/payments/"+s.ID+"/check", nil) }), release),
+		"did not answer in time")
+	release()
 }
 
 // The pages that run longer by design are not cut at the bound: the CSV exports and the stuck

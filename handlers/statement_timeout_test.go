@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,5 +52,29 @@ func TestAStatementTimeoutIsRetryableNotAServerError(t *testing.T) {
 	}
 	if rec := staff.post("/payments/"+p.ID+"/check", nil); rec.Code >= http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("console Check cut by statement_timeout = %d, want the payment page's flash or 503 'try again'", rec.Code)
+	}
+}
+
+// A client that hangs up while its request's statement waits (here: a Create's claim behind the
+// order's lock) is a 499, not a server error and not "busy": pgx cancels the statement, and its
+// 57014 reads as busy in the core (a review of the session's diff: it answered 503 "busy", and
+// before that a 500). Negative control: the error handler's 499 without payments.QueryCanceled.
+func TestAClientHangingUpMidStatementIs499(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	release := holdCreateLock(t, b.pool, "o-hang-up")
+	defer release()
+	ctx, hangUp := context.WithCancel(context.Background())
+	req := b.request(post(createPath("o-hang-up"), `{"amount":100,"currency":"EUR"}`)).WithContext(ctx)
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		b.e.ServeHTTP(rec, req)
+		answered <- rec
+	}()
+	waitBlockedOrAnswered(t, b, answered)
+	hangUp()
+	if rec := mustWait(t, answered, "the request"); rec.Code != 499 {
+		t.Fatalf("a client gone while its statement waited: %d %s, want 499", rec.Code, rec.Body)
 	}
 }

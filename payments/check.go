@@ -628,7 +628,7 @@ func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 		VALUES ($1, $2, $3, $4, $5, coalesce($6::text[], '{}'))
 		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO UPDATE
 			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000),
-			facts = ARRAY(SELECT DISTINCT unnest(finance_cases.facts || EXCLUDED.facts))
+			facts = ARRAY(SELECT DISTINCT f FROM unnest(finance_cases.facts || EXCLUDED.facts) f ORDER BY f) -- one order: the case as read (caseSeenSQL) moves only with news
 			WHERE strpos(finance_cases.detail, EXCLUDED.detail) = 0`, sessionID, orderID, kind, detail, now, facts)
 	if err != nil {
 		return fmt.Errorf("note case %s: %w", kind, err)

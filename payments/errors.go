@@ -95,6 +95,15 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pe) && timedOutCode(pe.Code)
 }
 
+// QueryCanceled reports whether a statement was cancelled (57014): by a statement_timeout or a
+// DBA, or by the caller's own context ending (pgx sends a cancel request). The web layer tells
+// the last apart by the request's context: a cut at the request's bound or a client's hang-up,
+// not a busy payment.
+func QueryCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
 // timedOutCode: lock_not_available (55P03) or query_canceled (57014).
 func timedOutCode(code string) bool { return code == "55P03" || code == "57014" }
 

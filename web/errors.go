@@ -100,7 +100,7 @@ func errorHandler(log *slog.Logger, replicaID, merchant string, svc *payments.Se
 		}
 		p := problemFor(err)
 		req := c.Request()
-		if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+		if (errors.Is(err, context.Canceled) || payments.QueryCanceled(err)) && req.Context().Err() != nil {
 			// The client hung up (its own timeout, a closed tab): nothing is broken, and nobody
 			// reads the answer. 499, as nginx logs it, keeps it out of the 5xx that
 			// PitlaneHTTPErrors counts as bugs, out of the WARN request log and the error span

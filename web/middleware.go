@@ -168,8 +168,9 @@ func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 			}
 			// Echo's own answers (the binder's 400, a 413) stand whenever they came.
 			var he *echo.HTTPError
+			// A statement the cut cancelled (57014) reads as busy in the core; here it is the cut.
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
-				payments.ErrorCode(err) == payments.EINTERNAL && !errors.As(err, &he) {
+				(payments.ErrorCode(err) == payments.EINTERNAL || payments.QueryCanceled(err)) && !errors.As(err, &he) {
 				err = &payments.Error{Code: payments.EUNAVAIL, Message: message, Err: err}
 			}
 			if ctx.Err() != nil {
