@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -617,9 +619,11 @@ func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 }
 
 // noteCase is openCase for news about one of several things a session's case may cover (its
-// refunds): when a case of the kind is open already, the detail is added to it (once: a repeat
-// of the same detail adds nothing; at most 8,000 characters in all) instead of being dropped, so
-// a refund's contradiction is never silent behind an older case about something else.
+// refunds, its payments): when a case of the kind is open already, the detail is added to it
+// (once: news with facts only when one of them is new, news without facts only when its detail
+// is; at most 8,000 characters in all) instead of being dropped, so a refund's contradiction or
+// a second late payment is never silent behind an older case about something else, and the same
+// news told in another path's words does not change a case finance is reading.
 func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time, facts ...string) error {
 	if resolved, err := factsResolved(ctx, tx, sessionID, kind, facts); err != nil || resolved {
 		return err
@@ -629,7 +633,8 @@ func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO UPDATE
 			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000),
 			facts = ARRAY(SELECT DISTINCT f FROM unnest(finance_cases.facts || EXCLUDED.facts) f ORDER BY f) -- one order: the case as read (caseSeenSQL) moves only with news
-			WHERE strpos(finance_cases.detail, EXCLUDED.detail) = 0`, sessionID, orderID, kind, detail, now, facts)
+			WHERE CASE WHEN cardinality(EXCLUDED.facts) > 0 THEN NOT (EXCLUDED.facts <@ finance_cases.facts)
+				ELSE strpos(finance_cases.detail, EXCLUDED.detail) = 0 END`, sessionID, orderID, kind, detail, now, facts)
 	if err != nil {
 		return fmt.Errorf("note case %s: %w", kind, err)
 	}
@@ -676,18 +681,61 @@ func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts
 	if len(facts) == 0 {
 		return false, nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL FOR UPDATE`,
-		sessionID, kind); err != nil {
+	kinds := moneyKinds(kind)
+	if _, err := tx.Exec(ctx, `SELECT FROM finance_cases WHERE session_id = $1 AND kind = ANY ($2) AND resolved_at IS NULL FOR UPDATE`,
+		sessionID, kinds); err != nil {
 		return false, fmt.Errorf("case %s: wait for a resolution: %w", kind, err)
 	}
 	var resolved bool
 	err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM unnest($3::text[]) f WHERE NOT EXISTS (
-			SELECT 1 FROM finance_cases r WHERE r.session_id = $1 AND r.kind = $2 AND r.resolved_at IS NOT NULL AND f = ANY (r.facts)))`,
-		sessionID, kind, facts).Scan(&resolved)
+			SELECT 1 FROM finance_cases r WHERE r.session_id = $1 AND r.kind = ANY ($2) AND r.resolved_at IS NOT NULL AND f = ANY (r.facts)))`,
+		sessionID, kinds, facts).Scan(&resolved)
 	if err != nil {
 		return false, fmt.Errorf("case %s: resolved facts: %w", kind, err)
 	}
 	return resolved, nil
+}
+
+// moneyKinds are the kinds whose cases judge kind's facts: a payment holding money for a session
+// is a duplicate_gateway_payment case's while the session is under way and a late_payment case's
+// once it is Failed or Canceled, and the one sum is one case whichever came first (an outside
+// review: a duplicate finance refunded by hand came back as a late payment when the session
+// failed).
+func moneyKinds(kind string) []string {
+	if kind == CaseLatePayment || kind == CaseDuplicatePayment {
+		return []string{CaseLatePayment, CaseDuplicatePayment}
+	}
+	return []string{kind}
+}
+
+// noteLatePayment notes money held for a Failed or Canceled session (facts: gatewayFact of each
+// payment): a payment an open duplicate_gateway_payment case of the session names already is
+// that case's news (noteCase), the rest the session's late_payment case's, so one sum is never
+// in two open cases (the same review: a duplicate case, then the session failed, then a late
+// case about the same captured payment).
+func noteLatePayment(ctx context.Context, tx pgx.Tx, sess Session, detail string, now time.Time, facts []string) error {
+	var named []string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(split_part(f, ' (', 1)), '{}') FROM finance_cases, unnest(facts) f
+		WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`, sess.ID, CaseDuplicatePayment).Scan(&named); err != nil {
+		return fmt.Errorf("late case: the open duplicate case: %w", err)
+	}
+	var late, dup []string
+	for _, f := range facts {
+		if id, _, _ := strings.Cut(f, " ("); slices.Contains(named, id) {
+			dup = append(dup, f)
+		} else {
+			late = append(late, f)
+		}
+	}
+	if len(dup) > 0 {
+		if err := noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, now, dup...); err != nil {
+			return err
+		}
+	}
+	if len(late) == 0 && len(facts) > 0 {
+		return nil
+	}
+	return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseLatePayment, detail, now, late...)
 }
 
 // ApplyGatewayHint applies a gateway event (webhook) as a hint: the state applied is whatever

@@ -67,11 +67,15 @@ func (s *Service) PaymentInReview(ctx context.Context, orderID string) (bool, er
 }
 
 // paymentInReviewSQL: $1's sessions have an open late_payment case (the gateway took money after
-// pitlane settled the session), or an open gateway_mismatch case (the gateway's word about a
+// pitlane settled the session), an open gateway_mismatch case (the gateway's word about a
 // session is for another amount or currency: it may have taken 19.90 of a 19.99 session, which
-// stays Registered and flagged; its page at the bank asks for what the session does not say).
+// stays Registered and flagged; its page at the bank asks for what the session does not say), or
+// an open duplicate_gateway_payment case about a payment holding money (gatewayFact's status:
+// a second payment captured for a session under way; an outside review: the order's page offered
+// a third payment while it sat in that case).
 const paymentInReviewSQL = `SELECT EXISTS (SELECT 1 FROM payment_sessions ps
-	JOIN finance_cases fc ON fc.session_id = ps.id AND fc.kind IN ('` + string(CaseLatePayment) + `', '` + string(CaseGatewayMismatch) + `') AND fc.resolved_at IS NULL
+	JOIN finance_cases fc ON fc.session_id = ps.id AND fc.resolved_at IS NULL AND (fc.kind IN ('` + string(CaseLatePayment) + `', '` + string(CaseGatewayMismatch) + `')
+		OR fc.kind = '` + string(CaseDuplicatePayment) + `' AND EXISTS (SELECT 1 FROM unnest(fc.facts) f WHERE f LIKE '% (succeeded, %' OR f LIKE '% (authorized, %'))
 	WHERE ps.order_id = $1)`
 
 // errLinkExpired is the refusal of a genuine link (or of the page's retry the links allowed)

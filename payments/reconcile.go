@@ -800,7 +800,12 @@ func (s *Service) reconcileCase(ctx context.Context, sess Session, rep *Reconcil
 		if settled, err = factsResolved(ctx, tx, sess.ID, kind, facts); err != nil || settled {
 			return err
 		}
-		return openCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now(), facts...)
+		if kind == CaseLatePayment {
+			return noteLatePayment(ctx, tx, sess, detail, s.cfg.Clock.Now(), facts)
+		}
+		// noteCase: a payment found while a case of the kind is open (a second late payment, a
+		// duplicate captured since) is added to it; openCase dropped it (an outside review).
+		return noteCase(ctx, tx, sess.ID, sess.OrderID, kind, detail, s.cfg.Clock.Now(), facts...)
 	}); err != nil {
 		return err
 	}

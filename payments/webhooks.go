@@ -332,7 +332,7 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 		detail := fmt.Sprintf("gateway payment %s, a second payment carrying this session's reference, holds money for a %s session (event %s)",
 			gatewayFact(gp), sess.Status, ev.ID)
 		return s.inTx(ctx, "webhook: late case", func(tx pgx.Tx) error {
-			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseLatePayment, detail, s.cfg.Clock.Now(), gatewayFact(gp))
+			return noteLatePayment(ctx, tx, sess, detail, s.cfg.Clock.Now(), []string{gatewayFact(gp)})
 		})
 	default:
 		if facts = duplicateFacts([]GatewayPayment{gp}, sess.GatewayPaymentID, sess.Status); len(facts) == 0 {
