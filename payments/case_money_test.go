@@ -129,13 +129,7 @@ func TestASecondLatePaymentFoundByReconciliationReachesFinanceOnce(t *testing.T)
 		t.Errorf("after reconciliation found captured B %s: open cases naming it: %v, want 1 (open: %v)", second.ID, got, b.openCaseKinds(t, s.ID))
 	}
 	// Finance refunds A and resolves the case; the next pass must not name A again.
-	var caseID int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND kind = $2`, s.ID, payments.CaseLatePayment).Scan(&caseID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded at the gateway", ""); err != nil {
-		t.Fatal(err)
-	}
+	b.resolveOpenCase(t, s.ID, payments.CaseLatePayment, "refunded at the gateway")
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
 	if got := b.casesNaming(t, s.ID, a.ID); len(got) != 0 {
@@ -155,14 +149,7 @@ func TestAResolvedDuplicateIsNotAskedAgainAsALatePayment(t *testing.T) {
 	b.gw.SetStatus(second.ID, payments.GatewaySucceeded)
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
-	var caseID int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
-		s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
-		t.Fatalf("setup: no duplicate case: %v", err)
-	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "refunded B by hand at the gateway, ticket FIN-90", ""); err != nil {
-		t.Fatal(err)
-	}
+	b.resolveOpenCase(t, s.ID, payments.CaseDuplicatePayment, "refunded B by hand at the gateway, ticket FIN-90")
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayExpired)
 	if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusFailed {
 		t.Fatalf("setup: %s %v", got.Status, err)

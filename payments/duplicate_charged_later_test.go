@@ -33,14 +33,7 @@ func TestADuplicateChargedAfterItsCaseWasResolvedReachesFinance(t *testing.T) {
 			}
 			b.clock.Advance(time.Minute)
 			reconcile(t, b.svc, payments.ReconcileConfig{})
-			var caseID int64
-			if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
-				s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
-				t.Fatalf("setup: no duplicate case: %v", err)
-			}
-			if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself", ""); err != nil {
-				t.Fatal(err)
-			}
+			b.resolveOpenCase(t, s.ID, payments.CaseDuplicatePayment, "B is pending at the gateway: nothing taken, it expires by itself")
 			open := func() int {
 				return b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
 					s.ID, payments.CaseDuplicatePayment)

@@ -69,6 +69,19 @@ func (b *bench) texts(t testing.TB, sql string, args ...any) []string {
 	return out
 }
 
+// resolveOpenCase resolves the session's open case of kind as finance does, with note.
+func (b *bench) resolveOpenCase(t testing.TB, sessionID, kind, note string) {
+	t.Helper()
+	var id int64
+	if err := b.pool.QueryRow(context.Background(), `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
+		sessionID, kind).Scan(&id); err != nil {
+		t.Fatalf("no open %s case: %v", kind, err)
+	}
+	if _, err := b.svc.ResolveCase(context.Background(), fin1, id, note, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openCaseKinds are the kinds of a session's open cases, oldest first.
 func (b *bench) openCaseKinds(t testing.TB, sessionID string) []string {
 	t.Helper()

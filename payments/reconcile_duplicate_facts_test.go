@@ -25,14 +25,7 @@ func TestAResolvedDuplicateStaysResolvedWhenTheOwnPaymentIsPaid(t *testing.T) {
 	second := b.secondPayment(t, s)
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
-	var caseID int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
-		s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
-		t.Fatalf("setup: no duplicate case: %v", err)
-	}
-	if _, err := b.svc.ResolveCase(ctx, fin1, caseID, "B is pending at the gateway: nothing taken, it expires by itself", ""); err != nil {
-		t.Fatal(err)
-	}
+	b.resolveOpenCase(t, s.ID, payments.CaseDuplicatePayment, "B is pending at the gateway: nothing taken, it expires by itself")
 	// The customer pays on A's page; its Check completes S.
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
 	if got, err := b.plain.Check(ctx, api, s.ID); err != nil || got.Status != payments.StatusCompleted {
