@@ -164,3 +164,35 @@ func TestAResolvedDuplicateIsNotAskedAgainAsALatePayment(t *testing.T) {
 		t.Errorf("B %s, whose duplicate case finance resolved, came back as %v once the session failed", second.ID, kinds)
 	}
 }
+
+// A review of the session's diff: a payment at this gateway under an old gateway's Failed session is first reported
+// pending (a duplicate case: nothing held yet), then captured. otherGatewaysPayment notes it with
+// openCase, which drops the capture while the case is open; paymentInReviewSQL looks only at the
+// case's facts, so the order's checkout started a new payment while this money was held.
+// Negative control: openCase in otherGatewaysPayment.
+func TestACaptureAtTheNewGatewayHoldsTheCheckout(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	old := b.failed(t, "o-other-gw-capture", 1000)
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
+	gp := b.atThisGateway(t, old) // pending
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-pending", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
+	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-succeeded", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
+		t.Fatal(err)
+	}
+	facts := b.texts(t, `SELECT array_to_string(facts, '; ') FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, old.ID)
+	inReview, err := b.svc.PaymentInReview(ctx, old.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.gw.Calls(fakegw.OpRegister)
+	res, perr := b.svc.CheckoutPay(ctx, uuid.NewString(), payments.CreateInput{OrderID: old.OrderID, Amount: 1000, Currency: "EUR"}, 0)
+	if after := b.gw.Calls(fakegw.OpRegister); !inReview || after != before {
+		t.Errorf("%s captured at this gateway for Failed %s; open case facts %v; PaymentInReview = %v; a Pay click made session %s (%v), %d new registration(s)",
+			gp.ID, old.ID, facts, inReview, res.Session.ID, perr, after-before)
+	}
+}

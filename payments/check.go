@@ -131,7 +131,7 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		// Attach the most advanced one and tell finance about the others.
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
@@ -770,7 +770,9 @@ func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, 
 	default:
 		detail := fmt.Sprintf("gateway %s reports payment %s under this session's reference; the session was registered at gateway %s", s.gw.Name(), fact, other)
 		if err := s.inTx(ctx, "hint: another gateway's session", func(tx pgx.Tx) error {
-			return openCase(ctx, tx, id, orderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), fact)
+			// noteCase: its capture after a case about it pending is news (the checkout waits on
+			// it: paymentInReviewSQL), a review of the session's diff found it dropped.
+			return noteCase(ctx, tx, id, orderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), fact)
 		}); err != nil {
 			return err
 		}
