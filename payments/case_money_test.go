@@ -34,10 +34,7 @@ func dupHoldsMoneyThenFailed(t *testing.T, b *bench, order, finder string) (paym
 	case "reconciliation":
 		reconcile(t, b.svc, payments.ReconcileConfig{})
 	case "webhook":
-		if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_" + order, Type: "payment.updated",
-			PaymentID: second.ID, Reference: s.ID}); err != nil {
-			t.Fatal(err)
-		}
+		b.paymentUpdated(t, "evt_b_"+order, second.ID, s.ID)
 	}
 	if got := b.casesNaming(t, s.ID, second.ID); len(got) != 1 || !strings.HasPrefix(got[0], payments.CaseDuplicatePayment) {
 		t.Fatalf("setup: open cases naming %s: %v, want one duplicate case", second.ID, got)
@@ -61,17 +58,13 @@ func TestADuplicateCaseThenFailedIsOneCaseForOneSum(t *testing.T) {
 		t.Run(later, func(t *testing.T) {
 			t.Parallel()
 			b := newBench(t)
-			ctx := context.Background()
 			s, second := dupHoldsMoneyThenFailed(t, b, "o-audit-dup-then-failed-"+later, "reconciliation")
 			b.clock.Advance(time.Minute)
 			switch later {
 			case "reconciliation":
 				reconcile(t, b.svc, payments.ReconcileConfig{})
 			case "webhook":
-				if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_again", Type: "payment.updated",
-					PaymentID: second.ID, Reference: s.ID}); err != nil {
-					t.Fatal(err)
-				}
+				b.paymentUpdated(t, "evt_b_again", second.ID, s.ID)
 			}
 			if got := b.casesNaming(t, s.ID, second.ID); len(got) != 1 {
 				t.Errorf("open cases about the one captured payment %s = %d, want 1:\n%s", second.ID, len(got), strings.Join(got, "\n"))
@@ -156,10 +149,7 @@ func TestAResolvedDuplicateIsNotAskedAgainAsALatePayment(t *testing.T) {
 	}
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_late", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_late", second.ID, s.ID)
 	if kinds := b.openCaseKinds(t, s.ID); len(kinds) != 0 {
 		t.Errorf("B %s, whose duplicate case finance resolved, came back as %v once the session failed", second.ID, kinds)
 	}
@@ -177,13 +167,9 @@ func TestACaptureAtTheNewGatewayHoldsTheCheckout(t *testing.T) {
 	old := b.failed(t, "o-other-gw-capture", 1000)
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
 	gp := b.atThisGateway(t, old) // pending
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-pending", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt-other-pending", gp.ID, old.ID)
 	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-succeeded", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt-other-succeeded", gp.ID, old.ID)
 	facts := b.texts(t, `SELECT array_to_string(facts, '; ') FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, old.ID)
 	inReview, err := b.svc.PaymentInReview(ctx, old.OrderID)
 	if err != nil {

@@ -28,10 +28,7 @@ func TestAWebhooksDuplicateCaseResolvedStaysResolvedForReconciliation(t *testing
 	}
 	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // the second charge
 	b.clock.Advance(time.Minute)
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_succeeded", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_succeeded", second.ID, s.ID)
 	var caseID int64
 	if err := b.pool.QueryRow(ctx, `SELECT id FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`,
 		s.ID, payments.CaseDuplicatePayment).Scan(&caseID); err != nil {
@@ -65,10 +62,7 @@ func TestALatePaymentOfASecondPaymentIsOneCase(t *testing.T) {
 	}
 	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // money taken for a Failed session
 	b.clock.Advance(time.Minute)
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_paid", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_paid", second.ID, s.ID)
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
 	if kinds := b.openCaseKinds(t, s.ID); len(kinds) != 1 {
@@ -96,10 +90,7 @@ func TestAnExpiredSecondPaymentOpensNoCase(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 0 {
 		t.Fatalf("setup: reconciliation opened %d cases for an expired duplicate", n)
 	}
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_expired", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_expired", second.ID, s.ID)
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 0 {
 		t.Errorf("the expiry of second payment %s, which took nothing, opened %d case(s)", second.ID, n)
 	}
@@ -167,10 +158,7 @@ func TestResolvingACaseThatChangedSinceItWasReadIsRefused(t *testing.T) {
 
 	b.clock.Advance(time.Minute)
 	b.gw.SetStatus(dead.GatewayPaymentID, payments.GatewaySucceeded) // captured meanwhile
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_captured", Type: "payment.updated",
-		PaymentID: dead.GatewayPaymentID, Reference: dead.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_captured", dead.GatewayPaymentID, dead.ID)
 	// Finance clicks Resolve on what they read.
 	_, err = b.svc.ResolveCase(ctx, fin1, read.ID, "authorization only, it lapses by itself: nothing to refund", read.Seen())
 	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "changed since you read it") {
@@ -250,10 +238,7 @@ func TestASecondPaymentCapturedForALongFailedSessionReachesFinance(t *testing.T)
 	}
 	b.clock.Advance(8 * 24 * time.Hour)
 	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // money taken for a Failed session
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_captured", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_captured", second.ID, s.ID)
 	b.clock.Advance(time.Minute)
 	reconcile(t, b.svc, payments.ReconcileConfig{})
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 1 {
@@ -277,10 +262,7 @@ func TestNewsPastACasesDetailCapIsNotResolvedUnread(t *testing.T) {
 	event := func(id string) {
 		t.Helper()
 		b.clock.Advance(time.Minute)
-		if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: id, Type: "payment.updated",
-			PaymentID: second.ID, Reference: s.ID}); err != nil {
-			t.Fatal(err)
-		}
+		b.paymentUpdated(t, id, second.ID, s.ID)
 	}
 	readCase := func() payments.FinanceCase {
 		t.Helper()
@@ -304,10 +286,7 @@ func TestNewsPastACasesDetailCapIsNotResolvedUnread(t *testing.T) {
 	read := readCase()
 	b.clock.Advance(time.Minute)
 	b.gw.SetStatus(second.ID, payments.GatewaySucceeded) // the second charge, after finance read the case
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_b_captured", Type: "payment.updated",
-		PaymentID: second.ID, Reference: s.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt_b_captured", second.ID, s.ID)
 	_, err := b.svc.ResolveCase(ctx, fin1, read.ID, "pending second payment, it will expire: nothing to do", read.Seen())
 	if payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Errorf("resolve of a case whose facts gained the capture of %s after it was read: err = %v, want ECONFLICT", second.ID, err)

@@ -159,17 +159,22 @@ func withAnswer(found []GatewayPayment, gp GatewayPayment) []GatewayPayment {
 // of finance; and money held for a Failed or Canceled session is its late_payment case's (one
 // case for one sum: the same review found two, each inviting a refund).
 func duplicateFacts(found []GatewayPayment, own string, st Status) []string {
-	late := st == StatusFailed || st == StatusCanceled
 	var facts []string
 	for _, gp := range found {
 		switch {
 		case gp.ID == own, gp.Status == GatewayDeclined, gp.Status == GatewayExpired, gp.Status == GatewayReversed:
-		case late && (gp.Status == GatewaySucceeded || gp.Status == GatewayAuthorized):
+		case lateMoney(st, gp.Status):
 		default:
 			facts = append(facts, gatewayFact(gp))
 		}
 	}
 	return facts
+}
+
+// lateMoney: a gateway payment holding money (succeeded, authorized) for a session that is over
+// (Failed, Canceled) — its late_payment case's.
+func lateMoney(st Status, gs GatewayStatus) bool {
+	return (st == StatusFailed || st == StatusCanceled) && (gs == GatewaySucceeded || gs == GatewayAuthorized)
 }
 
 // distinctPayments keeps one copy of each payment a search listed. A search whose index moves
@@ -651,6 +656,12 @@ func gatewayFact(gp GatewayPayment) string {
 	return fmt.Sprintf("%s (%s, %d %s)", gp.ID, gp.Status, gp.Amount, gp.Currency)
 }
 
+// factPayment is the gateway payment id a gatewayFact names.
+func factPayment(fact string) string {
+	id, _, _ := strings.Cut(fact, " (")
+	return id
+}
+
 // missingFact: the gateway has no payment id (or, for a reference, none carrying it).
 func missingFact(id string) string { return id + " (missing)" }
 
@@ -714,14 +725,14 @@ func moneyKinds(kind string) []string {
 // in two open cases (the same review: a duplicate case, then the session failed, then a late
 // case about the same captured payment).
 func noteLatePayment(ctx context.Context, tx pgx.Tx, sess Session, detail string, now time.Time, facts []string) error {
-	var named []string
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(split_part(f, ' (', 1)), '{}') FROM finance_cases, unnest(facts) f
+	var named []string // the open duplicate case's facts
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(f), '{}') FROM finance_cases, unnest(facts) f
 		WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL`, sess.ID, CaseDuplicatePayment).Scan(&named); err != nil {
 		return fmt.Errorf("late case: the open duplicate case: %w", err)
 	}
 	var late, dup []string
 	for _, f := range facts {
-		if id, _, _ := strings.Cut(f, " ("); slices.Contains(named, id) {
+		if slices.ContainsFunc(named, func(n string) bool { return factPayment(n) == factPayment(f) }) {
 			dup = append(dup, f)
 		} else {
 			late = append(late, f)

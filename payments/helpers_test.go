@@ -69,6 +69,16 @@ func (b *bench) texts(t testing.TB, sql string, args ...any) []string {
 	return out
 }
 
+// paymentUpdated delivers the gateway's event id saying its payment paymentID (carrying reference)
+// changed, as the webhook receiver hands it on.
+func (b *bench) paymentUpdated(t testing.TB, id, paymentID, reference string) {
+	t.Helper()
+	if _, err := b.svc.HandleGatewayEvent(context.Background(), payments.GatewayEvent{ID: id, Type: "payment.updated",
+		PaymentID: paymentID, Reference: reference}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // resolveOpenCase resolves the session's open case of kind as finance does, with note.
 func (b *bench) resolveOpenCase(t testing.TB, sessionID, kind, note string) {
 	t.Helper()

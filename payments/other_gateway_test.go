@@ -117,9 +117,7 @@ func TestAWebhookAboutASessionOfAnotherGatewayIsNotRetriedForever(t *testing.T) 
 	gp := b.atThisGateway(t, old)
 	b.exec(t, `UPDATE payment_sessions SET gateway = 'old', gateway_payment_id = $2, status = 'Registered' WHERE id = $1`, old.ID, gp.ID)
 	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
-	if _, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-other-gw-2", Type: "payment.updated", PaymentID: gp.ID, Reference: old.ID}); err != nil {
-		t.Fatal(err)
-	}
+	b.paymentUpdated(t, "evt-other-gw-2", gp.ID, old.ID)
 	for i := 0; i < 10; i++ {
 		b.clock.Advance(6 * time.Minute)
 		if _, err := b.svc.RetryWebhooksOnce(ctx); err != nil {

@@ -324,7 +324,7 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 	case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
 	case gerr != nil:
 		return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
-	case (sess.Status == StatusFailed || sess.Status == StatusCanceled) && (gp.Status == GatewaySucceeded || gp.Status == GatewayAuthorized):
+	case lateMoney(sess.Status, gp.Status):
 		// Money held for a session that is over: its late_payment case, with reconciliation's
 		// fact, opened here and now (reconciliation looks back only so far: a session that
 		// failed long ago was never compared again, and the review of this change found the
