@@ -108,8 +108,12 @@ const (
 //
 // And in Unicode's composed form (NFC): "josé" typed as e and a combining accent is the same
 // address as with é, not a second account that looks like the first (an outside review).
+// Composed after lower-casing too: lower-casing can undo a composition ("İ" and an accent
+// becomes "i" and the accent), and a stored form that normalized to another address took every
+// later look-up of that row to the account it looks like (an outside review). Normalizing a
+// normalized email changes nothing (TestNormalizeEmailIsStable).
 func NormalizeEmail(s string) string {
-	return strings.ToLower(norm.NFC.String(strings.TrimSpace(storableText(s))))
+	return norm.NFC.String(strings.ToLower(norm.NFC.String(strings.TrimSpace(storableText(s)))))
 }
 
 // storableText is s with the bytes PostgreSQL refuses to store in text (a NUL, a sequence that is
@@ -262,9 +266,11 @@ func passwordMatches(hash, password string) bool {
 	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil && len(password) <= MaxPasswordBytes
 }
 
-// User returns the user with this email (ENOTFOUND when there is none).
+// User returns the user with this email (ENOTFOUND when there is none): the row stored with
+// exactly this email, else the one with its normal form (storedFirst).
 func (s *Service) User(ctx context.Context, email string) (User, error) {
-	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1`, NormalizeEmail(email)))
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1 OR email = $2
+		ORDER BY email = $1 DESC LIMIT 1`, storableText(email), NormalizeEmail(email)))
 	if err != nil {
 		return User{}, payments.DBError("get user", err, "no staff user %s", email)
 	}
@@ -353,10 +359,10 @@ func passwordSetter(by payments.Staff, email string) (setter any, keep bool) {
 	switch {
 	case !strings.Contains(by.Email, "@"):
 		return nil, false
-	case NormalizeEmail(by.Email) == email:
+	case by.Email == email: // as stored (a session keeps it): a look-alike is someone else
 		return nil, true
 	}
-	return NormalizeEmail(by.Email), false
+	return by.Email, false
 }
 
 // userChange is one of the changes changeUser applies.
@@ -412,13 +418,14 @@ func actorStands(ctx context.Context, locked []User, target string) error {
 // commits (READ COMMITTED re-checks the WHERE of a locked row), so a just-disabled admin no
 // longer counts.
 func (s *Service) changeUser(ctx context.Context, by payments.Staff, email string, ch userChange) (User, error) {
-	email = NormalizeEmail(email)
+	stored, email := storableText(email), NormalizeEmail(email)
 	now := s.clock.Now()
 	var out User
 	err := s.inTx(ctx, "change user", func(tx pgx.Tx) error {
 		actor, _ := payments.StaffSessionFrom(ctx)
 		rows, err := tx.Query(ctx, `SELECT `+userColumns+` FROM staff_users
-			WHERE email = $1 OR email = $2 OR (role = 'admin' AND disabled_at IS NULL) ORDER BY id FOR UPDATE`, email, actor.Email)
+			WHERE email = $1 OR email = $2 OR email = $3 OR (role = 'admin' AND disabled_at IS NULL) ORDER BY id FOR UPDATE`,
+			email, actor.Email, stored)
 		if err != nil {
 			return payments.DBError("change user: lock", err, "")
 		}
@@ -426,19 +433,17 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		if err != nil {
 			return payments.DBError("change user: lock", err, "")
 		}
-		var target *User
 		admins := 0
-		for i, u := range locked {
-			if u.Email == email {
-				target = &locked[i]
-			}
+		for _, u := range locked {
 			if u.Role == RoleAdmin && !u.Disabled() {
 				admins++
 			}
 		}
+		target := storedFirst(locked, stored, email)
 		if target == nil {
 			return payments.Errorf(payments.ENOTFOUND, "no staff user %s", email)
 		}
+		email = target.Email
 		if ch.epoch != nil && target.SessionEpoch != *ch.epoch {
 			return staleEpoch
 		}
@@ -505,6 +510,24 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		return User{}, err
 	}
 	return out, nil
+}
+
+// storedFirst is the user among users stored with exactly the email stored, else the one with
+// its normal form email: a row stored before emails were composed (or by a normal form that was
+// not stable) is itself, never the account it looks like. The Users page passes a row's stored
+// email and a session keeps it: normalizing it again took an admin's change of a look-alike's
+// row, or the look-alike's own session, to the other account (an outside review).
+func storedFirst(users []User, stored, email string) *User {
+	var found *User
+	for i := range users {
+		switch users[i].Email {
+		case stored:
+			return &users[i]
+		case email:
+			found = &users[i]
+		}
+	}
+	return found
 }
 
 // untypable reports an invisible character no keyboard puts in a password: a byte-order mark, a

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"pitlane/access"
 	"pitlane/payments"
@@ -307,6 +308,25 @@ func TestLookalikeEmailsAndUntypablePasswords(t *testing.T) {
 	for _, pw := range []string{"a long enough password 👩\u200d💻", "گذرواژه\u200cی بلند کافی"} {
 		if err := access.ValidatePassword(pw); err != nil {
 			t.Errorf("password %q: %v, want taken", pw, err)
+		}
+	}
+}
+
+// TestNormalizeEmailIsStable: normalizing a normalized email changes nothing. Composing before
+// lower-casing alone stored "MARİ́A@x" as "mari" and a combining accent (lower-casing "İ" undoes
+// its composition), which the next look-up composed into another account's "maría@x" (an
+// outside review). Every capital letter before every combining diacritical mark.
+func TestNormalizeEmailIsStable(t *testing.T) {
+	t.Parallel()
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !unicode.IsUpper(r) && !unicode.IsTitle(r) {
+			continue
+		}
+		for m := rune(0x300); m < 0x370; m++ {
+			once := access.NormalizeEmail(string(r) + string(m) + "a@example.com")
+			if twice := access.NormalizeEmail(once); twice != once {
+				t.Errorf("NormalizeEmail(%+q) = %+q, and again %+q", string(r)+string(m), once, twice)
+			}
 		}
 	}
 }
