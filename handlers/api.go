@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"log/slog"
 	"net/url"
 	"time"
@@ -73,8 +74,12 @@ func paymentLocation(id string) string { return paymentsPath + id }
 // paymentJSON is the contract's payment object of s. A stored confirmation_url goes out only
 // while a customer may still be sent to it (payments.Service.PayableConfirmationURL): shops send
 // their customers to it.
-func (a *API) paymentJSON(s payments.Session) paymentJSON {
-	s.ConfirmationURL = a.svc.PayableConfirmationURL(s)
+func (a *API) paymentJSON(ctx context.Context, s payments.Session) (paymentJSON, error) {
+	page, err := a.svc.PayableConfirmationURL(ctx, s)
+	if err != nil {
+		return paymentJSON{}, err
+	}
+	s.ConfirmationURL = page
 	return paymentJSON{
 		ID:               s.ID,
 		OrderID:          s.OrderID,
@@ -86,7 +91,16 @@ func (a *API) paymentJSON(s payments.Session) paymentJSON {
 		CreatedAt:        s.CreatedAt.UTC(),
 		UpdatedAt:        s.UpdatedAt.UTC(),
 		Links:            paymentLinks{Self: paymentLocation(s.ID)},
+	}, nil
+}
+
+// writePayment answers with s's payment object.
+func (a *API) writePayment(c echo.Context, status int, s payments.Session) error {
+	p, err := a.paymentJSON(c.Request().Context(), s)
+	if err != nil {
+		return err
 	}
+	return writeJSON(c, status, p)
 }
 
 // writeJSON answers with a JSON body that no cache keeps (payment state changes under it).

@@ -41,5 +41,5 @@ func (a *API) ConfirmCancel(c echo.Context) error {
 	if res.Replayed {
 		status = http.StatusOK
 	}
-	return writeJSON(c, status, a.paymentJSON(res.Session))
+	return a.writePayment(c, status, res.Session)
 }

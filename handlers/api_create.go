@@ -74,7 +74,11 @@ func createdStatus(res payments.CreateResult) int {
 }
 
 func (a *API) writeCreated(c echo.Context, status int, s payments.Session, replayed bool) error {
-	return writeResource(c, status, paymentLocation(s.ID), a.paymentJSON(s), replayed)
+	p, err := a.paymentJSON(c.Request().Context(), s)
+	if err != nil {
+		return err
+	}
+	return writeResource(c, status, paymentLocation(s.ID), p, replayed)
 }
 
 // writeResource answers with a resource the request created (or replays): its Location, and

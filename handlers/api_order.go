@@ -29,7 +29,11 @@ func (a *API) GetOrder(c echo.Context) error {
 	}
 	out := orderJSON{OrderID: o.OrderID, Status: o.Status, Payments: make([]paymentJSON, 0, len(sessions))}
 	for _, s := range sessions {
-		out.Payments = append(out.Payments, a.paymentJSON(s))
+		p, err := a.paymentJSON(c.Request().Context(), s)
+		if err != nil {
+			return err
+		}
+		out.Payments = append(out.Payments, p)
 	}
 	return writeJSON(c, http.StatusOK, out)
 }

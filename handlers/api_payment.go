@@ -12,5 +12,5 @@ func (a *API) GetPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, http.StatusOK, a.paymentJSON(sess))
+	return a.writePayment(c, http.StatusOK, sess)
 }

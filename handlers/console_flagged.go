@@ -109,8 +109,11 @@ func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 	}
 	// The form again, open, with what was typed and why it was refused: a reason and evidence
 	// that took minutes to write are not lost to a missing outcome or a race.
+	v, gerr := h.paymentView(ctx, d)
+	if gerr != nil {
+		return gerr
+	}
 	h.auth.Flash(c, false, payments.ErrorMessage(err))
-	v := h.paymentView(d)
 	v.RefundSettle = &views.RefundSettleDraft{RefundID: refund.ID, Outcome: c.FormValue("outcome"),
 		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Field: errorField(err)}
 	v.Page = h.paymentPage(c, d)

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -20,7 +21,10 @@ func (h *Console) Payment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := h.paymentView(d)
+	v, err := h.paymentView(c.Request().Context(), d)
+	if err != nil {
+		return err
+	}
 	if id := c.QueryParam("challenge"); id != "" {
 		if ch, ok := d.Challenge(id); ok {
 			v.Challenge = &ch
@@ -41,9 +45,10 @@ func (h *Console) Payment(c echo.Context) error {
 
 // paymentView is a payment's page with fresh intent keys for its refund form (every submission
 // of that form is one refund) and its "Request cancel" form (one code however often it is sent).
-func (h *Console) paymentView(d payments.PaymentDetail) views.PaymentView {
+func (h *Console) paymentView(ctx context.Context, d payments.PaymentDetail) (views.PaymentView, error) {
+	payURL, err := h.svc.PayableConfirmationURL(ctx, d.Session)
 	return views.PaymentView{D: d, RefundIntent: uuid.NewString(), CancelIntent: uuid.NewString(), DirectLimit: h.svc.RefundDirectLimit(d.Session.Currency),
-		PayURL: h.svc.PayableConfirmationURL(d.Session)}
+		PayURL: payURL}, err
 }
 
 // paymentPage is the layout's part of a payment's page (title, navigation, flashes).

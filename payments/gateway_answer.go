@@ -130,17 +130,26 @@ func (s *Service) TrustedConfirmationURL(raw string) bool {
 // PayableConfirmationURL is sess's stored payment page while a customer may still be sent to it,
 // "" otherwise: only while the payment may still be paid — not Failed or Canceled, nor Canceling
 // (the customer asked to cancel it and the reverse is on its way: a capture winning the race is
-// a charge after consent to cancel) — and while it is trusted now (the core checks it when it
-// stores it; this catches a row stored before GATEWAY_CONFIRMATION_HOSTS was narrowed). The API's
+// a charge after consent to cancel) — while it is trusted now (the core checks it when it
+// stores it; this catches a row stored before GATEWAY_CONFIRMATION_HOSTS was narrowed), and
+// while no payment of its order is in review (PaymentInReview: the gateway may hold the
+// customer's money for the order already; the checkout sends nobody to the bank then, and the
+// API and the console handed out the page regardless, an outside review). The API's
 // confirmation_url and the console's "Payment page" (the link support reads to a customer) both
 // show this one.
-func (s *Service) PayableConfirmationURL(sess Session) string {
+func (s *Service) PayableConfirmationURL(ctx context.Context, sess Session) (string, error) {
 	switch {
 	case !s.TrustedConfirmationURL(sess.ConfirmationURL),
 		sess.Status == StatusFailed, sess.Status == StatusCanceled, sess.Status == StatusCanceling:
-		return ""
+		return "", nil
 	}
-	return sess.ConfirmationURL
+	switch inReview, err := s.PaymentInReview(ctx, sess.OrderID); {
+	case err != nil:
+		return "", err
+	case inReview:
+		return "", nil
+	}
+	return sess.ConfirmationURL, nil
 }
 
 // onGatewayOrigin reports whether u has the scheme, host and port of Config.GatewayURL. Loopback
