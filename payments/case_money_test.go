@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,60 @@ func TestACaptureAtTheNewGatewayHoldsTheCheckout(t *testing.T) {
 	if after := b.gw.Calls(fakegw.OpRegister); !inReview || after != before {
 		t.Errorf("%s captured at this gateway for Failed %s; open case facts %v; PaymentInReview = %v; a Pay click made session %s (%v), %d new registration(s)",
 			gp.ID, old.ID, facts, inReview, res.Session.ID, perr, after-before)
+	}
+}
+
+// A payment finance resolved is not named again beside a new one: S failed, its late payment A
+// was resolved (refunded by hand at the gateway: A still reads succeeded); a second payment B is
+// captured later and its webhook is lost. Reconciliation found A and B holding money and the
+// new late_payment case named both (factsResolved was all or nothing), asking finance about the
+// sum it had refunded (an outside review); the same for a duplicate case whose B finance resolved
+// when a third payment C is captured. The new case names the new payment, and its detail says
+// which were resolved before. Negative control: noteCase and openCase with every fact (newsOf
+// returning facts as they are unless all are resolved).
+func TestAResolvedPaymentIsNotNamedAgainBesideANewOne(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{payments.CaseLatePayment, payments.CaseDuplicatePayment} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			ctx := context.Background()
+			var s payments.Session
+			var resolved payments.GatewayPayment
+			if kind == payments.CaseLatePayment {
+				s = b.failed(t, "o-resolved-then-late", 700) // its own A declined: Failed
+				b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+				if _, err := b.plain.Check(ctx, api, s.ID); err != nil {
+					t.Fatal(err)
+				}
+				resolved, _ = b.gw.Payment(s.GatewayPaymentID)
+			} else {
+				s = b.registered(t, "o-resolved-then-dup", 700)
+				resolved = b.secondPayment(t, s)
+				b.gw.SetStatus(resolved.ID, payments.GatewaySucceeded)
+				b.clock.Advance(time.Minute)
+				reconcile(t, b.svc, payments.ReconcileConfig{})
+			}
+			b.resolveOpenCase(t, s.ID, kind, "refunded "+resolved.ID+" by hand at the gateway, ticket FIN-1")
+
+			next := b.secondPayment(t, s)
+			b.gw.SetStatus(next.ID, payments.GatewaySucceeded)
+			b.clock.Advance(time.Minute)
+			reconcile(t, b.svc, payments.ReconcileConfig{})
+			if got := b.casesNaming(t, s.ID, next.ID); len(got) != 1 || !strings.HasPrefix(got[0], kind) {
+				t.Fatalf("%s captured since: open cases naming it %v, want one %s case", next.ID, got, kind)
+			}
+			if got := b.casesNaming(t, s.ID, resolved.ID); len(got) != 0 {
+				t.Errorf("%s, whose case finance resolved, is named again in an open case: %v", resolved.ID, got)
+			}
+			detail := b.texts(t, `SELECT detail FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID)
+			if len(detail) != 1 || !strings.Contains(detail[0], "resolved in an earlier case: "+resolved.ID+" (") {
+				t.Errorf("the new case's detail %q does not say %s was resolved before", detail, resolved.ID)
+			}
+			reconcile(t, b.svc, payments.ReconcileConfig{}) // and nothing more on the next pass
+			if got := b.texts(t, `SELECT detail FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); !slices.Equal(got, detail) {
+				t.Errorf("the next pass changed the case: %q, was %q", got, detail)
+			}
+		})
 	}
 }

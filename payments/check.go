@@ -611,10 +611,11 @@ func queueCompleteOrder(b *pgx.Batch, sess Session, now time.Time) {
 // openCase opens a finance case unless one of the same kind is already open for the session.
 // Finance rows come last in the lock order.
 func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time, facts ...string) error {
-	if resolved, err := factsResolved(ctx, tx, sessionID, kind, facts); err != nil || resolved {
+	detail, facts, resolved, err := newsOf(ctx, tx, sessionID, kind, detail, facts)
+	if err != nil || resolved {
 		return err
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
+	_, err = tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
 		VALUES ($1, $2, $3, $4, $5, coalesce($6::text[], '{}'))
 		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO NOTHING`, sessionID, orderID, kind, detail, now, facts)
 	if err != nil {
@@ -630,10 +631,11 @@ func openCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail s
 // a second late payment is never silent behind an older case about something else, and the same
 // news told in another path's words does not change a case finance is reading.
 func noteCase(ctx context.Context, tx pgx.Tx, sessionID, orderID, kind, detail string, now time.Time, facts ...string) error {
-	if resolved, err := factsResolved(ctx, tx, sessionID, kind, facts); err != nil || resolved {
+	detail, facts, resolved, err := newsOf(ctx, tx, sessionID, kind, detail, facts)
+	if err != nil || resolved {
 		return err
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
+	_, err = tx.Exec(ctx, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at, facts)
 		VALUES ($1, $2, $3, $4, $5, coalesce($6::text[], '{}'))
 		ON CONFLICT (session_id, kind) WHERE resolved_at IS NULL DO UPDATE
 			SET detail = left(finance_cases.detail || E'\n' || 'Also (' || to_char($5::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC): ' || EXCLUDED.detail, 8000),
@@ -681,6 +683,36 @@ func paymentFacts(ps []GatewayPayment) []string {
 // factsResolved reports whether every one of facts is in a case of the session and kind that
 // finance resolved: the contradiction is one finance has dealt with, and stays the same. No
 // facts: never (news whose facts are not known opens its case as before).
+func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts []string) (bool, error) {
+	fresh, err := unresolvedFacts(ctx, tx, sessionID, kind, facts)
+	return len(facts) > 0 && len(fresh) == 0, err
+}
+
+// newsOf is what a case of kind about facts has to tell finance: the facts no resolved case of
+// the session holds (unresolvedFacts), and detail with the others named as resolved before;
+// resolved when there are facts and every one is. A new late payment beside one finance had
+// refunded by hand named both as open again (an outside review): a second refund invited.
+func newsOf(ctx context.Context, tx pgx.Tx, sessionID, kind, detail string, facts []string) (string, []string, bool, error) {
+	fresh, err := unresolvedFacts(ctx, tx, sessionID, kind, facts)
+	switch {
+	case err != nil:
+		return "", nil, false, err
+	case len(fresh) == len(facts):
+		return detail, facts, false, nil
+	case len(fresh) == 0:
+		return "", nil, true, nil
+	}
+	var before []string
+	for _, f := range facts {
+		if !slices.Contains(fresh, f) {
+			before = append(before, f)
+		}
+	}
+	return detail + " (resolved in an earlier case: " + strings.Join(before, ", ") + ")", fresh, false, nil
+}
+
+// unresolvedFacts is those of facts that no case of the session and kind (moneyKinds) finance
+// resolved holds.
 //
 // It first waits for a resolution of the session's open case of the kind that is in flight
 // (ResolveCase locks the case row only): read before that resolution committed, the facts were
@@ -688,23 +720,23 @@ func paymentFacts(ps []GatewayPayment) []string {
 // resolution took the row out of finance_cases_one_open — a second open case of the fact finance
 // had just resolved, inviting a second refund by hand (an outside review). Finance rows come
 // last in the lock order; the next statement's snapshot sees the resolution.
-func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts []string) (bool, error) {
+func unresolvedFacts(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts []string) ([]string, error) {
 	if len(facts) == 0 {
-		return false, nil
+		return nil, nil
 	}
 	kinds := moneyKinds(kind)
 	if _, err := tx.Exec(ctx, `SELECT FROM finance_cases WHERE session_id = $1 AND kind = ANY ($2) AND resolved_at IS NULL FOR UPDATE`,
 		sessionID, kinds); err != nil {
-		return false, fmt.Errorf("case %s: wait for a resolution: %w", kind, err)
+		return nil, fmt.Errorf("case %s: wait for a resolution: %w", kind, err)
 	}
-	var resolved bool
-	err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM unnest($3::text[]) f WHERE NOT EXISTS (
-			SELECT 1 FROM finance_cases r WHERE r.session_id = $1 AND r.kind = ANY ($2) AND r.resolved_at IS NOT NULL AND f = ANY (r.facts)))`,
-		sessionID, kinds, facts).Scan(&resolved)
+	var fresh []string
+	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(f ORDER BY o), '{}') FROM unnest($3::text[]) WITH ORDINALITY AS u(f, o) WHERE NOT EXISTS (
+			SELECT 1 FROM finance_cases r WHERE r.session_id = $1 AND r.kind = ANY ($2) AND r.resolved_at IS NOT NULL AND f = ANY (r.facts))`,
+		sessionID, kinds, facts).Scan(&fresh)
 	if err != nil {
-		return false, fmt.Errorf("case %s: resolved facts: %w", kind, err)
+		return nil, fmt.Errorf("case %s: resolved facts: %w", kind, err)
 	}
-	return resolved, nil
+	return fresh, nil
 }
 
 // moneyKinds are the kinds whose cases judge kind's facts: a payment holding money for a session
