@@ -801,8 +801,17 @@ func (s *Service) ApplyGatewayHint(ctx context.Context, actor Actor, gatewayPaym
 func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, gatewayPaymentID string, known *GatewayPayment) error {
 	fact := gatewayPaymentID + " (at " + s.gw.Name() + ")"
 	if known == nil {
-		if gp, err := s.gw.Status(ctx, gatewayPaymentID); err == nil {
+		started := time.Now()
+		gp, gerr := s.gw.Status(ctx, gatewayPaymentID)
+		s.logGatewayCall(ctx, id, "status", "", started, gerr)
+		switch {
+		case gerr == nil:
 			known = &gp
+		case FailureOf(gerr) != FailureDefinitive || GatewayErrorCode(gerr) != "not_found":
+			// Whether it took money is what holds the order's checkout (paymentInReviewSQL): a
+			// fact without it held nothing, and the event was done with (unknown_payment) while
+			// the customer could pay again (an outside review). The event waits for its retry.
+			return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
 		}
 	}
 	if known != nil {

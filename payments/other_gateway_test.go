@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -204,4 +206,39 @@ func (b *bench) atThisGateway(t *testing.T, old payments.Session) payments.Gatew
 		t.Fatal(err)
 	}
 	return gp
+}
+
+// A capture at this gateway under an old gateway's Failed session whose event arrives while
+// this gateway's status read does not answer once: the case was noted with a fact without a
+// status, which holds no checkout (paymentInReviewSQL), and the event was done with
+// (unknown_payment): reconciliation asks the session's own, old gateway only, so a Pay click
+// started a new payment while the customer's money sat at this gateway (an outside review). The
+// event waits for the patrol's retry, which reads the capture. Negative control: otherGatewaysPayment
+// going on without the payment's status.
+func TestACaptureAtTheNewGatewayReadWhenTheGatewayAnswers(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	old := b.failed(t, "o-other-gw-silent", 1000)
+	b.exec(t, `UPDATE payment_sessions SET gateway = 'old' WHERE id = $1`, old.ID)
+	gp := b.atThisGateway(t, old)
+	b.gw.SetStatus(gp.ID, payments.GatewaySucceeded)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1) // the event's status read gets no answer
+	r, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt-silent", Type: "payment.succeeded", PaymentID: gp.ID, Reference: old.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != payments.EventQueued {
+		t.Errorf("the event whose payment could not be read: %s, want %s", r.Outcome, payments.EventQueued)
+	}
+	b.clock.Advance(6 * time.Minute)
+	if _, err := b.svc.RetryWebhooksOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := b.gw.Calls(fakegw.OpRegister)
+	_, perr := b.svc.CheckoutPay(ctx, uuid.NewString(), payments.CreateInput{OrderID: old.OrderID, Amount: 1000, Currency: "EUR"}, 0)
+	if in, err := b.svc.PaymentInReview(ctx, old.OrderID); err != nil || !in || perr != payments.ErrPaymentInReview || b.gw.Calls(fakegw.OpRegister) != before {
+		t.Errorf("%s captured at this gateway for Failed %s: in review %v (%v), a Pay click: %v, %d new registrations; open cases %v",
+			gp.ID, old.ID, in, err, perr, b.gw.Calls(fakegw.OpRegister)-before, b.casesNaming(t, old.ID, gp.ID))
+	}
 }
