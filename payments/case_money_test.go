@@ -238,3 +238,29 @@ func TestAResolvedPaymentIsNotNamedAgainBesideANewOne(t *testing.T) {
 		})
 	}
 }
+
+// A Check of a Failed session with no gateway payment attached (settled Failed by people while
+// its registration's answer was lost) finds two payments under its reference, both captured: the
+// one it attaches was noted as a late payment, the other dropped (not a duplicate: late money of
+// a session that is over is its late case's; not the late case's either: only the attached one
+// is applied). Both reach the late_payment case. Negative control: gatewayState without its
+// noteLatePayment of the others.
+func TestACheckOfAFailedSessionNotesEveryLatePaymentItFinds(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.failed(t, "o-check-two-late", 700)
+	b.exec(t, `UPDATE payment_sessions SET gateway_payment_id = NULL WHERE id = $1`, s.ID)
+	second := b.secondPayment(t, s)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	b.gw.SetStatus(second.ID, payments.GatewaySucceeded)
+	b.clock.Advance(time.Minute)
+	if _, err := b.plain.Check(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{s.GatewayPaymentID, second.ID} {
+		if got := b.casesNaming(t, s.ID, id); len(got) != 1 || !strings.HasPrefix(got[0], payments.CaseLatePayment) {
+			t.Errorf("%s captured for Failed %s: open cases naming it %v, want one late_payment case", id, s.ID, got)
+		}
+	}
+}

@@ -126,11 +126,26 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		return GatewayPayment{}, false, err
 	}
 	found = withAnswer(found, best)
-	if facts := duplicateFacts(found, best.ID, sess.Status); len(found) > 1 && len(facts) > 0 {
+	var late []string // the others' money held for a session that is over: its late case's
+	for _, gp := range found {
+		if gp.ID != best.ID && lateMoney(sess.Status, gp.Status) {
+			late = append(late, gatewayFact(gp))
+		}
+	}
+	if facts := duplicateFacts(found, best.ID, sess.Status); len(found) > 1 && (len(facts) > 0 || len(late) > 0) {
 		// A gateway that ignored our idempotency key created several payments for one session.
-		// Attach the most advanced one and tell finance about the others.
+		// Attach the most advanced one and tell finance about the others. Late money of another
+		// than the one attached was dropped (only the attached one is applied, an outside review).
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
+			if len(late) > 0 {
+				if err := noteLatePayment(ctx, tx, sess, "the gateway holds money for a "+string(sess.Status)+" session: "+detail, s.cfg.Clock.Now(), late); err != nil {
+					return err
+				}
+			}
+			if len(facts) == 0 {
+				return nil
+			}
 			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
 		}); err != nil {
 			return GatewayPayment{}, false, err
