@@ -359,10 +359,10 @@ func passwordSetter(by payments.Staff, email string) (setter any, keep bool) {
 	switch {
 	case !strings.Contains(by.Email, "@"):
 		return nil, false
-	case by.Email == email: // as stored (a session keeps it): a look-alike is someone else
+	case NormalizeEmail(by.Email) == email:
 		return nil, true
 	}
-	return by.Email, false
+	return NormalizeEmail(by.Email), false
 }
 
 // userChange is one of the changes changeUser applies.
