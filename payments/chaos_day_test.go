@@ -31,6 +31,7 @@ type chaosWorld struct {
 	// out and replica-b's patrol run before the answer is applied.
 	midWork   bool
 	inMidWork bool
+	start     time.Time // the clock when the day began
 }
 
 func (w *chaosWorld) intn(n int) int {
@@ -53,7 +54,8 @@ func (w *chaosWorld) pickSvc() *payments.Service { return w.svcs()[w.intn(2)] }
 func (w *chaosWorld) sessions() [][3]string {
 	rows, err := w.b.pool.Query(context.Background(), `SELECT id::text, status, coalesce(gateway_payment_id, '') FROM payment_sessions ORDER BY created_at, id`)
 	if err != nil {
-		w.t.Fatal(err)
+		w.t.Error(err) // from a worker's goroutine: no FailNow
+		return nil
 	}
 	defer rows.Close()
 	var out [][3]string
@@ -322,7 +324,10 @@ func (w *chaosWorld) step(ctx context.Context) {
 		w.logf("prune: %v", err)
 	default:
 		d := time.Duration(1+w.intn(600)) * time.Second
-		if w.intn(5) == 0 {
+		if w.intn(5) == 0 && b.clock.Now().Sub(w.start) < 72*time.Hour {
+			// Hours at a time for the first three days only: the day's end adds 93 hours, and
+			// a day past reconciliation's 7-day lookback would leave a lost webhook's late
+			// capture to nobody by design.
 			d = time.Duration(1+w.intn(6)) * time.Hour
 		}
 		b.clock.Advance(d)
@@ -354,7 +359,8 @@ func (w *chaosWorld) gatewayIDsOf(ref string) []string {
 // eyes, clock jumps, prune) and checks the money from the database and the gateway's own
 // records (chaosInvariants). Written by an outside review of the whole (it found nothing);
 // kept so the next change meets it. CHAOS_SEED=N (one seed), CHAOS_SEEDS=N, CHAOS_STEPS and
-// CHAOS_WORKERS (several workers at once: the seed no longer repeats) reproduce or widen it;
+// CHAOS_WORKERS widen it; a seed picks the same steps, not the same interleaving (the two
+// replicas' patrols run at once), so a failure is reported with the day's log to reduce;
 // make polygon runs 12 seeds of 1,000 steps. Negative control: a refund's RefundIssued entry
 // written only when the API settles it (not the patrol, not the console): seed 1 fails.
 func TestAMessyDayKeepsTheMoneyInvariants(t *testing.T) {
@@ -448,7 +454,9 @@ func runChaos(t *testing.T, seed uint64, steps int) {
 		d, _ := time.ParseDuration(os.Getenv("CHAOS_LATENCY"))
 		w.b.gw.SetLatency(d)
 	}
-	// A shop follows the feed the whole day, a few events at a time.
+	w.start = w.b.clock.Now()
+	// A shop follows the feed the whole day, a few events at a time (every third step).
+	var feedMu sync.Mutex
 	seen := map[string]int{}
 	cursor := ""
 	readFeed := func() {
@@ -467,26 +475,18 @@ func runChaos(t *testing.T, seed uint64, steps int) {
 			}
 		}
 	}
-	feedStop := make(chan struct{})
-	feedDone := make(chan struct{})
-	go func() {
-		defer close(feedDone)
-		for {
-			select {
-			case <-feedStop:
-				return
-			default:
-			}
-			readFeed()
-		}
-	}()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range steps / workers {
+			for i := range steps / workers {
 				w.step(ctx)
+				if i%3 == 0 {
+					feedMu.Lock()
+					readFeed()
+					feedMu.Unlock()
+				}
 			}
 		}()
 	}
@@ -521,12 +521,10 @@ func runChaos(t *testing.T, seed uint64, steps int) {
 		_, _ = w.b.svc.ReconcileOnce(ctx)
 		w.b.clock.Advance(time.Hour)
 	}
-	close(feedStop)
-	<-feedDone
 	all := w.b.texts(t, `SELECT xid::text || '-' || id FROM session_events UNION ALL SELECT xid::text || '-' || id FROM refund_events`)
 	// The feed lags behind the oldest transaction of the cluster (other tests' too): read until
 	// everything is served, or a gap stays.
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); { // as feedAllOf
 		readFeed()
 		missing := 0
 		for _, c := range all {
