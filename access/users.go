@@ -266,15 +266,40 @@ func passwordMatches(hash, password string) bool {
 	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil && len(password) <= MaxPasswordBytes
 }
 
-// User returns the user with this email (ENOTFOUND when there is none): the row stored with
-// exactly this email, else the one with its normal form (storedFirst).
+// User returns the user with this email (ENOTFOUND when there is none): the row stored in
+// exactly this form (typedForm), else the one with its normal form (storedFirst).
 func (s *Service) User(ctx context.Context, email string) (User, error) {
 	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1 OR email = $2
-		ORDER BY email = $1 DESC LIMIT 1`, storableText(email), NormalizeEmail(email)))
+		ORDER BY email = $1 DESC LIMIT 1`, typedForm(email), NormalizeEmail(email)))
 	if err != nil {
 		return User{}, payments.DBError("get user", err, "no staff user %s", email)
 	}
 	return u, nil
+}
+
+// UserNamed is the user an email typed by an operator names (the command line): the one row
+// stored in its typed form or in its normal form. ECONFLICT when those are two rows — one
+// stored before emails were composed, looking like the other account — since which of them is
+// meant cannot be told from what was typed: the command line reset the look-alike admin's
+// password when the old row's owner asked for a reset (an outside review). The Users page acts
+// on the row.
+func (s *Service) UserNamed(ctx context.Context, email string) (User, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+userColumns+` FROM staff_users WHERE email = $1 OR email = $2 ORDER BY id`,
+		typedForm(email), NormalizeEmail(email))
+	if err != nil {
+		return User{}, payments.DBError("get user", err, "")
+	}
+	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+	switch {
+	case err != nil:
+		return User{}, payments.DBError("get user", err, "")
+	case len(users) == 0:
+		return User{}, payments.Errorf(payments.ENOTFOUND, "no staff user %s", NormalizeEmail(email))
+	case len(users) > 1:
+		return User{}, payments.Errorf(payments.ECONFLICT, "two staff users look like %s: %+q (%s) and %+q (%s); change the one meant on the console's Users page",
+			NormalizeEmail(email), users[0].Email, users[0].Role, users[1].Email, users[1].Role)
+	}
+	return users[0], nil
 }
 
 // UserByID returns the user with this id (ENOTFOUND when there is none).
@@ -418,7 +443,7 @@ func actorStands(ctx context.Context, locked []User, target string) error {
 // commits (READ COMMITTED re-checks the WHERE of a locked row), so a just-disabled admin no
 // longer counts.
 func (s *Service) changeUser(ctx context.Context, by payments.Staff, email string, ch userChange) (User, error) {
-	stored, email := storableText(email), NormalizeEmail(email)
+	stored, email := typedForm(email), NormalizeEmail(email)
 	now := s.clock.Now()
 	var out User
 	err := s.inTx(ctx, "change user", func(tx pgx.Tx) error {
@@ -510,6 +535,12 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		return User{}, err
 	}
 	return out, nil
+}
+
+// typedForm is an email as the releases before NormalizeEmail composed stored it (trimmed,
+// lower-cased) and as a row's own stored email stays: what storedFirst looks for first.
+func typedForm(s string) string {
+	return strings.ToLower(strings.TrimSpace(storableText(s)))
 }
 
 // storedFirst is the user among users stored with exactly the email stored, else the one with

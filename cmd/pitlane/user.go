@@ -95,8 +95,8 @@ func userCreate(ctx context.Context, env *Env, args []string) error {
 
 // userChange checks the input (exit 2 when invalid), then applies change to the named user and
 // prints what it did. A refusal of the rules (no such user, the last admin) is one line, exit 1.
-func userChange(ctx context.Context, env *Env, email string, change func(*access.Service, string) (access.User, string, error), checks ...error) error {
-	email = access.NormalizeEmail(email)
+func userChange(ctx context.Context, env *Env, typed string, change func(*access.Service, string) (access.User, string, error), checks ...error) error {
+	email := access.NormalizeEmail(typed)
 	if err := access.ValidateEmail(email); err != nil {
 		return Usagef("user: %s", payments.ErrorMessage(err))
 	}
@@ -110,7 +110,13 @@ func userChange(ctx context.Context, env *Env, email string, change func(*access
 		return err
 	}
 	defer closeDB()
-	_, msg, err := change(acc, email)
+	// The row the operator named (access.UserNamed: refused when a row stored before emails
+	// were composed looks like another account), changed by its own stored email.
+	var msg string
+	u, err := acc.UserNamed(ctx, typed)
+	if err == nil {
+		_, msg, err = change(acc, u.Email)
+	}
 	if err != nil {
 		switch payments.ErrorCode(err) {
 		case payments.ENOTFOUND, payments.ECONFLICT, payments.EINVALID:

@@ -214,3 +214,45 @@ func TestUserCreateLookalikesAndAPasswordFileWithAByteOrderMark(t *testing.T) {
 		t.Fatalf("signing in with the password in the file: %v", err)
 	}
 }
+
+// A row stored before emails were composed ("jose" and a combining accent) beside the composed
+// josé@example.com, an admin: `pitlane user password` with the old row's email as the Users page
+// and the audit log show it normalized it and replaced the admin's password (its owner then
+// signed in as the admin, an outside review). Which of the two is meant cannot be told from
+// what was typed: refused, naming both; an old row with no look-alike is reached as itself.
+// Negative control: userChange passing the normal form to the change.
+func TestUserCommandRefusesAnEmailTwoRowsLookLike(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	const pw = "a long enough password"
+	const composed, decomposed, alone = "jos\u00e9@example.com", "jose\u0301@example.com", "rene\u0301@example.com"
+	if code, out, stderr := runMain(pw+"\n", env, "user", "create", "--email", composed, "--role", "admin"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, stderr)
+	}
+	pool := testdb.Pool(t, url)
+	ctx := context.Background()
+	for _, old := range []string{decomposed, alone} {
+		if _, err := pool.Exec(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
+			SELECT $1, 'support', password_hash, created_at FROM staff_users WHERE email = $2`, old, composed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hashOf := func(email string) string {
+		var h string
+		if err := pool.QueryRow(ctx, `SELECT password_hash FROM staff_users WHERE email = $1`, email).Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	joseBefore, oldBefore := hashOf(composed), hashOf(decomposed)
+	code, _, stderr := runMain("the old row's new password\n", env, "user", "password", decomposed)
+	if code != 1 || !strings.Contains(stderr, "two staff users look like") || hashOf(composed) != joseBefore || hashOf(decomposed) != oldBefore {
+		t.Errorf("`pitlane user password %+q` beside %+q: exit %d, %q; josé's password changed %v, the old row's %v; want exit 1, refused, nothing changed",
+			decomposed, composed, code, strings.TrimSpace(stderr), hashOf(composed) != joseBefore, hashOf(decomposed) != oldBefore)
+	}
+	aloneBefore := hashOf(alone)
+	if code, out, stderr := runMain("the old row's new password\n", env, "user", "password", alone); code != 0 || hashOf(alone) == aloneBefore {
+		t.Errorf("`pitlane user password %+q` (no look-alike): exit %d, %q %q, its password changed %v", alone, code, out, stderr, hashOf(alone) != aloneBefore)
+	}
+}
