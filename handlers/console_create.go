@@ -48,7 +48,10 @@ func (h *Console) CreatePayment(c echo.Context) error {
 	}
 	s := res.Session
 	detail := fmt.Sprintf("order %s, %s, now %s", s.OrderID, views.Money(s.Amount, s.Currency), s.Status)
-	msg := "Payment started: " + string(s.Status) + ". Send the customer the payment page link below."
+	msg := "Payment started: " + string(s.Status) + "."
+	if page, perr := h.svc.PayableConfirmationURL(c.Request().Context(), s); perr == nil && page != "" {
+		msg += " Send the customer the payment page link below." // none yet, or none while the order is in review
+	}
 	if !res.Created {
 		detail = "existing active session returned: " + detail
 		msg = "This order already has an active payment with the same amount; here it is."

@@ -3,12 +3,15 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"pitlane/access"
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // While the gateway may hold the order's money (PaymentInReview: here an open late_payment
@@ -88,5 +91,22 @@ func TestConsoleLinksNoBankPageWhileTheOrderIsInReview(t *testing.T) {
 	doc := page(t, sup.get("/payments/"+r2.Session.ID), http.StatusOK)
 	if href, ok := doc.Find(testid("payment-confirmation-url")).Attr("href"); ok {
 		t.Errorf("the console links S2's payment page %q while the order is in review (S1's late payment held)", href)
+	}
+}
+
+// The console's "Payment started" flash told support to send the customer "the payment page
+// link below" when the page shows none: a registration whose answer was lost (Unknown), or an
+// order in review. Negative control: the flash's sentence unconditional.
+func TestConsoleCreateOffersNoLinkItDoesNotShow(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	doc := page(t, sup.follow(sup.post("/payments", url.Values{"order_id": {"o-lost-answer"}, "amount": {"5.00"}, "currency": {"EUR"}})), http.StatusOK)
+	wantText(t, doc, "flash", "Payment started: Unknown")
+	if strings.Contains(text(doc, "flash"), "link below") || doc.Find(testid("payment-confirmation-url")).Length() != 0 {
+		t.Errorf("flash %q with %d payment page links", text(doc, "flash"), doc.Find(testid("payment-confirmation-url")).Length())
 	}
 }
