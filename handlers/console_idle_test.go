@@ -3,6 +3,8 @@ package handlers_test
 import (
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +154,64 @@ func TestBrowserConsoleLeftOpenEndsOnSignIn(t *testing.T) {
 	b.payment(t, "o-idle-browser", 1999)
 	within(t, ctx, 30*time.Second, chromedp.WaitVisible(`[data-testid="login-form"]`))
 	waitJS(t, ctx, "the reason on the sign-in page", `(document.querySelector('[data-testid="flash-error"]') || {}).textContent?.includes("without activity") === true`)
+}
+
+// TestConsoleFormSentAfterIdleTimeoutLeadsBackToIt: finance types a proposal (the reason and the
+// evidence take a while to gather; longer still with a screen reader or a switch) and sends it
+// 31 minutes after their last request. It is not carried out; the sign-in page said only "Sign
+// in again" and signing in led to the dashboard: the proposal was lost and nothing said it was
+// never made (WCAG 2.2.1, 2.2.5; an outside review). Now the message says what was sent was not
+// carried out, and signing in leads back to the page the form was sent from: its Referer, when
+// it is this site's (through auth.LocalPath). A Referer of another site, one that names no
+// site, or none at all leads nowhere but the dashboard: never an open redirect.
+//
+// Negative control: toSignIn giving a non-GET no next (as before) fails "same origin"; taking
+// the Referer's path without comparing its host fails "another site".
+func TestConsoleFormSentAfterIdleTimeoutLeadsBackToIt(t *testing.T) {
+	t.Parallel()
+	b, _, flagged, _ := stuckBench(t)
+	e, clock := idleRouter(b)
+	form := "/finance/resolutions/new?session=" + flagged.ID
+	for _, tc := range []struct {
+		name, referer, fetchSite, lands string
+	}{
+		{"same origin", "http://console.test" + form, "same-origin", form},
+		{"same origin, no Sec-Fetch-Site", "http://console.test" + form, "", form},
+		{"another site", "https://evil.example" + form, "", "/"},
+		{"a path that leaves the site", "http://console.test//evil.example/x", "", "/"},
+		{"no Referer", "", "", "/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAgent(t, e)
+			a.login("fin@example.com")
+			page(t, a.get(form), http.StatusOK)
+			clock.Advance(31 * time.Minute)
+			sent := url.Values{"session": {flagged.ID}, "outcome": {"Completed"}, "csrf_token": {a.csrf},
+				"reason": {"the gateway captured it on the 3rd"}, "evidence": {"bank statement line 42, ticket FIN-77"}}
+			r := httptest.NewRequest(http.MethodPost, "/finance/resolutions", strings.NewReader(sent.Encode()))
+			r.Host = siteURL.Host
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if tc.referer != "" {
+				r.Header.Set("Referer", tc.referer)
+			}
+			if tc.fetchSite != "" {
+				r.Header.Set("Sec-Fetch-Site", tc.fetchSite)
+			}
+			rec := a.do(r)
+			if rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/login") {
+				t.Fatalf("the proposal after the timeout: %d %q, want the sign-in page", rec.Code, rec.Header().Get("Location"))
+			}
+			signIn := page(t, a.follow(rec), http.StatusOK)
+			wantText(t, signIn, "flash-error", "what you sent was not carried out")
+			next, _ := signIn.Find(`input[name="next"]`).Attr("value")
+			rec = a.post("/login", url.Values{"email": {"fin@example.com"}, "password": {testPassword}, "next": {next}})
+			if got := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || got != tc.lands {
+				t.Fatalf("signing in again (next %q): %d to %q, want %q", next, rec.Code, got, tc.lands)
+			}
+			clock.Advance(time.Minute) // the subtests share the clock: each signs in anew
+		})
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, flagged.ID); n != 0 {
+		t.Fatalf("a proposal was made after the timeout (%d)", n)
+	}
 }

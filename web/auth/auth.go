@@ -459,7 +459,7 @@ func (m *Manager) Require(p access.Permission) echo.MiddlewareFunc {
 				return m.toSignIn(c)
 			}
 			if m.idleOut(ctx) {
-				if err := m.endIdle(ctx); err != nil {
+				if err := m.endIdle(ctx, req.Method); err != nil {
 					return err
 				}
 				return m.toSignIn(c)
@@ -555,9 +555,16 @@ func (m *Manager) touch(ctx context.Context) {
 	}
 }
 
-// endIdle ends a session that idled out as SignOut does, saying why.
-func (m *Manager) endIdle(ctx context.Context) error {
-	return m.end(ctx, keyFlashError, fmt.Sprintf("You were signed out after %s without activity. Sign in again.", idleText(m.idle)))
+// endIdle ends a session that idled out as SignOut does, saying why. A request that would have
+// changed something (a form sent) is not carried out, and the message says so: the sign-in page
+// said only "Sign in again", and a proposal typed over half an hour looked sent (an outside
+// review).
+func (m *Manager) endIdle(ctx context.Context, method string) error {
+	msg := fmt.Sprintf("You were signed out after %s without activity. Sign in again.", idleText(m.idle))
+	if method != http.MethodGet && method != http.MethodHead {
+		msg = fmt.Sprintf("You were signed out after %s without activity: what you sent was not carried out. Sign in again and send it again.", idleText(m.idle))
+	}
+	return m.end(ctx, keyFlashError, msg)
 }
 
 // end ends the signed-in session: a new token (the old one is deleted from the store and
@@ -592,11 +599,20 @@ func idleText(d time.Duration) string {
 	return d.String()
 }
 
+// toSignIn sends the browser to the sign-in page, and from there back where it was: a GET to
+// the page it asked for; a form sent (which is not carried out) to the page it was sent from, so
+// the user finds the form again (it went to the dashboard: an outside review).
 func (m *Manager) toSignIn(c echo.Context) error {
 	req := c.Request()
 	target := "/login"
-	if req.Method == http.MethodGet && req.URL.RequestURI() != "/" {
-		target += "?next=" + url.QueryEscape(req.URL.RequestURI())
+	next := "/"
+	if req.Method == http.MethodGet {
+		next = req.URL.RequestURI()
+	} else if req.Method != http.MethodHead {
+		next = sameOriginReferer(req)
+	}
+	if next != "/" {
+		target += "?next=" + url.QueryEscape(next)
 	}
 	if req.Header.Get("HX-Request") == "true" {
 		c.Response().Header().Set("HX-Redirect", target)
@@ -608,6 +624,19 @@ func (m *Manager) toSignIn(c echo.Context) error {
 		return c.NoContent(http.StatusUnauthorized)
 	}
 	return c.Redirect(http.StatusSeeOther, target)
+}
+
+// sameOriginReferer is the path of the page a request was sent from when that page is on this
+// site (its Referer names the request's own host), through LocalPath; "/" otherwise (no
+// Referer, another site's, a GET that writes): a Referer is the sender's word, so it only ever
+// leads to a local path, never off the site. (A post a browser says another site sent is
+// refused by CSRF before it gets here.)
+func sameOriginReferer(req *http.Request) string {
+	ref, err := url.Parse(req.Header.Get("Referer"))
+	if err != nil || ref.Host == "" || ref.Host != req.Host || (ref.Scheme != "http" && ref.Scheme != "https") {
+		return "/"
+	}
+	return LocalPath(ref.RequestURI())
 }
 
 // GetsWithEffects are the console's GET routes that write something. They do not answer HEAD,
