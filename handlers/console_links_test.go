@@ -79,3 +79,34 @@ func TestEveryConsoleLinkOpensForItsRole(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleNavMarksTheCurrentPage: the console's navigation and the finance tabs showed the
+// current page by its look alone (class "active": a lighter background). What the look says is
+// in the markup too (WCAG 1.3.1): aria-current="page" on that entry and on no other, so a screen
+// reader says "current page" (an outside review). Negative control: without currentIf on the
+// nav's links (views/layout.templ) or the tabs' (views/finance.templ) it fails.
+func TestConsoleNavMarksTheCurrentPage(t *testing.T) {
+	t.Parallel()
+	b, _, _, _ := stuckBench(t)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	for _, p := range []struct{ path, nav, tab string }{
+		{"/finance/cases", "Finance", "Cases"},
+		{"/finance/stuck", "Finance", "Stuck money"},
+		{"/payments", "Payments", ""},
+	} {
+		doc := page(t, fin.get(p.path), http.StatusOK)
+		for _, w := range []struct{ sel, want string }{{`[data-testid="nav"]`, p.nav}, {`[data-testid="finance-tabs"]`, p.tab}} {
+			var active, current []string
+			doc.Find(w.sel + " a.active").Each(func(_ int, a *goquery.Selection) { active = append(active, strings.TrimSpace(a.Text())) })
+			doc.Find(w.sel + ` a[aria-current="page"]`).Each(func(_ int, a *goquery.Selection) { current = append(current, strings.TrimSpace(a.Text())) })
+			want := []string{w.want}
+			if w.want == "" {
+				want = nil
+			}
+			if strings.Join(active, "|") != strings.Join(want, "|") || strings.Join(current, "|") != strings.Join(want, "|") {
+				t.Errorf("%s %s: shown as current %q, aria-current=\"page\" on %q; want both %q", p.path, w.sel, active, current, want)
+			}
+		}
+	}
+}
