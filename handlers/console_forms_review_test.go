@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/web"
@@ -154,4 +156,64 @@ func TestARefundSettleProposalOnABusyRefundKeepsTheForm(t *testing.T) {
 	if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "ticket GW-9, two pages of notes") {
 		t.Fatalf("a busy refund's proposal: %d, typed evidence kept: %v; the server logged:\n%s", rec.Code, strings.Contains(rec.Body.String(), "ticket GW-9"), logged.String())
 	}
+}
+
+// fieldTiedToError checks that a form refused for one field marks that field aria-invalid and
+// points it at the refusal's text with aria-describedby (the error element's id), and marks no
+// other field of the form (others, by data-testid).
+func fieldTiedToError(t *testing.T, doc *goquery.Document, field, errTestid string, others ...string) {
+	t.Helper()
+	in := doc.Find(testid(field))
+	if in.Length() != 1 {
+		t.Fatalf("no field %s", field)
+	}
+	inv, desc := in.AttrOr("aria-invalid", ""), in.AttrOr("aria-describedby", "")
+	errID := doc.Find(testid(errTestid)).AttrOr("id", "")
+	if inv != "true" || errID == "" || desc != errID || doc.Find("#"+errID).Length() != 1 {
+		t.Errorf("%s after its refusal: aria-invalid=%q aria-describedby=%q; the error (%s) has id %q; want the field marked invalid and described by the error",
+			field, inv, desc, errTestid, errID)
+	}
+	for _, o := range others {
+		if v, ok := doc.Find(testid(o)).Attr("aria-invalid"); ok {
+			t.Errorf("%s is marked aria-invalid=%q, but the refusal is about %s", o, v, field)
+		}
+	}
+}
+
+// TestAFormErrorMarksItsField: support's "Start a payment" refused for its amount, and
+// finance's proposal refused for its evidence (blanks: a browser's required lets spaces
+// through). The server named the field (data-field on the message) but the page did not tell
+// assistive technology which field was wrong, nor why from the field (WCAG 1.3.1, 3.3.1; an
+// outside review); the refund's "Settle by hand" form marked its field aria-invalid but did not
+// point at its message either. Now each field at fault is aria-invalid and aria-describedby the
+// message's id (invalidIf). Negative control: invalidIf without aria-describedby, or the
+// new-payment form's amount without invalidIf, fails.
+func TestAFormErrorMarksItsField(t *testing.T) {
+	t.Parallel()
+	b, _, flagged, _ := stuckBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup, fin := b.agent(t), b.agent(t)
+	sup.login("sup@example.com")
+	fin.login("fin@example.com")
+
+	doc := page(t, sup.post("/payments", url.Values{"order_id": {"o-42"}, "amount": {"19.999"}, "currency": {"EUR"}}), http.StatusUnprocessableEntity)
+	if f, _ := doc.Find(testid("new-payment-error")).Attr("data-field"); f != "amount" {
+		t.Fatalf("error field %q", f)
+	}
+	fieldTiedToError(t, doc, "new-amount", "new-payment-error", "new-order-id", "new-currency", "new-contact")
+
+	doc = page(t, fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"}, "reason": {"paid"}, "evidence": {"   "}}), http.StatusUnprocessableEntity)
+	if f, _ := doc.Find(testid("propose-error")).Attr("data-field"); f != "evidence" {
+		t.Fatalf("error field %q", f)
+	}
+	fieldTiedToError(t, doc, "propose-evidence", "propose-error", "propose-reason")
+
+	s := b.completed(t, "o-forms-settle-field", 2000)
+	refundID := b.flaggedRefund(t, s, 1500)
+	action := page(t, fin.get("/payments/"+s.ID), http.StatusOK).Find(`[data-testid="refund-row"][data-id="`+refundID+`"] `+testid("refund-settle-form")).AttrOr("action", "")
+	if action == "" {
+		t.Fatal("no settle-by-hand form")
+	}
+	doc = page(t, fin.post(action, url.Values{"outcome": {"Failed"}, "reason": {"never executed"}, "evidence": {" "}}), http.StatusUnprocessableEntity)
+	fieldTiedToError(t, doc, "refund-settle-evidence", "flash-error", "refund-settle-reason")
 }
