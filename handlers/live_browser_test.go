@@ -277,3 +277,94 @@ func TestBrowserStuckPageShowsAPaymentTurningStuck(t *testing.T) {
 	waitJS(t, ctx, "the payment on the list", `(() => { const e = document.querySelector('[data-testid="stuck-table"]'); return !!e && e.textContent.includes("42.00"); })()`)
 	noReload(t, ctx)
 }
+
+// focused says what has the keyboard focus: its tag and data-testid.
+func focused(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.activeElement; return e.tagName + " " + (e.getAttribute("data-testid") || ""); })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// tabUntil presses Tab until the expression (about document.activeElement) is true.
+func tabUntil(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	for i := 0; i < 60; i++ {
+		within(t, ctx, 5*time.Second, chromedp.KeyEvent("\t"))
+		on, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			return
+		}
+	}
+	t.Fatalf("Tab never reached %s", what)
+}
+
+// TestBrowserLiveRefreshKeepsKeyboardFocus: support, working by keyboard, has tabbed to "Check
+// with the gateway" on a payment's page when the customer pays: the live region is swapped in
+// place (outerHTML), and the focus fell to the document's body with the old button (a screen
+// reader lost its place, the next Tab started at the top of the page; an outside review). It
+// stays on the new Check button now (live.js refocus). Negative control: without the refocus
+// call in live.js's htmx:afterSwap listener the focus is on "BODY ".
+func TestBrowserLiveRefreshKeepsKeyboardFocus(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, "o-live-focus", 1999)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+	tabUntil(t, ctx, "the Check button", `document.activeElement.getAttribute("data-testid") === "check"`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.oldCheck = document.activeElement; return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
+	noReload(t, ctx)
+	swapped, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.contains(window.oldCheck)`))
+	if err != nil || !swapped {
+		t.Fatalf("the Check button was not swapped (%v): the test shows nothing", err)
+	}
+	if got := focused(t, ctx); got != "BUTTON check" {
+		t.Fatalf("after the live refresh the keyboard focus is on %q, want the Check button it was on", got)
+	}
+}
+
+// TestBrowserLocksPageKeepsKeyboardFocus: the locks page fetches itself every 10 s while it is
+// visible, whether anything changed or not. A keyboard user who tabbed to a leased payment's
+// link had the focus thrown to the page's body at every tick (an outside review). The link keeps
+// it now. Negative control: as TestBrowserLiveRefreshKeepsKeyboardFocus's.
+func TestBrowserLocksPageKeepsKeyboardFocus(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, "o-live-lease-focus", 1000)
+	b.exec(t, `UPDATE payment_sessions SET lease_owner = 'replica-a', lease_until = $2, lease_token = gen_random_uuid() WHERE id = $1`,
+		s.ID, b.clock.Now().Add(time.Hour))
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/locks")
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		window.swaps = 0; document.addEventListener("htmx:afterSwap", () => { window.swaps++; }); return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	tabUntil(t, ctx, "the lease's link", `(document.activeElement.getAttribute("href") || "").includes("`+s.ID+`")`)
+	waitJS(t, ctx, "the page's 10-second refresh", `window.swaps >= 1`)
+	noReload(t, ctx)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.activeElement; return e.tagName + " " + (e.getAttribute("href") || ""); })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "A /payments/"+s.ID {
+		t.Fatalf("after the locks page's timed refresh (nothing changed) the keyboard focus is on %q, want the link it was on", got)
+	}
+}

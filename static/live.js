@@ -10,7 +10,8 @@
 // is fetched again POLL ms later, then twice as long after each failure: the stream has moved
 // past the change. Nothing is fetched while the tab is hidden (one
 // refresh when it shows again), nor while someone is typing into or ticking something in the
-// region (one refresh once they leave it). A region with data-live-poll also polls at that
+// region (one refresh once they leave it); a refresh swapped in keeps the keyboard focus on the
+// element it was on (refocus). A region with data-live-poll also polls at that
 // interval while visible, whatever the stream says (the locks page: PostgreSQL notifies nothing
 // about locks). A region with data-live-due changes by the clock alone that many ms after it was
 // read (a payment turning stuck by its age writes nothing, so no stream says so): it is fetched
@@ -228,16 +229,81 @@
     };
   }
 
+  // focusKey is what tells the element with the keyboard focus inside the region apart, to find
+  // it again in the region a refresh swaps in (null when the focus is not inside it): its id,
+  // data-testid, name, href and aria-label (a scrolling table's region), and its text.
+  function focusKey(el) {
+    var a = document.activeElement;
+    if (!a || a === el || !el.contains(a)) {
+      return null;
+    }
+    var key = { tag: a.tagName, id: a.id, text: a.textContent.trim() };
+    ["data-testid", "name", "href", "aria-label"].forEach(function (n) {
+      key[n] = a.getAttribute(n);
+    });
+    return key;
+  }
+
+  // refocus gives the keyboard focus back to the element of the new region that matches key,
+  // when the swap threw it to the page's body (the old element is gone): a screen reader lost
+  // its place and the next Tab started at the top of the page, every 10 s on the locks page (an
+  // outside review). htmx itself keeps the focus of an element with an id; one without is
+  // matched by its attributes, and by its text when they do not tell it apart (a Check button
+  // whose label changed is still the Check button). Nothing moves when the focus is anywhere
+  // else, or when nothing matches for sure. preventScroll: the page stays where it was.
+  function refocus(key) {
+    var a = document.activeElement;
+    var el = region();
+    if (!key || !el || (a && a !== document.body)) {
+      return;
+    }
+    var found = null;
+    if (key.id) {
+      found = document.getElementById(key.id);
+    } else {
+      var same = [], named = false;
+      ["data-testid", "name", "href", "aria-label"].forEach(function (n) {
+        named = named || key[n] !== null;
+      });
+      el.querySelectorAll(key.tag).forEach(function (c) {
+        if (["data-testid", "name", "href", "aria-label"].every(function (n) { return c.getAttribute(n) === key[n]; })) {
+          same.push(c);
+        }
+      });
+      var texts = same.filter(function (c) { return c.textContent.trim() === key.text; });
+      found = named && same.length === 1 ? same[0] : texts[0] || null;
+    }
+    if (found && el.contains(found)) {
+      found.focus({ preventScroll: true });
+    }
+  }
+
   // A refresh fetched before someone started typing must not land after it: its answer is
   // checked again when it arrives, and not swapped in (one refresh once they leave) while the
   // region is busy. Only the live refresh's own answers (X-Pitlane-Live) are held back: a form
-  // the user submits swaps its answer in as always.
+  // the user submits swaps its answer in as always. An answer swapped in keeps the keyboard
+  // focus where it was (refocus): where it is when the answer lands, not when it was asked for.
+  var focusBefore = null;
+  function liveRequest(e) {
+    var cfg = e.detail.requestConfig;
+    return !!(cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1");
+  }
   document.addEventListener("htmx:beforeSwap", function (e) {
     var el = region();
-    var cfg = e.detail.requestConfig;
-    if (el && cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1" && busy(el)) {
+    if (!el || !liveRequest(e)) {
+      return;
+    }
+    if (busy(el)) {
       e.detail.shouldSwap = false;
       behind(true);
+      return;
+    }
+    focusBefore = focusKey(el);
+  });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (liveRequest(e)) {
+      refocus(focusBefore);
+      focusBefore = null;
     }
   });
   document.addEventListener("htmx:afterRequest", function (e) {
