@@ -55,3 +55,24 @@ document.addEventListener("htmx:beforeSwap", function (e) {
   d.selectOverride = "main";
   d.swapOverride = "outerHTML";
 });
+
+// After a form's own htmx swap the element that had the keyboard focus (the form's button, the
+// code field) is gone with the block it was in, and the focus fell to the page's body: a keyboard
+// user started again at the top of the page, behind the navigation (an outside review: "Request
+// cancel", then a wrong code). The focus goes where the answer's work is: the field marked
+// data-focus-after-swap (the code the customer reads out), else the flash saying what happened.
+// Only after the user's own form, and only when the focus fell to the body: a live refresh
+// (live.js, X-Pitlane-Live) never moves it here, which is why the code field is not autofocus
+// (htmx honours autofocus on every swap, a live refresh's too).
+document.addEventListener("htmx:afterSettle", function (e) {
+  var cfg = e.detail.requestConfig;
+  var a = document.activeElement;
+  if (!cfg || !cfg.elt || cfg.elt.tagName !== "FORM" || (cfg.headers && cfg.headers["X-Pitlane-Live"] === "1") ||
+      (a && a !== document.body)) {
+    return;
+  }
+  var to = document.querySelector("[data-focus-after-swap]") || document.querySelector("#flashes .flash");
+  if (to) {
+    to.focus();
+  }
+});
