@@ -368,3 +368,42 @@ func TestBrowserLocksPageKeepsKeyboardFocus(t *testing.T) {
 		t.Fatalf("after the locks page's timed refresh (nothing changed) the keyboard focus is on %q, want the link it was on", got)
 	}
 }
+
+// TestBrowserLivePagesCanBePaused: WCAG 2.2.2 Pause, Stop, Hide. The console's live pages update
+// themselves (the locks page also every 10 s), and a staff member reading a table with a screen
+// reader or a magnifier could not stop that, as the checkout's "Stop updating this page" allows
+// (an outside review). Every live page has a "Pause updates" toggle (aria-pressed), reached by
+// Tab; while pressed the list does not change (the page says it is behind, data-live-stale), and
+// released it catches up at once. Negative control: without the paused checks in live.js
+// (refresh and its beforeSwap listener) the refresh is swapped in and the page is never behind.
+func TestBrowserLivePagesCanBePaused(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	s := b.payment(t, "o-live-pause-old", 1999)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "fin@example.com")
+	pause := `document.querySelector('[data-testid="live-pause"]')`
+	for _, path := range []string{"/", "/payments/" + s.ID, "/locks", "/finance/stuck", "/finance/cases", "/finance/flagged", "/finance/resolutions", "/finance/ledger", "/payments"} {
+		openLive(t, ctx, srv.URL+path)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const p = `+pause+`;
+			return p ? p.tagName + " " + p.textContent + " " + p.getAttribute("aria-pressed") : "none"; })()`))
+		if err != nil || got != "BUTTON Pause updates false" {
+			t.Fatalf("%s: the pause control is %q (%v), want a button \"Pause updates\", aria-pressed false", path, got, err)
+		}
+	}
+	// The payments list, paused by keyboard.
+	tabUntil(t, ctx, "Pause updates", `document.activeElement.getAttribute("data-testid") === "live-pause"`)
+	within(t, ctx, 5*time.Second, chromedp.KeyEvent(" "))
+	waitJS(t, ctx, "the button pressed", pause+`.getAttribute("aria-pressed") === "true"`)
+	b.clock.Advance(time.Minute)
+	n := b.payment(t, "o-live-pause-new", 4200)
+	row := `document.querySelector('[data-testid="payment-row"][data-id="` + n.ID + `"]')`
+	waitJS(t, ctx, "the paused page to be behind", `document.documentElement.hasAttribute("data-live-stale")`)
+	if shown, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!`+row)); err != nil || shown {
+		t.Fatalf("the paused list shows the new payment (%v)", err)
+	}
+	within(t, ctx, 5*time.Second, chromedp.KeyEvent(" "))
+	waitJS(t, ctx, "the new payment once resumed", `!!`+row+` && `+pause+`.getAttribute("aria-pressed") === "false"`)
+	noReload(t, ctx)
+}

@@ -17,6 +17,11 @@
 // read (a payment turning stuck by its age writes nothing, so no stream says so): it is fetched
 // once then, and each version of the region says when anew. Without JavaScript the pages are
 // plain pages.
+//
+// A page that updates itself lets its reader stop that (WCAG 2.2.2, as the checkout's "Stop
+// updating this page"): a "Pause updates" toggle (aria-pressed) is put before the region; while
+// it is pressed nothing is fetched, as while the tab is hidden (the page is behind, and one
+// refresh catches it up when it is released).
 (function () {
   "use strict";
 
@@ -39,6 +44,7 @@
   var retry = RETRY_MIN;
   var stale = false, inflight = false, again = false, failed = false;
   var failTimer = null, failWait = POLL; // the one retry after failed refreshes, backing off
+  var paused = false; // the reader pressed "Pause updates"
 
   function state(s) {
     document.documentElement.setAttribute("data-live-state", s);
@@ -99,7 +105,7 @@
     if (!el) {
       return;
     }
-    if (document.visibilityState === "hidden" || busy(el)) {
+    if (paused || document.visibilityState === "hidden" || busy(el)) {
       behind(true);
       return;
     }
@@ -293,7 +299,7 @@
     if (!el || !liveRequest(e)) {
       return;
     }
-    if (busy(el)) {
+    if (paused || busy(el)) {
       e.detail.shouldSwap = false;
       behind(true);
       return;
@@ -338,6 +344,41 @@
       source.close();
     }
   });
+  // pauseControl puts the "Pause updates" toggle before the region (outside it: a swap does not
+  // take it away) and a status line that says when the page is paused. The button's name stays
+  // the same, its state is aria-pressed (a toggle whose label changed too would be read as
+  // "Resume updates, pressed").
+  function pauseControl() {
+    var bar = document.createElement("div");
+    bar.className = "live-controls";
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("aria-pressed", "false");
+    button.setAttribute("data-testid", "live-pause");
+    button.textContent = "Pause updates";
+    var note = document.createElement("span");
+    note.className = "muted small";
+    note.setAttribute("role", "status");
+    note.setAttribute("data-testid", "live-paused");
+    bar.appendChild(button);
+    bar.appendChild(note);
+    first.parentNode.insertBefore(bar, first);
+    button.addEventListener("click", function () {
+      paused = !paused;
+      button.setAttribute("aria-pressed", paused ? "true" : "false");
+      note.textContent = paused ? "Updates paused: this page shows what it showed then, until you press again." : "";
+      if (paused) {
+        document.documentElement.setAttribute("data-live-paused", "");
+      } else {
+        document.documentElement.removeAttribute("data-live-paused");
+        if (stale) {
+          refresh();
+        }
+      }
+    });
+  }
+
+  pauseControl();
   state("connecting");
   due();
   connect();
