@@ -1057,8 +1057,9 @@ func numbers(testid, label string) templ.Component {
 	})
 }
 
-// tableScroll lets a wide table scroll sideways inside its card on a phone instead of the page.
-// A region that scrolls must be reachable by keyboard (tabindex) and named (WCAG 2.1.1).
+// tableScroll lets a wide table scroll sideways inside its card (or its page) on a phone, or at
+// 400 % zoom, instead of the page (WCAG 1.4.10): every console table is in one. A region that
+// scrolls must be reachable by keyboard (tabindex) and named (WCAG 2.1.1).
 func tableScroll(label string) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
@@ -1084,7 +1085,7 @@ func tableScroll(label string) templ.Component {
 		var templ_7745c5c3_Var64 string
 		templ_7745c5c3_Var64, templ_7745c5c3_Err = templruntime.NewAttributeExpression(label).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/svgchart.templ`, Line: 140, Col: 72}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/svgchart.templ`, Line: 141, Col: 72}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var64)
 		if templ_7745c5c3_Err != nil {
