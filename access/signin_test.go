@@ -130,9 +130,11 @@ func TestSignInGlobalCeiling(t *testing.T) {
 	}
 }
 
-// TestSignInTimingTellsNothing: the median time of a sign-in with an unknown email is within a
-// factor of 2 of a known email with a wrong password, at a real bcrypt cost. (A ratio of
-// medians, measured interleaved so that load on the machine hits both alike; not a time bound.)
+// TestSignInTimingTellsNothing: the quickest sign-in with an unknown email is within a factor
+// of 2 of the quickest of a known email with a wrong password, at a real bcrypt cost. (A ratio
+// of minimums, measured interleaved; not a time bound. Load only ever adds time, so the
+// quickest of each is the least disturbed: medians of five failed a fresh-clone CI run on a
+// loaded machine at 942 against 412 ms, and passed three runs in a row after it.)
 // With the dummy hash at bcrypt's minimum cost, as before, the unknown email is several times
 // faster.
 func TestSignInTimingTellsNothing(t *testing.T) {
@@ -143,7 +145,7 @@ func TestSignInTimingTellsNothing(t *testing.T) {
 	b.acc.Limits.AddressBurst = 1000
 	b.user(t, "ana@example.com", access.RoleSupport)
 
-	const n = 5
+	const n = 7
 	var known, unknown []time.Duration
 	measure := func(email string) time.Duration {
 		start := time.Now()
@@ -159,9 +161,8 @@ func TestSignInTimingTellsNothing(t *testing.T) {
 		known = append(known, measure("ana@example.com"))
 		unknown = append(unknown, measure(fmt.Sprintf("nobody%d@example.com", i)))
 	}
-	median := func(ds []time.Duration) time.Duration { slices.Sort(ds); return ds[len(ds)/2] }
-	k, u := median(known), median(unknown)
-	t.Logf("median sign-in: known email, wrong password %v; unknown email %v", k, u)
+	k, u := slices.Min(known), slices.Min(unknown)
+	t.Logf("quickest sign-in: known email, wrong password %v; unknown email %v", k, u)
 	if u*2 < k || k*2 < u {
 		t.Fatalf("unknown email %v vs known email %v: more than a factor of 2 apart", u, k)
 	}
