@@ -62,7 +62,7 @@ func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundO
 		case locked.FlaggedAt == nil:
 			return Errorf(ECONFLICT, "only a flagged refund is settled by hand; the patrol still asks the gateway about refund %s", Short(r.ID))
 		}
-		if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+		if err := noProposalWaiting(ctx, tx, cur, by, now); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, kind, refund_id, refund_outcome,

@@ -321,7 +321,7 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 		if why := OutcomeRefusal(cur.Status, in.Outcome); why != "" {
 			return &Error{Code: ECONFLICT, Field: "outcome", Message: why}
 		}
-		if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+		if err := noProposalWaiting(ctx, tx, cur, by, now); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, outcome, status_at_proposal, reason, evidence, proposed_by, proposed_at)
@@ -341,17 +341,37 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 // noProposalWaiting refuses a second proposal for a session while one waits (of either kind: two
 // waiting proposals would race each other to approval). The caller holds the session's lock;
 // the unique index resolution_proposals_one_open is the last line behind this read.
-func noProposalWaiting(ctx context.Context, tx pgx.Tx, sessionID string) error {
+//
+// A waiting proposal the payment outran — its status is no longer the one the proposal was
+// made on, so no approval can pass ("moved since the proposal") — is withdrawn instead: rejected
+// by by, who proposes now, saying why, audited. It blocked every later proposal of the payment
+// (a refund above the direct limit once the gateway's capture completed a payment proposed
+// Failed) until someone rejected it by hand.
+func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, now time.Time) error {
 	var waiting int64
 	var waitingBy string
-	err := tx.QueryRow(ctx, `SELECT id, proposed_by FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`, sessionID).Scan(&waiting, &waitingBy)
-	if err == nil {
+	var at Status
+	err := tx.QueryRow(ctx, `SELECT id, proposed_by, status_at_proposal FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`,
+		cur.ID).Scan(&waiting, &waitingBy, &at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("proposal: read pending: %w", err)
+	case at == cur.Status:
 		return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("proposal: read pending: %w", err)
+	note := fmt.Sprintf("withdrawn: the payment moved from %s to %s since it was proposed; a new proposal replaces it", at, cur.Status)
+	tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4
+		WHERE id = $1 AND state = 'proposed'`, waiting, by.Email, now, note)
+	if err != nil {
+		return dbError("proposal: withdraw outrun", err, "")
 	}
-	return nil
+	if tag.RowsAffected() == 0 {
+		return nil // rejected meanwhile
+	}
+	return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionReject, Target: cur.ID,
+		Detail: fmt.Sprintf("#%d (proposed by %s): %s", waiting, waitingBy, note)}, now)
 }
 
 // explainDecided turns a guarded UPDATE that found no proposal in state proposed into the

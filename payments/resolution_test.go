@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -631,4 +632,34 @@ func TestApprovingCompletedForAConfirmedCancelAsksFinanceToRefund(t *testing.T) 
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'cancel_lost_race' AND resolved_at IS NULL`, s.ID); n != 1 {
 		t.Fatalf("open cancel_lost_race cases = %d, want 1: the customer's confirmed cancel of a payment now Completed is on no list", n)
 	}
+}
+
+// A settle proposal the payment outran (proposed Failed, then the gateway's capture completed
+// it) can never be approved ("moved since the proposal"), and it blocked every later proposal
+// of the payment — a refund above the direct limit among them — until someone rejected it by
+// hand. The next proposal withdraws it (rejected by its proposer, audited with why) and is made.
+// Negative control: noProposalWaiting refusing whatever waits.
+func TestAProposalThePaymentOutranGivesWayToTheNext(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-outran", 4200)
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if cur, err := b.plain.Check(ctx, api, s.ID); err != nil || cur.Status != payments.StatusCompleted {
+		t.Fatalf("setup: the capture: %s %v", cur.Status, err)
+	}
+	fr, err := b.svc.RefundByFinance(ctx, fin2, staffRefund(s.ID, 1000, uuid.NewString()))
+	if err != nil || fr.Proposal == nil {
+		t.Fatalf("a refund proposal beside the settle proposal the payment outran: %+v %v", fr, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'rejected' AND decided_by = $2 AND decision_note LIKE '%moved from Registered to Completed%'`, p.ID, fin2.Email); n != 1 {
+		t.Errorf("the outrun proposal #%d is not withdrawn by the next one's proposer, saying why", p.ID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE '#' || $3::text || ' %'`, payments.AuditResolutionReject, s.ID, fmt.Sprint(p.ID)); n != 1 {
+		t.Errorf("%d audit entries of the withdrawal, want 1", n)
+	}
+	// A proposal that still stands still refuses the next.
+	_, err = b.svc.RefundByFinance(ctx, fin1, staffRefund(s.ID, 1000, uuid.NewString()))
+	wantCode(t, err, payments.ECONFLICT, "already waits for approval")
 }

@@ -281,7 +281,7 @@ func formReused(done, asked int64, currency string) error {
 // proposeRefund records a refund proposal for the locked, Completed session cur, audited in the
 // same transaction.
 func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in StaffRefundInput, now time.Time) (int64, error) {
-	if err := noProposalWaiting(ctx, tx, cur.ID); err != nil {
+	if err := noProposalWaiting(ctx, tx, cur, by, now); err != nil {
 		return 0, err
 	}
 	var id int64
