@@ -235,18 +235,25 @@
     };
   }
 
+  var keyAttrs = ["data-testid", "name", "href", "aria-label"];
+
   // focusKey is what tells the element with the keyboard focus inside the region apart, to find
   // it again in the region a refresh swaps in (null when the focus is not inside it): its id,
-  // data-testid, name, href and aria-label (a scrolling table's region), and its text.
+  // data-testid, name, href and aria-label (a scrolling table's region), its text, and the
+  // nearest element around it inside the region with an id or a data-id (its table row).
   function focusKey(el) {
     var a = document.activeElement;
     if (!a || a === el || !el.contains(a)) {
       return null;
     }
-    var key = { tag: a.tagName, id: a.id, text: a.textContent.trim() };
-    ["data-testid", "name", "href", "aria-label"].forEach(function (n) {
+    var key = { tag: a.tagName, id: a.id, text: a.textContent.trim(), scope: null };
+    keyAttrs.forEach(function (n) {
       key[n] = a.getAttribute(n);
     });
+    var around = a.parentElement && a.parentElement.closest("[id], [data-id]");
+    if (around && around !== el && el.contains(around)) {
+      key.scope = around.id ? "#" + CSS.escape(around.id) : '[data-id="' + CSS.escape(around.getAttribute("data-id")) + '"]';
+    }
     return key;
   }
 
@@ -254,9 +261,12 @@
   // when the swap threw it to the page's body (the old element is gone): a screen reader lost
   // its place and the next Tab started at the top of the page, every 10 s on the locks page (an
   // outside review). htmx itself keeps the focus of an element with an id; one without is
-  // matched by its attributes, and by its text when they do not tell it apart (a Check button
-  // whose label changed is still the Check button). Nothing moves when the focus is anywhere
-  // else, or when nothing matches for sure. preventScroll: the page stays where it was.
+  // looked for inside the element with the id it was in (its row), matched by its attributes,
+  // and by its text when they do not tell it apart (a Check button whose label changed is still
+  // the Check button). Nothing moves unless exactly one element matches: two rows' "Approve:
+  // mark Failed" buttons are alike, and the first of them took the focus of the second, whose
+  // Enter then approved the other proposal (a review of the change). Nor when the focus is
+  // anywhere else. preventScroll: the page stays where it was.
   function refocus(key) {
     var a = document.activeElement;
     var el = region();
@@ -267,21 +277,56 @@
     if (key.id) {
       found = document.getElementById(key.id);
     } else {
-      var same = [], named = false;
-      ["data-testid", "name", "href", "aria-label"].forEach(function (n) {
-        named = named || key[n] !== null;
-      });
-      el.querySelectorAll(key.tag).forEach(function (c) {
-        if (["data-testid", "name", "href", "aria-label"].every(function (n) { return c.getAttribute(n) === key[n]; })) {
+      var root = el;
+      if (key.scope) {
+        root = el.querySelector(key.scope);
+        if (!root) {
+          return; // its row is gone
+        }
+      }
+      var same = [];
+      root.querySelectorAll(key.tag).forEach(function (c) {
+        if (keyAttrs.every(function (n) { return c.getAttribute(n) === key[n]; })) {
           same.push(c);
         }
       });
+      var named = keyAttrs.some(function (n) { return key[n] !== null; });
       var texts = same.filter(function (c) { return c.textContent.trim() === key.text; });
-      found = named && same.length === 1 ? same[0] : texts[0] || null;
+      if (named && same.length === 1) {
+        found = same[0];
+      } else if (texts.length === 1) {
+        found = texts[0];
+      }
     }
     if (found && el.contains(found)) {
       found.focus({ preventScroll: true });
     }
+  }
+
+  // scrolled is how far each of the region's scrolling tables is scrolled sideways, by its
+  // region's aria-label (unique on a page); keepScrolled scrolls the new region's tables there:
+  // at 320 CSS px a table read sideways jumped back to its first column at every refresh (a
+  // review of the change that wrapped the tables).
+  function scrolled(el) {
+    var at = {};
+    el.querySelectorAll(".table-scroll[aria-label]").forEach(function (t) {
+      if (t.scrollLeft) {
+        at[t.getAttribute("aria-label")] = t.scrollLeft;
+      }
+    });
+    return at;
+  }
+  function keepScrolled(at) {
+    var el = region();
+    if (!el || !at) {
+      return;
+    }
+    el.querySelectorAll(".table-scroll[aria-label]").forEach(function (t) {
+      var x = at[t.getAttribute("aria-label")];
+      if (x) {
+        t.scrollLeft = x;
+      }
+    });
   }
 
   // A refresh fetched before someone started typing must not land after it: its answer is
@@ -289,7 +334,7 @@
   // region is busy. Only the live refresh's own answers (X-Pitlane-Live) are held back: a form
   // the user submits swaps its answer in as always. An answer swapped in keeps the keyboard
   // focus where it was (refocus): where it is when the answer lands, not when it was asked for.
-  var focusBefore = null;
+  var focusBefore = null, scrolledBefore = null;
   function liveRequest(e) {
     var cfg = e.detail.requestConfig;
     return !!(cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1");
@@ -305,11 +350,13 @@
       return;
     }
     focusBefore = focusKey(el);
+    scrolledBefore = scrolled(el);
   });
   document.addEventListener("htmx:afterSwap", function (e) {
     if (liveRequest(e)) {
       refocus(focusBefore);
-      focusBefore = null;
+      keepScrolled(scrolledBefore);
+      focusBefore = scrolledBefore = null;
     }
   });
   document.addEventListener("htmx:afterRequest", function (e) {
