@@ -93,3 +93,48 @@ func TestBrowserLiveRefreshKeepsATableScrolledSideways(t *testing.T) {
 		t.Fatalf("after the locks page's timed refresh (nothing changed) the leases table is scrolled to %d, was %d (%v): the reader is thrown back to its first columns every 10 s", after, before, err)
 	}
 }
+
+// The finance cases page's rows carried data-case only, no id or data-id, so refocus had no row
+// scope there: two open cases' Resolve buttons are alike, nothing matched for sure, and the focus
+// on the second one's Resolve was thrown to the page's body at every live refresh (a review of
+// 0700bc6). Negative control: the case rows without data-id.
+func TestBrowserLiveRefreshKeepsTheFocusOnACaseRowsResolve(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	bg := context.Background()
+	openCase := func(order string) int64 {
+		s := b.payment(t, order, 1000)
+		var id int64
+		if err := b.pool.QueryRow(bg, `INSERT INTO finance_cases (session_id, order_id, kind, detail, created_at)
+			VALUES ($1, $2, 'gateway_mismatch', 'probe', $3) RETURNING id`, s.ID, s.OrderID, b.clock.Now()).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+		return id
+	}
+	first := openCase("o-case-focus-1")
+	second := openCase("o-case-focus-2")
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "fin@example.com")
+	openLive(t, ctx, srv.URL+"/finance/cases")
+	tabUntil(t, ctx, "the second case's Resolve", fmt.Sprintf(
+		`document.activeElement.getAttribute("data-testid") === "resolve-submit" && document.activeElement.closest("tr").getAttribute("data-case") === "%d"`, second))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		window.liveSwaps = 0;
+		document.addEventListener("htmx:afterSwap", e => { if ((e.detail.requestConfig.headers || {})["X-Pitlane-Live"] === "1") window.liveSwaps++; });
+		return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	third := openCase("o-case-focus-3")
+	waitJS(t, ctx, "the live refresh with the third case", fmt.Sprintf(`window.liveSwaps >= 1 && !!document.querySelector('[data-testid="case-row"][data-case="%d"]')`, third))
+	noReload(t, ctx)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.activeElement; const tr = e.closest("tr");
+		return e.tagName + " " + (e.getAttribute("data-testid") || "") + " row " + (tr ? tr.getAttribute("data-case") : "-"); })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("BUTTON resolve-submit row %d", second); got != want {
+		t.Fatalf("after the live refresh the keyboard focus is on %q, want %q (case #%d's Resolve; #%d is the other)", got, want, second, first)
+	}
+}

@@ -138,15 +138,17 @@ func (s *Service) gatewayState(ctx context.Context, sess Session) (GatewayPaymen
 		// than the one attached was dropped (only the attached one is applied, an outside review).
 		detail := fmt.Sprintf("%d gateway payments carry reference %s; attached %s", len(found), sess.Reference(), best.ID)
 		if err := s.inTx(ctx, "duplicate case", func(tx pgx.Tx) error {
-			if len(late) > 0 {
-				if err := noteLatePayment(ctx, tx, sess, "the gateway holds money for a "+string(sess.Status)+" session: "+detail, s.cfg.Clock.Now(), late); err != nil {
+			// The duplicate case before the late one, as noteLatePayment notes them: one order of
+			// the finance rows for every path (no deadlock with a reconciliation of the session).
+			if len(facts) > 0 {
+				if err := noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...); err != nil {
 					return err
 				}
 			}
-			if len(facts) == 0 {
+			if len(late) == 0 {
 				return nil
 			}
-			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
+			return noteLatePayment(ctx, tx, sess, "the gateway holds money for a "+string(sess.Status)+" session: "+detail, s.cfg.Clock.Now(), late)
 		}); err != nil {
 			return GatewayPayment{}, false, err
 		}
