@@ -43,7 +43,7 @@ func (s *Service) check(ctx context.Context, actor Actor, sess Session) (Session
 	ctx, flush := s.deferCallLog(ctx) // the call's log row rides in the apply transaction
 	defer flush()
 	gp, found, err := s.gatewayState(ctx, sess)
-	if err != nil && sess.GatewayPaymentID != "" && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found" {
+	if sess.GatewayPaymentID != "" && gatewayNotFound(err) {
 		// The gateway says the payment we registered does not exist (not a payment its search
 		// listed and its GET does not know yet: that one is asked about again). Asking again for days will
 		// not change that: flag the session for finance now, with a case, and leave its state.
@@ -824,11 +824,11 @@ func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, 
 		switch {
 		case gerr == nil:
 			known = &gp
-		case FailureOf(gerr) != FailureDefinitive || GatewayErrorCode(gerr) != "not_found":
+		case !gatewayNotFound(gerr):
 			// Whether it took money is what holds the order's checkout (paymentInReviewSQL): a
 			// fact without it held nothing, and the event was done with (unknown_payment) while
 			// the customer could pay again (an outside review). The event waits for its retry.
-			return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+			return eventUnanswered(gerr)
 		}
 	}
 	if known != nil {
@@ -887,10 +887,10 @@ func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, 
 		got, gerr := s.gw.Status(ctx, gatewayPaymentID)
 		s.logGatewayCall(ctx, sess.ID, "status", "", started, gerr)
 		switch {
-		case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+		case gatewayNotFound(gerr):
 			return s.Check(ctx, actor, id)
 		case gerr != nil:
-			return sess, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+			return sess, eventUnanswered(gerr)
 		}
 		gp = &got
 	}

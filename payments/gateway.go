@@ -144,6 +144,18 @@ func GatewayErrorCode(err error) string {
 	return ""
 }
 
+// gatewayNotFound reports a definitive answer that the gateway has no such payment (or refund):
+// not a timeout or a 5xx, which say nothing.
+func gatewayNotFound(err error) bool {
+	return FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found"
+}
+
+// eventUnanswered is the refusal of a gateway event whose payment the gateway did not tell us
+// about (gerr): the event stays unprocessed, for the patrol's retry.
+func eventUnanswered(gerr error) error {
+	return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+}
+
 // CodeOtherGateway is the GatewayError code of a call not sent because the payment was
 // registered at another gateway than this replica's (gwOf).
 const CodeOtherGateway = "other_gateway"

@@ -648,7 +648,7 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		started := time.Now()
 		gp, err := s.gwOf(sess).Status(ctx, sess.GatewayPaymentID)
 		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
-		notFound := err != nil && FailureOf(err) == FailureDefinitive && GatewayErrorCode(err) == "not_found"
+		notFound := gatewayNotFound(err)
 		switch {
 		case notFound && mine:
 			// The gateway lost the payment we attached: flagged (active) and a case, as Check does.

@@ -281,10 +281,10 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 		gp, gerr := s.gw.Status(ctx, ev.PaymentID)
 		s.logGatewayCall(ctx, "", "status", "", started, gerr)
 		switch {
-		case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+		case gatewayNotFound(gerr):
 			// The gateway does not know it either: nothing to apply.
 		case gerr != nil:
-			return EventResult{}, &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+			return EventResult{}, eventUnanswered(gerr)
 		case gp.Reference != "":
 			sess, err = s.applyHint(ctx, actor, ev.PaymentID, gp.Reference, &gp)
 		}
@@ -321,9 +321,9 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 	var facts []string
 	described := ev.PaymentID
 	switch {
-	case gerr != nil && FailureOf(gerr) == FailureDefinitive && GatewayErrorCode(gerr) == "not_found":
+	case gatewayNotFound(gerr):
 	case gerr != nil:
-		return &Error{Code: EUNAVAIL, Message: "the gateway did not answer; the event stays unprocessed", Err: gerr}
+		return eventUnanswered(gerr)
 	case lateMoney(sess.Status, gp.Status):
 		// Money held for a session that is over: its late_payment case, with reconciliation's
 		// fact, opened here and now (reconciliation looks back only so far: a session that
