@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -352,5 +353,53 @@ func TestRefundEventsNameTheirActor(t *testing.T) {
 			AND actor_kind = $3 AND actor_id = $4`, tc.refund, tc.from, tc.kind, tc.id); n != 1 {
 			t.Errorf("events of refund %s from %q by %s:%s = %d, want 1", tc.refund, tc.from, tc.kind, tc.id, n)
 		}
+	}
+}
+
+// A refund_settle proposal whose refund the gateway has answered since can never be approved
+// (approveRefundOutcome: "the gateway answered since the proposal"); it blocked every later
+// proposal of the payment until someone rejected it by hand. The next proposal withdraws it,
+// saying why, audited, as one the payment's status outran (noProposalWaiting). Negative
+// control: without the refund's state in noProposalWaiting, the second proposal is refused.
+func TestARefundOutcomeTheGatewayOutranGivesWayToTheNext(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-refund-outran", 1000)
+	r := b.flaggedRefund(t, s, 300, "k1")
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r.ID, Outcome: payments.RefundFailed,
+		Reason: "looks lost", Evidence: "no trace in the dashboard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway's answer settles it (as in TestRefundOutcomeByHandSucceededAndOvertaken).
+	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL, next_check_at = $2 WHERE id = $1`, r.ID, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.DriveRefunds(ctx); err != nil || n != 1 {
+		t.Fatalf("the patrol's drive: %d, %v", n, err)
+	}
+	r2 := b.flaggedRefund(t, s, 200, "k2")
+	p2, err := b.svc.ProposeRefundOutcome(ctx, fin2, payments.RefundOutcomeInput{RefundID: r2.ID, Outcome: payments.RefundFailed,
+		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
+	if err != nil || !p2.Pending() {
+		t.Fatalf("a proposal beside one the gateway outran = %+v, %v", p2, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'rejected' AND decided_by = $2 AND decision_note LIKE '%is Succeeded since it was proposed%'`, p.ID, fin2.Email); n != 1 {
+		t.Errorf("the outrun proposal #%d is not withdrawn by the next one's proposer, saying why", p.ID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE '#' || $3::text || ' %'`, payments.AuditResolutionReject, s.ID, fmt.Sprint(p.ID)); n != 1 {
+		t.Errorf("%d audit entries of the withdrawal, want 1", n)
+	}
+	// The new one stands: it refuses the next.
+	if _, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: r2.ID, Outcome: payments.RefundSucceeded,
+		Reason: "x", Evidence: "y"}); payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "already waits") {
+		t.Fatalf("a proposal beside one that stands = %v, want conflict", err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin1, p2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.svc.GetRefund(ctx, r2.ID); got.Status != payments.RefundFailed {
+		t.Fatalf("the new proposal's approval: %s", got.Status)
 	}
 }

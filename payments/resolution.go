@@ -346,22 +346,38 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 // made on, so no approval can pass ("moved since the proposal") — is withdrawn instead: rejected
 // by by, who proposes now, saying why, audited. It blocked every later proposal of the payment
 // (a refund above the direct limit once the gateway's capture completed a payment proposed
-// Failed) until someone rejected it by hand.
+// Failed) until someone rejected it by hand. So is a refund_settle proposal whose refund the
+// gateway has since answered (no longer Pending) or that went back to the patrol (no longer
+// flagged): approveRefundOutcome refuses both. The refund is read, not locked: neither state
+// goes back to flagged and Pending (settling a refund takes the session's lock first, and a
+// waiting proposal keeps a refund from being sent back to the patrol).
 func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, now time.Time) error {
 	var waiting int64
 	var waitingBy string
 	var at Status
-	err := tx.QueryRow(ctx, `SELECT id, proposed_by, status_at_proposal FROM resolution_proposals WHERE session_id = $1 AND state = 'proposed'`,
-		cur.ID).Scan(&waiting, &waitingBy, &at)
+	var refundID, refundStatus string
+	var refundFlagged bool
+	err := tx.QueryRow(ctx, `SELECT rp.id, rp.proposed_by, rp.status_at_proposal, coalesce(rp.refund_id::text, ''), coalesce(r.status, ''), r.flagged_at IS NOT NULL
+		FROM resolution_proposals rp LEFT JOIN refunds r ON rp.kind = 'refund_settle' AND r.id = rp.refund_id
+		WHERE rp.session_id = $1 AND rp.state = 'proposed'`,
+		cur.ID).Scan(&waiting, &waitingBy, &at, &refundID, &refundStatus, &refundFlagged)
+	var note string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
 	case err != nil:
 		return fmt.Errorf("proposal: read pending: %w", err)
-	case at == cur.Status:
+	case at != cur.Status:
+		note = fmt.Sprintf("withdrawn: the payment moved from %s to %s since it was proposed; a new proposal replaces it", at, cur.Status)
+	case refundStatus != "" && refundStatus != RefundPending:
+		// A refund_settle proposal the gateway's answer outran: approveRefundOutcome refuses it
+		// as surely as a settle proposal the payment's status outran.
+		note = fmt.Sprintf("withdrawn: refund %s is %s since it was proposed (the gateway answered); a new proposal replaces it", Short(refundID), refundStatus)
+	case refundStatus != "" && !refundFlagged:
+		note = fmt.Sprintf("withdrawn: refund %s went back to the patrol since it was proposed; a new proposal replaces it", Short(refundID))
+	default:
 		return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
 	}
-	note := fmt.Sprintf("withdrawn: the payment moved from %s to %s since it was proposed; a new proposal replaces it", at, cur.Status)
 	tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4
 		WHERE id = $1 AND state = 'proposed'`, waiting, by.Email, now, note)
 	if err != nil {
