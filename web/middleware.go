@@ -169,12 +169,22 @@ func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 			// Echo's own answers (the binder's 400, a 413) stand whenever they came.
 			var he *echo.HTTPError
 			// A statement the cut cancelled (57014) reads as busy in the core; here it is the cut.
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil &&
-				(payments.ErrorCode(err) == payments.EINTERNAL || payments.QueryCanceled(err)) && !errors.As(err, &he) {
-				err = &payments.Error{Code: payments.EUNAVAIL, Message: message, Err: err}
+			stopping := errors.Is(context.Cause(req.Context()), ErrStopping)
+			cut := errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil
+			if (cut || stopping) && !errors.As(err, &he) &&
+				(payments.ErrorCode(err) == payments.EINTERNAL || payments.QueryCanceled(err) || stopping && errors.Is(err, context.Canceled)) {
+				msg := message
+				if stopping {
+					msg = stoppingMessage(message)
+				}
+				err = &payments.Error{Code: payments.EUNAVAIL, Message: msg, Err: err}
 			}
 			if ctx.Err() != nil {
-				actx, acancel := context.WithTimeout(valuesOf{Context: req.Context(), values: c.Request().Context()}, answerGrace)
+				parent := req.Context()
+				if stopping {
+					parent = context.WithoutCancel(parent) // not a hang-up: the answer is written
+				}
+				actx, acancel := context.WithTimeout(valuesOf{Context: parent, values: c.Request().Context()}, answerGrace)
 				defer acancel()
 				c.SetRequest(c.Request().WithContext(actx))
 			}
@@ -202,6 +212,23 @@ const (
 	requestTimedOutMessage = "the service's database did not answer in time; try again shortly (with the same Idempotency-Key, if the request had one)"
 	pageTimedOutMessage    = "The service's database did not answer in time. Reload the page to see where things stand before you try again."
 )
+
+// ErrStopping is the cause a replica's stop cuts the requests still in flight with when its
+// shutdown grace ran out (cmd/pitlane serve, through the server's base context): requestBound
+// answers them 503 with Retry-After, as it answers a request cut at its own bound, instead of
+// the server closing their connections under them with no answer (an outside review: a Check
+// asking a slow gateway twice got EOF). What the request started is left as a cut at its bound
+// leaves it: each change is one transaction, the patrol looks at what it left under way.
+var ErrStopping = errors.New("the replica is stopping")
+
+// stoppingMessage is the answer of a request the stop cut, in the words of its kind (message:
+// the API's or the console's timeout message).
+func stoppingMessage(message string) string {
+	if message == pageTimedOutMessage {
+		return "The service was restarting and could not finish this request. Reload the page to see where things stand before you try again."
+	}
+	return "the service was stopping and could not finish this request; try again shortly (with the same Idempotency-Key, if the request had one)"
+}
 
 // canonicalIDs writes the path parameters that name our ids (:id, :challenge) in their canonical
 // form (lower case) when they are UUIDs, as PostgreSQL gives them back: the console's changes are

@@ -24,6 +24,7 @@ import (
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
+	"pitlane/web"
 )
 
 // readConf reads an ini-style file (pgbouncer's, systemd's): section → key → values in order
@@ -281,7 +282,7 @@ func TestDeploySystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grace := shutdownGraceFor(defaults.GatewayTimeout)
+	grace := shutdownGraceFor(defaults.GatewayTimeout) + web.WriteMargin // the cut requests' answers
 	patrol := patrolStopBoundFor(defaults.GatewayTimeout)
 	if need := grace + patrol + tracingFlushTimeout + poolCloseBound; stop <= need {
 		t.Errorf("TimeoutStopSec %s: systemd would SIGKILL a draining server; want more than %s (grace %s + the patrol's stop %s + last spans %s + the pool's close %s)",

@@ -323,6 +323,11 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		Live:               hub,
 	})
 	srv := httpServer(e, cfg, logger)
+	// The requests' base context: cut with web.ErrStopping when the stop's grace runs out, so
+	// each request still in flight answers 503 (requestBound) before the server closes.
+	stopping, cutRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cutRequests(nil)
+	srv.BaseContext = func(net.Listener) context.Context { return stopping }
 	// Shutdown waits for connections to go idle, which a live stream never does by itself:
 	// closing the hub ends every stream (the browsers reconnect elsewhere) and refuses new ones.
 	srv.RegisterOnShutdown(hub.Close)
@@ -383,13 +388,21 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	}
 	logger.Info("shutting down", "cause", context.Cause(ctx))
 	grace := shutdownGraceFor(cfg.GatewayTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	// At the grace's end the requests still running are cut (web.ErrStopping) and answer 503
+	// with Retry-After; they get web.WriteMargin to write it (their records' and answer's
+	// graces), as a request cut at its own bound does. What they started is safe: a session left
+	// Registering is the patrol's, an idempotency key in progress goes stale.
+	cut := time.AfterFunc(grace, func() {
+		logger.Warn("shutdown grace ran out: cutting the requests still in flight (each answers 503)", "grace", grace)
+		cutRequests(web.ErrStopping)
+	})
+	defer cut.Stop()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+web.WriteMargin)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		// A request still running now is cut. What it started is safe: a session it left
-		// Registering is the patrol's, an idempotency key in progress goes stale. The stop itself
-		// goes on as asked (exit 0): systemd would mark the unit failed otherwise.
-		logger.Warn("shutdown grace ran out: cutting the requests still in flight", "grace", grace, "err", err)
+		// Still not answered: closed. The stop itself goes on as asked (exit 0): systemd would
+		// mark the unit failed otherwise.
+		logger.Warn("shutdown: requests still unanswered after the grace and the write margin: closing their connections", "err", err)
 		_ = srv.Close()
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
