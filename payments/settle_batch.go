@@ -105,7 +105,23 @@ func (b *settleBatcher) take(first *settleItem) []*settleItem {
 // lead settles batch (whose first item is the caller's), wakes the others, and passes the baton
 // to the oldest waiting answer or gives up its transaction slot.
 func (b *settleBatcher) lead(batch []*settleItem) {
+	defer b.pass(batch)
 	b.s.settleBatch(batch)
+}
+
+// pass wakes the batch's other answers and passes the baton — also when settleBatch panicked
+// (an answer or a row the code does not expect): each answer of the batch then fails (its
+// transaction was rolled back: a look, as for any failed apply) and the panic goes on to the
+// leader's runDrive, which counts it as a look. Before, the slot was never given back and the
+// batch's other answers never woken: two such panics and every later answer of the replica's
+// patrol waited for ever, its rounds never ending (an outside review).
+func (b *settleBatcher) pass(batch []*settleItem) {
+	if r := recover(); r != nil {
+		for _, it := range batch {
+			it.out, it.err = Session{}, fmt.Errorf("settle batch: panic: %v", r)
+		}
+		defer panic(r)
+	}
 	for _, it := range batch[1:] {
 		close(it.wake)
 	}
