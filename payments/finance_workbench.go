@@ -504,7 +504,14 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 				return nil
 			}
 			r.Checked = true
-			after, err := s.Check(work, by.Actor(), r.SessionID)
+			// A panic here (an answer the code does not expect) would end the replica: this
+			// goroutine is not the request's, which the server recovers. It is this payment's
+			// refusal instead, as the patrol's drive counts it a look.
+			var after Session
+			err := s.panicAsError("check now", func() (err error) {
+				after, err = s.Check(work, by.Actor(), r.SessionID)
+				return err
+			})
 			r.After, r.Err = after.Status, err
 			if r.After == "" {
 				r.After = r.Before

@@ -170,3 +170,41 @@ func TestASettleThatPanicsGivesItsBatchBack(t *testing.T) {
 		t.Fatalf("payment c after the panics: %v %v, want Completed", got.Status, err)
 	}
 }
+
+// A finance "Check now" whose gateway answer panics is that payment's refusal, not the end of
+// the replica: its checks run in goroutines of their own, which the server's recovery does not
+// cover, and a panic there ended the process with every request in flight (an outside review,
+// leaks). The other payment is checked, the poisoned one's claim given back and its check
+// audited as refused. Negative control: without panicAsError in CheckNow the test binary dies.
+func TestACheckNowThatPanicsIsARefusalNotACrash(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	poisoned := b.registered(t, "o-cn-panic", 100)
+	fine := b.registered(t, "o-cn-panic-fine", 200)
+	b.gw.SetStatus(fine.GatewayPaymentID, payments.GatewaySucceeded)
+	svc := b.service(b.pool, "replica-cn", func(c *payments.Config) {
+		c.Gateway = panicky{Gateway: b.gw, id: poisoned.GatewayPaymentID}
+	})
+	b.clock.Advance(payments.SettleWithin)
+	fin := payments.Staff{Email: "fin@example.com", Role: "finance"}
+	res, err := svc.CheckNow(ctx, fin, []string{poisoned.ID, fine.ID})
+	if err != nil || len(res) != 2 {
+		t.Fatalf("check now = %+v, %v", res, err)
+	}
+	if r := res[0]; !r.Checked || r.Err == nil || r.After != payments.StatusRegistered {
+		t.Errorf("the poisoned payment: %+v, want a refusal and no change", r)
+	}
+	if r := res[1]; !r.Checked || r.Err != nil || r.After != payments.StatusCompleted {
+		t.Errorf("the other payment: %+v, want Completed", r)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE 'check now: refused:%'`,
+		payments.AuditPaymentCheck, poisoned.ID); n != 1 {
+		t.Errorf("%d audit entries of the refused check, want 1", n)
+	}
+	// Its claim was given back: after the cooldown it is asked again (and panics again).
+	b.clock.Advance(payments.CheckNowCooldown)
+	if res, err := svc.CheckNow(ctx, fin, []string{poisoned.ID}); err != nil || !res[0].Checked {
+		t.Fatalf("asked again after the cooldown: %+v, %v", res, err)
+	}
+}
