@@ -216,7 +216,10 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 			return rep, context.Cause(ctx)
 		}
 		next := cur
-		serr := s.reconcileSession(ctx, sess, &rep)
+		// A panic (an answer the code does not expect) is the session's failure, retried and
+		// then skipped like any: it ended the replica, and the next leader resumed from the same
+		// cursor into the same panic — every replica in turn.
+		serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
 		if serr != nil && ctx.Err() != nil {
 			return rep, context.Cause(ctx) // shutting down, or past the leadership: not the session's fault, nothing to count
 		}
@@ -366,7 +369,10 @@ walk:
 				cur.afterUpdatedAt, cur.afterID = &sess.UpdatedAt, sess.ID
 				continue
 			}
-			serr := s.reconcileSession(ctx, sess, &rep)
+			// A panic (an answer the code does not expect) is the session's failure, retried and
+		// then skipped like any: it ended the replica, and the next leader resumed from the same
+		// cursor into the same panic — every replica in turn.
+		serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
 			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
 				return rep, context.Cause(ctx) // interrupted, or past the leadership: not the session's fault
