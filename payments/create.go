@@ -166,7 +166,9 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 			"session", sess.ID, "claimed", sess.CreatedAt)
 		return CreateResult{Session: sess, Created: true}, nil
 	}
-	sess, err = s.register(ctx, actor, sess)
+	rctx, done := unlessHungUp(ctx)
+	defer done()
+	sess, err = s.register(rctx, actor, sess)
 	if err != nil {
 		return CreateResult{}, err
 	}

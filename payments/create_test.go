@@ -506,3 +506,47 @@ func TestCreateRefusedForPaidOrder(t *testing.T) {
 		t.Fatalf("create for paid order = %v, want conflict", err)
 	}
 }
+
+// A client that hangs up while the gateway registers its payment (a shop's 5 s timeout against a
+// gateway answering in 6) does not cut the registration: the gateway's answer is recorded, the
+// session is Registered with its page, and the client's retry reads it. Before, the cut call
+// left the session Unknown (the gateway may have made the payment) and the retry a payment
+// without a page until the patrol found it by reference. A cut with a cause of its own (a
+// replica's stop) still cuts. Negative control: Create without unlessHungUp, Unknown.
+func TestAClientsHangUpDoesNotCutItsRegistration(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	gate := b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	create := func(ctx context.Context, order string) <-chan createOut {
+		ch := make(chan createOut, 1)
+		go func() {
+			res, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 100, Currency: "EUR"})
+			ch <- createOut{res, err}
+		}()
+		return ch
+	}
+	ctx, hangUp := context.WithCancel(context.Background())
+	out := create(ctx, "o-hang-up")
+	id := mustWait(t, gate.Arrived(), "the registration at the gateway") // its key: the session's id
+	hangUp()
+	gate.Open() // a call whose context ended fails even so (fakegw)
+	mustWait(t, out, "the Create")
+	s, err := b.svc.Get(context.Background(), id)
+	if err != nil || s.Status != payments.StatusRegistered || s.ConfirmationURL == "" {
+		t.Fatalf("after the client's hang-up: %s %q %v, want Registered with its page", s.Status, s.ConfirmationURL, err)
+	}
+
+	gate = b.gw.Hold(fakegw.OpRegister)
+	defer gate.Open()
+	stopCtx, stop := context.WithCancelCause(context.Background())
+	out = create(stopCtx, "o-stopped")
+	mustWait(t, gate.Arrived(), "the second registration at the gateway")
+	stop(errors.New("the replica is stopping"))
+	if o := mustWait(t, out, "the stopped Create"); o.err == nil && o.res.Session.Status != payments.StatusUnknown {
+		t.Fatalf("a Create cut by the stop: %+v, want it cut (Unknown)", o)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Fatalf("registrations = %d, want 2", n)
+	}
+}

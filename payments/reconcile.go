@@ -370,9 +370,9 @@ walk:
 				continue
 			}
 			// A panic (an answer the code does not expect) is the session's failure, retried and
-		// then skipped like any: it ended the replica, and the next leader resumed from the same
-		// cursor into the same panic — every replica in turn.
-		serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
+			// then skipped like any: it ended the replica, and the next leader resumed from the same
+			// cursor into the same panic — every replica in turn.
+			serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
 			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
 				return rep, context.Cause(ctx) // interrupted, or past the leadership: not the session's fault

@@ -416,6 +416,28 @@ func Outlive(ctx context.Context, grace time.Duration) (context.Context, context
 	return octx, func() { stop(); cancel() }
 }
 
+// unlessHungUp is ctx without its client's hang-up: its deadline (the request's bound) and any
+// end with a cause of its own (a replica's stop cuts its requests with one) still end it, but the
+// plain cancellation the HTTP server gives a request whose client went away does not. A Create's
+// registration is not cut half-way by a client that stopped waiting (a shop's 5 s timeout
+// against a gateway answering in 6): cut, the gateway may have made the payment while the
+// session went Unknown, and the client's retry with its key read a payment without a page
+// until the patrol found it by reference.
+func unlessHungUp(ctx context.Context) (context.Context, context.CancelFunc) {
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if d, ok := ctx.Deadline(); ok {
+		cancel()
+		base, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	out, cut := context.WithCancelCause(base)
+	stop := context.AfterFunc(ctx, func() {
+		if cause := context.Cause(ctx); cause != context.Canceled { //nolint:errorlint // a hang-up is exactly this error
+			cut(cause)
+		}
+	})
+	return out, func() { stop(); cut(nil); cancel() }
+}
+
 // execDetached runs one autocommit statement that must run though ctx ended (a lease given back,
 // an outcome recorded, a claim released) under Outlive's bound: RecordGrace past ctx's end at
 // most. Under context.WithoutCancel alone, a database that did not answer held the stop of the

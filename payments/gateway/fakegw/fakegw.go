@@ -362,6 +362,8 @@ func (g *Gateway) enter(ctx context.Context, op, key, id string) (Fault, error) 
 		select {
 		case <-gate.release:
 		case <-ctx.Done():
+		}
+		if ctx.Err() != nil { // also when released as it ended: an HTTP client's call fails then
 			return 0, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Err: ctx.Err()}
 		}
 	}
