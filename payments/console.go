@@ -340,16 +340,24 @@ func (d PaymentDetail) Refundable() int64 {
 	if d.Session.Status != StatusCompleted {
 		return 0
 	}
-	left := d.Session.Amount
+	return max(d.Session.Amount-d.RefundsCounted(), 0)
+}
+
+// RefundsCounted is what counts against the payment's refundable amount as the page read it:
+// every refund but a Failed one, and a refund proposal waiting for approval (refundTotals under
+// the locks). The page's refund forms carry it as seen (StaffRefundInput.Seen), so a form sent
+// from a page the payment's refunds outran is refused instead of refunding again.
+func (d PaymentDetail) RefundsCounted() int64 {
+	var n int64
 	for _, r := range d.Refunds {
 		if r.Status != RefundFailed {
-			left -= r.Amount
+			n += r.Amount
 		}
 	}
 	if p := d.WaitingRefundProposal(); p != nil {
-		left -= p.RefundAmount
+		n += p.RefundAmount
 	}
-	return max(left, 0)
+	return n
 }
 
 // WaitingRefundProposal is the refund proposal waiting for a second person, if any.

@@ -354,12 +354,9 @@ func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withW
 	if cur.Status != StatusCompleted {
 		return 0, 0, Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
 	}
-	var proposal int64
-	if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'),
-			coalesce(p.refund_amount, 0), coalesce(p.id, 0)
-		FROM (SELECT) AS one LEFT JOIN resolution_proposals p ON p.session_id = $1 AND p.kind = 'refund' AND p.state = 'proposed'`,
-		cur.ID).Scan(&committed, &waiting, &proposal); err != nil {
-		return 0, 0, fmt.Errorf("refund: sum: %w", err)
+	committed, waiting, proposal, err := refundTotals(ctx, tx, cur.ID)
+	if err != nil {
+		return 0, 0, err
 	}
 	switch {
 	case committed+amount > cur.Amount:
@@ -370,6 +367,20 @@ func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withW
 			FormatMinor(committed, cur.Currency), FormatMinor(cur.Amount, cur.Currency), cur.Currency, proposal, FormatMinor(waiting, cur.Currency))
 	}
 	return committed, waiting, nil
+}
+
+// refundTotals reads what the refunds of session id have taken or hold (committed: every refund
+// but a Failed one) and the refund proposal still waiting for a second person (its amount and
+// id; 0 when none waits). PaymentDetail.RefundsCounted is the same sum as the console page reads
+// it.
+func refundTotals(ctx context.Context, tx pgx.Tx, id string) (committed, waiting, proposal int64, err error) {
+	if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(sum(amount), 0) FROM refunds WHERE session_id = $1 AND status <> 'Failed'),
+			coalesce(p.refund_amount, 0), coalesce(p.id, 0)
+		FROM (SELECT) AS one LEFT JOIN resolution_proposals p ON p.session_id = $1 AND p.kind = 'refund' AND p.state = 'proposed'`,
+		id).Scan(&committed, &waiting, &proposal); err != nil {
+		return 0, 0, 0, fmt.Errorf("refund: sum: %w", err)
+	}
+	return committed, waiting, proposal, nil
 }
 
 // settleRefund asks the gateway about a refund just claimed (still Pending) and applies the

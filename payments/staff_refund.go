@@ -32,6 +32,10 @@ import (
 // Each console form carries an intent key rendered into it (like the checkout's Pay form): its
 // refund's request key is "console/<intent>", so however often one form is submitted (a double
 // click, a resubmit after a lost answer) it makes one refund, or one code, or one proposal.
+// The intent key tells the same form apart, not the same intention: a second form of a page read
+// before a refund (another tab, a second finance user, the shop's API) asked for the same money
+// again. So each form also carries what counted against the refundable amount on its page
+// (seen), and a form whose page the payment's refunds outran is refused (refundsAsSeen).
 
 // Audit actions of console refunds (the four-eyes steps are resolution.propose/approve/reject).
 const (
@@ -47,6 +51,13 @@ type StaffRefundInput struct {
 	Reason    string
 	// IntentKey is the form's intent key (a UUID rendered into the form).
 	IntentKey string
+	// Seen is what counted against the payment's refundable amount on the page the form was
+	// rendered with (PaymentDetail.RefundsCounted: its refunds but Failed ones, and a waiting
+	// refund proposal). A form whose page the payment's refunds outran (another tab, a second
+	// finance user, the shop's API) is refused rather than refunding again what the person
+	// meant to refund once. nil: a form rendered before forms carried it (a rolling deploy),
+	// judged by the amount alone as before.
+	Seen *int64
 }
 
 func (in StaffRefundInput) validate() (StaffRefundInput, error) {
@@ -63,6 +74,29 @@ func (in StaffRefundInput) validate() (StaffRefundInput, error) {
 
 // requestKey is the refund core's request key of the form.
 func (in StaffRefundInput) requestKey() string { return "console/" + in.IntentKey }
+
+// refundsAsSeen refuses a console refund form (ECONFLICT, field "seen") whose page counted
+// another total against the payment's refundable amount (seen) than its refunds and waiting
+// proposal count now, under the order → session locks of the locked session cur: the form was
+// filled in for a payment that no longer is (F1 refunded 3.00 for a ticket while F2, in another
+// tab, typed the reason for the same 3.00), and its amount was meant for that payment. nothing
+// says what did not happen. A form without seen is not judged (an old page: the amount alone).
+// Called after the form's replay look-ups, so a form sent again still finds its first outcome.
+func refundsAsSeen(ctx context.Context, tx pgx.Tx, cur Session, seen *int64, nothing string) error {
+	if seen == nil || cur.Status != StatusCompleted {
+		return nil // not Completed: refundRoom says so
+	}
+	committed, waiting, _, err := refundTotals(ctx, tx, cur.ID)
+	if err != nil {
+		return err
+	}
+	if now := committed + waiting; now != *seen {
+		return &Error{Code: ECONFLICT, Field: "seen", Message: fmt.Sprintf(
+			"the payment's refunds changed since you read the page (now %s %s refunded or waiting for approval, %s %s refundable): %s; read the page again",
+			FormatMinor(now, cur.Currency), cur.Currency, FormatMinor(max(cur.Amount-now, 0), cur.Currency), cur.Currency, nothing)}
+	}
+	return nil
+}
 
 // RefundDirectLimit is how much of a payment in currency finance may refund without a second
 // person (REFUND_DIRECT_LIMIT; 0 when the currency is not configured: every refund needs one).
@@ -116,6 +150,9 @@ func (s *Service) RequestRefundCode(ctx context.Context, by Staff, in StaffRefun
 		}
 		if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeRefund, in.requestKey(), in.Amount, now, s.cfg.Notifier != nil); err != nil || ch.ID != "" {
 			return err // the form's code is still open: no second message
+		}
+		if err := refundsAsSeen(ctx, tx, cur, in.Seen, "no code was sent"); err != nil {
+			return err
 		}
 		money := FormatMinor(in.Amount, cur.Currency) + " " + cur.Currency
 		ch, queued, err = s.issueCode(ctx, tx, cur, by.Actor(), codeRequest{action: CodeRefund, amount: in.Amount,
@@ -234,6 +271,11 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("finance refund: read proposal: %w", err)
+			}
+			// Before the room and the limit: a refund and a proposal alike are judged on the
+			// payment the form's page showed.
+			if err := refundsAsSeen(ctx, tx, cur, in.Seen, "nothing was refunded or proposed"); err != nil {
+				return err
 			}
 			committed, waiting, err := refundRoom(ctx, tx, cur, in.Amount, true)
 			if err != nil {

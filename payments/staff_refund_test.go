@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -617,5 +618,88 @@ func TestRefundCodeReplayDoesNotDriveTheRefund(t *testing.T) {
 	}
 	if n := b.gw.KeyCalls(fakegw.OpRefund, res.Refund.ID); n != asked {
 		t.Fatalf("the replay asked the gateway: %d refund calls, %d before", n, asked)
+	}
+}
+
+// staleForm is a console refund form whose page counted seen against the refundable amount.
+func staleForm(id string, amount, seen int64) payments.StaffRefundInput {
+	in := staffRefund(id, amount, uuid.NewString())
+	in.Seen = &seen
+	return in
+}
+
+// TestARefundFormFromAStalePageRefundsNothing: a console refund form was judged by its amount
+// alone, so a form whose page was read before another refund of the payment (a second finance
+// user, another tab, the shop's API) refunded again what its person meant to refund once — the
+// customer got the money twice. Every console way in (finance's direct refund, finance's
+// proposal above the limit, support's code) now refuses a form whose seen is not what counts
+// against the payment now (its refunds but Failed ones, and a waiting refund proposal, as the
+// page's "refundable now" is computed), after the form's replay look-ups: the same form sent
+// again still finds its first outcome. A form without seen (a page of the previous release) is
+// judged by its amount as before.
+func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	s := b.completed(t, "o-stale-refund-form", 1000)
+	// The forms below were rendered while nothing was refunded (seen 0); the shop's API then
+	// refunds 2.00.
+	if _, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 200, RequestKey: "shop-1"}); err != nil {
+		t.Fatal(err)
+	}
+	stale := func(what string, err error) {
+		t.Helper()
+		wantCode(t, err, payments.ECONFLICT, "the payment's refunds changed since you read the page (now 2.00 EUR refunded or waiting for approval, 8.00 EUR refundable)")
+		if f := (*payments.Error)(nil); !errors.As(err, &f) || f.Field != "seen" {
+			t.Fatalf("%s: refusal %v names no field seen (the console shows the form again on it)", what, err)
+		}
+	}
+	_, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 200, 0))
+	stale("a direct refund", err)
+	_, err = b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 600, 0)) // above the limit: a proposal
+	stale("a proposal", err)
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 200, 0))
+	stale("a support code", err)
+	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
+		t.Fatalf("gateway refunds = %d, want 1 (the API's)", n)
+	}
+	if r, p, m := b.count(t, `SELECT count(*) FROM refunds`), b.count(t, `SELECT count(*) FROM resolution_proposals`),
+		b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1`, s.ID); r != 1 || p != 0 || m != 0 {
+		t.Fatalf("stale forms made %d refunds (want the API's 1), %d proposals, %d messages", r, p, m)
+	}
+
+	// A form of the page as it is refunds; sent again after the payment moved on, it replays.
+	form := staleForm(s.ID, 200, 200)
+	out, err := b.svc.RefundByFinance(ctx, finance1, form)
+	if err != nil || out.Refund == nil || out.Replayed {
+		t.Fatalf("a form of the current page = %+v %v", out, err)
+	}
+	if _, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 100, RequestKey: "shop-2"}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.svc.RefundByFinance(ctx, finance1, form)
+	if err != nil || !again.Replayed || again.Refund == nil || again.Refund.ID != out.Refund.ID {
+		t.Fatalf("the same form sent again = %+v %v, want its refund replayed", again, err)
+	}
+
+	// A waiting proposal counts as the page counts it: 5.00 refunded and 3.00 proposed is 8.00.
+	if p, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 300, 500)); err != nil || p.Proposal == nil {
+		t.Fatalf("proposal = %+v %v", p, err)
+	}
+	d, err := b.svc.PaymentDetail(ctx, s.ID)
+	if err != nil || d.RefundsCounted() != 800 || d.Refundable() != 200 {
+		t.Fatalf("the page counts %d, refundable %d (%v); want 800 and 200", d.RefundsCounted(), d.Refundable(), err)
+	}
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, 500))
+	wantCode(t, err, payments.ECONFLICT, "now 8.00 EUR refunded or waiting for approval, 2.00 EUR refundable")
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, 800)); err != nil {
+		t.Fatalf("a support form of the current page: %v", err)
+	}
+	// A form without seen (a page of the previous release): its amount alone, as before.
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s.ID, 100, uuid.NewString())); err != nil {
+		t.Fatalf("a form without seen: %v", err)
+	}
+	if n := b.gw.Calls(fakegw.OpRefund); n != 3 {
+		t.Fatalf("gateway refunds = %d, want 3", n)
 	}
 }
