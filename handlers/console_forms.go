@@ -82,14 +82,25 @@ func (f newPaymentForm) input() (payments.CreateInput, error) {
 }
 
 // refundForm is one of the payment page's refund forms (support's and finance's): the amount in
-// major units of the payment's currency, a reason and the form's intent key.
+// major units of the payment's currency, a reason, the form's intent key, and seen, what counted
+// against the refundable amount on its page in minor units (PaymentDetail.RefundsCounted; empty
+// from a page rendered before forms carried it).
 type refundForm struct {
-	Amount, Reason, Intent string
+	Amount, Reason, Intent, Seen string
 }
 
 func (f refundForm) input(sess payments.Session) (payments.StaffRefundInput, error) {
-	amount, err := parseMajorAmount(f.Amount, sess.Currency)
-	return payments.StaffRefundInput{PaymentID: sess.ID, Amount: amount, Reason: f.Reason, IntentKey: strings.TrimSpace(f.Intent)}, err
+	in := payments.StaffRefundInput{PaymentID: sess.ID, Reason: f.Reason, IntentKey: strings.TrimSpace(f.Intent)}
+	if seen := strings.TrimSpace(f.Seen); seen != "" {
+		n, err := strconv.ParseInt(seen, 10, 64)
+		if err != nil || n < 0 {
+			return in, payments.Invalid("seen", "the refund form is damaged; reload the page")
+		}
+		in.Seen = &n
+	}
+	var err error
+	in.Amount, err = parseMajorAmount(f.Amount, sess.Currency)
+	return in, err
 }
 
 // stuckFilter reads the finance workbench's filter from the query string.

@@ -9,10 +9,13 @@ import (
 
 	"pitlane/payments"
 	"pitlane/views"
+	"pitlane/web/render"
 )
 
 // Refunds from the payment page (payments/staff_refund.go). Each form carries an intent key
-// rendered with the page, so submitting one form twice makes one code, refund or proposal.
+// rendered with the page, so submitting one form twice makes one code, refund or proposal, and
+// what counted against the refundable amount on that page (seen), so a form the payment's refunds
+// outran is refused and comes back with what was typed (refundFormAgain).
 // A refund claimed or a proposal made is audited by the core, in the transaction that does it;
 // the console audits the rest right after the core returns, with the outcome (a code sent, a
 // refusal, a form sent again).
@@ -23,7 +26,8 @@ func (h *Console) readRefundForm(c echo.Context) (payments.Session, payments.Sta
 	if err != nil {
 		return sess, payments.StaffRefundInput{}, err
 	}
-	in, err := refundForm{Amount: c.FormValue("amount"), Reason: c.FormValue("reason"), Intent: c.FormValue("intent")}.input(sess)
+	in, err := refundForm{Amount: c.FormValue("amount"), Reason: c.FormValue("reason"), Intent: c.FormValue("intent"),
+		Seen: c.FormValue("seen")}.input(sess)
 	return sess, in, err
 }
 
@@ -70,7 +74,32 @@ func (h *Console) RequestRefundCode(c echo.Context) error {
 		to += "?challenge=" + url.QueryEscape(ch.ID)
 	}
 	h.audit(c, payments.AuditRefundRequest, sess.ID, detail)
+	if errorField(err) == "seen" {
+		return h.refundFormAgain(c, sess.ID, err)
+	}
 	return h.done(c, to, msg, err)
+}
+
+// refundFormAgain answers a refund form refused because the payment's refunds changed since its
+// page was read (the core's field "seen"): the payment's page as it is now (409), the refusal in
+// the flash, and the form open with the amount and reason that were typed, so the person reads
+// what changed and sends them again from a page that shows it, or does not. Typing the reason is
+// how the form went stale (live.js does not refresh a region someone types in); losing it to the
+// refusal would have the person type it again on top of a page they may not read first.
+func (h *Console) refundFormAgain(c echo.Context, id string, refusal error) error {
+	ctx := c.Request().Context()
+	d, err := h.svc.PaymentDetail(ctx, id)
+	if err != nil {
+		return err
+	}
+	v, err := h.paymentView(ctx, d)
+	if err != nil {
+		return err
+	}
+	h.auth.Flash(c, false, payments.ErrorMessage(refusal))
+	v.RefundDraft = &views.RefundDraft{Amount: c.FormValue("amount"), Reason: c.FormValue("reason"), Field: errorField(refusal)}
+	v.Page = h.paymentPage(c, d)
+	return render.HTML(c, formStatus(payments.ErrorCode(refusal)), views.Payment(v))
 }
 
 // ConfirmRefund: POST /payments/:id/refunds/code/:challenge with the code the customer reads
@@ -136,6 +165,9 @@ func (h *Console) RefundPayment(c echo.Context) error {
 			h.audit(c, payments.AuditRefund, sess.ID, fmt.Sprintf("refund %s of %s, %s: %s (form sent again; nothing new done)",
 				r.ID, views.Money(r.Amount, r.Currency), r.Status, strings.TrimSpace(in.Reason)))
 		}
+	}
+	if errorField(err) == "seen" {
+		return h.refundFormAgain(c, sess.ID, err)
 	}
 	return h.done(c, "/payments/"+sess.ID, msg, err)
 }
