@@ -144,6 +144,12 @@ type ProposalInput struct {
 	Outcome   Status
 	Reason    string
 	Evidence  string
+	// Seen is the payment's status the form showed, that its reason and evidence were written
+	// for. A payment that moved since (a Check applied Authorized to a flagged Registered payment,
+	// which stays flagged) is refused: the proposal would be filed as "Authorized → Failed" under
+	// evidence written for Registered, and approved as such. "": a form rendered before forms
+	// carried it (a rolling deploy), not compared.
+	Seen Status
 }
 
 // settledCaseKinds are the finance cases a settlement by four eyes answers: they ask what state
@@ -288,7 +294,10 @@ func (s *Service) SettleCandidate(ctx context.Context, sessionID string) (Settle
 
 // ProposeResolution records finance's proposed outcome for a flagged, Unknown or mismatched
 // session, audited in the same transaction. It changes no session: the order and session locks
-// only make the eligibility it checks the one a concurrent Check or approval leaves behind.
+// only make the eligibility it checks the one a concurrent Check or approval leaves behind. A
+// form that showed another status than the session's now (in.Seen) is refused: the approval
+// refuses a proposal the payment moved away from, and the proposal must not be filed for a state
+// its evidence was not written for either.
 func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalInput) (Resolution, error) {
 	ctx, span := s.startSpan(ctx, "payments.resolution.propose", in.SessionID, "")
 	defer span.End()
@@ -313,6 +322,10 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 		}
 		if !cur.Status.Active() {
 			return Errorf(ECONFLICT, "payment %s is %s already: there is nothing to settle", Short(cur.ID), cur.Status)
+		}
+		if in.Seen != "" && in.Seen != cur.Status {
+			return &Error{Code: ECONFLICT, Field: "seen", Message: fmt.Sprintf(
+				"the payment moved from %s to %s since you read it; nothing was proposed: check the evidence and propose again", in.Seen, cur.Status)}
 		}
 		if Settleable(cur, mismatch) == "" {
 			return Errorf(ECONFLICT, "only flagged, Unknown or mismatched payments are settled by hand; %s is %s and the patrol still looks at it",

@@ -663,3 +663,48 @@ func TestAProposalThePaymentOutranGivesWayToTheNext(t *testing.T) {
 	_, err = b.svc.RefundByFinance(ctx, fin1, staffRefund(s.ID, 1000, uuid.NewString()))
 	wantCode(t, err, payments.ECONFLICT, "already waits for approval")
 }
+
+// TestAProposalFormReadBeforeTheStateMovedProposesNothing: finance opened "Settle by hand" for
+// a flagged Registered payment and wrote evidence for that state ("the customer never paid") and
+// Failed; meanwhile a Check applied Authorized (the flag stays). The form carried nothing of what
+// it showed, so the proposal was filed as "Authorized → Failed" under evidence written for
+// Registered, and a second person's approval marked Failed a payment whose funds the gateway
+// holds (the approval refuses only a payment that moved since the proposal). Now the form's
+// seen (the status it showed) must be the payment's under the locks; a form without it (a page
+// of the previous release) is not compared.
+func TestAProposalFormReadBeforeTheStateMovedProposesNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-stale-proposal", 1500)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayAuthorized)
+	cur, err := b.svc.Check(ctx, api, s.ID)
+	if err != nil || cur.Status != payments.StatusAuthorized || cur.FlaggedAt == nil {
+		t.Fatalf("setup: %s flagged=%v %v", cur.Status, cur.FlaggedAt != nil, err)
+	}
+	in := payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed, Seen: payments.StatusRegistered,
+		Reason: "the customer never reached the bank's page", Evidence: "gateway dashboard: pending for 3 days"}
+	_, err = b.svc.ProposeResolution(ctx, fin1, in)
+	wantCode(t, err, payments.ECONFLICT, "the payment moved from Registered to Authorized since you read it; nothing was proposed")
+	if f := (*payments.Error)(nil); !errors.As(err, &f) || f.Field != "seen" {
+		t.Fatalf("refusal %v names no field seen", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, s.ID); n != 0 {
+		t.Fatalf("a form that showed Registered filed %d proposals for an Authorized payment", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2`, payments.AuditResolutionPropose, s.ID); n != 0 {
+		t.Fatalf("propose audit entries = %d, want 0", n)
+	}
+
+	// The form of the page as it is now proposes, for the state it shows.
+	in.Seen, in.Outcome = payments.StatusAuthorized, payments.StatusCompleted
+	p, err := b.svc.ProposeResolution(ctx, fin1, in)
+	if err != nil || p.StatusAtProposal != payments.StatusAuthorized {
+		t.Fatalf("a form of the current page = %+v %v", p, err)
+	}
+	// A form without seen is not compared (as before).
+	old := b.flagged(t, "o-old-proposal-form", 1500)
+	if p := b.propose(t, fin1, old.ID, payments.StatusFailed); p.StatusAtProposal != payments.StatusRegistered {
+		t.Fatalf("a form without seen = %+v", p)
+	}
+}
