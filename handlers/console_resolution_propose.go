@@ -23,15 +23,16 @@ func (h *Console) NewResolution(c echo.Context) error {
 
 // ProposeResolution: POST /finance/resolutions (session, outcome, reason, evidence). The first
 // pair of eyes: the proposal and its audit entry are one transaction (payments.ProposeResolution).
-// A refusal shows the form again with the reason; success goes to the list, where a second
-// finance or admin user approves.
+// A refusal shows the form again with the reason, what was typed, and the payment as it is now
+// (a form whose payment moved since it was read, seen, is refused: its evidence was written for
+// another state); success goes to the list, where a second finance or admin user approves.
 func (h *Console) ProposeResolution(c echo.Context) error {
 	st, err := staff(c)
 	if err != nil {
 		return err
 	}
 	in := payments.ProposalInput{SessionID: c.FormValue("session"), Outcome: payments.Status(c.FormValue("outcome")),
-		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence")}
+		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Seen: payments.Status(c.FormValue("seen"))}
 	r, err := h.svc.ProposeResolution(c.Request().Context(), st, in)
 	if err == nil {
 		msg := "Proposal " + r.Target() + ": mark " + views.Short(r.SessionID) + " " + string(r.Outcome) +
@@ -46,6 +47,10 @@ func (h *Console) ProposeResolution(c echo.Context) error {
 	if cerr != nil {
 		return cerr
 	}
+	outcome := string(in.Outcome)
+	if errorField(err) == "seen" {
+		outcome = "" // chosen for the state the form showed: chosen again for the one it shows now
+	}
 	return render.HTML(c, formStatus(code), views.ProposeResolution(views.ProposeView{Page: h.page(c, "Settle by hand", "finance"), C: cand,
-		Outcome: string(in.Outcome), Reason: in.Reason, Evidence: in.Evidence, Field: errorField(err), Error: payments.ErrorMessage(err)}))
+		Outcome: outcome, Reason: in.Reason, Evidence: in.Evidence, Field: errorField(err), Error: payments.ErrorMessage(err)}))
 }
