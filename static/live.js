@@ -22,6 +22,13 @@
 // updating this page"): a "Pause updates" toggle (aria-pressed) is put before the region; while
 // it is pressed nothing is fetched, as while the tab is hidden (the page is behind, and one
 // refresh catches it up when it is released).
+//
+// A refresh that changed something says so in the page's status line (#live-news, role status,
+// polite; views/layout.templ), for a screen reader that does not see the table change (WCAG
+// 4.1.3): "1 row changed: Payment 1a2b3c4d", "2 rows added, 1 removed", "Status: Completed".
+// Nothing is said when a refresh changed nothing, nor while the page is paused (nothing is
+// swapped then). The region itself is not a live region: a screen reader would read it all again
+// at every refresh.
 (function () {
   "use strict";
 
@@ -329,12 +336,140 @@
     });
   }
 
+  // rows is what a refresh may change in the region, by a key that finds it again in the next
+  // version: each table body row, by its table (data-testid) and its id, data-id or name (a
+  // repeated key counts up: two locks of one backend), and each element marked data-live-item
+  // (a figure with its name: the payment's Status). What a row says is its text without the
+  // parts marked data-live-quiet (a "3m ago" changes by the clock alone, every 10 s on the
+  // locks page: it is no news).
+  function rows(el) {
+    var out = {};
+    el.querySelectorAll("tr, [data-live-item]").forEach(function (r) {
+      var item = r.getAttribute("data-live-item");
+      var key, name;
+      if (item !== null) {
+        key = "item " + item;
+        name = item;
+      } else {
+        if (!r.querySelector("td") || r.closest("thead")) {
+          return; // a header row
+        }
+        var table = r.closest("table");
+        name = rowName(r, table);
+        key = "row " + (table && table.getAttribute("data-testid") || "") + " " + (r.id || r.getAttribute("data-id") || name);
+      }
+      var k = key;
+      for (var i = 2; Object.prototype.hasOwnProperty.call(out, k); i++) {
+        k = key + " #" + i;
+      }
+      out[k] = { item: item !== null, name: name, text: saying(r) };
+    });
+    return out;
+  }
+
+  function words(s) {
+    return s.replace(/\s+/g, " ").trim();
+  }
+
+  function saying(e) {
+    if (!e.querySelector("[data-live-quiet]")) {
+      return words(e.textContent);
+    }
+    var c = e.cloneNode(true);
+    c.querySelectorAll("[data-live-quiet]").forEach(function (q) {
+      q.remove();
+    });
+    return words(c.textContent);
+  }
+
+  // rowName names a row as a reader would: its first cell that says something, after its
+  // column's heading ("Payment 1a2b3c4d", "# 12" reads "#12").
+  function rowName(r, table) {
+    var cells = r.cells;
+    for (var i = 0; i < cells.length; i++) {
+      var text = words(cells[i].textContent);
+      if (!text) {
+        continue; // a tick box
+      }
+      var head = table && table.tHead && table.tHead.rows[0] && table.tHead.rows[0].cells[i];
+      var h = head ? words(head.textContent) : "";
+      if (h === "#") {
+        return "#" + text.replace(/^#/, "");
+      }
+      if (!h || h === "Actions" || text.indexOf(h) === 0) {
+        return text.slice(0, 80);
+      }
+      return (h + " " + text).slice(0, 80);
+    }
+    return "";
+  }
+
+  // news says what changed from one version of the region to the next ("" for nothing).
+  function news(before, after) {
+    var changed = [], added = [], removed = [], figures = [];
+    Object.keys(after).forEach(function (k) {
+      var a = after[k], b = before[k];
+      if (!b) {
+        if (!a.item) {
+          added.push(a);
+        }
+      } else if (b.text !== a.text) {
+        (a.item ? figures : changed).push(a);
+      }
+    });
+    Object.keys(before).forEach(function (k) {
+      if (!after[k] && !before[k].item) {
+        removed.push(before[k]);
+      }
+    });
+    var parts = [];
+    if (figures.length > 3) {
+      parts.push(figures.length + " figures changed");
+    } else {
+      figures.forEach(function (f) {
+        parts.push(f.name + ": " + f.text);
+      });
+    }
+    var kinds = [[changed, "changed"], [added, "added"], [removed, "removed"]].filter(function (k) {
+      return k[0].length > 0;
+    });
+    if (kinds.length === 1 && kinds[0][0].length === 1) {
+      var one = kinds[0][0][0];
+      parts.push("1 row " + kinds[0][1] + (one.name ? ": " + one.name : ""));
+    } else if (kinds.length > 0) {
+      parts.push(kinds.map(function (k, i) {
+        var n = k[0].length;
+        return n + (i === 0 ? (n === 1 ? " row " : " rows ") : " ") + k[1];
+      }).join(", "));
+    }
+    return parts.join("; ");
+  }
+
+  // say puts the news in the page's status line. The same words again are taken away first and
+  // put back a moment later: a screen reader hears a change of the text, not the same text set.
+  var sayTimer = null;
+  function say(msg) {
+    var out = document.getElementById("live-news");
+    if (!out || !msg) {
+      return;
+    }
+    clearTimeout(sayTimer);
+    if (out.textContent !== msg) {
+      out.textContent = msg;
+      return;
+    }
+    out.textContent = "";
+    sayTimer = setTimeout(function () {
+      out.textContent = msg;
+    }, 150);
+  }
+
   // A refresh fetched before someone started typing must not land after it: its answer is
   // checked again when it arrives, and not swapped in (one refresh once they leave) while the
   // region is busy. Only the live refresh's own answers (X-Pitlane-Live) are held back: a form
   // the user submits swaps its answer in as always. An answer swapped in keeps the keyboard
   // focus where it was (refocus): where it is when the answer lands, not when it was asked for.
-  var focusBefore = null, scrolledBefore = null;
+  var focusBefore = null, scrolledBefore = null, rowsBefore = null;
   function liveRequest(e) {
     var cfg = e.detail.requestConfig;
     return !!(cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1");
@@ -351,12 +486,17 @@
     }
     focusBefore = focusKey(el);
     scrolledBefore = scrolled(el);
+    rowsBefore = rows(el);
   });
   document.addEventListener("htmx:afterSwap", function (e) {
     if (liveRequest(e)) {
       refocus(focusBefore);
       keepScrolled(scrolledBefore);
-      focusBefore = scrolledBefore = null;
+      var el = region();
+      if (el && rowsBefore) {
+        say(news(rowsBefore, rows(el)));
+      }
+      focusBefore = scrolledBefore = rowsBefore = null;
     }
   });
   document.addEventListener("htmx:afterRequest", function (e) {

@@ -58,6 +58,13 @@ func WithLive(ctx context.Context, since string) context.Context {
 	return context.WithValue(ctx, liveKey{}, since)
 }
 
+// LiveOn reports whether the page is read with live updates on (a page's live region then
+// updates itself: LiveRegion).
+func LiveOn(ctx context.Context) bool {
+	_, ok := ctx.Value(liveKey{}).(string)
+	return ok
+}
+
 // LiveRegion is the attributes of a page's live region: the stream static/live.js opens for it,
 // and the position the page was read at (so the stream can say at once that something changed
 // in between). Without a position (live updates are off) the region is a plain part of the
