@@ -16,7 +16,10 @@ import (
 // "approve", the same text). A finance user has tabbed to the second one's Approve when a third
 // proposal arrives and the page refreshes itself: refocus put the focus on the first one's, and
 // Enter approved the other payment's proposal (a review of the change). The focus is looked for
-// in its own row. Negative control: refocus without the row (key.scope).
+// in its own row. Negative control: refocus without the row (key.scope) — as long as the buttons'
+// text is alike too; since each names its proposal out of sight (forRow, "Approve: mark Failed
+// proposal #2"), the text alone tells them apart as well, and the row scope is the guard for
+// controls that do not name their row.
 func TestBrowserLiveRefreshKeepsTheFocusInItsRow(t *testing.T) {
 	b := newConsoleBench(t)
 	b.user(t, "fin@example.com", access.RoleFinance)
