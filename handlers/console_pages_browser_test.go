@@ -177,9 +177,9 @@ func (b *consoleBench) pagesDay(t *testing.T) (refunded, awaitingCode payments.S
 // TestBrowserEveryConsolePage: an admin signs in and opens every console page in Chromium at a
 // desk's width (1280 px) over a small realistic day; each page answers 200, shows its main
 // part, and is photographed into .pitlane/screenshots/console-*.png (docs/console.md shows
-// them). No page's content is refused under the Content-Security-Policy. A GET route added to
-// web/routes.go that is a console page and is not visited here fails the test: no page without
-// its picture.
+// them). No page's content is refused under the Content-Security-Policy; axe finds nothing, and
+// every form field has a label (checkLabels). A GET route added to web/routes.go that is a
+// console page and is not visited here fails the test: no page without its picture.
 func TestBrowserEveryConsolePage(t *testing.T) {
 	b := newConsoleBench(t)
 	b.user(t, "adm@example.com", access.RoleAdmin)
@@ -215,6 +215,7 @@ func TestBrowserEveryConsolePage(t *testing.T) {
 		}
 		injectAxe(t, ctx)
 		checkA11y(t, ctx, path)
+		checkLabels(t, ctx, path)
 		screenshot(t, ctx, "console-"+shot+".png")
 	}
 
@@ -269,6 +270,24 @@ func TestBrowserEveryConsolePage(t *testing.T) {
 	}
 	if v := csp(); len(v) > 0 {
 		t.Fatalf("the browser refused content under the Content-Security-Policy:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// checkLabels fails on a form field whose only name is its placeholder (or title): axe accepts
+// one, but it is gone from sight once something is typed, and a screen reader may not say it
+// (WCAG 3.3.2, 1.3.1). A field needs a label, aria-label or aria-labelledby. Negative control:
+// the payments search and the audit filter as they were (placeholders only) fail.
+func checkLabels(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	bare, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("input, select, textarea")]
+		.filter(e => !/^(hidden|submit|button|reset)$/.test(e.type) && !e.closest("[hidden]"))
+		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute("aria-label") && !e.getAttribute("aria-labelledby"))
+		.map(e => e.outerHTML.slice(0, 120))`))
+	if err != nil {
+		t.Fatalf("%s: labels: %v", what, err)
+	}
+	for _, e := range bare {
+		t.Errorf("%s: a field without a label: %s", what, e)
 	}
 }
 
