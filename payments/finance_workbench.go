@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -484,7 +485,12 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 	}
 
 	ttl := s.CheckNowClaimTTL()
-	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	// The checks outlive the person's hang-up (each is one look, its claim ended as it ends), but
+	// not a cut with a cause of its own: a replica's stop ends the checks in flight and starts
+	// no more, so the request answers before the server closes.
+	base, unhang := unlessHungUp(ctx)
+	defer unhang()
+	work, cancel := context.WithTimeout(base, ttl)
 	defer cancel()
 	// A check starts only while one more fits in the claim's time (checkNowReserve). With the gateway timing out, a full page's checks queue behind each other
 	// four at a time, and the last ones would otherwise run out of time half-way (or after the
@@ -498,6 +504,11 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 			continue
 		}
 		g.Go(func() error {
+			if work.Err() != nil && !errors.Is(context.Cause(work), context.DeadlineExceeded) {
+				r.Skipped = "not asked: the request was cut (the service is stopping); check it again"
+				s.endCheckClaim(work, r.SessionID, token, 0)
+				return nil
+			}
 			if s.cfg.Clock.Now().After(startBy) {
 				r.Skipped = "not asked: the gateway answered too slowly to check them all in one go; check it again"
 				s.endCheckClaim(work, r.SessionID, token, 0)

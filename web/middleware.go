@@ -154,14 +154,15 @@ const WriteMargin = 10 * time.Second
 // ended context.
 func requestBound(d time.Duration, message string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		if d <= 0 {
-			return next
-		}
 		return func(c echo.Context) error {
 			req := c.Request()
-			ctx, cancel := context.WithTimeout(req.Context(), d)
-			defer cancel()
-			c.SetRequest(req.WithContext(ctx))
+			ctx := req.Context()
+			if d > 0 { // d 0: no bound of its own, but a replica's stop is answered all the same
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(req.Context(), d)
+				defer cancel()
+				c.SetRequest(req.WithContext(ctx))
+			}
 			err := next(c)
 			if err == nil || c.Response().Committed {
 				return err

@@ -70,7 +70,9 @@ func routes(e *echo.Echo, d Deps) {
 	}
 	pageBound := requestBound(d.RequestTimeout, pageTimedOutMessage)
 	pages := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc { return chain(pageBound, m) }
-	long := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc { return chain(requestBound(0, ""), m) }
+	long := func(m ...echo.MiddlewareFunc) []echo.MiddlewareFunc {
+		return chain(requestBound(0, pageTimedOutMessage), m)
+	}
 	con := handlers.NewConsole(d.Payments, d.Access, am, d.ReplicaID, d.Logger)
 	view, operate := am.Require(access.PermView), am.Require(access.PermOperate)
 	finance, resolve, admin := am.Require(access.PermFinance), am.Require(access.PermResolve), am.Require(access.PermAdmin)
