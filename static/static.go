@@ -23,6 +23,14 @@ var (
 // URL is the path of a static file with a content hash in its query, so that pages can let
 // browsers cache it forever and still get a new file after a deploy.
 func URL(name string) string {
+	if h := hashOf(name); h != "" {
+		return "/static/" + name + "?v=" + h
+	}
+	return "/static/" + name
+}
+
+// hashOf is the content hash of the file name as this binary has it ("" for none).
+func hashOf(name string) string {
 	hashesOnce.Do(func() {
 		hashes = map[string]string{}
 		_ = fs.WalkDir(FS, ".", func(p string, d fs.DirEntry, err error) error {
@@ -38,14 +46,14 @@ func URL(name string) string {
 			return nil
 		})
 	})
-	if h, ok := hashes[name]; ok {
-		return "/static/" + name + "?v=" + h
-	}
-	return "/static/" + name
+	return hashes[name]
 }
 
-// Handler serves the files under /static/: immutable when asked for by a hashed URL,
-// revalidated otherwise.
+// Handler serves the files under /static/: immutable when asked for by the URL of this binary's
+// file (its content hash), revalidated otherwise. A URL with another hash names another
+// release's file (a page rendered by a replica on the next or the last binary, during a rolling
+// deploy): this replica's file under it was cached for a year, and every page of that release
+// ran this one's script (an outside review); now it is served to be revalidated.
 func Handler() http.Handler {
 	files := http.StripPrefix("/static/", http.FileServerFS(FS))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +62,7 @@ func Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		if r.URL.Query().Get("v") != "" {
+		if v := r.URL.Query().Get("v"); v != "" && v == hashOf(strings.TrimPrefix(r.URL.Path, "/static/")) {
 			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		} else {
 			w.Header().Set("Cache-Control", "no-cache")
