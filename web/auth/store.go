@@ -20,8 +20,8 @@ import (
 //
 // A rolling deploy: a replica of the release before keeps its sessions under the clear token.
 // Until that release is gone everywhere, Find falls back on the clear token when the hash finds
-// nothing, so staff signed in on an old replica stay signed in on a new one (a Commit then
-// stores the session under its hash; Delete removes both). Sessions signed in on a new replica
+// nothing, so staff signed in on an old replica stay signed in on a new one (a save updates it
+// under its clear token, where either release's sign-out deletes it; Delete removes both). Sessions signed in on a new replica
 // are not found by an old one: during the roll, sign-ins made on new replicas hold only there.
 // The fallback goes in the next release (a contract step: docs/operations.md); the rows under a
 // clear token expire within the session lifetime (12 h) and are reaped.
@@ -98,8 +98,8 @@ func (s hashedStore) Commit(token string, b []byte, expiry time.Time) error {
 func (s hashedStore) Delete(token string) error { return s.DeleteCtx(context.Background(), token) }
 
 // CommitCtx is what scs calls (with the request's context). A session the request loaded is
-// updated where it is; gone (ended meanwhile), it stays gone: errSessionEnded. One found under
-// its clear token (the release before) is stored under its hash as Commit does. A renewed one
+// updated where it is (under its clear token for one of the release before); gone (ended
+// meanwhile), it stays gone: errSessionEnded. A renewed one
 // is stored through its renewal's link, unless that was ended meanwhile: errSessionEnded.
 func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expiry time.Time) error {
 	if from, _ := ctx.Value(renewedFromKey{}).(string); from != "" {
@@ -121,19 +121,19 @@ func (s hashedStore) CommitCtx(ctx context.Context, token string, b []byte, expi
 	if only, _ := ctx.Value(existingOnlyKey{}).(bool); !only {
 		return s.commit(ctx, token, b, expiry)
 	}
-	var updated, clear bool
-	if err := s.db.QueryRow(ctx, `WITH u AS (UPDATE sessions SET data = $2, expiry = $3 WHERE token = $1 RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM sessions WHERE token = $4)`,
-		hashToken(token), b, expiry, token).Scan(&updated, &clear); err != nil {
+	// Where it is: under its hash, or (the release before) under its clear token — never copied
+	// from the clear row to a hashed one. A copy outlived a sign-out on an old replica (whose
+	// delete knows the clear token only): a copy of the cookie kept opening the console on the
+	// new replicas (an outside review, replicas).
+	tag, err := s.db.Exec(ctx, `UPDATE sessions SET data = $2, expiry = $3 WHERE token = $1 OR (token = $4 AND $5)`,
+		hashToken(token), b, expiry, token, len(token) != len(hashToken("")))
+	if err != nil {
 		return err
 	}
-	switch {
-	case updated:
-		return nil
-	case clear && len(token) != len(hashToken("")):
-		return s.commit(ctx, token, b, expiry)
+	if tag.RowsAffected() == 0 {
+		return errSessionEnded
 	}
-	return errSessionEnded
+	return nil
 }
 
 // renewSignedInKey marks the context of a signed-in session's renewal (Manager.Restart,
