@@ -351,8 +351,15 @@ func refundByKey(ctx context.Context, q querier, sessionID, key string) (Refund,
 // asks for, so the proposal's approval cannot be refused later for money given away while it
 // waited. The API's refunds (the shop's own system) and the proposal's approval do not count it.
 func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withWaiting bool) (committed, waiting int64, err error) {
-	if cur.Status != StatusCompleted {
+	switch {
+	case cur.Status != StatusCompleted:
 		return 0, 0, Errorf(ECONFLICT, "only a Completed payment can be refunded; this one is %s", cur.Status)
+	case cur.GatewayPaymentID == "":
+		// Settled Completed by hand (four eyes) before the gateway's answer with its id was
+		// recorded: a refund sent for no payment was refused (not_found) and failed, the
+		// customer refunded nothing, finance told the gateway's books differ (an outside review).
+		// A Check finds the payment at the gateway by its reference and records its id.
+		return 0, 0, Errorf(ECONFLICT, "payment %s was settled by hand before its gateway payment id was known: check it first (the check finds the payment at the gateway by its reference), then refund", Short(cur.ID))
 	}
 	committed, waiting, proposal, err := refundTotals(ctx, tx, cur.ID)
 	if err != nil {
