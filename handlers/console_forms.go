@@ -82,9 +82,9 @@ func (f newPaymentForm) input() (payments.CreateInput, error) {
 }
 
 // refundForm is one of the payment page's refund forms (support's and finance's): the amount in
-// major units of the payment's currency, a reason, the form's intent key, and seen, what counted
-// against the refundable amount on its page in minor units (PaymentDetail.RefundsCounted; empty
-// from a page rendered before forms carried it).
+// major units of the payment's currency, a reason, the form's intent key, and seen, what its page
+// showed of the payment's refunds (PaymentDetail.RefundsSeen; empty from a page rendered before
+// forms carried it).
 type refundForm struct {
 	Amount, Reason, Intent, Seen string
 }
@@ -92,11 +92,11 @@ type refundForm struct {
 func (f refundForm) input(sess payments.Session) (payments.StaffRefundInput, error) {
 	in := payments.StaffRefundInput{PaymentID: sess.ID, Reason: f.Reason, IntentKey: strings.TrimSpace(f.Intent)}
 	if seen := strings.TrimSpace(f.Seen); seen != "" {
-		n, err := strconv.ParseInt(seen, 10, 64)
-		if err != nil || n < 0 {
-			return in, payments.Invalid("seen", "the refund form is damaged; reload the page")
+		r, err := payments.ParseRefundsSeen(seen)
+		if err != nil {
+			return in, err
 		}
-		in.Seen = &n
+		in.Seen = &r
 	}
 	var err error
 	in.Amount, err = parseMajorAmount(f.Amount, sess.Currency)

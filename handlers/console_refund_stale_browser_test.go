@@ -49,7 +49,7 @@ func TestBrowserAStaleRefundFormComesBackWithWhatWasTyped(t *testing.T) {
 			document.querySelector('[data-testid="refundable"]').textContent.includes("7.00") &&
 			form.querySelector('[name="amount"]').value === "3.00" &&
 			form.querySelector('[name="reason"]').value === "`+reason+`" &&
-			form.querySelector('[name="seen"]').value === "300"; })()`)
+			form.querySelector('[name="seen"]').value === "300.1.0"; })()`)
 	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
 		t.Fatalf("gateway refunds = %d, want 1 (the API's)", n)
 	}

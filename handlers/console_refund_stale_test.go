@@ -55,8 +55,8 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 	wantText(t, doc2, "refundable", "10.00 EUR")
 	a1, form1 := formValues(doc1, "finance-refund-form")
 	a2, form2 := formValues(doc2, "finance-refund-form")
-	if form2.Get("seen") != "0" {
-		t.Fatalf("the form's seen = %q, want 0 (nothing refunded on its page)", form2.Get("seen"))
+	if form2.Get("seen") != "0.0.0" {
+		t.Fatalf("the form's seen = %q, want 0.0.0 (nothing refunded on its page)", form2.Get("seen"))
 	}
 	form1.Set("amount", "3.00")
 	form1.Set("reason", "ticket 4711: one book damaged")
@@ -82,8 +82,8 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 	wantText(t, page(t, f1.follow(f1.post(a1, form1)), http.StatusOK), "flash", "sent already")
 	// F2, having read the page as it is, sends the form it got back: a second refund, meant.
 	a2, form2 = formValues(doc, "finance-refund-form")
-	if form2.Get("seen") != "300" {
-		t.Fatalf("the form sent back carries seen %q, want 300 (the page as it is now)", form2.Get("seen"))
+	if form2.Get("seen") != "300.1.0" {
+		t.Fatalf("the form sent back carries seen %q, want 300.1.0 (the page as it is now)", form2.Get("seen"))
 	}
 	doc = page(t, f2.follow(f2.post(a2, form2)), http.StatusOK)
 	wantText(t, doc, "flash", "Refunded 3.00 EUR")

@@ -345,8 +345,7 @@ func (d PaymentDetail) Refundable() int64 {
 
 // RefundsCounted is what counts against the payment's refundable amount as the page read it:
 // every refund but a Failed one, and a refund proposal waiting for approval (refundTotals under
-// the locks). The page's refund forms carry it as seen (StaffRefundInput.Seen), so a form sent
-// from a page the payment's refunds outran is refused instead of refunding again.
+// the locks); the page's refund forms carry it in RefundsSeen.
 func (d PaymentDetail) RefundsCounted() int64 {
 	var n int64
 	for _, r := range d.Refunds {
@@ -358,6 +357,16 @@ func (d PaymentDetail) RefundsCounted() int64 {
 		n += p.RefundAmount
 	}
 	return n
+}
+
+// RefundsSeen is what the page shows of the payment's refunds, which its refund forms carry
+// (StaffRefundInput.Seen): a form the refunds outran is refused.
+func (d PaymentDetail) RefundsSeen() RefundsSeen {
+	r := RefundsSeen{Counted: d.RefundsCounted(), Made: int64(len(d.Refunds))}
+	if p := d.WaitingRefundProposal(); p != nil {
+		r.Waiting = p.ID
+	}
+	return r
 }
 
 // WaitingRefundProposal is the refund proposal waiting for a second person, if any.

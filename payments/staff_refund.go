@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,13 +53,43 @@ type StaffRefundInput struct {
 	Reason    string
 	// IntentKey is the form's intent key (a UUID rendered into the form).
 	IntentKey string
-	// Seen is what counted against the payment's refundable amount on the page the form was
-	// rendered with (PaymentDetail.RefundsCounted: its refunds but Failed ones, and a waiting
-	// refund proposal). A form whose page the payment's refunds outran (another tab, a second
-	// finance user, the shop's API) is refused rather than refunding again what the person
-	// meant to refund once. nil: a form rendered before forms carried it (a rolling deploy),
-	// judged by the amount alone as before.
-	Seen *int64
+	// Seen is what the page the form was rendered with showed of the payment's refunds
+	// (PaymentDetail.RefundsSeen). A form whose page the payment's refunds outran (another tab,
+	// a second finance user, the shop's API) is refused rather than refunding again what the
+	// person meant to refund once. nil: a form rendered before forms carried it (a rolling
+	// deploy), judged by the amount alone as before.
+	Seen *RefundsSeen
+}
+
+// RefundsSeen is what a console page showed of a payment's refunds: what counted against its
+// refundable amount (Counted: its refunds but Failed ones, and a waiting refund proposal), how
+// many refunds it had (Made, Failed ones too) and which refund proposal waited (Waiting: its
+// id, 0 for none). The sum alone was fooled by a refund failing beside a new one of the same
+// amount (an outside review: the ticket refunded twice); a new refund or proposal changes the
+// count or the id whatever the sums do. A form carries it as "counted.made.waiting".
+type RefundsSeen struct {
+	Counted int64
+	Made    int64
+	Waiting int64
+}
+
+func (r RefundsSeen) String() string { return fmt.Sprintf("%d.%d.%d", r.Counted, r.Made, r.Waiting) }
+
+// ParseRefundsSeen reads a form's RefundsSeen (RefundsSeen.String).
+func ParseRefundsSeen(s string) (RefundsSeen, error) {
+	var r RefundsSeen
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return r, Invalid("seen", "the refund form is damaged; reload the page")
+	}
+	for i, dst := range []*int64{&r.Counted, &r.Made, &r.Waiting} {
+		n, err := strconv.ParseInt(parts[i], 10, 64)
+		if err != nil || n < 0 {
+			return r, Invalid("seen", "the refund form is damaged; reload the page")
+		}
+		*dst = n
+	}
+	return r, nil
 }
 
 func (in StaffRefundInput) validate() (StaffRefundInput, error) {
@@ -75,22 +107,26 @@ func (in StaffRefundInput) validate() (StaffRefundInput, error) {
 // requestKey is the refund core's request key of the form.
 func (in StaffRefundInput) requestKey() string { return "console/" + in.IntentKey }
 
-// refundsAsSeen refuses a console refund form (ECONFLICT, field "seen") whose page counted
-// another total against the payment's refundable amount (seen) than its refunds and waiting
-// proposal count now, under the order → session locks of the locked session cur: the form was
+// refundsAsSeen refuses a console refund form (ECONFLICT, field "seen") whose page showed other
+// refunds of the payment (seen) than it has now, under the order → session locks of the locked
+// session cur: the form was
 // filled in for a payment that no longer is (F1 refunded 3.00 for a ticket while F2, in another
 // tab, typed the reason for the same 3.00), and its amount was meant for that payment. nothing
 // says what did not happen. A form without seen is not judged (an old page: the amount alone).
 // Called after the form's replay look-ups, so a form sent again still finds its first outcome.
-func refundsAsSeen(ctx context.Context, tx pgx.Tx, cur Session, seen *int64, nothing string) error {
+func refundsAsSeen(ctx context.Context, tx pgx.Tx, cur Session, seen *RefundsSeen, nothing string) error {
 	if seen == nil || cur.Status != StatusCompleted {
 		return nil // not Completed: refundRoom says so
 	}
-	committed, waiting, _, err := refundTotals(ctx, tx, cur.ID)
+	committed, waiting, proposal, err := refundTotals(ctx, tx, cur.ID)
 	if err != nil {
 		return err
 	}
-	if now := committed + waiting; now != *seen {
+	var made int64
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE session_id = $1`, cur.ID).Scan(&made); err != nil {
+		return fmt.Errorf("refund: count: %w", err)
+	}
+	if now := committed + waiting; (RefundsSeen{Counted: now, Made: made, Waiting: proposal}) != *seen {
 		return &Error{Code: ECONFLICT, Field: "seen", Message: fmt.Sprintf(
 			"the payment's refunds changed since you read the page (now %s %s refunded or waiting for approval, %s %s refundable): %s; read the page again",
 			FormatMinor(now, cur.Currency), cur.Currency, FormatMinor(max(cur.Amount-now, 0), cur.Currency), cur.Currency, nothing)}

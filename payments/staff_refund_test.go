@@ -621,11 +621,21 @@ func TestRefundCodeReplayDoesNotDriveTheRefund(t *testing.T) {
 	}
 }
 
-// staleForm is a console refund form whose page counted seen against the refundable amount.
-func staleForm(id string, amount, seen int64) payments.StaffRefundInput {
+// staleForm is a console refund form whose page showed seen of the payment's refunds.
+func staleForm(id string, amount int64, seen payments.RefundsSeen) payments.StaffRefundInput {
 	in := staffRefund(id, amount, uuid.NewString())
 	in.Seen = &seen
 	return in
+}
+
+// seenNow is what the payment's page shows of its refunds now (its forms' seen).
+func (b *bench) seenNow(t *testing.T, id string) payments.RefundsSeen {
+	t.Helper()
+	d, err := b.svc.PaymentDetail(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.RefundsSeen()
 }
 
 // TestARefundFormFromAStalePageRefundsNothing: a console refund form was judged by its amount
@@ -654,11 +664,11 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 			t.Fatalf("%s: refusal %v names no field seen (the console shows the form again on it)", what, err)
 		}
 	}
-	_, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 200, 0))
+	_, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 200, payments.RefundsSeen{}))
 	stale("a direct refund", err)
-	_, err = b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 600, 0)) // above the limit: a proposal
+	_, err = b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 600, payments.RefundsSeen{})) // above the limit: a proposal
 	stale("a proposal", err)
-	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 200, 0))
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 200, payments.RefundsSeen{}))
 	stale("a support code", err)
 	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
 		t.Fatalf("gateway refunds = %d, want 1 (the API's)", n)
@@ -669,7 +679,7 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 	}
 
 	// A form of the page as it is refunds; sent again after the payment moved on, it replays.
-	form := staleForm(s.ID, 200, 200)
+	form := staleForm(s.ID, 200, b.seenNow(t, s.ID))
 	out, err := b.svc.RefundByFinance(ctx, finance1, form)
 	if err != nil || out.Refund == nil || out.Replayed {
 		t.Fatalf("a form of the current page = %+v %v", out, err)
@@ -683,16 +693,17 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 	}
 
 	// A waiting proposal counts as the page counts it: 5.00 refunded and 3.00 proposed is 8.00.
-	if p, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 300, 500)); err != nil || p.Proposal == nil {
+	before := b.seenNow(t, s.ID)
+	if p, err := b.svc.RefundByFinance(ctx, finance1, staleForm(s.ID, 300, before)); err != nil || p.Proposal == nil {
 		t.Fatalf("proposal = %+v %v", p, err)
 	}
 	d, err := b.svc.PaymentDetail(ctx, s.ID)
 	if err != nil || d.RefundsCounted() != 800 || d.Refundable() != 200 {
 		t.Fatalf("the page counts %d, refundable %d (%v); want 800 and 200", d.RefundsCounted(), d.Refundable(), err)
 	}
-	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, 500))
+	_, err = b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, before))
 	wantCode(t, err, payments.ECONFLICT, "now 8.00 EUR refunded or waiting for approval, 2.00 EUR refundable")
-	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, 800)); err != nil {
+	if _, err := b.svc.RequestRefundCode(ctx, supportStaff, staleForm(s.ID, 100, b.seenNow(t, s.ID))); err != nil {
 		t.Fatalf("a support form of the current page: %v", err)
 	}
 	// A form without seen (a page of the previous release): its amount alone, as before.
@@ -701,5 +712,44 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 	}
 	if n := b.gw.Calls(fakegw.OpRefund); n != 3 {
 		t.Fatalf("gateway refunds = %d, want 3", n)
+	}
+}
+
+// The page's seen was a sum (what counted against the refundable amount): a refund that failed
+// after the page was read beside a new one of the same amount left it as it was, and a form of
+// the older page passed — F2 refunded ticket T from another tab, the shop's stuck refund A was
+// refused, and F1's form for the same ticket refunded it again. seen now also names how many
+// refunds the page had and which proposal waited. An outside review (a staff chaos day);
+// negative control: RefundsSeen compared by Counted alone, F1's form passes.
+func TestARefundFormIsNotFooledByARefundFailingBesideANewOne(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000} })
+	ctx := context.Background()
+	paid := b.completed(t, "o-seen-aba", 1000)
+	// The shop's refund A of 3.00: its answer is lost (a 503), Pending for the patrol.
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+	a, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: paid.ID, Amount: 300, RequestKey: "shop-a"})
+	if err != nil || a.Refund.Status != payments.RefundPending {
+		t.Fatalf("setup: %+v %v", a.Refund, err)
+	}
+	// F1 and F2 read the payment's page; both are about ticket T (3.00 more).
+	seen := b.seenNow(t, paid.ID)
+	if f2, err := b.svc.RefundByFinance(ctx, finance1, staleForm(paid.ID, 300, seen)); err != nil || f2.Refund == nil || f2.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("F2's refund of ticket T: %+v %v", f2, err)
+	}
+	// The gateway refuses the shop's refund A when the patrol sends it again: A is Failed, and
+	// what counts against the payment is 3.00 again.
+	b.clock.Advance(time.Hour)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Definitive, 1)
+	if _, err := b.svc.DriveRefunds(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.svc.GetRefund(ctx, a.Refund.ID); r.Status != payments.RefundFailed || b.seenNow(t, paid.ID).Counted != seen.Counted {
+		t.Fatalf("setup: refund A is %s", r.Status)
+	}
+	_, err = b.svc.RefundByFinance(ctx, finance1, staleForm(paid.ID, 300, seen))
+	wantCode(t, err, payments.ECONFLICT, "the payment's refunds changed since you read the page")
+	if n := b.gw.Refunds(paid.GatewayPaymentID); n != 1 {
+		t.Fatalf("%d refunds at the gateway, want F2's one", n)
 	}
 }

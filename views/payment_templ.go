@@ -1951,8 +1951,8 @@ func refundTable(v PaymentView) templ.Component {
 
 // refundForm is a refund form (finance's or support's: they differ in where they post and
 // what the note under them says): the amount, prefilled with everything refundable (a full
-// refund), a reason, the page's intent key, and seen: what counted against the refundable
-// amount on this page (RefundsCounted), so a form the payment's refunds outran is refused
+// refund), a reason, the page's intent key, and seen: what this page shows of the payment's
+// refunds (RefundsSeen), so a form the payment's refunds outran is refused
 // rather than refunding again. A form sent back refused (v.RefundDraft) keeps what was typed
 // and holds the live refresh (data-live-keep) until it is sent again.
 func refundForm(v PaymentView, action, testid, submit string) templ.Component {
@@ -2022,9 +2022,9 @@ func refundForm(v PaymentView, action, testid, submit string) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var100 string
-			templ_7745c5c3_Var100, templ_7745c5c3_Err = templruntime.NewAttributeExpression(strconv.FormatInt(v.D.RefundsCounted(), 10)).Resolve(ctx)
+			templ_7745c5c3_Var100, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.D.RefundsSeen().String()).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/payment.templ`, Line: 400, Col: 87}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/payment.templ`, Line: 400, Col: 70}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var100)
 			if templ_7745c5c3_Err != nil {
