@@ -480,41 +480,7 @@ func runStaffChaos(t *testing.T, seed uint64, steps int) {
 			w.staffStep(ctx)
 		}
 	}
-	// The day ends: the faults queued for calls that never came are spent, every gateway payment
-	// reaches a final state, and everyone catches up.
-	for range 300 {
-		_, _ = w.b.gw.Refund(ctx, "gp_drain", "drain", 1, "EUR")
-		_, _ = w.b.gw.Status(ctx, "gp_drain")
-		_, _ = w.b.gw.Reverse(ctx, "gp_drain", "drain")
-	}
-	w.b.gw.SetRefundOutcome("succeeded")
-	for range 30 {
-		for i := 1; i < 2000; i++ {
-			id := "gp_fake_" + strconv.Itoa(i)
-			p, ok := w.b.gw.Payment(id)
-			if !ok {
-				continue
-			}
-			switch p.Status {
-			case payments.GatewayPending:
-				w.b.gw.SetStatus(id, payments.GatewayExpired)
-			case payments.GatewayAuthorized:
-				w.b.gw.SetStatus(id, payments.GatewaySucceeded)
-			}
-			w.b.gw.SetRefundStatus(id, "succeeded")
-		}
-		w.b.clock.Advance(3 * time.Hour)
-		var wg sync.WaitGroup
-		for _, svc := range w.svcs() {
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = svc.SweepOnce(ctx); _, _ = svc.DriveRefunds(ctx) }()
-		}
-		wg.Wait()
-	}
-	for range 3 {
-		_, _ = w.b.svc.ReconcileOnce(ctx)
-		w.b.clock.Advance(time.Hour)
-	}
+	w.endDay(ctx)
 	bad := append([]string{}, w.bad...)
 	for _, p := range w.pairs {
 		moved := w.b.count(t, `SELECT count(*) FROM refunds WHERE request_key = ANY($1) AND status <> 'Failed'`, p[:]) +
