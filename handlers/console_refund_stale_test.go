@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -98,26 +99,14 @@ func TestARefundFormFromAStalePageRefundsNothing(t *testing.T) {
 // Now refused with the page as it is (6.00 refundable) and the form as typed.
 func TestARefundFormReadBeforeAnAPIRefundRefundsNothing(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	_, e := b.replica(b.pool, "replica-limit", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100000} })
-	b.user(t, "f1@example.com", access.RoleFinance)
-	f1 := newAgent(t, e)
-	f1.login("f1@example.com")
-	s := b.completed(t, "o-stale-api-refund", 1000)
-
-	doc := page(t, f1.get("/payments/"+s.ID), http.StatusOK)
-	action, form := formValues(doc, "finance-refund-form")
-	if _, err := b.svc.CreateRefund(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
-		payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "shop-key-1"}); err != nil {
-		t.Fatal(err)
-	}
+	b, f1, action, form := financeFormBeforeAnAPIRefund(t, "o-stale-api-refund")
 	form.Set("amount", "4.00")
 	form.Set("reason", "customer asked for 4.00 back")
 	rec := f1.post(action, form)
 	if n := b.gw.Calls(fakegw.OpRefund); n != 1 {
 		t.Fatalf("a refund form read before the API's refund refunded anyway: gateway refunds = %d, want 1", n)
 	}
-	doc = page(t, rec, http.StatusConflict)
+	doc := page(t, rec, http.StatusConflict)
 	wantStaleRefundForm(t, doc, "finance-refund-form", "4.00", "customer asked for 4.00 back", "6.00 EUR")
 }
 
@@ -157,19 +146,7 @@ func TestASupportRefundFormFromAStalePageSendsNoCode(t *testing.T) {
 // for a field its page never had.
 func TestARefundFormWithoutSeenIsJudgedByItsAmount(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	_, e := b.replica(b.pool, "replica-limit", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100000} })
-	b.user(t, "f1@example.com", access.RoleFinance)
-	f1 := newAgent(t, e)
-	f1.login("f1@example.com")
-	s := b.completed(t, "o-old-refund-form", 1000)
-
-	doc := page(t, f1.get("/payments/"+s.ID), http.StatusOK)
-	action, form := formValues(doc, "finance-refund-form")
-	if _, err := b.svc.CreateRefund(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
-		payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "shop-key-1"}); err != nil {
-		t.Fatal(err)
-	}
+	b, f1, action, form := financeFormBeforeAnAPIRefund(t, "o-old-refund-form")
 	form.Del("seen")
 	form.Set("amount", "2.00")
 	form.Set("reason", "an old page")
@@ -177,4 +154,23 @@ func TestARefundFormWithoutSeenIsJudgedByItsAmount(t *testing.T) {
 	if n := b.gw.Calls(fakegw.OpRefund); n != 2 {
 		t.Fatalf("gateway refunds = %d, want 2", n)
 	}
+}
+
+// financeFormBeforeAnAPIRefund opens the finance refund form of a 10.00 EUR payment of order
+// (signed in as f1, no four-eyes limit in the way), then the shop's API refunds 4.00 of it.
+func financeFormBeforeAnAPIRefund(t *testing.T, order string) (b *consoleBench, f1 *agent, action string, form url.Values) {
+	t.Helper()
+	b = newConsoleBench(t)
+	_, e := b.replica(b.pool, "replica-limit", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100000} })
+	b.user(t, "f1@example.com", access.RoleFinance)
+	f1 = newAgent(t, e)
+	f1.login("f1@example.com")
+	s := b.completed(t, order, 1000)
+	doc := page(t, f1.get("/payments/"+s.ID), http.StatusOK)
+	action, form = formValues(doc, "finance-refund-form")
+	if _, err := b.svc.CreateRefund(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"},
+		payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "shop-key-1"}); err != nil {
+		t.Fatal(err)
+	}
+	return b, f1, action, form
 }
