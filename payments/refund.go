@@ -249,7 +249,18 @@ var errSettledMeanwhile = &Error{Code: ECONFLICT, Message: "a refund of this pay
 // again when a refund was settled Failed by hand between the two (errSettledMeanwhile). The
 // re-check runs outside the locks (it waits for the gateway), so without the claim's look under
 // them an approval committing in that gap freed an amount nobody asked the gateway about.
+//
+// A Completed payment without its gateway id (settled by hand before the gateway's answer was
+// recorded) is checked first: the Check finds the payment at the gateway by its reference and
+// records its id, which the claim's locked session then carries to the gateway (refundRoom
+// refuses a refund without it).
 func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim func(asked []string) error) error {
+	if sess.Status == StatusCompleted && sess.GatewayPaymentID == "" {
+		var err error
+		if sess, err = s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID); err != nil {
+			return err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		asked, err := s.recheckRefundsFailedByHand(ctx, sess)
 		if err != nil {
@@ -358,8 +369,9 @@ func refundRoom(ctx context.Context, tx pgx.Tx, cur Session, amount int64, withW
 		// Settled Completed by hand (four eyes) before the gateway's answer with its id was
 		// recorded: a refund sent for no payment was refused (not_found) and failed, the
 		// customer refunded nothing, finance told the gateway's books differ (an outside review).
-		// A Check finds the payment at the gateway by its reference and records its id.
-		return 0, 0, Errorf(ECONFLICT, "payment %s was settled by hand before its gateway payment id was known: check it first (the check finds the payment at the gateway by its reference), then refund", Short(cur.ID))
+		// A Check finds the payment at the gateway by its reference and records its id (the
+		// claiming paths check first: withRecheckedRefunds).
+		return 0, 0, Errorf(ECONFLICT, "payment %s was settled by hand before its gateway payment id was known, and the gateway has not been found holding it under its reference: check it (the check looks it up), then refund", Short(cur.ID))
 	}
 	committed, waiting, proposal, err := refundTotals(ctx, tx, cur.ID)
 	if err != nil {
