@@ -485,6 +485,20 @@ func refundFact(refundID, here string, gr GatewayRefund) string {
 func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refund, error) {
 	ctx, span := s.startSpan(ctx, "payments.refund.drive", sess.ID, sess.OrderID)
 	defer span.End()
+	if sess.GatewayPaymentID == "" {
+		// A refund of a payment settled by hand before its gateway id was recorded, claimed
+		// before claims looked it up (withRecheckedRefunds): sent for payment "", it was refused
+		// not_found and failed (a review). The Check finds the payment by its reference; until it
+		// does, nothing is sent and the refund waits for its next look (flagged in the end).
+		cur, err := s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID)
+		if err != nil {
+			return r, err
+		}
+		if cur.GatewayPaymentID == "" {
+			return r, Errorf(EUNAVAIL, "refund %s: payment %s has no gateway payment id yet (the gateway has not been found holding it under its reference): nothing sent", Short(r.ID), Short(sess.ID))
+		}
+		sess = cur
+	}
 	gr, sent, gerr := s.askRefund(ctx, sess, r)
 	status := ""
 	detail := ""

@@ -758,3 +758,40 @@ func TestARefundOfAPaymentSettledByHandFindsItsGatewayPaymentFirst(t *testing.T)
 		t.Fatalf("the payment's gateway id after the refund: %q, want %s", got.GatewayPaymentID, gp2)
 	}
 }
+
+// A refund claimed Pending before claims looked a payment's gateway id up (a payment settled
+// Completed by hand without it) was driven by the patrol for payment "": refused not_found,
+// Failed, a "books differ" case, the customer refunded nothing. The drive checks the payment
+// first (the Check finds it by its reference) and sends the refund to it. A review of this
+// session's cd82f08; negative control: without the drive's check, Failed.
+func TestAPendingRefundOfAPaymentWithoutItsGatewayIDIsSentToItsPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000} })
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-hand-pending-refund", Amount: 1000, Currency: "EUR"})
+	if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", r0.Session, err)
+	}
+	gp := "gp_fake_1"
+	b.gw.SetStatus(gp, payments.GatewaySucceeded)
+	p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	// What the release before claimed: a Pending refund (its send's answer lost), due for the patrol.
+	var refundID string
+	if err := b.pool.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, next_check_at, created_at, updated_at)
+		VALUES (gen_random_uuid(), $1, $2, 300, 'EUR', 'Pending', 'old-release', $3, $3, $3) RETURNING id::text`,
+		r0.Session.ID, r0.Session.OrderID, b.clock.Now()).Scan(&refundID); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Hour)
+	if _, err := b.svc.DriveRefunds(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.svc.GetRefund(ctx, refundID); r.Status != payments.RefundSucceeded || b.gw.Refunds(gp) != 1 {
+		t.Errorf("the patrol's drive of a Pending refund of a payment without its gateway id: %s (%s), %d refunds of %s at the gateway; want Succeeded, 1",
+			r.Status, r.Detail, b.gw.Refunds(gp), gp)
+	}
+}
