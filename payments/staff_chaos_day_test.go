@@ -86,7 +86,7 @@ func (w *staffChaos) seenOf(ctx context.Context, id string) (staffPage, bool) {
 
 func (w *staffChaos) completedSession(ctx context.Context) (string, bool) {
 	var id string
-	err := w.b.pool.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE status = 'Completed' ORDER BY random() LIMIT 1`).Scan(&id)
+	err := w.b.pool.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE status = 'Completed' ORDER BY md5(order_id || $1), created_at LIMIT 1`, w.salt()).Scan(&id)
 	return id, err == nil
 }
 
@@ -250,7 +250,7 @@ func (w *staffChaos) staffStep(ctx context.Context) {
 	case 3, 4: // a waiting proposal: approved (by a second person, or tried by its proposer), raced, or rejected
 		var pid int64
 		var proposer, kind string
-		if err := b.pool.QueryRow(ctx, `SELECT id, proposed_by, kind FROM resolution_proposals WHERE state = 'proposed' ORDER BY random() LIMIT 1`).Scan(&pid, &proposer, &kind); err != nil {
+		if err := b.pool.QueryRow(ctx, `SELECT id, proposed_by, kind FROM resolution_proposals WHERE state = 'proposed' ORDER BY md5(order_id || kind || $1), proposed_at LIMIT 1`, w.salt()).Scan(&pid, &proposer, &kind); err != nil {
 			return
 		}
 		var self payments.Staff
@@ -304,7 +304,7 @@ func (w *staffChaos) staffStep(ctx context.Context) {
 		}
 	case 5: // a settlement proposed for a flagged payment, maybe from a page read earlier
 		var id string
-		if err := b.pool.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE (flagged_at IS NOT NULL OR status = 'Unknown') AND status IN ('Registering','Registered','Unknown','Authorized','Canceling') ORDER BY random() LIMIT 1`).Scan(&id); err != nil {
+		if err := b.pool.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE (flagged_at IS NOT NULL OR status = 'Unknown') AND status IN ('Registering','Registered','Unknown','Authorized','Canceling') ORDER BY md5(order_id || $1), created_at LIMIT 1`, w.salt()).Scan(&id); err != nil {
 			return
 		}
 		p, ok := w.seenOf(ctx, id)
@@ -319,7 +319,7 @@ func (w *staffChaos) staffStep(ctx context.Context) {
 	case 6: // an outcome proposed for a flagged refund, as the gateway has it
 		var rid, sid, gp string
 		if err := b.pool.QueryRow(ctx, `SELECT r.id::text, r.session_id::text, coalesce(s.gateway_payment_id, '') FROM refunds r JOIN payment_sessions s ON s.id = r.session_id
-			WHERE r.status = 'Pending' AND r.flagged_at IS NOT NULL ORDER BY random() LIMIT 1`).Scan(&rid, &sid, &gp); err != nil {
+			WHERE r.status = 'Pending' AND r.flagged_at IS NOT NULL ORDER BY md5(r.order_id || r.amount || $1), r.created_at LIMIT 1`, w.salt()).Scan(&rid, &sid, &gp); err != nil {
 			return
 		}
 		gr, found, err := b.gw.FindRefund(ctx, gp, rid)
@@ -352,7 +352,7 @@ func (w *staffChaos) staffStep(ctx context.Context) {
 		w.logf("resolve case %d (%s): %v", c.ID, c.Kind, err)
 	case 8: // Check now by two finance users at once, on both replicas
 		var ids []string
-		rows, err := b.pool.Query(ctx, `SELECT id::text FROM payment_sessions WHERE status IN ('Registering','Registered','Unknown','Authorized','Canceling') ORDER BY random() LIMIT 3`)
+		rows, err := b.pool.Query(ctx, `SELECT id::text FROM payment_sessions WHERE status IN ('Registering','Registered','Unknown','Authorized','Canceling') ORDER BY md5(order_id || $1), created_at LIMIT 3`, w.salt())
 		if err != nil {
 			return
 		}
