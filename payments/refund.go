@@ -260,6 +260,9 @@ func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim 
 		if sess, err = s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID); err != nil {
 			return err
 		}
+		if sess.GatewayPaymentID == "" {
+			return s.withoutGatewayID(ctx, sess)
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		asked, err := s.recheckRefundsFailedByHand(ctx, sess)
@@ -270,6 +273,22 @@ func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim 
 			return err
 		}
 	}
+}
+
+// withoutGatewayID is the refusal of a refund of sess, a payment settled Completed by hand whose
+// Check found no gateway payment id to record: the gateway has no payment under its reference,
+// or the one it has contradicts ours (another amount or currency: a gateway_mismatch case, and
+// checking again finds the same). Nothing is sent either way.
+func (s *Service) withoutGatewayID(ctx context.Context, sess Session) error {
+	var mismatch bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2 AND resolved_at IS NULL)`,
+		sess.ID, CaseGatewayMismatch).Scan(&mismatch); err != nil {
+		return dbError("refund: cases", err, "")
+	}
+	if mismatch {
+		return Errorf(ECONFLICT, "payment %s was settled by hand before its gateway payment id was known, and the gateway's payment under its reference contradicts it (its gateway_mismatch case says how): nothing was refunded", Short(sess.ID))
+	}
+	return Errorf(ECONFLICT, "payment %s was settled by hand before its gateway payment id was known, and the gateway has no payment under its reference: nothing was refunded; refund it at the gateway by hand", Short(sess.ID))
 }
 
 // settledMeanwhile is claimRefund's look under the locks: errSettledMeanwhile when a refund of
@@ -495,9 +514,15 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			return r, err
 		}
 		if cur.GatewayPaymentID == "" {
-			return r, Errorf(EUNAVAIL, "refund %s: payment %s has no gateway payment id yet (the gateway has not been found holding it under its reference): nothing sent", Short(r.ID), Short(sess.ID))
+			return r, s.withoutGatewayID(ctx, cur)
 		}
 		sess = cur
+		// The Check handed the drive's patrol slot back (its last gateway call, as it is for a
+		// drive of a session): the refund's own call waits for one again, or the patrol would
+		// talk to the gateway wider than SweepConcurrency (a review).
+		if err := retakeSlot(ctx); err != nil {
+			return r, err
+		}
 	}
 	gr, sent, gerr := s.askRefund(ctx, sess, r)
 	status := ""

@@ -1,0 +1,71 @@
+package payments_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// driveRefund runs a Check before it sends a refund of a payment without its gateway id, and the
+// Check hands the drive's patrol slot back (its last gateway call, as for a session's drive) —
+// but the refund's own call is still ahead. Width 1: R1's drive checked, handed its slot back and
+// sent its refund (held at the gateway); the producer started R2's drive in the freed slot and it
+// talked to the gateway too: two gateway calls of a patrol of width 1 at once. The drive retakes
+// a slot before it sends. A review of this session's 5290ff5; negative control: without
+// retakeSlot, two calls in flight.
+func TestARefundDrivesCheckKeepsThePatrolsWidth(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) {
+		c.SweepConcurrency = 1
+		c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000}
+	})
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 2)
+	var refunds []string
+	for i, order := range []string{"o-slot-1", "o-slot-2"} {
+		r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR"})
+		if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
+			t.Fatalf("setup: %+v %v", r0.Session, err)
+		}
+		var gp string
+		for j := 1; j < 10 && gp == ""; j++ {
+			if p, ok := b.gw.Payment(fmt.Sprintf("gp_fake_%d", j)); ok && p.Reference == r0.Session.ID {
+				gp = p.ID
+			}
+		}
+		b.gw.SetStatus(gp, payments.GatewaySucceeded)
+		p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
+		if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if err := b.pool.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, next_check_at, created_at, updated_at)
+			VALUES (gen_random_uuid(), $1, $2, 300, 'EUR', 'Pending', 'old-release', $3, $3, $3) RETURNING id::text`,
+			r0.Session.ID, r0.Session.OrderID, b.clock.Now().Add(time.Duration(i)*time.Minute)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		refunds = append(refunds, id)
+	}
+	b.clock.Advance(time.Hour)
+	gate := b.gw.Hold(fakegw.OpRefund)
+	driven := make(chan error, 1)
+	go func() { _, err := b.svc.DriveRefunds(ctx); driven <- err }()
+	first := mustWait(t, gate.Arrived(), "R1's refund sent (held at the gateway)")
+	var second string
+	select {
+	case second = <-gate.Arrived(): // another drive's call while the first is unanswered
+	case <-time.After(time.Second): // bounded: a patrol within its width sends none while the first waits
+	}
+	gate.Open()
+	if err := <-driven; err != nil {
+		t.Fatal(err)
+	}
+	if second != "" {
+		t.Fatalf("a patrol of width 1 had 2 gateway refund calls in flight at once (%s and %s): the refund drive's Check "+
+			"handed its slot back (handOff) before the drive's own Refund call", first, second)
+	}
+}
