@@ -365,25 +365,7 @@ func (w *chaosWorld) gatewayIDsOf(ref string) []string {
 // written only when the API settles it (not the patrol, not the console): seed 1 fails.
 func TestAMessyDayKeepsTheMoneyInvariants(t *testing.T) {
 	t.Parallel()
-	seeds := make([]uint64, scale(3, 12))
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	if s := os.Getenv("CHAOS_SEEDS"); s != "" {
-		n, _ := strconv.Atoi(s)
-		seeds = nil
-		for i := range n {
-			seeds = append(seeds, uint64(100+i))
-		}
-	}
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		n, _ := strconv.ParseUint(s, 10, 64)
-		seeds = []uint64{n}
-	}
-	steps := scale(300, 1000)
-	if s := os.Getenv("CHAOS_STEPS"); s != "" {
-		steps, _ = strconv.Atoi(s)
-	}
+	seeds, steps := chaosSeeds("CHAOS", 100)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
@@ -741,3 +723,28 @@ func (w *chaosWorld) endDay(ctx context.Context) {
 // makes alike from run to run (order ids, amounts, the injected clock's times): ORDER BY random()
 // ignored the seed, and a seed's day could not be replayed.
 func (w *chaosWorld) salt() string { return strconv.Itoa(w.intn(1 << 30)) }
+
+// chaosSeeds is a chaos day's seeds and steps: scale(3, 12) seeds from 1 and scale(300, 1000)
+// steps, or from the environment — PREFIX_SEEDS=N (N seeds from wide), PREFIX_SEED=N (that one),
+// PREFIX_STEPS=N.
+func chaosSeeds(prefix string, wide uint64) (seeds []uint64, steps int) {
+	for i := range scale(3, 12) {
+		seeds = append(seeds, uint64(1+i))
+	}
+	if s := os.Getenv(prefix + "_SEEDS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		seeds = nil
+		for i := range n {
+			seeds = append(seeds, wide+uint64(i))
+		}
+	}
+	if s := os.Getenv(prefix + "_SEED"); s != "" {
+		n, _ := strconv.ParseUint(s, 10, 64)
+		seeds = []uint64{n}
+	}
+	steps = scale(300, 1000)
+	if s := os.Getenv(prefix + "_STEPS"); s != "" {
+		steps, _ = strconv.Atoi(s)
+	}
+	return seeds, steps
+}

@@ -433,25 +433,7 @@ func mustAtoi(s string) int {
 // payment "" after a settle by hand (TestARefundOfAPaymentSettledByHandWaitsForItsGatewayID).
 func TestAStaffDayKeepsTheMoneyInvariants(t *testing.T) {
 	t.Parallel()
-	var seeds []uint64
-	for i := range scale(3, 12) {
-		seeds = append(seeds, uint64(1+i))
-	}
-	if s := os.Getenv("STAFF_CHAOS_SEEDS"); s != "" {
-		n, _ := strconv.Atoi(s)
-		seeds = nil
-		for i := range n {
-			seeds = append(seeds, uint64(200+i))
-		}
-	}
-	if s := os.Getenv("STAFF_CHAOS_SEED"); s != "" {
-		n, _ := strconv.ParseUint(s, 10, 64)
-		seeds = []uint64{n}
-	}
-	steps := scale(300, 1000)
-	if s := os.Getenv("STAFF_CHAOS_STEPS"); s != "" {
-		steps, _ = strconv.Atoi(s)
-	}
+	seeds, steps := chaosSeeds("STAFF_CHAOS", 200)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
