@@ -117,6 +117,9 @@ func (s *Sim) serve(sp spec) http.HandlerFunc {
 		if c.key != "" {
 			s.keyCalls[c.key]++
 		}
+		if sp.op == OpFind {
+			s.lookups[r.URL.Query().Get("reference")]++
+		}
 		s.active[sp.op]++
 		s.notifyLocked()
 		s.mu.Unlock()

@@ -192,6 +192,7 @@ type Sim struct {
 	active     map[Op]int
 	calls      map[Op]int
 	keyCalls   map[string]int
+	lookups    map[string]int // find calls per reference asked for
 	rng        *mathrand.Rand
 	closed     bool
 	changed    chan struct{} // closed and replaced whenever parked/active counts change
@@ -304,6 +305,7 @@ func (s *Sim) resetLocked() {
 	s.pauses = map[Op]*gate{}
 	s.calls = map[Op]int{}
 	s.keyCalls = map[string]int{}
+	s.lookups = map[string]int{}
 	if s.parked == nil {
 		s.parked = map[Op]int{}
 		s.active = map[Op]int{}
@@ -426,6 +428,13 @@ func (s *Sim) WaitIdle(ctx context.Context, op Op) error {
 // ends): "the service has made its call", whatever then happens to it.
 func (s *Sim) WaitCalls(ctx context.Context, op Op, n int) error {
 	return s.waitFor(ctx, func() bool { return s.calls[op] >= n })
+}
+
+// WaitLookups blocks until the payments of reference were asked for (a find call naming it) n
+// times since the last Reset: a test that must know a particular look-up is under way, not the
+// patrol's health probe or another payment's.
+func (s *Sim) WaitLookups(ctx context.Context, reference string, n int) error {
+	return s.waitFor(ctx, func() bool { return s.lookups[reference] >= n })
 }
 
 // Calls returns the call counts since the last Reset.
