@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"pitlane/payments"
-	"pitlane/payments/gateway/fakegw"
 )
 
 // A payment settled Completed by hand without its gateway id, whose payment the gateway holds
@@ -19,23 +18,13 @@ func TestARefundOfAPaymentSettledByHandTheGatewayHoldsForAnotherAmountSaysSo(t *
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
-	r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-hand-other-amount", Amount: 1000, Currency: "EUR"})
-	if err != nil || r0.Session.GatewayPaymentID != "" {
-		t.Fatalf("setup: %+v %v", r0.Session, err)
-	}
-	gp := "gp_fake_1"
-	b.gw.SetStatus(gp, payments.GatewaySucceeded)
-	b.gw.SetAmount(gp, 1200, "EUR")
-	p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-		t.Fatal(err)
-	}
-	_, err = b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: r0.Session.ID, Amount: 300, RequestKey: "k"})
+	s, gp := b.settledByHand(t, "o-hand-other-amount")
+	b.gw.SetAmount(gp, 1200, "EUR") // what the gateway holds under the reference
+	_, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k"})
 	if payments.ErrorCode(err) != payments.ECONFLICT || b.gw.Refunds(gp) != 0 {
 		t.Fatalf("refund = %v (%d sent), want a conflict and nothing sent", err, b.gw.Refunds(gp))
 	}
-	if kinds := b.openCaseKinds(t, r0.Session.ID); !strings.Contains(strings.Join(kinds, ","), payments.CaseGatewayMismatch) {
+	if kinds := b.openCaseKinds(t, s.ID); !strings.Contains(strings.Join(kinds, ","), payments.CaseGatewayMismatch) {
 		t.Fatalf("open cases %v, want a gateway_mismatch case", kinds)
 	}
 	if msg := payments.ErrorMessage(err); !strings.Contains(msg, "contradicts it") {

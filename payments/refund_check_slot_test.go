@@ -2,7 +2,6 @@ package payments_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -24,26 +23,11 @@ func TestARefundDrivesCheckKeepsThePatrolsWidth(t *testing.T) {
 		c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000}
 	})
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 2)
 	for i, order := range []string{"o-slot-1", "o-slot-2"} {
-		r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR"})
-		if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
-			t.Fatalf("setup: %+v %v", r0.Session, err)
-		}
-		var gp string
-		for j := 1; j < 10 && gp == ""; j++ {
-			if p, ok := b.gw.Payment(fmt.Sprintf("gp_fake_%d", j)); ok && p.Reference == r0.Session.ID {
-				gp = p.ID
-			}
-		}
-		b.gw.SetStatus(gp, payments.GatewaySucceeded)
-		p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
-		if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-			t.Fatal(err)
-		}
+		s, _ := b.settledByHand(t, order)
 		if _, err := b.pool.Exec(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, next_check_at, created_at, updated_at)
 			VALUES (gen_random_uuid(), $1, $2, 300, 'EUR', 'Pending', 'old-release', $3, $3, $3)`,
-			r0.Session.ID, r0.Session.OrderID, b.clock.Now().Add(time.Duration(i)*time.Minute)); err != nil {
+			s.ID, s.OrderID, b.clock.Now().Add(time.Duration(i)*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,6 +47,35 @@ func (b *bench) propose(t *testing.T, by payments.Staff, id string, outcome paym
 	return r
 }
 
+// settledByHand is a payment of 10.00 EUR whose registration answer was lost (Unknown, no
+// gateway payment id) and which the customer paid at the gateway: finance settled it Completed
+// by four eyes, as the gateway's dashboard showed. It returns the session and its payment at the
+// gateway, which pitlane has not recorded.
+func (b *bench) settledByHand(t *testing.T, order string) (payments.Session, string) {
+	t.Helper()
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR"})
+	if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", r0.Session, err)
+	}
+	var gp string
+	for i := 1; i < 100 && gp == ""; i++ {
+		if p, ok := b.gw.Payment(fmt.Sprintf("gp_fake_%d", i)); ok && p.Reference == r0.Session.ID {
+			gp = p.ID
+		}
+	}
+	if gp == "" {
+		t.Fatalf("setup: no gateway payment under %s", r0.Session.ID)
+	}
+	b.gw.SetStatus(gp, payments.GatewaySucceeded)
+	p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	return r0.Session, gp
+}
+
 func wantCode(t *testing.T, err error, code, msg string) {
 	t.Helper()
 	if payments.ErrorCode(err) != code || !strings.Contains(payments.ErrorMessage(err), msg) {
@@ -721,28 +750,8 @@ func TestARefundOfAPaymentSettledByHandFindsItsGatewayPaymentFirst(t *testing.T)
 	t.Parallel()
 	b := newBench(t, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000} })
 	ctx := context.Background()
-	settledByHand := func(order string) (payments.Session, string) {
-		t.Helper()
-		r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR"})
-		if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
-			t.Fatalf("setup: %+v %v", r0.Session, err)
-		}
-		var gp string
-		for i := 1; i < 10 && gp == ""; i++ {
-			if p, ok := b.gw.Payment(fmt.Sprintf("gp_fake_%d", i)); ok && p.Reference == r0.Session.ID {
-				gp = p.ID
-			}
-		}
-		b.gw.SetStatus(gp, payments.GatewaySucceeded) // the customer paid; the gateway's dashboard shows it
-		p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
-		if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-			t.Fatal(err)
-		}
-		return r0.Session, gp
-	}
-	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 2)
-	s1, gp1 := settledByHand("o-hand-completed-1")
-	s2, gp2 := settledByHand("o-hand-completed-2")
+	s1, gp1 := b.settledByHand(t, "o-hand-completed-1")
+	s2, gp2 := b.settledByHand(t, "o-hand-completed-2")
 
 	_, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(s1.ID, 300, uuid.NewString()))
 	wantCode(t, err, payments.ECONFLICT, "check it")
@@ -768,22 +777,12 @@ func TestAPendingRefundOfAPaymentWithoutItsGatewayIDIsSentToItsPayment(t *testin
 	t.Parallel()
 	b := newBench(t, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 1_000_000} })
 	ctx := context.Background()
-	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
-	r0, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-hand-pending-refund", Amount: 1000, Currency: "EUR"})
-	if err != nil || r0.Session.Status != payments.StatusUnknown || r0.Session.GatewayPaymentID != "" {
-		t.Fatalf("setup: %+v %v", r0.Session, err)
-	}
-	gp := "gp_fake_1"
-	b.gw.SetStatus(gp, payments.GatewaySucceeded)
-	p := b.propose(t, fin1, r0.Session.ID, payments.StatusCompleted)
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	s, gp := b.settledByHand(t, "o-hand-pending-refund")
 	// What the release before claimed: a Pending refund (its send's answer lost), due for the patrol.
 	var refundID string
 	if err := b.pool.QueryRow(ctx, `INSERT INTO refunds (id, session_id, order_id, amount, currency, status, request_key, next_check_at, created_at, updated_at)
 		VALUES (gen_random_uuid(), $1, $2, 300, 'EUR', 'Pending', 'old-release', $3, $3, $3) RETURNING id::text`,
-		r0.Session.ID, r0.Session.OrderID, b.clock.Now()).Scan(&refundID); err != nil {
+		s.ID, s.OrderID, b.clock.Now()).Scan(&refundID); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Advance(time.Hour)
