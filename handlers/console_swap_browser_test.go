@@ -2,9 +2,12 @@ package handlers_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,5 +124,115 @@ func TestBrowserCancelByCodeKeepsKeyboardFocus(t *testing.T) {
 	waitJS(t, ctx, "the live refresh", `window.liveSwaps >= 1`)
 	if got := focused(t, ctx); got != "BUTTON cancel-confirm-submit" {
 		t.Fatalf("after a live refresh the keyboard focus is on %q, want the Cancel button the user was on", got)
+	}
+}
+
+// TestBrowserALiveRefreshWaitsForTheUsersOwnAnswer: support presses "Request cancel" and, while
+// the post is on its way, a live refresh lands: its swap replaced the block the post's answer
+// was bound for, and the answer went into the old block, off the page. The page showed the
+// refresh's view, fetched as the address bar names it (without ?challenge=): no code form,
+// nothing said (a CI run under load, "waiting for the code form"). A refresh now neither starts
+// nor lands while the user's own request is under way; it comes after its answer. Two
+// orderings, each built at the server: the change announced while the post is held there, and
+// a refresh asked before the post whose answer is held until the post has arrived. Negative
+// control: without live.js's acting checks the code form is missing in both.
+func TestBrowserALiveRefreshWaitsForTheUsersOwnAnswer(t *testing.T) {
+	for _, asked := range []string{"during the post", "before the post"} {
+		t.Run(asked, func(t *testing.T) {
+			b := newConsoleBench(t)
+			b.user(t, "sup@example.com", access.RoleSupport)
+			s := b.payment(t, "o-browser-live-post", 1999)
+			posted, releasePost := make(chan struct{}), make(chan struct{})
+			liveHeld, releaseLive := make(chan struct{}), make(chan struct{})
+			var holdLive atomic.Bool
+			var postOnce sync.Once
+			srv := b.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+					postOnce.Do(func() { close(posted) })
+					<-releasePost
+				case r.Header.Get("X-Pitlane-Live") == "1" && holdLive.CompareAndSwap(true, false):
+					rec := httptest.NewRecorder() // rendered now, answered when released
+					b.e.ServeHTTP(rec, r)
+					close(liveHeld)
+					<-releaseLive
+					maps.Copy(w.Header(), rec.Header())
+					w.WriteHeader(rec.Code)
+					_, _ = w.Write(rec.Body.Bytes())
+					return
+				}
+				b.e.ServeHTTP(w, r)
+			}))
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(releasePost)
+					if asked == "during the post" {
+						close(releaseLive)
+					}
+				}
+			}
+			defer release()
+			ctx := newBrowser(t)
+			browserLogin(t, ctx, srv.URL, "sup@example.com")
+			openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+			watchUserPosts(t, ctx)
+			tabUntil(t, ctx, "Request cancel", `document.activeElement.getAttribute("data-testid") === "cancel-request"`)
+			change := func() { // a gateway call recorded for the payment: the live stream says so
+				if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, s.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if asked == "before the post" {
+				holdLive.Store(true)
+				change()
+				await(t, liveHeld, "the live refresh")
+			}
+			within(t, ctx, 5*time.Second, chromedp.KeyEvent("\r"))
+			await(t, posted, "the cancel request at the server")
+			if asked == "during the post" {
+				change()
+			} else {
+				close(releaseLive)
+			}
+			waitJS(t, ctx, "the live refresh swapped in (or the page saying it is behind)",
+				`window.liveSwaps >= 1 || document.documentElement.hasAttribute("data-live-stale")`)
+			release()
+			waitJS(t, ctx, "the post's answer", `window.postsDone >= 1`)
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('[data-testid="cancel-code"]')`)); err != nil || !ok {
+				html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+				t.Fatalf("after Request cancel and a live refresh meanwhile the code form is not open (%v):\n%s", err, html)
+			}
+			if got := focused(t, ctx); got != "INPUT cancel-code" {
+				t.Fatalf("the keyboard focus is on %q, want the code field", got)
+			}
+			noReload(t, ctx)
+		})
+	}
+}
+
+// await waits for ch to close, at most 20 s.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s within 20 s", what)
+	}
+}
+
+// watchUserPosts counts the page's own (not live) htmx requests that ended, by the request's end
+// (htmx's events about a form whose block a swap replaced do not reach the document), and the
+// live refreshes swapped in.
+func watchUserPosts(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		window.postsDone = 0; window.liveSwaps = 0;
+		const live = e => (e.detail.requestConfig.headers || {})["X-Pitlane-Live"] === "1";
+		document.addEventListener("htmx:beforeSend", e => { if (!live(e)) e.detail.xhr.addEventListener("loadend", () => window.postsDone++); });
+		document.addEventListener("htmx:afterSwap", e => { if (live(e)) window.liveSwaps++; });
+		return true; })()`)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -52,6 +52,7 @@
   var stale = false, inflight = false, again = false, failed = false;
   var failTimer = null, failWait = POLL; // the one retry after failed refreshes, backing off
   var paused = false; // the reader pressed "Pause updates"
+  var acting = 0; // the user's own requests (a form's post) in flight
 
   function state(s) {
     document.documentElement.setAttribute("data-live-state", s);
@@ -112,7 +113,7 @@
     if (!el) {
       return;
     }
-    if (paused || document.visibilityState === "hidden" || busy(el)) {
+    if (paused || document.visibilityState === "hidden" || busy(el) || acting > 0) {
       behind(true);
       return;
     }
@@ -474,9 +475,34 @@
     var cfg = e.detail.requestConfig;
     return !!(cfg && cfg.headers && cfg.headers["X-Pitlane-Live"] === "1");
   }
+  // A live refresh neither starts nor lands while one of the user's own requests (a form's
+  // post) is under way: its swap replaced the block the post's answer was bound for, and that
+  // answer went into the old block, off the page — after "Request cancel" the page showed the
+  // refresh's view, asked for without ?challenge=, with no code form and nothing said (a CI
+  // run). The refresh comes after the user's answer. Counted to the request's own end
+  // (loadend): htmx's events about a form whose block was taken off the page no longer reach
+  // the document.
+  document.addEventListener("htmx:beforeSend", function (e) {
+    var xhr = e.detail.xhr;
+    if (liveRequest(e) || !xhr) {
+      return;
+    }
+    acting++;
+    xhr.addEventListener("loadend", function () {
+      acting--;
+      if (stale && acting === 0) {
+        setTimeout(refresh, 0);
+      }
+    });
+  });
   document.addEventListener("htmx:beforeSwap", function (e) {
     var el = region();
     if (!el || !liveRequest(e)) {
+      return;
+    }
+    if (acting > 0) {
+      e.detail.shouldSwap = false;
+      behind(true); // asked again when the user's request ends
       return;
     }
     if (paused || busy(el)) {
