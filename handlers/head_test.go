@@ -42,6 +42,14 @@ func TestHeadIsAnsweredLikeGet(t *testing.T) {
 		resp, err := http.Head(srv.URL + path)
 		if err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodGet {
 			t.Errorf("HEAD %s = %v %v, want 405 with Allow: GET", path, resp, err)
+			continue
+		}
+		// An answer like any other: the security headers ("on every answer", README), a
+		// request id. It was written before the middleware chain (an outside review).
+		for _, h := range []string{"Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options", "Referrer-Policy", "X-Request-Id"} {
+			if resp.Header.Get(h) == "" {
+				t.Errorf("HEAD %s: 405 without %s", path, h)
+			}
 		}
 	}
 	// A route with no GET still says which methods it has.

@@ -137,6 +137,7 @@ func New(d Deps) *echo.Echo {
 	e.Use(d.Metrics.middleware())
 	e.Use(requestLogger(d.Logger))
 	e.Use(recoverer())
+	e.Use(refuseHeadWithEffects)
 
 	routes(e, d)
 	return e
@@ -150,7 +151,9 @@ func New(d Deps) *echo.Echo {
 //
 // Not where the GET does more than read: the outbox marks the codes it shows as seen by the
 // viewer (who may then not confirm them), and the CSV exports write an audit entry and read
-// every row. A HEAD there would do that for a body nobody gets: 405, Allow: GET.
+// every row. A HEAD there would do that for a body nobody gets: 405, Allow: GET, answered by
+// refuseHeadWithEffects inside the middleware chain (from here, before it, the refusal went out
+// without the security headers, a request id, a log line or metrics: an outside review).
 func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -158,13 +161,27 @@ func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		if getWithEffects[r.URL.Path] {
-			c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
-			return echo.NewHTTPError(http.StatusMethodNotAllowed, "HEAD is not served here: the GET does more than read")
+			c.Set(headRefusedKey, true)
 		}
 		res := c.Response()
 		w := res.Writer
 		r.Method, res.Writer = http.MethodGet, headWriter{w}
 		defer func() { r.Method, res.Writer = http.MethodHead, w }()
+		return next(c)
+	}
+}
+
+// headRefusedKey marks a HEAD of a GET with effects (headAsGet) for refuseHeadWithEffects.
+const headRefusedKey = "pitlane.head_refused"
+
+// refuseHeadWithEffects answers headAsGet's refusal (405, Allow: GET) before the GET's
+// handler runs, as the innermost of the middlewares every answer passes.
+func refuseHeadWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if refused, _ := c.Get(headRefusedKey).(bool); refused {
+			c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
+			return echo.NewHTTPError(http.StatusMethodNotAllowed, "HEAD is not served here: the GET does more than read")
+		}
 		return next(c)
 	}
 }
