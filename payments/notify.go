@@ -205,7 +205,9 @@ const outboxAttempts = 5
 // good (a challenge's attempts never go down; UnlockCodes lifts the payment's lock, not that), or
 // it is a cancel code of a payment that has finished meanwhile (Completed, Failed, Canceled: the
 // code could only be refused, and the customer would be asked to cancel a payment that is over;
-// an outside review). Such a message is marked skipped with the reason, in the same claim, and its code
+// an outside review), or a refund code whose refund no longer fits what the payment has left
+// (refunds that have not failed and a refund proposal waiting for approval, as ConfirmRefund
+// counts: the shop's API refunded it meanwhile; an outside review, notifier abuse). Such a message is marked skipped with the reason, in the same claim, and its code
 // redacted like a delivered one. A code that dies while its message is on the wire (after the
 // claim committed) still arrives: closing that window would mean holding a lock across the
 // notifier's HTTP call, and the code answers 410 anyway.
@@ -231,6 +233,10 @@ func (s *Service) outboxSource() patrolSource {
 						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
 						     WHEN c.attempts >= c.max_attempts THEN 'spent'
 						     WHEN c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`) THEN 'finished'
+						     WHEN c.action = '`+string(CodeRefund)+`' AND c.amount > ps.amount
+						          - (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
+						          - coalesce((SELECT p.refund_amount FROM resolution_proposals p
+						                      WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
 						END AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 						LEFT JOIN payment_sessions ps ON ps.id = c.session_id

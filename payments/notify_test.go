@@ -478,6 +478,68 @@ func TestOutboxRetrySkipsADeadCode(t *testing.T) {
 	}
 }
 
+// A refund code support asked for, whose first delivery failed, was retried by the patrol after
+// the shop's API had refunded the payment in full: the customer was asked to read out a code
+// for 10.00 EUR that could only be refused ("refunds would exceed the amount received"). The
+// retry skips a refund code whose refund no longer fits what is left ('no_room'), as
+// ConfirmRefund counts it; one that still fits is sent. An outside review (notifier abuse);
+// negative control: without the 'no_room' case in the claim, the full refund's code is sent.
+func TestOutboxRetrySkipsARefundCodeWithNoRoomLeft(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		apiTook  int64 // what the shop's API refunded meanwhile, of 10.00
+		wantSent int
+	}{
+		{"refunded in full meanwhile", 1000, 0},
+		{"room left", 300, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := &flakyNotifier{down: true}
+			b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+			ctx := context.Background()
+			paid := b.completed(t, "o-refund-code-room", 1000)
+			ch, err := b.svc.RequestRefundCode(ctx, supportStaff, staffRefund(paid.ID, 700, uuid.NewString()))
+			if err != nil || ch.Undelivered == "" {
+				t.Fatalf("setup: %+v %v, want a code whose delivery failed", ch, err)
+			}
+			code := b.lastCode(t, paid.ID)
+			if _, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: paid.ID, Amount: tc.apiTook, RequestKey: "shop"}); err != nil {
+				t.Fatal(err)
+			}
+			n.mu.Lock()
+			n.down = false
+			n.mu.Unlock()
+			b.clock.Advance(2 * time.Minute)
+			if sent, err := b.svc.DeliverOutbox(ctx); sent != tc.wantSent || err != nil {
+				t.Fatalf("retry sent %d (%v), want %d", sent, err, tc.wantSent)
+			}
+			if tc.wantSent == 1 {
+				if _, err := b.svc.ConfirmRefund(ctx, supportStaff, paid.ID, ch.ID, code); err != nil {
+					t.Fatalf("the code sent still refunds: %v", err)
+				}
+				return
+			}
+			var body string
+			if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = 'no_room'
+				AND delivered_at IS NULL`, ch.ID).Scan(&body); err != nil {
+				t.Fatalf("the message is not marked: %v", err)
+			}
+			if strings.Contains(body, code) {
+				t.Fatalf("the skipped message keeps its code: %q", body)
+			}
+			msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, paid.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) != 1 || msgs[0].LastError != "not sent: the code was for a refund the payment no longer had room for" {
+				t.Fatalf("outbox page = %+v", msgs)
+			}
+		})
+	}
+}
+
 // With NOTIFY_WEBHOOK_SECRET set, each message POSTed to NOTIFY_WEBHOOK_URL carries a signature
 // as the events webhook's POSTs do (Pitlane-Signature, t=…,v1=… over the body, one v1 per secret
 // while they rotate), so the service that texts codes to customers can refuse a message pitlane
