@@ -52,6 +52,10 @@ func TestStopAnswersTheRequestItCuts(t *testing.T) {
 		"DATABASE_URL": dbURL, "HTTP_ADDR": addr, "GATEWAY_URL": simSrv.URL,
 		"GATEWAY_API_KEY": "gw-test-key", "GATEWAY_TIMEOUT": "10s", "SECRET_KEY": strings.Repeat("s", 32),
 		"REPLICA_ID": "replica-cut", "MERCHANT_NAME": "Cut Shop",
+		// The patrol's first round runs at the start, before the payment exists; the next
+		// would find it due 5 s after its Create (Backoff[0]) and look it up itself, before
+		// the UPDATE below on a stalled test, answering the Check's question first.
+		"SWEEP_INTERVAL": "1h",
 	}, "serve")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
