@@ -287,3 +287,72 @@ func TestDeliveredCodeIsRedactedInTheOutbox(t *testing.T) {
 		t.Fatalf("%d delivered messages still hold a code", n)
 	}
 }
+
+// CODE_REQUESTS_PER_CONTACT_PER_HOUR: each payment has its own 3 codes an hour (the contract's),
+// so many payments naming one contact — a shop's API key in the wrong hands creating orders for
+// a victim's number, a careless support user — made pitlane text one phone without end (an
+// outside review, notifier abuse: 15 codes in an hour through 5 payments). With the bound set,
+// the codes to one contact (in any case) within the hour count across its payments: the next
+// is refused (ELOCKED, Retry-After when the oldest leaves the hour) and nothing is sent; another
+// contact is not touched. The count waits for the contact's lock, so two payments of one
+// contact cannot both take the last code: a request is seen blocked by a holder of that lock
+// (pg_blocking_pids). Negative controls: without contactCodesAllowed the sixth code is sent;
+// without its lock nothing waits.
+func TestCodeRequestsPerContactPerHour(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.CodeRequestsPerContact = 4 })
+	ctx := context.Background()
+	pay := func(order, contact string) payments.Session {
+		t.Helper()
+		r, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR", CustomerContact: contact})
+		if err != nil || r.Session.Status != payments.StatusRegistered {
+			t.Fatalf("setup: %+v %v", r.Session, err)
+		}
+		return r.Session
+	}
+	first, second, third := pay("o-contact-1", "Victim@Example.com"), pay("o-contact-2", "victim@example.com"), pay("o-contact-3", "victim@example.com")
+	other := pay("o-contact-other", "someone@example.com")
+	for range payments.CodeRequestsPerHour {
+		if _, err := b.svc.RequestCancel(ctx, api, first.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.Advance(20 * time.Minute)
+	if _, err := b.svc.RequestCancel(ctx, api, second.ID); err != nil {
+		t.Fatalf("the contact's fourth code: %v", err)
+	}
+	for _, s := range []payments.Session{second, third} {
+		_, err := b.svc.RequestCancel(ctx, api, s.ID)
+		if payments.ErrorCode(err) != payments.ELOCKED || payments.RetryAfter(err) != 40*time.Minute {
+			t.Fatalf("the contact's fifth code (payment %s) = %v (Retry-After %s), want locked for 40m", s.OrderID, err, payments.RetryAfter(err))
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE lower(to_addr) = 'victim@example.com'`); n != 4 {
+		t.Fatalf("codes to the contact = %d, want 4", n)
+	}
+	if _, err := b.svc.RequestCancel(ctx, api, other.ID); err != nil {
+		t.Fatalf("another contact: %v", err)
+	}
+
+	// An hour after the first codes: one more, and it waits for the contact's lock.
+	b.clock.Advance(40 * time.Minute)
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1, hashtext(lower($2)))) AS l`,
+		int32(payments.LockCodeContact), "VICTIM@example.com").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.RequestCancel(ctx, api, third.ID); done <- err }()
+	waitBlockedBy(t, b.pool, pid)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustWait(t, done, "the code request after the lock"); err != nil {
+		t.Fatalf("a code an hour later: %v", err)
+	}
+}

@@ -25,6 +25,12 @@ import (
 //     leaves several codes to guess at;
 //   - at most CodeRequestsPerHour code requests per payment per hour (then ELOCKED, 429, with
 //     Retry-After): a customer's phone is not flooded, and requests do not buy guesses;
+//   - optionally (Config.CodeRequestsPerContact), at most that many codes per customer contact
+//     per hour across all its payments (then ELOCKED with Retry-After): many payments naming one
+//     contact (a shop's API key in the wrong hands, a careless support user) do not make pitlane
+//     text one phone without end. Counted under a lock of the contact (LockCodeContact), taken
+//     after the order → session locks and by nothing else, so two payments of one contact cannot
+//     both take the last code;
 //   - at most CodeGuessesPerDay wrong guesses per payment per 24 hours across all its codes
 //     (then ELOCKED for everything code-confirmed on that payment, the right code included, until
 //     the oldest guess is a day old, or a finance or admin user unlocks them: UnlockCodes).
@@ -91,7 +97,12 @@ type codeAttempt struct {
 // message to the customer in the outbox. The caller delivers the message after commit
 // (s.deliver with the returned outbox id).
 func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, req codeRequest, now time.Time) (Challenge, queuedMessage, error) {
-	if err := s.codeRequestAllowed(ctx, tx, cur.ID, now); err != nil {
+	var contact string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
+		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
+		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: contact: %w", err)
+	}
+	if err := s.codeRequestAllowed(ctx, tx, cur.ID, contact, now); err != nil {
 		return Challenge{}, queuedMessage{}, err
 	}
 	code, err := newCode()
@@ -108,11 +119,6 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, ''), $6, $7, $8, $9, $10)`, ch.ID, cur.ID, string(req.action), req.amount, req.requestKey,
 		s.codeHash(ch.ID, code), ch.ExpiresAt, s.cfg.CodeAttempts, string(actor.Kind)+":"+actor.ID, now); err != nil {
 		return Challenge{}, queuedMessage{}, dbError("one-time code: insert", err, "")
-	}
-	var contact string
-	if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
-		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
-		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: contact: %w", err)
 	}
 	msg := Message{To: contact, Kind: req.kind, OrderID: cur.OrderID, PaymentID: cur.ID, Text: req.text(code), Redacted: req.text(redactedCode),
 		ChallengeID: ch.ID}
@@ -327,11 +333,12 @@ func budgetSpentWrong() *Error {
 // redactedCode stands for the code in the outbox once the message was delivered.
 const redactedCode = "••••••"
 
-// codeRequestAllowed enforces the per-payment limits on asking for a new code, in the caller's
-// transaction under the order → session locks (so two replicas cannot both take the last
-// request): at most CodeRequestsPerHour challenges created within the hour before now, and none
-// while the payment's guess budget is spent. ELOCKED carries when asking makes sense again.
-func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time) error {
+// codeRequestAllowed enforces the limits on asking for a new code, in the caller's transaction
+// under the order → session locks (so two replicas cannot both take the last request): at most
+// CodeRequestsPerHour challenges created within the hour before now, none while the payment's
+// guess budget is spent, and, when configured, at most CodeRequestsPerContact codes sent to its
+// contact within the hour. ELOCKED carries when asking makes sense again.
+func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID, contact string, now time.Time) error {
 	var n int
 	var oldest *time.Time
 	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM cancel_challenges
@@ -343,8 +350,37 @@ func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID s
 		return &Error{Code: ELOCKED, RetryAfter: wait,
 			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, RoundUpWait(wait))}
 	}
-	_, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
-	return err
+	if _, err := s.codeGuessesLeft(ctx, tx, sessionID, now); err != nil {
+		return err
+	}
+	return s.contactCodesAllowed(ctx, tx, contact, now)
+}
+
+// contactCodesAllowed: at most Config.CodeRequestsPerContact code messages to one contact (in
+// any case) within the hour before now, across its payments; counted under the contact's lock
+// (outbox_code_contact, migration 00950). Off when the limit is 0 or the payment names no
+// contact.
+func (s *Service) contactCodesAllowed(ctx context.Context, tx pgx.Tx, contact string, now time.Time) error {
+	limit := s.cfg.CodeRequestsPerContact
+	if limit <= 0 || contact == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(lower($2)))`, int32(LockCodeContact), contact); err != nil {
+		return dbError("one-time code: lock the contact", err, "")
+	}
+	var n int
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM outbox
+		WHERE lower(to_addr) = lower($1) AND challenge_id IS NOT NULL AND created_at > $2`,
+		contact, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
+		return fmt.Errorf("one-time code: count the contact's codes: %w", err)
+	}
+	if n < limit {
+		return nil
+	}
+	wait := oldest.Add(time.Hour).Sub(now)
+	return &Error{Code: ELOCKED, RetryAfter: wait,
+		Message: fmt.Sprintf("at most %d codes per hour go to one customer contact, across its payments, and this payment's contact has had them; ask again in %s", limit, RoundUpWait(wait))}
 }
 
 // codeGuessesLeft returns how many wrong guesses the payment may still make within the 24 hours

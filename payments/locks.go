@@ -17,6 +17,9 @@ const (
 	LockIdempotencyKey LockNamespace = 1002
 	// LockIntentKey serialises acquisition of one derived business-intent key.
 	LockIntentKey LockNamespace = 1003
+	// LockCodeContact serialises the count of one-time codes sent to one customer contact
+	// (lower case) with the new one, across its payments (Config.CodeRequestsPerContact).
+	LockCodeContact LockNamespace = 1004
 )
 
 // LockNamespaceNames names each namespace for people (console, docs).
@@ -24,4 +27,5 @@ var LockNamespaceNames = map[LockNamespace]string{
 	LockCreateOrder:    "create-order",
 	LockIdempotencyKey: "idempotency-key",
 	LockIntentKey:      "intent-key",
+	LockCodeContact:    "code-contact",
 }

@@ -153,6 +153,10 @@ type Config struct {
 	// EventsWebhook (EVENTS_WEBHOOK_URL, EVENTS_WEBHOOK_SECRET) POSTs the events feed to the shop
 	// (feed_push.go); a zero value: off.
 	EventsWebhook EventsWebhook
+	// CodeRequestsPerContact (CODE_REQUESTS_PER_CONTACT_PER_HOUR) bounds the one-time codes
+	// sent to one customer contact within an hour, across all its payments; 0: no bound beyond
+	// each payment's CodeRequestsPerHour (the contract's).
+	CodeRequestsPerContact int
 	// CodeTTL and CodeAttempts bound one-time codes (default 10 min, 5).
 	CodeTTL      time.Duration
 	CodeAttempts int

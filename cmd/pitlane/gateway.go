@@ -108,6 +108,8 @@ func newService(cfg config.Config, pool *pgxpool.Pool, clock payments.Clock, log
 		RefundDirectLimit: cfg.RefundDirectLimit,
 		// RECONCILE_BATCH: sessions the reconciliation leader compares each minute.
 		ReconcileBatch: cfg.ReconcileBatch,
+		// CODE_REQUESTS_PER_CONTACT_PER_HOUR: codes to one customer contact, 0 unbounded.
+		CodeRequestsPerContact: cfg.CodeRequestsPerContact,
 	}
 	if cfg.NotifyWebhookURL != "" {
 		n := payments.WebhookNotifier{URL: cfg.NotifyWebhookURL, Secrets: cfg.NotifyWebhookSecrets}

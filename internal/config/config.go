@@ -86,6 +86,10 @@ type Config struct {
 	// is how much of one payment finance refunds from the console without a second person;
 	// beyond it (and in any currency not listed) a refund needs a four-eyes approval.
 	RefundDirectLimit map[string]int64
+	// CodeRequestsPerContact (CODE_REQUESTS_PER_CONTACT_PER_HOUR, 1 to MaxCodeRequestsPerContact)
+	// bounds the one-time codes sent to one customer contact within an hour across all its
+	// payments. 0 (unset): only the contract's 3 per payment per hour.
+	CodeRequestsPerContact int
 	// ConsoleIdleTimeout (CONSOLE_IDLE_TIMEOUT, default 30m, 1m to 12h) signs a staff user out
 	// of the console after this long without a request of their own; a page refreshing itself
 	// does not count.
@@ -234,6 +238,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.ReconcileBatch, err = count(getenv, "RECONCILE_BATCH", 100, MaxReconcileBatch); err != nil {
+		return c, err
+	}
+	if c.CodeRequestsPerContact, err = count(getenv, "CODE_REQUESTS_PER_CONTACT_PER_HOUR", 0, MaxCodeRequestsPerContact); err != nil {
 		return c, err
 	}
 	if c.TrustedProxies, err = parseProxies(getenv("TRUSTED_PROXIES")); err != nil {
@@ -530,7 +537,10 @@ const MaxSweepConcurrency = 1024
 // of more than a minute only delays the next one.
 const MaxReconcileBatch = 10000
 
-// count reads a positive integer of at most maxN.
+// MaxCodeRequestsPerContact bounds CODE_REQUESTS_PER_CONTACT_PER_HOUR: more would be no bound.
+const MaxCodeRequestsPerContact = 1000
+
+// count reads a positive integer of at most maxN (def when unset).
 func count(getenv func(string) string, name string, def, maxN int) (int, error) {
 	v := getenv(name)
 	if v == "" {

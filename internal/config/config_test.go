@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "" || c.HTTPAddr != "127.0.0.1:8080" || c.PublicBaseURL != "http://127.0.0.1:8080" ||
-		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second || c.ReconcileBatch != 100 ||
+		c.Gateway != GatewayRefgw || c.GatewayTimeout != 10*time.Second || c.SweepInterval != 2*time.Second || c.ReconcileBatch != 100 || c.CodeRequestsPerContact != 0 ||
 		c.SweepConcurrency != 16 || c.NotifyWebhookURL != "" || c.SecretKey != nil || c.ConsoleIdleTimeout != 30*time.Minute {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -36,26 +36,27 @@ func TestDefaults(t *testing.T) {
 func TestValues(t *testing.T) {
 	t.Parallel()
 	c, err := Load(env(map[string]string{
-		"DATABASE_URL":               "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
-		"HTTP_ADDR":                  ":9090",
-		"GATEWAY":                    "stripe",
-		"GATEWAY_URL":                "http://127.0.0.1:12111",
-		"GATEWAY_TIMEOUT":            "1500ms",
-		"NOTIFY_WEBHOOK_URL":         "https://notify.example/hook",
-		"REPLICA_ID":                 "replica-a",
-		"SWEEP_INTERVAL":             "250ms",
-		"SWEEP_CONCURRENCY":          "64",
-		"RECONCILE_BATCH":            "2500",
-		"SECRET_KEY":                 strings.Repeat("k", 32),
-		"SECRET_KEY_FALLBACKS":       strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
-		"TRUSTED_PROXIES":            "10.0.0.0/8, 192.168.1.7,fd00::/8",
-		"METRICS_ADDR":               "127.0.0.1:9091",
-		"REFUND_DIRECT_LIMIT":        "EUR:50000, JPY:8000",
-		"CONSOLE_IDLE_TIMEOUT":       "15m",
-		"GATEWAY_CONFIRMATION_HOSTS": " Hooks.Stripe.com, *.pay.example.com ,",
-		"EVENTS_WEBHOOK_URL":         "https://shop.example/pitlane-events",
-		"EVENTS_WEBHOOK_SECRET":      strings.Repeat("e", 32) + " , " + strings.Repeat("f", 33),
-		"NOTIFY_WEBHOOK_SECRET":      strings.Repeat("t", 32),
+		"DATABASE_URL":                       "postgres://u:p@db:5432/pitlane?default_query_exec_mode=exec",
+		"HTTP_ADDR":                          ":9090",
+		"GATEWAY":                            "stripe",
+		"GATEWAY_URL":                        "http://127.0.0.1:12111",
+		"GATEWAY_TIMEOUT":                    "1500ms",
+		"NOTIFY_WEBHOOK_URL":                 "https://notify.example/hook",
+		"REPLICA_ID":                         "replica-a",
+		"SWEEP_INTERVAL":                     "250ms",
+		"SWEEP_CONCURRENCY":                  "64",
+		"RECONCILE_BATCH":                    "2500",
+		"CODE_REQUESTS_PER_CONTACT_PER_HOUR": "6",
+		"SECRET_KEY":                         strings.Repeat("k", 32),
+		"SECRET_KEY_FALLBACKS":               strings.Repeat("o", 32) + " , " + strings.Repeat("n", 40),
+		"TRUSTED_PROXIES":                    "10.0.0.0/8, 192.168.1.7,fd00::/8",
+		"METRICS_ADDR":                       "127.0.0.1:9091",
+		"REFUND_DIRECT_LIMIT":                "EUR:50000, JPY:8000",
+		"CONSOLE_IDLE_TIMEOUT":               "15m",
+		"GATEWAY_CONFIRMATION_HOSTS":         " Hooks.Stripe.com, *.pay.example.com ,",
+		"EVENTS_WEBHOOK_URL":                 "https://shop.example/pitlane-events",
+		"EVENTS_WEBHOOK_SECRET":              strings.Repeat("e", 32) + " , " + strings.Repeat("f", 33),
+		"NOTIFY_WEBHOOK_SECRET":              strings.Repeat("t", 32),
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestValues(t *testing.T) {
 		t.Errorf("REFUND_DIRECT_LIMIT %v", c.RefundDirectLimit)
 	}
 	if c.PublicBaseURL != "http://localhost:9090" || c.Gateway != GatewayStripe || c.GatewayTimeout != 1500*time.Millisecond ||
-		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReconcileBatch != 2500 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
+		c.SweepInterval != 250*time.Millisecond || c.SweepConcurrency != 64 || c.ReconcileBatch != 2500 || c.CodeRequestsPerContact != 6 || c.ReplicaID != "replica-a" || len(c.SecretKey) != 32 {
 		t.Errorf("values: %+v", c)
 	}
 	if len(c.SecretKeyFallbacks) != 2 || string(c.SecretKeyFallbacks[0]) != strings.Repeat("o", 32) || len(c.SecretKeyFallbacks[1]) != 40 {
@@ -172,6 +173,8 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 		{"SWEEP_CONCURRENCY", "100000"},
 		{"RECONCILE_BATCH", "0"},
 		{"RECONCILE_BATCH", "20000"},
+		{"CODE_REQUESTS_PER_CONTACT_PER_HOUR", "0"},
+		{"CODE_REQUESTS_PER_CONTACT_PER_HOUR", "1001"},
 		{"SECRET_KEY", "short"},
 		{"SECRET_KEY_FALLBACKS", strings.Repeat("o", 32) + ",short"},
 		{"TRUSTED_PROXIES", "10.0.0.0/33"},
