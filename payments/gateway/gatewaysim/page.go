@@ -5,8 +5,8 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"pitlane/payments"
 )
 
 // The hosted payment page: where confirmation_url points. It stands in for the gateway's card
@@ -55,7 +55,7 @@ func (s *Sim) payPage(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer // render first, so a template error is a clean 500
 	err := pageTmpl.Execute(&buf, pageData{
-		ID: p.ID, Amount: formatMinor(p.Amount, p.Currency), Currency: p.Currency, Reference: p.Reference,
+		ID: p.ID, Amount: payments.FormatMinor(p.Amount, p.Currency), Currency: p.Currency, Reference: p.Reference,
 		Status: p.Status, DeclineCode: p.DeclineCode, ReturnURL: p.ReturnURL, Pending: p.Status == StatusPending,
 	})
 	if err != nil {
@@ -83,29 +83,4 @@ func (s *Sim) payAction(act func(id string) (Payment, error)) http.HandlerFunc {
 		}
 		http.Redirect(w, r, target, http.StatusSeeOther)
 	}
-}
-
-// formatMinor renders minor units for people: 1999 EUR → "19.99".
-func formatMinor(amount int64, currency string) string {
-	exp := 2
-	switch currency {
-	case "JPY", "KRW", "VND", "CLP", "ISK", "HUF", "XOF", "XAF":
-		exp = 0
-	case "BHD", "KWD", "OMR", "JOD", "TND":
-		exp = 3
-	}
-	s := strconv.FormatInt(amount, 10)
-	if exp == 0 {
-		return s
-	}
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for len(s) <= exp {
-		s = "0" + s
-	}
-	out := s[:len(s)-exp] + "." + s[len(s)-exp:]
-	if neg {
-		out = "-" + out
-	}
-	return out
 }

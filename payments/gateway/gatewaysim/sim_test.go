@@ -157,6 +157,35 @@ func TestZeroCaptureDelayCapturesAtOnce(t *testing.T) {
 	}
 }
 
+// The hosted page shows an amount at its currency's ISO 4217 exponent, as pitlane's pages do: it
+// kept a short table of its own, and 1999 HUF (pitlane: "19.99 HUF") read "1999 HUF", 1999 PYG
+// read "19.99" (an outside review, money arithmetic). Negative control: the old table, HUF fails.
+func TestHostedPageShowsTheAmountAtItsCurrencysExponent(t *testing.T) {
+	t.Parallel()
+	e := start(t, gatewaysim.Options{CaptureDelay: time.Hour})
+	for i, c := range []struct{ currency, want string }{
+		{"EUR", "19.99 EUR"}, {"HUF", "19.99 HUF"}, {"JPY", "1999 JPY"}, {"PYG", "1999 PYG"}, {"KWD", "1.999 KWD"}, {"IQD", "1.999 IQD"}, {"CLF", "0.1999 CLF"},
+	} {
+		a := e.call(context.Background(), "POST", "/v1/payments", fmt.Sprintf("k-%d", i),
+			fmt.Sprintf(`{"amount":1999,"currency":%q,"reference":"ref-%d","return_url":"https://shop.example/back"}`, c.currency, i))
+		if a.err != nil || a.status != http.StatusCreated {
+			t.Fatalf("register %s: %d %v %v", c.currency, a.status, a.body, a.err)
+		}
+		resp, err := e.hc.Get(e.url + "/pay/" + a.body["id"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := goquery.NewDocumentFromReader(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Find(`[data-testid=amount]`).Text(); got != c.want {
+			t.Errorf("1999 %s on the hosted page: %q, want %q", c.currency, got, c.want)
+		}
+	}
+}
+
 func TestHostedPage(t *testing.T) {
 	t.Parallel()
 	e := start(t, gatewaysim.Options{CaptureDelay: time.Hour, PublicURL: "http://gw.example:8090/"})
