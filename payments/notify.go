@@ -207,7 +207,8 @@ const outboxAttempts = 5
 // code could only be refused, and the customer would be asked to cancel a payment that is over;
 // an outside review), or a refund code whose refund no longer fits what the payment has left
 // (refunds that have not failed and a refund proposal waiting for approval, as ConfirmRefund
-// counts: the shop's API refunded it meanwhile; an outside review, notifier abuse). Such a message is marked skipped with the reason, in the same claim, and its code
+// counts: the shop's API refunded it meanwhile; an outside review, notifier abuse; its challenge
+// is superseded with it, so the form sent again once the room is back sends a new code). Such a message is marked skipped with the reason, in the same claim, and its code
 // redacted like a delivered one. A code that dies while its message is on the wire (after the
 // claim committed) still arrives: closing that window would mean holding a lock across the
 // notifier's HTTP call, and the code answers 410 anyway.
@@ -226,7 +227,7 @@ func (s *Service) outboxSource() patrolSource {
 		err := s.inTx(ctx, "outbox: claim", func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
-					SELECT o.id AS due_id, c.expires_at AS code_expires_at,
+					SELECT o.id AS due_id, o.challenge_id AS due_challenge, c.expires_at AS code_expires_at,
 						CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
@@ -250,6 +251,13 @@ func (s *Service) outboxSource() patrolSource {
 					-- fall back on the code's TTL from the message's own age.
 					UPDATE outbox SET skipped_at = $2, skip_reason = due.dead, body = coalesce(redacted_body, body)
 					FROM due WHERE id = due.due_id AND due.dead IS NOT NULL
+				), unsent AS (
+					-- A refund code skipped for want of room is never sent now, but its challenge
+					-- was still open: when the room came back (a proposal rejected, a refund
+					-- failed) the same form answered it as sent and sent nothing (a review of this
+					-- rule). It is superseded: the form sent again issues a new code.
+					UPDATE cancel_challenges SET superseded_at = $2
+					FROM due WHERE id = due.due_challenge AND due.dead = 'no_room' AND superseded_at IS NULL AND consumed_at IS NULL
 				)
 				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
 				FROM due WHERE id = due.due_id AND due.dead IS NULL

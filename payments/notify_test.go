@@ -540,6 +540,53 @@ func TestOutboxRetrySkipsARefundCodeWithNoRoomLeft(t *testing.T) {
 	}
 }
 
+// A refund code skipped for want of room ('no_room') is never sent; its challenge stayed open,
+// and once the room came back (the waiting refund proposal that took it was rejected) support's
+// same form answered that code as sent and sent nothing: the customer had no code to read out
+// until it expired (a review of the rule). The skip supersedes the challenge: the form sent again
+// issues a new code, which is delivered and refunds. Negative control: without the claim's
+// superseding, the form answers the old challenge and nothing is sent.
+func TestARefundCodeSkippedForWantOfRoomIsReplacedWhenTheRoomComesBack(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	paid := b.completed(t, "o-refund-code-room-back", 1000)
+	form := staffRefund(paid.ID, 700, uuid.NewString())
+	ch, err := b.svc.RequestRefundCode(ctx, supportStaff, form)
+	if err != nil || ch.Undelivered == "" {
+		t.Fatalf("setup: %+v %v, want a code whose delivery failed", ch, err)
+	}
+	fr, err := b.svc.RefundByFinance(ctx, fin1, staffRefund(paid.ID, 500, uuid.NewString()))
+	if err != nil || fr.Proposal == nil {
+		t.Fatalf("finance's refund above its limit = %+v %v, want a proposal", fr, err)
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	b.clock.Advance(2 * time.Minute)
+	if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
+		t.Fatalf("retry sent %d (%v), want 0: the proposal holds the room", sent, err)
+	}
+	if _, err := b.svc.RejectResolution(ctx, fin2, fr.Proposal.ID, "the customer kept the goods"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.svc.RequestRefundCode(ctx, supportStaff, form)
+	if err != nil || again.Reused || again.ID == ch.ID || again.Undelivered != "" {
+		t.Fatalf("the same form once the room is back = %+v %v, want a new code, sent", again, err)
+	}
+	n.mu.Lock()
+	got := append([]payments.Message(nil), n.got...)
+	n.mu.Unlock()
+	if len(got) != 1 || got[0].Kind != "refund_code" {
+		t.Fatalf("messages sent = %+v, want the new code's", got)
+	}
+	code := regexp.MustCompile(`\b\d{6}\b`).FindString(got[0].Text)
+	if r, err := b.svc.ConfirmRefund(ctx, supportStaff, paid.ID, again.ID, code); err != nil || r.Refund.Amount != 700 {
+		t.Fatalf("the new code = %+v %v, want a refund of 7.00", r.Refund, err)
+	}
+}
+
 // With NOTIFY_WEBHOOK_SECRET set, each message POSTed to NOTIFY_WEBHOOK_URL carries a signature
 // as the events webhook's POSTs do (Pitlane-Signature, t=…,v1=… over the body, one v1 per secret
 // while they rotate), so the service that texts codes to customers can refuse a message pitlane
