@@ -179,6 +179,7 @@ const headRefusedKey = "pitlane.head_refused"
 func refuseHeadWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if refused, _ := c.Get(headRefusedKey).(bool); refused {
+			c.Request().Method = http.MethodHead // what the log line and the metrics name
 			c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
 			return echo.NewHTTPError(http.StatusMethodNotAllowed, "HEAD is not served here: the GET does more than read")
 		}

@@ -258,6 +258,12 @@ func TestPlainErrorsAndUnknownRoutes(t *testing.T) {
 	if rec.Code != http.StatusMethodNotAllowed || strings.Contains(rec.Header().Get("Allow"), http.MethodHead) {
 		t.Errorf("POST /outbox = %d, Allow: %q (its GET writes: no HEAD)", rec.Code, rec.Header().Get("Allow"))
 	}
+	// A HEAD there is refused inside the middleware chain: logged as the HEAD it was.
+	rec = do(e, http.MethodHead, "/outbox")
+	if rec.Code != http.StatusMethodNotAllowed || rec.Body.Len() != 0 ||
+		!strings.Contains(logs.String(), `"method":"HEAD","uri":"/outbox","status":405`) {
+		t.Errorf("HEAD /outbox = %d (%d body bytes); log:\n%s", rec.Code, rec.Body.Len(), logs.String())
+	}
 }
 
 func TestPanicAndTemplateErrorBecomeErrorPages(t *testing.T) {
