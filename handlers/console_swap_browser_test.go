@@ -189,6 +189,10 @@ func TestBrowserALiveRefreshWaitsForTheUsersOwnAnswer(t *testing.T) {
 				change()
 				await(t, liveHeld, "the live refresh")
 			}
+			// Not behind before the post: the wait below for "behind" is the refresh's.
+			if behind, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.hasAttribute("data-live-stale")`)); err != nil || behind {
+				t.Fatalf("the page is behind before the post (%v)", err)
+			}
 			within(t, ctx, 5*time.Second, chromedp.KeyEvent("\r"))
 			await(t, posted, "the cancel request at the server")
 			if asked == "during the post" {
