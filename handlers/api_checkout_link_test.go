@@ -34,6 +34,10 @@ func TestAPICheckoutLinks(t *testing.T) {
 	if rec.Code != http.StatusCreated || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
 		t.Fatalf("create link: %d %s", rec.Code, rec.Body)
 	}
+	// The url as a terminal shows it, pasted into a browser: & not \u0026 (an outside review).
+	if !strings.Contains(rec.Body.String(), "&currency=EUR") {
+		t.Fatalf("the link's url is escaped for HTML in a JSON answer: %s", rec.Body)
+	}
 	l := decode[checkoutLink](t, rec)
 	if l.OrderID != "o-link" || l.Amount != 2500 || l.Currency != "EUR" || !strings.HasPrefix(l.URL, base+"/checkout/o-link?") {
 		t.Fatalf("link %+v", l)

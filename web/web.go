@@ -3,6 +3,7 @@
 package web
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,6 +102,7 @@ func New(d Deps) *echo.Echo {
 	}
 	e := echo.New()
 	e.HideBanner = true
+	e.JSONSerializer = jsonSerializer{}
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.ReplicaID, handlers.MerchantName(d.MerchantName), d.Payments)
 
@@ -141,6 +143,21 @@ func New(d Deps) *echo.Echo {
 
 	routes(e, d)
 	return e
+}
+
+// jsonSerializer is Echo's JSON serializer without HTML escaping: a checkout link's url came
+// back as "…/checkout/o-1?amount=1999\u0026currency=EUR", and pasted from a terminal it opened
+// the bad-link page (an outside review of the docs' examples). Every JSON answer is
+// application/json or problem+json with nosniff, never read as HTML.
+type jsonSerializer struct{ echo.DefaultJSONSerializer }
+
+func (jsonSerializer) Serialize(c echo.Context, i any, indent string) error {
+	enc := json.NewEncoder(c.Response())
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	return enc.Encode(i)
 }
 
 // headAsGet answers HEAD wherever GET is served (RFC 9110 §9.3.2; load balancers and monitors
