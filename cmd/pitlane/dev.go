@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,12 +102,27 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	d := &devStart{logger: env.Logger, withSim: usesDevSimulator(cfg), seed: seed,
-		simState: filepath.Join(*dir, "gatewaysim.json")}
+		simState: filepath.Join(*dir, "gatewaysim.json"), cli: devCLI(cfg.DatabaseURL, private)}
 	return serveWith(ctx, cfg, pool, env.Logger, serveOptions{
 		prepare: d.prepare,
 		started: d.started,
 		ready:   func(url string) { d.printReady(ctx, env.Stdout, url, dbNote, n) },
 	})
+}
+
+// devCLI is how the banner's commands start: this binary, with the private database's URL in
+// front (its port changes with every start; the commands that need a database say so, and a
+// newcomer following the docs had no URL to give them: an outside review of the examples).
+// A configured DATABASE_URL may hold a password: it is not printed, the caller has it set.
+func devCLI(dbURL string, private bool) string {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "pitlane"
+	}
+	if !private {
+		return exe
+	}
+	return "DATABASE_URL='" + dbURL + "' " + exe
 }
 
 // onlyDemoStaff says whether the database has no staff user but dev's demo ones, no API client

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -76,6 +77,29 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 	}
 
 	checkDevCheckoutLink(t, client, console, banner)
+
+	// The shop's first step, copied from the banner as printed, makes a key (an outside review
+	// of the examples: no doc said which DATABASE_URL the key commands take beside dev).
+	var create, reconcile string
+	for _, line := range banner {
+		if v, ok := strings.CutPrefix(line, "shop API: "); ok {
+			create, _, _ = strings.Cut(v, "  (")
+		}
+		if v, ok := strings.CutPrefix(line, "reconcile: "); ok {
+			reconcile = v
+		}
+	}
+	if !strings.HasPrefix(create, "DATABASE_URL='"+dbURL+"' ") ||
+		!strings.Contains(reconcile, "GATEWAY_URL="+sim+" GATEWAY_API_KEY="+gatewaysim.DefaultAPIKey+" ") {
+		t.Errorf("banner's commands: shop API %q, reconcile %q:\n%s", create, reconcile, text)
+	} else {
+		sh := exec.Command("sh", "-c", create)
+		sh.Env = append(os.Environ(), mainEnv+"=1")
+		out, err := sh.Output()
+		if err != nil || !strings.HasPrefix(string(out), "pl_") {
+			t.Errorf("the banner's %q: %q %v", create, out, err)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

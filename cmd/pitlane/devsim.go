@@ -143,6 +143,7 @@ type devStart struct {
 	seedErr  error
 	staffErr error
 	staff    []string // the banner's demo logins (seedStaff)
+	cli      string   // the banner's commands' start (devCLI)
 }
 
 // prepare starts the simulator (serveOptions.prepare), or checks the configured gateway.
@@ -173,10 +174,13 @@ func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments
 // printReady is the banner: where the console, the database and the gateway are, and the demo.
 func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote string, migrated int) {
 	fmt.Fprintf(w, "\npitlane dev is running\n  console:  %s/\n  database: %s\n  migrations applied now: %d\n", url, dbNote, migrated)
+	// The shop's first step (docs/api.md, "A first call"): a key for the JSON API.
+	fmt.Fprintf(w, "  shop API: %s apikey create \"shop backend\"  (prints a key for Authorization: Bearer)\n", d.cli)
 	switch {
 	case d.sim != nil:
 		fmt.Fprintf(w, "  gateway:  simulator at %s (hosted pages %s/pay/{id}, control API %s/_sim/state); its webhooks go to %s/webhooks/gateway\n",
 			d.sim.url, d.sim.url, d.sim.url, url)
+		fmt.Fprintf(w, "  reconcile: GATEWAY_URL=%s GATEWAY_API_KEY=%s %s reconcile --since 24h\n", d.sim.url, d.cfg.GatewayAPIKey, d.cli)
 	case d.cfg.GatewayURL != "":
 		fmt.Fprintf(w, "  gateway:  %s at %s\n", d.cfg.Gateway, d.cfg.GatewayURL)
 	default:

@@ -428,7 +428,7 @@ func parseProxies(v string) ([]*net.IPNet, error) {
 // RequireDatabase reports an unset DATABASE_URL for commands that cannot run without one.
 func (c Config) RequireDatabase(command string) error {
 	if c.DatabaseURL == "" {
-		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead)", command)
+		return errorf("DATABASE_URL", "required by `pitlane %s` (e.g. postgres://user@host:5432/pitlane; `pitlane dev` starts a private PostgreSQL instead, and with it running its banner prints the URL)", command)
 	}
 	return nil
 }
