@@ -107,8 +107,8 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			return unshownKey(ctx, acc, c.KeyPrefix, err)
 		}
 		fmt.Fprintf(env.Stderr, "apikey: new key for client %q id %s prefix %s scopes %s; the key above is shown only now. "+
-			"The client's %d other keys still work: revoke each by its prefix (pitlane apikey revoke PREFIX) once the client uses this one\n",
-			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes), c.LiveKeys-1)
+			"The client's %s: revoke each by its prefix (pitlane apikey revoke PREFIX) once the client uses this one\n",
+			c.Name, c.ID, c.KeyPrefix, access.JoinScopes(c.Scopes), otherKeys(c.LiveKeys-1))
 	case "revoke":
 		c, err := acc.RevokeAPIClient(ctx, cliActor(), rest[0])
 		if err != nil {
@@ -118,8 +118,12 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 			return fmt.Errorf("revoke API client: %w", err)
 		}
 		if c.LiveKeys > 0 {
-			fmt.Fprintf(env.Stdout, "apikey: revoked key %s of client %q id %s at %s; the client's %d other keys still work\n",
-				c.KeyPrefix, c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339), c.LiveKeys)
+			fmt.Fprintf(env.Stdout, "apikey: revoked key %s of client %q id %s at %s; the client's %s\n",
+				c.KeyPrefix, c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339), otherKeys(c.LiveKeys))
+			break
+		}
+		if rest[0] == c.ID { // by id: the client and every key of it (KeyPrefix is one of them)
+			fmt.Fprintf(env.Stdout, "apikey: revoked client %q id %s and all its keys at %s\n", c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339))
 			break
 		}
 		fmt.Fprintf(env.Stdout, "apikey: revoked client %q id %s prefix %s at %s\n", c.Name, c.ID, c.KeyPrefix, c.RevokedAt.UTC().Format(time.RFC3339))
@@ -153,4 +157,12 @@ func unshownKey(ctx context.Context, acc *access.Service, prefix string, werr er
 		return fmt.Errorf("write the key to stdout: %w; revoking the unshown key failed too (%v): revoke %s yourself", werr, err, prefix)
 	}
 	return fmt.Errorf("write the key to stdout: %w; the unshown key %s is revoked, run the command again", werr, prefix)
+}
+
+// otherKeys says how many other keys of a client still work, in words.
+func otherKeys(n int) string {
+	if n == 1 {
+		return "1 other key still works"
+	}
+	return fmt.Sprintf("%d other keys still work", n)
 }

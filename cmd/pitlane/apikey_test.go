@@ -58,14 +58,14 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	// rotate: one more key of the same client, alone on stdout; the old one works until revoked.
 	code, out, stderr = apikeyMain(env, "apikey", "rotate", c.ID)
 	rotated := strings.TrimSpace(out)
-	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(stderr, "1 other keys still work") {
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(stderr, "1 other key still works") {
 		t.Fatalf("rotate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	if r, err := svc.AuthenticateAPIKey(context.Background(), rotated); err != nil || r.ID != c.ID {
 		t.Fatalf("the rotated key: %+v %v", r, err)
 	}
 	if code, out, _ = apikeyMain(env, "apikey", "revoke", rotated[:15]); code != 0 || !strings.Contains(out, "revoked key "+rotated[:15]) ||
-		!strings.Contains(out, "1 other keys still work") {
+		!strings.Contains(out, "1 other key still works") {
 		t.Fatalf("revoke the rotated key: exit %d %q", code, out)
 	}
 	code, out, stderr = apikeyMain(env, "apikey", "revoke", c.KeyPrefix)
@@ -74,6 +74,14 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	}
 	if _, err := svc.AuthenticateAPIKey(context.Background(), key); !errors.Is(err, access.ErrRevoked) {
 		t.Fatalf("after revoke: %v", err)
+	}
+	// By id: the client and all its keys, and it says so (it named one of the keys' prefixes).
+	r, err := svc.AuthenticateAPIKey(context.Background(), readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := apikeyMain(env, "apikey", "revoke", r.ID); code != 0 || !strings.Contains(out, "id "+r.ID+" and all its keys") {
+		t.Fatalf("revoke by id: exit %d %q", code, out)
 	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "pl_ffffffffffff"); code != 1 || !strings.Contains(stderr, "no API client") {
 		t.Fatalf("revoke unknown: exit %d %q", code, stderr)
