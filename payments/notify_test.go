@@ -557,6 +557,7 @@ func TestARefundCodeSkippedForWantOfRoomIsReplacedWhenTheRoomComesBack(t *testin
 	if err != nil || ch.Undelivered == "" {
 		t.Fatalf("setup: %+v %v, want a code whose delivery failed", ch, err)
 	}
+	oldCode := b.lastCode(t, paid.ID) // what an admin could read in the outbox meanwhile
 	fr, err := b.svc.RefundByFinance(ctx, fin1, staffRefund(paid.ID, 500, uuid.NewString()))
 	if err != nil || fr.Proposal == nil {
 		t.Fatalf("finance's refund above its limit = %+v %v, want a proposal", fr, err)
@@ -567,6 +568,12 @@ func TestARefundCodeSkippedForWantOfRoomIsReplacedWhenTheRoomComesBack(t *testin
 	b.clock.Advance(2 * time.Minute)
 	if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
 		t.Fatalf("retry sent %d (%v), want 0: the proposal holds the room", sent, err)
+	}
+	// The skipped code, read out anyway, says why it cannot be used (not "a newer code was
+	// sent": none was).
+	_, err = b.svc.ConfirmRefund(ctx, supportStaff, paid.ID, ch.ID, oldCode)
+	if payments.ErrorCode(err) != payments.EEXPIRED || !strings.Contains(payments.ErrorMessage(err), "was not sent") {
+		t.Fatalf("the skipped code confirmed = %v, want 410 saying it was not sent", err)
 	}
 	if _, err := b.svc.RejectResolution(ctx, fin2, fr.Proposal.ID, "the customer kept the goods"); err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ func runApikey(ctx context.Context, env *Env, args []string) error {
 				c.KeyPrefix, c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339), otherKeys(c.LiveKeys))
 			break
 		}
-		if rest[0] == c.ID { // by id: the client and every key of it (KeyPrefix is one of them)
+		if strings.EqualFold(rest[0], c.ID) { // by id (any case): the client and every key of it (KeyPrefix is one of them)
 			fmt.Fprintf(env.Stdout, "apikey: revoked client %q id %s and all its keys at %s\n", c.Name, c.ID, c.RevokedAt.UTC().Format(time.RFC3339))
 			break
 		}

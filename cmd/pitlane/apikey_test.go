@@ -80,7 +80,7 @@ func TestApikeyCreateListRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out, _ := apikeyMain(env, "apikey", "revoke", r.ID); code != 0 || !strings.Contains(out, "id "+r.ID+" and all its keys") {
+	if code, out, _ := apikeyMain(env, "apikey", "revoke", strings.ToUpper(r.ID)); code != 0 || !strings.Contains(out, "id "+r.ID+" and all its keys") {
 		t.Fatalf("revoke by id: exit %d %q", code, out)
 	}
 	if code, _, stderr := apikeyMain(env, "apikey", "revoke", "pl_ffffffffffff"); code != 1 || !strings.Contains(stderr, "no API client") {

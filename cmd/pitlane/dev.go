@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -120,9 +121,15 @@ func devCLI(dbURL string, private bool) string {
 		exe = "pitlane"
 	}
 	if !private {
-		return exe
+		return shellQuote(exe)
 	}
-	return "DATABASE_URL='" + dbURL + "' " + exe
+	return "DATABASE_URL=" + shellQuote(dbURL) + " " + shellQuote(exe)
+}
+
+// shellQuote is s as one word for sh: in single quotes; a quote inside ends them, is escaped
+// and opens them again.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // onlyDemoStaff says whether the database has no staff user but dev's demo ones, no API client

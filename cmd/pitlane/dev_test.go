@@ -89,7 +89,7 @@ func checkDevRunning(t *testing.T, console, dbURL string, banner []string) {
 			reconcile = v
 		}
 	}
-	if !strings.HasPrefix(create, "DATABASE_URL='"+dbURL+"' ") ||
+	if !strings.HasPrefix(create, "DATABASE_URL='"+dbURL+"' '") ||
 		!strings.Contains(reconcile, "GATEWAY_URL="+sim+" GATEWAY_API_KEY="+gatewaysim.DefaultAPIKey+" ") {
 		t.Errorf("banner's commands: shop API %q, reconcile %q:\n%s", create, reconcile, text)
 	} else {
@@ -507,5 +507,25 @@ func TestDevBannerPrintsOnlyDemoLoginsThatStillWork(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("banner:\n%s", text)
+	}
+}
+
+// The banner's commands, copied into a shell: the binary's path and the database URL are one
+// word each (a path with a space broke the copied command: a review), and a GATEWAY_API_KEY
+// configured for dev's simulator is not printed, only the simulator's own test key is.
+func TestDevBannerCommandsCopyIntoAShell(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"/tmp/my tools/pitlane", "it's", "postgres://u@127.0.0.1:5/pitlane?sslmode=disable&x=1"} {
+		out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil || string(out) != s {
+			t.Errorf("shellQuote(%q) in sh: %q %v", s, out, err)
+		}
+	}
+	if got := reconcileCommand("http://127.0.0.1:8090", "sk_live_REAL", "pitlane"); strings.Contains(got, "sk_live_REAL") ||
+		!strings.Contains(got, `GATEWAY_API_KEY="$GATEWAY_API_KEY"`) {
+		t.Errorf("a configured key in the banner: %s", got)
+	}
+	if got := reconcileCommand("http://127.0.0.1:8090", gatewaysim.DefaultAPIKey, "pitlane"); !strings.Contains(got, "GATEWAY_API_KEY="+gatewaysim.DefaultAPIKey+" ") {
+		t.Errorf("the simulator's key in the banner: %s", got)
 	}
 }

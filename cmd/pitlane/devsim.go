@@ -171,6 +171,17 @@ func (d *devStart) started(ctx context.Context, cfg config.Config, svc *payments
 	return errors.Join(d.staffErr, d.seedErr)
 }
 
+// reconcileCommand is the banner's `pitlane reconcile` against the simulator. Only the
+// simulator's own test key is printed: one configured (GATEWAY_API_KEY set, GATEWAY_URL not) is
+// the operator's, maybe a real one, and stays in the environment (a review).
+func reconcileCommand(simURL, key, cli string) string {
+	shown := `"$GATEWAY_API_KEY"`
+	if key == gatewaysim.DefaultAPIKey {
+		shown = key
+	}
+	return "GATEWAY_URL=" + simURL + " GATEWAY_API_KEY=" + shown + " " + cli + " reconcile --since 24h"
+}
+
 // printReady is the banner: where the console, the database and the gateway are, and the demo.
 func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote string, migrated int) {
 	fmt.Fprintf(w, "\npitlane dev is running\n  console:  %s/\n  database: %s\n  migrations applied now: %d\n", url, dbNote, migrated)
@@ -180,7 +191,7 @@ func (d *devStart) printReady(ctx context.Context, w io.Writer, url, dbNote stri
 	case d.sim != nil:
 		fmt.Fprintf(w, "  gateway:  simulator at %s (hosted pages %s/pay/{id}, control API %s/_sim/state); its webhooks go to %s/webhooks/gateway\n",
 			d.sim.url, d.sim.url, d.sim.url, url)
-		fmt.Fprintf(w, "  reconcile: GATEWAY_URL=%s GATEWAY_API_KEY=%s %s reconcile --since 24h\n", d.sim.url, d.cfg.GatewayAPIKey, d.cli)
+		fmt.Fprintf(w, "  reconcile: %s\n", reconcileCommand(d.sim.url, d.cfg.GatewayAPIKey, d.cli))
 	case d.cfg.GatewayURL != "":
 		fmt.Fprintf(w, "  gateway:  %s at %s\n", d.cfg.Gateway, d.cfg.GatewayURL)
 	default:
