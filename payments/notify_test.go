@@ -405,6 +405,28 @@ func TestWebhookNotifierRefusesARedirect(t *testing.T) {
 	}
 }
 
+// wantSkipped: the message of challenge ch (of payment id) was skipped for reason, unsent, its
+// code redacted, and the outbox page says note.
+func (b *bench) wantSkipped(t *testing.T, id, ch, code, reason, note string) {
+	t.Helper()
+	ctx := context.Background()
+	var body string
+	if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = $2
+		AND delivered_at IS NULL`, ch, reason).Scan(&body); err != nil {
+		t.Fatalf("the dead code's message is not marked %s: %v", reason, err)
+	}
+	if strings.Contains(body, code) {
+		t.Fatalf("the skipped message keeps its code: %q", body)
+	}
+	msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].LastError != note {
+		t.Fatalf("outbox page = %+v, want one message noted %q", msgs, note)
+	}
+}
+
 // A code that died while its delivery waited for the retry is not sent; the retry marks it
 // skipped with the reason, redacts it, and the outbox page says why:
 //   - its wrong guesses used up its attempts (someone typed five wrong codes): ConfirmCancel
@@ -459,21 +481,7 @@ func TestOutboxRetrySkipsADeadCode(t *testing.T) {
 			if sent, err := b.svc.DeliverOutbox(ctx); sent != 0 || err != nil {
 				t.Fatalf("retry sent %d (%v), want 0: the code is dead (%s)", sent, err, tc.reason)
 			}
-			var body string
-			if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = $2
-				AND delivered_at IS NULL`, ch.ID, tc.reason).Scan(&body); err != nil {
-				t.Fatalf("the dead code's message is not marked: %v", err)
-			}
-			if strings.Contains(body, code) {
-				t.Fatalf("the skipped message keeps its code: %q", body)
-			}
-			msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, sess.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(msgs) != 1 || msgs[0].LastError != tc.note {
-				t.Fatalf("outbox page = %+v", msgs)
-			}
+			b.wantSkipped(t, sess.ID, ch.ID, code, tc.reason, tc.note)
 		})
 	}
 }
@@ -521,21 +529,7 @@ func TestOutboxRetrySkipsARefundCodeWithNoRoomLeft(t *testing.T) {
 				}
 				return
 			}
-			var body string
-			if err := b.pool.QueryRow(ctx, `SELECT body FROM outbox WHERE challenge_id = $1 AND skip_reason = 'no_room'
-				AND delivered_at IS NULL`, ch.ID).Scan(&body); err != nil {
-				t.Fatalf("the message is not marked: %v", err)
-			}
-			if strings.Contains(body, code) {
-				t.Fatalf("the skipped message keeps its code: %q", body)
-			}
-			msgs, err := b.svc.Outbox(ctx, payments.Staff{Email: "admin@example.com", Role: "admin"}, paid.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(msgs) != 1 || msgs[0].LastError != "not sent: the code was for a refund the payment no longer had room for" {
-				t.Fatalf("outbox page = %+v", msgs)
-			}
+			b.wantSkipped(t, paid.ID, ch.ID, code, "no_room", "not sent: the code was for a refund the payment no longer had room for")
 		})
 	}
 }
