@@ -98,20 +98,24 @@ type codeAttempt struct {
 // message to the customer in the outbox. The caller delivers the message after commit
 // (s.deliver with the returned outbox id).
 func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor Actor, req codeRequest, now time.Time) (Challenge, queuedMessage, error) {
-	var contact string
-	if err := tx.QueryRow(ctx, `SELECT coalesce(ps.customer_contact, o.customer_contact, '')
-		FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1`, cur.ID).Scan(&contact); err != nil {
+	// The contact, and the recipient it names (pitlane_contact_key) when codes per contact are
+	// bounded; '' (no bound) for a contact that names nobody ("-", spaces).
+	var contact, recipient string
+	if err := tx.QueryRow(ctx, `SELECT c, CASE WHEN $2 THEN coalesce(pitlane_contact_key(c), '') ELSE '' END
+		FROM (SELECT coalesce(ps.customer_contact, o.customer_contact, '') AS c
+			FROM payment_sessions ps JOIN orders o USING (order_id) WHERE ps.id = $1) AS contact`,
+		cur.ID, s.cfg.CodeRequestsPerContact > 0).Scan(&contact, &recipient); err != nil {
 		return Challenge{}, queuedMessage{}, fmt.Errorf("one-time code: contact: %w", err)
 	}
-	if s.contactBounded(contact) {
+	if recipient != "" {
 		// The contact's lock may wait for another payment's code request: the code's life runs
 		// from when it is issued, after the wait (TestACancelCodeLivesItsTTLFromItsIssue).
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(pitlane_contact_key($2)))`, int32(LockCodeContact), contact); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockCodeContact), recipient); err != nil {
 			return Challenge{}, queuedMessage{}, dbError("one-time code: lock the contact", err, "")
 		}
 		now = s.cfg.Clock.Now()
 	}
-	if err := s.codeRequestAllowed(ctx, tx, cur.ID, contact, now); err != nil {
+	if err := s.codeRequestAllowed(ctx, tx, cur.ID, recipient, now); err != nil {
 		return Challenge{}, queuedMessage{}, err
 	}
 	code, err := newCode()
@@ -355,7 +359,7 @@ const redactedCode = "••••••"
 // CodeRequestsPerHour challenges created within the hour before now, none while the payment's
 // guess budget is spent, and, when configured, at most CodeRequestsPerContact codes sent to its
 // contact within the hour. ELOCKED carries when asking makes sense again.
-func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID, contact string, now time.Time) error {
+func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID, recipient string, now time.Time) error {
 	var n int
 	var oldest *time.Time
 	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM cancel_challenges
@@ -370,29 +374,24 @@ func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID, 
 	if _, err := s.codeGuessesLeft(ctx, tx, sessionID, now); err != nil {
 		return err
 	}
-	return s.contactCodesAllowed(ctx, tx, contact, now)
+	return s.contactCodesAllowed(ctx, tx, recipient, now)
 }
 
-// contactBounded: Config.CodeRequestsPerContact is set and the payment names a contact.
-func (s *Service) contactBounded(contact string) bool {
-	return s.cfg.CodeRequestsPerContact > 0 && contact != ""
-}
-
-// contactCodesAllowed: at most Config.CodeRequestsPerContact code messages to one contact within
-// the hour before now, across its payments, the contact read as one recipient
-// (pitlane_contact_key: a phone by its digits, anything else lower case without white space;
-// migration 00960). The caller (issueCode) holds the contact's lock. Off when the limit is 0 or
-// the payment names no contact.
-func (s *Service) contactCodesAllowed(ctx context.Context, tx pgx.Tx, contact string, now time.Time) error {
-	if !s.contactBounded(contact) {
+// contactCodesAllowed: at most Config.CodeRequestsPerContact code messages to one recipient
+// within the hour before now, across its payments, the contact read as one recipient
+// (pitlane_contact_key: a phone by its digits and +, anything else lower case without white space;
+// migrations 00960, 00970). The caller (issueCode) holds the recipient's lock. Off ("") when the
+// limit is 0 or the payment's contact names nobody.
+func (s *Service) contactCodesAllowed(ctx context.Context, tx pgx.Tx, recipient string, now time.Time) error {
+	if recipient == "" {
 		return nil
 	}
 	limit := s.cfg.CodeRequestsPerContact
 	var n int
 	var oldest *time.Time
 	if err := tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM outbox
-		WHERE pitlane_contact_key(to_addr) = pitlane_contact_key($1) AND challenge_id IS NOT NULL AND created_at > $2`,
-		contact, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
+		WHERE pitlane_contact_key(to_addr) = $1 AND challenge_id IS NOT NULL AND created_at > $2`,
+		recipient, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
 		return fmt.Errorf("one-time code: count the contact's codes: %w", err)
 	}
 	if n < limit {
