@@ -137,7 +137,11 @@ func (s *Service) issueCode(ctx context.Context, tx pgx.Tx, cur Session, actor A
 		ChallengeID: ch.ID}
 	var leaseUntil time.Time
 	if s.cfg.Notifier != nil {
-		leaseUntil = now.Add(s.cfg.LeaseDuration) // the writer delivers it after commit
+		// The writer delivers it after commit, within its lease less writerRecordTime: the
+		// sessions' lease (6 × GATEWAY_TIMEOUT), but never less than one notifier POST and its
+		// record. Under a GATEWAY_TIMEOUT of about 0.34 s (10 ms is allowed) no time was left to
+		// send at all, and the code waited for the patrol's grace (a review of config extremes).
+		leaseUntil = now.Add(max(s.cfg.LeaseDuration, NotifierTimeout+writerRecordTime))
 	}
 	queued, err := enqueue(ctx, tx, msg, now, leaseUntil)
 	if err != nil {

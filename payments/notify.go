@@ -76,7 +76,7 @@ func (n WebhookNotifier) Notify(ctx context.Context, m Message) error {
 		}
 		req.Header.Set(EventsWebhookSignatureHeader, webhooksig.SignAll(n.Secrets, now(), body))
 	}
-	c := http.Client{Timeout: 10 * time.Second}
+	c := http.Client{Timeout: NotifierTimeout}
 	if n.Client != nil {
 		c = *n.Client
 	}
@@ -184,6 +184,9 @@ func codeExpiry(left time.Duration) string {
 }
 
 var codeExpiryRe = regexp.MustCompile(`It expires in (?:\d+ minutes?|less than a minute)\.`)
+
+// NotifierTimeout bounds one POST of WebhookNotifier (a lease's end may cut it sooner).
+const NotifierTimeout = 10 * time.Second
 
 // writerRecordTime is what a writer's delivery keeps of its lease to record the outcome.
 const writerRecordTime = 2 * time.Second

@@ -405,6 +405,35 @@ func TestWebhookNotifierRefusesARedirect(t *testing.T) {
 	}
 }
 
+// GATEWAY_TIMEOUT is accepted down to 10 ms. The request that writes a code delivers it under a
+// writer's lease of 6 × GATEWAY_TIMEOUT and keeps 2 s of it for its record: under about 0.34 s no
+// time was left, the code was never sent by the request (staff read "not tried yet: the request
+// ran out of time"), and it waited for the patrol's grace (an outside review of configuration
+// extremes). The writer's lease is never shorter than one notifier POST and its record.
+// Negative control: with the lease at LeaseDuration alone, nothing is sent.
+func TestACodeIsSentByItsRequestAtTheShortestGatewayTimeout(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{10 * time.Millisecond, 300 * time.Millisecond} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			t.Parallel()
+			sink := newNotifySink(t)
+			b := newBench(t, func(c *payments.Config) {
+				c.GatewayTimeout = timeout
+				c.Notifier = payments.WebhookNotifier{URL: sink.url}
+			})
+			sess := b.registered(t, "o-short-timeout", 100)
+			ch, err := b.svc.RequestCancel(context.Background(), api, sess.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(sink.messages()); got != 1 || ch.Undelivered != "" {
+				t.Fatalf("GATEWAY_TIMEOUT=%s: the receiver got %d messages when RequestCancel returned (undelivered %q), want the code",
+					timeout, got, ch.Undelivered)
+			}
+		})
+	}
+}
+
 // wantSkipped: the message of challenge ch (of payment id) was skipped for reason, unsent, its
 // code redacted, and the outbox page says note.
 func (b *bench) wantSkipped(t *testing.T, id, ch, code, reason, note string) {
