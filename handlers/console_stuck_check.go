@@ -49,31 +49,30 @@ func (h *Console) CheckStuck(c echo.Context) error {
 	return h.done(c, back, "", nil)
 }
 
-// checkNowSummary says in one line what "Check now" did with each payment (the first ten).
+// checkNowSummary says in one line what "Check now" did: every payment refused or skipped, by
+// name and why, then the plain answers (the first ten). It listed the first ten rows in form
+// order, so on a full page a refusal past the tenth was "and 2 more", counted as checked (an
+// outside review of bulk actions). failed: some check was refused.
 func checkNowSummary(res []payments.CheckNowResult) (string, bool) {
-	var checked, skipped int
-	failed := false
-	var parts []string
-	for i, r := range res {
-		var part string
+	var refused, skipped, answered []string
+	for _, r := range res {
+		id := views.Short(r.SessionID) + ": "
 		switch {
 		case r.Skipped != "":
-			skipped++
-			part = "skipped, " + r.Skipped
+			skipped = append(skipped, id+"skipped, "+r.Skipped)
 		case r.Err != nil:
-			checked++
-			failed = true
-			part = payments.ErrorMessage(r.Err)
+			refused = append(refused, id+payments.ErrorMessage(r.Err))
 		default:
-			checked++
-			part = string(r.Before) + " → " + string(r.After)
-		}
-		if i < 10 {
-			parts = append(parts, views.Short(r.SessionID)+": "+part)
+			answered = append(answered, id+string(r.Before)+" → "+string(r.After))
 		}
 	}
-	if len(res) > 10 {
-		parts = append(parts, fmt.Sprintf("and %d more", len(res)-10))
+	parts := append(append(refused, skipped...), answered[:min(len(answered), 10)]...)
+	if len(answered) > 10 {
+		parts = append(parts, fmt.Sprintf("and %d more checked", len(answered)-10))
 	}
-	return fmt.Sprintf("Checked %d, skipped %d. %s.", checked, skipped, strings.Join(parts, "; ")), failed
+	head := fmt.Sprintf("Checked %d, skipped %d.", len(answered), len(skipped))
+	if len(refused) > 0 {
+		head = fmt.Sprintf("Checked %d, refused %d, skipped %d.", len(answered), len(refused), len(skipped))
+	}
+	return head + " " + strings.Join(parts, "; ") + ".", len(refused) > 0
 }

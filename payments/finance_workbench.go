@@ -440,6 +440,14 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 	if len(ids) > MaxCheckNow {
 		return nil, Invalid("id", "check at most %d payments at once", MaxCheckNow)
 	}
+	// From the claim on, the work outlives the person's hang-up (each check is one look, its claim
+	// ended as it ends), but not a cut with a cause of its own: a replica's stop ends the checks
+	// in flight and starts no more, so the request answers before the server closes. Taken only
+	// after the claims, a browser dropping the first POST of a double click between the claim's
+	// commit and the read after it cut the read: nothing was asked, and the claims kept the second
+	// click off for the cooldown (an outside review of bulk actions).
+	ctx, unhang := unlessHungUp(ctx)
+	defer unhang()
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString()
 	var valid []string
@@ -485,12 +493,7 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 	}
 
 	ttl := s.CheckNowClaimTTL()
-	// The checks outlive the person's hang-up (each is one look, its claim ended as it ends), but
-	// not a cut with a cause of its own: a replica's stop ends the checks in flight and starts
-	// no more, so the request answers before the server closes.
-	base, unhang := unlessHungUp(ctx)
-	defer unhang()
-	work, cancel := context.WithTimeout(base, ttl)
+	work, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
 	// A check starts only while one more fits in the claim's time (checkNowReserve). With the gateway timing out, a full page's checks queue behind each other
 	// four at a time, and the last ones would otherwise run out of time half-way (or after the

@@ -378,6 +378,35 @@ func TestCheckNowSurvivesADroppedRequest(t *testing.T) {
 	}
 }
 
+// The browser drops the first POST of a double click while its claims are being written: the
+// claims committed, the read after them was cut with the request, nothing was asked, and the
+// second click was told each row was "being checked" for the cooldown — no look at all (an
+// outside review of bulk actions). From the claim on, CheckNow outlives a hang-up: here the
+// request's context ends inside the claim's transaction, and each payment is still asked once
+// and applied. Negative control: with unlessHungUp taken after the claims, CheckNow fails
+// ("context canceled") and no payment is asked.
+func TestCheckNowOutlivesAHangUpDuringItsClaim(t *testing.T) {
+	t.Parallel()
+	var hangUp context.CancelFunc
+	b, list := newCheckNowBench(t, func(c *payments.Config) {
+		c.Hooks.AfterCheckNowClaim = func(context.Context, []string) { hangUp() }
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	hangUp = cancel
+	res, err := b.svc.CheckNow(ctx, financeStaff, list)
+	if err != nil {
+		t.Fatalf("CheckNow after a hang-up during its claim: %v", err)
+	}
+	for _, r := range res {
+		if r.Err != nil || r.After != payments.StatusCompleted {
+			t.Fatalf("after a hang-up during the claim: %+v", r)
+		}
+	}
+	if got := b.statusCalls(t, list); !slices.Equal(got, []int{1, 1, 1}) {
+		t.Fatalf("gateway status calls per payment = %v, want one each", got)
+	}
+}
+
 // A full page of "Check now" while the gateway is slow: checks run four at a time, and one that
 // could not finish within the claim's time is not started (it ran out half-way with "context
 // deadline exceeded", and the whole request outlived the server's write timeout: an outside
