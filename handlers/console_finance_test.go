@@ -369,3 +369,36 @@ func TestResolutionsPageShowsTheLatestDecisionAndTheOldestWaiting(t *testing.T) 
 		t.Fatalf("waiting: %d %v, want 100", n, err)
 	}
 }
+
+// "Select all" over twelve stuck payments, one of which its Check refuses (a payment of another
+// gateway): the flash named the first ten rows in form order, "and 2 more", and counted the
+// refusal as checked — the refused payment and why were said nowhere (an outside review of bulk
+// actions). Every refused and skipped payment is named first; the plain answers follow.
+// Negative control: the first-ten summary, the refused payment is not named.
+func TestBulkCheckNamesEveryRefusedPayment(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	var ids []string
+	var other payments.Session
+	for i := range 12 {
+		s := b.payment(t, fmt.Sprintf("o-bulk-summary-%d", i), 100)
+		ids = append(ids, s.ID)
+		other = s
+		if i < 11 {
+			b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+		}
+	}
+	if _, err := b.pool.Exec(context.Background(), `UPDATE payment_sessions SET gateway = 'stripe' WHERE id = $1`, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(payments.SettleWithin)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	page(t, fin.get("/finance/stuck"), http.StatusOK)
+	doc := page(t, fin.follow(fin.post("/finance/stuck/check", url.Values{"id": ids})), http.StatusOK)
+	flash := text(doc, "flash-error")
+	if !strings.HasPrefix(flash, "Checked 11, refused 1, skipped 0. "+views.Short(other.ID)+": ") || !strings.Contains(flash, "and 1 more checked") {
+		t.Fatalf("the flash after a bulk check with one refusal: %q", flash)
+	}
+}
