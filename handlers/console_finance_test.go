@@ -398,7 +398,7 @@ func TestBulkCheckNamesEveryRefusedPayment(t *testing.T) {
 	page(t, fin.get("/finance/stuck"), http.StatusOK)
 	doc := page(t, fin.follow(fin.post("/finance/stuck/check", url.Values{"id": ids})), http.StatusOK)
 	flash := text(doc, "flash-error")
-	if !strings.HasPrefix(flash, "Checked 11, refused 1, skipped 0. "+views.Short(other.ID)+": ") || !strings.Contains(flash, "and 1 more checked") {
+	if !strings.HasPrefix(flash, "Checked 11, failed 1, skipped 0. "+views.Short(other.ID)+": ") || !strings.Contains(flash, "and 1 more checked") {
 		t.Fatalf("the flash after a bulk check with one refusal: %q", flash)
 	}
 }

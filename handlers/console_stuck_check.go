@@ -72,7 +72,7 @@ func checkNowSummary(res []payments.CheckNowResult) (string, bool) {
 	}
 	head := fmt.Sprintf("Checked %d, skipped %d.", len(answered), len(skipped))
 	if len(refused) > 0 {
-		head = fmt.Sprintf("Checked %d, refused %d, skipped %d.", len(answered), len(refused), len(skipped))
+		head = fmt.Sprintf("Checked %d, failed %d, skipped %d.", len(answered), len(refused), len(skipped))
 	}
 	return head + " " + strings.Join(parts, "; ") + ".", len(refused) > 0
 }
