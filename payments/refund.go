@@ -257,11 +257,8 @@ var errSettledMeanwhile = &Error{Code: ECONFLICT, Message: "a refund of this pay
 func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim func(asked []string) error) error {
 	if sess.Status == StatusCompleted && sess.GatewayPaymentID == "" {
 		var err error
-		if sess, err = s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID); err != nil {
+		if sess, err = s.lookUpGatewayID(ctx, sess); err != nil {
 			return err
-		}
-		if sess.GatewayPaymentID == "" {
-			return s.withoutGatewayID(ctx, sess)
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -273,6 +270,21 @@ func (s *Service) withRecheckedRefunds(ctx context.Context, sess Session, claim 
 			return err
 		}
 	}
+}
+
+// lookUpGatewayID checks sess, a payment settled Completed by hand before its gateway payment id
+// was recorded: the Check finds the payment at the gateway by its reference and records its id.
+// It returns the session as the Check left it, or, when still without an id, the refusal
+// (withoutGatewayID). The refund paths' one way to it (claims and the patrol's drive).
+func (s *Service) lookUpGatewayID(ctx context.Context, sess Session) (Session, error) {
+	cur, err := s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID)
+	if err != nil {
+		return sess, err
+	}
+	if cur.GatewayPaymentID == "" {
+		return cur, s.withoutGatewayID(ctx, cur)
+	}
+	return cur, nil
 }
 
 // withoutGatewayID is the refusal of a refund of sess, a payment settled Completed by hand whose
@@ -509,12 +521,9 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 		// before claims looked it up (withRecheckedRefunds): sent for payment "", it was refused
 		// not_found and failed (a review). The Check finds the payment by its reference; until it
 		// does, nothing is sent and the refund waits for its next look (flagged in the end).
-		cur, err := s.Check(ctx, Actor{Kind: ActorSystem, ID: "refund"}, sess.ID)
+		cur, err := s.lookUpGatewayID(ctx, sess)
 		if err != nil {
 			return r, err
-		}
-		if cur.GatewayPaymentID == "" {
-			return r, s.withoutGatewayID(ctx, cur)
 		}
 		sess = cur
 		// The Check handed the drive's patrol slot back (its last gateway call, as it is for a
