@@ -490,6 +490,36 @@ func TestAPIKeylessRefundWindowNeverSlidesBack(t *testing.T) {
 	}
 }
 
+// The reaper keeps an intent for payments.IdempotencyReapGrace after it expired. A keyless
+// refund retried 4m59s after an identical one read its time inside the window and then waited
+// (for a pool connection; replica B's lagging clock stands in for the wait); another replica's
+// housekeeping reaped the row at the window's edge meanwhile, the retry's INSERT found no row
+// and started a new use of the intent: a second refund of the same amount (an outside review,
+// retention).
+func TestKeylessRefundRetriedAtTheWindowsEdgeOutlivesTheReaper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newAPIBench(t)
+	p := b.completedPayment(t, "o-reap-edge", 1000)
+	lag := payments.NewManualClock(t0)
+	_, eB := b.server(t, b.pool, "replica-b", benchOpt{core: func(c *payments.Config) { c.Clock = lag }})
+	refund := post(refundsPath(p.ID), `{"amount":100}`)
+
+	b.clock.Set(t0.Add(10 * time.Minute))
+	first := wantRefund(t, b.do(refund), http.StatusCreated) // the intent expires at t0+15m
+	b.clock.Set(t0.Add(15 * time.Minute))
+	if _, err := b.svc.ReapIdempotencyKeys(ctx, b.clock.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	lag.Set(t0.Add(15*time.Minute - time.Second)) // B's retry read its time 4m59s after the first
+	if r := wantRefund(t, b.on(eB, refund), http.StatusCreated); r.ID != first.ID {
+		t.Errorf("a keyless refund 4m59s after an identical one, reaped meanwhile = a new refund %s (first %s)", r.ID, first.ID)
+	}
+	if n, calls := b.refunds(t), b.gw.Calls(fakegw.OpRefund); n != 1 || calls != 1 {
+		t.Fatalf("refunds = %d, gateway calls = %d; want 1 and 1", n, calls)
+	}
+}
+
 // A keyless refund's intent is the shop's, not one API client's: the same refund asked for by
 // two clients within the window (two services of one shop, or one service half-way through a
 // key rotation retrying with its new key) is one refund and one gateway call. The intent was

@@ -732,17 +732,27 @@ func (x *Idempotency) Abandon(ctx context.Context, r IdempotencyRequest, token s
 	return nil
 }
 
-// ReapIdempotencyKeys deletes keys that expired at now, in batches of at most batch rows, each
-// batch its own short statement (FOR UPDATE SKIP LOCKED, so it never waits for a request that is
-// reading a key, and reapers on several replicas share the work). It returns how many it deleted.
-// The sweeper loop calls it; nothing needs it to run promptly: Acquire treats an expired row as
-// absent.
+// IdempotencyReapGrace is how long after it expired a key is kept before the reaper may delete
+// it. Acquire decides by the time its request read before it reached the database; a request
+// that read its time just inside a key's life and then waited (for a pool connection, the key's
+// lock, its body) must still find the row, or its INSERT starts a new use: a keyless refund
+// retried at 4m59s became a second refund when another replica's reaper ran at the intent's
+// expiry (an outside review, retention). An hour is longer than any request's bound (three
+// calls at the longest GATEWAY_TIMEOUT, 10 minutes, and 25 s) and any clock skew between
+// replicas.
+const IdempotencyReapGrace = time.Hour
+
+// ReapIdempotencyKeys deletes keys that expired at least IdempotencyReapGrace before now, in
+// batches of at most batch rows, each batch its own short statement (FOR UPDATE SKIP LOCKED, so
+// it never waits for a request that is reading a key, and reapers on several replicas share the
+// work). It returns how many it deleted. The sweeper loop calls it; nothing needs it to run
+// promptly: Acquire treats an expired row as absent.
 func (s *Service) ReapIdempotencyKeys(ctx context.Context, now time.Time, batch int) (int, error) {
 	return s.execBatches(ctx, "reap idempotency keys", batch, `WITH doomed AS (
 			SELECT client_id, kind, key FROM idempotency_keys
 			WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 		DELETE FROM idempotency_keys k USING doomed d
-		WHERE k.client_id = d.client_id AND k.kind = d.kind AND k.key = d.key`, now)
+		WHERE k.client_id = d.client_id AND k.kind = d.kind AND k.key = d.key`, now.Add(-IdempotencyReapGrace))
 }
 
 // execBatches runs sql, a statement that touches at most batch rows (its last parameter, after
