@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // An outside review (cases): a second gateway payment B under a Completed session's reference is
@@ -295,5 +296,59 @@ func TestNewsPastACasesDetailCapIsNotResolvedUnread(t *testing.T) {
 	reconcile(t, b.svc, payments.ReconcileConfig{})
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL`, s.ID); n != 1 {
 		t.Errorf("open cases about the capture of %s nobody read = %d, want 1", second.ID, n)
+	}
+}
+
+// An outside review (webhooks): one session whose registration's answer was lost (no gateway
+// id yet) and two gateway payments under its reference (a gateway that ignored our key): X
+// pending, Y captured. Their two events arrive at once on two replicas: Y's delivery reads the
+// session unattached and asks the gateway about Y; meanwhile X's delivery attaches X. Y's
+// delivery then found the session attached to another payment: applyLocked opened a
+// gateway_mismatch case naming Y, and secondPayment a duplicate_gateway_payment case naming the
+// same Y — one captured sum in two open cases, each inviting a refund.
+func TestTwoEventsOfTwoPaymentsOfAnUnattachedSessionAreOneCase(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-two-events", Amount: 700, Currency: "EUR"})
+	if err == nil && r.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: the registration's answer was not lost: %+v", r.Session)
+	}
+	s, err := b.plain.Get(ctx, r.Session.ID)
+	if err != nil || s.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", s, err)
+	}
+	x := "gp_fake_1" // the payment the lost registration made
+	y := b.secondPayment(t, s)
+	b.gw.SetStatus(y.ID, payments.GatewaySucceeded) // the customer paid the second one
+
+	gate := b.gw.Hold(fakegw.OpStatus)
+	t.Cleanup(gate.Open)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.svc.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_y", Type: "payment.updated", PaymentID: y.ID, Reference: s.ID})
+		done <- err
+	}()
+	if id := mustWait(t, gate.Arrived(), "Y's delivery asking about Y"); id != y.ID {
+		t.Fatalf("held call about %q, want %q", id, y.ID)
+	}
+	b.gw.Unhold(fakegw.OpStatus)
+	// X's event, on another replica, meanwhile.
+	if res, err := b.plain.HandleGatewayEvent(ctx, payments.GatewayEvent{ID: "evt_x", Type: "payment.updated", PaymentID: x, Reference: s.ID}); err != nil || res.Outcome != payments.EventApplied {
+		t.Fatalf("X's event: %+v %v", res, err)
+	}
+	if got, _ := b.plain.Get(ctx, s.ID); got.GatewayPaymentID != x {
+		t.Fatalf("setup: session attached to %q, want %q", got.GatewayPaymentID, x)
+	}
+	gate.Release()
+	if err := mustWait(t, done, "Y's delivery"); err != nil {
+		t.Fatal(err)
+	}
+	if kinds := b.openCaseKinds(t, s.ID); len(kinds) != 1 || kinds[0] != payments.CaseDuplicatePayment {
+		t.Fatalf("open cases for the one captured second payment %s = %v, want one %s", y.ID, kinds, payments.CaseDuplicatePayment)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND $2 = ANY(facts)`, s.ID, fmt.Sprintf("%s (succeeded, 700 EUR)", y.ID)); n != 1 {
+		t.Fatalf("cases naming %s as captured = %d, want 1", y.ID, n)
 	}
 }

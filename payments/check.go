@@ -472,6 +472,23 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, seen Status, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, commit *bool) (out Session, err error) {
 	id := cur.ID
 	out = cur
+	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID && gp.Reference == cur.Reference() {
+		// A second payment carrying this session's reference (a gateway that ignored our key
+		// made two): read as the webhook's secondPayment and reconciliation read it. Two events
+		// of two such payments of an unattached session, at once on two replicas: one attached
+		// its payment while the other's delivery asked the gateway about the second, which was
+		// then filed as a gateway_mismatch here and as the duplicate case by secondPayment — one
+		// captured sum in two open cases, each inviting a refund (an outside review, webhooks).
+		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s",
+			gatewayFact(gp), cur.GatewayPaymentID)
+		if lateMoney(cur.Status, gp.Status) {
+			return out, noteLatePayment(ctx, tx, cur, detail, now, []string{gatewayFact(gp)})
+		}
+		if facts := duplicateFacts([]GatewayPayment{gp}, cur.GatewayPaymentID, cur.Status); len(facts) > 0 {
+			return out, noteCase(ctx, tx, id, cur.OrderID, CaseDuplicatePayment, detail, now, facts...)
+		}
+		return out, nil // took nothing
+	}
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
 		return out, noteCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now, gatewayFact(gp))
