@@ -197,6 +197,55 @@ func TestResolutionPages(t *testing.T) {
 	page(t, adm.post("/finance/resolutions/x/approve", nil), http.StatusNotFound)
 }
 
+// A proposal whose proposer's account was disabled since can only be rejected: the second pair
+// of eyes approves what an active colleague vouches for, and an account is disabled when its
+// owner left or is no longer trusted. Their waiting proposals stayed approvable (a carried
+// review item): a stale tab's Approve settled the payment after the proposer was offboarded.
+func TestAProposalOfADisabledUserCanOnlyBeRejected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _, flagged, _ := stuckBench(t)
+	fin, fin2 := b.agent(t), b.agent(t)
+	fin.login("fin@example.com")
+	fin2.login("fin2@example.com")
+	rec := fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"},
+		"reason": {"the gateway captured it"}, "evidence": {"dashboard screenshot, ticket FIN-10"}})
+	proposal := strings.TrimPrefix(rec.Header().Get("Location"), "/finance/resolutions#proposal-")
+	doc := page(t, fin2.get("/finance/resolutions"), http.StatusOK) // fin2's tab, open before the disable
+	row := `[data-testid="resolution-row"][data-id="` + proposal + `"] `
+	approve, ok := doc.Find(row + `[data-testid="approve-form"]`).Attr("action")
+	if !ok {
+		t.Fatalf("setup: no approve form for proposal %q", proposal)
+	}
+	if _, err := b.access.DisableUser(ctx, payments.Staff{Email: "adm@example.com", Role: "admin"}, "fin@example.com"); err != nil {
+		t.Fatal(err)
+	}
+
+	doc = page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "made by fin@example.com, whose account was disabled")
+	if s, _ := b.svc.Get(ctx, flagged.ID); s.Status != payments.StatusRegistered {
+		t.Fatalf("the disabled proposer's proposal settled the payment: %s", s.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, flagged.ID); n != 0 {
+		t.Fatalf("ledger entries = %d", n)
+	}
+	if n := b.audits(t, payments.AuditResolutionApprove, ""); n != 0 {
+		t.Fatalf("approvals audited = %d", n)
+	}
+	wantText(t, doc, "resolution-proposer-disabled", "fin@example.com's account was disabled")
+	if doc.Find(row+`[data-testid="approve-form"]`).Length() != 0 {
+		t.Error("the page still offers to approve the disabled proposer's proposal")
+	}
+	reject, _ := doc.Find(row + `[data-testid="reject-form"]`).Attr("action")
+	doc = page(t, fin2.follow(fin2.post(reject, url.Values{"note": {"fin left; I will look again"}})), http.StatusOK)
+	wantText(t, doc, "flash", "rejected")
+	rec = fin2.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"},
+		"reason": {"the gateway captured it"}, "evidence": {"dashboard screenshot, ticket FIN-10"}})
+	if loc := rec.Header().Get("Location"); !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
+		t.Fatalf("a new proposal by an active user → %d %s %s", rec.Code, loc, rec.Body)
+	}
+}
+
 // TestLedgerCSVExport: the trial balance per currency under a filter, and the CSV of the same
 // entries, streamed (flushed as it goes), formula-safe, audited; a bad filter sends nothing.
 func TestLedgerCSVExport(t *testing.T) {

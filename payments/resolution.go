@@ -71,6 +71,15 @@ const (
 )
 
 // errSelfApproval is the refusal of approving one's own proposal.
+// errProposerDisabled refuses the approval of a proposal whose proposer's account was disabled
+// since: the second pair of eyes approves what an active colleague vouches for, and an account
+// is disabled when its owner left or is no longer trusted (their proposals were approvable, and
+// a refund one of them proposed went out after their account was closed).
+func errProposerDisabled(r Resolution) error {
+	return Errorf(ECONFLICT, "proposal #%d was made by %s, whose account was disabled on %s: reject it, and propose again yourself if its evidence stands",
+		r.ID, r.ProposedBy, r.ProposerDisabledAt.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
 var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outcome: a second finance or admin user must approve it"}
 
 // passwordLinked reports whether one of two staff accounts set the other's password, directly or
@@ -116,6 +125,9 @@ type Resolution struct {
 	Amount           int64
 	Currency         string
 	SessionStatus    Status
+	// ProposerDisabledAt is when the proposer's account was disabled (nil: it is not): such a
+	// proposal can only be rejected.
+	ProposerDisabledAt *time.Time
 }
 
 // Pending reports whether the proposal waits for a decision.
@@ -225,14 +237,15 @@ func (in ProposalInput) validate() (ProposalInput, error) {
 const resolutionColumns = `rp.id, rp.kind, rp.session_id::text, rp.order_id, coalesce(rp.outcome, ''), rp.status_at_proposal,
 	coalesce(rp.refund_amount, 0), coalesce(rp.refund_id::text, ''), coalesce(rp.request_key, ''), rp.reason, rp.evidence,
 	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
-	ps.amount, ps.currency, ps.status, coalesce(rp.refund_outcome, '')`
+	ps.amount, ps.currency, ps.status, coalesce(rp.refund_outcome, ''),
+	(SELECT u.disabled_at FROM staff_users u WHERE u.email = rp.proposed_by)`
 
 func scanResolution(row pgx.Row) (Resolution, error) {
 	var r Resolution
 	var outcome, at, cur string
 	err := row.Scan(&r.ID, &r.Kind, &r.SessionID, &r.OrderID, &outcome, &at, &r.RefundAmount, &r.RefundID, &r.requestKey,
 		&r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
-		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome)
+		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome, &r.ProposerDisabledAt)
 	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
 	return r, err
 }
@@ -416,6 +429,9 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 	if approving && r.ProposedBy == by.Email {
 		return errSelfApproval
 	}
+	if approving && r.ProposerDisabledAt != nil {
+		return errProposerDisabled(r)
+	}
 	if approving {
 		if linked, err := passwordLinked(ctx, q, r.ProposedBy, by.Email); err != nil || linked {
 			return cmp.Or(err, errLinkedApproval(r.ProposedBy, by.Email))
@@ -465,7 +481,8 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			}
 			tag, err := tx.Exec(ctx, `UPDATE resolution_proposals SET state = 'approved', decided_by = $2, decided_at = $3
 			WHERE id = $1 AND state = 'proposed' AND proposed_by <> $2 AND NOT password_linked(proposed_by, $2)
-			  AND NOT $2 = ANY(proposer_setters)`, id, by.Email, now)
+			  AND NOT $2 = ANY(proposer_setters)
+			  AND NOT EXISTS (SELECT 1 FROM staff_users u WHERE u.email = proposed_by AND u.disabled_at IS NOT NULL)`, id, by.Email, now)
 			if err != nil {
 				return dbError("approve resolution", err, "")
 			}
