@@ -69,3 +69,31 @@ func TestBrowserARefusedHtmxActionShowsWhy(t *testing.T) {
 		t.Fatalf("the server answered the click %v; the browser shows no reason within 8 s (%v), still at %s:\n%.300s", seen, err, loc, body)
 	}
 }
+
+// A refusal an htmx action got is said where the keyboard is: the button that had the focus went
+// with the main app.js swapped out, the focus fell to the body, and the error page had no flash
+// and no field to focus, nor a live region: a screen reader said nothing and the next Tab started
+// at the top of the page (WCAG 4.1.3, 2.4.3; an outside review, a11y). The error page's section
+// takes the focus.
+func TestBrowserARefusedHtmxActionTakesTheFocus(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	s := b.payment(t, "o-forms-htmx-focus", 1500)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	within(t, ctx, 10*time.Second, chromedp.EmulateViewport(1280, 900))
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+s.ID)
+	if _, err := b.access.SetRole(context.Background(), payments.Staff{Email: "cli:test"}, "sup@example.com", access.RoleFinance); err != nil {
+		t.Fatal(err)
+	}
+	tabUntil(t, ctx, "Check with the gateway", `document.activeElement.getAttribute("data-testid") === "check"`)
+	within(t, ctx, 5*time.Second, chromedp.KeyEvent("\r"))
+	waitJS(t, ctx, "the refusal", `document.body.innerText.includes("cannot open this page or do this")`)
+	noReload(t, ctx)
+	waitJS(t, ctx, "the focus on the refusal", `(() => {
+		const err = document.querySelector('[data-testid="error"]');
+		return !!err && err.contains(document.activeElement);
+	})()`)
+}

@@ -60,7 +60,9 @@ document.addEventListener("htmx:beforeSwap", function (e) {
 // code field) is gone with the block it was in, and the focus fell to the page's body: a keyboard
 // user started again at the top of the page, behind the navigation (an outside review: "Request
 // cancel", then a wrong code). The focus goes where the answer's work is: the field marked
-// data-focus-after-swap (the code the customer reads out), else the flash saying what happened.
+// data-focus-after-swap (the code the customer reads out), else the flash saying what happened,
+// else a refusal's error page (a role changed, a CSRF token gone, a 503: htmx:beforeSwap above
+// swapped its main in; it has no flash, and a keyboard user heard nothing: an outside review).
 // Only after the user's own form, and only when the focus fell to the body: a live refresh
 // (live.js, X-Pitlane-Live) never moves it here, which is why the code field is not autofocus
 // (htmx honours autofocus on every swap, a live refresh's too).
@@ -71,7 +73,8 @@ document.addEventListener("htmx:afterSettle", function (e) {
       (a && a !== document.body)) {
     return;
   }
-  var to = document.querySelector("[data-focus-after-swap]") || document.querySelector("#flashes .flash");
+  var to = document.querySelector("[data-focus-after-swap]") || document.querySelector("#flashes .flash") ||
+    document.querySelector("main .error-page");
   if (to) {
     to.focus();
   }
