@@ -236,3 +236,51 @@ func TestAUsedCodeIsGuessedWithinThePaymentsBudget(t *testing.T) {
 
 // cancelForm is a "Request cancel" form as the payment page sends it: a fresh intent key.
 func cancelForm() url.Values { return url.Values{"intent": {uuid.NewString()}} }
+
+// Support types the customer's code wrong (cancel and refund). The page comes back with "wrong
+// code …" in the flash and the code form open, and app.js puts the keyboard focus in the code
+// field (data-focus-after-swap) — but the field was neither aria-invalid nor described by the
+// refusal, so a screen reader on the field said "Code, edit text" and nothing of why (WCAG 1.3.1,
+// 3.3.1; an outside review, a11y). Every other refused form on the console ties its field
+// (invalidIf, TestAFormErrorMarksItsField). A reload of the same address is a plain form.
+func TestARefusedCodeIsTiedToItsField(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	sup := b.agent(t)
+	sup.login("sup@example.com")
+
+	// Cancel.
+	s := b.payment(t, "o-code-tied-cancel", 1999)
+	doc := page(t, sup.get("/payments/"+s.ID), http.StatusOK)
+	action, form := formValues(doc, "cancel-request-form")
+	doc = page(t, sup.follow(sup.post(action, form)), http.StatusOK)
+	confirm := doc.Find(testid("cancel-confirm-form")).AttrOr("action", "")
+	if confirm == "" {
+		t.Fatal("no cancel code form")
+	}
+	rec := sup.post(confirm, url.Values{"code": {"000001"}})
+	confirmPage := rec.Header().Get("Location")
+	doc = page(t, sup.follow(rec), http.StatusOK)
+	wantText(t, doc, "flash-error", "wrong code")
+	t.Run("cancel", func(t *testing.T) { fieldTiedToError(t, doc, "cancel-code", "flash-error") })
+	doc = page(t, sup.get(confirmPage), http.StatusOK)
+	if f := doc.Find(testid("cancel-code")); f.Length() != 1 || f.AttrOr("aria-invalid", "") != "" {
+		t.Errorf("the code form reloaded without a refusal: %d fields, aria-invalid %q", f.Length(), f.AttrOr("aria-invalid", ""))
+	}
+
+	// Refund.
+	c := b.completed(t, "o-code-tied-refund", 1000)
+	doc = page(t, sup.get("/payments/"+c.ID), http.StatusOK)
+	action, form = formValues(doc, "support-refund-form")
+	form.Set("amount", "4.00")
+	form.Set("reason", "one item returned")
+	doc = page(t, sup.follow(sup.post(action, form)), http.StatusOK)
+	confirm = doc.Find(testid("refund-confirm-form")).AttrOr("action", "")
+	if confirm == "" {
+		t.Fatal("no refund code form")
+	}
+	doc = page(t, sup.follow(sup.post(confirm, url.Values{"code": {"000001"}})), http.StatusOK)
+	wantText(t, doc, "flash-error", "wrong code")
+	t.Run("refund", func(t *testing.T) { fieldTiedToError(t, doc, "refund-code", "flash-error") })
+}

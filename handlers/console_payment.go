@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -40,7 +41,17 @@ func (h *Console) Payment(c echo.Context) error {
 		c.Response().Header().Set("HX-Replace-Url", c.Request().URL.RequestURI())
 	}
 	v.Page = h.paymentPage(c, d)
+	// A code form shown again after its code was refused (codeRefused): the flash is about its
+	// field. Only with the flash: a reload of the same address is a plain form.
+	v.CodeRefused = c.QueryParam("refused") == "code" && v.Challenge != nil && v.Page.FlashError != ""
 	return render.HTML(c, http.StatusOK, views.Payment(v))
+}
+
+// codeRefused is the address of payment id's page with the code form of challenge open again
+// after its code was refused: the page ties the code field to the flash saying why (an outside
+// review, a11y: the field the keyboard lands on said only "Code, edit text").
+func codeRefused(id, challenge string) string {
+	return "/payments/" + id + "?challenge=" + url.QueryEscape(challenge) + "&refused=code"
 }
 
 // paymentView is a payment's page with fresh intent keys for its refund form (every submission
