@@ -431,17 +431,16 @@ func nextLook(cur *url.URL) (string, time.Duration) {
 }
 
 // LookAgain is how a customer's page whose look met a passing failure (a 503: the database
-// away for a moment) looks again by itself, as a waiting page does: back (the look's own path
-// and query) with its look count one higher, after nextLook's interval. Without it a waiting
-// page that met one 503 stopped updating for good. Nothing when the customer turned updates
-// off (auto=off) or back is not a path.
-func LookAgain(back string) (next string, after time.Duration, ok bool) {
+// away for a moment) looks again by itself, as a waiting page does (updates): back (the look's
+// own path and query) with its look count one higher, after nextLook's interval, and the link
+// that stops it. Without it a waiting page that met one 503 stopped updating for good. Nothing
+// when the customer turned updates off (auto=off) or back is not a path.
+func LookAgain(back string) (views.CheckoutUpdates, bool) {
 	u, err := url.Parse(back)
 	if err != nil || u.Path == "" || u.Host != "" || u.Scheme != "" || u.Query().Get(autoParam) == autoOff {
-		return "", 0, false
+		return views.CheckoutUpdates{}, false
 	}
-	next, after = nextLook(u)
-	return next, after, true
+	return updates(u), true
 }
 
 // updates is how the waiting page at cur looks again: by itself (nextLook), or, once the

@@ -39,7 +39,14 @@ func TestAWaitingPageLooksAgainThroughA503(t *testing.T) {
 	rec = a.get(next) // the page's own next look, during the outage
 	off := a.get(next + "&auto=off")
 	restore()
-	wantText(t, page(t, rec, http.StatusServiceUnavailable), "error-refresh", "looks again by itself in 2 seconds")
+	doc := page(t, rec, http.StatusServiceUnavailable)
+	wantText(t, doc, "error-refresh", "looks again by itself in 2 seconds")
+	// It can be stopped, as the waiting page it stands for can (WCAG 2.2.1; an outside review,
+	// a11y: the 503 page reloaded itself with no way to stop it).
+	stop := doc.Find(testid("checkout-updates-toggle")).AttrOr("href", "")
+	if !strings.Contains(stop, "auto=off") || strings.Contains(stop, "look=") || !strings.HasPrefix(stop, "/checkout/o-503?") {
+		t.Fatalf("the 503 page's stop link = %q, want the order's page with auto=off", stop)
+	}
 	after, again, ok := strings.Cut(rec.Header().Get("Refresh"), "; url=")
 	if !ok || after != "2" || !strings.Contains(again, "look=2") || !strings.HasPrefix(again, "/checkout/o-503?") {
 		t.Fatalf("the 503 of look 1 refreshes with %q, want the next look (look=2) of the order's page in 2 s", rec.Header().Get("Refresh"))
@@ -49,7 +56,11 @@ func TestAWaitingPageLooksAgainThroughA503(t *testing.T) {
 	}
 	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded) // paid while the page waited
 	b.clock.Advance(5 * time.Second)
-	doc := page(t, a.get(again), http.StatusOK)
+	stopped := a.get(stop)
+	if r := stopped.Header().Get("Refresh"); r != "" {
+		t.Fatalf("the page the stop link opened reloads itself: %q", r)
+	}
+	doc = page(t, a.get(again), http.StatusOK)
 	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutPaid {
 		t.Fatalf("the page looked again after the outage: state %q, want paid", st)
 	}

@@ -183,16 +183,16 @@ func checkoutError(c echo.Context, p Problem, merchant string, svc *payments.Ser
 	}
 	hdr := c.Response().Header()
 	hdr.Set("Cache-Control", "no-store")
-	refresh := 0
+	var again views.CheckoutUpdates
 	if p.Status == http.StatusServiceUnavailable && looking(c.Request().Method) && back != "" {
 		// A look that met an outage looks again by itself (a browser ignores Retry-After on a
 		// page): a waiting page keeps updating through a moment without its database.
-		if next, after, ok := handlers.LookAgain(back); ok {
-			refresh = int(after / time.Second)
-			hdr.Set("Refresh", strconv.Itoa(refresh)+"; url="+next)
+		if u, ok := handlers.LookAgain(back); ok {
+			again = u
+			hdr.Set("Refresh", strconv.Itoa(u.RefreshSeconds())+"; url="+u.Next)
 		}
 	}
-	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back, looking(c.Request().Method), refresh)); err != nil {
+	if err := render.HTML(c, p.Status, views.CheckoutError(merchant, p.Status, p.Detail, back, looking(c.Request().Method), again)); err != nil {
 		return c.String(p.Status, fmt.Sprintf("%d %s\n%s\n", p.Status, p.Title, p.Detail))
 	}
 	return nil
