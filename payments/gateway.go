@@ -117,7 +117,9 @@ func (e *GatewayError) Error() string {
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
-	return s
+	// Stored as the call's log detail and in reasons, inside the apply transaction: a NUL the
+	// gateway's TLS certificate or error code carried failed the whole statement (storable).
+	return storable(s)
 }
 
 func (e *GatewayError) Unwrap() error { return e.Err }

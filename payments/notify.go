@@ -354,7 +354,7 @@ func (s *Service) deliver(ctx context.Context, outboxID int64, m Message) (held 
 		s.log.Warn("notify failed", "outbox_id", outboxID, "kind", m.Kind, "err", err)
 		tag, uerr := s.execDetached(ctx, `UPDATE outbox SET attempts = attempts + 1, last_error = $2,
 			next_attempt_at = $3::timestamptz + interval '1 minute' * power(2, attempts), lease_until = NULL, lease_token = NULL
-			WHERE id = $1 AND ($4::uuid IS NULL OR lease_token = $4)`, outboxID, err.Error(), now, token)
+			WHERE id = $1 AND ($4::uuid IS NULL OR lease_token = $4)`, outboxID, truncate(err.Error(), 2000), now, token)
 		if uerr != nil {
 			s.log.Error("outbox: record failure", "outbox_id", outboxID, "err", uerr)
 		}

@@ -390,9 +390,22 @@ func (s *Service) WebhookEvents(ctx context.Context, limit int) ([]WebhookEvent,
 	return out, nil
 }
 
+// truncate is s as text PostgreSQL stores (storable), cut to at most n bytes on a character's
+// boundary.
 func truncate(s string, n int) string {
+	s = storable(s)
 	if len(s) <= n {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
+}
+
+// storable is s as a text column takes it: PostgreSQL refuses a NUL byte and invalid UTF-8 in
+// text, and the whole statement with it. Text that others choose reaches our rows — an HTTP
+// client's error quoting a TLS certificate's names (a receiver at EVENTS_WEBHOOK_URL or
+// NOTIFY_WEBHOOK_URL picks them), a gateway's error code — and a failure whose record was
+// refused was never counted: no backoff, no alert, the row leased until its lease ran out (an
+// outside review, events webhook). A NUL is written as the two characters \0.
+func storable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\0`)
 }

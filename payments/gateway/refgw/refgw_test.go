@@ -592,6 +592,13 @@ func TestUnusableAnswers(t *testing.T) {
 		{"2xx without id", 201, `{"status":"pending"}`, register, payments.FailureUnknown, "unreadable_answer"},
 		{"2xx list without data", 200, `{}`, find, payments.FailureUnknown, "unreadable_answer"},
 		{"2xx list item without id", 200, `{"data":[{"status":"pending"}]}`, find, payments.FailureUnknown, "unreadable_answer"},
+		// PostgreSQL stores no NUL in text: an id or reference carrying one could never be
+		// written, and each apply of the answer failed whole. A refusal's code carrying one is
+		// the gateway's word, and its error's text (stored as the call's detail) holds none.
+		{"2xx with a NUL in its id", 201, `{"id":"gp_\u0000","status":"pending"}`, register, payments.FailureUnknown, "unreadable_answer"},
+		{"2xx list item with a NUL in its reference", 200, `{"data":[{"id":"gp_1","status":"pending","reference":"r\u0000"}]}`, find, payments.FailureUnknown, "unreadable_answer"},
+		{"2xx refund with a NUL in its payment id", 200, `{"id":"rf_1","payment_id":"gp_\u0000","amount":100,"status":"succeeded"}`, refundStatus, payments.FailureUnknown, "unreadable_answer"},
+		{"400 whose code carries a NUL", 400, `{"error":"bad\u0000code"}`, register, payments.FailureDefinitive, "bad\x00code"},
 		{"500 with a code", 500, `{"error":"internal"}`, register, payments.FailureUnknown, "internal"},
 		{"502 from a proxy, HTML", 502, `<h1>Bad Gateway</h1>`, register, payments.FailureUnknown, ""},
 		{"redirect is not followed", 302, ``, register, payments.FailureUnknown, ""},
@@ -636,6 +643,9 @@ func TestUnusableAnswers(t *testing.T) {
 				io.WriteString(w, tc.body)
 			})
 			err := tc.call(c)
+			if err != nil && strings.ContainsRune(err.Error(), 0) {
+				t.Errorf("the error's text carries a NUL, which no text column stores: %q", err.Error())
+			}
 			ge := failure(t, err, tc.kind)
 			if ge.Code != tc.code || ge.HTTPStatus != tc.status {
 				t.Errorf("code %q HTTP %d, want %q %d: %v", ge.Code, ge.HTTPStatus, tc.code, tc.status, err)
