@@ -147,6 +147,79 @@ func TestSampleOpsOneRowPerMinute(t *testing.T) {
 	}
 }
 
+// Each sample counts the settlements since the latest sample before its minute, so two samples
+// must never count from the same one (an outside review, numbers): replica-a read 12:00:59.8 and
+// its statement waited while replica-b sampled 12:01 at 12:01:00.2 — both counted from 11:59 —
+// or two replicas sampled consecutive minutes at once, neither seeing the other's row. One
+// completion showed twice in the Operations page's bars for the samples' three days. A minute a
+// later sample covered is not written, and samplers are serialised by LockOpsSample, so each
+// one's snapshot sees the samples before it (pg_blocking_pids shows the wait). Negative
+// controls: with the guard at = $1, the late 12:00 sample is written and counts the completion
+// again; without the lock, the 12:02 sample does not wait and counts from 12:01 beside 12:03.
+func TestSampleOpsNeverCountFromOneSampleTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBench(t)
+	other := b.service(b.pool, "replica-b")
+	completions := func() (samples, truth int) {
+		t.Helper()
+		for _, o := range b.samples(t) {
+			samples += o.Settled[payments.StatusCompleted]
+		}
+		return samples, b.count(t, `SELECT count(*) FROM session_events WHERE to_status = 'Completed'`)
+	}
+	if !b.sampleAt(t, b.plain, t0.Add(-time.Minute)) { // 11:59
+		t.Fatal("no 11:59 sample")
+	}
+	b.clock.Set(t0.Add(-30 * time.Second))
+	b.completed(t, "o-paid", 100)                                        // settles at 11:59:30
+	if !b.sampleAt(t, other, t0.Add(time.Minute+200*time.Millisecond)) { // replica-b: 12:01
+		t.Fatal("no 12:01 sample")
+	}
+	if b.sampleAt(t, b.svc, t0.Add(59*time.Second+800*time.Millisecond)) { // replica-a: 12:00, late
+		t.Error("the 12:00 sample was written after 12:01's, which counted its minute already")
+	}
+	if got, truth := completions(); got != truth {
+		t.Fatalf("completions in the samples %d, in session_events %d (a minute's sample written after the next)", got, truth)
+	}
+
+	// Two at once: replica-b's sampler of 12:03 holds the lock, its row not committed yet, while
+	// replica-a samples 12:02.
+	b.clock.Set(t0.Add(2*time.Minute - 30*time.Second))
+	b.completed(t, "o-paid-2", 100) // settles at 12:01:30
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var holder int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1, 0)) l`, int32(payments.LockOpsSample)).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := payments.SampleOpsAs(ctx, tx, "replica-b", t0.Add(3*time.Minute+200*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Set(t0.Add(2*time.Minute + 500*time.Millisecond))
+	done := make(chan bool, 1)
+	go func() {
+		wrote, err := b.svc.SampleOps(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- wrote
+	}()
+	waitBlockedBy(t, b.pool, holder)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if mustWait(t, done, "replica-a's sample of 12:02") {
+		t.Error("the 12:02 sample was written beside 12:03's, which counted its minute already")
+	}
+	if got, truth := completions(); got != truth {
+		t.Fatalf("completions in the samples %d, in session_events %d (two samplers at once)", got, truth)
+	}
+}
+
 // TestSampleOpsCountsALateCommitOnce: a session's Completed event carries the time its apply
 // read the clock, before it waited for the order and session locks; it becomes visible only at
 // commit. When the minute's sample ran in between, the sample of 12:00 counted [11:59, 12:00) by

@@ -3,6 +3,8 @@ package payments
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // BeatNow writes this replica's heartbeat row now, as the patrol's ticker does during a round
@@ -15,3 +17,12 @@ func (s *Service) ReconcileRound(ctx context.Context) { s.reconcileRound(ctx) }
 
 // UpkeepBound is how long one housekeeping pass or one Operations sample may take.
 func (s *Service) UpkeepBound() time.Duration { return s.upkeepBound() }
+
+// SampleOpsAs runs one Operations sample's statement, as SampleOps does after its lock, in tx
+// (a test's transaction standing for another replica's sampler).
+func SampleOpsAs(ctx context.Context, tx interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, replica string, now time.Time) error {
+	_, err := tx.Exec(ctx, opsSampleSQL, now.Truncate(OpsSampleEvery), now, replica, opsSampleLookback, OpsSampleEvery)
+	return err
+}

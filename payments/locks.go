@@ -20,6 +20,8 @@ const (
 	// LockCodeContact serialises the count of one-time codes sent to one customer contact
 	// (lower case) with the new one, across its payments (Config.CodeRequestsPerContact).
 	LockCodeContact LockNamespace = 1004
+	// LockOpsSample serialises the Operations page's samples (SampleOps), one key for all.
+	LockOpsSample LockNamespace = 1005
 )
 
 // LockNamespaceNames names each namespace for people (console, docs).
@@ -28,4 +30,5 @@ var LockNamespaceNames = map[LockNamespace]string{
 	LockIdempotencyKey: "idempotency-key",
 	LockIntentKey:      "intent-key",
 	LockCodeContact:    "code-contact",
+	LockOpsSample:      "ops-sample",
 }

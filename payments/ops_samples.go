@@ -86,16 +86,23 @@ var opsSampleSQL = `
 				AND to_status IN ('Completed', 'Failed', 'Canceled')
 		) s
 	) e
-	WHERE NOT EXISTS (SELECT 1 FROM ops_samples WHERE at = $1)
+	WHERE NOT EXISTS (SELECT 1 FROM ops_samples WHERE at >= $1)
 	ON CONFLICT (at) DO NOTHING
 	RETURNING true`
 
-// SampleOps writes the sample of the current minute (by the service clock) unless one exists,
-// and reports whether this call wrote it. One statement, no transaction: when the minute's row
-// exists, its NOT EXISTS guard is a primary-key lookup and nothing is counted (PostgreSQL runs a
-// constant WHERE as a one-time filter before the counts); when two replicas sample the same
-// minute at the same instant both count — over the active sessions and a minute of events, a
-// few milliseconds — and ON CONFLICT keeps the first row.
+// SampleOps writes the sample of the current minute (by the service clock) unless it or a later
+// one exists, and reports whether this call wrote it. When such a row exists, the NOT EXISTS
+// guard is a primary-key range lookup and nothing is counted (PostgreSQL runs a constant WHERE
+// as a one-time filter before the counts).
+//
+// Each sample counts the settlements since the latest sample before its minute, so two samples
+// must never count from the same one: a minute's sample written after the next minute's (its
+// replica read the clock at 12:00:59.8 and then waited for a connection), or two replicas
+// sampling consecutive minutes at once (neither sees the other's row), both counted from 11:59
+// and every settlement of that minute showed twice in the Operations page's bars, for the
+// samples' three days (an outside review, numbers). Samplers take one advisory lock
+// (LockOpsSample) before the statement, so its snapshot sees every sample written before it,
+// and the guard drops a minute that a later sample already covered.
 //
 // Every count is bounded: the active sessions through the partial indexes over active states
 // (migration 00310; the settled part of payment_sessions is never read), the settled ones from
@@ -105,7 +112,12 @@ var opsSampleSQL = `
 func (s *Service) SampleOps(ctx context.Context) (bool, error) {
 	now := s.cfg.Clock.Now()
 	at := now.Truncate(OpsSampleEvery)
-	err := s.db.QueryRow(ctx, opsSampleSQL, at, now, s.cfg.ReplicaID, opsSampleLookback, OpsSampleEvery).Scan(new(bool))
+	err := s.inTx(ctx, "ops sample", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, int32(LockOpsSample)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, opsSampleSQL, at, now, s.cfg.ReplicaID, opsSampleLookback, OpsSampleEvery).Scan(new(bool))
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // this minute's sample exists (another replica, or this one, wrote it)
 	}
