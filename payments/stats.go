@@ -32,6 +32,12 @@ type Stats struct {
 	// OldestUnprocessedEvent is how long the oldest verified webhook event not yet applied has
 	// waited since it was first received (0 when none waits).
 	OldestUnprocessedEvent time.Duration
+	// EventBacklogs are the events not yet applied of every gateway, by its name: the counts
+	// CachedStats shares between replicas, each of which reads its own gateway's into the two
+	// fields above (ofGateway). Shared as those two fields, they were the gateway's of whichever
+	// replica counted last: with GATEWAY differing between replicas, each scrape served the
+	// other gateway's backlog every other count (an outside review, numbers).
+	EventBacklogs map[string]EventBacklog
 	// EventsWebhookFailures is how many POSTs of the events webhook failed in a row (0 when it
 	// delivers, or is off): feed_push.go's attempts.
 	EventsWebhookFailures int
@@ -55,6 +61,19 @@ type Stats struct {
 	// currencies, the rest summed into one StuckOtherCurrencies entry, so a metric labelled by
 	// currency stays bounded whatever currencies the API was sent.
 	Stuck []StuckMoney
+}
+
+// EventBacklog is one gateway's verified webhook events not yet applied: how many, and how long
+// the oldest has waited since it was first received.
+type EventBacklog struct {
+	Events int
+	Oldest time.Duration
+}
+
+// ofGateway fills UnprocessedEvents and OldestUnprocessedEvent with gateway's backlog.
+func (st *Stats) ofGateway(gateway string) {
+	b := st.EventBacklogs[gateway]
+	st.UnprocessedEvents, st.OldestUnprocessedEvent = b.Events, b.Oldest
 }
 
 // StuckMoney is the stuck money in one currency.
@@ -115,7 +134,11 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 	}
 
 	// The same predicate as the sweeper's claim (claimDue), so "due" means what it means there.
-	var oldest, oldestEvent, oldestMessage *time.Time
+	if st.EventBacklogs, err = eventBacklogs(ctx, q, now); err != nil {
+		return Stats{}, err
+	}
+	st.ofGateway(s.gatewayName())
+	var oldest, oldestMessage *time.Time
 	var pushCursor *string
 	if err := q.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND `+activeStatusSQL+`),
@@ -124,13 +147,11 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 		(SELECT min(next_check_at) FROM payment_sessions WHERE `+activeStatusSQL+` AND next_check_at <= $1 AND flagged_at IS NULL
 			AND (lease_until IS NULL OR lease_until <= $1)),
 		(SELECT count(*) FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_until > $1),
-		(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND gateway = $2),
-		(SELECT min(received_at) FROM webhook_events WHERE processed_at IS NULL AND gateway = $2),
 		(SELECT coalesce(max(attempts), 0) FROM events_webhook),
 		(SELECT cursor FROM events_webhook),
 		(SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0),
-		(SELECT min(created_at) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0)`, now, s.gatewayName()).
-		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.UnprocessedEvents, &oldestEvent, &st.EventsWebhookFailures, &pushCursor,
+		(SELECT min(created_at) FROM outbox WHERE delivered_at IS NULL AND skipped_at IS NULL AND attempts > 0)`, now).
+		Scan(&st.FlaggedSessions, &st.DueSessions, &oldest, &st.LeasedSessions, &st.EventsWebhookFailures, &pushCursor,
 			&st.FailingMessages, &oldestMessage); err != nil {
 		return Stats{}, fmt.Errorf("stats: sweeper: %w", err)
 	}
@@ -146,9 +167,6 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 	if oldest != nil && now.After(*oldest) {
 		st.OldestDue = now.Sub(*oldest)
 	}
-	if oldestEvent != nil && now.After(*oldestEvent) {
-		st.OldestUnprocessedEvent = now.Sub(*oldestEvent)
-	}
 	if oldestMessage != nil && now.After(*oldestMessage) {
 		st.OldestFailingMessage = now.Sub(*oldestMessage)
 	}
@@ -156,6 +174,32 @@ func (s *Service) countStats(ctx context.Context, q querier) (Stats, error) {
 		return Stats{}, err
 	}
 	return st, nil
+}
+
+// eventBacklogs counts every gateway's webhook events not yet applied (the inbox's partial index
+// of unprocessed events).
+func eventBacklogs(ctx context.Context, q querier, now time.Time) (map[string]EventBacklog, error) {
+	rows, err := q.Query(ctx, `SELECT gateway, count(*), min(received_at) FROM webhook_events WHERE processed_at IS NULL GROUP BY gateway`)
+	if err != nil {
+		return nil, fmt.Errorf("stats: webhook events: %w", err)
+	}
+	out := map[string]EventBacklog{}
+	for rows.Next() {
+		var gw string
+		var b EventBacklog
+		var oldest time.Time
+		if err := rows.Scan(&gw, &b.Events, &oldest); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("stats: webhook events: %w", err)
+		}
+		b.Oldest = max(now.Sub(oldest), 0)
+		out[gw] = b
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stats: webhook events: %w", err)
+	}
+	return out, nil
 }
 
 // stuckMoney sums the workbench's stuck sessions per currency with the workbench's own totals

@@ -71,6 +71,7 @@ func (s *Service) CachedStats(ctx context.Context, maxAge time.Duration) (Stats,
 	if st.Sessions == nil {
 		return Stats{}, errors.New("cached stats: not counted yet (the first count is running)")
 	}
+	st.ofGateway(s.gatewayName()) // the counts are of whichever replica counted last
 	// The stored counts are as old as the last count that finished. Another scrape recounting
 	// right now holds the row: while the database counts slowly (its counts time out and roll
 	// back), those counts grow old, and handing them out as current froze every gauge on them

@@ -7,6 +7,7 @@ import (
 
 	"pitlane/internal/testdb"
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // TestCachedStatsOneCountForAllReplicas: two replicas scrape within the maximum age; the second
@@ -99,5 +100,38 @@ func TestCachedStatsCountsOnAPoolOfOneConnection(t *testing.T) {
 	}
 	if st, err := b.svc.CachedStats(context.Background(), 5*time.Second); err != nil || st.Sessions[payments.StatusRegistered] != 1 {
 		t.Fatalf("another replica within the maximum age: %v %v, want the stored count 1", st.Sessions, err)
+	}
+}
+
+// anotherGateway is a second gateway by name (GATEWAY differs between replicas: a rolling
+// switch, or replicas kept on the old gateway to settle its sessions).
+type anotherGateway struct{ *fakegw.Gateway }
+
+func (anotherGateway) Name() string { return "other" }
+
+// Each replica's /metrics tells its own gateway's webhook events not yet applied, cached or not:
+// the cached counts were the gateway's of whichever replica counted last, so with GATEWAY
+// differing between replicas each scrape served the other gateway's backlog every other count
+// and alerts on it flapped (an outside review, numbers).
+func TestCachedStatsTellEachReplicaItsOwnGatewaysEvents(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	other := b.service(b.pool, "replica-b", func(c *payments.Config) { c.Gateway = anotherGateway{b.gw} })
+	const maxAge = 5 * time.Second
+	b.exec(t, `INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at)
+		VALUES ('fake', 'e-f1', $1, $1), ('other', 'e-o1', $2, $2), ('other', 'e-o2', $2, $2), ('other', 'e-o3', $2, $2)`,
+		t0.Add(-time.Hour), t0.Add(-2*time.Hour))
+	st, err := other.CachedStats(ctx, maxAge) // replica-b's scrape counts
+	if err != nil || st.UnprocessedEvents != 3 || st.OldestUnprocessedEvent != 2*time.Hour {
+		t.Fatalf("replica-b (gateway other): %d events, the oldest %s, %v; want 3, 2h", st.UnprocessedEvents, st.OldestUnprocessedEvent, err)
+	}
+	b.clock.Advance(time.Second)
+	st, err = b.svc.CachedStats(ctx, maxAge) // replica-a's a second later: the stored counts
+	if err != nil || st.UnprocessedEvents != 1 || st.OldestUnprocessedEvent != time.Hour {
+		t.Fatalf("replica-a (gateway fake) is served %d events, the oldest %s (%v); its gateway has 1, an hour old", st.UnprocessedEvents, st.OldestUnprocessedEvent, err)
+	}
+	if st, err := b.svc.Stats(ctx); err != nil || st.UnprocessedEvents != 1 {
+		t.Fatalf("replica-a counting itself: %d %v, want 1", st.UnprocessedEvents, err)
 	}
 }
