@@ -48,6 +48,12 @@ func TestConsoleSaysWhenACodeCouldNotBeSentYet(t *testing.T) {
 		}
 		doc := page(t, sup.follow(rec), http.StatusOK)
 		wantText(t, doc, "flash", "could not be sent to the customer yet (notify: the endpoint answered 503)")
+		// The code form beside it says the same, not that the code went to the customer (an
+		// outside review, a11y: the flash and the form contradicted each other).
+		wantText(t, doc, "challenge-undelivered", "could not be sent to the customer (cust@example.com) yet (notify: the endpoint answered 503)")
+		if doc.Find(testid("challenge-sent")).Length() != 0 {
+			t.Errorf("%s: the code form says the code went to the customer", tc.form)
+		}
 		// The same form sent again (a reload, the back button) answers its open code: still
 		// not delivered, and it says so.
 		rec = sup.post(action, form)

@@ -250,6 +250,11 @@ type ChallengeInfo struct {
 	ConsumedAt  *time.Time
 	// SupersededAt: a newer code of the payment replaced this one (it takes no code any more).
 	SupersededAt *time.Time
+	// Undelivered is the notifier's last refusal of the code's message, while it waits for the
+	// patrol's next try ("" once delivered, or when nothing refused it): the code form said the
+	// code went to the customer beside a flash saying it could not be sent yet (an outside
+	// review, a11y).
+	Undelivered string
 }
 
 // ChangesAt is when the payment page changes by the clock alone (nil: nothing is due): the codes'
@@ -472,16 +477,20 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return PaymentDetail{}, fmt.Errorf("payment detail: reverse: %w", err)
 	}
-	rows, err = s.db.Query(ctx, `SELECT id::text, action, coalesce(amount, 0), requested_by, created_at, expires_at, attempts, max_attempts, consumed_at,
-			superseded_at
-		FROM cancel_challenges WHERE session_id = $1 ORDER BY created_at DESC, id`, id)
+	rows, err = s.db.Query(ctx, `SELECT c.id::text, c.action, coalesce(c.amount, 0), c.requested_by, c.created_at, c.expires_at, c.attempts,
+			c.max_attempts, c.consumed_at, c.superseded_at,
+			coalesce((SELECT o.last_error FROM outbox o -- through outbox_payment (00870)
+				WHERE o.payment_id = c.session_id AND o.challenge_id = c.id AND o.delivered_at IS NULL AND o.skipped_at IS NULL
+				ORDER BY o.id DESC LIMIT 1), '')
+		FROM cancel_challenges c WHERE c.session_id = $1 ORDER BY c.created_at DESC, c.id`, id)
 	if err != nil {
 		return PaymentDetail{}, fmt.Errorf("payment detail: challenges: %w", err)
 	}
 	if d.Challenges, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChallengeInfo, error) {
 		var c ChallengeInfo
 		var action string
-		err := r.Scan(&c.ID, &action, &c.Amount, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt, &c.SupersededAt)
+		err := r.Scan(&c.ID, &action, &c.Amount, &c.RequestedBy, &c.CreatedAt, &c.ExpiresAt, &c.Attempts, &c.MaxAttempts, &c.ConsumedAt, &c.SupersededAt,
+			&c.Undelivered)
 		c.Action = CodeAction(action)
 		return c, err
 	}); err != nil {
