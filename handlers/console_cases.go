@@ -49,9 +49,27 @@ func (h *Console) ResolveCase(c echo.Context) error {
 		return notFound("case")
 	}
 	fc, err := h.svc.ResolveCase(c.Request().Context(), st, id, c.FormValue("note"), c.FormValue("seen"))
+	if code := payments.ErrorCode(err); code == payments.ECONFLICT || code == payments.EINVALID {
+		return h.caseFormAgain(c, id, err)
+	}
 	msg := ""
 	if err == nil {
 		msg = "Case " + strconv.FormatInt(fc.ID, 10) + " (" + fc.Kind + ") resolved."
 	}
 	return h.done(c, "/finance/cases", msg, err)
+}
+
+// caseFormAgain answers a resolve form refused — the case changed since it was read (news added
+// to it), or a blank note — with the open cases as they are now (409, 422), the refusal in the
+// flash and the case's form holding the note as typed, under the case's new text: redirected to
+// the list, the note was lost, and finance typed it again (an outside review, a11y).
+func (h *Console) caseFormAgain(c echo.Context, id int64, refusal error) error {
+	v := views.CasesView{Draft: &views.CaseDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}}
+	var err error
+	if v.CasePage, err = h.svc.ListCases(c.Request().Context(), false, 0); err != nil {
+		return err
+	}
+	h.auth.Flash(c, false, payments.ErrorMessage(refusal))
+	v.Page = h.page(c, "Finance cases", "finance")
+	return render.HTML(c, formStatus(payments.ErrorCode(refusal)), views.Cases(v))
 }

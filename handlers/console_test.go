@@ -243,8 +243,9 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 		t.Fatal("no resolve form")
 	}
 	wantText(t, doc, "cases-table", "12.50 EUR")
-	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"   "}})), http.StatusOK)
+	doc = page(t, fin.post(action, url.Values{"note": {"   "}}), http.StatusUnprocessableEntity)
 	wantText(t, doc, "flash-error", "say how the case was resolved")
+	fieldTiedToError(t, doc, "resolve-note", "flash-error")
 	if b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`) != 1 {
 		t.Fatal("resolved without a note")
 	}
@@ -257,12 +258,20 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE finance_cases SET detail = detail || E'\nAlso: gateway captured more' WHERE id = $1`, caseID); err != nil {
 		t.Fatal(err)
 	}
-	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}, "seen": {seen}})), http.StatusOK)
+	doc = page(t, fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}, "seen": {seen}}), http.StatusConflict)
 	wantText(t, doc, "flash-error", "changed since you read it")
 	if b.count(t, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`) != 1 {
 		t.Fatal("a case resolved with news its reader never saw")
 	}
-	doc = page(t, fin.get("/finance/cases"), http.StatusOK)
+	// The refusal shows the case as it is now, its form holding the note as typed (an outside
+	// review, a11y: redirected to the list, the note was lost) and the new text's seen.
+	wantText(t, doc, "cases-table", "gateway captured more")
+	if note := doc.Find(testid("resolve-note")).Text(); note != "refunded by hand, ticket 77" {
+		t.Errorf("the refused form's note = %q, want it as typed", note)
+	}
+	if again := doc.Find(testid("resolve-form")+` input[name="seen"]`).AttrOr("value", ""); again == seen || again == "" {
+		t.Fatalf("the form shown again carries seen %q (was %q): the case's new text", again, seen)
+	}
 	seen = doc.Find(testid("resolve-form")+` input[name="seen"]`).AttrOr("value", "")
 	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"refunded by hand, ticket 77"}, "seen": {seen}})), http.StatusOK)
 	wantText(t, doc, "flash", "resolved")
@@ -272,7 +281,7 @@ func TestFinanceCasesAndFlagged(t *testing.T) {
 	doc = page(t, fin.get("/finance/cases?all=1"), http.StatusOK)
 	wantText(t, doc, "case-resolution", "fin@example.com")
 	wantText(t, doc, "case-resolution", "ticket 77")
-	doc = page(t, fin.follow(fin.post(action, url.Values{"note": {"again"}})), http.StatusOK)
+	doc = page(t, fin.post(action, url.Values{"note": {"again"}}), http.StatusConflict)
 	wantText(t, doc, "flash-error", "already resolved")
 	if b.audits(t, payments.AuditCaseResolve, payments.CaseTarget(caseID)) != 1 {
 		t.Fatal("resolution not audited exactly once")

@@ -2663,7 +2663,7 @@ func paymentMoney(d payments.PaymentDetail) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = caseTable(d.Cases, false).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = caseTable(d.Cases, false, nil).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
