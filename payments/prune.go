@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,7 @@ type PruneCount struct {
 var PruneRules = []struct{ Table, Rule string }{
 	{"gateway_calls", "calls of no session, or of a session that is Completed, Failed or Canceled, not flagged, with no open finance case and no Pending refund"},
 	{"webhook_events", "events processed (applied, of no payment of ours, or ignored) and last received before the cutoff; never one waiting to be applied"},
-	{"outbox", "messages delivered or skipped, or never handed to a notifier (none configured); never one whose delivery failed and is not over"},
+	{"outbox", "messages delivered or skipped, out of tries, or never handed to a notifier (none configured); never one whose delivery failed and is not over"},
 }
 
 // pruneTable is one table's walk: the time column its rows are appended in, and what else (over
@@ -75,7 +76,8 @@ var pruneTables = []pruneTable{
 		goes: `t.processed_at IS NOT NULL AND t.last_received_at < $3`},
 	{name: "outbox", timeCol: "created_at", age: func(c PruneConfig) time.Duration { return c.Outbox },
 		goes: `(coalesce(t.delivered_at, t.skipped_at) < $3
-			OR (t.delivered_at IS NULL AND t.skipped_at IS NULL AND t.attempts = 0 AND t.lease_until IS NULL))`},
+			OR (t.delivered_at IS NULL AND t.skipped_at IS NULL AND t.attempts = 0 AND t.lease_until IS NULL)
+			OR (t.delivered_at IS NULL AND t.skipped_at IS NULL AND t.attempts >= ` + strconv.Itoa(outboxAttempts) + `))`}, // out of tries: over, kept for ever before (an outside review)
 }
 
 // Prune deletes (or, DryRun, counts) the old rows of the tables cfg names, in batches, and

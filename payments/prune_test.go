@@ -101,7 +101,8 @@ func TestPruneGatewayCallsKeepsWhatSomeoneStillReads(t *testing.T) {
 
 // TestPruneWebhookEventsAndOutbox: an event waiting to be applied and an old event delivered
 // again lately stay; processed old ones go. Delivered and skipped old messages go, and so do old
-// ones never handed to a notifier; one whose delivery failed and is not over stays, as does
+// ones never handed to a notifier and old ones out of tries (kept for ever before: an outside
+// review, retention); one whose delivery failed and is not over stays, as does
 // everything younger than the cutoff. Each table only when asked for. Negative controls: with the
 // webhook rule reduced to the age, the unprocessed and the redelivered event go; with the outbox
 // rule reduced to the age, the failing message goes.
@@ -122,14 +123,15 @@ func TestPruneWebhookEventsAndOutbox(t *testing.T) {
 		('code', 'skipped', 'x', $1, NULL, $1, 'expired', 0),
 		('code', 'never-tried', 'x', $1, NULL, NULL, NULL, 0),
 		('code', 'failing', 'x', $1, NULL, NULL, NULL, 3),
+		('code', 'out-of-tries', 'x', $1, NULL, NULL, NULL, 5),
 		('code', 'recent', 'x', $2, $2, NULL, NULL, 1)`, old, recent)
 
 	got, err := b.svc.Prune(ctx, payments.PruneConfig{WebhookEvents: 7 * 24 * time.Hour, Outbox: 7 * 24 * time.Hour, Batch: 2, Actor: "cli:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Table != "webhook_events" || got[0].Deleted != 2 || got[1].Table != "outbox" || got[1].Deleted != 3 {
-		t.Fatalf("prune = %+v, want webhook_events: 2, outbox: 3", got)
+	if len(got) != 2 || got[0].Table != "webhook_events" || got[0].Deleted != 2 || got[1].Table != "outbox" || got[1].Deleted != 4 {
+		t.Fatalf("prune = %+v, want webhook_events: 2, outbox: 4", got)
 	}
 	var events, messages []string
 	for _, q := range []struct {
