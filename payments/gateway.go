@@ -137,11 +137,14 @@ func FailureOf(err error) FailureKind {
 	return FailureUnknown
 }
 
-// GatewayErrorCode returns the gateway's error code ("not_reversible", …) or "".
+// GatewayErrorCode returns the gateway's error code ("not_reversible", …) or "", as text a
+// column stores (storable): it goes into a refund's detail and a transition's reason, and a code
+// carrying a NUL left a refused refund Pending and a refused reverse's cancel Canceling for ever,
+// each write refused (a review of f9dd848). The adapters compare GatewayError.Code itself.
 func GatewayErrorCode(err error) string {
 	var ge *GatewayError
 	if errors.As(err, &ge) {
-		return ge.Code
+		return storable(ge.Code)
 	}
 	return ""
 }

@@ -70,7 +70,6 @@ const (
 	MaxEvidenceLength = 4000
 )
 
-// errSelfApproval is the refusal of approving one's own proposal.
 // errProposerDisabled refuses the approval of a proposal whose proposer's account was disabled
 // since: the second pair of eyes approves what an active colleague vouches for, and an account
 // is disabled when its owner left or is no longer trusted (their proposals were approvable, and
@@ -80,6 +79,7 @@ func errProposerDisabled(r Resolution) error {
 		r.ID, r.ProposedBy, r.ProposerDisabledAt.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
+// errSelfApproval is the refusal of approving one's own proposal.
 var errSelfApproval = &Error{Code: EFORBIDDEN, Message: "you proposed this outcome: a second finance or admin user must approve it"}
 
 // passwordLinked reports whether one of two staff accounts set the other's password, directly or

@@ -70,8 +70,14 @@ type EventBacklog struct {
 	Oldest time.Duration
 }
 
-// ofGateway fills UnprocessedEvents and OldestUnprocessedEvent with gateway's backlog.
+// ofGateway fills UnprocessedEvents and OldestUnprocessedEvent with gateway's backlog. Counts
+// without EventBacklogs (nil: stored by a replica of the release before, during a rolling
+// deploy; a count of this release stores {} at least) keep the two fields as that replica
+// counted them, rather than reading 0 (a review of this change).
 func (st *Stats) ofGateway(gateway string) {
+	if st.EventBacklogs == nil {
+		return
+	}
 	b := st.EventBacklogs[gateway]
 	st.UnprocessedEvents, st.OldestUnprocessedEvent = b.Events, b.Oldest
 }

@@ -135,3 +135,28 @@ func TestCachedStatsTellEachReplicaItsOwnGatewaysEvents(t *testing.T) {
 		t.Fatalf("replica-a counting itself: %d %v, want 1", st.UnprocessedEvents, err)
 	}
 }
+
+// A rolling deploy: a replica of the release before stores the cached counts without
+// EventBacklogs (its own gateway's backlog in UnprocessedEvents and its age); a replica of this
+// release reading them within the maximum age keeps that backlog. It reported none (ofGateway
+// read a nil map), so pitlane_webhook_events_unprocessed fell to 0 on every count an old replica
+// made (a review of TestCachedStatsTellEachReplicaItsOwnGatewaysEvents's change).
+func TestCachedStatsOfTheReleaseBeforeKeepItsBacklog(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	const maxAge = 5 * time.Second
+	b.exec(t, `INSERT INTO webhook_events (gateway, event_id, received_at, last_received_at)
+		VALUES ('fake', 'e-f1', $1, $1), ('fake', 'e-f2', $1, $1)`, t0.Add(-time.Hour))
+	if st, err := b.svc.CachedStats(ctx, maxAge); err != nil || st.UnprocessedEvents != 2 {
+		t.Fatalf("count: %d %v", st.UnprocessedEvents, err)
+	}
+	// As the older version stored them: the same JSON without EventBacklogs.
+	b.exec(t, `UPDATE stats_cache SET stats = stats - 'EventBacklogs' WHERE id = 1`)
+	b.clock.Advance(time.Second)
+	st, err := b.svc.CachedStats(ctx, maxAge)
+	if err != nil || st.UnprocessedEvents != 2 || st.OldestUnprocessedEvent != time.Hour {
+		t.Fatalf("a new replica served an older replica's counts: %d events, the oldest %s (%v); the gateway has 2, an hour old",
+			st.UnprocessedEvents, st.OldestUnprocessedEvent, err)
+	}
+}

@@ -91,3 +91,56 @@ func TestANotifierFailureWithANulInItsTextIsCounted(t *testing.T) {
 		t.Fatalf("the code's message after a POST refused by TLS: %d counted as failed once, want 1", n)
 	}
 }
+
+// nulRefusal is a gateway whose refund answer is a 4xx whose error code carries a NUL: refgw reads
+// {"error":"not\u0000refundable"} so (TestUnusableAnswers keeps the code as the gateway's word).
+type nulRefusal struct{ payments.Gateway }
+
+func (nulRefusal) Refund(context.Context, string, string, int64, string) (payments.GatewayRefund, error) {
+	return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "refund", HTTPStatus: 422,
+		Code: "not\x00refundable"}
+}
+
+// A refund the gateway refused with a code carrying a NUL is settled Failed with detail "the
+// gateway refused: "+code: the UPDATE was refused by PostgreSQL (text holds no NUL), the refund
+// stayed Pending holding the payment's refund room, and every drive after did the same (a
+// review of f9dd848: GatewayErrorCode is storable too).
+func TestARefundRefusedWithANulInItsCodeIsSettled(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule, func(c *payments.Config) { c.Gateway = nulRefusal{c.Gateway} })
+	ctx := context.Background()
+	s := b.completed(t, "o-nul-refusal", 1000)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k1"})
+	if err != nil || r.Refund.Status != payments.RefundFailed {
+		t.Fatalf("a refund the gateway refused = %+v, %v; want it Failed (the gateway refused)", r.Refund, err)
+	}
+}
+
+// nulReverse refuses every reverse with a code carrying a NUL (refgw: 409 {"error":"not\u0000reversible"}).
+type nulReverse struct{ payments.Gateway }
+
+func (nulReverse) Reverse(context.Context, string, string) (payments.GatewayPayment, error) {
+	return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "reverse", HTTPStatus: 409,
+		Code: "not\x00reversible"}
+}
+
+// A confirmed cancel whose reverse the gateway refuses (its code carrying a NUL) while the
+// payment was declined ends Failed: the apply's reason "reverse refused: "+code was refused by
+// PostgreSQL, the session stayed Canceling, and the patrol repeated it for ever (the same review).
+func TestAReverseRefusedWithANulInItsCodeEndsTheCancel(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(c *payments.Config) { c.Gateway = nulReverse{c.Gateway} })
+	ctx := context.Background()
+	sess := b.registered(t, "o-nul-reverse", 1000)
+	b.gw.SetStatus(sess.GatewayPaymentID, payments.GatewayDeclined)
+	ch, err := b.svc.RequestCancel(ctx, api, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.svc.ConfirmCancel(ctx, api, sess.ID, ch.ID, b.lastCode(t, sess.ID))
+	got, _ := b.svc.Get(ctx, sess.ID)
+	if got.Status != payments.StatusFailed {
+		t.Fatalf("a cancel whose reverse was refused for a declined payment: confirm = %s %v, stored %s; want Failed (nothing to reverse)",
+			res.Session.Status, err, got.Status)
+	}
+}
