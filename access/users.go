@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -135,6 +136,12 @@ func ValidateEmail(email string) error {
 	addr, err := mail.ParseAddress(email)
 	if err != nil || addr.Address != email || addr.Name != "" || len(email) > 254 {
 		return payments.Invalid("email", "email %q is not a plain email address", email)
+	}
+	if strings.ContainsRune(email, utf8.RuneError) {
+		// A byte that is not UTF-8 (an address typed in a Latin-1 terminal, read from a Latin-1
+		// file: "jos\xe9") is U+FFFD once normalized: an account no browser can name, and one
+		// every other such spelling names too (an outside review, cli).
+		return payments.Invalid("email", "email %q is not UTF-8 text (or holds U+FFFD)", email)
 	}
 	if strings.IndexFunc(email, invisible) >= 0 {
 		// root@example.com with a zero-width space in it was a second admin that looked like the

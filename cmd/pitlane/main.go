@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"pitlane/internal/config"
 )
@@ -97,6 +98,16 @@ type onceValue struct {
 	set bool
 }
 
+// String is the flag's value; flag.PrintDefaults also calls it on a zero onceValue (no Value) to
+// learn the zero default, and a panic there filled every command's -h with "panic calling
+// String method" lines, one per flag, its defaults lost (an outside review, cli).
+func (v *onceValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
+}
+
 func (v *onceValue) Set(s string) error {
 	if v.set {
 		return errors.New("given twice")
@@ -112,6 +123,11 @@ func (v *onceValue) IsBoolFlag() bool {
 }
 
 func main() {
+	// A write to a closed pipe (`pitlane apikey create shop | reader`, the reader gone) is an
+	// error the command handles — an API key nobody was shown is revoked (unshownKey) — not a
+	// death by SIGPIPE before the write returns, which left that key active in nobody's hands
+	// (an outside review, cli).
+	signal.Ignore(syscall.SIGPIPE)
 	env := &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	env.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	os.Exit(Main(os.Args[1:], env))
@@ -183,6 +199,22 @@ func usage(w io.Writer) {
 // oneLine keeps the promise of one line on stderr even for errors that wrap multi-line text:
 // the lines are joined, not cut, because the cause is often on the last one (pgx's connect
 // error names the user and database first and the refused host and port after a line break).
+// Control characters other than white space are written as escapes: the text may be a
+// gateway's (reconcile's findings, an error quoting its answer), and an ESC or BEL from it
+// reached the operator's terminal, which ran it — a cleared screen, a forged "all good" line
+// (an outside review, cli).
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"pitlane/internal/testdb"
+)
+
+// `pitlane apikey create shop | reader-that-already-exited`: the key cannot be written to stdout
+// (a broken pipe), so unshownKey revokes it and fails the command: no active key is in no one's
+// hands. In a real process a write to a broken pipe on fd 1 raised SIGPIPE, which Go's runtime
+// turned into death by signal before Fprintln returned: unshownKey never ran and the key stayed
+// active (an outside review, cli; main ignores SIGPIPE).
+func TestApikeyCreateIntoABrokenPipeLeavesNoActiveKey(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the key is written
+	cmd := pitlane(map[string]string{"DATABASE_URL": url}, "apikey", "create", "shop")
+	cmd.Stdout = w
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	runErr := cmd.Run()
+	w.Close()
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "is revoked") {
+		t.Errorf("a create whose key could not be written: %v, exit %d, stderr %q; want exit 1 naming the revoked key", runErr, code, stderr.String())
+	}
+	var live int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM api_client_keys k JOIN api_clients c ON c.id = k.client_id
+		WHERE k.revoked_at IS NULL AND c.revoked_at IS NULL`).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 {
+		t.Fatalf("%d active API key(s) after a create whose key never reached anyone (process ended: %s); want it revoked, as unshownKey does", live, cmd.ProcessState)
+	}
+}
+
+// What the gateway says reached `pitlane reconcile`'s stdout as it was: a gateway (or whatever
+// answers at GATEWAY_URL: a proxy, a misrouted deploy) that put terminal control sequences in its
+// error message got them run by the operator's terminal, as oneLine joined white space only (an
+// outside review, cli). `apikey list` quotes a name that is not a plain line for this reason.
+func TestReconcilePrintsNoControlCharactersFromTheGateway(t *testing.T) {
+	t.Parallel()
+	b := newReconcileBench(t)
+	b.create(t, "rc-esc")
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error":"boom","message":"\u001b]0;owned\u0007\u001b[2J\u001b[1;1Hreconcile refgw: all good, 0 errors"}`)
+	}))
+	defer hostile.Close()
+	env := map[string]string{}
+	for k, v := range b.env {
+		env[k] = v
+	}
+	env["GATEWAY_URL"] = hostile.URL
+	_, out, stderr := b.run(t, env, "--since", "1h")
+	if strings.ContainsRune(out, 0x1b) || strings.ContainsRune(stderr, 0x1b) || strings.ContainsRune(out, 0x07) {
+		t.Fatalf("reconcile printed the gateway's control characters (ESC/BEL) to the operator's terminal:\n%q", out)
+	}
+	if !strings.Contains(out, `\x1b]0;owned\x07`) {
+		t.Errorf("reconcile's finding does not show the gateway's message escaped:\n%s", out)
+	}
+}
+
+// An email typed in a Latin-1 terminal (or read from a Latin-1 CSV by a script) is not UTF-8:
+// "jos\xe9@example.com" is josé. `user create` refuses it (exit 2, like any address that is not
+// one): NormalizeEmail made the byte U+FFFD and the command created "jos\ufffd@example.com",
+// exit 0 — an account nobody's browser can name, and one that every other non-UTF-8 spelling
+// (josè, jos\xff…) also names (an outside review, cli).
+func TestUserCreateRefusesAnEmailThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	const pw = "a long enough password"
+	code, _, _ := runMain(pw+"\n", env, "user", "create", "--email", "jos\xe9@example.com", "--role", "admin")
+	var stored []string
+	rows, err := testdb.Pool(t, url).Query(context.Background(), `SELECT email FROM staff_users`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, e)
+	}
+	if code != 2 || len(stored) != 0 {
+		t.Fatalf("user create --email jos\\xe9@example.com: exit %d, users now %q; want exit 2 and no user", code, stored)
+	}
+}
+
+// A command's -h lists its flags. parseFlags wraps every flag in onceValue; flag.PrintDefaults
+// builds a zero onceValue (nil Value) to tell whether a default is worth showing, its String
+// panicked, and the flag package printed the recovered panic into the help (an outside review):
+// "panic calling String method on zero main.onceValue for flag email: runtime error: invalid
+// memory address or nil pointer dereference", once per flag, on stdout (user create -h,
+// prune --dry-run -h, reconcile --since 1h -h, dev --dir x -h). Defaults are lost too.
+func TestCommandHelpCarriesNoPanic(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"user", "create", "-h"}, {"prune", "--dry-run", "-h"}, {"reconcile", "--since", "1h", "-h"}} {
+		code, out, stderr := runMain("", map[string]string{}, args...)
+		if code != 0 || strings.Contains(out, "panic") || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, out, stderr)
+		}
+	}
+}
