@@ -503,6 +503,9 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if err == nil {
 				err = forgetDevices(ctx, tx, email)
 			}
+			if err == nil && !target.Disabled() {
+				err = payments.WithdrawProposalsOf(ctx, tx, by, email, now)
+			}
 		case ch.role != "":
 			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET role = $2 WHERE id = $1 RETURNING `+userColumns,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"pitlane/access"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -197,53 +199,82 @@ func TestResolutionPages(t *testing.T) {
 	page(t, adm.post("/finance/resolutions/x/approve", nil), http.StatusNotFound)
 }
 
-// A proposal whose proposer's account was disabled since can only be rejected: the second pair
-// of eyes approves what an active colleague vouches for, and an account is disabled when its
-// owner left or is no longer trusted. Their waiting proposals stayed approvable (a carried
-// review item): a stale tab's Approve settled the payment after the proposer was offboarded.
+// A proposal whose proposer's account is disabled is withdrawn with the disable: the second
+// pair of eyes approves what an active colleague vouches for, and an account is disabled when
+// its owner left or is no longer trusted. Their waiting proposals stayed approvable (a carried
+// review item): a stale tab's Approve settled the payment after the proposer was offboarded,
+// and a waiting refund proposal held the payment's refund room until someone rejected it. One
+// left waiting (its account disabled by the release before, or its row held by a decision at
+// that moment) can only be rejected: the page says so, and an approval is refused.
 func TestAProposalOfADisabledUserCanOnlyBeRejected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b, _, flagged, _ := stuckBench(t)
+	b, unknown, flagged, _ := stuckBench(t)
 	fin, fin2 := b.agent(t), b.agent(t)
 	fin.login("fin@example.com")
 	fin2.login("fin2@example.com")
-	rec := fin.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"},
-		"reason": {"the gateway captured it"}, "evidence": {"dashboard screenshot, ticket FIN-10"}})
-	proposal := strings.TrimPrefix(rec.Header().Get("Location"), "/finance/resolutions#proposal-")
-	doc := page(t, fin2.get("/finance/resolutions"), http.StatusOK) // fin2's tab, open before the disable
-	row := `[data-testid="resolution-row"][data-id="` + proposal + `"] `
-	approve, ok := doc.Find(row + `[data-testid="approve-form"]`).Attr("action")
-	if !ok {
-		t.Fatalf("setup: no approve form for proposal %q", proposal)
+	propose := func(a *agent, s payments.Session, outcome string) string {
+		t.Helper()
+		rec := a.post("/finance/resolutions", url.Values{"session": {s.ID}, "outcome": {outcome},
+			"reason": {"the gateway says so"}, "evidence": {"dashboard screenshot, ticket FIN-10"}})
+		loc := rec.Header().Get("Location")
+		if !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
+			t.Fatalf("propose → %d %s %s", rec.Code, loc, rec.Body)
+		}
+		return strings.TrimPrefix(loc, "/finance/resolutions#proposal-")
 	}
+	approveForm := func(doc *goquery.Document, proposal string) string {
+		t.Helper()
+		action, ok := doc.Find(`[data-testid="resolution-row"][data-id="` + proposal + `"] [data-testid="approve-form"]`).Attr("action")
+		if !ok {
+			t.Fatalf("setup: no approve form for proposal %q", proposal)
+		}
+		return action
+	}
+	unchanged := func(s payments.Session, want payments.Status) {
+		t.Helper()
+		if got, _ := b.svc.Get(ctx, s.ID); got.Status != want {
+			t.Fatalf("the disabled proposer's proposal settled the payment: %s", got.Status)
+		}
+		if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, s.ID); n != 0 {
+			t.Fatalf("ledger entries = %d", n)
+		}
+	}
+
+	// Disabled now: the proposal is withdrawn with the disable, audited.
+	proposal := propose(fin, flagged, "Completed")
+	approve := approveForm(page(t, fin2.get("/finance/resolutions"), http.StatusOK), proposal) // fin2's tab, open before the disable
 	if _, err := b.access.DisableUser(ctx, payments.Staff{Email: "adm@example.com", Role: "admin"}, "fin@example.com"); err != nil {
 		t.Fatal(err)
 	}
+	doc := page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
+	wantText(t, doc, "flash-error", "already rejected by adm@example.com")
+	unchanged(flagged, payments.StatusRegistered)
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2 AND detail LIKE '%proposed by fin@example.com%account was disabled%'`,
+		payments.AuditResolutionReject, flagged.ID); n != 1 {
+		t.Fatalf("withdrawals audited = %d, want 1", n)
+	}
+	propose(fin2, flagged, "Completed") // the session takes a new proposal
 
+	// Disabled with its proposal left waiting (by the release before: no withdrawal): only a
+	// rejection is offered, and an approval from a page read before is refused.
+	b.user(t, "fin3@example.com", access.RoleFinance)
+	fin3 := b.agent(t)
+	fin3.login("fin3@example.com")
+	proposal = propose(fin3, unknown, "Failed")
+	approve = approveForm(page(t, fin2.get("/finance/resolutions"), http.StatusOK), proposal)
+	b.exec(t, `UPDATE staff_users SET disabled_at = $1 WHERE email = 'fin3@example.com'`, consoleT0)
 	doc = page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
-	wantText(t, doc, "flash-error", "made by fin@example.com, whose account was disabled")
-	if s, _ := b.svc.Get(ctx, flagged.ID); s.Status != payments.StatusRegistered {
-		t.Fatalf("the disabled proposer's proposal settled the payment: %s", s.Status)
-	}
-	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE session_id = $1`, flagged.ID); n != 0 {
-		t.Fatalf("ledger entries = %d", n)
-	}
-	if n := b.audits(t, payments.AuditResolutionApprove, ""); n != 0 {
-		t.Fatalf("approvals audited = %d", n)
-	}
-	wantText(t, doc, "resolution-proposer-disabled", "fin@example.com's account was disabled")
+	wantText(t, doc, "flash-error", "made by fin3@example.com, whose account was disabled")
+	unchanged(unknown, payments.StatusUnknown)
+	row := `[data-testid="resolution-row"][data-id="` + proposal + `"] `
+	wantText(t, doc, "resolution-proposer-disabled", "fin3@example.com's account was disabled")
 	if doc.Find(row+`[data-testid="approve-form"]`).Length() != 0 {
 		t.Error("the page still offers to approve the disabled proposer's proposal")
 	}
 	reject, _ := doc.Find(row + `[data-testid="reject-form"]`).Attr("action")
-	doc = page(t, fin2.follow(fin2.post(reject, url.Values{"note": {"fin left; I will look again"}})), http.StatusOK)
+	doc = page(t, fin2.follow(fin2.post(reject, url.Values{"note": {"fin3 left; I will look again"}})), http.StatusOK)
 	wantText(t, doc, "flash", "rejected")
-	rec = fin2.post("/finance/resolutions", url.Values{"session": {flagged.ID}, "outcome": {"Completed"},
-		"reason": {"the gateway captured it"}, "evidence": {"dashboard screenshot, ticket FIN-10"}})
-	if loc := rec.Header().Get("Location"); !strings.HasPrefix(loc, "/finance/resolutions#proposal-") {
-		t.Fatalf("a new proposal by an active user → %d %s %s", rec.Code, loc, rec.Body)
-	}
 }
 
 // TestLedgerCSVExport: the trial balance per currency under a filter, and the CSV of the same

@@ -416,6 +416,42 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 		Detail: fmt.Sprintf("#%d (proposed by %s): %s", waiting, waitingBy, note)}, now)
 }
 
+// WithdrawProposalsOf rejects, in tx, the proposals email made that still wait for a second
+// person, as their account is disabled by by: each rejected with why and audited. A disabled
+// proposer's proposal can only be rejected (errProposerDisabled), and a waiting refund proposal
+// holds the payment's refund room (refund codes are refused, or skipped as 'no_room', until
+// someone rejects it by hand: a review of that rule). The proposals' rows only, and those a
+// decision holds right now are skipped: a rejection locks its proposal and then its user's row,
+// which the disable (the caller) holds already — waiting would deadlock; that decision settles
+// the proposal, and were it to fail, the approval guard still refuses it.
+func WithdrawProposalsOf(ctx context.Context, tx pgx.Tx, by Staff, email string, now time.Time) error {
+	note := "withdrawn: the proposer's account was disabled; a new proposal replaces it"
+	rows, err := tx.Query(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4
+		WHERE id IN (SELECT id FROM resolution_proposals WHERE proposed_by = $1 AND state = 'proposed' FOR UPDATE SKIP LOCKED)
+		RETURNING id, session_id::text`, email, by.Email, now, note)
+	if err != nil {
+		return dbError("withdraw proposals", err, "")
+	}
+	type withdrawn struct {
+		id      int64
+		session string
+	}
+	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withdrawn, error) {
+		var w withdrawn
+		return w, r.Scan(&w.id, &w.session)
+	})
+	if err != nil {
+		return dbError("withdraw proposals", err, "")
+	}
+	for _, w := range ws {
+		if err := recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionReject, Target: w.session,
+			Detail: fmt.Sprintf("#%d (proposed by %s): %s", w.id, email, note)}, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // explainDecided turns a guarded UPDATE that found no proposal in state proposed into the
 // reason: unknown, decided already, or (approval) one's own.
 func explainDecided(ctx context.Context, q querier, id int64, by Staff, approving bool) error {
