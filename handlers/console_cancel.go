@@ -71,7 +71,7 @@ func (h *Console) ConfirmCancel(c echo.Context) error {
 	if err != nil && payments.ErrorCode(err) != payments.ECONFLICT {
 		// The code form again, with the refusal; a payment that cannot be canceled (any more)
 		// gets its page with the reason instead.
-		to = codeRefused(id, challenge)
+		to = codeRefused(id, challenge, err)
 	}
 	return h.done(c, to, msg, err)
 }

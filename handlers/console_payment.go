@@ -48,10 +48,15 @@ func (h *Console) Payment(c echo.Context) error {
 }
 
 // codeRefused is the address of payment id's page with the code form of challenge open again
-// after its code was refused: the page ties the code field to the flash saying why (an outside
-// review, a11y: the field the keyboard lands on said only "Code, edit text").
-func codeRefused(id, challenge string) string {
-	return "/payments/" + id + "?challenge=" + url.QueryEscape(challenge) + "&refused=code"
+// after its confirmation was refused (err): a wrong code ties the code field to the flash saying
+// why (an outside review, a11y: the field the keyboard lands on said only "Code, edit text");
+// another refusal (no room left, the database away) is not the field's.
+func codeRefused(id, challenge string, err error) string {
+	to := "/payments/" + id + "?challenge=" + url.QueryEscape(challenge)
+	if payments.ErrorCode(err) == payments.EWRONG {
+		to += "&refused=code"
+	}
+	return to
 }
 
 // paymentView is a payment's page with fresh intent keys for its refund form (every submission

@@ -126,7 +126,7 @@ func (h *Console) ConfirmRefund(c echo.Context) error {
 	}
 	to := "/payments/" + id
 	if err != nil {
-		to = codeRefused(id, challenge) // the code form again, with the refusal
+		to = codeRefused(id, challenge, err) // the code form again, with the refusal
 	}
 	return h.done(c, to, msg, err)
 }
