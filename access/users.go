@@ -131,11 +131,23 @@ func cutText(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "")
 }
 
-// ValidateEmail checks that email is one plain address.
-func ValidateEmail(email string) error {
+// CheckAddress checks that email is written as one plain address: what names an existing account
+// (the command line's user disable, role, password). An account created before a rule of
+// ValidateEmail (U+FFFD, an invisible character) must stay reachable, or it could not be
+// offboarded from the command line (a review of the U+FFFD rule).
+func CheckAddress(email string) error {
 	addr, err := mail.ParseAddress(email)
 	if err != nil || addr.Address != email || addr.Name != "" || len(email) > 254 {
 		return payments.Invalid("email", "email %q is not a plain email address", email)
+	}
+	return nil
+}
+
+// ValidateEmail checks that email may be a new account's: one plain address (CheckAddress) that
+// is text a browser can type and that holds no character nobody sees.
+func ValidateEmail(email string) error {
+	if err := CheckAddress(email); err != nil {
+		return err
 	}
 	if strings.ContainsRune(email, utf8.RuneError) {
 		// A byte that is not UTF-8 (an address typed in a Latin-1 terminal, read from a Latin-1

@@ -97,7 +97,7 @@ func userCreate(ctx context.Context, env *Env, args []string) error {
 // prints what it did. A refusal of the rules (no such user, the last admin) is one line, exit 1.
 func userChange(ctx context.Context, env *Env, typed string, change func(*access.Service, string) (access.User, string, error), checks ...error) error {
 	email := access.NormalizeEmail(typed)
-	if err := access.ValidateEmail(email); err != nil {
+	if err := access.CheckAddress(email); err != nil { // an existing account's, whatever rules came since
 		return Usagef("user: %s", payments.ErrorMessage(err))
 	}
 	for _, err := range checks {
