@@ -60,14 +60,19 @@ func (h *Console) ResolveCase(c echo.Context) error {
 }
 
 // caseFormAgain answers a resolve form refused — the case changed since it was read (news added
-// to it), or a blank note — with the open cases as they are now (409, 422), the refusal in the
-// flash and the case's form holding the note as typed, under the case's new text: redirected to
-// the list, the note was lost, and finance typed it again (an outside review, a11y).
+// to it), or a blank note — with the open cases from that case on, as they are now (409, 422),
+// the refusal in the flash and the case's form holding the note as typed, under the case's new
+// text: redirected to the list, the note was lost, and finance typed it again (an outside review,
+// a11y). From the case on: a case past the first page was not on it (a review of this change).
+// A case no longer open (resolved meanwhile) has no form to hold a note: the list, as before.
 func (h *Console) caseFormAgain(c echo.Context, id int64, refusal error) error {
-	v := views.CasesView{Draft: &views.CaseDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}}
+	v := views.CasesView{After: id - 1, Draft: &views.CaseDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}}
 	var err error
-	if v.CasePage, err = h.svc.ListCases(c.Request().Context(), false, 0); err != nil {
+	if v.CasePage, err = h.svc.ListCases(c.Request().Context(), false, v.After); err != nil {
 		return err
+	}
+	if len(v.Cases) == 0 || v.Cases[0].ID != id {
+		return h.done(c, "/finance/cases", "", refusal)
 	}
 	h.auth.Flash(c, false, payments.ErrorMessage(refusal))
 	v.Page = h.page(c, "Finance cases", "finance")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -480,5 +481,40 @@ func TestBulkCheckNamesEveryRefusedPayment(t *testing.T) {
 	flash := text(doc, "flash-error")
 	if !strings.HasPrefix(flash, "Checked 11, failed 1, skipped 0. "+views.Short(other.ID)+": ") || !strings.Contains(flash, "and 1 more checked") {
 		t.Fatalf("the flash after a bulk check with one refusal: %q", flash)
+	}
+}
+
+// More than one page of open cases (200 a page, "More →"): finance resolves a case on the second
+// page, and the case changed since it was read. The refusal answered the first page of open
+// cases, where the case is not, so the note typed was lost (a review of caseFormAgain): it
+// answers the open cases from that case on.
+func TestARefusedResolveOnTheSecondPageKeepsTheNote(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	b.exec(t, `INSERT INTO finance_cases (kind, detail, created_at)
+		SELECT 'late_payment', 'probe ' || g, now() FROM generate_series(1, $1) g`, payments.CasesPerPage+5)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	doc := page(t, fin.get("/finance/cases"), http.StatusOK)
+	next, ok := doc.Find(testid("cases-next")).Attr("href")
+	if !ok {
+		t.Fatal("setup: no second page")
+	}
+	doc = page(t, fin.get(next), http.StatusOK)
+	form := doc.Find(testid("resolve-form")).First()
+	action, _ := form.Attr("action")
+	seen := form.Find(`input[name="seen"]`).AttrOr("value", "")
+	var id int64
+	if _, err := fmt.Sscanf(action, "/finance/cases/%d/resolve", &id); err != nil {
+		t.Fatalf("setup: action %q", action)
+	}
+	b.exec(t, `UPDATE finance_cases SET detail = detail || E'\nAlso: news' WHERE id = $1`, id)
+	const note = "refunded by hand, ticket 77"
+	doc = page(t, fin.post(action, url.Values{"note": {note}, "seen": {seen}}), http.StatusConflict)
+	wantText(t, doc, "flash-error", "changed since you read it")
+	row := doc.Find(testid("case-row") + `[data-case="` + strconv.FormatInt(id, 10) + `"]`)
+	if row.Length() == 0 || row.Find(testid("resolve-note")).Text() != note {
+		t.Fatalf("the refused resolve of case #%d (second page) came back without the case (rows %d) or its note: the note typed is lost", id, row.Length())
 	}
 }
