@@ -2,11 +2,13 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -181,4 +183,100 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// readableAnswers is the service's gateway with every answer read before the core does: ids no
+// longer than MaxGatewayIDLen and text a column stores (no NUL, UTF-8), or the answer is
+// unreadable — an unknown failure, asked again or looked up, as a garbled answer is. Such an
+// answer was the core's to store and could not be: with Stripe (whose adapter, unlike refgw's,
+// read no NUL), a registration answered with a NUL in its id made Create answer the shop 400
+// "the request holds characters that cannot be stored" for a payment the gateway held; an id
+// longer than a btree entry (about 2,700 bytes, any adapter) failed the attach with a 500, and
+// every patrol look after it the same way (an outside review, hostile text). One check for
+// every adapter, in the core.
+type readableAnswers struct{ Gateway }
+
+// readable is gw checking its answers (once: a service built on another's gateway keeps it).
+func readable(gw Gateway) Gateway {
+	if _, ok := gw.(readableAnswers); ok || gw == nil {
+		return gw
+	}
+	return readableAnswers{gw}
+}
+
+func (g readableAnswers) Register(ctx context.Context, req RegisterRequest) (GatewayPayment, error) {
+	gp, err := g.Gateway.Register(ctx, req)
+	return paymentAnswer("register", gp, err)
+}
+
+func (g readableAnswers) Status(ctx context.Context, id string) (GatewayPayment, error) {
+	gp, err := g.Gateway.Status(ctx, id)
+	return paymentAnswer("status", gp, err)
+}
+
+func (g readableAnswers) Reverse(ctx context.Context, id, key string) (GatewayPayment, error) {
+	gp, err := g.Gateway.Reverse(ctx, id, key)
+	return paymentAnswer("reverse", gp, err)
+}
+
+func (g readableAnswers) FindByReference(ctx context.Context, ref string) ([]GatewayPayment, error) {
+	list, err := g.Gateway.FindByReference(ctx, ref)
+	for _, gp := range list {
+		if _, err := paymentAnswer("find", gp, err); err != nil {
+			return nil, err
+		}
+	}
+	return list, err
+}
+
+func (g readableAnswers) Refund(ctx context.Context, id, key string, amount int64, currency string) (GatewayRefund, error) {
+	gr, err := g.Gateway.Refund(ctx, id, key, amount, currency)
+	return refundAnswer("refund", gr, err)
+}
+
+func (g readableAnswers) RefundStatus(ctx context.Context, id string) (GatewayRefund, error) {
+	gr, err := g.Gateway.RefundStatus(ctx, id)
+	return refundAnswer("refund_status", gr, err)
+}
+
+func (g readableAnswers) FindRefund(ctx context.Context, id, key string) (GatewayRefund, bool, error) {
+	gr, found, err := g.Gateway.FindRefund(ctx, id, key)
+	if found {
+		gr, err = refundAnswer("find_refund", gr, err)
+	}
+	return gr, found && err == nil, err
+}
+
+func paymentAnswer(op string, gp GatewayPayment, err error) (GatewayPayment, error) {
+	if err != nil {
+		return gp, err
+	}
+	return gp, unreadable(op, []string{gp.ID, gp.Reference}, gp.ID, string(gp.Status), gp.Currency, gp.Reference, gp.ConfirmationURL, gp.DeclineCode)
+}
+
+func refundAnswer(op string, gr GatewayRefund, err error) (GatewayRefund, error) {
+	if err != nil {
+		return gr, err
+	}
+	return gr, unreadable(op, []string{gr.ID, gr.PaymentID}, gr.ID, gr.PaymentID, gr.Status)
+}
+
+// unreadable is the error of an answer whose ids are too long or whose text a column cannot
+// store, nil when there is none.
+func unreadable(op string, ids []string, texts ...string) error {
+	why := ""
+	for _, id := range ids {
+		if len(id) > MaxGatewayIDLen {
+			why = fmt.Sprintf("an id of %d bytes (at most %d)", len(id), MaxGatewayIDLen)
+		}
+	}
+	for _, s := range texts {
+		if why == "" && (strings.ContainsRune(s, 0) || !utf8.ValidString(s)) {
+			why = fmt.Sprintf("text a column cannot store (%q)", truncate(s, 64))
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return &GatewayError{Kind: FailureUnknown, Op: op, Code: "unreadable_answer", Err: errors.New("the answer carries " + why)}
 }

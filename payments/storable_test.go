@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // nulNameServer is an https endpoint whose (self-signed) certificate names a host with a NUL
@@ -142,5 +143,55 @@ func TestAReverseRefusedWithANulInItsCodeEndsTheCancel(t *testing.T) {
 	if got.Status != payments.StatusFailed {
 		t.Fatalf("a cancel whose reverse was refused for a declined payment: confirm = %s %v, stored %s; want Failed (nothing to reverse)",
 			res.Session.Status, err, got.Status)
+	}
+}
+
+// garbledIDs is a gateway whose answers name ids a column cannot hold: with a NUL (as the Stripe
+// adapter handed Stripe's answers on; refgw read them as unreadable) or longer than a btree
+// entry (any adapter: only the webhook receiver bounded ids).
+type garbledIDs struct {
+	payments.Gateway
+	garble func(string) string
+}
+
+func (g garbledIDs) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	p, err := g.Gateway.Register(ctx, req)
+	p.ID = g.garble(p.ID)
+	return p, err
+}
+
+func (g garbledIDs) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
+	r, err := g.Gateway.Refund(ctx, id, key, amount, currency)
+	r.ID = g.garble(r.ID)
+	return r, err
+}
+
+// A registration or refund answer the core could not store is unreadable, whatever the adapter:
+// unknown, answered as not confirmed yet and asked again. Before, a NUL in a Stripe answer's id
+// made Create answer the shop 400 "the request holds characters that cannot be stored" for a
+// payment the gateway held, and an 8,000-byte id failed the attach on its index with a 500 (an
+// outside review, hostile text).
+func TestAGatewayAnswerNoColumnHoldsIsUnreadable(t *testing.T) {
+	t.Parallel()
+	for name, garble := range map[string]func(string) string{
+		"a NUL":           func(id string) string { return id + "\x00" },
+		"8,000 bytes":     func(id string) string { return id + strings.Repeat("x", 8000) },
+		"invalid UTF-8":   func(id string) string { return id + "\xff" },
+		"256 bytes (255)": func(id string) string { return id + strings.Repeat("x", 256-len(id)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t, func(c *payments.Config) { c.Gateway = garbledIDs{Gateway: c.Gateway, garble: garble} })
+			ctx := context.Background()
+			r, err := b.svc.Create(ctx, api, payments.CreateInput{OrderID: "o-garbled", Amount: 100, Currency: "EUR"})
+			if err != nil || r.Session.Status != payments.StatusUnknown || r.Session.GatewayPaymentID != "" {
+				t.Fatalf("create whose register answer named %s: %+v %s %v; want Unknown, nothing attached", name, r.Session, payments.ErrorCode(err), err)
+			}
+			paid := b.completed(t, "o-garbled-paid", 1000)
+			rf, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: paid.ID, Amount: 100, RequestKey: "k"})
+			if err != nil || rf.Refund.Status != payments.RefundPending || rf.Refund.GatewayRefundID != "" || b.gw.Calls(fakegw.OpRefund) != 1 {
+				t.Fatalf("a refund answered with %s: %+v %v (refund calls %d); want Pending, nothing attached", name, rf.Refund, err, b.gw.Calls(fakegw.OpRefund))
+			}
+		})
 	}
 }
