@@ -475,27 +475,7 @@ func (p *paymentJSON) check() error {
 	if p.ID == "" || p.Status == "" {
 		return errors.New("answer is not a payment object (no id or status)")
 	}
-	return noNUL(p.ID, p.Status, p.Currency, p.Reference, p.ConfirmationURL, deref(p.DeclineCode))
-}
-
-// noNUL refuses an answer whose text carries a NUL character (JSON's \u0000): PostgreSQL
-// stores no NUL in text, so the payment's id or reference could never be written, and each
-// apply of the answer failed whole — a session retried for ever with nothing recorded. Such an
-// answer is unreadable: unknown, as a garbled one.
-func noNUL(fields ...string) error {
-	for _, f := range fields {
-		if strings.ContainsRune(f, 0) {
-			return fmt.Errorf("answer carries a NUL character in %q", f)
-		}
-	}
 	return nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 func (p *paymentJSON) domain() payments.GatewayPayment {
@@ -592,7 +572,7 @@ func (r *refundJSON) check() error {
 	if r.ID == "" || r.Status == "" {
 		return errors.New("answer is not a refund object (no id or status)")
 	}
-	return noNUL(r.ID, r.PaymentID, r.Status)
+	return nil
 }
 
 func (r *refundJSON) domain() payments.GatewayRefund {
