@@ -196,8 +196,11 @@ func loopback(host string) bool {
 // every adapter, in the core.
 type readableAnswers struct{ Gateway }
 
-// readable is gw checking its answers (once: a service built on another's gateway keeps it).
-func readable(gw Gateway) Gateway {
+// Readable is gw checking its answers. NewService reads its gateway so; a caller that measures or
+// traces the gateway wraps the adapter itself first, so an unreadable answer is counted as the
+// unknown failure the core acts on (the service's own check then finds nothing, cheaply). Once:
+// a service built on another's gateway keeps it.
+func Readable(gw Gateway) Gateway {
 	if _, ok := gw.(readableAnswers); ok || gw == nil {
 		return gw
 	}

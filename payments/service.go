@@ -259,7 +259,7 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 	if cfg.SettleBatch <= 0 {
 		cfg.SettleBatch = cfg.SweepConcurrency
 	}
-	s := &Service{db: db, gw: readable(cfg.Gateway), cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
+	s := &Service{db: db, gw: Readable(cfg.Gateway), cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
 		patrol: newPatrolState(cfg.Clock)}
 	if cfg.SettleBatch > 1 {
 		s.settles = &settleBatcher{s: s, max: cfg.SettleBatch}

@@ -82,7 +82,9 @@ func newService(cfg config.Config, pool *pgxpool.Pool, clock payments.Clock, log
 	if err != nil {
 		return nil, nil, err
 	}
-	measured, err := gwmetrics.Wrap(gw, metrics.Registry)
+	// Read under the metrics and the traces: an answer the core finds unreadable is counted as
+	// the unknown failure it acts on, not "ok" (a review of readableAnswers).
+	measured, err := gwmetrics.Wrap(payments.Readable(gw), metrics.Registry)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway metrics: %w", err)
 	}
