@@ -117,62 +117,43 @@ func TestCommandHelpCarriesNoPanic(t *testing.T) {
 	}
 }
 
-// The release before created "jos\ufffd@example.com" from `user create --email
-// jos\xe9@example.com` (exit 0, an enabled admin). ValidateEmail refuses U+FFFD now, and
-// userChange validated the typed email with it: the command line could no longer disable
-// (offboard), re-role or re-password that existing account, whichever way it was spelt (a
-// review of TestUserCreateRefusesAnEmailThatIsNotUTF8's change). userChange checks the address's
-// syntax only (access.CheckAddress).
-func TestUserDisableReachesAnAccountStoredWithFFFD(t *testing.T) {
+// Accounts a release before created under rules that came since — "jos\ufffd@example.com" from
+// `user create --email jos\xe9@example.com` (exit 0, an enabled admin), or the zero-width-space
+// look-alike "root@example.com\u200b" — stay reachable from the command line: userChange
+// validated the typed email with ValidateEmail, the rule for new accounts, so the command line
+// could no longer disable (offboard), re-role or re-password them, whichever way they were
+// spelt (a review of TestUserCreateRefusesAnEmailThatIsNotUTF8's change). userChange checks the
+// address's syntax only (access.CheckAddress).
+func TestUserDisableReachesAccountsCreatedBeforeARule(t *testing.T) {
 	t.Parallel()
-	url := testdb.NewURL(t)
-	env := map[string]string{"DATABASE_URL": url}
-	const pw = "a long enough password"
-	if code, _, stderr := runMain(pw+"\n", env, "user", "create", "--email", "root@example.com", "--role", "admin"); code != 0 {
-		t.Fatalf("create root: %d %s", code, stderr)
-	}
-	pool := testdb.Pool(t, url)
-	ctx := context.Background()
-	// As the release before stored it.
-	if _, err := pool.Exec(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
-		SELECT 'jos`+"\ufffd"+`@example.com', 'admin', password_hash, created_at FROM staff_users WHERE email = 'root@example.com'`); err != nil {
-		t.Fatal(err)
-	}
-	for _, typed := range []string{"jos\xe9@example.com", "jos\ufffd@example.com"} {
-		code, out, stderr := runMain("", env, "user", "disable", typed)
-		var disabled bool
-		if err := pool.QueryRow(ctx, `SELECT disabled_at IS NOT NULL FROM staff_users WHERE email = 'jos`+"\ufffd"+`@example.com'`).Scan(&disabled); err != nil {
+	for _, tc := range []struct {
+		stored string
+		typed  []string
+	}{
+		{"jos\ufffd@example.com", []string{"jos\xe9@example.com", "jos\ufffd@example.com"}},
+		{"root@example.com\u200b", []string{"root@example.com\u200b"}},
+	} {
+		url := testdb.NewURL(t)
+		env := map[string]string{"DATABASE_URL": url}
+		if code, _, stderr := runMain("a long enough password\n", env, "user", "create", "--email", "root@example.com", "--role", "admin"); code != 0 {
+			t.Fatalf("create root: %d %s", code, stderr)
+		}
+		pool := testdb.Pool(t, url)
+		ctx := context.Background()
+		// As the release before stored it.
+		if _, err := pool.Exec(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
+			SELECT $1, 'admin', password_hash, created_at FROM staff_users WHERE email = 'root@example.com'`, tc.stored); err != nil {
 			t.Fatal(err)
 		}
-		if code != 0 || !disabled {
-			t.Errorf("user disable %q (an account the release before created): exit %d, disabled %v\nstdout: %s\nstderr: %s", typed, code, disabled, out, stderr)
+		for _, typed := range tc.typed {
+			code, out, stderr := runMain("", env, "user", "disable", typed)
+			var disabled bool
+			if err := pool.QueryRow(ctx, `SELECT disabled_at IS NOT NULL FROM staff_users WHERE email = $1`, tc.stored).Scan(&disabled); err != nil {
+				t.Fatal(err)
+			}
+			if code != 0 || !disabled {
+				t.Errorf("user disable %q (an account the release before created): exit %d, disabled %v\nstdout: %s\nstderr: %s", typed, code, disabled, out, stderr)
+			}
 		}
-	}
-}
-
-// The same cause, an older rule: the zero-width-space look-alike admin a release before let in
-// ("root@example.com\u200b") could not be disabled from the command line either.
-func TestUserDisableReachesALookalikeStoredBefore(t *testing.T) {
-	t.Parallel()
-	url := testdb.NewURL(t)
-	env := map[string]string{"DATABASE_URL": url}
-	const pw = "a long enough password"
-	if code, _, stderr := runMain(pw+"\n", env, "user", "create", "--email", "root@example.com", "--role", "admin"); code != 0 {
-		t.Fatalf("create root: %d %s", code, stderr)
-	}
-	pool := testdb.Pool(t, url)
-	ctx := context.Background()
-	const twin = "root@example.com\u200b"
-	if _, err := pool.Exec(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at)
-		SELECT $1, 'admin', password_hash, created_at FROM staff_users WHERE email = 'root@example.com'`, twin); err != nil {
-		t.Fatal(err)
-	}
-	code, out, stderr := runMain("", env, "user", "disable", twin)
-	var disabled bool
-	if err := pool.QueryRow(ctx, `SELECT disabled_at IS NOT NULL FROM staff_users WHERE email = $1`, twin).Scan(&disabled); err != nil {
-		t.Fatal(err)
-	}
-	if code != 0 || !disabled {
-		t.Errorf("user disable %q: exit %d, disabled %v\nstdout: %s\nstderr: %s", twin, code, disabled, out, stderr)
 	}
 }
