@@ -188,6 +188,31 @@ func duplicateFacts(found []GatewayPayment, own string, st Status) []string {
 	return facts
 }
 
+// noteSecondPayment notes gp, a payment carrying sess's reference that is not the one sess is
+// attached to (a gateway that ignored our key made two), in tx, as every path reads it: money
+// held for a Failed or Canceled session is its late_payment case's (noteLatePayment); one that
+// holds or may take money is the duplicate_gateway_payment case's (duplicateFacts); one that
+// took nothing asks nothing of finance (noted false). event names the webhook event it came
+// with ("" for none).
+func noteSecondPayment(ctx context.Context, tx pgx.Tx, sess Session, gp GatewayPayment, event string, now time.Time) (noted bool, err error) {
+	by := ""
+	if event != "" {
+		by = " (event " + event + ")"
+	}
+	if lateMoney(sess.Status, gp.Status) {
+		detail := fmt.Sprintf("gateway payment %s, a second payment carrying this session's reference, holds money for a %s session%s",
+			gatewayFact(gp), sess.Status, by)
+		return true, noteLatePayment(ctx, tx, sess, detail, now, []string{gatewayFact(gp)})
+	}
+	facts := duplicateFacts([]GatewayPayment{gp}, sess.GatewayPaymentID, sess.Status)
+	if len(facts) == 0 {
+		return false, nil
+	}
+	detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s%s",
+		gatewayFact(gp), sess.GatewayPaymentID, by)
+	return true, noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, now, facts...)
+}
+
 // lateMoney: a gateway payment holding money (succeeded, authorized) for a session that is over
 // (Failed, Canceled) — its late_payment case's.
 func lateMoney(st Status, gs GatewayStatus) bool {
@@ -479,15 +504,8 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		// its payment while the other's delivery asked the gateway about the second, which was
 		// then filed as a gateway_mismatch here and as the duplicate case by secondPayment — one
 		// captured sum in two open cases, each inviting a refund (an outside review, webhooks).
-		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s",
-			gatewayFact(gp), cur.GatewayPaymentID)
-		if lateMoney(cur.Status, gp.Status) {
-			return out, noteLatePayment(ctx, tx, cur, detail, now, []string{gatewayFact(gp)})
-		}
-		if facts := duplicateFacts([]GatewayPayment{gp}, cur.GatewayPaymentID, cur.Status); len(facts) > 0 {
-			return out, noteCase(ctx, tx, id, cur.OrderID, CaseDuplicatePayment, detail, now, facts...)
-		}
-		return out, nil // took nothing
+		_, err := noteSecondPayment(ctx, tx, cur, gp, "", now)
+		return out, err
 	}
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID {
 		return out, noteCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,

@@ -306,9 +306,10 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 }
 
 // secondPayment is an event about a payment that carries sess's reference but is not the one
-// it is attached to (a gateway that ignored our key made two): read by its id, it goes to the
-// session's duplicate case with the facts reconciliation and Check give it (duplicateFacts), or,
-// holding money for a Failed or Canceled session, to its late_payment case.
+// it is attached to (a gateway that ignored our key made two): read by its id, it is noted as
+// every path notes it (noteSecondPayment): the session's duplicate case with the facts
+// reconciliation and Check give it (duplicateFacts), or, holding money for a Failed or Canceled
+// session, its late_payment case.
 // Without them, a duplicate finance had resolved came back at the next reconciliation, a payment
 // that took nothing opened a case, and money held for a Failed session opened a duplicate case
 // beside its late_payment case: one sum, two cases (an outside review). noteCase: the open case
@@ -318,34 +319,28 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 	started := time.Now()
 	gp, gerr := s.gw.Status(ctx, ev.PaymentID)
 	s.logGatewayCall(ctx, sess.ID, "status", "", started, gerr)
-	var facts []string
-	described := ev.PaymentID
 	switch {
 	case gatewayNotFound(gerr):
+		s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
+			"session_gateway_payment", sess.GatewayPaymentID)
+		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
+			ev.PaymentID, sess.GatewayPaymentID, ev.ID)
+		return s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+		})
 	case gerr != nil:
 		return eventUnanswered(gerr)
-	case lateMoney(sess.Status, gp.Status):
-		// Money held for a session that is over: its late_payment case, with reconciliation's
-		// fact, opened here and now (reconciliation looks back only so far: a session that
-		// failed long ago was never compared again, and the review of this change found the
-		// charge reaching nobody).
-		detail := fmt.Sprintf("gateway payment %s, a second payment carrying this session's reference, holds money for a %s session (event %s)",
-			gatewayFact(gp), sess.Status, ev.ID)
-		return s.inTx(ctx, "webhook: late case", func(tx pgx.Tx) error {
-			return noteLatePayment(ctx, tx, sess, detail, s.cfg.Clock.Now(), []string{gatewayFact(gp)})
-		})
-	default:
-		if facts = duplicateFacts([]GatewayPayment{gp}, sess.GatewayPaymentID, sess.Status); len(facts) == 0 {
-			return nil // took nothing
-		}
-		described = gatewayFact(gp)
 	}
-	s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
-		"session_gateway_payment", sess.GatewayPaymentID)
-	detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
-		described, sess.GatewayPaymentID, ev.ID)
-	return s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
-		return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), facts...)
+	// Money held for a session that is over goes to its late_payment case, opened here and now
+	// (reconciliation looks back only so far: a session that failed long ago was never compared
+	// again, and the review of this change found the charge reaching nobody).
+	return s.inTx(ctx, "webhook: second payment", func(tx pgx.Tx) error {
+		noted, err := noteSecondPayment(ctx, tx, sess, gp, ev.ID, s.cfg.Clock.Now())
+		if noted && err == nil {
+			s.log.Warn("webhook: second gateway payment for a session", "session", sess.ID, "gateway_payment", ev.PaymentID,
+				"session_gateway_payment", sess.GatewayPaymentID)
+		}
+		return err
 	})
 }
 
