@@ -119,7 +119,7 @@ func (s *Service) SampleOps(ctx context.Context) (bool, error) {
 		return tx.QueryRow(ctx, opsSampleSQL, at, now, s.cfg.ReplicaID, opsSampleLookback, OpsSampleEvery).Scan(new(bool))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // this minute's sample exists (another replica, or this one, wrote it)
+		return false, nil // this minute's sample, or a later one, exists (another replica, or this one, wrote it)
 	}
 	if err != nil {
 		return false, fmt.Errorf("ops sample: %w", err)

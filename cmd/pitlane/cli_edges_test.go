@@ -121,7 +121,7 @@ func TestCommandHelpCarriesNoPanic(t *testing.T) {
 // `user create --email jos\xe9@example.com` (exit 0, an enabled admin), or the zero-width-space
 // look-alike "root@example.com\u200b" — stay reachable from the command line: userChange
 // validated the typed email with ValidateEmail, the rule for new accounts, so the command line
-// could no longer disable (offboard), re-role or re-password them, whichever way they were
+// could no longer disable (offboard) them — nor re-role or re-password them, the same path, whichever way they were
 // spelt (a review of TestUserCreateRefusesAnEmailThatIsNotUTF8's change). userChange checks the
 // address's syntax only (access.CheckAddress).
 func TestUserDisableReachesAccountsCreatedBeforeARule(t *testing.T) {
