@@ -250,18 +250,27 @@ func (g readableAnswers) FindRefund(ctx context.Context, id, key string) (Gatewa
 	return gr, found && err == nil, err
 }
 
+// paymentAnswer is an adapter's payment answer, or none and the error of an unreadable one (its
+// values are not handed on: nothing may store or trace them).
 func paymentAnswer(op string, gp GatewayPayment, err error) (GatewayPayment, error) {
 	if err != nil {
 		return gp, err
 	}
-	return gp, unreadable(op, []string{gp.ID, gp.Reference}, gp.ID, string(gp.Status), gp.Currency, gp.Reference, gp.ConfirmationURL, gp.DeclineCode)
+	if err := unreadable(op, []string{gp.ID, gp.Reference}, gp.ID, string(gp.Status), gp.Currency, gp.Reference, gp.ConfirmationURL, gp.DeclineCode); err != nil {
+		return GatewayPayment{}, err
+	}
+	return gp, nil
 }
 
+// refundAnswer is paymentAnswer for a refund answer.
 func refundAnswer(op string, gr GatewayRefund, err error) (GatewayRefund, error) {
 	if err != nil {
 		return gr, err
 	}
-	return gr, unreadable(op, []string{gr.ID, gr.PaymentID}, gr.ID, gr.PaymentID, gr.Status)
+	if err := unreadable(op, []string{gr.ID, gr.PaymentID}, gr.ID, gr.PaymentID, gr.Status); err != nil {
+		return GatewayRefund{}, err
+	}
+	return gr, nil
 }
 
 // unreadable is the error of an answer whose ids are too long or whose text a column cannot
