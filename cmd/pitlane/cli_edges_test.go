@@ -48,7 +48,7 @@ func TestApikeyCreateIntoABrokenPipeLeavesNoActiveKey(t *testing.T) {
 // What the gateway says reached `pitlane reconcile`'s stdout as it was: a gateway (or whatever
 // answers at GATEWAY_URL: a proxy, a misrouted deploy) that put terminal control sequences in its
 // error message got them run by the operator's terminal, as oneLine joined white space only (an
-// outside review, cli). `apikey list` quotes a name that is not a plain line for this reason.
+// outside review, cli); a right-to-left override turned the rest of the line around. `apikey list` quotes a name that is not a plain line for this reason.
 func TestReconcilePrintsNoControlCharactersFromTheGateway(t *testing.T) {
 	t.Parallel()
 	b := newReconcileBench(t)
@@ -56,7 +56,7 @@ func TestReconcilePrintsNoControlCharactersFromTheGateway(t *testing.T) {
 	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprint(w, `{"error":"boom","message":"\u001b]0;owned\u0007\u001b[2J\u001b[1;1Hreconcile refgw: all good, 0 errors"}`)
+		fmt.Fprint(w, `{"error":"boom","message":"\u001b]0;owned\u0007\u001b[2J\u001b[1;1Hreconcile refgw: all good, 0 errors \u202edeliaf"}`)
 	}))
 	defer hostile.Close()
 	env := map[string]string{}
@@ -65,10 +65,10 @@ func TestReconcilePrintsNoControlCharactersFromTheGateway(t *testing.T) {
 	}
 	env["GATEWAY_URL"] = hostile.URL
 	_, out, stderr := b.run(t, env, "--since", "1h")
-	if strings.ContainsRune(out, 0x1b) || strings.ContainsRune(stderr, 0x1b) || strings.ContainsRune(out, 0x07) {
-		t.Fatalf("reconcile printed the gateway's control characters (ESC/BEL) to the operator's terminal:\n%q", out)
+	if strings.ContainsAny(out+stderr, "\x1b\x07\u202e") {
+		t.Fatalf("reconcile printed the gateway's control characters (ESC, BEL, a right-to-left override) to the operator's terminal:\n%q", out)
 	}
-	if !strings.Contains(out, `\x1b]0;owned\x07`) {
+	if !strings.Contains(out, `\x1b]0;owned\x07`) || !strings.Contains(out, `\u202edeliaf`) {
 		t.Errorf("reconcile's finding does not show the gateway's message escaped:\n%s", out)
 	}
 }
