@@ -121,6 +121,37 @@ func TestBrowserLivePaymentPage(t *testing.T) {
 	}
 }
 
+// A page the browser's back/forward cache kept and shows again: live.js closed its stream when
+// the page was left and never opened another, so the restored page said "live" and showed
+// what it showed when left, for good (carried from several reviews). Headless Chromium does not
+// keep these no-store pages, so the test plays the two events the browser sends.
+func TestBrowserLivePageShownAgainFromTheCacheCatchesUp(t *testing.T) {
+	b := newConsoleBench(t)
+	b.user(t, "sup@example.com", access.RoleSupport)
+	p := b.payment(t, "o-live-bfcache", 1999)
+	srv := b.server(t, b.e)
+	ctx := newBrowser(t)
+	browserLogin(t, ctx, srv.URL, "sup@example.com")
+	openLive(t, ctx, srv.URL+"/payments/"+p.ID)
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Registered")
+
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.dispatchEvent(new PageTransitionEvent("pagehide", {persisted: true}))`)); err != nil {
+		t.Fatal(err)
+	}
+	// While the page is away (in the cache) the customer pays.
+	b.gw.SetStatus(p.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(context.Background(), payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.dispatchEvent(new PageTransitionEvent("pageshow", {persisted: true}))`)); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, `[data-testid="payment-status"]`, "Completed")
+	// live.js marks the page "connecting" when it is shown again: "live" is a new stream's open.
+	waitJS(t, ctx, "the page's live stream to open again", `document.documentElement.getAttribute("data-live-state") === "live"`)
+	noReload(t, ctx)
+}
+
 // TestBrowserLivePaymentsList: the payments list gains a new payment at the top and shows it
 // complete, with no reload.
 func TestBrowserLivePaymentsList(t *testing.T) {

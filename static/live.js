@@ -552,10 +552,28 @@
       }
     }, slow);
   }
+  // Leaving the page closes its stream. A page the browser kept (the back/forward cache) and
+  // shows again opens a new one and catches up: its region is as old as when it was left, and
+  // the stream closed then would never say what changed since.
   window.addEventListener("pagehide", function () {
     if (source) {
       source.close();
+      source = null;
     }
+    clearTimeout(graceTimer);
+    graceTimer = null;
+    clearTimeout(retryTimer);
+    retryTimer = null;
+  });
+  window.addEventListener("pageshow", function (e) {
+    if (!e.persisted) {
+      return;
+    }
+    state("connecting");
+    if (!source) {
+      connect();
+    }
+    refresh();
   });
   // pauseControl puts the "Pause updates" toggle before the region (outside it: a swap does not
   // take it away) and a status line that says when the page is paused. The button's name stays
