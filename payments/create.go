@@ -316,6 +316,10 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		b.Queue(`SELECT status FROM orders WHERE order_id = $1 FOR UPDATE`, in.OrderID).QueryRow(func(r pgx.Row) error {
 			return r.Scan(&orderStatus)
 		})
+		// A staff member's start: their session still stands once the order's lock is theirs (a
+		// click that waited for it while they were disabled claimed and registered a payment,
+		// an outside review, staff).
+		queueStaffStands(ctx, &b)
 		b.Queue(activeSessionOfOrderSQL, in.OrderID).QueryRow(func(r pgx.Row) error {
 			var err error
 			active, err = scanSession(r)

@@ -460,7 +460,14 @@ func (s *Service) execDetached(ctx context.Context, sql string, args ...any) (pg
 // the drive (its budget ends a gateway timeout before the lease) by a lease at most: under
 // context.WithoutCancel alone, a database gone silent mid-record (a failover that left the old
 // host unanswering) held the drive, its round and the replica's patrol until TCP gave up.
+//
+// It is no longer the staff member's decision either: their click was checked when it committed
+// (a claim, a confirmed cancel) and the gateway has acted on it, so its outcome is written
+// whoever they are by then (withoutStaffSession). A user disabled while the gateway registered
+// their payment left the session Registering with a payment at the gateway, and a page and an
+// audit entry saying "nothing was changed" (an outside review, staff).
 func (s *Service) detachRecord(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = withoutStaffSession(ctx)
 	if _, drive := ctx.Value(leaseCtxKey{}).(driveLease); drive {
 		return Outlive(ctx, s.cfg.LeaseDuration)
 	}

@@ -39,6 +39,15 @@ func StaffSessionFrom(ctx context.Context) (StaffSession, bool) {
 	return ss, ok
 }
 
+// withoutStaffSession is ctx with no console session: the work it runs no longer depends on the
+// user's standing (detachRecord).
+func withoutStaffSession(ctx context.Context) context.Context {
+	if _, ok := StaffSessionFrom(ctx); !ok {
+		return ctx
+	}
+	return context.WithValue(ctx, staffSessionKey{}, nil)
+}
+
 // ErrStaffSessionEnded refuses a change whose console session ended while it waited.
 var ErrStaffSessionEnded = &Error{Code: EUNAUTHENTICATED,
 	Message: "your session ended while this was on its way (your account was disabled, or given a new password): nothing was changed"}
