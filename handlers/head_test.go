@@ -1,8 +1,10 @@
 package handlers_test
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -77,6 +79,20 @@ func TestGetsThatWriteRefuseCrossSiteNavigation(t *testing.T) {
 		}
 		if rec := adm.get(path, "Sec-Fetch-Site", "same-origin"); rec.Code != http.StatusOK {
 			t.Errorf("same-origin GET %s = %d, want 200", path, rec.Code)
+		}
+	}
+	// Nor is a live stream opened by another site's page (an outside review): a sibling
+	// subdomain's EventSource with credentials held the user's streams. Its request is ended
+	// before it is sent, so a stream that opened returns at once (and is not a 403).
+	for _, path := range []string{"/live/dashboard", "/live/finance/cases"} {
+		for _, site := range []string{"cross-site", "same-site"} {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			r := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+			r.Header.Set("Sec-Fetch-Site", site)
+			if rec := adm.do(r); rec.Code != http.StatusForbidden {
+				t.Errorf("%s GET %s = %d, want 403", site, path, rec.Code)
+			}
 		}
 	}
 	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action IN ($1, $2)`, payments.AuditLedgerExport, payments.AuditAuditExport); n != 2 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -208,12 +209,16 @@ func refuseHeadWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
 var getWithEffects = auth.GetsWithEffects
 
 // crossSiteGetWithEffects refuses a cross-site navigation to a GET that writes (403): the user
-// opens the page again from the console.
+// opens the page again from the console. So is a live stream opened by another site's page: a
+// page on a sibling subdomain could open EventSource(…, {withCredentials: true}) with the
+// staff member's cookie (SameSite=Lax goes along to the same site) and hold their sixteen
+// streams for ten minutes at a time, turning their own pages to polling (an outside review).
 func crossSiteGetWithEffects(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
+		guarded := getWithEffects[r.URL.Path] || strings.HasPrefix(r.URL.Path, "/live/")
 		// same-site too: a page on a sibling subdomain is another site's page to the console.
-		if sfs := r.Header.Get("Sec-Fetch-Site"); getWithEffects[r.URL.Path] && (sfs == "cross-site" || sfs == "same-site") {
+		if sfs := r.Header.Get("Sec-Fetch-Site"); guarded && (sfs == "cross-site" || sfs == "same-site") {
 			return echo.NewHTTPError(http.StatusForbidden, "this page opens from the console only: a link from another site does not open it")
 		}
 		return next(c)
