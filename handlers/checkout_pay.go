@@ -146,6 +146,9 @@ func (h *Checkout) payError(c echo.Context, orderID string, page url.Values, err
 // An order that moved on since the form was rendered — paid, or a payment started, in another
 // tab — is shown as it is, with the refusal in the customer's words: "this link has expired,
 // nothing was charged" alone would send a customer who paid back to the shop for a new link.
+// So is one whose earlier payment the bank took late (in review, as payError shows it): the
+// refusal page said "Nothing was charged" while the gateway held the customer's money (an
+// outside review, checkout).
 func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	if errors.Is(err, payments.ErrNoCheckoutRetry) {
 		return h.show(c, url.Values{}, orderID, false, http.StatusConflict, payments.ErrorMessage(err))
@@ -160,6 +163,13 @@ func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	case order.ActiveSessionID != "":
 		return h.show(c, url.Values{}, orderID, false, http.StatusConflict,
 			"A payment of this order is under way already (below): this form started nothing new.")
+	}
+	if gerr == nil {
+		if inReview, rerr := h.svc.PaymentInReview(c.Request().Context(), orderID); rerr != nil {
+			return rerr
+		} else if inReview {
+			return h.show(c, url.Values{}, orderID, false, http.StatusConflict, "")
+		}
 	}
 	return h.refuse(c, orderID, err)
 }

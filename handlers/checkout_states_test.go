@@ -507,3 +507,50 @@ func (b *consoleBench) declinedClick(t *testing.T, a *agent, order string) (acti
 	wantText(t, page(t, a.get(b.orderPage(order, "/return")), http.StatusOK), "checkout-status", "Failed")
 	return action, form, sessionID, gatewayID
 }
+
+// The bank reports a late payment of the order's declined payment (an open late_payment case:
+// the gateway holds the customer's money) and then the link's time runs out. A Pay click from
+// a tab the customer kept — the order page's "Try again", or the link's own Pay form rendered
+// before — was refused as "expired", and the refusal page told the customer "Nothing was
+// charged" and to get a new link from the shop, while the bank held their money (an outside
+// review, checkout). The click's answer is the order as it is: in review, 409.
+func TestAnExpiredClickOnAnOrderInReviewShowsTheReview(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	const order = "o-late-expired"
+	linkAction, linkForm, _, _ := b.declinedClick(t, a, order)
+	_, linkForm = payForm(t, a, b.link(t, order, 1999, "EUR"))      // a fresh tab of the link: its own key
+	retryAction, retryForm := payForm(t, a, b.orderPage(order, "")) // the "Try again" a tab keeps
+	b.lateSuccess(t, order)
+	registered := b.gw.Calls(fakegw.OpRegister)
+
+	// The links' time runs out (the default lifetime).
+	b.clock.Advance(payments.DefaultCheckoutLinkTTL + payments.PageLookEvery)
+
+	// The order's page says where the money is: in review.
+	doc := page(t, a.get(b.orderPage(order, "")), http.StatusOK)
+	if st := doc.Find(testid("checkout-state")).AttrOr("data-state", ""); st != views.CheckoutInReview {
+		t.Fatalf("the order's page: state %q, want in review", st)
+	}
+
+	for _, c := range []struct {
+		name, action string
+		form         map[string][]string
+	}{
+		{"the page's Try again", retryAction, retryForm},
+		{"the link's Pay form", linkAction, linkForm},
+	} {
+		rec := a.post(c.action, c.form)
+		body := rec.Body.String()
+		doc := page(t, rec, rec.Code)
+		st := doc.Find(testid("checkout-state")).AttrOr("data-state", "")
+		if st != views.CheckoutInReview || strings.Contains(body, "Nothing was charged") {
+			t.Errorf("%s after expiry, while the bank holds the money: %d, state %q, says %q",
+				c.name, rec.Code, st, strings.Join(strings.Fields(doc.Find("main").Text()), " "))
+		}
+	}
+	if n := b.gw.Calls(fakegw.OpRegister) - registered; n != 0 {
+		t.Fatalf("%d registrations", n)
+	}
+}
