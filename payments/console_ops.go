@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,6 +71,13 @@ type AdvisoryLock struct {
 	BlockedBy   []int32
 }
 
+// sqlLiterals are the string literals of a statement's text (one cut off at the end too). The
+// locks page shows every role what a lock's backend runs; under the simple protocol (a
+// DATABASE_URL with default_query_exec_mode=simple_protocol) pgx writes the arguments into the
+// text, and a code request holding its contact lock ran an INSERT whose text held the customer's
+// contact and the one-time code (an outside review, privacy). So does any other client's SQL.
+var sqlLiterals = regexp.MustCompile(`'(?:[^']|'')*'?`)
+
 // AdvisoryLocks decodes pg_locks joined with pg_stat_activity: which backend holds or waits for
 // which advisory lock, since when, doing what, and who blocks the waiters. pg_locks stores the
 // two int4 keys in classid and objid as oid (unsigned); they are turned back into int4 here.
@@ -101,6 +109,7 @@ func (s *Service) AdvisoryLocks(ctx context.Context) ([]AdvisoryLock, error) {
 		var ns int32
 		err := r.Scan(&l.PID, &l.TwoKeys, &ns, &l.Key, &l.Key64, &l.Granted, &l.Mode, &l.WaitStart, &l.XactStart,
 			&l.State, &l.Application, &l.Query, &l.BlockedBy, &l.Match)
+		l.Query = sqlLiterals.ReplaceAllLiteralString(l.Query, "'…'")
 		if l.TwoKeys {
 			l.Namespace = LockNamespace(ns)
 			l.NamespaceName = LockNamespaceNames[l.Namespace]
