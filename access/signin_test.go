@@ -421,3 +421,26 @@ func TestSignInRefusesAPasswordPastBcryptsLimit(t *testing.T) {
 		t.Fatalf("a different, longer password signed ana in (%v); want wrong email or password", err)
 	}
 }
+
+// A password typed into the e-mail field (the browser filled the fields in the wrong order, or
+// the user did) was kept in clear in staff_login_throttle for the account window: the account's
+// count is keyed by what was typed there (an outside review, privacy). Text with no @ names no
+// account, so only the address and global buckets count it, and nothing keeps it.
+func TestAPasswordTypedAsTheEmailIsNotKept(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.user(t, "ana@example.com", access.RoleSupport)
+	ctx := context.Background()
+	const typed = "Correct-Horse-Battery-9"
+	for range access.DefaultLimits.AccountFailures + 1 {
+		if _, err := b.acc.SignIn(ctx, attempt(typed, typed, "203.0.113.7")); payments.ErrorCode(err) != payments.EWRONG {
+			t.Fatalf("a sign-in as %q: %v, want the wrong sign-in (never a lock: it names no account)", typed, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM staff_login_throttle WHERE email ILIKE '%horse%'`); n != 0 {
+		t.Fatalf("the text typed as the e-mail is kept in %d throttle row(s)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM login_buckets WHERE scope = 'address' AND level > 0`); n != 1 {
+		t.Fatalf("the address bucket did not count the attempts (%d rows)", n)
+	}
+}
