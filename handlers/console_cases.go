@@ -66,7 +66,7 @@ func (h *Console) ResolveCase(c echo.Context) error {
 // a11y). From the case on: a case past the first page was not on it (a review of this change).
 // A case no longer open (resolved meanwhile) has no form to hold a note: the list, as before.
 func (h *Console) caseFormAgain(c echo.Context, id int64, refusal error) error {
-	v := views.CasesView{After: id - 1, Draft: &views.CaseDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}}
+	v := views.CasesView{After: id - 1, Draft: &views.NoteDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}}
 	var err error
 	if v.CasePage, err = h.svc.ListCases(c.Request().Context(), false, v.After); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"pitlane/payments"
 	"pitlane/views"
 	"pitlane/web/render"
 )
@@ -15,6 +16,13 @@ import (
 func (h *Console) Ledger(c echo.Context) error {
 	form := ledgerForm(c)
 	f, err := ledgerFilter(form)
+	if payments.ErrorCode(err) == payments.EINVALID && !htmx(c) {
+		// The filter as typed, with what is wrong tied to its field (422): a bare error page
+		// lost the form and everything in it (an outside review, a11y).
+		form.Error, form.Field = payments.ErrorMessage(err), errorField(err)
+		v := views.LedgerView{Filter: form, Page: h.page(c, "Ledger", "finance")}
+		return render.HTML(c, http.StatusUnprocessableEntity, views.Ledger(v))
+	}
 	if err != nil {
 		return err
 	}

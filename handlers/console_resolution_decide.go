@@ -1,12 +1,14 @@
 package handlers
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
 
 	"pitlane/payments"
 	"pitlane/views"
+	"pitlane/web/render"
 )
 
 // resolutionID reads the proposal id of the path; a malformed one is the same 404 as an unknown.
@@ -58,6 +60,9 @@ func (h *Console) RejectResolution(c echo.Context) error {
 		return err
 	}
 	r, err := h.svc.RejectResolution(c.Request().Context(), st, id, c.FormValue("note"))
+	if payments.ErrorCode(err) == payments.EINVALID {
+		return h.rejectFormAgain(c, id, err)
+	}
 	msg := ""
 	if err == nil {
 		msg = "Proposal " + r.Target() + " rejected; payment " + views.Short(r.SessionID) + " is unchanged."
@@ -66,4 +71,23 @@ func (h *Console) RejectResolution(c echo.Context) error {
 		}
 	}
 	return h.done(c, "/finance/resolutions", msg, err)
+}
+
+// rejectFormAgain answers a reject refused for its note (blank, not plain text) with the page as
+// it is now (422), the refusal in the flash and the proposal's form holding the note as typed,
+// tied to the refusal: redirected to the list, the note was lost, and with several proposals
+// waiting nothing said whose it was (an outside review, a11y; as caseFormAgain). A proposal no
+// longer waiting (decided meanwhile) has no form to hold a note: the list, as before.
+func (h *Console) rejectFormAgain(c echo.Context, id int64, refusal error) error {
+	v, err := h.resolutionsView(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(v.Pending, func(r payments.Resolution) bool { return r.ID == id }) {
+		return h.done(c, "/finance/resolutions", "", refusal)
+	}
+	h.auth.Flash(c, false, payments.ErrorMessage(refusal))
+	v.Draft = &views.NoteDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}
+	v.Page = h.page(c, "Manual resolutions", "finance")
+	return render.HTML(c, formStatus(payments.ErrorCode(refusal)), views.Resolutions(v))
 }

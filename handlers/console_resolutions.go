@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -14,27 +15,35 @@ import (
 // (oldest first, at most resolutionsShown, and how many wait in all) and the latest decided (by
 // when they were decided). An htmx request gets only the live part of the same component.
 func (h *Console) Resolutions(c echo.Context) error {
-	ctx := c.Request().Context()
-	pending, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Queue: true, Limit: resolutionsShown})
+	v, err := h.resolutionsView(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	waiting := len(pending)
-	if waiting == resolutionsShown {
-		if waiting, err = h.svc.WaitingResolutions(ctx); err != nil {
-			return err
-		}
-	}
-	decided, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Decided: true, Limit: 100})
-	if err != nil {
-		return err
-	}
-	v := views.ResolutionsView{Pending: pending, Waiting: waiting, Decided: decided}
 	if htmx(c) {
 		return render.Fragments(c, http.StatusOK, views.Resolutions(v), views.ResolutionsLive)
 	}
 	v.Page = h.page(c, "Manual resolutions", "finance")
 	return render.HTML(c, http.StatusOK, views.Resolutions(v))
+}
+
+// resolutionsView is the four-eyes page's lists: the oldest waiting (and how many wait) and the
+// latest decided.
+func (h *Console) resolutionsView(ctx context.Context) (views.ResolutionsView, error) {
+	pending, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Queue: true, Limit: resolutionsShown})
+	if err != nil {
+		return views.ResolutionsView{}, err
+	}
+	waiting := len(pending)
+	if waiting == resolutionsShown {
+		if waiting, err = h.svc.WaitingResolutions(ctx); err != nil {
+			return views.ResolutionsView{}, err
+		}
+	}
+	decided, err := h.svc.ListResolutions(ctx, payments.ResolutionFilter{Decided: true, Limit: 100})
+	if err != nil {
+		return views.ResolutionsView{}, err
+	}
+	return views.ResolutionsView{Pending: pending, Waiting: waiting, Decided: decided}, nil
 }
 
 // resolutionsShown bounds the waiting list on the page (the count names the rest).

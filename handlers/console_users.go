@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -69,5 +70,10 @@ func (h *Console) changeUser(c echo.Context, change func(access.User) (string, e
 		return err
 	}
 	msg, err := change(u)
+	if err != nil && payments.ErrorCode(err) != payments.EINTERNAL && !strings.Contains(payments.ErrorMessage(err), u.Email) {
+		// The page has a form per user: the refusal says whose ("the password must be at least
+		// 12 characters" alone did not, an outside review, a11y).
+		err = &payments.Error{Code: payments.ErrorCode(err), Message: u.Email + ": " + payments.ErrorMessage(err), Err: err}
+	}
 	return h.done(c, "/admin/users", msg, err)
 }

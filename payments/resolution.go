@@ -201,6 +201,9 @@ func OutcomeRefusal(cur, outcome Status) string {
 	return ""
 }
 
+// pastedBreaks are the breaks word processors put in copied text, as line breaks.
+var pastedBreaks = strings.NewReplacer("\v", "\n", "\f", "\n")
+
 // requiredText trims a text people must write (a note, a reason) and refuses it empty, with
 // missing as the message, or longer than max.
 //
@@ -209,7 +212,10 @@ func OutcomeRefusal(cur, outcome Status) string {
 // and the audit row is written where the action is; text PostgreSQL would refuse must be
 // refused before the action, not found unstorable after it.
 func requiredText(field, s, missing string, max int) (string, error) {
-	s = strings.TrimSpace(s)
+	// A manual line break or a page break pasted from a word processor (U+000B, U+000C) is a line
+	// break here: refused as a control character, the note's author was asked to remove one
+	// they could not see (an outside review, a11y).
+	s = strings.TrimSpace(pastedBreaks.Replace(s))
 	if s == "" {
 		return "", Invalid(field, "%s", missing)
 	}
