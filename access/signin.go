@@ -169,8 +169,9 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	// its claim took). A real account's failures are audited.
 	//
 	// One statement for a real account and a made-up email alike, so a failure's last write
-	// tells nothing either: the account's throttle row (step 1 wrote one for both) is written
-	// again, which makes the commit flush the WAL in both cases, and a real account's failure
+	// tells nothing either: the account's throttle row (step 1 wrote one for both; none for text
+	// with no @, which everyone can tell is no account) is written again, which makes the commit
+	// flush the WAL in both cases, and a real account's failure
 	// is audited in the same statement (a made-up email's inserts no row). An audit INSERT of
 	// its own, for real accounts only, was a round trip and a WAL flush more that timed the
 	// difference (TestFailedSignInsSendTheSameStatements).

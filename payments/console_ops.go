@@ -3,7 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
-	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,12 +71,95 @@ type AdvisoryLock struct {
 	BlockedBy   []int32
 }
 
-// sqlLiterals are the string literals of a statement's text (one cut off at the end too). The
-// locks page shows every role what a lock's backend runs; under the simple protocol (a
-// DATABASE_URL with default_query_exec_mode=simple_protocol) pgx writes the arguments into the
-// text, and a code request holding its contact lock ran an INSERT whose text held the customer's
-// contact and the one-time code (an outside review, privacy). So does any other client's SQL.
-var sqlLiterals = regexp.MustCompile(`'(?:[^']|'')*'?`)
+// withoutLiterals is a statement's text with what its string literals and comments hold
+// replaced by "…": '…', E'…' (backslash escapes), $tag$…$tag$, -- … and /* … */ (one cut off
+// at the end of the text too). The locks page shows every role what a lock's backend runs;
+// under the simple protocol (a DATABASE_URL with default_query_exec_mode=simple_protocol) pgx
+// writes the arguments into the text, and a code request holding its contact lock ran an
+// INSERT whose text held the customer's contact and the one-time code (an outside review,
+// privacy); an operator's psql session holding a lock may quote anything in any of these forms.
+func withoutLiterals(q string) string {
+	var b strings.Builder
+	for i := 0; i < len(q); {
+		c := q[i]
+		switch {
+		case c == '\'' || ((c == 'E' || c == 'e') && i+1 < len(q) && q[i+1] == '\'' && (i == 0 || !identChar(q[i-1]))):
+			escapes := c != '\''
+			if escapes {
+				b.WriteByte(c)
+				i++
+			}
+			j := i + 1
+			for j < len(q) {
+				if escapes && q[j] == '\\' {
+					j += 2
+					continue
+				}
+				if q[j] == '\'' {
+					if j+1 < len(q) && q[j+1] == '\'' {
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			b.WriteString("'…'")
+			i = j + 1
+		case c == '$' && (i == 0 || !identChar(q[i-1])):
+			tag := dollarTag(q[i:])
+			if tag == "" {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			b.WriteString(tag + "…" + tag)
+			if end := strings.Index(q[i+len(tag):], tag); end >= 0 {
+				i += len(tag) + end + len(tag)
+			} else {
+				i = len(q)
+			}
+		case c == '-' && strings.HasPrefix(q[i:], "--"):
+			b.WriteString("--…")
+			if end := strings.IndexByte(q[i:], '\n'); end >= 0 {
+				i += end
+			} else {
+				i = len(q)
+			}
+		case c == '/' && strings.HasPrefix(q[i:], "/*"):
+			b.WriteString("/*…*/")
+			if end := strings.Index(q[i+2:], "*/"); end >= 0 {
+				i += 2 + end + 2
+			} else {
+				i = len(q)
+			}
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}
+
+// dollarTag is the $tag$ (or $$) s starts with, "" when s starts with none (a parameter $1).
+func dollarTag(s string) string {
+	for j := 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '$':
+			return s[:j+1]
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || (j > 1 && c >= '0' && c <= '9'):
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+// identChar reports whether c may be part of an SQL identifier (so E' or $ after it starts no
+// literal: "name$1", "somE'…" is not an escape string's start).
+func identChar(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
 
 // AdvisoryLocks decodes pg_locks joined with pg_stat_activity: which backend holds or waits for
 // which advisory lock, since when, doing what, and who blocks the waiters. pg_locks stores the
@@ -109,7 +192,7 @@ func (s *Service) AdvisoryLocks(ctx context.Context) ([]AdvisoryLock, error) {
 		var ns int32
 		err := r.Scan(&l.PID, &l.TwoKeys, &ns, &l.Key, &l.Key64, &l.Granted, &l.Mode, &l.WaitStart, &l.XactStart,
 			&l.State, &l.Application, &l.Query, &l.BlockedBy, &l.Match)
-		l.Query = sqlLiterals.ReplaceAllLiteralString(l.Query, "'…'")
+		l.Query = withoutLiterals(l.Query)
 		if l.TwoKeys {
 			l.Namespace = LockNamespace(ns)
 			l.NamespaceName = LockNamespaceNames[l.Namespace]

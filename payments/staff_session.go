@@ -28,7 +28,9 @@ type StaffSession struct {
 // offboarded user's last click (outside reviews). So is one whose user has another role now: a
 // finance user made support while their approval waited for the payment's locks approved
 // all the same (an outside review); the role the request was let through with (role) must
-// still be the user's.
+// still be the user's. Create's claim checks it under the order's lock. What the gateway did on
+// a decision that stood when it committed is recorded whoever the user is by then: records
+// made under detachRecord carry no staff session (withoutStaffSession).
 func WithStaffSession(ctx context.Context, email, role string, epoch int) context.Context {
 	return context.WithValue(ctx, staffSessionKey{}, StaffSession{Email: strings.ToLower(strings.TrimSpace(email)), Role: role, Epoch: epoch})
 }
