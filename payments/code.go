@@ -231,17 +231,21 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	match := s.codeMatches(hash, challengeID, code)
 	if consumedAt != nil {
-		// A used code only replays what it confirmed, but the payment's guess budget (10 wrong
-		// codes a day across all its codes: the contract) holds for it too, checked before the
-		// code is: guesses at a used code were answered one by one without end, and the replay
-		// told which one was right (an outside review).
+		// A used code only replays what it confirmed. The same code again reports what the
+		// first confirmation did, whatever the budget says since: the contract's "the same code
+		// again → 200", a client's retry after its answer was lost — answered 429 once a
+		// mistyped retry had spent the budget, it told the shop a cancel that went through had
+		// failed (an outside review, cancels). Telling the right code of a used challenge
+		// apart gives nothing: it is spent, and every other code is its own random one.
+		if match {
+			return codeAttempt{Challenge: ch, Replayed: true}, nil
+		}
+		// Wrong guesses at a used code are held to the payment's guess budget (10 wrong codes a
+		// day across all its codes: the contract): they were answered one by one without end
+		// (an outside review).
 		guessesLeft, err := s.codeGuessesLeft(ctx, tx, sessionID, now)
 		if err != nil {
 			return codeAttempt{}, err
-		}
-		if match {
-			// The same code again: the action reports what the first confirmation did.
-			return codeAttempt{Challenge: ch, Replayed: true}, nil
 		}
 		if err := countWrongGuess(ctx, tx, sessionID, challengeID, now, by); err != nil {
 			return codeAttempt{}, err
@@ -370,15 +374,38 @@ func (s *Service) codeRequestAllowed(ctx context.Context, tx pgx.Tx, sessionID, 
 		WHERE session_id = $1 AND created_at > $2`, sessionID, now.Add(-time.Hour)).Scan(&n, &oldest); err != nil {
 		return fmt.Errorf("one-time code: count requests: %w", err)
 	}
+	var hourly error
 	if n >= CodeRequestsPerHour {
 		wait := oldest.Add(time.Hour).Sub(now)
-		return &Error{Code: ELOCKED, RetryAfter: wait,
+		hourly = &Error{Code: ELOCKED, RetryAfter: wait,
 			Message: fmt.Sprintf("at most %d codes per payment per hour were sent already; ask again in %s", CodeRequestsPerHour, RoundUpWait(wait))}
 	}
-	if _, err := s.codeGuessesLeft(ctx, tx, sessionID, now); err != nil {
-		return err
+	_, budget := s.codeGuessesLeft(ctx, tx, sessionID, now)
+	return longestWait(hourly, budget, s.contactCodesAllowed(ctx, tx, recipient, now))
+}
+
+// longestWait is the refusal of the limits that lasts longest: the client waits as told, once.
+// The first limit found answered, and a payment whose codes were locked for a day answered the
+// hour's "ask again in 50m" — asked again then, it was refused for 23 hours more (an outside
+// review, cancels). An error that is no limit's refusal is returned first.
+func longestWait(errs ...error) error {
+	var longest *Error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != ELOCKED {
+			return err
+		}
+		if longest == nil || e.RetryAfter > longest.RetryAfter {
+			longest = e
+		}
 	}
-	return s.contactCodesAllowed(ctx, tx, recipient, now)
+	if longest == nil {
+		return nil
+	}
+	return longest
 }
 
 // contactCodesAllowed: at most Config.CodeRequestsPerContact code messages to one recipient
