@@ -519,8 +519,8 @@ func TestAnExpiredClickOnAnOrderInReviewShowsTheReview(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	const order = "o-late-expired"
-	linkAction, linkForm, _, _ := b.declinedClick(t, a, order)
-	_, linkForm = payForm(t, a, b.link(t, order, 1999, "EUR"))      // a fresh tab of the link: its own key
+	linkAction, _, _, _ := b.declinedClick(t, a, order)
+	_, linkForm := payForm(t, a, b.link(t, order, 1999, "EUR"))     // a fresh tab of the link: its own key
 	retryAction, retryForm := payForm(t, a, b.orderPage(order, "")) // the "Try again" a tab keeps
 	b.lateSuccess(t, order)
 	registered := b.gw.Calls(fakegw.OpRegister)
