@@ -757,7 +757,12 @@ func (s *Service) ReapIdempotencyKeys(ctx context.Context, now time.Time, batch 
 
 // execBatches runs sql, a statement that touches at most batch rows (its last parameter, after
 // args; DefaultReapBatch when batch <= 0), again and again until a run touches fewer or ctx
-// ends, each run its own short statement. It returns how many rows the runs touched.
+// ends, each run its own short transaction under the core's bounded lock wait (execBounded): as
+// an autocommit statement, a reaper behind a lock of its table (a REINDEX, a non-concurrent
+// index build) waited out the whole upkeep bound, and every housekeeping step after it — the
+// redaction of dead codes in the outbox among them — ran on an ended context, pass after pass,
+// for as long as the lock lasted (an outside review, patrol). It returns how many rows the runs
+// touched.
 func (s *Service) execBatches(ctx context.Context, op string, batch int, sql string, args ...any) (int, error) {
 	if batch <= 0 {
 		batch = DefaultReapBatch
@@ -765,7 +770,7 @@ func (s *Service) execBatches(ctx context.Context, op string, batch int, sql str
 	args = append(args, batch)
 	total := 0
 	for {
-		tag, err := s.db.Exec(ctx, sql, args...)
+		tag, err := s.execBounded(ctx, op, sql, args...)
 		if err != nil {
 			return total, fmt.Errorf("%s: %w", op, err)
 		}

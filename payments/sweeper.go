@@ -204,15 +204,17 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 // replica may do it: the deletes are batched and skip rows another replica holds.
 const HousekeepingEvery = 5 * time.Minute
 
-// housekeep deletes what has expired, in bounded batches.
+// housekeep deletes what has expired, in bounded batches. Dead codes are redacted first: that
+// step keeps a promise (no code in clear in the outbox past HousekeepingEvery), the others keep
+// tables small.
 func (s *Service) housekeep(ctx context.Context) {
+	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
+		s.log.Error("redact dead codes", "err", err)
+	}
 	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {
 		s.log.Error("reap idempotency keys", "err", err)
 	} else if n > 0 {
 		s.log.Info("reaped idempotency keys", "count", n)
-	}
-	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		s.log.Error("redact dead codes", "err", err)
 	}
 	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
 		s.log.Error("reap checkout intents", "err", err)
