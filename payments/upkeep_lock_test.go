@@ -75,7 +75,7 @@ func lockedReaperTable(t *testing.T, exec, reaps bool) {
 		t.Fatalf("after a housekeeping pass with idempotency_keys locked, %d dead code(s) in clear in the outbox", clear)
 	}
 	if reaps && gone != 0 {
-		t.Fatalf("after a housekeeping pass with idempotency_keys locked, the heartbeat of a replica gone for two days is still there: "+
+		t.Fatalf("after a housekeeping pass with idempotency_keys locked, the heartbeat of a replica gone for two days is still there: " +
 			"the reaper's wait for the lock held every step after it")
 	}
 }
