@@ -70,9 +70,10 @@ func (h *Console) changeUser(c echo.Context, change func(access.User) (string, e
 		return err
 	}
 	msg, err := change(u)
-	if err != nil && payments.ErrorCode(err) != payments.EINTERNAL && !strings.Contains(payments.ErrorMessage(err), u.Email) {
-		// The page has a form per user: the refusal says whose ("the password must be at least
-		// 12 characters" alone did not, an outside review, a11y).
+	if code := payments.ErrorCode(err); (code == payments.EINVALID || code == payments.ECONFLICT) && !strings.Contains(payments.ErrorMessage(err), u.Email) {
+		// The page has a form per user: a refusal of the change says whose ("the password must
+		// be at least 12 characters" alone did not, an outside review, a11y). Not one about the
+		// admin themself (their session ended, their role changed): that is not the user's.
 		err = &payments.Error{Code: payments.ErrorCode(err), Message: u.Email + ": " + payments.ErrorMessage(err), Err: err}
 	}
 	return h.done(c, "/admin/users", msg, err)

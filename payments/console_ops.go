@@ -72,8 +72,8 @@ type AdvisoryLock struct {
 }
 
 // withoutLiterals is a statement's text with what its string literals and comments hold
-// replaced by "…": '…', E'…' (backslash escapes), $tag$…$tag$, -- … and /* … */ (one cut off
-// at the end of the text too). The locks page shows every role what a lock's backend runs;
+// replaced by "…": '…', E'…' (backslash escapes), $tag$…$tag$, -- … and /* … */ (nested; one
+// cut off at the end of the text too); a "quoted identifier" is a name and stays. The locks page shows every role what a lock's backend runs;
 // under the simple protocol (a DATABASE_URL with default_query_exec_mode=simple_protocol) pgx
 // writes the arguments into the text, and a code request holding its contact lock ran an
 // INSERT whose text held the customer's contact and the one-time code (an outside review,
@@ -126,13 +126,39 @@ func withoutLiterals(q string) string {
 			} else {
 				i = len(q)
 			}
-		case c == '/' && strings.HasPrefix(q[i:], "/*"):
-			b.WriteString("/*…*/")
-			if end := strings.Index(q[i+2:], "*/"); end >= 0 {
-				i += 2 + end + 2
-			} else {
-				i = len(q)
+		case c == '"':
+			// A quoted identifier is a name, shown as it is; a ' or $$ inside it starts nothing.
+			j := i + 1
+			for j < len(q) {
+				if q[j] == '"' {
+					if j+1 < len(q) && q[j+1] == '"' {
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
 			}
+			j = min(j+1, len(q))
+			b.WriteString(q[i:j])
+			i = j
+		case c == '/' && strings.HasPrefix(q[i:], "/*"):
+			// Comments nest in PostgreSQL: /* a /* b */ c */ is one.
+			b.WriteString("/*…*/")
+			depth, j := 1, i+2
+			for j < len(q) && depth > 0 {
+				switch {
+				case strings.HasPrefix(q[j:], "/*"):
+					depth++
+					j += 2
+				case strings.HasPrefix(q[j:], "*/"):
+					depth--
+					j += 2
+				default:
+					j++
+				}
+			}
+			i = j
 		default:
 			b.WriteByte(c)
 			i++

@@ -743,7 +743,7 @@ func (x *Idempotency) Abandon(ctx context.Context, r IdempotencyRequest, token s
 const IdempotencyReapGrace = time.Hour
 
 // ReapIdempotencyKeys deletes keys that expired at least IdempotencyReapGrace before now, in
-// batches of at most batch rows, each batch its own short statement (FOR UPDATE SKIP LOCKED, so
+// batches of at most batch rows, each batch its own short transaction (FOR UPDATE SKIP LOCKED, so
 // it never waits for a request that is reading a key, and reapers on several replicas share the
 // work). It returns how many it deleted. The sweeper loop calls it; nothing needs it to run
 // promptly: Acquire treats an expired row as absent.
