@@ -100,6 +100,10 @@ func withoutLiterals(q string) string {
 						j += 2
 						continue
 					}
+					if k := quoteContinues(q, j+1); k > 0 {
+						j = k + 1 // 'a'<newline>'b' is one literal, in the same (escape) mode
+						continue
+					}
 					break
 				}
 				j++
@@ -165,6 +169,32 @@ func withoutLiterals(q string) string {
 		}
 	}
 	return b.String()
+}
+
+// quoteContinues is the index of the quote that continues a literal closed just before i
+// (white space holding a newline, -- comments allowed, then '), 0 when none: PostgreSQL joins
+// 'a'<newline>'b' into one literal, and a continued E'…' keeps its backslash escapes, so
+// E'a'<newline>'\' code' is one value (a review of this scanner).
+func quoteContinues(q string, i int) int {
+	nl := false
+	for i < len(q) {
+		switch {
+		case q[i] == '\n' || q[i] == '\r':
+			nl = true
+			i++
+		case q[i] == ' ' || q[i] == '\t' || q[i] == '\f' || q[i] == '\v':
+			i++
+		case strings.HasPrefix(q[i:], "--"):
+			for i < len(q) && q[i] != '\n' && q[i] != '\r' {
+				i++
+			}
+		case q[i] == '\'' && nl:
+			return i
+		default:
+			return 0
+		}
+	}
+	return 0
 }
 
 // dollarTag is the $tag$ (or $$) s starts with, "" when s starts with none (a parameter $1).

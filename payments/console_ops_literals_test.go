@@ -24,6 +24,10 @@ func TestWithoutLiteralsHidesEveryLiteralForm(t *testing.T) {
 		{`SELECT 'x' AS "buyer's", 'code 481516' AS c`, `SELECT '…' AS "buyer's", '…' AS c`},
 		{`SELECT 1 AS "$$", '$$ code 481516' AS c, "a""b"`, `SELECT 1 AS "$$", '…' AS c, "a""b"`},
 		{`SELECT "unclosed`, `SELECT "unclosed`},
+		// One literal across quote-newline-quote, an E'…' one in escape mode to its end.
+		{"SELECT E'a'\n'\\' code 481516 '", "SELECT E'…'"},
+		{"SELECT E'a' -- note\n'\\' code 481516 ' AS c", "SELECT E'…' AS c"},
+		{"SELECT 'a' 'b'", "SELECT '…' '…'"}, // no newline: two tokens (a syntax error), each hidden
 	} {
 		got := withoutLiterals(c.in)
 		if got != c.want {
