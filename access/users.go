@@ -351,6 +351,15 @@ func (s *Service) DisableUser(ctx context.Context, by payments.Staff, email stri
 	return s.changeUser(ctx, by, email, userChange{disable: true})
 }
 
+// EnableUser undoes DisableUser: the user may sign in again with the password they had (an
+// offboarding by mistake, or someone back from leave; give a new password with SetPassword when
+// the old one may have been shared). The sessions and trusted devices the disable ended stay
+// ended (its session epoch moved on), and the four-eyes proposals it withdrew stay withdrawn.
+// Enabling an enabled user changes nothing (audited as "already enabled").
+func (s *Service) EnableUser(ctx context.Context, by payments.Staff, email string) (User, error) {
+	return s.changeUser(ctx, by, email, userChange{enable: true})
+}
+
 // SetRole gives the user another role, effective at their next request. The last enabled admin
 // keeps theirs (ECONFLICT).
 func (s *Service) SetRole(ctx context.Context, by payments.Staff, email string, role Role) (User, error) {
@@ -412,6 +421,7 @@ func passwordSetter(by payments.Staff, email string) (setter any, keep bool) {
 // userChange is one of the changes changeUser applies.
 type userChange struct {
 	disable      bool
+	enable       bool
 	endSessions  bool
 	role         Role   // "" keeps the role
 	passwordHash string // "" keeps the password
@@ -518,6 +528,12 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if err == nil && !target.Disabled() {
 				err = payments.WithdrawProposalsOf(ctx, tx, by, email, now)
 			}
+		case ch.enable:
+			action, detail = payments.AuditUserEnable, "enabled; sessions and trusted devices ended by the disable stay ended"
+			if !target.Disabled() {
+				detail = "already enabled"
+			}
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = NULL WHERE id = $1 RETURNING `+userColumns, target.ID))
 		case ch.role != "":
 			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET role = $2 WHERE id = $1 RETURNING `+userColumns,

@@ -16,7 +16,8 @@ import (
 )
 
 // Users: GET /admin/users, the staff list with what an admin may change: disable a user, give
-// another role, set a new password (the same as `pitlane user disable|role|password`).
+// another role, set a new password, enable a disabled one (the same as `pitlane user
+// disable|enable|role|password`).
 func (h *Console) Users(c echo.Context) error {
 	users, err := h.access.ListUsers(c.Request().Context())
 	if err != nil {
@@ -31,6 +32,15 @@ func (h *Console) DisableUser(c echo.Context) error {
 	return h.changeUser(c, func(u access.User) (string, error) {
 		_, err := h.access.DisableUser(c.Request().Context(), auth.Staff(c), u.Email)
 		return fmt.Sprintf("%s is disabled; their sessions end at their next request.", u.Email), err
+	})
+}
+
+// EnableUser: POST /admin/users/{id}/enable, undoing a disable. The user signs in again with the
+// password they had; their sessions from before the disable stay ended.
+func (h *Console) EnableUser(c echo.Context) error {
+	return h.changeUser(c, func(u access.User) (string, error) {
+		_, err := h.access.EnableUser(c.Request().Context(), auth.Staff(c), u.Email)
+		return fmt.Sprintf("%s is enabled; they sign in with their password.", u.Email), err
 	})
 }
 

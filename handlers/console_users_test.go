@@ -109,6 +109,34 @@ func TestUsersPageChangesUsers(t *testing.T) {
 	if rec := adm.post("/admin/users/999999/disable", nil); rec.Code != http.StatusNotFound {
 		t.Fatalf("unknown user id: %d", rec.Code)
 	}
+
+	// Enable: a disabled user's row offers it instead of the other changes; ana signs in again
+	// with her password, and her session from before the disable stays ended.
+	doc = page(t, adm.get("/admin/users"), http.StatusOK)
+	anaRow := `[data-testid="user-row"][data-email="ana@example.com"] `
+	if doc.Find(anaRow+testid("user-enable-form")).Length() != 1 || doc.Find(anaRow+testid("user-disable-form")).Length() != 0 {
+		t.Fatal("a disabled user's row does not offer Enable (and only that)")
+	}
+	if rec := bo.post("/admin/users/"+b.userID(t, "ana@example.com")+"/enable", nil); rec.Code != http.StatusForbidden {
+		t.Fatalf("support enables a user: %d", rec.Code)
+	}
+	rec = adm.post("/admin/users/"+b.userID(t, "ana@example.com")+"/enable", url.Values{"csrf_token": {""}})
+	if rec.Code != http.StatusForbidden || b.count(t, `SELECT count(*) FROM staff_users WHERE email = 'ana@example.com' AND disabled_at IS NULL`) != 0 {
+		t.Fatalf("enable without CSRF: %d", rec.Code)
+	}
+	rec = adm.post("/admin/users/"+b.userID(t, "ana@example.com")+"/enable", nil)
+	wantText(t, page(t, adm.follow(rec), http.StatusOK), "flash", "ana@example.com is enabled")
+	if rec := ana.get("/"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("ana's session from before the disable served after the enable: %d", rec.Code)
+	}
+	again := b.agent(t)
+	again.get("/login")
+	if rec := again.post("/login", url.Values{"email": {"ana@example.com"}, "password": {testPassword}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("enabled ana signs in: %d", rec.Code)
+	}
+	if got := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND actor = 'root@example.com' AND target = 'ana@example.com'`, payments.AuditUserEnable); got != 1 {
+		t.Errorf("enable: %d audit rows, want 1", got)
+	}
 }
 
 // TestSignInSprayThroughTheRouter: one client tries 40 different emails through the sign-in

@@ -18,6 +18,7 @@ const (
 	AuditLogout             = "auth.logout"
 	AuditUserCreate         = "user.create"
 	AuditUserDisable        = "user.disable"
+	AuditUserEnable         = "user.enable"
 	AuditUserRole           = "user.role"
 	AuditUserPassword       = "user.password"
 	AuditUserSessions       = "user.sessions_end"

@@ -116,6 +116,7 @@ func routes(e *echo.Echo, d Deps) {
 	e.GET("/outbox", con.Outbox, pages(admin)...)
 	e.GET("/admin/users", con.Users, pages(admin)...)
 	e.POST("/admin/users/:id/disable", con.DisableUser, pages(admin)...)
+	e.POST("/admin/users/:id/enable", con.EnableUser, pages(admin)...)
 	e.POST("/admin/users/:id/role", con.SetUserRole, pages(admin)...)
 	e.POST("/admin/users/:id/password", con.SetUserPassword, pages(admin)...)
 	e.GET("/admin/audit", con.Audit, pages(admin)...)

@@ -108,6 +108,7 @@ var routeRules = map[string]routeRule{
 	"POST /account/sessions":                     con(access.PermView),
 	"GET /admin/users":                           con(access.PermAdmin),
 	"POST /admin/users/:id/disable":              con(access.PermAdmin),
+	"POST /admin/users/:id/enable":               con(access.PermAdmin),
 	"POST /admin/users/:id/role":                 con(access.PermAdmin),
 	"POST /admin/users/:id/password":             con(access.PermAdmin),
 	"GET /admin/audit":                           con(access.PermAdmin),

@@ -36,7 +36,7 @@ var commands = []command{
 	{"dev", "[--dir .pitlane] [--demo]: private PostgreSQL in --dir (when DATABASE_URL is unset), migrations, demo data, then serve (--demo: seed a DATABASE_URL that has other staff users too)", runDev},
 	{"apikey", "create NAME | rotate ID|PREFIX | revoke ID|PREFIX | list: API clients and their keys (create and rotate print a key once)", runApikey},
 	{"gatewaysim", "the reference-gateway simulator on its own (--addr 127.0.0.1:8090; faults through its /_sim/ control API)", runGatewaysim},
-	{"user", "create --email E --role support|finance|admin | disable E | role E ROLE | password E: console users (passwords on stdin)", runUser},
+	{"user", "create --email E --role support|finance|admin | disable E | enable E | role E ROLE | password E: console users (passwords on stdin)", runUser},
 	{"reconcile", "[--since 24h]: compare recent sessions with the gateway now, under the patrol's lease (exit 75: another replica runs)", runReconcile},
 	{"prune", "[--gateway-calls AGE] [--webhook-events 30d] [--outbox 90d] [--dry-run]: delete old rows of the tables that grow with traffic (AGE: 400d, 72h or keep)", runPrune},
 }

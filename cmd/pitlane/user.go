@@ -14,7 +14,7 @@ import (
 	"pitlane/payments"
 )
 
-const userUsage = "usage: pitlane user create --email E --role support|finance|admin | disable E | role E ROLE | password E (passwords on stdin)"
+const userUsage = "usage: pitlane user create --email E --role support|finance|admin | disable E | enable E | role E ROLE | password E (passwords on stdin)"
 
 // runUser: console users from the command line (contract: pitlane user …). Passwords are read
 // from the first line of standard input, so they never show in the process list or the shell
@@ -22,6 +22,7 @@ const userUsage = "usage: pitlane user create --email E --role support|finance|a
 //
 //	printf '%s\n' "$PASSWORD" | pitlane user create --email ana@example.com --role support
 //	pitlane user disable ana@example.com         # offboarding: her sessions end at her next request
+//	pitlane user enable ana@example.com          # undoes it: her password works again, her old sessions do not
 //	pitlane user role ana@example.com finance
 //	printf '%s\n' "$NEW" | pitlane user password ana@example.com   # also ends her sessions
 //
@@ -39,6 +40,11 @@ func runUser(ctx context.Context, env *Env, args []string) error {
 		return userChange(ctx, env, rest[0], func(acc *access.Service, email string) (access.User, string, error) {
 			u, err := acc.DisableUser(ctx, cliActor(), email)
 			return u, fmt.Sprintf("user: disabled %s; their sessions end at their next request", email), err
+		})
+	case sub == "enable" && len(rest) == 1:
+		return userChange(ctx, env, rest[0], func(acc *access.Service, email string) (access.User, string, error) {
+			u, err := acc.EnableUser(ctx, cliActor(), email)
+			return u, fmt.Sprintf("user: enabled %s; they sign in with their password (sessions from before the disable stay ended)", email), err
 		})
 	case sub == "role" && len(rest) == 2:
 		role := access.Role(rest[1])

@@ -126,6 +126,14 @@ func TestUserDisableRolePassword(t *testing.T) {
 	if _, disabled := row("ana@example.com"); code != 0 || !disabled || !strings.Contains(out, "disabled ana@example.com") || audited("user.disable") != 1 {
 		t.Fatalf("disable: exit %d %q %q", code, out, stderr)
 	}
+	// Enable undoes it (a disable by mistake), audited; the user signs in with her password again.
+	code, out, stderr = runMain("", env, "user", "enable", "Ana@Example.com")
+	if _, disabled := row("ana@example.com"); code != 0 || disabled || !strings.Contains(out, "enabled ana@example.com") || audited("user.enable") != 1 {
+		t.Fatalf("enable: exit %d %q %q", code, out, stderr)
+	}
+	if code, _, stderr := runMain("", env, "user", "enable", "nobody@example.com"); code != 1 || !strings.Contains(stderr, "no staff user") {
+		t.Errorf("enable an unknown user: exit %d %q", code, stderr)
+	}
 
 	// The last admin stays; an unknown user is an error of its own. Both exit 1 with one line.
 	for _, args := range [][]string{{"user", "disable", "root@example.com"}, {"user", "role", "root@example.com", "support"}} {
