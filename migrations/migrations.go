@@ -14,12 +14,14 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -34,9 +36,29 @@ var FS embed.FS
 // snapshot, say, went on and succeeded — a deploy step failed for nothing.
 var lockProbe = 5 * time.Second
 
+// lockRetryable is whether a failed take of goose's lock row is worth another look: the lock
+// held by another migrate (not a database error), a connection lost, a serialization failure, a
+// deadlock, a lock or statement timeout, a server shutting down or short of resources. Not a
+// database that refuses the write for good — read-only (a hot standby or a reader endpoint named
+// by mistake, default_transaction_read_only), no privilege on goose_lock, a missing table: goose
+// retried those every 5 s for ever, printing nothing, and the deploy's first step hung (an
+// outside review). They end the migrate with the database's own words.
+func lockRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	switch pe.Code[:2] {
+	case "08", "40", "53", "55", "57", "58", "XX":
+		return true
+	}
+	return false
+}
+
 // NewProvider returns a goose provider over the embedded migrations with a table-based lock.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresTableLocker(lock.WithTableLockTimeout(lockProbe, math.MaxUint64))
+	locker, err := lock.NewPostgresTableLocker(lock.WithTableLockTimeout(lockProbe, math.MaxUint64),
+		lock.WithTableRetryPolicy(lockRetryable))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: locker: %w", err)
 	}

@@ -139,23 +139,27 @@ func Load(getenv func(string) string) (Config, error) {
 		HTTPAddr:             or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
 		Gateway:              or(getenv("GATEWAY"), GatewayRefgw),
 		GatewayURL:           getenv("GATEWAY_URL"),
-		GatewayAPIKey:        getenv("GATEWAY_API_KEY"),
+		GatewayAPIKey:        strings.TrimSpace(getenv("GATEWAY_API_KEY")),
 		GatewayWebhookSecret: getenv("GATEWAY_WEBHOOK_SECRET"),
 		NotifyWebhookURL:     getenv("NOTIFY_WEBHOOK_URL"),
 		ReplicaID:            getenv("REPLICA_ID"),
+	}
+	// A key from a file (a Kubernetes secret) ends with its newline, which no header may carry:
+	// serve started and every gateway call failed on our side, not_sent (an outside review).
+	if strings.IndexFunc(c.GatewayAPIKey, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		return c, errorf("GATEWAY_API_KEY", "must be printable ASCII without spaces (the gateway's key as it gave it)")
 	}
 	if c.GatewayWebhookSecret != "" && len(c.WebhookSecrets()) == 0 {
 		return c, errorf("GATEWAY_WEBHOOK_SECRET", "lists no secret (only commas and spaces); unset it to refuse every webhook")
 	}
 	if c.DatabaseURL != "" {
 		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
-			// pgx masks the password in its message.
-			return c, errorf("DATABASE_URL", "not a valid PostgreSQL URL: %s", oneLine(err.Error()))
+			return c, errorf("DATABASE_URL", "not a valid PostgreSQL URL: %s", parseError(err, c.DatabaseURL))
 		}
 	}
 	if c.ListenDatabaseURL = getenv("LISTEN_DATABASE_URL"); c.ListenDatabaseURL != "" {
 		if _, err := pgxpool.ParseConfig(c.ListenDatabaseURL); err != nil {
-			return c, errorf("LISTEN_DATABASE_URL", "not a valid PostgreSQL URL: %s", oneLine(err.Error()))
+			return c, errorf("LISTEN_DATABASE_URL", "not a valid PostgreSQL URL: %s", parseError(err, c.ListenDatabaseURL))
 		}
 	}
 	host, port, err := net.SplitHostPort(c.HTTPAddr)
@@ -206,6 +210,10 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		if c.NotifyWebhookSecrets, err = secretList(getenv, "NOTIFY_WEBHOOK_SECRET"); err != nil {
 			return c, err
+		}
+		if getenv("NOTIFY_WEBHOOK_SECRET") != "" && len(c.NotifyWebhookSecrets) == 0 {
+			// Taken as unset, every code message went out unsigned (an outside review).
+			return c, errorf("NOTIFY_WEBHOOK_SECRET", "lists no secret (only commas and spaces); unset it to send messages unsigned")
 		}
 	} else if getenv("NOTIFY_WEBHOOK_SECRET") != "" {
 		return c, errorf("NOTIFY_WEBHOOK_SECRET", "is set but NOTIFY_WEBHOOK_URL is not: set the URL or unset the secret")
@@ -600,5 +608,27 @@ func or(v, def string) string {
 	}
 	return v
 }
+
+// parseError is pgx's refusal of a connection string without the string: pgx masks the
+// password in its copy on a best-effort basis, and a keyword/value one written "password = x"
+// (spaces around "=", which libpq and pgx accept) was printed in clear (an outside review). What
+// pgx says after the string is kept, with every word of the string in it masked too.
+func parseError(err error, conn string) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+len("`: "):]
+	}
+	for _, w := range strings.FieldsFunc(conn, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune("=:/@?&'", r) }) {
+		if len(w) >= 3 && !knownConnWord[w] {
+			msg = strings.ReplaceAll(msg, w, "…")
+		}
+	}
+	return oneLine(msg)
+}
+
+// knownConnWord are connection-string words that say nothing secret, kept in parseError's text.
+var knownConnWord = map[string]bool{"postgres": true, "postgresql": true, "host": true, "port": true, "user": true,
+	"password": true, "dbname": true, "sslmode": true, "require": true, "disable": true, "prefer": true, "allow": true,
+	"verify-ca": true, "verify-full": true}
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -119,6 +119,13 @@ func TestValidationErrorsNameTheVariable(t *testing.T) {
 	for _, tc := range []struct{ name, value string }{
 		{"DATABASE_URL", "postgres://u:hunter2@db:notaport/x"},
 		{"DATABASE_URL", "postgres://db/x?sslmode=bogus"},
+		// Keyword/value with spaces around "=" (libpq and pgx accept them): pgx's copy of the
+		// string in its message did not mask that password (an outside review).
+		{"DATABASE_URL", "host=db.internal user=pitlane password = hunter2 dbname=pitlane sslmode=requre"},
+		{"DATABASE_URL", "host=db.internal user=pitlane password =hunter2 dbname=pitlane port=5432x"},
+		{"LISTEN_DATABASE_URL", "host=db.internal password= hunter2 sslmode=requre"},
+		{"GATEWAY_API_KEY", "sk_live key"},
+		{"GATEWAY_API_KEY", "key\x00"},
 		{"LISTEN_DATABASE_URL", "postgres://u:hunter2@db:notaport/x"},
 		{"HTTP_ADDR", "8080"},
 		{"HTTP_ADDR", "127.0.0.1:http"},
@@ -366,7 +373,8 @@ func TestSecretKeyLengthCountsCharacters(t *testing.T) {
 // NOTIFY_WEBHOOK_SECRET is optional, but a secret given is as long as SECRET_KEY's rule asks.
 func TestNotifyWebhookSecretIsLongEnough(t *testing.T) {
 	t.Parallel()
-	for _, secret := range []string{"short", strings.Repeat("s", 32) + ",short"} {
+	// One that lists no secret was taken as unset: every code message went out unsigned.
+	for _, secret := range []string{"short", strings.Repeat("s", 32) + ",short", ",", " , ", "\n"} {
 		_, err := Load(env(map[string]string{"NOTIFY_WEBHOOK_URL": "https://shop.example/texts", "NOTIFY_WEBHOOK_SECRET": secret}))
 		var cerr *Error
 		if !errors.As(err, &cerr) || cerr.Var != "NOTIFY_WEBHOOK_SECRET" {
@@ -392,5 +400,16 @@ func TestPublicBaseURLIsLowerCase(t *testing.T) {
 		if err != nil || c.PublicBaseURL != want {
 			t.Errorf("PUBLIC_BASE_URL=%q: %q %v, want %q", in, c.PublicBaseURL, err, want)
 		}
+	}
+}
+
+// GATEWAY_API_KEY from a file (a Kubernetes secret) ends with a newline: trimmed as SECRET_KEY
+// is. Kept, serve started and every gateway call failed on our side ("invalid header field
+// value"; an outside review).
+func TestGatewayAPIKeyIsTrimmed(t *testing.T) {
+	t.Parallel()
+	c, err := Load(env(map[string]string{"GATEWAY_API_KEY": "sk_test_123\n"}))
+	if err != nil || c.GatewayAPIKey != "sk_test_123" {
+		t.Fatalf("GATEWAY_API_KEY with a line end: %q, %v", c.GatewayAPIKey, err)
 	}
 }
