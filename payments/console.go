@@ -178,9 +178,15 @@ func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (PaymentPag
 	if before != nil {
 		where = append(where, "(created_at, id) < (SELECT created_at, id FROM payment_sessions WHERE id = "+arg(before)+"::uuid)")
 	}
+	if q != "" {
+		// Planned with its values each time: under the generic plan a common prefix (the shop's
+		// own "ORD-2026") read every matching row of the three conditions and sorted them for a
+		// page of 50 (100,000 rows for "o-"; an outside review, console lists).
+		args = append([]any{pgx.QueryExecModeExec}, args...)
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions
 		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY created_at DESC, id DESC
+		ORDER BY created_at DESC, payment_sessions.id DESC
 		LIMIT `+strconv.Itoa(f.Limit+1), args...)
 	if err != nil {
 		return PaymentPage{}, fmt.Errorf("list payments: %w", err)
@@ -188,6 +194,17 @@ func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (PaymentPag
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
 	if err != nil {
 		return PaymentPage{}, fmt.Errorf("list payments: %w", err)
+	}
+	if len(list) == 0 && before != nil {
+		// A cursor that names no payment (an edited link, one from another installation) is
+		// not "No payments match" while there are (an outside review, console lists).
+		var known bool
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_sessions WHERE id = $1::uuid)`, before).Scan(&known); err != nil {
+			return PaymentPage{}, fmt.Errorf("list payments: cursor: %w", err)
+		}
+		if !known {
+			return PaymentPage{}, Invalid("before", "before must be the id of a payment shown on a page of this list: start again from the first page")
+		}
 	}
 	page := PaymentPage{Sessions: list}
 	if len(list) > f.Limit {

@@ -163,7 +163,7 @@ func flagNext(at *time.Time, id string) string { return timeCursor(*at, id) }
 // (payment_sessions_stuck_by_age holds flagged_at; TestStuckQueriesUseIndexesAtScale).
 func flaggedSessionsSQL(keyset bool) string {
 	return `SELECT ` + sessionColumns + ` FROM payment_sessions WHERE flagged_at IS NOT NULL AND ` + activeStatusSQL +
-		flagKeyset(keyset) + ` ORDER BY flagged_at, id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
+		flagKeyset(keyset) + ` ORDER BY flagged_at, payment_sessions.id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
 }
 
 var flaggedSessionsCountSQL = `SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL AND ` + activeStatusSQL

@@ -31,7 +31,7 @@ func (s *Service) Leases(ctx context.Context) ([]Lease, error) {
 	// unindexed so a claim is a heap-only update (migration 00020).
 	rows, err := s.db.Query(ctx, `SELECT id::text, order_id, status, lease_owner, lease_until, check_attempts
 		FROM payment_sessions WHERE `+activeStatusSQL+` AND lease_owner IS NOT NULL AND lease_until IS NOT NULL
-		ORDER BY lease_until, id LIMIT 500`)
+		ORDER BY lease_until, payment_sessions.id LIMIT 500`)
 	if err != nil {
 		return nil, fmt.Errorf("leases: %w", err)
 	}

@@ -344,7 +344,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1
 				AND created_at = (SELECT max(created_at) FROM payment_sessions WHERE order_id = $1)
 				AND status = 'Failed' AND gateway_payment_id IS NULL AND amount = $2 AND currency = $3 AND updated_at > $4
-				ORDER BY id LIMIT 1`, in.OrderID, in.Amount, in.Currency, now.Add(-in.RefusedStands)).QueryRow(func(r pgx.Row) error {
+				ORDER BY payment_sessions.id LIMIT 1`, in.OrderID, in.Amount, in.Currency, now.Add(-in.RefusedStands)).QueryRow(func(r pgx.Row) error {
 				var err error
 				refused, err = scanSession(r)
 				hasRefused = err == nil

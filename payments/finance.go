@@ -183,7 +183,7 @@ func noSettleProposal(ctx context.Context, tx pgx.Tx, what, id string) error {
 // with keyset, those after ($1, $2) (flagArgs). flaggedRefundsCountSQL counts them all.
 func flaggedRefundsSQL(keyset bool) string {
 	return `SELECT ` + refundColumns + ` FROM refunds WHERE flagged_at IS NOT NULL AND status = 'Pending'` +
-		flagKeyset(keyset) + ` ORDER BY flagged_at, id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
+		flagKeyset(keyset) + ` ORDER BY flagged_at, refunds.id LIMIT ` + strconv.Itoa(FlaggedPerPage+1)
 }
 
 const flaggedRefundsCountSQL = `SELECT count(*) FROM refunds WHERE flagged_at IS NOT NULL AND status = 'Pending'`

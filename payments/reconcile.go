@@ -614,7 +614,7 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 		WHERE gateway = $1 AND updated_at > $2 AND updated_at <= $3
 		  AND (updated_at, id) > (coalesce($4::timestamptz, '-infinity'), coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
 		  AND NOT (status = 'Registering' AND created_at > $6)
-		ORDER BY updated_at, id
+		ORDER BY updated_at, payment_sessions.id
 		LIMIT $7`,
 		s.gw.Name(), bottom, start, c.afterUpdatedAt, afterID,
 		s.cfg.Clock.Now().Add(-s.cfg.RegisterGrace), cfg.Batch)

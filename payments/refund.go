@@ -82,7 +82,7 @@ func (s *Service) RefundsOf(ctx context.Context, paymentID string) (refunds []Re
 
 // listRefunds reads up to limit refunds of a session, oldest first.
 func listRefunds(ctx context.Context, q querier, sessionID string, limit int) ([]Refund, error) {
-	rows, err := q.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, id LIMIT $2`, sessionID, limit)
+	rows, err := q.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE session_id = $1 ORDER BY created_at, refunds.id LIMIT $2`, sessionID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("refunds of %s: %w", sessionID, err)
 	}

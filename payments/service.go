@@ -359,7 +359,7 @@ func getOrder(ctx context.Context, q querier, orderID string) (Order, []Session,
 	if err != nil {
 		return Order{}, nil, dbError("get order", err, "order %q not found", orderID)
 	}
-	rows, err := q.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 ORDER BY created_at, id`, orderID)
+	rows, err := q.Query(ctx, `SELECT `+sessionColumns+` FROM payment_sessions WHERE order_id = $1 ORDER BY created_at, payment_sessions.id`, orderID)
 	if err != nil {
 		return Order{}, nil, fmt.Errorf("get order sessions: %w", err)
 	}

@@ -384,7 +384,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 		b.Queue(`SELECT `+sessionColumns+` FROM payment_sessions
 			WHERE (id, lease_token) IN (SELECT u.i, u.t FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS u(i, t))
 			  AND order_id = ANY(ARRAY(SELECT order_id FROM orders WHERE order_id = ANY($3) ORDER BY order_id FOR UPDATE SKIP LOCKED))
-			ORDER BY id FOR UPDATE`, ids, tokens, orders).Query(func(rows pgx.Rows) error {
+			ORDER BY payment_sessions.id FOR UPDATE`, ids, tokens, orders).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				sess, err := scanSession(rows)
 				if err != nil {
