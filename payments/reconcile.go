@@ -219,7 +219,7 @@ func (s *Service) ReconcileOnceWith(ctx context.Context, cfg ReconcileConfig) (R
 		// A panic (an answer the code does not expect) is the session's failure, retried and
 		// then skipped like any: it ended the replica, and the next leader resumed from the same
 		// cursor into the same panic — every replica in turn.
-		serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
+		serr := s.compareSession(ctx, sess, &rep, cfg)
 		if serr != nil && ctx.Err() != nil {
 			return rep, context.Cause(ctx) // shutting down, or past the leadership: not the session's fault, nothing to count
 		}
@@ -372,7 +372,7 @@ walk:
 			// A panic (an answer the code does not expect) is the session's failure, retried and
 			// then skipped like any: it ended the replica, and the next leader resumed from the same
 			// cursor into the same panic — every replica in turn.
-			serr := s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(ctx, sess, &rep) })
+			serr := s.compareSession(ctx, sess, &rep, cfg)
 			*compared = append(*compared, sess.ID)
 			if serr != nil && ctx.Err() != nil {
 				return rep, context.Cause(ctx) // interrupted, or past the leadership: not the session's fault
@@ -424,6 +424,20 @@ func (s *Service) casesOpened(ctx context.Context, highWater int64, sessionIDs [
 		return nil, fmt.Errorf("reconcile: cases opened: %w", err)
 	}
 	return out, nil
+}
+
+// compareSession compares one session under a bound of its own, two thirds of the leader TTL
+// (renewed just before it), so that a session whose comparison does not end (a gateway search
+// whose pages never end, a call that hangs past its timeout) fails as the session's own failure —
+// counted, retried, then skipped — with a third of the lease left to record that. Under the
+// run's context alone it ended with the lease, which counted nothing, and every run after
+// started on the same session: reconciliation of the whole gateway stopped there (an outside
+// review, reconcile3). A panic (an answer the code does not expect) is the session's failure
+// too.
+func (s *Service) compareSession(ctx context.Context, sess Session, rep *ReconcileReport, cfg ReconcileConfig) error {
+	sctx, cancel := context.WithTimeout(ctx, cfg.LeaderTTL*2/3)
+	defer cancel()
+	return s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(sctx, sess, rep) })
 }
 
 // errLeadershipLapsed is the cause of a reconciliation run's context that outlived its leadership.

@@ -57,6 +57,14 @@ const MetadataReference = "reference"
 // Stopping there cannot turn "something" into "nothing": it stops only after maxFound matches.
 const maxFound = 100
 
+// maxSearched bounds FindByReference's reading: results whose reference is not exactly ours
+// (the search's quirks) are read past, and a search whose pages never end (a next_page that
+// loops: a result listed again ends it too) read on until the caller's context ended — a session reconciliation could never get
+// past (an outside review). Reaching it answers unknown ("search_incomplete"), never a
+// shortened list: what is left unread may be ours, and "not found" may let a payment be made
+// again.
+const maxSearched = 1000
+
 // maxRefundsListed bounds FindRefund: it reads at most this many of a PaymentIntent's refunds
 // (newest first; one page of Stripe's list). A search that reaches the bound without finding ours
 // has not looked at the older ones, so it answers unknown, never "not found" (see FindRefund).
@@ -209,10 +217,16 @@ func (g *Gateway) FindByReference(ctx context.Context, reference string) ([]paym
 
 	ctx, ci := observe(ctx)
 	var found []payments.GatewayPayment
+	read := make(map[string]bool)
 	for pi, err := range g.sc.V1PaymentIntents.Search(ctx, params) {
 		if err != nil {
 			return nil, classify(op, ci, err)
 		}
+		if read[pi.ID] || len(read) == maxSearched { // a page again (its cursor looped), or too many
+			return nil, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op, Code: "search_incomplete",
+				Err: fmt.Errorf("the search for reference %s did not end: %d results read, %s listed again: %t", reference, len(read), pi.ID, read[pi.ID])}
+		}
+		read[pi.ID] = true
 		if pi.Metadata[MetadataReference] != reference {
 			continue
 		}
