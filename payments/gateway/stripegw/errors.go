@@ -71,7 +71,7 @@ func (t *observingTransport) CloseIdleConnections() {
 //     own return URL. Called a refusal, a refund so answered was settled Failed and its amount
 //     refunded again (an outside review); refgw classifies its idempotency_key_reused the same;
 //     any other 4xx → definitive, with the codes the core knows translated:
-//     404 resource_missing → "not_found";
+//     404 resource_missing, and a refund's 400 resource_missing of its payment_intent → "not_found";
 //     payment_intent_unexpected_state → "not_reversible" (reverse) / "not_refundable" (refund),
 //     with GatewayStatus from the PaymentIntent Stripe embeds in the error;
 //     amount_too_large, charge_already_refunded (refund) → "amount_exceeds_remaining";
@@ -114,7 +114,11 @@ func classify(op string, ci *callInfo, err error) error {
 			ge.Kind = payments.FailureDefinitive
 		}
 		switch {
-		case se.HTTPStatusCode == http.StatusNotFound && se.Code == stripe.ErrorCodeResourceMissing:
+		case se.HTTPStatusCode == http.StatusNotFound && se.Code == stripe.ErrorCodeResourceMissing,
+			// A refund names its PaymentIntent as a parameter, which Stripe refuses with 400 (a
+			// path's is 404): the payment is unknown there all the same, and the core's "books
+			// differ" case must open (an outside review: it stayed resource_missing).
+			op == "refund" && se.Code == stripe.ErrorCodeResourceMissing && se.Param == "payment_intent":
 			ge.Code = "not_found"
 		case se.Code == stripe.ErrorCodePaymentIntentUnexpectedState && op == "reverse":
 			ge.Code = "not_reversible"

@@ -75,3 +75,26 @@ func TestASearchOfEndlessStrangersAnswersUnknown(t *testing.T) {
 		t.Fatalf("%d pages read for a bound of %d results", pages, maxSearched)
 	}
 }
+
+// TestAPaymentIntentWithoutAnIDIsUnreadable: an answer with no id (or no status) from whatever
+// answers at GATEWAY_URL is unknown, as refgw reads one: taken as a payment, its empty id left
+// the core's checks of a payment being attached nothing to compare (an outside review).
+func TestAPaymentIntentWithoutAnIDIsUnreadable(t *testing.T) {
+	t.Parallel()
+	g, _ := fakeStripe(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.URL.Path, "search") {
+			_, _ = io.WriteString(w, `{"object":"search_result","has_more":false,"data":[{"object":"payment_intent","status":"succeeded","amount":100,"currency":"eur","metadata":{"reference":"ours-42"}}]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"object":"payment_intent","status":"succeeded","amount":100,"amount_received":100,"currency":"eur","metadata":{"reference":"ours-42"}}`)
+	})
+	_, serr := g.Status(context.Background(), "pi_1")
+	_, ferr := g.FindByReference(context.Background(), "ours-42")
+	for what, err := range map[string]error{"status": serr, "find": ferr} {
+		if payments.FailureOf(err) != payments.FailureUnknown {
+			t.Errorf("%s answered by a PaymentIntent without an id: %v, want unknown", what, err)
+		}
+	}
+}

@@ -181,7 +181,7 @@ func (g *Gateway) Register(ctx context.Context, req payments.RegisterRequest) (p
 	if err != nil {
 		return payments.GatewayPayment{}, classify(op, ci, err)
 	}
-	return paymentOf(pi), nil
+	return checkedPayment(op, pi)
 }
 
 // Status retrieves one PaymentIntent.
@@ -195,7 +195,7 @@ func (g *Gateway) Status(ctx context.Context, gatewayPaymentID string) (payments
 	if err != nil {
 		return payments.GatewayPayment{}, classify(op, ci, err)
 	}
-	return paymentOf(pi), nil
+	return checkedPayment(op, pi)
 }
 
 // FindByReference uses the PaymentIntent search API (metadata['reference']:'R'); stripe-mock
@@ -229,6 +229,9 @@ func (g *Gateway) FindByReference(ctx context.Context, reference string) ([]paym
 		read[pi.ID] = true
 		if pi.Metadata[MetadataReference] != reference {
 			continue
+		}
+		if _, err := checkedPayment(op, pi); err != nil {
+			return nil, err
 		}
 		found = append(found, paymentOf(pi))
 		if len(found) == maxFound {
@@ -270,7 +273,7 @@ func (g *Gateway) Reverse(ctx context.Context, gatewayPaymentID, idempotencyKey 
 	if err != nil {
 		return payments.GatewayPayment{}, classify(op, ci, err)
 	}
-	return paymentOf(pi), nil
+	return checkedPayment(op, pi)
 }
 
 // Refund refunds part or all of a succeeded PaymentIntent.
@@ -383,6 +386,18 @@ func refundOf(r *stripe.Refund, paymentID string) payments.GatewayRefund {
 // finance case, never a success): for a succeeded PaymentIntent it is amount_received, the money
 // Stripe actually took (a partial capture takes less than amount); otherwise amount, what the
 // payment is for. Stripe writes currencies in lower case; the contract's are upper case.
+// checkedPayment is paymentOf of an answer that is a PaymentIntent: one without an id or a
+// status (a hostile or broken endpoint at GATEWAY_URL) is unreadable, unknown, as refgw reads
+// such an answer — with no id, the core's checks of a payment being attached have nothing to
+// compare (an outside review, reconcile3).
+func checkedPayment(op string, pi *stripe.PaymentIntent) (payments.GatewayPayment, error) {
+	if pi == nil || pi.ID == "" || pi.Status == "" {
+		return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureUnknown, Op: op,
+			Err: errors.New("answer is not a PaymentIntent (no id or status)")}
+	}
+	return paymentOf(pi), nil
+}
+
 func paymentOf(pi *stripe.PaymentIntent) payments.GatewayPayment {
 	p := payments.GatewayPayment{
 		ID:        pi.ID,
