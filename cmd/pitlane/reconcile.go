@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"io"
@@ -62,7 +63,7 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	owner := reconcileOwner(cfg.ReplicaID, os.Getpid())
+	owner := reconcileOwner(cfg.ReplicaID, fmt.Sprintf("%d-%s", os.Getpid(), rand.Text()[:8]))
 	// The patrol's one-runner lease is compared with the servers' times: the database's.
 	clock, err := databaseClock(ctx, pool)
 	if err == nil {
@@ -105,9 +106,12 @@ func runReconcile(ctx context.Context, env *Env, args []string) error {
 
 // reconcileOwner names this run in the lease: the replica id (REPLICA_ID, which an operator may
 // well share with the serve running on the same host from one environment file) plus the
-// process id, so that the run never counts as the lease's current holder.
-func reconcileOwner(replicaID string, pid int) string {
-	suffix := fmt.Sprintf("/reconcile-%d", pid)
+// process id and a random part (run: "<pid>-<random>"), so that the run never counts as the
+// lease's current holder, nor as another run's: two cron hosts sharing REPLICA_ID from one file,
+// each in a container whose process is pid 1, were one owner, both ran at once and the first to
+// end gave the other's lease back (an outside review, reconcile3).
+func reconcileOwner(replicaID, run string) string {
+	suffix := "/reconcile-" + run
 	const maxOwner = 128                        // maintenance_leaders.owner
 	for len(replicaID) > maxOwner-len(suffix) { // cut on a character's boundary: PostgreSQL refuses half of one
 		_, size := utf8.DecodeLastRuneInString(replicaID)

@@ -156,8 +156,8 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	var owner string
 	if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(replica_id), '') FROM gateway_calls WHERE operation = 'find'`).Scan(&owner); err != nil ||
-		!regexp.MustCompile(`^ops-host/reconcile-\d+$`).MatchString(owner) {
-		t.Errorf("the run's calls are logged as %q (%v), want ops-host/reconcile-<pid>", owner, err)
+		!regexp.MustCompile(`^ops-host/reconcile-\d+-[A-Z2-7]{8}$`).MatchString(owner) {
+		t.Errorf("the run's calls are logged as %q (%v), want ops-host/reconcile-<pid>-<random>", owner, err)
 	}
 	var leases int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM maintenance_leaders`).Scan(&leases); err != nil || leases != 0 {
@@ -261,15 +261,15 @@ func TestReconcileCommandUsage(t *testing.T) {
 
 func TestReconcileOwnerFitsTheLeaseColumn(t *testing.T) {
 	t.Parallel()
-	if got := reconcileOwner("web-1", 42); got != "web-1/reconcile-42" {
+	if got := reconcileOwner("web-1", "42-ab12cd34"); got != "web-1/reconcile-42-ab12cd34" {
 		t.Errorf("owner %q", got)
 	}
-	if got := reconcileOwner(strings.Repeat("r", 128), 4194304); len(got) != 128 || !strings.HasSuffix(got, "/reconcile-4194304") {
+	if got := reconcileOwner(strings.Repeat("r", 128), "4194304-ab12cd34"); len(got) != 128 || !strings.HasSuffix(got, "/reconcile-4194304-ab12cd34") {
 		t.Errorf("owner of a 128-character REPLICA_ID: %q (%d characters)", got, len(got))
 	}
 	// Cut on a character's boundary: 42 "€" are 126 bytes, and a cut inside one was refused by
 	// PostgreSQL on every run (an outside review).
-	if got := reconcileOwner(strings.Repeat("€", 42), 4194304); len(got) > 128 || !utf8.ValidString(got) || !strings.HasSuffix(got, "/reconcile-4194304") {
+	if got := reconcileOwner(strings.Repeat("€", 42), "4194304-ab12cd34"); len(got) > 128 || !utf8.ValidString(got) || !strings.HasSuffix(got, "/reconcile-4194304-ab12cd34") {
 		t.Errorf("owner of a REPLICA_ID of 42 euro signs: %q (%d bytes)", got, len(got))
 	}
 }
