@@ -304,16 +304,29 @@ func (s *Service) outboxSource() patrolSource {
 // nothing is ever delivered (the outbox is the channel admins relay from), and every code ever
 // sent stayed in clear in the table and in each copy of the database. A message from before
 // messages named their challenge is dead after CodeTTL. The patrol's housekeeping calls it.
+// A message not yet sent and not on its way (no live lease) is marked skipped with the reason,
+// as the outbox claim marks one: a code whose tries failed waited, counted as failing (the
+// customer-messages alert), until its next try minutes after it had died (an outside review,
+// notifier2).
 func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
 	return s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
-			SELECT o.id FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
+			SELECT o.id, CASE WHEN c.consumed_at IS NOT NULL THEN 'consumed'
+			                  WHEN c.superseded_at IS NOT NULL THEN 'superseded'
+			                  WHEN c.expires_at <= $1 OR c.id IS NULL THEN 'expired'
+			                  WHEN c.attempts >= c.max_attempts THEN 'spent'
+			                  ELSE 'finished' END AS reason,
+				o.delivered_at IS NULL AND o.skipped_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= $1) AS unsent
+			FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 			WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
 			  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
 			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2)
 			       OR c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`))
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
-		UPDATE outbox o SET body = o.redacted_body FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL))
+		UPDATE outbox o SET body = o.redacted_body,
+			skipped_at = CASE WHEN dead.unsent THEN $1 ELSE o.skipped_at END,
+			skip_reason = CASE WHEN dead.unsent THEN dead.reason ELSE o.skip_reason END
+		FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL))
 }
 
 // outboxLeaseID names an outbox row's lease in a drive's context.

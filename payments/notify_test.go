@@ -732,3 +732,48 @@ func TestACodeFormSentAgainAfterACutDeliverySaysItWaits(t *testing.T) {
 			b.count(t, `SELECT count(*) FROM outbox WHERE payment_id = $1 AND delivered_at IS NULL`, sess.ID))
 	}
 }
+
+// TestADeadCodeWhoseTriesFailedStopsCountingAsFailing: a code whose delivery failed waited for its
+// next try (minutes later, on the doubling schedule) before the claim marked it skipped; until
+// then it counted among the failing customer messages (the alert "customers may not be getting
+// their codes") though it had expired, or a newer code had been delivered (an outside review,
+// notifier2). The housekeeping's RedactDeadCodes marks a dead code's unsent message skipped with
+// its reason, as the claim does; one on its way (a live lease) is left to its delivery.
+func TestADeadCodeWhoseTriesFailedStopsCountingAsFailing(t *testing.T) {
+	t.Parallel()
+	n := &flakyNotifier{down: true}
+	b := newBench(t, func(c *payments.Config) { c.Notifier = n })
+	ctx := context.Background()
+	sess := b.registered(t, "o-dead-failing", 100)
+	first, err := b.svc.RequestCancel(ctx, api, sess.ID) // its delivery fails: attempts 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := func() int {
+		t.Helper()
+		st, err := b.svc.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.FailingMessages
+	}
+	if got := failing(); got != 1 {
+		t.Fatalf("failing messages after a failed delivery: %d, want 1", got)
+	}
+	// A newer code, delivered: the first is superseded, its next try still minutes away.
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	if _, err := b.svc.RequestCancel(ctx, api, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.RedactDeadCodes(ctx, b.clock.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := failing(); got != 0 {
+		t.Fatalf("failing messages after the code died and a newer one was delivered: %d, want 0", got)
+	}
+	if got := b.count(t, `SELECT count(*) FROM outbox WHERE challenge_id = $1 AND skipped_at IS NOT NULL AND skip_reason = 'superseded' AND delivered_at IS NULL`, first.ID); got != 1 {
+		t.Fatalf("the superseded code's message is not marked skipped (%d)", got)
+	}
+}
