@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"pitlane/internal/config"
 	"pitlane/live"
 	"pitlane/payments"
+	"pitlane/payments/gateway/gatewaysim"
 	"pitlane/web"
 )
 
@@ -98,6 +100,7 @@ func runServe(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	warnLocalLinks(env, cfg)
+	warnDevSettings(env, cfg)
 	if path := env.Getenv("PITLANE_CPU_PROFILE"); path != "" {
 		// A Go CPU profile of the whole process until it stops (make bench's BENCH_PROFILE sets
 		// it for the replica under load; docs/performance.md). Not a setting of the product.
@@ -132,6 +135,27 @@ func warnLocalLinks(env *Env, cfg config.Config) {
 	if host, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && (host == "" || net.ParseIP(host).IsUnspecified()) {
 		env.Logger.Warn("PUBLIC_BASE_URL is unset while HTTP_ADDR listens on every interface: checkout links and the gateway's return URLs point at localhost; set PUBLIC_BASE_URL to the address customers reach",
 			"http_addr", cfg.HTTPAddr, "public_base_url", cfg.PublicBaseURL)
+	}
+}
+
+// warnDevSettings: settings that suit `make run` on a laptop and not a service customers pay
+// through, said at the start (an outside review: serve took them silently). Each is a warning,
+// not a refusal: a staging host behind a VPN may mean them.
+func warnDevSettings(env *Env, cfg config.Config) {
+	if u, err := url.Parse(cfg.PublicBaseURL); err == nil && u.Scheme == "http" && env.Getenv("PUBLIC_BASE_URL") != "" {
+		if ip := net.ParseIP(u.Hostname()); u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			env.Logger.Warn("PUBLIC_BASE_URL is plain http on a host others reach: staff session cookies go without Secure, no HSTS, and customers pay over an unencrypted page; use https",
+				"public_base_url", cfg.PublicBaseURL)
+		}
+	}
+	for _, n := range cfg.TrustedProxies {
+		if ones, _ := n.Mask.Size(); ones == 0 {
+			env.Logger.Warn("TRUSTED_PROXIES trusts every address: any client names its own in X-Forwarded-For, and the per-address sign-in throttle counts what it names; list the proxies themselves",
+				"range", n.String())
+		}
+	}
+	if cfg.GatewayAPIKey == gatewaysim.DefaultAPIKey {
+		env.Logger.Warn("GATEWAY_API_KEY is the gateway simulator's key: payments go to a simulator, not a gateway")
 	}
 }
 

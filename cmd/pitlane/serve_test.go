@@ -12,6 +12,7 @@ import (
 
 	"pitlane/internal/config"
 	"pitlane/internal/testdb"
+	"pitlane/payments/gateway/gatewaysim"
 )
 
 // TestServeMetricsAddrAndLimits: with METRICS_ADDR, /metrics answers there and not on the public
@@ -140,6 +141,38 @@ func TestServeWarnsOfLocalhostLinks(t *testing.T) {
 		warnLocalLinks(env, cfg)
 		if got := strings.Contains(log.String(), "PUBLIC_BASE_URL is unset"); got != tc.warn {
 			t.Errorf("HTTP_ADDR=%q PUBLIC_BASE_URL=%q: warned %v, want %v (%s)", tc.addr, tc.base, got, tc.warn, log.String())
+		}
+	}
+}
+
+// serve says at the start which settings suit a laptop and not a service customers pay through:
+// a plain-http PUBLIC_BASE_URL others reach, TRUSTED_PROXIES over every address, the gateway
+// simulator's key (an outside review: it took them silently). Production-like settings are quiet.
+func TestServeWarnsOfDevelopmentSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		warn string
+	}{
+		{map[string]string{"PUBLIC_BASE_URL": "http://pay.example.com"}, "plain http"},
+		{map[string]string{"PUBLIC_BASE_URL": "http://203.0.113.7:8080"}, "plain http"},
+		{map[string]string{"TRUSTED_PROXIES": "0.0.0.0/0"}, "trusts every address"},
+		{map[string]string{"TRUSTED_PROXIES": "10.0.0.1,::/0"}, "trusts every address"},
+		{map[string]string{"GATEWAY_API_KEY": gatewaysim.DefaultAPIKey}, "simulator's key"},
+		{map[string]string{"PUBLIC_BASE_URL": "https://pay.example.com", "TRUSTED_PROXIES": "10.0.0.0/8", "GATEWAY_API_KEY": "sk_live_x"}, ""},
+		{map[string]string{"PUBLIC_BASE_URL": "http://localhost:8080"}, ""},
+		{map[string]string{"PUBLIC_BASE_URL": "http://127.0.0.1:8080"}, ""},
+		{map[string]string{}, ""}, // the default is http://127.0.0.1:8080: warnLocalLinks' case
+	} {
+		var log strings.Builder
+		env := &Env{Getenv: func(k string) string { return tc.vars[k] }, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+		cfg, err := env.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnDevSettings(env, cfg)
+		if got := log.String(); (tc.warn == "") != (got == "") || !strings.Contains(got, tc.warn) {
+			t.Errorf("%v: logged %q, want a warning with %q", tc.vars, got, tc.warn)
 		}
 	}
 }
