@@ -14,8 +14,26 @@ import (
 )
 
 // Read models of the staff console (console_*.go). They only read (finance's few writes are in
-// finance.go and resolution.go); each is one or a few plain queries on the pool, no transaction needed:
-// a page is a snapshot for people, and the core's guards, not these reads, decide every change.
+// finance.go and resolution.go); each is one or a few plain queries on the pool: a page is a
+// snapshot for people, and the core's guards, not these reads, decide every change. A page whose
+// figures describe its rows (totals over a list, a count beside it) reads both in one snapshot
+// (readPage).
+
+// readPage runs a page's reads in one read-only REPEATABLE READ transaction: one snapshot, so
+// the totals and counts of a page describe the rows it lists (read one after the other on the
+// pool, a payment settled between them was listed under totals without it: an outside review,
+// numbers2).
+func (s *Service) readPage(ctx context.Context, what string, read func(q querier) error) error {
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	if err := read(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
 
 // StuckAfter is how far past its next_check_at an active session must be to count as stuck: the
 // patrol runs every few seconds, so a session this late means no replica is settling it.
@@ -531,7 +549,7 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 			d.RefundSettleProposals = append(d.RefundSettleProposals, p)
 		}
 	}
-	if d.Cases, err = s.listCases(ctx, `fc.session_id = $1`, `fc.id DESC`, 500, id); err != nil {
+	if d.Cases, err = s.listCases(ctx, s.db, `fc.session_id = $1`, `fc.id DESC`, 500, id); err != nil {
 		return PaymentDetail{}, err
 	}
 	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, `id DESC`, id); err != nil {

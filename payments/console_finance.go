@@ -43,8 +43,8 @@ func caseSeenSQL(alias string) string {
 }
 
 // listCases reads the cases under where (its arguments args), in order, at most limit.
-func (s *Service) listCases(ctx context.Context, where, order string, limit int, args ...any) ([]FinanceCase, error) {
-	rows, err := s.db.Query(ctx, `SELECT fc.id, coalesce(fc.session_id::text, ''), coalesce(fc.order_id, ''), fc.kind, fc.detail,
+func (s *Service) listCases(ctx context.Context, q querier, where, order string, limit int, args ...any) ([]FinanceCase, error) {
+	rows, err := q.Query(ctx, `SELECT fc.id, coalesce(fc.session_id::text, ''), coalesce(fc.order_id, ''), fc.kind, fc.detail,
 		fc.created_at, fc.resolved_at, coalesce(fc.resolved_by, ''), coalesce(fc.resolution, ''),
 		coalesce(ps.amount, 0), coalesce(ps.currency, ''), coalesce(ps.status, ''), `+caseSeenSQL("fc")+`
 		FROM finance_cases fc LEFT JOIN payment_sessions ps ON ps.id = fc.session_id
@@ -84,18 +84,23 @@ type CasePage struct {
 // Both read by index (finance_cases_open, migration 00540; the primary key).
 func (s *Service) ListCases(ctx context.Context, all bool, after int64) (CasePage, error) {
 	var p CasePage
-	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`).Scan(&p.Open); err != nil {
-		return p, fmt.Errorf("finance cases: count: %w", err)
-	}
-	var err error
-	switch {
-	case all && after > 0:
-		p.Cases, err = s.listCases(ctx, `fc.id < $1`, `fc.id DESC`, CasesPerPage+1, after)
-	case all:
-		p.Cases, err = s.listCases(ctx, `true`, `fc.id DESC`, CasesPerPage+1)
-	default:
-		p.Cases, err = s.listCases(ctx, `fc.resolved_at IS NULL AND fc.id > $1`, `fc.id`, CasesPerPage+1, after)
-	}
+	// The count and the list from one snapshot (readPage): a case resolved between them was
+	// listed as open under a count without it.
+	err := s.readPage(ctx, "finance cases", func(q querier) error {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM finance_cases WHERE resolved_at IS NULL`).Scan(&p.Open); err != nil {
+			return fmt.Errorf("finance cases: count: %w", err)
+		}
+		var err error
+		switch {
+		case all && after > 0:
+			p.Cases, err = s.listCases(ctx, q, `fc.id < $1`, `fc.id DESC`, CasesPerPage+1, after)
+		case all:
+			p.Cases, err = s.listCases(ctx, q, `true`, `fc.id DESC`, CasesPerPage+1)
+		default:
+			p.Cases, err = s.listCases(ctx, q, `fc.resolved_at IS NULL AND fc.id > $1`, `fc.id`, CasesPerPage+1, after)
+		}
+		return err
+	})
 	if err != nil {
 		return p, err
 	}
@@ -189,19 +194,27 @@ func flaggedPage[T any](ctx context.Context, s *Service, what, field, after stri
 	if err != nil {
 		return nil, 0, "", err
 	}
-	res, err := s.db.Query(ctx, listSQL(id != ""), flagArgs(at, id)...)
+	// The rows and the count from one snapshot (readPage): a payment settled between the two
+	// reads was listed under a count without it (an outside review, numbers2).
+	err = s.readPage(ctx, what, func(q querier) error {
+		res, err := q.Query(ctx, listSQL(id != ""), flagArgs(at, id)...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if rows, err = pgx.CollectRows(res, scan); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err = q.QueryRow(ctx, countSQL).Scan(&total); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
-	}
-	if rows, err = pgx.CollectRows(res, scan); err != nil {
-		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
+		return nil, 0, "", err
 	}
 	if len(rows) > FlaggedPerPage {
 		rows = rows[:FlaggedPerPage]
 		next = flagNext(key(rows[FlaggedPerPage-1]))
-	}
-	if err = s.db.QueryRow(ctx, countSQL).Scan(&total); err != nil {
-		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
 	}
 	return rows, total, next, nil
 }

@@ -61,7 +61,7 @@ func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note, see
 	if err != nil {
 		return FinanceCase{}, err
 	}
-	cases, err := s.listCases(ctx, `fc.id = $1`, `fc.id`, 1, id)
+	cases, err := s.listCases(ctx, s.db, `fc.id = $1`, `fc.id`, 1, id)
 	if err != nil || len(cases) != 1 {
 		return FinanceCase{}, fmt.Errorf("resolve case: read back: %w", err)
 	}

@@ -296,8 +296,18 @@ type extraRow struct {
 
 func (r extraRow) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
-// StuckSessions reads one page of the workbench and the totals of its filter.
-func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, error) {
+// StuckSessions reads one page of the workbench and the totals of its filter, from one snapshot
+// (readPage): the patrol settling a listed payment between the two reads showed a page listing
+// three payments under totals that counted two (an outside review, numbers2).
+func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (page StuckPage, err error) {
+	err = s.readPage(ctx, "stuck sessions", func(q querier) error {
+		page, err = s.stuckSessions(ctx, q, f)
+		return err
+	})
+	return page, err
+}
+
+func (s *Service) stuckSessions(ctx context.Context, q querier, f StuckFilter) (StuckPage, error) {
 	f, err := f.normalize()
 	if err != nil {
 		return StuckPage{}, err
@@ -308,7 +318,7 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 	if err != nil {
 		return StuckPage{}, err
 	}
-	rows, err := s.db.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return StuckPage{}, fmt.Errorf("stuck sessions: %w", err)
 	}
@@ -340,7 +350,7 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 		page.Next = f.cursor(list[f.Limit-1].Session)
 	}
 	tsql, targs := stuckTotalsSQL(f, now)
-	rows, err = s.db.Query(ctx, tsql, targs...)
+	rows, err = q.Query(ctx, tsql, targs...)
 	if err != nil {
 		return StuckPage{}, fmt.Errorf("stuck totals: %w", err)
 	}
@@ -362,7 +372,7 @@ func (s *Service) StuckSessions(ctx context.Context, f StuckFilter) (StuckPage, 
 	})
 	jsql, jargs := stuckJoinsSQL(f, now)
 	var created *time.Time
-	if err := s.db.QueryRow(ctx, jsql, jargs...).Scan(&created); err != nil {
+	if err := q.QueryRow(ctx, jsql, jargs...).Scan(&created); err != nil {
 		return StuckPage{}, fmt.Errorf("stuck sessions: the next to join: %w", err)
 	}
 	if created != nil {
