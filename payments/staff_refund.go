@@ -377,6 +377,22 @@ func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in Sta
 // transaction under the order → session locks: the refund claimed with the form's request key
 // (the refund core re-checks the payment and the amount received) and bound to the proposal.
 func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, asked []string, now time.Time) (RefundResult, error) {
+	// The shop's API refunds are not held back by a waiting proposal (a person's are, to the room
+	// it leaves, and they see why): one made since the proposal may be the very refund it asks
+	// for — a proposal of 50.00 and the shop's refund of 50.00 for the same complaint approved a
+	// second 50.00 (an outside review, numbers2). The approver decided on the payment as it was:
+	// refused, as a settlement whose payment moved is. A refund that failed moved nothing.
+	var since int
+	var amount int64
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM refunds
+		WHERE session_id = $1 AND created_at > $2 AND status <> 'Failed' AND created_by LIKE $3`,
+		cur.ID, p.ProposedAt, string(ActorAPI)+":%").Scan(&since, &amount); err != nil {
+		return RefundResult{}, dbError("approve refund: the shop's refunds since the proposal", err, "")
+	}
+	if since > 0 {
+		return RefundResult{}, Errorf(ECONFLICT, "the shop refunded %s of payment %s through the API since the proposal (%d refund(s)): the customer may have this money already; reject the proposal, and propose again if a refund is still owed",
+			FormatMinor(amount, cur.Currency)+" "+cur.Currency, Short(cur.ID), since)
+	}
 	r, created, err := s.claimRefund(ctx, tx, cur, by.Actor(), RefundInput{PaymentID: cur.ID, Amount: p.RefundAmount, RequestKey: p.requestKey, asked: asked}, now)
 	if err != nil {
 		return RefundResult{}, err

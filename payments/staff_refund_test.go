@@ -753,3 +753,38 @@ func TestARefundFormIsNotFooledByARefundFailingBesideANewOne(t *testing.T) {
 		t.Fatalf("%d refunds at the gateway, want F2's one", n)
 	}
 }
+
+// TestAShopRefundSinceTheProposalStopsItsApproval: the shop's API refunds are not held back by a
+// waiting refund proposal, so one that fits beside it may be the very refund the proposal asks
+// for: a proposal of 6.00 and the shop's 4.00 for the same complaint, both fitting in 10.00,
+// approved 6.00 more (an outside review, numbers2). The approval is refused, naming the
+// shop's refund, and nothing is sent; a shop refund that failed moved nothing and does not stop
+// it, nor does a person's refund of the room the proposal left (TestWaitingRefundProposalHoldsItsAmount).
+func TestAShopRefundSinceTheProposalStopsItsApproval(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, eurLimit)
+	ctx := context.Background()
+	s := b.completed(t, "o-proposal-outrun", 1000)
+	p, err := b.svc.RefundByFinance(ctx, finance1, staffRefund(s.ID, 600, uuid.NewString()))
+	if err != nil || p.Proposal == nil {
+		t.Fatalf("proposal = %+v %v", p, err)
+	}
+	b.clock.Advance(time.Minute)
+	if r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: "shop-refund"}); err != nil || !r.Created {
+		t.Fatalf("the shop's refund = %+v %v", r, err)
+	}
+	calls := b.gw.Calls(fakegw.OpRefund)
+	_, err = b.svc.ApproveResolution(ctx, finance2, p.Proposal.ID)
+	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "through the API since the proposal") {
+		t.Fatalf("approving a proposal the shop's refund came after = %v, want a conflict naming it", err)
+	}
+	if got := b.gw.Calls(fakegw.OpRefund); got != calls {
+		t.Fatalf("%d refund calls to the gateway by the refused approval", got-calls)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, s.ID); n != 1 {
+		t.Fatalf("refunds = %d, want the shop's one", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE id = $1 AND state = 'proposed'`, p.Proposal.ID); n != 1 {
+		t.Fatal("the refused approval decided the proposal")
+	}
+}
