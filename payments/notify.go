@@ -318,7 +318,11 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 				o.delivered_at IS NULL AND o.skipped_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= $1) AS unsent
 			FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
-			WHERE o.redacted_body IS NOT NULL AND o.body <> o.redacted_body
+			WHERE o.redacted_body IS NOT NULL
+			  AND (o.body <> o.redacted_body -- in clear (outbox_clear_codes)
+			       -- or redacted while on its way, whose try then failed (outbox_failing): it
+			       -- counted as failing until its next try (a review of this rule)
+			       OR o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts > 0 AND (o.lease_until IS NULL OR o.lease_until <= $1))
 			  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
 			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2)
 			       OR c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`))

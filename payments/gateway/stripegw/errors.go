@@ -35,15 +35,24 @@ func observe(ctx context.Context) (context.Context, *callInfo) {
 	return ctx, ci
 }
 
-// observingTransport records the status of every response into the call's callInfo.
+// observingTransport records the status of every response into the call's callInfo, and turns
+// a redirect into a failure (New refuses to follow one): stripe-go reads any body under 400 as
+// the resource, so a 307 with a JSON body (an API gateway's, an egress proxy's) was Stripe's
+// answer — FindRefund's "not found", the core's licence to refund again (a review of the
+// redirect fix). With the status recorded and no response, classify answers unknown.
 type observingTransport struct{ base http.RoundTripper }
 
 func (t *observingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err == nil {
-		if ci, ok := req.Context().Value(callInfoKey{}).(*callInfo); ok {
-			ci.status.Store(int32(resp.StatusCode))
-		}
+	if err != nil {
+		return resp, err
+	}
+	if ci, ok := req.Context().Value(callInfoKey{}).(*callInfo); ok {
+		ci.status.Store(int32(resp.StatusCode))
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("stripegw: a redirect (%d) is not Stripe's answer", resp.StatusCode)
 	}
 	return resp, err
 }
