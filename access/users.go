@@ -353,8 +353,9 @@ func (s *Service) DisableUser(ctx context.Context, by payments.Staff, email stri
 
 // EnableUser undoes DisableUser: the user may sign in again with the password they had (an
 // offboarding by mistake, or someone back from leave; give a new password with SetPassword when
-// the old one may have been shared). The sessions and trusted devices the disable ended stay
-// ended (its session epoch moved on), and the four-eyes proposals it withdrew stay withdrawn.
+// the old one may have been shared), a sign-in lockout of theirs lifted. The sessions and
+// trusted devices the disable ended stay ended (the session epoch moves on again), and the
+// four-eyes proposals it withdrew stay withdrawn (any it skipped are withdrawn now).
 // Enabling an enabled user changes nothing (audited as "already enabled").
 func (s *Service) EnableUser(ctx context.Context, by payments.Staff, email string) (User, error) {
 	return s.changeUser(ctx, by, email, userChange{enable: true})
@@ -533,7 +534,21 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 			if !target.Disabled() {
 				detail = "already enabled"
 			}
-			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = NULL WHERE id = $1 RETURNING `+userColumns, target.ID))
+			// The epoch moves on again: a disable by a release before it moved the epoch left the
+			// sessions of then on it (a review of this change). Sign-in failures counted against
+			// the disabled account are lifted: "they sign in with their password" must hold. And
+			// the proposals the disable skipped because a decision held them just then (SKIP
+			// LOCKED) are withdrawn now: only the disabled_at guard kept them from approval (a
+			// review of this change).
+			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET disabled_at = NULL,
+				session_epoch = session_epoch + CASE WHEN disabled_at IS NULL THEN 0 ELSE 1 END
+				WHERE id = $1 RETURNING `+userColumns, target.ID))
+			if err == nil && target.Disabled() {
+				_, err = tx.Exec(ctx, `DELETE FROM staff_login_throttle WHERE email = $1`, email)
+			}
+			if err == nil && target.Disabled() {
+				err = payments.WithdrawProposalsOf(ctx, tx, by, email, now)
+			}
 		case ch.role != "":
 			action, detail = payments.AuditUserRole, fmt.Sprintf("role %s → %s", target.Role, ch.role)
 			out, err = scanUser(tx.QueryRow(ctx, `UPDATE staff_users SET role = $2 WHERE id = $1 RETURNING `+userColumns,

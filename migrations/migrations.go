@@ -38,7 +38,7 @@ var lockProbe = 5 * time.Second
 
 // lockRetryable is whether a failed take of goose's lock row is worth another look: the lock
 // held by another migrate (not a database error), a connection lost, a serialization failure, a
-// deadlock, a lock or statement timeout, a server shutting down or short of resources. Not a
+// deadlock, a lock timeout, a server shutting down or out of connections. Not a
 // database that refuses the write for good — read-only (a hot standby or a reader endpoint named
 // by mistake, default_transaction_read_only), no privilege on goose_lock, a missing table: goose
 // retried those every 5 s for ever, printing nothing, and the deploy's first step hung (an
@@ -48,11 +48,15 @@ func lockRetryable(err error) bool {
 	if !errors.As(err, &pe) {
 		return true
 	}
-	switch pe.Code[:2] {
-	case "08", "40", "53", "55", "57", "58", "XX":
+	switch pe.Code {
+	case "53300", "55P03", "55006": // too many connections, a lock not available, an object in use
 		return true
 	}
-	return false
+	switch pe.Code[:min(2, len(pe.Code))] {
+	case "08", "40", "57": // the connection, a serialization failure or deadlock, a shutdown or cancel
+		return true
+	}
+	return false // a disk full or a corrupted page ends it too: someone must look
 }
 
 // NewProvider returns a goose provider over the embedded migrations with a table-based lock.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"pitlane/payments/dbconn"
 )
 
 // Read models of the staff console (console_*.go). They only read (finance's few writes are in
@@ -28,8 +30,10 @@ func (s *Service) readPage(ctx context.Context, what string, read func(q querier
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", what, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
 	if err := read(tx); err != nil {
+		rctx, cancel := dbconn.Rollback(ctx) // bounded: a host gone silent must not hold the page
+		defer cancel()
+		_ = tx.Rollback(rctx)
 		return err
 	}
 	return tx.Commit(ctx)

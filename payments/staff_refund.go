@@ -363,9 +363,10 @@ func proposeRefund(ctx context.Context, tx pgx.Tx, cur Session, by Staff, in Sta
 		return 0, err
 	}
 	var id int64
+	// refunds_seen: the payment's refunds now, under the order's lock (migration 00980).
 	if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (kind, session_id, order_id, status_at_proposal, refund_amount, request_key,
-			reason, evidence, proposed_by, proposed_at)
-		VALUES ('refund', $1, $2, $3, $4, $5, $6, '', $7, $8) RETURNING id`,
+			reason, evidence, proposed_by, proposed_at, refunds_seen)
+		VALUES ('refund', $1, $2, $3, $4, $5, $6, '', $7, $8, ARRAY(SELECT id FROM refunds WHERE session_id = $1)) RETURNING id`,
 		cur.ID, cur.OrderID, string(cur.Status), in.Amount, in.requestKey(), in.Reason, by.Email, now).Scan(&id); err != nil {
 		return 0, dbError("propose refund", err, "")
 	}
@@ -384,9 +385,12 @@ func (s *Service) approveRefund(ctx context.Context, tx pgx.Tx, cur Session, p R
 	// refused, as a settlement whose payment moved is. A refund that failed moved nothing.
 	var since int
 	var amount int64
-	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM refunds
-		WHERE session_id = $1 AND created_at > $2 AND status <> 'Failed' AND created_by LIKE $3`,
-		cur.ID, p.ProposedAt, string(ActorAPI)+":%").Scan(&since, &amount); err != nil {
+	// Since: not among the refunds the proposal saw (migration 00980; read under the order's lock
+	// both take, so no clock decides), or after its time for a proposal filed before that.
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(r.amount), 0) FROM refunds r, resolution_proposals p
+		WHERE p.id = $4 AND r.session_id = $1 AND r.status <> 'Failed' AND r.created_by LIKE $3
+		  AND CASE WHEN p.refunds_seen IS NULL THEN r.created_at > $2 ELSE NOT r.id = ANY(p.refunds_seen) END`,
+		cur.ID, p.ProposedAt, string(ActorAPI)+":%", p.ID).Scan(&since, &amount); err != nil {
 		return RefundResult{}, dbError("approve refund: the shop's refunds since the proposal", err, "")
 	}
 	if since > 0 {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -612,23 +613,31 @@ func or(v, def string) string {
 // parseError is pgx's refusal of a connection string without the string: pgx masks the
 // password in its copy on a best-effort basis, and a keyword/value one written "password = x"
 // (spaces around "=", which libpq and pgx accept) was printed in clear (an outside review). What
-// pgx says after the string is kept, with every word of the string in it masked too.
+// pgx says after the string is kept — it names the setting that is wrong — with any password of
+// the string masked in it too.
 func parseError(err error, conn string) string {
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "`: "); i >= 0 {
 		msg = msg[i+len("`: "):]
 	}
-	for _, w := range strings.FieldsFunc(conn, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune("=:/@?&'", r) }) {
-		if len(w) >= 3 && !knownConnWord[w] {
-			msg = strings.ReplaceAll(msg, w, "…")
+	for _, m := range connPasswords.FindAllStringSubmatch(conn, -1) {
+		for _, secret := range m[1:] {
+			if secret == "" {
+				continue
+			}
+			msg = strings.ReplaceAll(msg, secret, "…")
+			if dec, err := url.PathUnescape(secret); err == nil && dec != "" {
+				msg = strings.ReplaceAll(msg, dec, "…")
+			}
 		}
 	}
 	return oneLine(msg)
 }
 
-// knownConnWord are connection-string words that say nothing secret, kept in parseError's text.
-var knownConnWord = map[string]bool{"postgres": true, "postgresql": true, "host": true, "port": true, "user": true,
-	"password": true, "dbname": true, "sslmode": true, "require": true, "disable": true, "prefer": true, "allow": true,
-	"verify-ca": true, "verify-full": true}
+// connPasswords finds the passwords of a connection string: a URL's user info, a password or
+// sslpassword query parameter, a keyword/value password (quoted or not, spaces around "=").
+var connPasswords = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@` +
+	`|[?&](?i:ssl)?password=([^&#]*)` +
+	`|(?i:\b(?:ssl)?password)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S*))`)
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -413,3 +413,21 @@ func TestGatewayAPIKeyIsTrimmed(t *testing.T) {
 		t.Fatalf("GATEWAY_API_KEY with a line end: %q, %v", c.GatewayAPIKey, err)
 	}
 }
+
+// TestABadDatabaseURLSettingIsNamed: the refusal of a bad DATABASE_URL names the setting that is
+// wrong, with only the password masked: hiding every word of the string said "invalid … (parsing
+// "…")" for a bad connect_timeout (a review of the password's masking).
+func TestABadDatabaseURLSettingIsNamed(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"postgres://u:hunter2@db/x?connect_timeout=abc":               "connect_timeout",
+		"host=db password='hunter2 x' target_session_attrs=bogus":     "target_session_attrs",
+		"host=db password = hunter2 connect_timeout=abc":              "connect_timeout",
+		"postgres://db/x?password=hunter2&target_session_attrs=bogus": "target_session_attrs",
+	} {
+		_, err := Load(env(map[string]string{"DATABASE_URL": dsn}))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("DATABASE_URL=%q: %v; want it to name %s without the password", dsn, err, want)
+		}
+	}
+}
