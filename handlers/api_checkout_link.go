@@ -24,8 +24,10 @@ type checkoutLinkJSON struct {
 //	the customer to, working until expires_at (7 days, or expires_in seconds); 409 the order is
 //	already paid, or has an active payment of another amount or currency; 422 a field, named.
 //
-// The link is a signature (payments/checkout_link.go), not a row: nothing is written, so the
-// call needs no idempotency key and may be repeated freely (each answer is a working link).
+// The link is a signature (payments/checkout_link.go): only the order's checkout price is
+// written (checkout_prices, the newest link's amount, docs/api.md), so the call needs no
+// idempotency key and may be repeated freely (each answer is a working link, the newest
+// replacing the others' price).
 func (a *API) CreateCheckoutLink(c echo.Context) error {
 	req, err := parseCheckoutLink(c.Request(), PathParam(c, "order_id"))
 	if err != nil {

@@ -87,7 +87,7 @@ func (in CreateInput) Validate() error {
 		return Invalid("amount", "amount must be an integer in minor units, greater than 0 and less than 10^12")
 	}
 	if !validCurrency(in.Currency) {
-		return Invalid("currency", "currency must be three upper-case letters (ISO 4217), e.g. EUR")
+		return Invalid("currency", "currency must be three upper-case letters, an ISO 4217 code such as EUR")
 	}
 	return ValidateContact(in.CustomerContact)
 }
