@@ -231,17 +231,7 @@ func (s *Service) outboxSource() patrolSource {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
 					SELECT o.id AS due_id, o.challenge_id AS due_challenge, c.expires_at AS code_expires_at,
-						CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
-						     WHEN c.consumed_at IS NOT NULL THEN 'consumed'
-						     WHEN c.superseded_at IS NOT NULL THEN 'superseded'
-						     WHEN c.expires_at <= $2 OR (c.id IS NULL AND o.created_at <= $3) THEN 'expired'
-						     WHEN c.attempts >= c.max_attempts THEN 'spent'
-						     WHEN c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`) THEN 'finished'
-						     WHEN c.action = '`+string(CodeRefund)+`' AND c.amount > ps.amount
-						          - (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
-						          - coalesce((SELECT p.refund_amount FROM resolution_proposals p
-						                      WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
-						END AS dead
+						`+deadCodeSQL("$2", "$3")+` AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 						LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
@@ -296,25 +286,41 @@ func (s *Service) outboxSource() patrolSource {
 	}}
 }
 
+// deadCodeSQL is why the code of outbox row o (its challenge c, its payment ps) can no longer be
+// used, NULL while it can (or the row holds no code): consumed, superseded by a newer code,
+// expired (now and cutoff are the placeholders of the time and of now less CodeTTL, for rows
+// from before messages named their challenge), out of attempts, a cancel code of a finished
+// payment, a refund code for more than the payment has left ('no_room': its refunds and a
+// waiting refund proposal). One list for the outbox claim and the housekeeping: the two drifted
+// apart, and a refund code with no room stayed in clear and counted as failing after
+// housekeeping (an outside review, chaos3).
+func deadCodeSQL(now, cutoff string) string {
+	return `CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
+		WHEN c.consumed_at IS NOT NULL THEN 'consumed'
+		WHEN c.superseded_at IS NOT NULL THEN 'superseded'
+		WHEN c.expires_at <= ` + now + ` OR (c.id IS NULL AND o.created_at <= ` + cutoff + `) THEN 'expired'
+		WHEN c.attempts >= c.max_attempts THEN 'spent'
+		WHEN c.action = '` + string(CodeCancel) + `' AND ps.status IN (` + terminalStatusSQL + `) THEN 'finished'
+		WHEN c.action = '` + string(CodeRefund) + `' AND c.amount > ps.amount
+			- (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
+			- coalesce((SELECT p.refund_amount FROM resolution_proposals p
+			            WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
+		END`
+}
+
 // RedactDeadCodes replaces the text of messages whose one-time code can no longer be used
-// (consumed, superseded by a newer code, expired, out of attempts, a cancel code of a finished
-// payment) by its redacted text, in
-// batches of at most batch rows (FOR UPDATE SKIP LOCKED: never waiting for a delivery's claim).
-// A delivered message keeps only its redacted text already; without a NOTIFY_WEBHOOK_URL
-// nothing is ever delivered (the outbox is the channel admins relay from), and every code ever
-// sent stayed in clear in the table and in each copy of the database. A message from before
-// messages named their challenge is dead after CodeTTL. The patrol's housekeeping calls it.
-// A message not yet sent and not on its way (no live lease) is marked skipped with the reason,
-// as the outbox claim marks one: a code whose tries failed waited, counted as failing (the
-// customer-messages alert), until its next try minutes after it had died (an outside review,
-// notifier2).
+// (deadCodeSQL) by its redacted text, in batches of at most batch rows (FOR UPDATE SKIP LOCKED:
+// never waiting for a delivery's claim). A delivered message keeps only its redacted text
+// already; without a NOTIFY_WEBHOOK_URL nothing is ever delivered (the outbox is the channel
+// admins relay from), and every code ever sent stayed in clear in the table and in each copy of
+// the database. The patrol's housekeeping calls it. A message not yet sent and not on its way
+// (no live lease) is marked skipped with the reason, as the outbox claim marks one (and a refund
+// code's challenge skipped for want of room superseded, as there): a code whose tries failed
+// waited, counted as failing (the customer-messages alert), until its next try minutes after it
+// had died (an outside review, notifier2).
 func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
 	return s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
-			SELECT o.id, CASE WHEN c.consumed_at IS NOT NULL THEN 'consumed'
-			                  WHEN c.superseded_at IS NOT NULL THEN 'superseded'
-			                  WHEN c.expires_at <= $1 OR c.id IS NULL THEN 'expired'
-			                  WHEN c.attempts >= c.max_attempts THEN 'spent'
-			                  ELSE 'finished' END AS reason,
+			SELECT o.id, o.challenge_id, `+deadCodeSQL("$1", "$2")+` AS reason,
 				o.delivered_at IS NULL AND o.skipped_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= $1) AS unsent
 			FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
@@ -323,10 +329,12 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 			       -- or redacted while on its way, whose try then failed (outbox_failing): it
 			       -- counted as failing until its next try (a review of this rule)
 			       OR o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts > 0 AND (o.lease_until IS NULL OR o.lease_until <= $1))
-			  AND (c.consumed_at IS NOT NULL OR c.superseded_at IS NOT NULL OR c.expires_at <= $1
-			       OR c.attempts >= c.max_attempts OR (c.id IS NULL AND o.created_at <= $2)
-			       OR c.action = '`+string(CodeCancel)+`' AND ps.status IN (`+terminalStatusSQL+`))
-			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
+			  AND `+deadCodeSQL("$1", "$2")+` IS NOT NULL
+			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED
+		), unsent AS (
+			UPDATE cancel_challenges SET superseded_at = $1
+			FROM dead WHERE cancel_challenges.id = dead.challenge_id AND dead.unsent AND dead.reason = 'no_room' AND superseded_at IS NULL AND consumed_at IS NULL
+		)
 		UPDATE outbox o SET body = o.redacted_body,
 			skipped_at = CASE WHEN dead.unsent THEN $1 ELSE o.skipped_at END,
 			skip_reason = CASE WHEN dead.unsent THEN dead.reason ELSE o.skip_reason END
