@@ -118,3 +118,43 @@ func TestCoreBehindPgbouncerTransactionMode(t *testing.T) {
 	}
 	checkInvariants(t, b)
 }
+
+// The console's reads behind pgbouncer in transaction mode: a finance page's rows and totals in
+// one read-only repeatable-read transaction (readPage), the payments search as an unnamed
+// statement planned with its values (pgx.QueryExecModeExec), each page read many times from two
+// pools over 2 server connections, so they land on connections other reads left behind.
+func TestConsoleReadsBehindPgbouncerTransactionMode(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	for i := range 3 {
+		s := b.registered(t, "o-bounced-read-"+string(rune('a'+i)), 100)
+		if _, err := b.pool.Exec(ctx, `UPDATE payment_sessions SET flagged_at = $2::timestamptz, flag_reason = 'schedule ran out', created_at = $2::timestamptz - interval '1 hour'
+			WHERE id = $1`, s.ID, b.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	through := pgbouncer.Start(t, b.url, 2)
+	svcs := []*payments.Service{b.service(testdb.Pool(t, through), "bouncer-a"), b.service(testdb.Pool(t, through), "bouncer-b")}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		svc := svcs[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p, err := svc.StuckSessions(ctx, payments.StuckFilter{}); err != nil || len(p.Sessions) != 3 {
+				t.Errorf("stuck page through pgbouncer: %d rows, %v", len(p.Sessions), err)
+			}
+			if f, err := svc.ListFlagged(ctx, ""); err != nil || f.Total != 3 || len(f.Sessions) != 3 {
+				t.Errorf("flagged page through pgbouncer: %d of %d, %v", len(f.Sessions), f.Total, err)
+			}
+			if _, err := svc.ListCases(ctx, false, 0); err != nil {
+				t.Errorf("cases page through pgbouncer: %v", err)
+			}
+			if p, err := svc.ListPayments(ctx, payments.PaymentFilter{Query: "o-bounced-read-"}); err != nil || len(p.Sessions) != 3 {
+				t.Errorf("payments search through pgbouncer: %d rows, %v", len(p.Sessions), err)
+			}
+		}()
+	}
+	wg.Wait()
+}
