@@ -422,6 +422,50 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 		Detail: fmt.Sprintf("#%d (proposed by %s): %s", waiting, waitingBy, note)}, now)
 }
 
+// WithdrawProposalsOfDisabled rejects every proposal still waiting whose proposer's account is
+// disabled, each audited, waiting for a decision that holds one (unlike WithdrawProposalsOf, it
+// holds no user row, so it cannot deadlock with the decision). The housekeeping calls it: the
+// disable's own withdrawal skips a proposal a decision holds at that moment, and when that
+// decision then failed (a tab closed, the payment moved) and the user stayed disabled, the
+// proposal waited for good — nobody may approve it, and it held its payment: a retry refused
+// ("approve or reject it first"), its refund room kept, every new proposal refused (an outside
+// review, SKIP LOCKED leftovers). Returns how many it withdrew.
+func (s *Service) WithdrawProposalsOfDisabled(ctx context.Context) (int, error) {
+	const by = "system:housekeeping"
+	note := "withdrawn: the proposer's account was disabled; a new proposal replaces it"
+	now := s.cfg.Clock.Now()
+	n := 0
+	err := s.inTx(ctx, "withdraw proposals of disabled users", func(tx pgx.Tx) error {
+		n = 0
+		rows, err := tx.Query(ctx, `UPDATE resolution_proposals p SET state = 'rejected', decided_by = $1, decided_at = $2, decision_note = $3
+			FROM staff_users u WHERE u.email = p.proposed_by AND u.disabled_at IS NOT NULL AND p.state = 'proposed'
+			RETURNING p.id, p.session_id::text, p.proposed_by`, by, now, note)
+		if err != nil {
+			return dbError("withdraw proposals of disabled users", err, "")
+		}
+		type withdrawn struct {
+			id             int64
+			session, email string
+		}
+		ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withdrawn, error) {
+			var w withdrawn
+			return w, r.Scan(&w.id, &w.session, &w.email)
+		})
+		if err != nil {
+			return dbError("withdraw proposals of disabled users", err, "")
+		}
+		for _, w := range ws {
+			if err := recordAudit(ctx, tx, AuditEntry{Actor: by, Action: AuditResolutionReject, Target: w.session,
+				Detail: fmt.Sprintf("#%d (proposed by %s): %s", w.id, w.email, note)}, now); err != nil {
+				return err
+			}
+		}
+		n = len(ws)
+		return nil
+	})
+	return n, err
+}
+
 // WithdrawProposalsOf rejects, in tx, the proposals email made that still wait for a second
 // person, as their account is disabled by by: each rejected with why and audited. A disabled
 // proposer's proposal can only be rejected (errProposerDisabled), and a waiting refund proposal
@@ -429,7 +473,8 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 // someone rejects it by hand: a review of that rule). The proposals' rows only, and those a
 // decision holds right now are skipped: a rejection locks its proposal and then its user's row,
 // which the disable (the caller) holds already — waiting would deadlock; that decision settles
-// the proposal, and were it to fail, the approval guard still refuses it.
+// the proposal, and were it to fail, the approval guard still refuses it and the housekeeping
+// withdraws it (WithdrawProposalsOfDisabled).
 func WithdrawProposalsOf(ctx context.Context, tx pgx.Tx, by Staff, email string, now time.Time) error {
 	note := "withdrawn: the proposer's account was disabled; a new proposal replaces it"
 	rows, err := tx.Query(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4

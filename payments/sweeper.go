@@ -219,6 +219,11 @@ func (s *Service) housekeep(ctx context.Context) {
 	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
 		s.log.Error("reap checkout intents", "err", err)
 	}
+	if n, err := s.WithdrawProposalsOfDisabled(ctx); err != nil {
+		s.log.Error("withdraw proposals of disabled users", "err", err)
+	} else if n > 0 {
+		s.log.Info("withdrew proposals of disabled users", "count", n)
+	}
 	if _, err := s.db.Exec(ctx, `DELETE FROM sweeper_heartbeats WHERE beat_at < $1`, s.cfg.Clock.Now().Add(-HeartbeatRetention)); err != nil {
 		s.log.Error("reap heartbeats", "err", err)
 	}
