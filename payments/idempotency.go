@@ -101,7 +101,8 @@ type IdempotencyConfig struct {
 	TTL time.Duration
 	// IntentWindow: a request without a key is the same intent as an identical one of the same
 	// client within IntentWindow before it (default 5 minutes). The window slides: every
-	// identical request extends it, and an intent row lives exactly that long.
+	// identical request extends it; an intent row lives that long, and StaleAfter more for a
+	// request that read its time inside the window and reaches the key late (Acquire).
 	IntentWindow time.Duration
 	Hooks        IdempotencyHooks
 	// OnConflict, when set, is told of every request refused because of its key (reason
@@ -451,7 +452,18 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				return dbError("idempotency: read", err, "")
 			}
 			x.afterRead(ctx, r)
-			if r.Kind == IdempotencyIntentKey && expiresAt.After(now) {
+			// An intent is alive StaleAfter past its expires_at: a request that read its time
+			// inside the window and then waited (a connection, the key's lock, a replica whose
+			// clock runs behind) may still be on its way, and a later identical request that
+			// reached the key first started a new use under it — R1 at 14m59s waiting, its
+			// client's retry R2 at 15m00.5s renewed the intent and refunded again, then R1
+			// replayed R2's refund: two refunds for one chain (an outside review of clock-order
+			// decisions). A new intent starts only after IntentWindow + StaleAfter of quiet.
+			live := expiresAt.After(now)
+			if r.Kind == IdempotencyIntentKey {
+				live = expiresAt.Add(x.cfg.StaleAfter).After(now)
+			}
+			if r.Kind == IdempotencyIntentKey && live {
 				// The window slides: this identical request keeps the intent alive for another
 				// IntentWindow, whatever it is answered (replay, busy, takeover). Only forward: a
 				// request of the same burst that read its time earlier (it waited for a
@@ -463,7 +475,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				}
 			}
 			switch {
-			case !expiresAt.After(now):
+			case !live:
 				// Expired but not reaped yet: as good as absent. Start it afresh.
 				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET fingerprint = $4, method = $5, path = $6,
 					lock_token = $7, locked_until = $8, resource_id = NULL, response_code = NULL, completed_at = NULL,
