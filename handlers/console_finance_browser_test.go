@@ -25,7 +25,11 @@ const screenshotDir = "../.pitlane/screenshots"
 
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	// Bounded: a page that navigates during the capture (a reload) can leave it waiting for
+	// ever, and the whole package with it.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
