@@ -4,9 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"golang.org/x/crypto/bcrypt"
-
-	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -20,39 +17,7 @@ func TestHousekeepingWithdrawsAProposalTheDisableSkipped(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	acc := access.New(b.pool, b.clock)
-	acc.PasswordCost = bcrypt.MinCost
-	cli := payments.Staff{Email: "cli:root", Role: "admin"}
-	for _, u := range []payments.Staff{fin1, fin2} {
-		if _, err := acc.CreateUser(ctx, cli, u.Email, access.RoleFinance, "a long enough password"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := b.flagged(t, "o-probe-skipped-forever", 1000)
-	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
-
-	resolve, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resolve.Rollback(ctx) //nolint:errcheck
-	if _, err := resolve.Exec(ctx, `UPDATE finance_cases SET resolution = 'x' WHERE session_id = $1`, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	actx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := b.svc.ApproveResolution(actx, fin2, p.ID); done <- err }()
-	waitLockWaiters(t, b.pool, 1)
-	if _, err := acc.DisableUser(ctx, cli, fin1.Email); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-done; err == nil {
-		t.Fatal("setup: the approval went through")
-	}
-	if err := resolve.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, _, s, p := proposalTheDisableSkipped(t, b, "o-probe-skipped-forever")
 	// fin1 is gone for good; the housekeeping runs.
 	if n, err := b.svc.WithdrawProposalsOfDisabled(ctx); err != nil || n != 1 {
 		t.Fatalf("housekeeping withdrew %d, %v; want the skipped proposal", n, err)

@@ -55,43 +55,7 @@ func TestEnableWithdrawsAProposalTheDisableSkipped(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	acc := access.New(b.pool, b.clock)
-	acc.PasswordCost = bcrypt.MinCost
-	cli := payments.Staff{Email: "cli:root", Role: "admin"}
-	for _, u := range []payments.Staff{fin1, fin2} {
-		if _, err := acc.CreateUser(ctx, cli, u.Email, access.RoleFinance, "a long enough password"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := b.flagged(t, "o-probe-skipped", 1000)
-	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
-
-	// Another finance user resolving the session's case holds its row (ResolveCase's UPDATE).
-	resolve, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resolve.Rollback(ctx) //nolint:errcheck
-	if _, err := resolve.Exec(ctx, `UPDATE finance_cases SET resolution = 'x' WHERE session_id = $1`, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	// fin2's approval passes its guard, holds the proposal row and waits for the case.
-	actx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := b.svc.ApproveResolution(actx, fin2, p.ID); done <- err }()
-	waitLockWaiters(t, b.pool, 1)
-
-	// The admin offboards fin1 meanwhile: her proposals are to be withdrawn.
-	if _, err := acc.DisableUser(ctx, cli, fin1.Email); err != nil {
-		t.Fatal(err)
-	}
-	cancel() // fin2 gives up (closed the tab); the approval rolls back
-	if err := <-done; err == nil {
-		t.Fatal("setup: the approval went through")
-	}
-	if err := resolve.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	acc, cli, _, p := proposalTheDisableSkipped(t, b, "o-probe-skipped")
 	state := b.texts(t, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID)
 	t.Logf("after the disable, proposal #%d is %v", p.ID, state)
 
@@ -107,4 +71,50 @@ func TestEnableWithdrawsAProposalTheDisableSkipped(t *testing.T) {
 		t.Fatalf("a proposal filed before fin1's disable (which withdraws her proposals) was approved after the enable: #%d %s, payment %s",
 			r.ID, r.State, r.SessionStatus)
 	}
+}
+
+// proposalTheDisableSkipped makes fin1's proposal to settle a flagged payment of order by hand,
+// and disables fin1 while fin2's approval holds the proposal's row (it waits for the session's
+// case, which a resolve holds), so the disable's withdrawal skips it (SKIP LOCKED); the approval
+// then gives up (a closed tab) and rolls back. The proposal is left waiting, its proposer
+// disabled.
+func proposalTheDisableSkipped(t *testing.T, b *bench, order string) (*access.Service, payments.Staff, payments.Session, payments.Resolution) {
+	t.Helper()
+	ctx := context.Background()
+	acc := access.New(b.pool, b.clock)
+	acc.PasswordCost = bcrypt.MinCost
+	cli := payments.Staff{Email: "cli:root", Role: "admin"}
+	for _, u := range []payments.Staff{fin1, fin2} {
+		if _, err := acc.CreateUser(ctx, cli, u.Email, access.RoleFinance, "a long enough password"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := b.flagged(t, order, 1000)
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+	// Another finance user resolving the session's case holds its row (ResolveCase's UPDATE).
+	resolve, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resolve.Rollback(ctx) //nolint:errcheck
+	if _, err := resolve.Exec(ctx, `UPDATE finance_cases SET resolution = 'x' WHERE session_id = $1`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	// fin2's approval passes its guard, holds the proposal row and waits for the case.
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.ApproveResolution(actx, fin2, p.ID); done <- err }()
+	waitLockWaiters(t, b.pool, 1)
+	// The admin offboards fin1 meanwhile: her proposals are to be withdrawn.
+	if _, err := acc.DisableUser(ctx, cli, fin1.Email); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // fin2 gives up (closed the tab); the approval rolls back
+	if err := <-done; err == nil {
+		t.Fatal("setup: the approval went through")
+	}
+	if err := resolve.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return acc, cli, s, p
 }
