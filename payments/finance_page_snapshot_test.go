@@ -38,20 +38,8 @@ func TestStuckPageTotalsDescribeItsRows(t *testing.T) {
 	t.Parallel()
 	b, list := newCheckNowBench(t) // three stuck Registered EUR payments of 12.00, captured at the gateway
 	ctx := context.Background()
-	settle := &beforeQuery{match: "GROUP BY ps.status, ps.currency", hook: func() {
-		// The patrol (another replica, another connection) settles the first one now.
-		if _, err := b.plain.Check(ctx, api, list[0]); err != nil {
-			t.Errorf("patrol check: %v", err)
-		}
-	}}
-	cfg := b.pool.Config().Copy()
-	cfg.ConnConfig.Tracer = settle
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	svc := b.service(traced, "replica-finance")
+	// The patrol (another replica, another connection) settles the first one between the reads.
+	svc := b.service(settlingBefore(t, b, "GROUP BY ps.status, ps.currency", list[0]), "replica-finance")
 
 	page, err := svc.StuckSessions(ctx, payments.StuckFilter{})
 	if err != nil {
@@ -86,23 +74,31 @@ func TestFlaggedPageCountDescribesItsRows(t *testing.T) {
 	for _, id := range list {
 		b.exec(t, `UPDATE payment_sessions SET flagged_at = $2, flag_reason = 'schedule ran out' WHERE id = $1`, id, b.clock.Now())
 	}
-	settle := &beforeQuery{match: "SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL", hook: func() {
-		if _, err := b.plain.Check(ctx, api, list[0]); err != nil {
-			t.Errorf("check: %v", err)
-		}
-	}}
-	cfg := b.pool.Config().Copy()
-	cfg.ConnConfig.Tracer = settle
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	page, err := b.service(traced, "replica-finance").ListFlagged(ctx, "")
+	page, err := b.service(settlingBefore(t, b, "SELECT count(*) FROM payment_sessions WHERE flagged_at IS NOT NULL", list[0]),
+		"replica-finance").ListFlagged(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if page.Next == "" && int64(len(page.Sessions)) != page.Total {
 		t.Fatalf("the flagged page lists %d payments under a count of %d", len(page.Sessions), page.Total)
 	}
+}
+
+// settlingBefore is a pool on b's database that, just before its first statement containing
+// match is sent, has a Check on another connection settle session id (the gateway captured it).
+func settlingBefore(t *testing.T, b *bench, match, id string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	cfg := b.pool.Config().Copy()
+	cfg.ConnConfig.Tracer = &beforeQuery{match: match, hook: func() {
+		if _, err := b.plain.Check(ctx, api, id); err != nil {
+			t.Errorf("check: %v", err)
+		}
+	}}
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return traced
 }
