@@ -574,10 +574,10 @@ func TestAPIKeylessCreateAcrossAClockBoundaryIsOneIntent(t *testing.T) {
 	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry at 12:05:01 = %+v %v, want the intent's replay", p, rec.Header())
 	}
-	b.clock.Advance(5*time.Minute + payments.StaleAfterFor(0)) // and the stale bound: a late request's grace
+	b.clock.Advance(5*time.Minute + payments.IntentGraceFor(0)) // and the grace of a request that read its time inside the window
 	rec = b.do(c)
 	if p := wantPayment(t, rec, http.StatusOK); p.ID != first.ID || rec.Header().Get("Idempotent-Replayed") != "" {
-		t.Fatalf("five quiet minutes (and the stale bound) later = %+v %v, want a new intent answered by the core", p, rec.Header())
+		t.Fatalf("five quiet minutes (and the grace) later = %+v %v, want a new intent answered by the core", p, rec.Header())
 	}
 	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
 		t.Fatalf("registrations = %d, want 1", n)

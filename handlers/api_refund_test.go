@@ -378,11 +378,11 @@ func TestAPIKeylessRefundAcrossAClockBoundaryIsOneRefund(t *testing.T) {
 	if n, calls := b.refunds(t), b.gw.Calls(fakegw.OpRefund); n != 1 || calls != 1 {
 		t.Fatalf("refunds = %d, gateway calls = %d; want 1 and 1", n, calls)
 	}
-	// Five quiet minutes, and the stale bound more: a request that read its time inside the
+	// Five quiet minutes, and the intent's grace more: a request that read its time inside the
 	// window may reach the key that late (TestAKeylessRefundRetryInsideTheWindowOvertakenByALaterOneIsOneRefund).
-	b.clock.Advance(5*time.Minute + payments.StaleAfterFor(0))
+	b.clock.Advance(5*time.Minute + payments.IntentGraceFor(0))
 	if r := wantRefund(t, b.do(c), http.StatusCreated); r.ID == first.ID {
-		t.Fatal("five minutes and the stale bound after the last identical request: the same refund again")
+		t.Fatal("five minutes and the grace after the last identical request: the same refund again")
 	}
 	if n := b.refunds(t); n != 2 {
 		t.Fatalf("refunds = %d, want 2", n)

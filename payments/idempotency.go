@@ -80,6 +80,18 @@ func StaleAfterFor(gatewayTimeout time.Duration) time.Duration {
 	return 2*gatewayTimeout + idempotencyStaleMargin
 }
 
+// IntentGraceFor is how long past its window an intent (a keyless request's key) stays alive
+// for a request that read its time inside the window: the longest such a request may take to
+// reach its key — its whole bound, web.RequestTimeoutFor (3 × GATEWAY_TIMEOUT + 25 s), a pool
+// connection's wait included — and 5 s for the replicas' clocks (DatabaseClock keeps them within
+// milliseconds of the database's). 60 s at the default GATEWAY_TIMEOUT.
+func IntentGraceFor(gatewayTimeout time.Duration) time.Duration {
+	if gatewayTimeout <= 0 {
+		gatewayTimeout = defaultGatewayTimeout
+	}
+	return 3*gatewayTimeout + 30*time.Second
+}
+
 // ErrIdempotencyLockLost: Complete/Release/Abandon found the key no longer held by this request
 // (its lock went stale and another request took it over).
 var ErrIdempotencyLockLost = errors.New("idempotency key lock lost to a takeover")
@@ -101,7 +113,7 @@ type IdempotencyConfig struct {
 	TTL time.Duration
 	// IntentWindow: a request without a key is the same intent as an identical one of the same
 	// client within IntentWindow before it (default 5 minutes). The window slides: every
-	// identical request extends it; an intent row lives that long, and StaleAfter more for a
+	// identical request extends it; an intent row lives that long, and IntentGraceFor more for a
 	// request that read its time inside the window and reaches the key late (Acquire).
 	IntentWindow time.Duration
 	Hooks        IdempotencyHooks
@@ -452,16 +464,17 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				return dbError("idempotency: read", err, "")
 			}
 			x.afterRead(ctx, r)
-			// An intent is alive StaleAfter past its expires_at: a request that read its time
-			// inside the window and then waited (a connection, the key's lock, a replica whose
-			// clock runs behind) may still be on its way, and a later identical request that
-			// reached the key first started a new use under it — R1 at 14m59s waiting, its
-			// client's retry R2 at 15m00.5s renewed the intent and refunded again, then R1
-			// replayed R2's refund: two refunds for one chain (an outside review of clock-order
-			// decisions). A new intent starts only after IntentWindow + StaleAfter of quiet.
+			// An intent is alive IntentGraceFor(GATEWAY_TIMEOUT) past its expires_at: a request
+			// that read its time inside the window and then waited (a connection, the key's lock,
+			// a replica whose clock runs behind) may still be on its way, and a later identical
+			// request that reached the key first started a new use under it — R1 at 14m59s
+			// waiting, its client's retry R2 at 15m00.5s renewed the intent and refunded again,
+			// then R1 replayed R2's refund: two refunds for one chain (an outside review of
+			// clock-order decisions; the stale bound first chosen was shorter than a request's
+			// own bound, a review of that fix). A new intent starts only after that much quiet.
 			live := expiresAt.After(now)
 			if r.Kind == IdempotencyIntentKey {
-				live = expiresAt.Add(x.cfg.StaleAfter).After(now)
+				live = expiresAt.Add(IntentGraceFor(x.svc.cfg.GatewayTimeout)).After(now)
 			}
 			if r.Kind == IdempotencyIntentKey && live {
 				// The window slides: this identical request keeps the intent alive for another

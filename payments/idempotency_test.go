@@ -454,16 +454,16 @@ func TestIntentWindowSlides(t *testing.T) {
 			t.Fatalf("retry at %s = %+v %v, want the first use replayed", b.clock.Now().Format("15:04:05"), s, err)
 		}
 	}
-	// Five minutes after the last retry the intent is still alive for StaleAfter: a request that
+	// Five minutes after the last retry the intent is still alive for IntentGraceFor: a request that
 	// read its time inside the window may reach the key that late.
 	b.clock.Advance(5 * time.Minute) // 12:19:58
 	if s, err := x.Acquire(ctx, r); err != nil || !s.Done || !s.Since.Equal(first.Since) {
-		t.Fatalf("at 5 minutes of silence, within the stale bound = %+v %v, want the first use replayed", s, err)
+		t.Fatalf("at 5 minutes of silence, within the grace = %+v %v, want the first use replayed", s, err)
 	}
-	b.clock.Advance(5*time.Minute + x.Config().StaleAfter) // quiet again, past the bound
+	b.clock.Advance(5*time.Minute + payments.IntentGraceFor(0)) // quiet again, past the grace
 	s, err := x.Acquire(ctx, r)
 	if err != nil || s.Done || s.Token == "" || s.Since.Equal(first.Since) {
-		t.Fatalf("after 5 minutes of silence and the stale bound = %+v %v, want a new use of the intent", s, err)
+		t.Fatalf("after 5 minutes of silence and the grace = %+v %v, want a new use of the intent", s, err)
 	}
 	// A client key does not slide: it lives its TTL from its first use.
 	ck := idemReq(cl.ID, "k", `{}`)
