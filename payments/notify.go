@@ -231,7 +231,7 @@ func (s *Service) outboxSource() patrolSource {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
 					SELECT o.id AS due_id, o.challenge_id AS due_challenge, c.expires_at AS code_expires_at,
-						`+deadCodeSQL("$2", "$3")+` AS dead
+						`+deadCodeSQL("$2", "$3", false)+` AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 						LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
@@ -294,14 +294,24 @@ func (s *Service) outboxSource() patrolSource {
 // waiting refund proposal). One list for the outbox claim and the housekeeping: the two drifted
 // apart, and a refund code with no room stayed in clear and counted as failing after
 // housekeeping (an outside review, chaos3).
-func deadCodeSQL(now, cutoff string) string {
+//
+// tried: 'no_room' only for a message a notifier has tried (the housekeeping's). Room can come
+// back (a proposal rejected, a refund failed): a code the claim is about to send again is better
+// not sent, but one never handed to a notifier may be one an admin relayed from the outbox (no
+// NOTIFY_WEBHOOK_URL), and superseding it refused the customer's code once the room was back (a
+// review of this rule).
+func deadCodeSQL(now, cutoff string, tried bool) string {
+	noRoom := ""
+	if tried {
+		noRoom = "o.attempts > 0 AND "
+	}
 	return `CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 		WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 		WHEN c.superseded_at IS NOT NULL THEN 'superseded'
 		WHEN c.expires_at <= ` + now + ` OR (c.id IS NULL AND o.created_at <= ` + cutoff + `) THEN 'expired'
 		WHEN c.attempts >= c.max_attempts THEN 'spent'
 		WHEN c.action = '` + string(CodeCancel) + `' AND ps.status IN (` + terminalStatusSQL + `) THEN 'finished'
-		WHEN c.action = '` + string(CodeRefund) + `' AND c.amount > ps.amount
+		WHEN ` + noRoom + `c.action = '` + string(CodeRefund) + `' AND c.amount > ps.amount
 			- (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
 			- coalesce((SELECT p.refund_amount FROM resolution_proposals p
 			            WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
@@ -319,17 +329,25 @@ func deadCodeSQL(now, cutoff string) string {
 // waited, counted as failing (the customer-messages alert), until its next try minutes after it
 // had died (an outside review, notifier2).
 func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int) (int, error) {
-	return s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
-			SELECT o.id, o.challenge_id, `+deadCodeSQL("$1", "$2")+` AS reason,
+	total := 0
+	// Two passes, each read by its partial index (one OR over both read the whole outbox): the
+	// codes still in clear (outbox_clear_codes), then the failing messages already redacted —
+	// redacted while on their way, whose try then failed (outbox_failing): they counted as
+	// failing until their next try (a review of this rule).
+	for _, candidates := range []string{
+		// delivered_at IS NULL holds for every code in clear (a delivery redacts it) and is what
+		// the planner can count (its estimate of body <> redacted_body is "nearly every row").
+		`o.redacted_body IS NOT NULL AND o.body <> o.redacted_body AND o.delivered_at IS NULL`,
+		`o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts > 0 AND o.redacted_body IS NOT NULL AND o.body = o.redacted_body
+			AND (o.lease_until IS NULL OR o.lease_until <= $1)`,
+	} {
+		n, err := s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
+			SELECT o.id, o.challenge_id, `+deadCodeSQL("$1", "$2", true)+` AS reason,
 				o.delivered_at IS NULL AND o.skipped_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= $1) AS unsent
 			FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
-			WHERE o.redacted_body IS NOT NULL
-			  AND (o.body <> o.redacted_body -- in clear (outbox_clear_codes)
-			       -- or redacted while on its way, whose try then failed (outbox_failing): it
-			       -- counted as failing until its next try (a review of this rule)
-			       OR o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts > 0 AND (o.lease_until IS NULL OR o.lease_until <= $1))
-			  AND `+deadCodeSQL("$1", "$2")+` IS NOT NULL
+			WHERE `+candidates+`
+			  AND `+deadCodeSQL("$1", "$2", true)+` IS NOT NULL
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED
 		), unsent AS (
 			UPDATE cancel_challenges SET superseded_at = $1
@@ -339,6 +357,12 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 			skipped_at = CASE WHEN dead.unsent THEN $1 ELSE o.skipped_at END,
 			skip_reason = CASE WHEN dead.unsent THEN dead.reason ELSE o.skip_reason END
 		FROM dead WHERE o.id = dead.id`, now, now.Add(-s.cfg.CodeTTL))
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // outboxLeaseID names an outbox row's lease in a drive's context.

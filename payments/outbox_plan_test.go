@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"pitlane/internal/testdb"
 )
 
@@ -62,5 +64,62 @@ func TestOutboxReadsByIndex(t *testing.T) {
 	}
 	if read < 2 {
 		t.Fatalf("%d statements read the outbox, want the stats' and the page's", read)
+	}
+}
+
+// The housekeeping's redaction of dead codes (every 5 minutes, every replica) reads an outbox of
+// delivered messages by index, not every message it keeps: it read them all, the planner
+// counting "body <> redacted_body" as nearly every row (the review of this session's outbox
+// changes). Two passes, codes in clear and failing messages, each with a predicate the planner
+// can count (delivered_at IS NULL). Negative control: the statement before, a sequential scan.
+func TestRedactDeadCodesReadsByIndex(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		// Delivered codes (redacted), the day's messages, a few still in clear and a few failing.
+		`INSERT INTO outbox (kind, to_addr, body, redacted_body, order_id, created_at, delivered_at)
+		SELECT 'cancel_code', 'buyer@example.com', 'code ••••••', 'code ••••••', 'o-' || i, now() - make_interval(secs => 30000 - i), now()
+		FROM generate_series(1, 30000) i`,
+		`UPDATE outbox SET body = 'code 123456', delivered_at = NULL WHERE id % 1000 = 0`,
+		`UPDATE outbox SET delivered_at = NULL, attempts = 1, last_error = 'refused' WHERE id % 1000 = 500`,
+		`VACUUM ANALYZE outbox`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
+	log := &testdb.StatementLog{}
+	svc := NewService(testdb.Traced(t, pool, log), Config{})
+	if _, err := svc.RedactDeadCodes(ctx, svc.cfg.Clock.Now(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	read := 0
+	for _, st := range log.Take() {
+		if !strings.Contains(st.SQL, "outbox") {
+			continue
+		}
+		read++
+		args := st.Args
+		if len(args) > 0 {
+			if _, ok := args[0].(pgx.QueryExecMode); ok {
+				args = args[1:]
+			}
+		}
+		plan := explainWith(t, conn.Conn(), "FORMAT JSON", st.SQL, args)
+		eachScan(plan, func(rel string, node map[string]any, _ float64) {
+			if rel == "outbox" && node["Node Type"] == "Seq Scan" {
+				js, _ := json.MarshalIndent(plan, "", "  ")
+				t.Errorf("RedactDeadCodes scans the outbox:\n%s\n%s", st.SQL, js)
+			}
+		})
+	}
+	if read == 0 {
+		t.Fatal("RedactDeadCodes sent no statement reading the outbox")
 	}
 }
