@@ -231,7 +231,7 @@ func (s *Service) outboxSource() patrolSource {
 			rows, err := tx.Query(ctx, `
 				WITH due AS (
 					SELECT o.id AS due_id, o.challenge_id AS due_challenge, c.expires_at AS code_expires_at,
-						`+deadCodeSQL("$2", "$3", false)+` AS dead
+						`+deadCodeSQL("$2", "$3")+` AS dead
 					FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 						LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 					WHERE o.delivered_at IS NULL AND o.skipped_at IS NULL AND o.attempts < $1
@@ -295,23 +295,18 @@ func (s *Service) outboxSource() patrolSource {
 // apart, and a refund code with no room stayed in clear and counted as failing after
 // housekeeping (an outside review, chaos3).
 //
-// tried: 'no_room' only for a message a notifier has tried (the housekeeping's). Room can come
-// back (a proposal rejected, a refund failed): a code the claim is about to send again is better
-// not sent, but one never handed to a notifier may be one an admin relayed from the outbox (no
-// NOTIFY_WEBHOOK_URL), and superseding it refused the customer's code once the room was back (a
-// review of this rule).
-func deadCodeSQL(now, cutoff string, tried bool) string {
-	noRoom := ""
-	if tried {
-		noRoom = "o.attempts > 0 AND "
-	}
+// 'no_room' only for a code nobody read in the admin's outbox (cancel_challenges.seen_by): room
+// can come back (a proposal rejected, a refund failed), and a code an admin relayed from the
+// outbox (no NOTIFY_WEBHOOK_URL, or its delivery failing) was superseded while a proposal held the
+// room and refused once it was back (reviews of this rule).
+func deadCodeSQL(now, cutoff string) string {
 	return `CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 		WHEN c.consumed_at IS NOT NULL THEN 'consumed'
 		WHEN c.superseded_at IS NOT NULL THEN 'superseded'
 		WHEN c.expires_at <= ` + now + ` OR (c.id IS NULL AND o.created_at <= ` + cutoff + `) THEN 'expired'
 		WHEN c.attempts >= c.max_attempts THEN 'spent'
 		WHEN c.action = '` + string(CodeCancel) + `' AND ps.status IN (` + terminalStatusSQL + `) THEN 'finished'
-		WHEN ` + noRoom + `c.action = '` + string(CodeRefund) + `' AND c.amount > ps.amount
+		WHEN cardinality(c.seen_by) = 0 AND c.action = '` + string(CodeRefund) + `' AND c.amount > ps.amount
 			- (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
 			- coalesce((SELECT p.refund_amount FROM resolution_proposals p
 			            WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
@@ -342,12 +337,12 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 			AND (o.lease_until IS NULL OR o.lease_until <= $1)`,
 	} {
 		n, err := s.execBatches(ctx, "redact dead codes", batch, `WITH dead AS (
-			SELECT o.id, o.challenge_id, `+deadCodeSQL("$1", "$2", true)+` AS reason,
+			SELECT o.id, o.challenge_id, `+deadCodeSQL("$1", "$2")+` AS reason,
 				o.delivered_at IS NULL AND o.skipped_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= $1) AS unsent
 			FROM outbox o LEFT JOIN cancel_challenges c ON c.id = o.challenge_id
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 			WHERE `+candidates+`
-			  AND `+deadCodeSQL("$1", "$2", true)+` IS NOT NULL
+			  AND `+deadCodeSQL("$1", "$2")+` IS NOT NULL
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED
 		), unsent AS (
 			UPDATE cancel_challenges SET superseded_at = $1

@@ -71,7 +71,7 @@ func TestOutboxReadsByIndex(t *testing.T) {
 // delivered messages by index, not every message it keeps: it read them all, the planner
 // counting "body <> redacted_body" as nearly every row (the review of this session's outbox
 // changes). Two passes, codes in clear and failing messages, each with a predicate the planner
-// can count (delivered_at IS NULL). Negative control: the statement before, a sequential scan.
+// can count (delivered_at IS NULL). Checked by hand: the statement before read it sequentially.
 func TestRedactDeadCodesReadsByIndex(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

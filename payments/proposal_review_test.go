@@ -56,8 +56,9 @@ func TestEnableWithdrawsAProposalTheDisableSkipped(t *testing.T) {
 	b := newBench(t)
 	ctx := context.Background()
 	acc, cli, _, p := proposalTheDisableSkipped(t, b, "o-probe-skipped")
-	state := b.texts(t, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID)
-	t.Logf("after the disable, proposal #%d is %v", p.ID, state)
+	if state := b.texts(t, `SELECT state FROM resolution_proposals WHERE id = $1`, p.ID); len(state) != 1 || state[0] != "proposed" {
+		t.Fatalf("setup: after the disable, proposal #%d is %v, want still proposed (skipped)", p.ID, state)
+	}
 
 	// The disable was a mistake: enabled again.
 	if _, err := acc.EnableUser(ctx, cli, fin1.Email); err != nil {
