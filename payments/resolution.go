@@ -431,37 +431,13 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 // ("approve or reject it first"), its refund room kept, every new proposal refused (an outside
 // review, SKIP LOCKED leftovers). Returns how many it withdrew.
 func (s *Service) WithdrawProposalsOfDisabled(ctx context.Context) (int, error) {
-	const by = "system:housekeeping"
-	note := "withdrawn: the proposer's account was disabled; a new proposal replaces it"
+	by := Staff{Email: "system:housekeeping"}
 	now := s.cfg.Clock.Now()
 	n := 0
 	err := s.inTx(ctx, "withdraw proposals of disabled users", func(tx pgx.Tx) error {
-		n = 0
-		rows, err := tx.Query(ctx, `UPDATE resolution_proposals p SET state = 'rejected', decided_by = $1, decided_at = $2, decision_note = $3
-			FROM staff_users u WHERE u.email = p.proposed_by AND u.disabled_at IS NOT NULL AND p.state = 'proposed'
-			RETURNING p.id, p.session_id::text, p.proposed_by`, by, now, note)
-		if err != nil {
-			return dbError("withdraw proposals of disabled users", err, "")
-		}
-		type withdrawn struct {
-			id             int64
-			session, email string
-		}
-		ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withdrawn, error) {
-			var w withdrawn
-			return w, r.Scan(&w.id, &w.session, &w.email)
-		})
-		if err != nil {
-			return dbError("withdraw proposals of disabled users", err, "")
-		}
-		for _, w := range ws {
-			if err := recordAudit(ctx, tx, AuditEntry{Actor: by, Action: AuditResolutionReject, Target: w.session,
-				Detail: fmt.Sprintf("#%d (proposed by %s): %s", w.id, w.email, note)}, now); err != nil {
-				return err
-			}
-		}
-		n = len(ws)
-		return nil
+		var err error
+		n, err = withdrawProposals(ctx, tx, by, now, `FROM staff_users u WHERE u.email = p.proposed_by AND u.disabled_at IS NOT NULL AND p.state = 'proposed'`)
+		return err
 	})
 	return n, err
 }
@@ -476,31 +452,39 @@ func (s *Service) WithdrawProposalsOfDisabled(ctx context.Context) (int, error) 
 // the proposal, and were it to fail, the approval guard still refuses it and the housekeeping
 // withdraws it (WithdrawProposalsOfDisabled).
 func WithdrawProposalsOf(ctx context.Context, tx pgx.Tx, by Staff, email string, now time.Time) error {
-	note := "withdrawn: the proposer's account was disabled; a new proposal replaces it"
-	rows, err := tx.Query(ctx, `UPDATE resolution_proposals SET state = 'rejected', decided_by = $2, decided_at = $3, decision_note = $4
-		WHERE id IN (SELECT id FROM resolution_proposals WHERE proposed_by = $1 AND state = 'proposed' FOR UPDATE SKIP LOCKED)
-		RETURNING id, session_id::text`, email, by.Email, now, note)
+	_, err := withdrawProposals(ctx, tx, by, now,
+		`WHERE p.id IN (SELECT id FROM resolution_proposals WHERE proposed_by = $4 AND state = 'proposed' FOR UPDATE SKIP LOCKED)`, email)
+	return err
+}
+
+// withdrawProposals rejects the waiting proposals which (a FROM … WHERE or WHERE over
+// resolution_proposals p, its own arguments from $4) picks, their proposers' accounts disabled
+// by by, each audited; it returns how many.
+func withdrawProposals(ctx context.Context, tx pgx.Tx, by Staff, now time.Time, which string, args ...any) (int, error) {
+	const note = "withdrawn: the proposer's account was disabled; a new proposal replaces it"
+	rows, err := tx.Query(ctx, `UPDATE resolution_proposals p SET state = 'rejected', decided_by = $1, decided_at = $2, decision_note = $3
+		`+which+` RETURNING p.id, p.session_id::text, p.proposed_by`, append([]any{by.Email, now, note}, args...)...)
 	if err != nil {
-		return dbError("withdraw proposals", err, "")
+		return 0, dbError("withdraw proposals", err, "")
 	}
 	type withdrawn struct {
-		id      int64
-		session string
+		id             int64
+		session, email string
 	}
 	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withdrawn, error) {
 		var w withdrawn
-		return w, r.Scan(&w.id, &w.session)
+		return w, r.Scan(&w.id, &w.session, &w.email)
 	})
 	if err != nil {
-		return dbError("withdraw proposals", err, "")
+		return 0, dbError("withdraw proposals", err, "")
 	}
 	for _, w := range ws {
-		if err := recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionReject, Target: w.session,
-			Detail: fmt.Sprintf("#%d (proposed by %s): %s", w.id, email, note)}, now); err != nil {
-			return err
+		if err := recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditResolutionReject, Target: w.session,
+			Detail: fmt.Sprintf("#%d (proposed by %s): %s", w.id, w.email, note)}, now); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return len(ws), nil
 }
 
 // explainDecided turns a guarded UPDATE that found no proposal in state proposed into the

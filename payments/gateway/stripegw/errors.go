@@ -36,10 +36,12 @@ func observe(ctx context.Context) (context.Context, *callInfo) {
 }
 
 // observingTransport records the status of every response into the call's callInfo, and turns
-// a redirect into a failure (New refuses to follow one): stripe-go reads any body under 400 as
-// the resource, so a 307 with a JSON body (an API gateway's, an egress proxy's) was Stripe's
-// answer — FindRefund's "not found", the core's licence to refund again (a review of the
-// redirect fix). With the status recorded and no response, classify answers unknown.
+// a redirect into a failure: followed, it re-sent a POST — its Idempotency-Key and, to any port
+// of the same host, the secret key — somewhere else and applied that answer as Stripe's (an
+// outside review, stripe2); handed to stripe-go, which reads any body under 400 as the resource,
+// a 307 with a JSON body (an API gateway's, an egress proxy's) was Stripe's answer — FindRefund's
+// "not found", the core's licence to refund again (a review of that fix). With the status
+// recorded and no response, classify answers unknown, as refgw reads a 3xx.
 type observingTransport struct{ base http.RoundTripper }
 
 func (t *observingTransport) RoundTrip(req *http.Request) (*http.Response, error) {

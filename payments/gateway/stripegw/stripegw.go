@@ -118,10 +118,8 @@ func New(opts Options) (*Gateway, error) {
 		hc = &c
 	}
 	hc.Timeout = timeout
-	// A redirect is not Stripe's: following one would re-send a POST — its Idempotency-Key and,
-	// to any port of the same host, the secret key — somewhere else, and apply that answer as
-	// Stripe's. The 3xx is the answer (unknown), as refgw does (an outside review, stripe2).
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// A redirect is never followed: observingTransport turns every 3xx into a failure (unknown)
+	// before the client could follow it.
 	hc.Transport = &observingTransport{base: cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport)}
 
 	var logger stripe.LeveledLoggerInterface = &stripe.LeveledLogger{Level: stripe.LevelNull}
