@@ -219,6 +219,19 @@ func lateMoney(st Status, gs GatewayStatus) bool {
 	return (st == StatusFailed || st == StatusCanceled) && (gs == GatewaySucceeded || gs == GatewayAuthorized)
 }
 
+// heldBySession says whether fact, a case's fact, is a gatewayFact of sess's own gateway payment
+// (or, for a session that never learnt its id, of any payment: the gateway's answer was not
+// attached) holding money for it now that it is over (lateMoney). Refund facts and missing
+// payments never are.
+func heldBySession(fact string, sess Session) bool {
+	id, rest, ok := strings.Cut(fact, " (")
+	if !ok || strings.Contains(id, " ") || (sess.GatewayPaymentID != "" && id != sess.GatewayPaymentID) {
+		return false
+	}
+	st, _, _ := strings.Cut(rest, ",")
+	return lateMoney(sess.Status, GatewayStatus(st))
+}
+
 // distinctPayments keeps one copy of each payment a search listed. A search whose index moves
 // between its pages (Stripe's is paginated and eventually consistent) can list one payment
 // twice, and two copies of one payment are not two payments: they opened a false duplicate case

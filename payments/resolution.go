@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -636,12 +637,24 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			// finding it again (a Completed payment the gateway lost) must report anew
 			// (factsResolved; an outside review of the facts).
 			rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4, facts = '{}'
-			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
+			FROM (SELECT id, facts FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5)) AS was
+			WHERE finance_cases.id = was.id RETURNING finance_cases.id, was.facts`, cur.ID, now, by.Email,
 				fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
 			if err != nil {
 				return fmt.Errorf("approve resolution: cases: %w", err)
 			}
-			closed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			var held []string // the session's own gateway payment holding money, as the closed cases said
+			closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+				var id int64
+				var facts []string
+				err := r.Scan(&id, &facts)
+				for _, f := range facts {
+					if heldBySession(f, sess) && !slices.Contains(held, f) {
+						held = append(held, f)
+					}
+				}
+				return id, err
+			})
 			if err != nil {
 				return fmt.Errorf("approve resolution: cases: %w", err)
 			}
@@ -650,6 +663,18 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 					detail += "; closed case"
 				}
 				detail += fmt.Sprintf(" #%d", c)
+			}
+			if len(held) > 0 {
+				// Settled Failed (or Canceled) while a closed case said the gateway holds the
+				// session's money (a capture of another amount): that money is a late payment,
+				// as reconciliation would find it, and the order stays in review (no second
+				// charge from its checkout) until finance deals with it (an outside review: the
+				// approval let the facts go, and a Pay click charged the customer again).
+				if err := noteLatePayment(ctx, tx, sess, fmt.Sprintf("settled %s by resolution #%d while the gateway holds its payment: %s",
+					p.Outcome, id, strings.Join(held, ", ")), now, held); err != nil {
+					return err
+				}
+				detail += "; late payment noted: " + strings.Join(held, ", ")
 			}
 			return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: string(by.Role), Action: AuditResolutionApprove, Target: cur.ID,
 				Detail: detail}, now)
