@@ -102,7 +102,7 @@ func (h *Console) ProposeRefundOutcome(c echo.Context) error {
 	if gerr != nil {
 		return gerr
 	}
-	if refund.FlaggedAt == nil || refund.Status != payments.RefundPending || d.WaitingRefundSettle(refund.ID) != nil {
+	if !refund.SettleableByHand() || d.WaitingRefundSettle(refund.ID) != nil {
 		// No form to fill in again (settled meanwhile, or another proposal waits): the page as
 		// it is now says what happened, the flash why this was refused.
 		return h.done(c, string(views.PaymentURL(refund.PaymentID)), "", err)

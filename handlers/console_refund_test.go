@@ -300,9 +300,30 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	doc = page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
 	wantText(t, doc, "refundable", "17.00") // the other flagged refund still holds 3.00
 
-	// A refusal goes back to the payment's page with the reason.
-	doc = page(t, fin1.follow(fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"r"}, "evidence": {"e"}})), http.StatusOK)
-	wantText(t, doc, "flash-error", "Failed already")
+	// Settled Failed by hand, it can only be corrected to Succeeded (the gateway paid it after
+	// all): Failed again is refused with the form kept, which offers Succeeded alone; the
+	// correction is proposed, reads "Failed → Succeeded", and once approved the refund is
+	// Succeeded with its one RefundIssued entry.
+	doc = page(t, fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"r"}, "evidence": {"e"}}), http.StatusUnprocessableEntity)
+	wantText(t, doc, "flash-error", "corrected to Succeeded")
+	form = doc.Find(`[data-testid="refund-row"][data-id="` + refundID + `"] ` + testid("refund-settle-form"))
+	if form.Find(testid("refund-settle-succeeded")).Length() != 1 || form.Find(testid("refund-settle-failed")).Length() != 0 {
+		t.Fatalf("the correction form: %s", settleHTML(form))
+	}
+	rec = fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"paid on day 3 after all"}, "evidence": {"gateway dashboard"}})
+	doc = page(t, fin1.follow(rec), http.StatusOK)
+	row = doc.Find(testid("resolution-row")).First()
+	if !strings.Contains(row.Text(), "Failed → Succeeded") {
+		t.Fatalf("the correction's row: %q", row.Text())
+	}
+	approve, _ = row.Find(testid("approve-form")).Attr("action")
+	doc = page(t, fin2.follow(fin2.post(approve, nil)), http.StatusOK)
+	wantText(t, doc, "flash", "refund "+refundID[:8]+" of payment "+s.ID[:8]+" of order "+s.OrderID+" is Succeeded")
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE refund_id = $1 AND entry_type = 'RefundIssued' AND amount = 1500`, refundID); n != 1 {
+		t.Fatalf("RefundIssued entries of the corrected refund = %d, want 1", n)
+	}
+	doc = page(t, fin2.get("/payments/"+s.ID), http.StatusOK)
+	wantText(t, doc, "refundable", "2.00")
 }
 
 // settleHTML is a selection's HTML for a failure message.

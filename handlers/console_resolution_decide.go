@@ -67,7 +67,7 @@ func (h *Console) RejectResolution(c echo.Context) error {
 	if err == nil {
 		msg = "Proposal " + r.Target() + " rejected; payment " + views.Short(r.SessionID) + " is unchanged."
 		if r.Kind == payments.ProposalRefundSettle {
-			msg = "Proposal " + r.Target() + " rejected; refund " + views.Short(r.RefundID) + " is unchanged (still Pending, flagged)."
+			msg = "Proposal " + r.Target() + " rejected; refund " + views.Short(r.RefundID) + " is unchanged (still " + refundStill(r) + ")."
 		}
 	}
 	return h.done(c, "/finance/resolutions", msg, err)
@@ -90,4 +90,13 @@ func (h *Console) rejectFormAgain(c echo.Context, id int64, refusal error) error
 	v.Draft = &views.NoteDraft{ID: id, Note: c.FormValue("note"), Field: errorField(refusal)}
 	v.Page = h.page(c, "Manual resolutions", "finance")
 	return render.HTML(c, formStatus(payments.ErrorCode(refusal)), views.Resolutions(v))
+}
+
+// refundStill is how the refund of a rejected refund_settle proposal stays: Pending and flagged,
+// or Failed by hand (a correction rejected).
+func refundStill(r payments.Resolution) string {
+	if r.RefundFrom == payments.RefundPending {
+		return "Pending, flagged"
+	}
+	return r.RefundFrom
 }

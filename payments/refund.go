@@ -40,6 +40,18 @@ type Refund struct {
 	FlagReason string
 }
 
+// FailedByHand says the refund was settled Failed by four eyes (failedByHand): the gateway may
+// still pay it, and then only people correct it to Succeeded (ProposeRefundOutcome).
+func (r Refund) FailedByHand() bool {
+	return r.Status == RefundFailed && strings.HasPrefix(r.Detail, "settled by hand:")
+}
+
+// SettleableByHand says finance may propose r's outcome: a Pending refund the patrol gave up on
+// (flagged), or one settled Failed by hand that the gateway paid after all (to Succeeded only).
+func (r Refund) SettleableByHand() bool {
+	return r.Status == RefundPending && r.FlaggedAt != nil || r.FailedByHand()
+}
+
 const refundColumns = `id::text, session_id::text, order_id, amount, currency, status,
 	coalesce(gateway_refund_id, ''), detail, created_by, created_at, updated_at, flagged_at, coalesce(flag_reason, '')`
 
@@ -228,7 +240,11 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		}); err != nil {
 			return nil, err
 		}
-		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded; finance has a case about it", Short(r.ID), gr.Status)
+		// Refused until people settle it: finance corrects it to Succeeded (four eyes: the
+		// ledger gets its RefundIssued entry, and what is left is refundable), or the gateway
+		// says failed after all. The case may be resolved already (the same news is not
+		// opened twice), so the refusal says what to do, not where a case is.
+		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded until finance marks it Succeeded on the payment's page (Settle by hand, approved by a second person)", Short(r.ID), gr.Status)
 	}
 	return asked, nil
 }
@@ -646,21 +662,22 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 	return out, err
 }
 
-// settleRefundRow writes a Pending refund's outcome (cur, locked by the caller under the order →
-// session locks): its status with its feed event (who: by) in one statement, a settled refund
-// no longer flagged, and for Succeeded the one RefundIssued ledger entry. The gateway's answer
+// settleRefundRow writes a refund's outcome (cur, locked by the caller under the order →
+// session locks, guarded on the status cur has: Pending, or Failed by hand for a correction to
+// Succeeded): its status with its feed event (who: by) in one statement, a settled refund no
+// longer flagged, and for Succeeded the one RefundIssued ledger entry. The gateway's answer
 // (driveRefund) and an approved four-eyes outcome (approveRefundOutcome) both settle through here.
 func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID string, by Actor, now time.Time) (Refund, error) {
 	out, err := scanRefund(tx.QueryRow(ctx, `WITH r AS (
 			UPDATE refunds SET status = $2, detail = $3,
 				gateway_refund_id = coalesce(nullif($4, ''), gateway_refund_id), next_check_at = NULL, updated_at = $5,
 				flagged_at = NULL, flag_reason = NULL
-			WHERE id = $1 AND status = 'Pending' RETURNING *
+			WHERE id = $1 AND status = $8 RETURNING *
 		), e AS (
 			INSERT INTO refund_events (refund_id, from_status, to_status, actor_kind, actor_id, created_at)
-			SELECT id, 'Pending', status, $6, $7, updated_at FROM r
+			SELECT id, $8, status, $6, $7, updated_at FROM r
 		)
-		SELECT `+refundColumns+` FROM r`, cur.ID, status, detail, gatewayRefundID, now, string(by.Kind), by.ID))
+		SELECT `+refundColumns+` FROM r`, cur.ID, status, detail, gatewayRefundID, now, string(by.Kind), by.ID, cur.Status))
 	if err != nil {
 		return Refund{}, dbError("refund: apply", err, "")
 	}

@@ -19,7 +19,14 @@ import (
 // refused while the gateway says it succeeded or is pending (recheckRefundsFailedByHand) —
 // after a Succeeded one the ledger has its RefundIssued entry.
 
-// RefundOutcomeInput is finance's proposed outcome for a refund stuck Pending.
+// A refund settled Failed by hand that the gateway pays after all (days late) is corrected the
+// same way, to Succeeded only: a new refund of the payment is refused while the gateway says it
+// paid it (recheckRefundsFailedByHand), and nothing else would ever write its RefundIssued entry
+// or free what is really left of the payment (an outside review: every later refund refused for
+// good, the books short by the refund).
+
+// RefundOutcomeInput is finance's proposed outcome for a refund stuck Pending (or settled
+// Failed by hand and paid by the gateway after all: Succeeded).
 type RefundOutcomeInput struct {
 	RefundID string
 	Outcome  string // RefundSucceeded or RefundFailed
@@ -27,8 +34,8 @@ type RefundOutcomeInput struct {
 	Evidence string
 }
 
-// ProposeRefundOutcome records finance's proposed outcome for a flagged Pending refund, audited
-// in the same transaction. It changes no refund: the order → session → refund locks only make
+// ProposeRefundOutcome records finance's proposed outcome for a flagged Pending refund (or the
+// correction of one settled Failed by hand to Succeeded), audited in the same transaction. It changes no refund: the order → session → refund locks only make
 // the eligibility it checks the one a concurrent drive or approval leaves behind.
 func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundOutcomeInput) (Resolution, error) {
 	if in.Outcome != RefundSucceeded && in.Outcome != RefundFailed {
@@ -57,6 +64,9 @@ func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundO
 			return err
 		}
 		switch {
+		case locked.FailedByHand() && in.Outcome != RefundSucceeded:
+			return Invalid("outcome", "refund %s was settled Failed by hand already: it can only be corrected to Succeeded (the money went back after all)", Short(r.ID))
+		case locked.FailedByHand():
 		case locked.Status != RefundPending:
 			return Errorf(ECONFLICT, "refund %s is %s already: there is nothing to settle", Short(r.ID), locked.Status)
 		case locked.FlaggedAt == nil:
@@ -66,13 +76,13 @@ func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundO
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, kind, refund_id, refund_outcome,
-				status_at_proposal, reason, evidence, proposed_by, proposed_at)
-			VALUES ($1, $2, 'refund_settle', $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
-			cur.ID, cur.OrderID, r.ID, in.Outcome, string(cur.Status), in.Reason, in.Evidence, by.Email, now).Scan(&id); err != nil {
+				status_at_proposal, reason, evidence, proposed_by, proposed_at, refund_from)
+			VALUES ($1, $2, 'refund_settle', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+			cur.ID, cur.OrderID, r.ID, in.Outcome, string(cur.Status), in.Reason, in.Evidence, by.Email, now, locked.Status).Scan(&id); err != nil {
 			return dbError("propose refund outcome", err, "")
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditResolutionPropose, Target: cur.ID,
-			Detail: fmt.Sprintf("#%d refund %s Pending → %s: %s", id, r.ID, in.Outcome, in.Reason)}, now)
+			Detail: fmt.Sprintf("#%d refund %s %s → %s: %s", id, r.ID, locked.Status, in.Outcome, in.Reason)}, now)
 	})
 	if err != nil {
 		return Resolution{}, err
@@ -100,15 +110,32 @@ func lockRefund(ctx context.Context, tx pgx.Tx, id string) (Refund, error) {
 // retry) is a conflict: the approval does not happen. So is one no longer flagged (sent back to
 // the patrol, which may be asking the gateway right now): only a refund nobody drives is
 // settled by hand. (Nothing but the patrol drives a flagged refund's kind: a request drives
-// only the refund it created, settleRefund, and a flagged one is never new.)
+// only the refund it created, settleRefund, and a flagged one is never new.) A refund settled
+// Failed by hand is corrected to Succeeded only while the refunds of the payment leave room for
+// it again; nothing drives it either.
 func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Session, p Resolution, by Staff, now time.Time) error {
 	r, err := lockRefund(ctx, tx, p.RefundID)
 	if err != nil {
 		return err
 	}
 	switch {
-	case r.Status != RefundPending:
+	case r.Status != p.RefundFrom:
 		return Errorf(ECONFLICT, "refund %s is %s already (the gateway answered since the proposal): reject the proposal", Short(r.ID), r.Status)
+	case r.FailedByHand() && p.RefundOutcome == RefundSucceeded:
+		// The correction: its amount is taken again, within what the payment received (a
+		// refund made meanwhile may have used it: then the books cannot say both, and finance
+		// must sort it out with the gateway first).
+		committed, _, _, err := refundTotals(ctx, tx, cur.ID)
+		if err != nil {
+			return err
+		}
+		if committed+r.Amount > cur.Amount {
+			return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: with %s %s refunded or pending since, the refunds would exceed the %s received; reject the proposal and settle the difference with the gateway",
+				Short(r.ID), FormatMinor(committed, cur.Currency), cur.Currency, FormatMinor(cur.Amount, cur.Currency))
+		}
+	case r.Status != RefundPending:
+		// (Failed by hand, proposed Failed: never filed, ProposeRefundOutcome refuses it.)
+		return Errorf(ECONFLICT, "refund %s is %s already: reject the proposal", Short(r.ID), r.Status)
 	case r.FlaggedAt == nil:
 		// Sent back to the patrol since the proposal ("Retry now"): its drive may be asking the
 		// gateway right now, and an outcome by hand must never race the gateway's own answer.

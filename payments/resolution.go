@@ -109,10 +109,12 @@ type Resolution struct {
 	OrderID   string
 	Outcome   Status // settle: the proposed outcome
 	// RefundAmount (refund): what the approval refunds; RefundID: the refund it made (refund)
-	// or the refund it settles (refund_settle), RefundOutcome: how (Succeeded or Failed).
+	// or the refund it settles (refund_settle), RefundOutcome: how (Succeeded or Failed), and
+	// RefundFrom: the refund's status it was made on (Pending, or Failed by hand: a correction).
 	RefundAmount     int64
 	RefundID         string
 	RefundOutcome    string
+	RefundFrom       string
 	requestKey       string
 	StatusAtProposal Status
 	Reason           string
@@ -140,7 +142,7 @@ func (r Resolution) IsRefund() bool { return r.Kind == ProposalRefund }
 // What says what the proposal does, for the audit log and messages.
 func (r Resolution) What() string {
 	if r.Kind == ProposalRefundSettle {
-		return "refund " + Short(r.RefundID) + " " + RefundPending + " → " + r.RefundOutcome
+		return "refund " + Short(r.RefundID) + " " + r.RefundFrom + " → " + r.RefundOutcome
 	}
 	if r.IsRefund() {
 		return "refund " + FormatMinor(r.RefundAmount, r.Currency) + " " + r.Currency
@@ -245,14 +247,15 @@ const resolutionColumns = `rp.id, rp.kind, rp.session_id::text, rp.order_id, coa
 	coalesce(rp.refund_amount, 0), coalesce(rp.refund_id::text, ''), coalesce(rp.request_key, ''), rp.reason, rp.evidence,
 	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
 	ps.amount, ps.currency, ps.status, coalesce(rp.refund_outcome, ''),
-	(SELECT u.disabled_at FROM staff_users u WHERE u.email = rp.proposed_by)`
+	(SELECT u.disabled_at FROM staff_users u WHERE u.email = rp.proposed_by),
+	CASE WHEN rp.kind = 'refund_settle' THEN coalesce(rp.refund_from, 'Pending') ELSE '' END`
 
 func scanResolution(row pgx.Row) (Resolution, error) {
 	var r Resolution
 	var outcome, at, cur string
 	err := row.Scan(&r.ID, &r.Kind, &r.SessionID, &r.OrderID, &outcome, &at, &r.RefundAmount, &r.RefundID, &r.requestKey,
 		&r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
-		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome, &r.ProposerDisabledAt)
+		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome, &r.ProposerDisabledAt, &r.RefundFrom)
 	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
 	return r, err
 }
@@ -388,12 +391,13 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 	var waiting int64
 	var waitingBy string
 	var at Status
-	var refundID, refundStatus string
+	var refundID, refundStatus, refundFrom string
 	var refundFlagged bool
-	err := tx.QueryRow(ctx, `SELECT rp.id, rp.proposed_by, rp.status_at_proposal, coalesce(rp.refund_id::text, ''), coalesce(r.status, ''), r.flagged_at IS NOT NULL
+	err := tx.QueryRow(ctx, `SELECT rp.id, rp.proposed_by, rp.status_at_proposal, coalesce(rp.refund_id::text, ''), coalesce(r.status, ''), r.flagged_at IS NOT NULL,
+			coalesce(rp.refund_from, 'Pending')
 		FROM resolution_proposals rp LEFT JOIN refunds r ON rp.kind = 'refund_settle' AND r.id = rp.refund_id
 		WHERE rp.session_id = $1 AND rp.state = 'proposed'`,
-		cur.ID).Scan(&waiting, &waitingBy, &at, &refundID, &refundStatus, &refundFlagged)
+		cur.ID).Scan(&waiting, &waitingBy, &at, &refundID, &refundStatus, &refundFlagged, &refundFrom)
 	var note string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -402,11 +406,11 @@ func noProposalWaiting(ctx context.Context, tx pgx.Tx, cur Session, by Staff, no
 		return fmt.Errorf("proposal: read pending: %w", err)
 	case at != cur.Status:
 		note = fmt.Sprintf("withdrawn: the payment moved from %s to %s since it was proposed; a new proposal replaces it", at, cur.Status)
-	case refundStatus != "" && refundStatus != RefundPending:
+	case refundStatus != "" && refundStatus != refundFrom:
 		// A refund_settle proposal the gateway's answer outran: approveRefundOutcome refuses it
 		// as surely as a settle proposal the payment's status outran.
 		note = fmt.Sprintf("withdrawn: refund %s is %s since it was proposed (the gateway answered); a new proposal replaces it", Short(refundID), refundStatus)
-	case refundStatus != "" && !refundFlagged:
+	case refundStatus == RefundPending && !refundFlagged:
 		note = fmt.Sprintf("withdrawn: refund %s went back to the patrol since it was proposed; a new proposal replaces it", Short(refundID))
 	default:
 		return Errorf(ECONFLICT, "proposal #%d by %s already waits for approval: approve or reject it first", waiting, waitingBy)
