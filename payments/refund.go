@@ -633,7 +633,17 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			return nil // applied already (the patrol or a concurrent request got there first)
 		}
 		if leaseLost {
-			return nil // still Pending: the drive that holds it now applies its own answer
+			// Still Pending: the drive that holds it now applies its own answer — or nobody
+			// does (that drive flagged it: people decide it). The gateway's refund id is kept
+			// either way, so whatever settles it later reads the gateway's word by id (a refund
+			// settled Failed by hand is asked about before the next refund, also at a gateway
+			// that cannot search its refunds; an outside review). Not an answer about another
+			// refund (mismatch): that one is finance's case when the holder meets it.
+			if gr.ID == "" || mismatch != "" {
+				return nil
+			}
+			_, err := tx.Exec(ctx, `UPDATE refunds SET gateway_refund_id = $2 WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID)
+			return err
 		}
 		if mismatch != "" {
 			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, mismatch, now, refundFact(r.ID, cur.Status, gr))
