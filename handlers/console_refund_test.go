@@ -307,7 +307,7 @@ func TestRefundSettledByHandInTheConsole(t *testing.T) {
 	doc = page(t, fin1.post(action, url.Values{"outcome": {"Failed"}, "reason": {"r"}, "evidence": {"e"}}), http.StatusUnprocessableEntity)
 	wantText(t, doc, "flash-error", "corrected to Succeeded")
 	form = doc.Find(`[data-testid="refund-row"][data-id="` + refundID + `"] ` + testid("refund-settle-form"))
-	if form.Find(testid("refund-settle-succeeded")).Length() != 1 || form.Find(testid("refund-settle-failed")).Length() != 0 {
+	if form.Find(testid("refund-settle-succeeded")).AttrOr("aria-invalid", "") != "true" || form.Find(testid("refund-settle-failed")).Length() != 0 {
 		t.Fatalf("the correction form: %s", settleHTML(form))
 	}
 	rec = fin1.post(action, url.Values{"outcome": {"Succeeded"}, "reason": {"paid on day 3 after all"}, "evidence": {"gateway dashboard"}})

@@ -219,10 +219,15 @@ func lateMoney(st Status, gs GatewayStatus) bool {
 	return (st == StatusFailed || st == StatusCanceled) && (gs == GatewaySucceeded || gs == GatewayAuthorized)
 }
 
+// foreignFact is gatewayFact of a payment carrying another reference than the session the
+// gateway's answer was for (never attached): another's money, never the session's
+// (heldBySession).
+func foreignFact(gp GatewayPayment) string { return "foreign " + gatewayFact(gp) }
+
 // heldBySession says whether fact, a case's fact, is a gatewayFact of sess's own gateway payment
-// (or, for a session that never learnt its id, of any payment: the gateway's answer was not
-// attached) holding money for it now that it is over (lateMoney). Refund facts and missing
-// payments never are.
+// (or, for a session that never learnt its id, of a payment carrying its reference: the
+// answer was lost or contradicted, and not attached) holding money for it now that it is over
+// (lateMoney). Refund facts, missing payments and foreign payments (foreignFact) never are.
 func heldBySession(fact string, sess Session) bool {
 	id, rest, ok := strings.Cut(fact, " (")
 	if !ok || strings.Contains(id, " ") || (sess.GatewayPaymentID != "" && id != sess.GatewayPaymentID) {
@@ -542,7 +547,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		// reference and webhook hints are matched on it already (an outside review).
 		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
 			"the gateway's payment %s (%s) carries reference %q, not the session's %s; not attached, nothing applied",
-			gp.ID, gp.Status, gp.Reference, cur.Reference()), now, gatewayFact(gp))
+			gp.ID, gp.Status, gp.Reference, cur.Reference()), now, foreignFact(gp))
 	}
 	patch := sessionPatch{}
 	untrusted := ""

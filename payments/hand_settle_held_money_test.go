@@ -75,3 +75,35 @@ func TestASessionSettledFailedWhoseGatewayPaymentHoldsNothingIsFree(t *testing.T
 		t.Errorf("in review = %v %v, want false", in, err)
 	}
 }
+
+// The gateway's registration answer was a stranger's payment (another reference: never
+// attached, a gateway_mismatch case naming it), captured. Settled Failed, the session has no
+// money at the gateway: the stranger's payment is not its late payment (reconciliation, which
+// searches by the session's reference, never finds it), and the order is free to pay (a review
+// of the fix above: it opened a late_payment case about another's money and kept the order in
+// review).
+func TestASessionSettledFailedIsNotHeldByAStrangersPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	svc := b.service(b.pool, "replica-stranger", func(c *payments.Config) { c.Gateway = strangerGateway{b.gw, payments.GatewaySucceeded} })
+	res, err := svc.Create(ctx, api, payments.CreateInput{OrderID: "o-stranger-settled", Amount: 1999, Currency: "EUR"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.plain.Get(ctx, res.Session.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.afterMismatch(t, s, s.Status)
+	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.openCaseKinds(t, s.ID); len(got) != 0 {
+		t.Errorf("open cases = %v, want none: the stranger's payment is not this session's money", got)
+	}
+	if in, err := b.svc.PaymentInReview(ctx, s.OrderID); err != nil || in {
+		t.Errorf("in review = %v %v, want false", in, err)
+	}
+}
