@@ -859,13 +859,6 @@ func (r *producer) claim() {
 		}
 		r.next = (i + 1) % len(r.sources)
 		src := r.sources[i]
-		r.swept = r.swept || src.gateway
-		if src.gateway {
-			// A long drain is one round: its claims are sweeping, and the heartbeat says so as
-			// they happen (judged only at the round's end, a replica draining at full width
-			// after an outage looked stuck to PitlaneReplicaNotSweeping: an outside review).
-			p.progress(true, 0)
-		}
 		if r.ctx.Err() != nil {
 			r.stopFetching = true // stopped between two claims
 			return
@@ -889,6 +882,15 @@ func (r *producer) claim() {
 			r.firstErr = err
 			r.stopFetching = true
 			return
+		}
+		if src.gateway {
+			// A long drain is one round: its claims are sweeping, and the heartbeat says so as
+			// they happen (judged only at the round's end, a replica draining at full width
+			// after an outside review looked stuck to PitlaneReplicaNotSweeping). Only a claim
+			// that went through has looked for due work: marked before it ran, a replica whose
+			// every claim failed looked like it swept (an outside review, metrics).
+			r.swept = true
+			p.progress(true, 0)
 		}
 		if len(jobs) < reserved {
 			r.exhausted[i] = true // everything due is claimed, here or by another replica

@@ -767,3 +767,36 @@ func TestPatrolLogsADatabaseOutageOnceAMinute(t *testing.T) {
 		t.Fatalf("three failed heartbeats in an outage logged %d lines, want 1:\n%s", n, logs.String())
 	}
 }
+
+// A replica whose claims fail every round (the database refuses its statements) has not looked
+// for due work: its heartbeat says no sweep, and PitlaneReplicaNotSweeping can fire. The sweep
+// was marked before each claim ran, so a replica whose every claim failed while its heartbeat
+// went through looked like it swept (an outside review, metrics). Negative control (run by
+// hand): with the mark before the claim, LastSweepAt is set after the failing round.
+func TestAReplicaWhoseClaimsFailHasNotSwept(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.seedRegistered(t, 1)
+	b.clock.Advance(time.Hour)
+	if _, err := b.pool.Exec(ctx, `ALTER TABLE payment_sessions RENAME TO payment_sessions_away`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.PatrolRound(ctx); err == nil {
+		t.Fatal("setup: the round's claims did not fail")
+	}
+	b.svc.BeatNow(ctx)
+	if h := heartbeatOf(t, b.svc, "replica-a"); h.LastSweepAt != nil {
+		t.Fatalf("heartbeat after a round whose claims failed = %+v, want no sweep", h)
+	}
+	if _, err := b.pool.Exec(ctx, `ALTER TABLE payment_sessions_away RENAME TO payment_sessions`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.PatrolRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.svc.BeatNow(ctx)
+	if h := heartbeatOf(t, b.svc, "replica-a"); h.LastSweepAt == nil {
+		t.Fatalf("heartbeat after a round that claimed = %+v, want its sweep", h)
+	}
+}
