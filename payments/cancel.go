@@ -58,6 +58,11 @@ func (s *Service) requestCancel(ctx context.Context, actor Actor, sessionID, req
 		if !cur.Status.Cancelable() {
 			return Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
 		}
+		if refusal, err := mismatchRefusal(ctx, tx, cur); err != nil {
+			return err
+		} else if refusal != nil {
+			return refusal
+		}
 		if requestKey != "" {
 			if ch, err = openChallengeOf(ctx, tx, cur.ID, CodeCancel, requestKey, 0, now, s.cfg.Notifier != nil); err != nil || ch.ID != "" {
 				return err // the form's code is still open: no second message
@@ -125,6 +130,10 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		var refusal *Error
 		if !cur.Status.Cancelable() && cur.Status != StatusCanceling {
 			refusal = Errorf(ECONFLICT, "a %s payment cannot be canceled", cur.Status)
+		} else if cur.Status != StatusCanceling {
+			if refusal, err = mismatchRefusal(ctx, tx, cur); err != nil {
+				return err
+			}
 		}
 		try, err := s.tryCode(ctx, tx, sessionID, challengeID, CodeCancel, code, now, refusal, actor)
 		switch {
@@ -227,6 +236,20 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	}
 	res.Session = sessAfter
 	return res, lostRace(sessAfter)
+}
+
+// mismatchRefusal is the refusal of a cancel of cur while the gateway's word about it does not match it (an
+// open gateway_mismatch case: it holds a payment for another amount or currency, or answered
+// with another payment): what a reverse would void is not the session's, its answer could never
+// be applied (the same mismatch), and a capture before it was answered 202 "Canceling" with the
+// money taken and the cancel never finished (an outside review, cancels). Finance settles the
+// payment (four eyes); no code is sent, none is spent.
+func mismatchRefusal(ctx context.Context, tx pgx.Tx, cur Session) (*Error, error) {
+	mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
+	if err != nil || !mismatch {
+		return nil, err
+	}
+	return Errorf(ECONFLICT, "payment %s is with finance: the gateway's answer about it does not match it (an open gateway_mismatch case), so it cannot be canceled here; finance settles it. Nothing was canceled", Short(cur.ID)), nil
 }
 
 // cancelGrace is how long after a confirmed cancel the patrol first looks at it: its reverse
