@@ -238,18 +238,28 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	return res, lostRace(sessAfter)
 }
 
-// mismatchRefusal is the refusal of a cancel of cur while the gateway's word about it does not match it (an
-// open gateway_mismatch case: it holds a payment for another amount or currency, or answered
-// with another payment): what a reverse would void is not the session's, its answer could never
-// be applied (the same mismatch), and a capture before it was answered 202 "Canceling" with the
-// money taken and the cancel never finished (an outside review, cancels). Finance settles the
-// payment (four eyes); no code is sent, none is spent.
+// mismatchRefusal is the refusal of a cancel of cur while the gateway's word about it does not
+// match it: an open gateway_mismatch case (it holds a payment for another amount or currency, or
+// answered with another payment), or the flag such a case raised, still on the payment after
+// finance resolved the case without settling it. What a reverse would void is not the
+// session's, its answer could never be applied (the same mismatch, and silently once resolved),
+// and a capture before it was answered 202 "Canceling" with the money taken and the cancel never
+// finished (an outside review, cancels; and a review of the rule). Finance settles the payment
+// (four eyes); no code is sent, none is spent.
 func mismatchRefusal(ctx context.Context, tx pgx.Tx, cur Session) (*Error, error) {
-	mismatch, err := hasOpenMismatch(ctx, tx, cur.ID)
-	if err != nil || !mismatch {
-		return nil, err
+	flag := ""
+	if cur.FlaggedAt != nil {
+		flag = cur.FlagReason
 	}
-	return Errorf(ECONFLICT, "payment %s is with finance: the gateway's answer about it does not match it (an open gateway_mismatch case), so it cannot be canceled here; finance settles it. Nothing was canceled", Short(cur.ID)), nil
+	var mismatch bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2
+			AND (resolved_at IS NULL OR $3 <> '' AND strpos(detail, $3) > 0))`, cur.ID, CaseGatewayMismatch, flag).Scan(&mismatch); err != nil {
+		return nil, fmt.Errorf("cancel: the gateway's word: %w", err)
+	}
+	if !mismatch {
+		return nil, nil
+	}
+	return Errorf(ECONFLICT, "payment %s is with finance: the gateway's answer about it does not match it (a gateway_mismatch case, and the payment is not settled), so it cannot be canceled here; finance settles it. Nothing was canceled", Short(cur.ID)), nil
 }
 
 // cancelGrace is how long after a confirmed cancel the patrol first looks at it: its reverse

@@ -60,3 +60,26 @@ func TestACancelOfAPaymentTheGatewayContradictsIsRefused(t *testing.T) {
 		t.Errorf("reverse calls = %d, want 0", n)
 	}
 }
+
+// The same once finance resolved the case with a note but did not settle the payment: the flag
+// the mismatch raised is still on it, the gateway still contradicts it, and a cancel confirmed
+// then stayed Canceling for good with no open case (a review of the rule above).
+func TestACancelOfAPaymentFlaggedForAResolvedMismatchIsRefused(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-cancel-mismatch-resolved", 1000)
+	b.gw.SetAmount(s.GatewayPaymentID, 900, "EUR")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "looked at it, ticket FIN-1")
+	if _, err := b.svc.RequestCancel(ctx, api, s.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Errorf("a cancel request = %v, want conflict", err)
+	}
+	if n := b.gw.Calls(fakegw.OpReverse); n != 0 {
+		t.Errorf("reverse calls = %d, want 0", n)
+	}
+}

@@ -529,6 +529,20 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 		return out, noteCase(ctx, tx, id, cur.OrderID, CaseGatewayMismatch,
 			fmt.Sprintf("gateway payment %s (%s) is not the session's %s", gp.ID, gp.Status, cur.GatewayPaymentID), now, gatewayFact(gp))
 	}
+	if cur.GatewayPaymentID == "" && gp.ID != "" && gp.Reference != cur.Reference() {
+		// A payment about to be attached must be this session's: a registration answer (Create,
+		// the patrol's or a cancel's repeat) is taken by its key alone, and a gateway that mixed
+		// keys up (a broken idempotency store, a replay routed to another merchant) would have
+		// a stranger's payment — succeeded, say — complete this order, and the real owner's
+		// session could never attach it (one session per gateway payment). Look-ups by
+		// reference and webhook hints are matched on it already (an outside review). Before the
+		// amount's check: a stranger's payment is for a stranger's amount, and taken as this
+		// session's mismatch it was its late payment once the session was settled Failed (a
+		// review: the order held in review by another's money).
+		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
+			"the gateway's payment %s (%s) carries reference %q, not the session's %s; not attached, nothing applied",
+			gp.ID, gp.Status, gp.Reference, cur.Reference()), now, foreignFact(gp))
+	}
 	if mismatch := answerMismatch(cur, gp); mismatch != "" {
 		if oc := decide(cur.Status, gp.Status, asked); oc.caseKind == CaseLatePayment && oc.to == "" {
 			// Money held for a session that is over, for another amount: the late_payment case,
@@ -537,17 +551,6 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 			return out, noteCase(ctx, tx, id, cur.OrderID, CaseLatePayment, oc.caseDetail+": "+mismatch, now, gatewayFact(gp))
 		}
 		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, mismatch, now, gatewayFact(gp))
-	}
-	if cur.GatewayPaymentID == "" && gp.ID != "" && gp.Reference != cur.Reference() {
-		// A payment about to be attached must be this session's: a registration answer (Create,
-		// the patrol's or a cancel's repeat) is taken by its key alone, and a gateway that mixed
-		// keys up (a broken idempotency store, a replay routed to another merchant) would have
-		// a stranger's payment — succeeded, say — complete this order, and the real owner's
-		// session could never attach it (one session per gateway payment). Look-ups by
-		// reference and webhook hints are matched on it already (an outside review).
-		return flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
-			"the gateway's payment %s (%s) carries reference %q, not the session's %s; not attached, nothing applied",
-			gp.ID, gp.Status, gp.Reference, cur.Reference()), now, foreignFact(gp))
 	}
 	patch := sessionPatch{}
 	untrusted := ""

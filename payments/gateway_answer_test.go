@@ -225,10 +225,11 @@ func TestConfirmationHostsNarrowHTTPS(t *testing.T) {
 type strangerGateway struct {
 	*fakegw.Gateway
 	status payments.GatewayStatus
+	more   int64 // the stranger's payment is for this much more than the session's
 }
 
 func (g strangerGateway) Register(_ context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
-	return payments.GatewayPayment{ID: "gp_stranger", Status: g.status, Amount: req.Amount, Currency: req.Currency,
+	return payments.GatewayPayment{ID: "gp_stranger", Status: g.status, Amount: req.Amount + g.more, Currency: req.Currency,
 		Reference: "someone-else", ConfirmationURL: "https://fake.gateway/pay/gp_stranger"}, nil
 }
 
@@ -243,7 +244,7 @@ func TestRegistrationAnswerForAnotherReferenceIsNeverAttached(t *testing.T) {
 		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			b := newBench(t)
-			svc := b.service(b.pool, "replica-stranger", func(c *payments.Config) { c.Gateway = strangerGateway{b.gw, st} })
+			svc := b.service(b.pool, "replica-stranger", func(c *payments.Config) { c.Gateway = strangerGateway{b.gw, st, 0} })
 			res, err := svc.Create(context.Background(), api, payments.CreateInput{OrderID: "o-stranger", Amount: 1999, Currency: "EUR"})
 			if err != nil {
 				t.Fatal(err)

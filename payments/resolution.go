@@ -668,6 +668,17 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 				}
 				detail += fmt.Sprintf(" #%d", c)
 			}
+			if p.Outcome != StatusCompleted {
+				more, err := heldMoneyKnown(ctx, tx, cur, sess)
+				if err != nil {
+					return err
+				}
+				for _, f := range more {
+					if !slices.Contains(held, f) {
+						held = append(held, f)
+					}
+				}
+			}
 			if len(held) > 0 {
 				// Settled Failed (or Canceled) while a closed case said the gateway holds the
 				// session's money (a capture of another amount): that money is a late payment,
@@ -707,6 +718,31 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 		}
 	}
 	return getResolution(ctx, s.db, id)
+}
+
+// heldMoneyKnown is what pitlane was told of sess's money at the gateway beyond the cases its
+// settlement closes (sess as settled, was as it stood before): the facts of the session's cases
+// of settledCaseKinds that finance resolved without settling it (a capture of another amount,
+// "asked the gateway's support"), and an Authorized session's own authorization (the customer's
+// card held: the patrol flagged it for want of a capture). Settled Failed beside either, the
+// order left review and its checkout charged the customer again until reconciliation came round
+// (an outside review, a fourth messy day).
+func heldMoneyKnown(ctx context.Context, tx pgx.Tx, was, sess Session) ([]string, error) {
+	var facts []string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT f), '{}') FROM finance_cases, unnest(facts) f
+		WHERE session_id = $1 AND kind = ANY($2) AND resolved_at IS NOT NULL`, sess.ID, settledCaseKinds).Scan(&facts); err != nil {
+		return nil, fmt.Errorf("approve resolution: resolved cases: %w", err)
+	}
+	var held []string
+	for _, f := range facts {
+		if heldBySession(f, sess) {
+			held = append(held, f)
+		}
+	}
+	if was.Status == StatusAuthorized && was.GatewayPaymentID != "" {
+		held = append(held, gatewayFact(GatewayPayment{ID: was.GatewayPaymentID, Status: GatewayAuthorized, Amount: was.Amount, Currency: was.Currency}))
+	}
+	return held, nil
 }
 
 // RejectResolution closes a proposal without effect, with a note (required). The proposer may
