@@ -545,7 +545,15 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 			out = cur
 			out.NextCheckAt = &next
 		default:
+			// Not before the registration can no longer be in flight (RegisterGrace from the
+			// claim, as the claim set it): a request cut a second after sending (the replica's
+			// stop, the client gone) was given the schedule's first step, and the patrol
+			// looked up by reference, found nothing yet and registered beside it (an outside
+			// review, stop). A patrol drive's registration was claimed long before: its step.
 			next := now.Add(s.cfg.Backoff[0])
+			if grace := cur.CreatedAt.Add(s.cfg.RegisterGrace); grace.After(next) {
+				next = grace
+			}
 			out, err = applyTransition(ctx, tx, sess.ID, StatusUnknown, actor, "no trustworthy answer to registration: "+gerr.Error(), now, sessionPatch{nextCheckAt: &next})
 		}
 		return err

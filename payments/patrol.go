@@ -125,15 +125,20 @@ type leaseTable struct {
 	sessionID string // SQL over row t: the session a finance case names
 	caseKind  string // the case opened when the schedule runs out
 	reason    string // SQL over row t as it was before the release: why it is flagged
+	// sends: SQL over row t: its drive may send what moves money (a registration, a reverse,
+	// a refund) rather than only read; cut by the stop, that call may still be on the wire.
+	sends string
 }
 
 var (
 	sessionLeases = leaseTable{name: "payment_sessions", settled: `t.status IN ('Completed', 'Failed', 'Canceled')`,
 		sessionID: `t.id`, caseKind: CaseSweepExhausted,
-		reason: `format('no final answer from the gateway after %s looks; still %s', t.check_attempts + 1, t.status)`}
+		reason: `format('no final answer from the gateway after %s looks; still %s', t.check_attempts + 1, t.status)`,
+		sends:  `(t.gateway_payment_id IS NULL AND t.status IN ('Registering', 'Unknown')) OR t.status = 'Canceling'`}
 	refundLeases = leaseTable{name: "refunds", settled: `t.status <> 'Pending'`,
 		sessionID: `t.session_id`, caseKind: CaseRefundUnsettled,
-		reason: `format('refund %s: no final answer from the gateway after %s looks; still Pending', t.id, t.check_attempts + 1)`}
+		reason: `format('refund %s: no final answer from the gateway after %s looks; still Pending', t.id, t.check_attempts + 1)`,
+		sends:  `true`}
 )
 
 // heldLease is a lease a finished drive gives back.
@@ -150,11 +155,17 @@ type heldLease struct{ id, token string }
 // together, as River's completer does, instead of one transaction per drive. It returns how many
 // leases were no longer held.
 //
-// interrupted: the drives were cut by this replica's shutdown, so their look did not happen. The
-// rows are given back due now, their schedule and attempts untouched: another replica's next
-// round drives them at once, instead of after the lease would have run out (six gateway timeouts)
-// or after the next step of a schedule the cut look never earned.
-func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease, interrupted bool) (lost int, err error) {
+// how: releaseLooked, the drives' looks happened (their schedule moves on); releaseUntouched,
+// the drives sent nothing (a lease spent before its drive began): the rows are given back due
+// now, schedule and attempts untouched; releaseCut, the drives were cut by this replica's
+// shutdown at their gateway call, so their look did not happen — but the call may be on the
+// wire, still processed by the gateway after we hung up: the rows are due once it can no longer
+// be in flight (RegisterGrace, as for a Registering session whose process died; due now, the
+// next replica looked up by reference, found nothing yet and registered again beside it — two
+// payments at a gateway that ignores keys: an outside review, stop), schedule and attempts
+// untouched, instead of after the lease would have run out (six gateway timeouts) or after the
+// next step of a schedule the cut look never earned.
+func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []heldLease, how releaseHow) (lost int, err error) {
 	if len(leases) == 0 {
 		return 0, nil
 	}
@@ -172,8 +183,11 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 	for i, d := range s.cfg.Backoff {
 		steps[i] = d.Seconds()
 	}
-	if interrupted {
-		return s.releaseInterrupted(ctx, tbl, ids, tokens, now)
+	switch how {
+	case releaseUntouched:
+		return s.releaseInterrupted(ctx, tbl, ids, tokens, now, now)
+	case releaseCut:
+		return s.releaseInterrupted(ctx, tbl, ids, tokens, now, now.Add(s.cfg.RegisterGrace))
 	}
 	err = s.inTx(ctx, tbl.name+": release", func(tx pgx.Tx) error {
 		// In SET, t.* is the row before the update; in RETURNING, after it. Arrays are 1-based:
@@ -225,14 +239,25 @@ func (s *Service) releaseBatch(ctx context.Context, tbl leaseTable, leases []hel
 	return lost, err
 }
 
-// releaseInterrupted gives back the leases of drives cut by shutdown (releaseBatch): guarded by
-// token like every release; a row the cut drive settled after all needs no next look, every other
-// one is due now (or when a look set while the drive ran says, as in releaseBatch).
-func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now time.Time) (lost int, err error) {
+// releaseHow is how a batch of leases is given back (releaseBatch).
+type releaseHow int
+
+const (
+	releaseLooked    releaseHow = iota // the drives looked: the schedule moves on
+	releaseUntouched                   // nothing sent: due now
+	releaseCut                         // cut by the stop at their gateway call: due once it cannot be in flight
+)
+
+// releaseInterrupted gives back the leases of drives that did not look (releaseBatch): guarded
+// by token like every release; a row the cut drive settled after all needs no next look, one
+// whose drive may have been sending (tbl.sends) is due at sent, every other one at now (or when
+// a look set while the drive ran says, as in releaseBatch).
+func (s *Service) releaseInterrupted(ctx context.Context, tbl leaseTable, ids, tokens []string, now, sent time.Time) (lost int, err error) {
 	tag, err := s.execBounded(ctx, tbl.name+": release on shutdown", `UPDATE `+tbl.name+` t SET lease_owner = NULL, lease_until = NULL, lease_token = NULL,
-			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at ELSE greatest($3::timestamptz, t.next_check_at) END
+			next_check_at = CASE WHEN `+tbl.settled+` OR t.flagged_at IS NOT NULL THEN t.next_check_at
+				ELSE greatest(CASE WHEN `+tbl.sends+` THEN $4::timestamptz ELSE $3::timestamptz END, t.next_check_at) END
 		FROM unnest($1::text[]::uuid[], $2::text[]::uuid[]) AS r(id, token)
-		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now)
+		WHERE t.id = r.id AND t.lease_token = r.token`, ids, tokens, now, sent)
 	if err != nil {
 		return 0, fmt.Errorf("%s: release on shutdown: %w", tbl.name, err)
 	}
@@ -512,9 +537,12 @@ type finishedDrive struct {
 	source int
 	lease  heldLease
 	end    driveEnd
-	// interrupted: the round's context ended (shutdown) by the time the drive returned, so it
-	// was cut at its gateway call (releaseBatch gives such rows back due now).
+	// interrupted: the drive did not look (releaseBatch gives its row back untouched): its
+	// lease was spent before it began (nothing sent), or cut: the round's context ended
+	// (shutdown) by the time it returned, so it was cut at its gateway call, which may be on the
+	// wire still.
 	interrupted bool
+	cut         bool
 }
 
 // patrolState is this replica's patrol: back-off, what it drives now, totals for the heartbeat.
@@ -687,9 +715,9 @@ type producer struct {
 	inFlight int
 	slots    *slotPool
 	done     chan finishedDrive
-	// toRelease: finished drives to release, per source: [0] looked, [1] cut by shutdown.
+	// toRelease: finished drives to release, per source and releaseHow: looked, untouched, cut.
 	// releasing: the release in flight reports the leases it found lost; nil: none.
-	toRelease [][2][]heldLease
+	toRelease [][3][]heldLease
 	releasing chan int
 
 	// exhausted: the source came back short since the last beat (everything due is claimed,
@@ -714,7 +742,7 @@ func (s *Service) newProducer(ctx context.Context, sources []patrolSource) *prod
 	return &producer{s: s, ctx: ctx, dctx: context.WithValue(withStop(ctx), roundCtxKey{}, stats), sources: sources,
 		stats: stats, backingOff: backingOff, probing: probing, probeSize: max(1, width/4),
 		width: width, slots: newSlotPool(width), done: make(chan finishedDrive, 2*width),
-		toRelease: make([][2][]heldLease, len(sources)), exhausted: make([]bool, len(sources))}
+		toRelease: make([][3][]heldLease, len(sources)), exhausted: make([]bool, len(sources))}
 }
 
 // finished records a drive that returned: its lease goes in the next release.
@@ -727,11 +755,14 @@ func (r *producer) finished(f finishedDrive) {
 		if r.sources[f.source].leases == nil {
 			break // the source's drives give their rows back themselves
 		}
-		k := 0
-		if f.interrupted {
-			k = 1
+		how := releaseLooked
+		switch {
+		case f.cut:
+			how = releaseCut
+		case f.interrupted:
+			how = releaseUntouched
 		}
-		r.toRelease[f.source][k] = append(r.toRelease[f.source][k], f.lease)
+		r.toRelease[f.source][how] = append(r.toRelease[f.source][how], f.lease)
 	case endLost:
 		r.rep.Lost++ // the drive found its lease taken over
 	}
@@ -745,10 +776,10 @@ func (r *producer) startRelease() {
 		return
 	}
 	type job struct {
-		tbl         leaseTable
-		kind        string
-		leases      []heldLease
-		interrupted bool
+		tbl    leaseTable
+		kind   string
+		leases []heldLease
+		how    releaseHow
 	}
 	var jobs []job
 	for i := range r.toRelease {
@@ -756,7 +787,7 @@ func (r *producer) startRelease() {
 			if len(ls) == 0 {
 				continue
 			}
-			jobs = append(jobs, job{tbl: *r.sources[i].leases, kind: r.sources[i].kind, leases: ls, interrupted: k == 1})
+			jobs = append(jobs, job{tbl: *r.sources[i].leases, kind: r.sources[i].kind, leases: ls, how: releaseHow(k)})
 			r.toRelease[i][k] = nil
 		}
 	}
@@ -768,7 +799,7 @@ func (r *producer) startRelease() {
 	go func() {
 		lost := 0
 		for _, j := range jobs {
-			n, err := r.s.releaseBatch(r.ctx, j.tbl, j.leases, j.interrupted)
+			n, err := r.s.releaseBatch(r.ctx, j.tbl, j.leases, j.how)
 			if err != nil {
 				r.s.log.Error("patrol: release", "kind", j.kind, "err", err)
 			}
@@ -936,6 +967,7 @@ func (r *producer) drive(i int, j patrolJob, slot *driveSlot) {
 	jctx, cancel := s.driveContext(context.WithValue(r.dctx, slotCtxKey{}, slot), j.leasedAt)
 	f.end = s.runDrive(jctx, src.kind, j)
 	f.interrupted = stopped(jctx) // the round's stop, not the drive's own deadline
+	f.cut = f.interrupted
 	cancel()
 }
 
