@@ -212,10 +212,14 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		_, err := release(ctx, giveBackEventsWebhook)
 		return 0, false, err
 	}
+	posted := s.cfg.Clock.Now()
 	if perr := s.postEvents(ctx, page.Body()); perr != nil && ctx.Err() != nil {
 		// Shutdown cut the POST: give the row back as it was (another replica sends the page;
-		// the shop did nothing wrong, so no attempt is counted).
-		_, err := release(ctx, giveBackEventsWebhook)
+		// the shop did nothing wrong, so no attempt is counted) — once the cut POST can no
+		// longer land: the shop may still be reading it, and given back at once, the next
+		// replica's newer page reached the shop before it (an outside review, stop).
+		_, err := release(ctx, `UPDATE events_webhook SET lease_owner = NULL, lease_until = $2, lease_token = NULL
+			WHERE id = 1 AND lease_token = $1`, posted.Add(EventsWebhookTimeout))
 		return 0, false, err
 	} else if perr != nil {
 		return 0, false, fail(perr.Error())
