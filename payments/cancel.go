@@ -167,10 +167,22 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 		// nothing by reference yet, would register beside it: with a gateway that ignores keys,
 		// a second payment (an outside review). The patrol sends the reverse once that is over
 		// (a drive ends its calls before its lease does).
-		if cur.GatewayPaymentID == "" && (cur.Status == StatusRegistering || cur.LeaseUntil != nil && cur.LeaseUntil.After(now)) {
-			patrols = true
-			if cur.LeaseUntil != nil && cur.LeaseUntil.After(next) {
-				next = *cur.LeaseUntil
+		if cur.GatewayPaymentID == "" {
+			// Or one sent and cut (the replica's stop, its own timeout) that the gateway may still
+			// be processing: RegisterGrace from when it was given up (registrationInFlight; a
+			// cancel inside a cut Create's grace registered beside it, an outside review).
+			inFlight, err := registrationInFlight(ctx, tx, cur.ID, now, s.cfg.RegisterGrace)
+			if err != nil {
+				return err
+			}
+			if cur.Status == StatusRegistering || cur.LeaseUntil != nil && cur.LeaseUntil.After(now) || inFlight.After(now) {
+				patrols = true
+				if cur.LeaseUntil != nil && cur.LeaseUntil.After(next) {
+					next = *cur.LeaseUntil
+				}
+				if inFlight.After(next) {
+					next = inFlight
+				}
 			}
 		}
 		// The reverse is new work with a schedule of its own: it starts from the first step,
@@ -238,22 +250,36 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	return res, lostRace(sessAfter)
 }
 
+// registrationInFlight is until when a registration of the session that was sent and not
+// answered may still be processed by the gateway (mayBeInFlight: no answer at all, not even a
+// 5xx): RegisterGrace after its last such register call was logged (a call cut by the stop or by
+// its own timeout is logged as it is given up); the zero time when there is none.
+func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
+	var last *time.Time
+	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
+			AND outcome = 'unknown' AND http_status IS NULL`,
+		sessionID, now.Add(-grace)).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("cancel: registrations in flight: %w", err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.Add(grace), nil
+}
+
 // mismatchRefusal is the refusal of a cancel of cur while the gateway's word about it does not
 // match it: an open gateway_mismatch case (it holds a payment for another amount or currency, or
-// answered with another payment), or the flag such a case raised, still on the payment after
-// finance resolved the case without settling it. What a reverse would void is not the
-// session's, its answer could never be applied (the same mismatch, and silently once resolved),
-// and a capture before it was answered 202 "Canceling" with the money taken and the cancel never
-// finished (an outside review, cancels; and a review of the rule). Finance settles the payment
-// (four eyes); no code is sent, none is spent.
+// answered with another payment), or — the payment flagged — any such case, even one finance
+// resolved without settling it (a flag keeps its first reason, so which one raised it cannot be
+// told). What a reverse would void is not the session's, its answer could never be applied (the
+// same mismatch, and silently once resolved), and a capture before it was answered 202
+// "Canceling" with the money taken and the cancel never finished (an outside review, cancels;
+// and two reviews of the rule). Finance settles the payment (four eyes); no code is sent, none
+// is spent.
 func mismatchRefusal(ctx context.Context, tx pgx.Tx, cur Session) (*Error, error) {
-	flag := ""
-	if cur.FlaggedAt != nil {
-		flag = cur.FlagReason
-	}
 	var mismatch bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2
-			AND (resolved_at IS NULL OR $3 <> '' AND strpos(detail, $3) > 0))`, cur.ID, CaseGatewayMismatch, flag).Scan(&mismatch); err != nil {
+			AND (resolved_at IS NULL OR $3))`, cur.ID, CaseGatewayMismatch, cur.FlaggedAt != nil).Scan(&mismatch); err != nil {
 		return nil, fmt.Errorf("cancel: the gateway's word: %w", err)
 	}
 	if !mismatch {

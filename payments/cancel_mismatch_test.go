@@ -83,3 +83,24 @@ func TestACancelOfAPaymentFlaggedForAResolvedMismatchIsRefused(t *testing.T) {
 		t.Errorf("reverse calls = %d, want 0", n)
 	}
 }
+
+// A flag keeps its first reason: flagged by the patrol's schedule before the gateway
+// contradicted it, then the mismatch case resolved without settling — the cancel is refused all
+// the same (matched by the flag's reason, it went through: a review of the rule above).
+func TestACancelOfAPaymentFlaggedBeforeItsMismatchIsRefused(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.registered(t, "o-cancel-flag-first", 1000)
+	b.exec(t, `UPDATE payment_sessions SET flagged_at = now(), flag_reason = 'no final answer from the gateway after 12 looks; still Registered', next_check_at = NULL WHERE id = $1`, s.ID)
+	b.gw.SetAmount(s.GatewayPaymentID, 900, "EUR")
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "looked at it, ticket FIN-1")
+	if _, err := b.svc.RequestCancel(ctx, api, s.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Errorf("a cancel request = %v, want conflict", err)
+	}
+}

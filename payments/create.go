@@ -499,6 +499,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 	defer span.End()
 	req := s.registerRequest(sess)
 	started := time.Now()
+	sent := s.cfg.Clock.Now()
 	gp, gerr := s.gwOf(sess).Register(ctx, req)
 	if gerr == nil {
 		// The call's log row rides in the apply transaction (deferCallLog).
@@ -508,7 +509,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 		return s.applyGatewayPayment(actx, actor, sess, gp, "registered at the gateway")
 	}
 	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, gerr)
-	return s.registrationFailed(ctx, actor, sess, gerr)
+	return s.registrationFailed(ctx, actor, sess, gerr, sent)
 }
 
 // registrationFailed applies a registration the gateway did not answer with a payment: a
@@ -518,7 +519,7 @@ func (s *Service) register(ctx context.Context, actor Actor, sess Session) (Sess
 // the gateway refused the request itself and made nothing under its key, and asking again for
 // days would keep the order blocked behind a payment that never existed (an outside review).
 // Any other failure leaves an Unknown session as it is, for the next look.
-func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Session, gerr error) (Session, error) {
+func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Session, gerr error, sent time.Time) (Session, error) {
 	// The request's context may be gone (client hung up); the outcome must still be written.
 	ctx, done := s.detachRecord(ctx)
 	defer done()
@@ -545,13 +546,13 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 			out = cur
 			out.NextCheckAt = &next
 		default:
-			// Not before the registration can no longer be in flight (RegisterGrace from the
-			// claim, as the claim set it): a request cut a second after sending (the replica's
-			// stop, the client gone) was given the schedule's first step, and the patrol
-			// looked up by reference, found nothing yet and registered beside it (an outside
-			// review, stop). A patrol drive's registration was claimed long before: its step.
+			// Not before the registration can no longer be in flight (RegisterGrace from its
+			// send, as the claim set it from the claim): a request cut a second after sending
+			// (the replica's stop, the client gone) was given the schedule's first step, and the
+			// patrol looked up by reference, found nothing yet and registered beside it (an
+			// outside review, stop; a patrol drive's timed-out one alike, a review).
 			next := now.Add(s.cfg.Backoff[0])
-			if grace := cur.CreatedAt.Add(s.cfg.RegisterGrace); grace.After(next) {
+			if grace := sent.Add(s.cfg.RegisterGrace); mayBeInFlight(gerr) && grace.After(next) {
 				next = grace
 			}
 			out, err = applyTransition(ctx, tx, sess.ID, StatusUnknown, actor, "no trustworthy answer to registration: "+gerr.Error(), now, sessionPatch{nextCheckAt: &next})
@@ -559,6 +560,29 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 		return err
 	})
 	return out, err
+}
+
+// mayBeInFlight says whether a call that failed with err may still be processed by the gateway:
+// it got no answer (a timeout, a broken connection, a cut by our stop). A gateway that answered,
+// even 5xx, has stopped working on it; one that was never reached has nothing to work on.
+func mayBeInFlight(err error) bool {
+	var ge *GatewayError
+	return FailureOf(err) == FailureUnknown && !(errors.As(err, &ge) && ge.HTTPStatus != 0)
+}
+
+// holdForRegistration makes a leased session due no earlier than until (a registration sent
+// and not answered may be in flight until then), under the order → session locks and its lease
+// (lockOrderAndSession); the release keeps the later of its step and this.
+func (s *Service) holdForRegistration(ctx context.Context, sess Session, until time.Time) error {
+	ctx, done := s.detachRecord(ctx)
+	defer done()
+	return s.inTx(ctx, "register: hold", func(tx pgx.Tx) error {
+		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2) WHERE id = $1`, sess.ID, until)
+		return err
+	})
 }
 
 func validUUID(s string) bool {

@@ -139,3 +139,110 @@ func TestACreateCutByTheStopWaitsOutItsRegistrationsGrace(t *testing.T) {
 			"was registered again by the patrol while it could still be in flight", b.gw.KeyCalls(fakegw.OpRegister, id), pays)
 	}
 }
+
+// A cancel confirmed inside a cut Create's grace leaves the reverse to the patrol once the cut
+// registration can no longer be in flight: the confirm's own drive found nothing by reference
+// and registered again beside it (an outside review of the rule above). Negative control (run by
+// hand): without registrationInFlight, two payments.
+func TestACancelInsideACutCreatesGraceDoesNotRegisterBesideIt(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.reconcileElsewhere(t)
+	ctx := context.Background()
+	b.gw.IgnoreKeys(true)
+	wrapped := &goesOnGateway{Gateway: b.gw, processed: make(chan struct{})}
+	a := b.service(b.pool, "replica-stopping", func(c *payments.Config) { c.Gateway = wrapped })
+	held := b.gw.Hold(fakegw.OpRegister)
+	rctx, cut := context.WithCancelCause(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Create(rctx, api, payments.CreateInput{OrderID: "o-cut-then-cancel", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+		done <- err
+	}()
+	id := mustWait(t, held.Arrived(), "the Create's registration at the gateway")
+	b.gw.Unhold(fakegw.OpRegister)
+	b.clock.Advance(time.Second)
+	cut(errors.New("the replica is stopping"))
+	mustWait(t, done, "the Create to answer")
+	ch, err := b.svc.RequestCancel(ctx, api, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(20 * time.Second) // the customer reads the code back
+	res, err := b.svc.ConfirmCancel(ctx, api, id, ch.ID, b.lastCode(t, id))
+	if err != nil || res.Session.Status != payments.StatusCanceling {
+		t.Fatalf("confirm = %s %v, want Canceling (the reverse the patrol's)", res.Session.Status, err)
+	}
+	held.Open()
+	mustWait(t, wrapped.processed, "the cut registration processed")
+	b.clock.Advance(payments.StaleAfterFor(0))
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pays := b.gw.PaymentsWithReference(id); pays != 1 {
+		t.Errorf("one session, %d register calls, %d gateway payments: the cancel registered again while the cut Create's registration was in flight",
+			b.gw.KeyCalls(fakegw.OpRegister, id), pays)
+	}
+	if got, _ := b.plain.Get(ctx, id); got.Status != payments.StatusCanceled {
+		t.Errorf("after the patrol: %s, want Canceled", got.Status)
+	}
+}
+
+// timesOutGateway is a gateway whose adapter gives up on a registration at once (its
+// GATEWAY_TIMEOUT) while the gateway goes on processing it.
+type timesOutGateway struct {
+	*fakegw.Gateway
+	processed chan struct{}
+}
+
+func (g *timesOutGateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
+	go func() {
+		_, _ = g.Gateway.Register(context.WithoutCancel(ctx), req)
+		close(g.processed)
+	}()
+	return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureUnknown, Op: "register", Err: context.DeadlineExceeded}
+}
+
+// A patrol drive's registration given up at its own timeout is as much on the wire as one cut
+// by the stop: the next look waits RegisterGrace from its send (it was due at the schedule's
+// step, 10 s, and registered beside it: a review of the rule above). Negative control (run by
+// hand): without holdForRegistration, two payments.
+func TestAPatrolRegistrationThatTimedOutIsNotSentAgainBesideIt(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.reconcileElsewhere(t)
+	ctx := context.Background()
+	b.gw.IgnoreKeys(true)
+	id := b.unregistered(t, "o-timeout-register", 1000).ID
+	b.clock.Advance(5 * time.Minute)
+	sent := b.clock.Now()
+	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{})}
+	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
+	held := b.gw.Hold(fakegw.OpRegister)
+	if _, err := a.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, held.Arrived(), "A's registration at the gateway")
+	b.gw.Unhold(fakegw.OpRegister)
+	var due time.Time
+	if err := b.pool.QueryRow(ctx, `SELECT next_check_at FROM payment_sessions WHERE id = $1`, id).Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	if due.Before(sent.Add(payments.StaleAfterFor(0))) {
+		t.Errorf("due %s after the send, before RegisterGrace (%s)", due.Sub(sent), payments.StaleAfterFor(0))
+	}
+	b.clock.Advance(11 * time.Second) // the schedule's step
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held.Open()
+	mustWait(t, wrapped.processed, "A's timed-out registration processed")
+	b.clock.Set(due)
+	if _, err := b.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pays := b.gw.PaymentsWithReference(id); pays != 1 {
+		t.Errorf("%d register calls, %d gateway payments: registered again while a timed-out registration could be in flight",
+			b.gw.KeyCalls(fakegw.OpRegister, id), pays)
+	}
+}
