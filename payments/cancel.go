@@ -348,6 +348,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
 				return sess, err
 			}
+			sent := s.cfg.Clock.Now()
 			gp, err = s.registerAgain(ctx, sess)
 			switch {
 			case err == nil:
@@ -356,6 +357,14 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 				// appears later anyway becomes a late-payment case, never a silent charge.
 				return s.finishCancelNoPayment(ctx, actor, sess)
 			default:
+				if mayBeInFlight(err) {
+					// Sent and not answered: the next look waits until it cannot be in flight
+					// (the patrol's drive, or the confirm's own; it was due at the schedule's
+					// step and registered beside it: a review).
+					if herr := s.holdForRegistration(ctx, sess, sent.Add(s.cfg.RegisterGrace)); herr != nil {
+						s.log.Warn("cancel: hold for a registration in flight", "session", sess.ID, "err", herr)
+					}
+				}
 				return sess, err
 			}
 		}

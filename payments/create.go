@@ -563,11 +563,15 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 }
 
 // mayBeInFlight says whether a call that failed with err may still be processed by the gateway:
-// it got no answer (a timeout, a broken connection, a cut by our stop). A gateway that answered,
-// even 5xx, has stopped working on it; one that was never reached has nothing to work on.
+// it got no answer (a timeout, a broken connection, a cut by our stop), or a proxy's in front of
+// it (502, 504: the upstream may be working on it still). A gateway that answered, even 5xx,
+// has stopped working on it; one that was never reached has nothing to work on.
 func mayBeInFlight(err error) bool {
 	var ge *GatewayError
-	return FailureOf(err) == FailureUnknown && !(errors.As(err, &ge) && ge.HTTPStatus != 0)
+	if FailureOf(err) != FailureUnknown {
+		return false
+	}
+	return !errors.As(err, &ge) || ge.HTTPStatus == 0 || ge.HTTPStatus == 502 || ge.HTTPStatus == 504
 }
 
 // holdForRegistration makes a leased session due no earlier than until (a registration sent

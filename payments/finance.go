@@ -104,8 +104,17 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		if err := noSettleProposal(ctx, tx, "payment", id); err != nil {
 			return err
 		}
+		// Due now — or once a registration sent on the schedule's last look and never answered
+		// can no longer be in flight (the flag cleared the hold it left; Retry now registered
+		// beside it: a review).
+		due := now
+		if inFlight, err := registrationInFlight(ctx, tx, id, now, s.cfg.RegisterGrace); err != nil {
+			return err
+		} else if inFlight.After(due) {
+			due = inFlight
+		}
 		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL,
-			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, now))
+			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, due))
 		if err != nil {
 			return dbError("retry flagged", err, "")
 		}
