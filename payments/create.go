@@ -584,7 +584,11 @@ func (s *Service) holdForRegistration(ctx context.Context, sess Session, until t
 		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2) WHERE id = $1`, sess.ID, until)
+		// Only a session still waiting for its registration's word, and not in finance's hands:
+		// a settled one has no next look, a flagged one none until finance sends it back
+		// (RetryFlagged then waits out the same registration).
+		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2)
+			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until)
 		return err
 	})
 }
