@@ -40,16 +40,8 @@ func TestACancelsPatrolRegistrationThatTimedOutIsNotSentAgainBesideIt(t *testing
 		t.Fatal(err)
 	}
 	b.clock.Set(due)
-	sent := b.clock.Now()
-	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
-	held := b.gw.Hold(fakegw.OpRegister)
-	if _, err := a.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, held.Arrived(), "A's registration at the gateway")
-	b.gw.Unhold(fakegw.OpRegister)
-	b.wantNoRegistrationBeside(t, id, sent, held, wrapped.processed)
+	sent, held, processed := b.patrolRegistrationTimesOut(t, id)
+	b.wantNoRegistrationBeside(t, id, sent, held, processed)
 }
 
 // (A review.) ConfirmCancel's own drive looks up by reference (slow: 9 s), then registers again;
@@ -109,16 +101,8 @@ func TestRetryNowInsideARegistrationsGraceDoesNotRegisterBesideIt(t *testing.T) 
 	b.gw.IgnoreKeys(true)
 	id := b.unregistered(t, "o-inflight-retry-now", 1000).ID
 	b.clock.Advance(5 * time.Minute)
-	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{})}
 	// The schedule's last look (one step here, for brevity; the default's is the 17th).
-	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped; c.Backoff = []time.Duration{5 * time.Second} })
-	held := b.gw.Hold(fakegw.OpRegister)
-	sent := b.clock.Now()
-	if _, err := a.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, held.Arrived(), "A's registration at the gateway")
-	b.gw.Unhold(fakegw.OpRegister)
+	sent, held, processed := b.patrolRegistrationTimesOut(t, id, func(c *payments.Config) { c.Backoff = []time.Duration{5 * time.Second} })
 	s, err := b.svc.Get(ctx, id)
 	if err != nil || s.FlaggedAt == nil {
 		t.Fatalf("setup: %+v %v, want flagged", s, err)
@@ -127,7 +111,7 @@ func TestRetryNowInsideARegistrationsGraceDoesNotRegisterBesideIt(t *testing.T) 
 	if _, err := b.svc.RetryFlagged(ctx, fin1, id); err != nil {
 		t.Fatal(err)
 	}
-	b.wantNoRegistrationBeside(t, id, sent, held, wrapped.processed)
+	b.wantNoRegistrationBeside(t, id, sent, held, processed)
 }
 
 // wantNoRegistrationBeside checks that the registration of session id sent at sent, held at the

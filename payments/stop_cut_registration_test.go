@@ -92,52 +92,36 @@ func TestARegistrationCutByTheStopIsNotSentAgainBesideIt(t *testing.T) {
 func TestACreateCutByTheStopWaitsOutItsRegistrationsGrace(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
+	id, sent, held, processed := b.createCutByTheStop(t, "o-stop-cut-create")
+	b.wantNoRegistrationBeside(t, id, sent, held, processed)
+}
+
+// createCutByTheStop makes an API Create at a gateway that ignores keys whose registration is on
+// the wire (held) when the replica's stop cuts the request a second later: the gateway goes on
+// processing it (processed closes when it has). It returns the session's id and when its
+// registration was sent.
+func (b *bench) createCutByTheStop(t *testing.T, orderID string) (id string, sent time.Time, held *fakegw.Gate, processed <-chan struct{}) {
+	t.Helper()
 	b.reconcileElsewhere(t)
-	ctx := context.Background()
 	b.gw.IgnoreKeys(true)
 	wrapped := &goesOnGateway{Gateway: b.gw, processed: make(chan struct{})}
 	a := b.service(b.pool, "replica-stopping", func(c *payments.Config) { c.Gateway = wrapped })
-	held := b.gw.Hold(fakegw.OpRegister)
-	rctx, cut := context.WithCancelCause(ctx)
-	type res struct {
-		r   payments.CreateResult
-		err error
-	}
-	done := make(chan res, 1)
+	held = b.gw.Hold(fakegw.OpRegister)
+	rctx, cut := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	sent = b.clock.Now()
 	go func() {
-		r, err := a.Create(rctx, api, payments.CreateInput{OrderID: "o-stop-cut-create", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-		done <- res{r, err}
+		_, err := a.Create(rctx, api, payments.CreateInput{OrderID: orderID, Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+		done <- err
 	}()
-	id := mustWait(t, held.Arrived(), "the Create's registration at the gateway")
+	id = mustWait(t, held.Arrived(), "the Create's registration at the gateway")
 	b.gw.Unhold(fakegw.OpRegister)
 	b.clock.Advance(time.Second)
 	cut(errors.New("the replica is stopping")) // the stop's grace ran out: requests cut with a cause
-	r := mustWait(t, done, "the Create to answer")
-	var due, created time.Time
-	var status string
-	if err := b.pool.QueryRow(ctx, `SELECT status, next_check_at, created_at FROM payment_sessions WHERE id = $1`, id).Scan(&status, &due, &created); err != nil {
-		t.Fatal(err)
+	if err := mustWait(t, done, "the Create to answer"); err != nil {
+		t.Fatalf("the cut Create answered %v, want its session (Unknown)", err)
 	}
-	if grace := created.Add(payments.StaleAfterFor(0)); due.Before(grace) {
-		t.Errorf("Create answered %v / %v; session %s due %s after its claim, before RegisterGrace (%s): the cut registration may be in flight",
-			r.r.Session.Status, r.err, status, due.Sub(created), payments.StaleAfterFor(0))
-	}
-	// The schedule's first step after the cut: the patrol leaves it alone.
-	b.clock.Advance(6 * time.Second)
-	if _, err := b.svc.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held.Open() // the gateway finishes the request the stop hung up on
-	mustWait(t, wrapped.processed, "the cut registration processed")
-	// Due: the patrol finds it by reference, and sends nothing again.
-	b.clock.Set(due)
-	if _, err := b.svc.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if pays := b.gw.PaymentsWithReference(id); pays != 1 {
-		t.Fatalf("one session, %d register calls, %d gateway payments: the Create's registration cut by the stop "+
-			"was registered again by the patrol while it could still be in flight", b.gw.KeyCalls(fakegw.OpRegister, id), pays)
-	}
+	return id, sent, held, wrapped.processed
 }
 
 // A cancel confirmed inside a cut Create's grace leaves the reverse to the patrol once the cut
@@ -147,23 +131,8 @@ func TestACreateCutByTheStopWaitsOutItsRegistrationsGrace(t *testing.T) {
 func TestACancelInsideACutCreatesGraceDoesNotRegisterBesideIt(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	b.reconcileElsewhere(t)
 	ctx := context.Background()
-	b.gw.IgnoreKeys(true)
-	wrapped := &goesOnGateway{Gateway: b.gw, processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-stopping", func(c *payments.Config) { c.Gateway = wrapped })
-	held := b.gw.Hold(fakegw.OpRegister)
-	rctx, cut := context.WithCancelCause(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.Create(rctx, api, payments.CreateInput{OrderID: "o-cut-then-cancel", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-		done <- err
-	}()
-	id := mustWait(t, held.Arrived(), "the Create's registration at the gateway")
-	b.gw.Unhold(fakegw.OpRegister)
-	b.clock.Advance(time.Second)
-	cut(errors.New("the replica is stopping"))
-	mustWait(t, done, "the Create to answer")
+	id, _, held, processed := b.createCutByTheStop(t, "o-cut-then-cancel")
 	ch, err := b.svc.RequestCancel(ctx, api, id)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +143,7 @@ func TestACancelInsideACutCreatesGraceDoesNotRegisterBesideIt(t *testing.T) {
 		t.Fatalf("confirm = %s %v, want Canceling (the reverse the patrol's)", res.Session.Status, err)
 	}
 	held.Open()
-	mustWait(t, wrapped.processed, "the cut registration processed")
+	mustWait(t, processed, "the cut registration processed")
 	b.clock.Advance(payments.StaleAfterFor(0))
 	if _, err := b.svc.SweepOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -211,38 +180,26 @@ func TestAPatrolRegistrationThatTimedOutIsNotSentAgainBesideIt(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.reconcileElsewhere(t)
-	ctx := context.Background()
 	b.gw.IgnoreKeys(true)
 	id := b.unregistered(t, "o-timeout-register", 1000).ID
 	b.clock.Advance(5 * time.Minute)
-	sent := b.clock.Now()
+	sent, held, processed := b.patrolRegistrationTimesOut(t, id)
+	b.wantNoRegistrationBeside(t, id, sent, held, processed)
+}
+
+// patrolRegistrationTimesOut runs a patrol round of another replica whose registration of
+// session id is given up at its own timeout while the gateway (held) goes on processing it; mod
+// changes that replica's configuration. It returns when the registration was sent.
+func (b *bench) patrolRegistrationTimesOut(t *testing.T, id string, mod ...func(*payments.Config)) (sent time.Time, held *fakegw.Gate, processed <-chan struct{}) {
+	t.Helper()
 	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
-	held := b.gw.Hold(fakegw.OpRegister)
-	if _, err := a.SweepOnce(ctx); err != nil {
+	a := b.service(b.pool, "replica-a2", append([]func(*payments.Config){func(c *payments.Config) { c.Gateway = wrapped }}, mod...)...)
+	held = b.gw.Hold(fakegw.OpRegister)
+	sent = b.clock.Now()
+	if _, err := a.SweepOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	mustWait(t, held.Arrived(), "A's registration at the gateway")
 	b.gw.Unhold(fakegw.OpRegister)
-	var due time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT next_check_at FROM payment_sessions WHERE id = $1`, id).Scan(&due); err != nil {
-		t.Fatal(err)
-	}
-	if due.Before(sent.Add(payments.StaleAfterFor(0))) {
-		t.Errorf("due %s after the send, before RegisterGrace (%s)", due.Sub(sent), payments.StaleAfterFor(0))
-	}
-	b.clock.Advance(11 * time.Second) // the schedule's step
-	if _, err := b.svc.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held.Open()
-	mustWait(t, wrapped.processed, "A's timed-out registration processed")
-	b.clock.Set(due)
-	if _, err := b.svc.SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if pays := b.gw.PaymentsWithReference(id); pays != 1 {
-		t.Errorf("%d register calls, %d gateway payments: registered again while a timed-out registration could be in flight",
-			b.gw.KeyCalls(fakegw.OpRegister, id), pays)
-	}
+	return sent, held, wrapped.processed
 }
