@@ -257,7 +257,7 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
 	var last *time.Time
 	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
-			AND outcome = 'unknown' AND http_status IS NULL`,
+			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (502, 504))`,
 		sessionID, now.Add(-grace)).Scan(&last); err != nil {
 		return time.Time{}, fmt.Errorf("cancel: registrations in flight: %w", err)
 	}

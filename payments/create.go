@@ -562,7 +562,8 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 	return out, err
 }
 
-// mayBeInFlight says whether a call that failed with err may still be processed by the gateway:
+// mayBeInFlight says whether a call that failed with err may still be processed by the gateway
+// (registrationInFlight reads the call log by the same rule):
 // it got no answer (a timeout, a broken connection, a cut by our stop), or a proxy's in front of
 // it (502, 504: the upstream may be working on it still). A gateway that answered, even 5xx,
 // has stopped working on it; one that was never reached has nothing to work on.

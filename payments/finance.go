@@ -108,10 +108,16 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		// can no longer be in flight (the flag cleared the hold it left; Retry now registered
 		// beside it: a review).
 		due := now
-		if inFlight, err := registrationInFlight(ctx, tx, id, now, s.cfg.RegisterGrace); err != nil {
-			return err
-		} else if inFlight.After(due) {
-			due = inFlight
+		var gatewayID string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(gateway_payment_id, '') FROM payment_sessions WHERE id = $1`, id).Scan(&gatewayID); err != nil {
+			return dbError("retry flagged: read", err, "")
+		}
+		if gatewayID == "" { // one with its gateway id is never registered again
+			if inFlight, err := registrationInFlight(ctx, tx, id, now, s.cfg.RegisterGrace); err != nil {
+				return err
+			} else if inFlight.After(due) {
+				due = inFlight
+			}
 		}
 		out, err = scanSession(tx.QueryRow(ctx, `UPDATE payment_sessions SET flagged_at = NULL, flag_reason = NULL,
 			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+sessionColumns, id, due))
