@@ -74,10 +74,12 @@ func (b *bench) create(t *testing.T, order string) payments.Session {
 	return res.Session
 }
 
-// sweepDue moves the clock past the first backoff step and runs one sweeper round.
+// sweepDue moves the clock past the first look at a registration without its answer (the
+// first backoff step, or RegisterGrace after the send when no answer came at all: the gateway
+// may still be processing it) and runs one sweeper round.
 func (b *bench) sweepDue(t *testing.T) {
 	t.Helper()
-	b.clock.Advance(payments.DefaultBackoff[0] + time.Second)
+	b.clock.Advance(max(payments.DefaultBackoff[0], payments.StaleAfterFor(0)) + time.Second)
 	if _, err := b.svc.SweepOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
