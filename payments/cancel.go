@@ -250,23 +250,6 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 	return res, lostRace(sessAfter)
 }
 
-// registrationInFlight is until when a registration of the session that was sent and not
-// answered may still be processed by the gateway (mayBeInFlight: no answer at all, not even a
-// 5xx): RegisterGrace after its last such register call was logged (a call cut by the stop or by
-// its own timeout is logged as it is given up); the zero time when there is none.
-func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
-	var last *time.Time
-	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
-			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (502, 504))`,
-		sessionID, now.Add(-grace)).Scan(&last); err != nil {
-		return time.Time{}, fmt.Errorf("cancel: registrations in flight: %w", err)
-	}
-	if last == nil {
-		return time.Time{}, nil
-	}
-	return last.Add(grace), nil
-}
-
 // mismatchRefusal is the refusal of a cancel of cur while the gateway's word about it does not
 // match it: an open gateway_mismatch case (it holds a payment for another amount or currency, or
 // answered with another payment), or — the payment flagged — any such case, even one finance
@@ -348,8 +331,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
 				return sess, err
 			}
-			sent := s.cfg.Clock.Now()
-			gp, err = s.registerAgain(ctx, sess)
+			gp, err = s.registerAgain(ctx, sess) // holds the session when its answer never came
 			switch {
 			case err == nil:
 			case FailureOf(err) == FailureDefinitive:
@@ -357,14 +339,6 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 				// appears later anyway becomes a late-payment case, never a silent charge.
 				return s.finishCancelNoPayment(ctx, actor, sess)
 			default:
-				if mayBeInFlight(err) {
-					// Sent and not answered: the next look waits until it cannot be in flight
-					// (the patrol's drive, or the confirm's own; it was due at the schedule's
-					// step and registered beside it: a review).
-					if herr := s.holdForRegistration(ctx, sess, sent.Add(s.cfg.RegisterGrace)); herr != nil {
-						s.log.Warn("cancel: hold for a registration in flight", "session", sess.ID, "err", herr)
-					}
-				}
 				return sess, err
 			}
 		}

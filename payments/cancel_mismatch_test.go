@@ -69,12 +69,7 @@ func TestACancelOfAPaymentFlaggedForAResolvedMismatchIsRefused(t *testing.T) {
 	b := newBench(t)
 	ctx := context.Background()
 	s := b.registered(t, "o-cancel-mismatch-resolved", 1000)
-	b.gw.SetAmount(s.GatewayPaymentID, 900, "EUR")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.capturedAtAnotherAmount(t, s, 900, payments.GatewaySucceeded)
 	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "looked at it, ticket FIN-1")
 	if _, err := b.svc.RequestCancel(ctx, api, s.ID); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Errorf("a cancel request = %v, want conflict", err)
@@ -93,14 +88,21 @@ func TestACancelOfAPaymentFlaggedBeforeItsMismatchIsRefused(t *testing.T) {
 	ctx := context.Background()
 	s := b.registered(t, "o-cancel-flag-first", 1000)
 	b.exec(t, `UPDATE payment_sessions SET flagged_at = now(), flag_reason = 'no final answer from the gateway after 12 looks; still Registered', next_check_at = NULL WHERE id = $1`, s.ID)
-	b.gw.SetAmount(s.GatewayPaymentID, 900, "EUR")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.capturedAtAnotherAmount(t, s, 900, payments.GatewaySucceeded)
 	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "looked at it, ticket FIN-1")
 	if _, err := b.svc.RequestCancel(ctx, api, s.ID); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Errorf("a cancel request = %v, want conflict", err)
 	}
+}
+
+// capturedAtAnotherAmount has the gateway answer about s, a Registered payment, for amount (EUR)
+// in status st, and a Check apply it: s stays Registered, flagged, with a gateway_mismatch case.
+func (b *bench) capturedAtAnotherAmount(t *testing.T, s payments.Session, amount int64, st payments.GatewayStatus) {
+	t.Helper()
+	b.gw.SetAmount(s.GatewayPaymentID, amount, "EUR")
+	b.gw.SetStatus(s.GatewayPaymentID, st)
+	if _, err := b.svc.Check(context.Background(), api, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.afterMismatch(t, s, payments.StatusRegistered)
 }

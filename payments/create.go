@@ -483,11 +483,21 @@ func (s *Service) registerRequest(sess Session) RegisterRequest {
 
 // registerAgain sends the session's registration again under its key and logs the call: the
 // gateway answers with the payment an earlier request made (or makes it now), or says why not.
+// Sent and not answered (mayBeInFlight), the session's next look waits until the gateway can no
+// longer be processing it (holdForRegistration): the patrol's drive and a cancel's looked up by
+// reference at the schedule's next step, found nothing yet and registered beside it — two
+// payments at a gateway that ignores keys (a review).
 func (s *Service) registerAgain(ctx context.Context, sess Session) (GatewayPayment, error) {
 	req := s.registerRequest(sess)
 	started := time.Now()
+	sent := s.cfg.Clock.Now()
 	gp, err := s.gwOf(sess).Register(ctx, req)
 	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
+	if mayBeInFlight(err) {
+		if herr := s.holdForRegistration(ctx, sess, sent.Add(s.cfg.RegisterGrace)); herr != nil {
+			s.log.Warn("register: hold for a registration in flight", "session", sess.ID, "err", herr)
+		}
+	}
 	return gp, err
 }
 
@@ -573,6 +583,23 @@ func mayBeInFlight(err error) bool {
 		return false
 	}
 	return !errors.As(err, &ge) || ge.HTTPStatus == 0 || ge.HTTPStatus == 502 || ge.HTTPStatus == 504
+}
+
+// registrationInFlight is until when a registration of the session that was sent and not
+// answered may still be processed by the gateway (mayBeInFlight: no answer at all, not even a
+// 5xx): RegisterGrace after its last such register call was logged (a call cut by the stop or by
+// its own timeout is logged as it is given up); the zero time when there is none.
+func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
+	var last *time.Time
+	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
+			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (502, 504))`,
+		sessionID, now.Add(-grace)).Scan(&last); err != nil {
+		return time.Time{}, dbError("registrations in flight", err, "")
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.Add(grace), nil
 }
 
 // holdForRegistration makes a leased session due no earlier than until (a registration sent

@@ -86,9 +86,9 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 	now := s.cfg.Clock.Now()
 	var out Session
 	err := s.inTx(ctx, "retry flagged", func(tx pgx.Tx) error {
-		var reason string
-		err := tx.QueryRow(ctx, `SELECT coalesce(flag_reason, '') FROM payment_sessions
-			WHERE id = $1 AND flagged_at IS NOT NULL AND `+activeStatusSQL+` FOR UPDATE`, id).Scan(&reason)
+		var reason, gatewayID string
+		err := tx.QueryRow(ctx, `SELECT coalesce(flag_reason, ''), coalesce(gateway_payment_id, '') FROM payment_sessions
+			WHERE id = $1 AND flagged_at IS NOT NULL AND `+activeStatusSQL+` FOR UPDATE`, id).Scan(&reason, &gatewayID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, gerr := getSession(ctx, tx, id); gerr != nil {
 				return gerr
@@ -108,10 +108,6 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 		// can no longer be in flight (the flag cleared the hold it left; Retry now registered
 		// beside it: a review).
 		due := now
-		var gatewayID string
-		if err := tx.QueryRow(ctx, `SELECT coalesce(gateway_payment_id, '') FROM payment_sessions WHERE id = $1`, id).Scan(&gatewayID); err != nil {
-			return dbError("retry flagged: read", err, "")
-		}
 		if gatewayID == "" { // one with its gateway id is never registered again
 			if inFlight, err := registrationInFlight(ctx, tx, id, now, s.cfg.RegisterGrace); err != nil {
 				return err

@@ -27,12 +27,7 @@ func TestASessionSettledFailedWhileTheGatewayHoldsItsMoneyStaysInReview(t *testi
 	b := newBench(t)
 	ctx := context.Background()
 	s := b.registered(t, "o-held-settled-failed", 9900)
-	b.gw.SetAmount(s.GatewayPaymentID, 100, "EUR")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.capturedAtAnotherAmount(t, s, 100, payments.GatewaySucceeded)
 	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
 	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
 		t.Fatal(err)
@@ -63,12 +58,7 @@ func TestASessionSettledFailedWhoseGatewayPaymentHoldsNothingIsFree(t *testing.T
 	b := newBench(t)
 	ctx := context.Background()
 	s := b.registered(t, "o-nothing-held-settled-failed", 9900)
-	b.gw.SetAmount(s.GatewayPaymentID, 100, "EUR")
-	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewayDeclined)
-	if _, err := b.svc.Check(ctx, api, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.afterMismatch(t, s, payments.StatusRegistered)
+	b.capturedAtAnotherAmount(t, s, 100, payments.GatewayDeclined)
 	p := b.propose(t, fin1, s.ID, payments.StatusFailed)
 	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
 		t.Fatal(err)
@@ -196,12 +186,7 @@ func TestASessionSettledFailedKeepsWhatWasKnownOfItsMoney(t *testing.T) {
 	t.Parallel()
 	for name, setup := range map[string]func(b *bench, s payments.Session){
 		"a resolved mismatch": func(b *bench, s payments.Session) {
-			b.gw.SetAmount(s.GatewayPaymentID, 100, "EUR")
-			b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
-			if _, err := b.svc.Check(context.Background(), api, s.ID); err != nil {
-				t.Fatal(err)
-			}
-			b.afterMismatch(t, s, payments.StatusRegistered)
+			b.capturedAtAnotherAmount(t, s, 100, payments.GatewaySucceeded)
 			b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "asked the gateway's support, ticket GW-9")
 		},
 		"an authorization": func(b *bench, s payments.Session) {

@@ -125,13 +125,12 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 		// The correction: its amount is taken again, within what the payment received (a
 		// refund made meanwhile may have used it: then the books cannot say both, and finance
 		// must sort it out with the gateway first).
-		committed, _, _, err := refundTotals(ctx, tx, cur.ID)
-		if err != nil {
-			return err
-		}
-		if committed+r.Amount > cur.Amount {
-			return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: with %s %s refunded or pending since, the refunds would exceed the %s received; reject the proposal and settle the difference with the gateway",
-				Short(r.ID), FormatMinor(committed, cur.Currency), cur.Currency, FormatMinor(cur.Amount, cur.Currency))
+		if _, _, err := refundRoom(ctx, tx, cur, r.Amount, false); err != nil {
+			if ErrorCode(err) != ECONFLICT {
+				return err
+			}
+			return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: %s; reject the proposal and settle the difference with the gateway",
+				Short(r.ID), ErrorMessage(err))
 		}
 	case r.Status != RefundPending:
 		// (Failed by hand, proposed Failed: never filed, ProposeRefundOutcome refuses it.)

@@ -150,21 +150,6 @@ func (b *bench) wantNoRegistrationBeside(t *testing.T, id string, sent time.Time
 	}
 }
 
-// proxy504Gateway: a proxy in front of the gateway answers 504 while the upstream goes on
-// processing the registration (mayBeInFlight counts 502/504 as no answer since 33432a9).
-type proxy504Gateway struct {
-	*fakegw.Gateway
-	processed chan struct{}
-}
-
-func (g *proxy504Gateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
-	go func() {
-		_, _ = g.Gateway.Register(context.WithoutCancel(ctx), req)
-		close(g.processed)
-	}()
-	return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureUnknown, Op: "register", HTTPStatus: 504, Err: context.DeadlineExceeded}
-}
-
 // Retry now right after the schedule's last look got a proxy's 504 for its re-registration: the
 // hold was cleared by the flag, and registrationInFlight counted only calls with no answer at all
 // (a review: the call log's rule and mayBeInFlight disagreed). Negative control (run by hand):
@@ -177,7 +162,7 @@ func TestRetryNowAfterA504RegistrationDoesNotRegisterBesideIt(t *testing.T) {
 	b.gw.IgnoreKeys(true)
 	id := b.unregistered(t, "o-inflight-504-retry", 1000).ID
 	b.clock.Advance(5 * time.Minute)
-	wrapped := &proxy504Gateway{Gateway: b.gw, processed: make(chan struct{})}
+	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{}), status: 504}
 	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped; c.Backoff = []time.Duration{5 * time.Second} })
 	held := b.gw.Hold(fakegw.OpRegister)
 	sent := b.clock.Now()
@@ -207,7 +192,7 @@ func TestACancelAfterA504CreateDoesNotRegisterBesideIt(t *testing.T) {
 	b.reconcileElsewhere(t)
 	ctx := context.Background()
 	b.gw.IgnoreKeys(true)
-	wrapped := &proxy504Gateway{Gateway: b.gw, processed: make(chan struct{})}
+	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{}), status: 504}
 	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
 	held := b.gw.Hold(fakegw.OpRegister)
 	r, err := a.Create(ctx, api, payments.CreateInput{OrderID: "o-inflight-504-cancel", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})

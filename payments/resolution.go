@@ -640,25 +640,18 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 			// in, it did not deal with the gateway's contradiction, which a Check or reconciliation
 			// finding it again (a Completed payment the gateway lost) must report anew
 			// (factsResolved; an outside review of the facts).
+			// Read before the cases it closes let their facts go.
+			held, err := heldMoneyKnown(ctx, tx, cur, sess)
+			if err != nil {
+				return err
+			}
 			rows, err := tx.Query(ctx, `UPDATE finance_cases SET resolved_at = $2, resolved_by = $3, resolution = $4, facts = '{}'
-			FROM (SELECT id, facts FROM finance_cases WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5)) AS was
-			WHERE finance_cases.id = was.id RETURNING finance_cases.id, was.facts`, cur.ID, now, by.Email,
+			WHERE session_id = $1 AND resolved_at IS NULL AND kind = ANY($5) RETURNING id`, cur.ID, now, by.Email,
 				fmt.Sprintf("settled as %s by resolution #%d (proposed by %s)", p.Outcome, id, p.ProposedBy), settledCaseKinds)
 			if err != nil {
 				return fmt.Errorf("approve resolution: cases: %w", err)
 			}
-			var held []string // the session's own gateway payment holding money, as the closed cases said
-			closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
-				var id int64
-				var facts []string
-				err := r.Scan(&id, &facts)
-				for _, f := range facts {
-					if heldBySession(f, sess) && !slices.Contains(held, f) {
-						held = append(held, f)
-					}
-				}
-				return id, err
-			})
+			closed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			if err != nil {
 				return fmt.Errorf("approve resolution: cases: %w", err)
 			}
@@ -668,20 +661,9 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 				}
 				detail += fmt.Sprintf(" #%d", c)
 			}
-			if p.Outcome != StatusCompleted {
-				more, err := heldMoneyKnown(ctx, tx, cur, sess)
-				if err != nil {
-					return err
-				}
-				for _, f := range more {
-					if !slices.Contains(held, f) {
-						held = append(held, f)
-					}
-				}
-			}
 			if len(held) > 0 {
-				// Settled Failed (or Canceled) while a closed case said the gateway holds the
-				// session's money (a capture of another amount): that money is a late payment,
+				// Settled Failed (or Canceled) while pitlane knew the gateway holds the session's
+				// money (a capture of another amount, an authorization): that money is a late payment,
 				// as reconciliation would find it, and the order stays in review (no second
 				// charge from its checkout) until finance deals with it (an outside review: the
 				// approval let the facts go, and a Pay click charged the customer again).
@@ -720,27 +702,28 @@ func (s *Service) ApproveResolution(ctx context.Context, by Staff, id int64) (Re
 	return getResolution(ctx, s.db, id)
 }
 
-// heldMoneyKnown is what pitlane was told of sess's money at the gateway beyond the cases its
-// settlement closes (sess as settled, was as it stood before): the facts of the session's cases
-// of settledCaseKinds that finance resolved without settling it (a capture of another amount,
-// "asked the gateway's support"), and an Authorized session's own authorization (the customer's
-// card held: the patrol flagged it for want of a capture). Settled Failed beside either, the
-// order left review and its checkout charged the customer again until reconciliation came round
-// (an outside review, a fourth messy day).
+// heldMoneyKnown is what pitlane was told of sess's money at the gateway (sess as settled, was
+// as it stood before), as facts heldBySession keeps: those of the session's cases of
+// settledCaseKinds, open (the settlement closes them and lets their facts go: a capture of
+// another amount) or resolved by finance without settling it ("asked the gateway's support"),
+// and an Authorized session's own authorization (the customer's card held: the patrol flagged
+// it for want of a capture). Settled Failed beside any, the order left review and its checkout
+// charged the customer again until reconciliation came round (an outside review, a fourth messy
+// day). A Completed settlement keeps none (nothing is late).
 func heldMoneyKnown(ctx context.Context, tx pgx.Tx, was, sess Session) ([]string, error) {
 	var facts []string
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT f), '{}') FROM finance_cases, unnest(facts) f
-		WHERE session_id = $1 AND kind = ANY($2) AND resolved_at IS NOT NULL`, sess.ID, settledCaseKinds).Scan(&facts); err != nil {
-		return nil, fmt.Errorf("approve resolution: resolved cases: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT f ORDER BY f), '{}') FROM finance_cases, unnest(facts) f
+		WHERE session_id = $1 AND kind = ANY($2)`, sess.ID, settledCaseKinds).Scan(&facts); err != nil {
+		return nil, fmt.Errorf("approve resolution: the cases' facts: %w", err)
+	}
+	if was.Status == StatusAuthorized && was.GatewayPaymentID != "" {
+		facts = append(facts, gatewayFact(GatewayPayment{ID: was.GatewayPaymentID, Status: GatewayAuthorized, Amount: was.Amount, Currency: was.Currency}))
 	}
 	var held []string
 	for _, f := range facts {
-		if heldBySession(f, sess) {
+		if heldBySession(f, sess) && !slices.Contains(held, f) {
 			held = append(held, f)
 		}
-	}
-	if was.Status == StatusAuthorized && was.GatewayPaymentID != "" {
-		held = append(held, gatewayFact(GatewayPayment{ID: was.GatewayPaymentID, Status: GatewayAuthorized, Amount: was.Amount, Currency: was.Currency}))
 	}
 	return held, nil
 }

@@ -158,10 +158,12 @@ func TestACancelInsideACutCreatesGraceDoesNotRegisterBesideIt(t *testing.T) {
 }
 
 // timesOutGateway is a gateway whose adapter gives up on a registration at once (its
-// GATEWAY_TIMEOUT) while the gateway goes on processing it.
+// GATEWAY_TIMEOUT; with status, a proxy in front of it answering that, 502 or 504) while the
+// gateway goes on processing it.
 type timesOutGateway struct {
 	*fakegw.Gateway
 	processed chan struct{}
+	status    int
 }
 
 func (g *timesOutGateway) Register(ctx context.Context, req payments.RegisterRequest) (payments.GatewayPayment, error) {
@@ -169,7 +171,7 @@ func (g *timesOutGateway) Register(ctx context.Context, req payments.RegisterReq
 		_, _ = g.Gateway.Register(context.WithoutCancel(ctx), req)
 		close(g.processed)
 	}()
-	return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureUnknown, Op: "register", Err: context.DeadlineExceeded}
+	return payments.GatewayPayment{}, &payments.GatewayError{Kind: payments.FailureUnknown, Op: "register", HTTPStatus: g.status, Err: context.DeadlineExceeded}
 }
 
 // A patrol drive's registration given up at its own timeout is as much on the wire as one cut

@@ -183,20 +183,9 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 		}
 		// register() applies failures from Registering only; an Unknown session is
 		// re-registered through the same key and its success applied the same way.
-		sent := s.cfg.Clock.Now()
-		gp, err = s.registerAgain(ctx, sess)
+		gp, err = s.registerAgain(ctx, sess) // holds the session when its answer never came
 		if err != nil && FailureOf(err) == FailureDefinitive {
-			_, err = s.registrationFailed(ctx, actor, sess, err, sent)
-			return err
-		}
-		if err != nil && mayBeInFlight(err) {
-			// Sent and not answered (a timeout, a cut): the gateway may still be processing it.
-			// The next look waits RegisterGrace from the send (the release keeps a later due
-			// time), or it looked up by reference, found nothing yet and registered beside it —
-			// two payments at a gateway that ignores keys (a review).
-			if herr := s.holdForRegistration(ctx, sess, sent.Add(s.cfg.RegisterGrace)); herr != nil {
-				s.log.Warn("sweep: hold for a registration in flight", "session", sess.ID, "err", herr)
-			}
+			_, err = s.registrationFailed(ctx, actor, sess, err, time.Time{}) // a refusal: nothing in flight
 			return err
 		}
 		if err != nil {
