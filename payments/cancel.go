@@ -328,7 +328,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 			// A patrol drive whose lease ran out during the look-up sends nothing: the replica
 			// holding it now looks and registers itself, and a gateway that ignores keys would
 			// make a second payment (TestALeaseLostDuringTheLookUpRegistersNothing).
-			if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+			if err := s.holdForSend(ctx, sess); err != nil {
 				return sess, err
 			}
 			gp, err = s.registerAgain(ctx, sess) // holds the session when its answer never came

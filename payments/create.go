@@ -166,6 +166,16 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 			"session", sess.ID, "claimed", sess.CreatedAt)
 		return CreateResult{Session: sess, Created: true}, nil
 	}
+	if s.cfg.Clock.Now().Sub(sess.CreatedAt) > lateSend {
+		// The session is due RegisterGrace after its claim, less than that after this send:
+		// held RegisterGrace past it first, or the patrol may register beside it should this
+		// process die with the request on the wire (holdForSend).
+		if err := s.holdForSend(ctx, sess); err != nil {
+			s.log.Warn("create: could not hold the session for a late registration; leaving it to the patrol",
+				"session", sess.ID, "err", err)
+			return CreateResult{Session: sess, Created: true}, nil
+		}
+	}
 	rctx, done := unlessHungUp(ctx)
 	defer done()
 	sess, err = s.register(rctx, actor, sess)
@@ -473,6 +483,12 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 func (s *Service) sendFitsGrace(claimedAt time.Time) bool {
 	return s.cfg.Clock.Now().Sub(claimedAt) < s.sendWithin(s.cfg.RegisterGrace)
 }
+
+// lateSend is how long after its claim such work may send on the claim's own grace: the row is
+// due RegisterGrace after the claim, so a send this late or less may still be processed by the
+// gateway at most lateSend into the patrol's time. One sent later holds its row RegisterGrace
+// past the send first (a write the usual send, milliseconds after its claim, is spared).
+const lateSend = time.Second
 
 // registerRequest is the session's registration: the same key (the session id) and body
 // whichever path sends it — the Create, the patrol's recovery, a cancel asking before it reverses.

@@ -99,20 +99,27 @@ func leaseOf(ctx context.Context, id string) (string, bool) {
 	return l.token, true
 }
 
-// sessionLeaseHolds reports ErrLeaseLost when ctx is a drive of session id whose token the row
-// no longer carries. Called before a drive sends anything that acts at the gateway (register,
-// reverse): a drive that lost its lease must not act twice with the new holder.
-func (s *Service) sessionLeaseHolds(ctx context.Context, id string) error {
-	token, ok := leaseOf(ctx, id)
+// holdForSend is called before anything that acts at the gateway is sent for sess (a
+// registration, a reverse), and reports ErrLeaseLost when ctx is a drive of it whose token the
+// row no longer carries: a drive that lost its lease must not act twice with the new holder.
+// What is sent may still be processed by the gateway RegisterGrace after the send, whatever
+// becomes of this process, and nobody may send it again meanwhile: a drive's lease is held that
+// long past the send (it ran out a gateway timeout after a send late in the drive, and the next
+// replica, finding nothing by reference yet, registered beside it: two payments at a gateway that
+// ignores keys, a review), and an unleased sender's session (a cancel's drive, a Create whose
+// claim came late) is due no sooner (holdForRegistration).
+func (s *Service) holdForSend(ctx context.Context, sess Session) error {
+	until := s.cfg.Clock.Now().Add(s.cfg.RegisterGrace)
+	token, ok := leaseOf(ctx, sess.ID)
 	if !ok {
-		return nil
+		return s.holdForRegistration(ctx, sess, until)
 	}
-	var holds bool
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_sessions WHERE id = $1 AND lease_token = $2)`,
-		id, token).Scan(&holds); err != nil {
+	tag, err := s.db.Exec(ctx, `UPDATE payment_sessions SET lease_until = greatest(lease_until, $3) WHERE id = $1 AND lease_token = $2`,
+		sess.ID, token, until)
+	if err != nil {
 		return fmt.Errorf("patrol: lease check: %w", err)
 	}
-	if !holds {
+	if tag.RowsAffected() == 0 {
 		return ErrLeaseLost
 	}
 	return nil

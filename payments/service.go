@@ -569,7 +569,7 @@ func queueTransition(b *pgx.Batch, id string, to Status, actor Actor, reason str
 	// state the UPDATE sees), and for a terminal state other than Completed the order's active
 	// pointer let go (Completed's is completeOrder's). A terminal state ends any patrol lease on
 	// the row, whoever moved it: a drive still in flight (an approval settled the session under
-	// it) then finds its lease gone before it acts at the gateway (sessionLeaseHolds) and writes
+	// it) then finds its lease gone before it acts at the gateway (holdForSend) and writes
 	// nothing after (lockOrderAndSessionWith); only the drive's own transition counts its look
 	// (endLease). No row moved (the edge is not allowed from
 	// the current state, or there is no such payment): the statement fails in SQL (migration

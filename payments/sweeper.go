@@ -153,7 +153,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 			_, err = s.check(ctx, actor, sess)
 			return err
 		}
-		if err = s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+		if err = s.holdForSend(ctx, sess); err != nil {
 			return err
 		}
 		_, err = s.driveReverse(ctx, actor, sess)
@@ -174,7 +174,7 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 			_, err = s.applyGatewayPayment(ctx, actor, sess, gp, "found by reference")
 			return err
 		}
-		if err := s.sessionLeaseHolds(ctx, sess.ID); err != nil {
+		if err := s.holdForSend(ctx, sess); err != nil {
 			return err
 		}
 		if sess.Status == StatusRegistering {
