@@ -81,6 +81,7 @@ func (t *observingTransport) CloseIdleConnections() {
 //     one whose wire form a deploy changed (a currency's units), or another replica's with its
 //     own return URL. Called a refusal, a refund so answered was settled Failed and its amount
 //     refunded again (an outside review); refgw classifies its idempotency_key_reused the same;
+//     a 408, or an error object without Stripe's type (a proxy's JSON) → unknown;
 //     any other 4xx → definitive, with the codes the core knows translated:
 //     404 resource_missing, and a refund's 400 resource_missing of its payment_intent → "not_found";
 //     payment_intent_unexpected_state → "not_reversible" (reverse) / "not_refundable" (refund),
@@ -115,7 +116,13 @@ func classify(op string, ci *callInfo, err error) error {
 			se.HTTPStatusCode == http.StatusConflict,
 			se.Code == stripe.ErrorCodeIdempotencyKeyInUse,
 			se.Type == stripe.ErrorTypeIdempotency,
-			se.Code == stripe.ErrorCodeLockTimeout:
+			se.Code == stripe.ErrorCodeLockTimeout,
+			// A 408 (a proxy gave up waiting for Stripe, which may have the request), or an
+			// error object without a type (Stripe always sends one: a proxy's JSON), says
+			// nothing of what Stripe did (an outside review: a refund so answered was settled
+			// Failed and its amount refunded again; refgw reads them the same).
+			se.HTTPStatusCode == http.StatusRequestTimeout,
+			se.Type == "":
 			ge.Kind = payments.FailureUnknown
 		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
 			// Our key was refused: Stripe did nothing, and nothing about the payment was

@@ -111,6 +111,17 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 		{"429 rate limited", register,
 			stripeError(429, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"slow down"}}`),
 			payments.FailureUnknown, 429, "rate_limit", ""},
+		// An egress proxy's JSON is no refusal of Stripe's (an outside review: a refund so
+		// answered was settled Failed and its amount refunded again).
+		{"408 from a proxy that gave up waiting: the refund may be at Stripe", refund,
+			stripeError(408, `{"error":{"message":"upstream request timeout"}}`),
+			payments.FailureUnknown, 408, "", ""},
+		{"408 typed as Stripe's", refund,
+			stripeError(408, `{"error":{"type":"invalid_request_error","message":"timeout"}}`),
+			payments.FailureUnknown, 408, "invalid_request_error", ""},
+		{"400 without Stripe's type: a proxy's JSON", refund,
+			stripeError(400, `{"error":{"message":"request blocked"}}`),
+			payments.FailureUnknown, 400, "", ""},
 		{"401 bad key", register,
 			stripeError(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`),
 			payments.FailureNotSent, 401, "invalid_request_error", ""}, // our key, not the payment: retried once it is right
