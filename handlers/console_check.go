@@ -18,10 +18,9 @@ func (h *Console) CheckPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := h.svc.Check(c.Request().Context(), st.Actor(), id)
-	detail := outcome(err)
-	if err == nil {
-		detail = string(before.Status) + " → " + string(sess.Status)
+	_, detail, err := h.svc.CheckAudited(c.Request().Context(), st.Actor(), id, before.Status)
+	if err != nil {
+		detail = outcome(err)
 	}
 	h.audit(c, payments.AuditPaymentCheck, id, detail)
 	return h.done(c, "/payments/"+id, "Checked with the gateway: "+detail+".", err)

@@ -532,15 +532,16 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 			// goroutine is not the request's, which the server recovers. It is this payment's
 			// refusal instead, as the patrol's drive counts it a look.
 			var after Session
+			var moved string
 			err := s.panicAsError("check now", func() (err error) {
-				after, err = s.Check(work, by.Actor(), r.SessionID)
+				after, moved, err = s.CheckAudited(work, by.Actor(), r.SessionID, r.Before)
 				return err
 			})
 			r.After, r.Err = after.Status, err
 			if r.After == "" {
 				r.After = r.Before
 			}
-			detail := "check now: " + string(r.Before) + " → " + string(r.After)
+			detail := "check now: " + moved
 			if err != nil {
 				detail = "check now: refused: " + ErrorCode(err) + ": " + ErrorMessage(err)
 			}
