@@ -376,6 +376,20 @@ type PaymentDetail struct {
 	At                    time.Time
 }
 
+// CancelRefused is why the console offers no cancel of a payment its status would let be
+// canceled: the gateway's word about it does not match it (mismatchRefusal's rule, as the page
+// read its cases: an open gateway_mismatch case, or — the payment flagged — any such case); ""
+// when a cancel may be requested. Offered, the form was refused on every click (an outside
+// review left it so).
+func (d PaymentDetail) CancelRefused() string {
+	for _, c := range d.Cases {
+		if c.Kind == CaseGatewayMismatch && (c.Open() || d.Session.FlaggedAt != nil) {
+			return fmt.Sprintf("the gateway's answer about it does not match it (case #%d): finance settles it", c.ID)
+		}
+	}
+	return ""
+}
+
 // Refundable is how much of the payment may still be refunded from the console: the amount
 // received less every refund but a Failed one and less a refund proposal waiting for approval,
 // whose amount is spoken for (refundRoom; 0 unless Completed). Refunds' own check runs under the
