@@ -19,6 +19,10 @@ type Health struct {
 	// ClockSynced, when set, is closed once the replica has read the database's clock
 	// (payments.DatabaseClock): until then its times would be its host's, so it is not ready.
 	ClockSynced <-chan struct{}
+	// Stopping, when set, is closed once the replica was told to stop (SIGTERM): it is not ready
+	// from then on, so its balancer sends new requests elsewhere while it drains
+	// (SHUTDOWN_DRAIN) and finishes those in flight.
+	Stopping <-chan struct{}
 	// current caches a positive migrations check: a binary's embedded migrations, once all
 	// applied, stay applied (a newer replica may add more, which this binary does not know).
 	current atomic.Bool
@@ -51,6 +55,11 @@ func (h *Health) Readyz(c echo.Context) error {
 }
 
 func (h *Health) notReady(ctx context.Context) string {
+	select {
+	case <-h.Stopping: // nil (not set): never
+		return "stopping"
+	default:
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// One round trip that is also a ping: a database that answers but refuses every write (a

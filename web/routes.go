@@ -16,6 +16,7 @@ import (
 func routes(e *echo.Echo, d Deps) {
 	health := handlers.NewHealth(d.DB)
 	health.ClockSynced = d.ClockSynced
+	health.Stopping = d.Stopping
 	e.GET("/healthz", health.Healthz)
 	e.GET("/readyz", health.Readyz)
 

@@ -43,6 +43,9 @@ type Deps struct {
 	// ClockSynced, when set, is closed once the database's clock has been read
 	// (payments.DatabaseClock.Synced): /readyz answers 503 until then.
 	ClockSynced <-chan struct{}
+	// Stopping, when set, is closed once the replica was told to stop: /readyz answers 503
+	// "stopping" from then on (handlers.Health.Stopping).
+	Stopping <-chan struct{}
 	// SessionClock is the console sessions' clock (idle timeout); nil: the wall clock, which
 	// sessions live on anyway (their lifetime, the store's expiry). serve passes the database's
 	// (payments.DatabaseClock: the idle stamp one replica writes, another reads). Tests move it.

@@ -234,6 +234,9 @@ type serveOptions struct {
 	// clock is given the database clock once it is made, before ready (tests wait for its first
 	// read, as /readyz does, instead of polling).
 	clock func(*payments.DatabaseClock)
+	// draining is called when SHUTDOWN_DRAIN's wait begins, with a function that ends it now
+	// (tests: no waiting out the drain's real time).
+	draining func(end func())
 }
 
 // serveWith is run with hooks. Services that need the final public URL (return URLs, webhook
@@ -320,6 +323,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		logger.Warn("MERCHANT_NAME is unset: checkout pages name the merchant by the public host", "merchant", cfg.Merchant())
 	}
 	https := strings.HasPrefix(cfg.PublicBaseURL, "https://")
+	unready := make(chan struct{}) // closed when the stop begins: /readyz answers 503 "stopping"
 	e := web.New(web.Deps{
 		Logger:    logger,
 		DB:        pool,
@@ -333,6 +337,7 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 		ConsoleIdleTimeout: cfg.ConsoleIdleTimeout,
 		SessionClock:       clock.Now, // the idle timeout's last request, stamped and read by any replica
 		ClockSynced:        clock.Synced(),
+		Stopping:           unready,
 		HSTS:               https,
 		TrustedProxies:     cfg.TrustedProxies,
 		Payments:           svc,
@@ -411,6 +416,26 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "cause", context.Cause(ctx))
+	// Not ready from now on, and, for SHUTDOWN_DRAIN, still serving: the balancer learns it
+	// from /readyz and stops sending new requests here before the listener closes (closed at
+	// once, a request its balancer routed here meanwhile found the port refused).
+	close(unready)
+	if drain := cfg.ShutdownDrain; drain > 0 {
+		logger.Info("draining: /readyz answers 503 while the balancer stops sending requests here", "drain", drain)
+		end := make(chan struct{})
+		if opts.draining != nil {
+			opts.draining(sync.OnceFunc(func() { close(end) }))
+		}
+		wait := time.NewTimer(drain)
+		select {
+		case <-wait.C:
+		case <-end:
+		case err := <-served:
+			wait.Stop()
+			return fmt.Errorf("http server: %w", err)
+		}
+		wait.Stop()
+	}
 	grace := shutdownGraceFor(cfg.GatewayTimeout)
 	// At the grace's end the requests still running are cut (web.ErrStopping) and answer 503
 	// with Retry-After; they get web.WriteMargin to write it (their records' and answer's

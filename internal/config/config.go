@@ -58,6 +58,11 @@ type Config struct {
 	EventsWebhookSecrets [][]byte
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	// ShutdownDrain (SHUTDOWN_DRAIN, unset: none) is how long a replica told to stop goes on
+	// serving with /readyz answering 503 "stopping" before it closes its listener: the time its
+	// balancer (a Kubernetes Service's endpoints, a health check's interval × its threshold)
+	// takes to stop sending it new requests.
+	ShutdownDrain time.Duration
 	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// ReconcileBatch (RECONCILE_BATCH, default 100) is how many sessions the reconciliation
 	// leader compares with the gateway each minute: a pass over the sessions changed within the
@@ -238,6 +243,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return c, errorf("REPLICA_ID", "must be printable characters without spaces, at most 128 bytes")
 	}
 	if c.SweepInterval, err = duration(getenv, "SWEEP_INTERVAL", 2*time.Second, 10*time.Millisecond, 24*time.Hour); err != nil {
+		return c, err
+	}
+	if c.ShutdownDrain, err = duration(getenv, "SHUTDOWN_DRAIN", 0, time.Millisecond, 5*time.Minute); err != nil {
 		return c, err
 	}
 	if c.ConsoleIdleTimeout, err = duration(getenv, "CONSOLE_IDLE_TIMEOUT", 30*time.Minute, time.Minute, 12*time.Hour); err != nil {
