@@ -32,7 +32,8 @@ func (h *Console) ProposeResolution(c echo.Context) error {
 		return err
 	}
 	in := payments.ProposalInput{SessionID: c.FormValue("session"), Outcome: payments.Status(c.FormValue("outcome")),
-		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Seen: payments.Status(c.FormValue("seen"))}
+		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Seen: payments.Status(c.FormValue("seen")),
+		CasesSeen: c.FormValue("cases_seen")}
 	r, err := h.svc.ProposeResolution(c.Request().Context(), st, in)
 	if err == nil {
 		msg := "Proposal " + r.Target() + ": mark " + views.Short(r.SessionID) + " " + string(r.Outcome) +

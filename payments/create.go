@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"time"
 	"unicode"
@@ -510,7 +511,7 @@ func (s *Service) registerAgain(ctx context.Context, sess Session) (GatewayPayme
 	gp, err := s.gwOf(sess).Register(ctx, req)
 	s.logGatewayCall(ctx, sess.ID, "register", req.IdempotencyKey, started, err)
 	if mayBeInFlight(err) {
-		if herr := s.holdForRegistration(ctx, sess, sent.Add(s.cfg.RegisterGrace)); herr != nil {
+		if herr := s.holdForRegistration(ctx, sess, func() time.Time { return sent.Add(s.cfg.RegisterGrace) }); herr != nil {
 			s.log.Warn("register: hold for a registration in flight", "session", sess.ID, "err", herr)
 		}
 	}
@@ -588,17 +589,22 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 	return out, err
 }
 
+// inFlightStatus are the answers of a proxy in front of the gateway whose upstream may still be
+// working on the request: 502, 504, and 408 (it gave up waiting; refgw and stripegw read it
+// unknown for that reason, and a cancel registered beside one: a review).
+var inFlightStatus = map[int]bool{http.StatusRequestTimeout: true, http.StatusBadGateway: true, http.StatusGatewayTimeout: true}
+
 // mayBeInFlight says whether a call that failed with err may still be processed by the gateway
 // (registrationInFlight reads the call log by the same rule):
 // it got no answer (a timeout, a broken connection, a cut by our stop), or a proxy's in front of
-// it (502, 504: the upstream may be working on it still). A gateway that answered, even 5xx,
+// it (inFlightStatus: the upstream may be working on it still). A gateway that answered, even 5xx,
 // has stopped working on it; one that was never reached has nothing to work on.
 func mayBeInFlight(err error) bool {
 	var ge *GatewayError
 	if FailureOf(err) != FailureUnknown {
 		return false
 	}
-	return !errors.As(err, &ge) || ge.HTTPStatus == 0 || ge.HTTPStatus == 502 || ge.HTTPStatus == 504
+	return !errors.As(err, &ge) || ge.HTTPStatus == 0 || inFlightStatus[ge.HTTPStatus]
 }
 
 // registrationInFlight is until when a registration of the session that was sent and not
@@ -608,7 +614,7 @@ func mayBeInFlight(err error) bool {
 func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
 	var last *time.Time
 	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
-			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (502, 504))`,
+			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (408, 502, 504)) -- inFlightStatus`,
 		sessionID, now.Add(-grace)).Scan(&last); err != nil {
 		return time.Time{}, dbError("registrations in flight", err, "")
 	}
@@ -618,10 +624,11 @@ func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now 
 	return last.Add(grace), nil
 }
 
-// holdForRegistration makes a leased session due no earlier than until (a registration sent
-// and not answered may be in flight until then), under the order → session locks and its lease
-// (lockOrderAndSession); the release keeps the later of its step and this.
-func (s *Service) holdForRegistration(ctx context.Context, sess Session, until time.Time) error {
+// holdForRegistration makes a session due no earlier than until() — read once the order →
+// session locks (and its lease, lockOrderAndSession) are held — : a registration sent and not
+// answered may be in flight until then, or one about to be sent (holdForSend); the release of
+// a leased one keeps the later of its step and this.
+func (s *Service) holdForRegistration(ctx context.Context, sess Session, until func() time.Time) error {
 	ctx, done := s.detachRecord(ctx)
 	defer done()
 	return s.inTx(ctx, "register: hold", func(tx pgx.Tx) error {
@@ -632,7 +639,7 @@ func (s *Service) holdForRegistration(ctx context.Context, sess Session, until t
 		// a settled one has no next look, a flagged one none until finance sends it back
 		// (RetryFlagged then waits out the same registration).
 		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2)
-			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until)
+			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until())
 		return err
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -129,4 +131,49 @@ func TestALateCancelDrivesRegistrationIsNotSentAgainBesideIt(t *testing.T) {
 		t.Fatalf("%d register calls, %d gateway payments: the patrol registered again %s after the cancel's send, inside RegisterGrace",
 			b.gw.KeyCalls(fakegw.OpRegister, id), pays, b.clock.Now().Sub(sent))
 	}
+}
+
+// A late Create's hold waited 9 s for the order's row (another transaction of the order: a
+// confirm, an approval, a check's apply) and was timed from before the wait: the registration
+// went out at claim+24 s, held only until claim+45 s, and the patrol registered beside it (a
+// review of holdForSend). The hold runs from the time read once the row is locked. Negative
+// control (run by hand): until read before the lock, two payments.
+func TestALateCreatesHoldRunsFromAfterItsLockWait(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.reconcileElsewhere(t)
+	b.gw.IgnoreKeys(true)
+	ctx := context.Background()
+	var blocker pgx.Tx
+	a := b.service(b.pool, "replica-dies", func(c *payments.Config) {
+		c.Hooks.BeforeRegister = func(_ context.Context, id string) {
+			b.clock.Advance(15 * time.Second) // the claim answered late
+			var err error
+			if blocker, err = b.pool.Begin(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			// another transaction of the order holds its row (as every apply does)
+			if _, err := blocker.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = 'o-late-hold-lock-wait' FOR UPDATE`); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	held := b.gw.Hold(fakegw.OpRegister)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Create(ctx, api, payments.CreateInput{OrderID: "o-late-hold-lock-wait", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+		done <- err
+	}()
+	waitLockWaiters(t, b.pool, 1) // the Create's hold waits for the order's row
+	b.clock.Advance(9 * time.Second)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := mustWait(t, held.Arrived(), "the Create's registration at the gateway")
+	sent := b.clock.Now()
+	b.gw.Unhold(fakegw.OpRegister)
+	processed := make(chan struct{})
+	go func() { <-done; close(processed) }()
+	b.wantNoRegistrationBeside(t, id, sent, held, processed)
 }

@@ -108,21 +108,27 @@ func leaseOf(ctx context.Context, id string) (string, bool) {
 // replica, finding nothing by reference yet, registered beside it: two payments at a gateway that
 // ignores keys, a review), and an unleased sender's session (a cancel's drive, a Create whose
 // claim came late) is due no sooner (holdForRegistration).
+// The hold runs from the time read once its row is locked: a wait for the lock (another
+// transaction on the order, up to lock_timeout) before the send would otherwise come off it (a
+// review).
 func (s *Service) holdForSend(ctx context.Context, sess Session) error {
-	until := s.cfg.Clock.Now().Add(s.cfg.RegisterGrace)
+	fromNow := func() time.Time { return s.cfg.Clock.Now().Add(s.cfg.RegisterGrace) }
 	token, ok := leaseOf(ctx, sess.ID)
 	if !ok {
-		return s.holdForRegistration(ctx, sess, until)
+		return s.holdForRegistration(ctx, sess, fromNow)
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE payment_sessions SET lease_until = greatest(lease_until, $3) WHERE id = $1 AND lease_token = $2`,
-		sess.ID, token, until)
-	if err != nil {
-		return fmt.Errorf("patrol: lease check: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrLeaseLost
-	}
-	return nil
+	return s.inTx(ctx, "patrol: lease for a send", func(tx pgx.Tx) error {
+		var held bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_sessions WHERE id = $1 AND lease_token = $2 FOR UPDATE)`,
+			sess.ID, token).Scan(&held); err != nil {
+			return fmt.Errorf("patrol: lease check: %w", err)
+		}
+		if !held {
+			return ErrLeaseLost
+		}
+		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET lease_until = greatest(lease_until, $2) WHERE id = $1`, sess.ID, fromNow())
+		return err
+	})
 }
 
 // leaseTable is a table whose rows the patrol leases, schedules and flags (sessions, refunds).

@@ -76,8 +76,8 @@ func (s *Service) ProposeRefundOutcome(ctx context.Context, by Staff, in RefundO
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO resolution_proposals (session_id, order_id, kind, refund_id, refund_outcome,
-				status_at_proposal, reason, evidence, proposed_by, proposed_at, refund_from, cases_seen)
-			VALUES ($1, $2, 'refund_settle', $3, $4, $5, $6, $7, $8, $9, $10, `+casesSeenSQL+`) RETURNING id`,
+				status_at_proposal, reason, evidence, proposed_by, proposed_at, refund_from)
+			VALUES ($1, $2, 'refund_settle', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
 			cur.ID, cur.OrderID, r.ID, in.Outcome, string(cur.Status), in.Reason, in.Evidence, by.Email, now, locked.Status).Scan(&id); err != nil {
 			return dbError("propose refund outcome", err, "")
 		}

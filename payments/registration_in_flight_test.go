@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -185,35 +186,41 @@ func TestRetryNowAfterA504RegistrationDoesNotRegisterBesideIt(t *testing.T) {
 // Create's registration answered 504 by a proxy (the upstream goes on): Unknown, due at
 // RegisterGrace from the send. A cancel confirmed inside that grace leaves the reverse to the
 // patrol (it missed the 504, found nothing by reference and registered beside the one in
-// flight: a review).
+// flight: a review). A 408 (a proxy that gave up waiting, as refgw and stripegw read it) alike
+// (a review of the rule: it was unknown, not in flight; negative control by hand: two payments).
 func TestACancelAfterA504CreateDoesNotRegisterBesideIt(t *testing.T) {
 	t.Parallel()
-	b := newBench(t)
-	b.reconcileElsewhere(t)
-	ctx := context.Background()
-	b.gw.IgnoreKeys(true)
-	wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{}), status: 504}
-	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
-	held := b.gw.Hold(fakegw.OpRegister)
-	r, err := a.Create(ctx, api, payments.CreateInput{OrderID: "o-inflight-504-cancel", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
-	if err != nil || r.Session.Status != payments.StatusUnknown {
-		t.Fatalf("setup: %+v %v, want Unknown", r.Session, err)
-	}
-	id := r.Session.ID
-	mustWait(t, held.Arrived(), "Create's registration at the gateway")
-	b.gw.Unhold(fakegw.OpRegister)
-	b.clock.Advance(5 * time.Second)
-	ch, err := b.svc.RequestCancel(ctx, api, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := b.svc.ConfirmCancel(ctx, api, id, ch.ID, b.lastCode(t, id))
-	t.Logf("confirm = %s %v", res.Session.Status, err)
-	held.Open()
-	mustWait(t, wrapped.processed, "the registration in flight processed")
-	if pays := b.gw.PaymentsWithReference(id); pays != 1 {
-		t.Errorf("%d register calls, %d gateway payments: the cancel registered beside a 504'd registration still in flight",
-			b.gw.KeyCalls(fakegw.OpRegister, id), pays)
+	for _, status := range []int{504, 408} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			b.reconcileElsewhere(t)
+			ctx := context.Background()
+			b.gw.IgnoreKeys(true)
+			wrapped := &timesOutGateway{Gateway: b.gw, processed: make(chan struct{}), status: status}
+			a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = wrapped })
+			held := b.gw.Hold(fakegw.OpRegister)
+			r, err := a.Create(ctx, api, payments.CreateInput{OrderID: "o-inflight-cancel", Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+			if err != nil || r.Session.Status != payments.StatusUnknown {
+				t.Fatalf("setup: %+v %v, want Unknown", r.Session, err)
+			}
+			id := r.Session.ID
+			mustWait(t, held.Arrived(), "Create's registration at the gateway")
+			b.gw.Unhold(fakegw.OpRegister)
+			b.clock.Advance(5 * time.Second)
+			ch, err := b.svc.RequestCancel(ctx, api, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := b.svc.ConfirmCancel(ctx, api, id, ch.ID, b.lastCode(t, id))
+			t.Logf("confirm = %s %v", res.Session.Status, err)
+			held.Open()
+			mustWait(t, wrapped.processed, "the registration in flight processed")
+			if pays := b.gw.PaymentsWithReference(id); pays != 1 {
+				t.Errorf("%d register calls, %d gateway payments: the cancel registered beside a %d'd registration still in flight",
+					b.gw.KeyCalls(fakegw.OpRegister, id), pays, status)
+			}
+		})
 	}
 }
 

@@ -111,10 +111,13 @@ type Resolution struct {
 	// RefundAmount (refund): what the approval refunds; RefundID: the refund it made (refund)
 	// or the refund it settles (refund_settle), RefundOutcome: how (Succeeded or Failed), and
 	// RefundFrom: the refund's status it was made on (Pending, or Failed by hand: a correction).
-	RefundAmount     int64
-	RefundID         string
-	RefundOutcome    string
-	RefundFrom       string
+	RefundAmount  int64
+	RefundID      string
+	RefundOutcome string
+	RefundFrom    string
+	// GatewayWordCases counts a waiting proposal's payment's open cases that carry the gateway's
+	// word about it (gatewayWordCaseKinds): what the approver reads on the payment's page first.
+	GatewayWordCases int
 	requestKey       string
 	StatusAtProposal Status
 	Reason           string
@@ -165,12 +168,22 @@ type ProposalInput struct {
 	// evidence written for Registered, and approved as such. "": a form rendered before forms
 	// carried it (a rolling deploy), not compared.
 	Seen Status
+	// CasesSeen is what the form showed of the payment's cases that carry the gateway's word
+	// (SettleCandidate.CasesSeen): news since (a Check found a capture of 1.00 of the 99.00 while
+	// the proposer typed) is refused, as the approval refuses news since the proposal. "": not
+	// compared (a form of the previous release).
+	CasesSeen string
 }
 
 // settledCaseKinds are the finance cases a settlement by four eyes answers: they ask what state
 // the payment is in (the schedule ran out, the gateway contradicts it or lost it, its payment
 // page could not be trusted). Cases about other money stay open.
 var settledCaseKinds = []string{CaseSweepExhausted, CaseGatewayMismatch, CaseUntrustedURL}
+
+// gatewayWordCaseKinds are those of settledCaseKinds that carry the gateway's word about the
+// payment: news in one since a proposal was read or made refuses it (newsSinceProposal). The
+// patrol's schedule running out (sweep_exhausted) says nothing new of the payment.
+var gatewayWordCaseKinds = []string{CaseGatewayMismatch, CaseUntrustedURL}
 
 // Settleable says why a session may be settled by hand ("" when it may not): it is active, and
 // the patrol gave up on it (flagged), or we do not know whether the gateway has it (Unknown),
@@ -248,14 +261,16 @@ const resolutionColumns = `rp.id, rp.kind, rp.session_id::text, rp.order_id, coa
 	rp.state, rp.proposed_by, rp.proposed_at, coalesce(rp.decided_by, ''), rp.decided_at, rp.decision_note,
 	ps.amount, ps.currency, ps.status, coalesce(rp.refund_outcome, ''),
 	(SELECT u.disabled_at FROM staff_users u WHERE u.email = rp.proposed_by),
-	CASE WHEN rp.kind = 'refund_settle' THEN coalesce(rp.refund_from, 'Pending') ELSE '' END`
+	CASE WHEN rp.kind = 'refund_settle' THEN coalesce(rp.refund_from, 'Pending') ELSE '' END,
+	CASE WHEN rp.state = 'proposed' THEN (SELECT count(*) FROM finance_cases fc WHERE fc.session_id = rp.session_id
+		AND fc.resolved_at IS NULL AND fc.kind IN ('` + CaseGatewayMismatch + `', '` + CaseUntrustedURL + `')) ELSE 0 END`
 
 func scanResolution(row pgx.Row) (Resolution, error) {
 	var r Resolution
 	var outcome, at, cur string
 	err := row.Scan(&r.ID, &r.Kind, &r.SessionID, &r.OrderID, &outcome, &at, &r.RefundAmount, &r.RefundID, &r.requestKey,
 		&r.Reason, &r.Evidence, &r.State, &r.ProposedBy,
-		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome, &r.ProposerDisabledAt, &r.RefundFrom)
+		&r.ProposedAt, &r.DecidedBy, &r.DecidedAt, &r.DecisionNote, &r.Amount, &r.Currency, &cur, &r.RefundOutcome, &r.ProposerDisabledAt, &r.RefundFrom, &r.GatewayWordCases)
 	r.Outcome, r.StatusAtProposal, r.SessionStatus = Status(outcome), Status(at), Status(cur)
 	return r, err
 }
@@ -287,6 +302,11 @@ type SettleCandidate struct {
 	Why      string
 	Pending  *Resolution
 	Outcomes []Status // the outcomes its state allows
+	// Word are the payment's open cases that carry the gateway's word about it
+	// (gatewayWordCaseKinds), which the form shows; CasesSeen names them as read (the form sends
+	// it back: ProposalInput.CasesSeen).
+	Word      []FinanceCase
+	CasesSeen string
 }
 
 // SettleCandidate reads what the proposal form needs about a session.
@@ -300,6 +320,13 @@ func (s *Service) SettleCandidate(ctx context.Context, sessionID string) (Settle
 		return SettleCandidate{}, err
 	}
 	c := SettleCandidate{Session: sess, Why: Settleable(sess, mismatch)}
+	if c.Word, err = s.listCases(ctx, s.db, `fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2)`, `fc.id`, 50,
+		sess.ID, gatewayWordCaseKinds); err != nil {
+		return SettleCandidate{}, err
+	}
+	if err := s.db.QueryRow(ctx, `SELECT `+gatewayWordSeenSQL, sess.ID, gatewayWordCaseKinds).Scan(&c.CasesSeen); err != nil {
+		return SettleCandidate{}, dbError("settle candidate: cases", err, "")
+	}
 	for _, o := range ResolutionOutcomes {
 		if OutcomeRefusal(sess.Status, o) == "" {
 			c.Outcomes = append(c.Outcomes, o)
@@ -349,6 +376,15 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 		if in.Seen != "" && in.Seen != cur.Status {
 			return &Error{Code: ECONFLICT, Field: "seen", Message: fmt.Sprintf(
 				"the payment moved from %s to %s since you read it; nothing was proposed: check the evidence and propose again", in.Seen, cur.Status)}
+		}
+		if in.CasesSeen != "" {
+			var now string
+			if err := tx.QueryRow(ctx, `SELECT `+gatewayWordSeenSQL, cur.ID, gatewayWordCaseKinds).Scan(&now); err != nil {
+				return dbError("propose resolution: cases", err, "")
+			}
+			if now != in.CasesSeen {
+				return &Error{Code: ECONFLICT, Field: "seen", Message: "the gateway's word about the payment changed since you read it (a case opened or had news: shown above); nothing was proposed: check the evidence and propose again"}
+			}
 		}
 		if Settleable(cur, mismatch) == "" {
 			return Errorf(ECONFLICT, "only flagged, Unknown or mismatched payments are settled by hand; %s is %s and the patrol still looks at it",
@@ -521,26 +557,33 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
 }
 
+// gatewayWordSeenSQL names the payment $1's open cases of kinds $2 as read now: the MD5 of each
+// one's id and version (caseSeenSQL), in id order.
+var gatewayWordSeenSQL = `md5(coalesce((SELECT string_agg(fc.id || ':' || ` + caseSeenSQL("fc") + `, ',' ORDER BY fc.id)
+	FROM finance_cases fc WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2)), ''))`
+
 // casesSeenSQL is the payment $1's open finance cases as read now, each "id:" and its version
 // (caseSeenSQL): what a settlement proposal was filed knowing (resolution_proposals.cases_seen,
 // migration 01000).
 var casesSeenSQL = `ARRAY(SELECT fc.id || ':' || ` + caseSeenSQL("fc") + ` FROM finance_cases fc WHERE fc.session_id = $1 AND fc.resolved_at IS NULL)`
 
 // newsSinceProposal refuses the approval of a settlement proposal when one of the payment's
-// cases that the settlement closes (settledCaseKinds: those asking what state the payment is in)
-// was opened or had news since it was filed (under the order → session locks the news's writers
-// take too): neither the proposer nor the approver was shown it, and the approval would settle
-// on evidence it contradicts and close the case, its facts let go (a review: a capture of 1.00
-// found after a proposal of Completed for 99.00 was booked as 99.00 received). A case resolved
-// meanwhile is no news; one about other money stays open after the settlement, for finance
-// (TestSettlingTheOldSessionLeavesTheCaseAboutMoneyAtTheNewGateway). Proposals without cases_seen (refunds, and those filed before
-// migration 01000) are not compared.
+// cases that carry the gateway's word about it (gatewayWordCaseKinds, which the settlement
+// closes) was opened or had news since it was filed (under the order → session locks the news's
+// writers take too): neither the proposer nor the approver was shown it, and the approval would
+// settle on evidence it contradicts and close the case, its facts let go (a review: a capture of
+// 1.00 found after a proposal of Completed for 99.00 was booked as 99.00 received). A case
+// resolved meanwhile is no news, nor the patrol's schedule running out; one about other money
+// stays open after the settlement, for finance
+// (TestSettlingTheOldSessionLeavesTheCaseAboutMoneyAtTheNewGateway). Proposals without
+// cases_seen (refunds and refunds' outcomes, and those filed before migration 01000) are not
+// compared.
 func newsSinceProposal(ctx context.Context, tx pgx.Tx, p Resolution) error {
 	var news []int64
 	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM resolution_proposals p
 		JOIN finance_cases fc ON fc.session_id = p.session_id AND fc.resolved_at IS NULL
 		WHERE p.id = $1 AND p.cases_seen IS NOT NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY(p.cases_seen)`,
-		p.ID, settledCaseKinds).Scan(&news); err != nil {
+		p.ID, gatewayWordCaseKinds).Scan(&news); err != nil {
 		return fmt.Errorf("approve resolution: news since the proposal: %w", err)
 	}
 	if len(news) == 0 {
@@ -550,7 +593,7 @@ func newsSinceProposal(ctx context.Context, tx pgx.Tx, p Resolution) error {
 	for i, id := range news {
 		ids[i] = fmt.Sprintf("#%d", id)
 	}
-	return Errorf(ECONFLICT, "payment %s has news since the proposal (case %s, opened or added to after it was filed): the proposal was made without it; read the case, then reject the proposal and propose again. Nothing was settled",
+	return Errorf(ECONFLICT, "payment %s has news from the gateway since the proposal (case %s, opened or added to after it was filed): the proposal was made without it; read the case, then reject the proposal and propose again. Nothing was settled",
 		Short(p.SessionID), strings.Join(ids, ", "))
 }
 

@@ -55,3 +55,40 @@ func TestAnApprovalAfterNewsSinceTheProposalIsRefused(t *testing.T) {
 		t.Fatalf("approval of a proposal that knew every open case = %v", err)
 	}
 }
+
+// The proposal remembered the cases as they were when it committed, not as the proposer's form
+// showed them: a capture of 1.00 found while the proposer typed (the status unchanged, so the
+// form's seen passed) counted as seen, and proposal and approval both went through (a review).
+// The form carries the gateway's word it showed (SettleCandidate.CasesSeen); news since is
+// refused, nothing proposed. Negative control (run by hand): without the comparison, proposed.
+func TestACaseOpenedWhileTheProposerTypesRefusesTheProposal(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-news-while-typing", 9900)
+	form, err := b.svc.SettleCandidate(ctx, s.ID) // the proposer's form, rendered
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.capturedAtAnotherAmount(t, s, 100, payments.GatewaySucceeded) // news while the proposer types
+	in := payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusCompleted, Reason: "the customer's bank shows the charge",
+		Evidence: "gateway dashboard", Seen: form.Session.Status, CasesSeen: form.CasesSeen}
+	if _, err := b.svc.ProposeResolution(ctx, fin1, in); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("a proposal from a form read before the gateway's news = %v, want a conflict", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, s.ID); n != 0 {
+		t.Fatalf("%d proposals, want none", n)
+	}
+	// The form read again shows the case, and its proposal is filed.
+	form, err = b.svc.SettleCandidate(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(form.Word) != 1 || form.Word[0].Kind != "gateway_mismatch" {
+		t.Fatalf("the form shows %+v, want the mismatch case", form.Word)
+	}
+	in.Outcome, in.CasesSeen = payments.StatusFailed, form.CasesSeen
+	if _, err := b.svc.ProposeResolution(ctx, fin1, in); err != nil {
+		t.Fatalf("a proposal from the form read again = %v", err)
+	}
+}

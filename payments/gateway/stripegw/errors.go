@@ -111,6 +111,11 @@ func classify(op string, ci *callInfo, err error) error {
 			ge.GatewayStatus = mapStatus(pi.Status, pi.CancellationReason)
 		}
 		switch {
+		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
+			// Our key was refused: Stripe did nothing, and nothing about the payment was
+			// refused (see refgw): retried once the key is right, never a failed payment —
+			// whoever said so, Stripe or a proxy's JSON without Stripe's type (a review).
+			ge.Kind = payments.FailureNotSent
 		case se.HTTPStatusCode >= 500,
 			se.HTTPStatusCode == http.StatusTooManyRequests,
 			se.HTTPStatusCode == http.StatusConflict,
@@ -124,10 +129,6 @@ func classify(op string, ci *callInfo, err error) error {
 			se.HTTPStatusCode == http.StatusRequestTimeout,
 			se.Type == "":
 			ge.Kind = payments.FailureUnknown
-		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
-			// Our key was refused: Stripe did nothing, and nothing about the payment was
-			// refused (see refgw): retried once the key is right, never a failed payment.
-			ge.Kind = payments.FailureNotSent
 		default:
 			ge.Kind = payments.FailureDefinitive
 		}

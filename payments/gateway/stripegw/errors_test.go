@@ -122,6 +122,12 @@ func TestClassifyHTTPAnswers(t *testing.T) {
 		{"400 without Stripe's type: a proxy's JSON", refund,
 			stripeError(400, `{"error":{"message":"request blocked"}}`),
 			payments.FailureUnknown, 400, "", ""},
+		{"401 from an auth proxy, JSON without Stripe's type: still our credentials", refund,
+			stripeError(401, `{"error":{"message":"unauthorized"}}`),
+			payments.FailureNotSent, 401, "", ""},
+		{"403 from an egress proxy, JSON without Stripe's type", refund,
+			stripeError(403, `{"error":{"message":"forbidden"}}`),
+			payments.FailureNotSent, 403, "", ""},
 		{"401 bad key", register,
 			stripeError(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`),
 			payments.FailureNotSent, 401, "invalid_request_error", ""}, // our key, not the payment: retried once it is right

@@ -1,0 +1,52 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"pitlane/payments"
+)
+
+// The proposal form shows what the gateway said (the payment's open cases that carry its word)
+// and sends back what it showed: a capture found while the proposer types refuses the proposal
+// with the form shown again, the new case on it. The list of proposals points the approver at
+// the cases. Negative control (run by hand): a form without cases_seen is proposed.
+func TestTheProposalFormShowsAndKeepsTheGatewaysWord(t *testing.T) {
+	t.Parallel()
+	b, _, flagged, _ := stuckBench(t)
+	fin, fin2 := b.agent(t), b.agent(t)
+	fin.login("fin@example.com")
+	fin2.login("fin2@example.com")
+	ctx := context.Background()
+
+	doc := page(t, fin.get("/finance/resolutions/new?session="+flagged.ID), http.StatusOK)
+	if doc.Find(testid("propose-word")).Length() != 0 {
+		t.Fatal("a payment the gateway does not contradict shows gateway cases")
+	}
+	action, form := formValues(doc, "propose-form")
+	// While the proposer types, a Check finds the gateway captured 10.00 of the 12.00.
+	b.gw.SetAmount(flagged.GatewayPaymentID, 1000, "EUR")
+	if _, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, flagged.ID); err != nil {
+		t.Fatal(err)
+	}
+	form.Set("outcome", "Completed")
+	form.Set("reason", "the customer's bank shows the charge")
+	form.Set("evidence", "statement line 4")
+	doc = page(t, fin.post(action, form), http.StatusConflict)
+	wantText(t, doc, "propose-error", "the gateway's word about the payment changed")
+	wantText(t, doc, "propose-word-case", "gateway_mismatch")
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, flagged.ID); n != 0 {
+		t.Fatalf("%d proposals, want none", n)
+	}
+	// Proposed from the form read again; the approver's list names the case.
+	action, form = formValues(doc, "propose-form")
+	form.Set("outcome", "Failed")
+	form.Set("reason", "10.00 of 12.00 taken: settle and refund by hand")
+	form.Set("evidence", "gateway dashboard")
+	if rec := fin.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("proposal from the form read again = %d %s", rec.Code, rec.Body)
+	}
+	doc = page(t, fin2.get("/finance/resolutions"), http.StatusOK)
+	wantText(t, doc, "resolution-word", "1 open case")
+}
