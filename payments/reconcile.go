@@ -24,6 +24,10 @@ import (
 //   - An active session the gateway has moved on (settled, authorized, found) → applied through
 //     applyGatewayPayment, the path Check and the sweeper use, under the order → session locks.
 //     Reconciliation never writes money state itself.
+//   - A Completed session's refunds settled Succeeded within RefundReadBack (30 days) are read
+//     back: a refund the gateway now calls failed, knows for another amount, or does not know →
+//     a gateway_mismatch case for finance (readBackRefunds, reconcile_refunds.go). The refund and
+//     the ledger stay as they are.
 //
 // One runner: a TTL row in maintenance_leaders, taken and renewed by one atomic upsert with the
 // service clock's time. Leadership only keeps replicas from doing the same work twice; it is not
@@ -64,14 +68,19 @@ type ReconcileConfig struct {
 	// MaxFailures: runs in a row that may fail on the same session (gateway down, lock timeout)
 	// before it is skipped until the next pass.
 	MaxFailures int
+	// RefundReadBack: a Completed session's refunds settled Succeeded within it (from now) are
+	// read back from the gateway when the session is compared (readBackRefunds); older ones are
+	// not asked about again.
+	RefundReadBack time.Duration
 }
 
 // DefaultReconcileConfig is what ReconcileOnce and the patrol use.
 var DefaultReconcileConfig = ReconcileConfig{
-	Lookback:    7 * 24 * time.Hour,
-	Batch:       100,
-	LeaderTTL:   5 * time.Minute,
-	MaxFailures: 3,
+	Lookback:       7 * 24 * time.Hour,
+	Batch:          100,
+	LeaderTTL:      5 * time.Minute,
+	MaxFailures:    3,
+	RefundReadBack: 30 * 24 * time.Hour,
 }
 
 // ReconcileEvery is how often (by the service clock) each replica's patrol tries to reconcile:
@@ -109,6 +118,9 @@ func (c ReconcileConfig) withDefaults() ReconcileConfig {
 	if c.MaxFailures <= 0 {
 		c.MaxFailures = d.MaxFailures
 	}
+	if c.RefundReadBack <= 0 {
+		c.RefundReadBack = d.RefundReadBack
+	}
 	return c
 }
 
@@ -123,8 +135,14 @@ type ReconcileReport struct {
 	// Findings (a finding already open as a case is counted again; the case is not).
 	LatePayments int // late_payment: money at the gateway for a Failed/Canceled session
 	Duplicates   int // duplicate_gateway_payment: several gateway payments for one session
-	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, a payment it lost, or one for another amount or currency
+	Mismatches   int // gateway_mismatch: a Completed session the gateway does not call succeeded, a payment it lost, or one for another amount or currency, or a Succeeded refund it contradicts
 	Driven       int // active sessions moved through the normal apply path
+	// RefundsReadBack: Succeeded refunds of the compared sessions the gateway answered about
+	// (readBackRefunds); RefundContradictions: those whose answer contradicts the books (failed,
+	// another amount, no such refund), each also a gateway_mismatch finding unless finance
+	// resolved the same news before.
+	RefundsReadBack      int
+	RefundContradictions int
 	// Errors: sessions this run could not finish (gateway or database); the run stops at the
 	// first and the next run retries it, up to MaxFailures runs, then Skipped counts it.
 	Errors  int
@@ -437,7 +455,7 @@ func (s *Service) casesOpened(ctx context.Context, highWater int64, sessionIDs [
 func (s *Service) compareSession(ctx context.Context, sess Session, rep *ReconcileReport, cfg ReconcileConfig) error {
 	sctx, cancel := context.WithTimeout(ctx, cfg.LeaderTTL*2/3)
 	defer cancel()
-	return s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(sctx, sess, rep) })
+	return s.panicAsError("reconcile: session "+sess.ID, func() error { return s.reconcileSession(sctx, sess, rep, cfg.RefundReadBack) })
 }
 
 // errLeadershipLapsed is the cause of a reconciliation run's context that outlived its leadership.
@@ -643,9 +661,10 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 }
 
 // reconcileSession compares one session with what the gateway holds under its reference and acts
-// on the difference (see the top of this file). An error means the session was not compared to
-// the end; everything it did is idempotent, so doing it again is safe.
-func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *ReconcileReport) error {
+// on the difference (see the top of this file), and reads back a Completed session's refunds
+// settled Succeeded within readBack (readBackRefunds). An error means the session was not
+// compared to the end; everything it did is idempotent, so doing it again is safe.
+func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *ReconcileReport, readBack time.Duration) error {
 	ctx, span := s.startSpan(ctx, "payments.reconcile", sess.ID, sess.OrderID)
 	defer span.End()
 	actor := Actor{Kind: ActorSystem, ID: "reconcile:" + s.cfg.ReplicaID}
@@ -750,6 +769,9 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			if err := s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail, fact); err != nil {
 				return err
 			}
+		}
+		if err := s.readBackRefunds(ctx, sess, rep, readBack); err != nil {
+			return err
 		}
 	case sess.Status.Active():
 		// Whatever the normal path would make of this answer, it makes of it now: a guarded
@@ -857,7 +879,8 @@ func (s *Service) reconcileRound(ctx context.Context) {
 	}
 	if rep.Leader && (rep.Checked > 0 || rep.Errors > 0 || rep.LostLeadership) {
 		s.log.Info("reconcile", "checked", rep.Checked, "late_payments", rep.LatePayments, "duplicates", rep.Duplicates,
-			"mismatches", rep.Mismatches, "driven", rep.Driven, "errors", rep.Errors, "skipped", rep.Skipped,
+			"mismatches", rep.Mismatches, "driven", rep.Driven, "refunds_read_back", rep.RefundsReadBack,
+			"refund_contradictions", rep.RefundContradictions, "errors", rep.Errors, "skipped", rep.Skipped,
 			"pass_done", rep.PassDone, "lost_leadership", rep.LostLeadership)
 	}
 }

@@ -143,4 +143,17 @@ func printReconcile(w io.Writer, gateway string, since time.Duration, rep paymen
 		fmt.Sprintf("%d driven", rep.Driven),
 		plural(rep.Errors, "error", "errors"),
 	}, ", "), len(rep.CasesOpened))
+	// The refunds of the compared Completed payments settled Succeeded within the read-back
+	// window that the gateway answered about; a contradiction is also a gateway_mismatch above.
+	fmt.Fprintf(w, "read back %s settled within %s: %d contradicted by the gateway\n",
+		plural(rep.RefundsReadBack, "refund", "refunds"), readBackWindow(payments.DefaultReconcileConfig.RefundReadBack), rep.RefundContradictions)
+}
+
+// readBackWindow writes a read-back window in days when it is whole days ("30 days"), as a Go
+// duration otherwise.
+func readBackWindow(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
 }

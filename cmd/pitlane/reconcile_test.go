@@ -118,6 +118,7 @@ func TestReconcileCommand(t *testing.T) {
 		regexp.MustCompile(`(?m)^found +late_payment +session ` + dead.ID + `  order rc-dead  reconciliation: .*` + second.ID),
 		regexp.MustCompile(`(?m)^found +driven +session ` + paid.ID + `  order rc-paid  Registered → Completed`),
 		regexp.MustCompile(`(?m)^checked 2 sessions: 1 late payment, 0 duplicate gateway payments, 0 mismatches, 1 driven, 0 errors; 1 cases opened$`),
+		regexp.MustCompile(`(?m)^read back 0 refunds settled within 30 days: 0 contradicted by the gateway$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("stdout lacks %s:\n%s", want, out)

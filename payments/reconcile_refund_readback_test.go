@@ -1,0 +1,176 @@
+package payments_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// Reading refunds back (reconcile_refunds.go). Negative controls, run by hand: without the
+// readBackRefunds call in reconcileSession all four fail (no refund is asked about again once
+// Succeeded, so no case opens and nothing is counted); without the window's condition in
+// readBackRefunds' query, TestReconcileReadsBackOnlyRefundsWithinTheWindow fails (both refunds
+// read back).
+
+// refundedAt is a Completed payment of 1000 with one refund of 400 settled Succeeded by the
+// gateway's answer (its RefundIssued entry written).
+func (b *bench) refundedAt(t *testing.T, order string) (payments.Session, payments.Refund) {
+	t.Helper()
+	s := b.completed(t, order, 1000)
+	r := b.refundIn(t, s, 400, order+"/refund")
+	if r.Status != payments.RefundSucceeded || r.GatewayRefundID == "" {
+		t.Fatalf("setup: refund %+v", r)
+	}
+	return s, r
+}
+
+// wantBooksUnchanged: the refund is still Succeeded with its one RefundIssued entry.
+func (b *bench) wantBooksUnchanged(t *testing.T, r payments.Refund) {
+	t.Helper()
+	got, err := b.svc.GetRefund(context.Background(), r.ID)
+	if err != nil || got.Status != payments.RefundSucceeded {
+		t.Fatalf("refund after the read-back: %+v %v, want it Succeeded as it was", got, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.ID); n != 1 {
+		t.Fatalf("RefundIssued entries of the refund = %d, want 1 (the ledger is people's to correct)", n)
+	}
+}
+
+// A refund settled Succeeded that the gateway later reports failed (Stripe moves a card refund
+// succeeded → failed and gives the money back to the merchant): reconciliation's next pass opens
+// one gateway_mismatch case naming the refund, and changes neither the refund nor the ledger. A
+// second pass adds nothing to the open case; once finance resolved it, the same news opens no
+// new case.
+func TestReconcileReadsBackARefundTheGatewayFailedLater(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s, r := b.refundedAt(t, "o-rb-failed")
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
+
+	b.clock.Advance(time.Minute)
+	rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundsReadBack != 1 || rep.RefundContradictions != 1 || rep.Mismatches != 1 || rep.Errors != 0 {
+		t.Fatalf("first pass: %+v", rep)
+	}
+	var caseID int64
+	var detail string
+	var facts []string
+	if err := b.pool.QueryRow(ctx, `SELECT id, detail, facts FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`,
+		s.ID).Scan(&caseID, &detail, &facts); err != nil {
+		t.Fatalf("no open gateway_mismatch case: %v", err)
+	}
+	for _, want := range []string{r.ID, r.GatewayRefundID, "Succeeded here", "failed", "may not have been refunded", "resolve this case"} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("the case's detail does not say %q: %s", want, detail)
+		}
+	}
+	if len(facts) != 1 || !strings.Contains(facts[0], r.ID) {
+		t.Errorf("the case's facts = %q, want the refund's one", facts)
+	}
+	b.wantBooksUnchanged(t, r)
+
+	b.clock.Advance(time.Minute)
+	rep = reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundContradictions != 1 {
+		t.Fatalf("second pass: %+v", rep)
+	}
+	var again string
+	if err := b.pool.QueryRow(ctx, `SELECT detail FROM finance_cases WHERE id = $1`, caseID).Scan(&again); err != nil || again != detail {
+		t.Fatalf("the open case changed at the second pass (%v):\n%s\nwas\n%s", err, again, detail)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 1 {
+		t.Fatalf("cases after the second pass = %d, want 1", n)
+	}
+
+	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "refunded the customer by hand at the gateway, ticket FIN-31")
+	for range 2 {
+		b.clock.Advance(time.Minute)
+		reconcile(t, b.svc, payments.ReconcileConfig{})
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 1 {
+		t.Fatalf("cases after finance resolved the same news = %d, want 1 (%v)", n, b.openCaseKinds(t, s.ID))
+	}
+	b.wantBooksUnchanged(t, r)
+}
+
+// A refund settled longer ago than RefundReadBack is not asked about; one within it is, once a
+// pass.
+func TestReconcileReadsBackOnlyRefundsWithinTheWindow(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.completed(t, "o-rb-window", 1000)
+	old := b.refundIn(t, s, 100, "old")
+	b.clock.Advance(2 * time.Hour)
+	recent := b.refundIn(t, s, 200, "recent")
+	b.clock.Advance(time.Minute)
+	cfg := payments.ReconcileConfig{RefundReadBack: time.Hour}
+	rep := reconcile(t, b.svc, cfg)
+	if rep.RefundsReadBack != 1 || rep.RefundContradictions != 0 {
+		t.Fatalf("pass: %+v", rep)
+	}
+	if n := b.gw.PaymentCalls(fakegw.OpRefundStatus, old.GatewayRefundID); n != 0 {
+		t.Errorf("the refund settled 2h ago was asked about %d times with a window of 1h, want 0", n)
+	}
+	if n := b.gw.PaymentCalls(fakegw.OpRefundStatus, recent.GatewayRefundID); n != 1 {
+		t.Errorf("the refund settled a minute ago was asked about %d times in one pass, want 1", n)
+	}
+	if n := b.gw.Calls(fakegw.OpFindRefund); n != 0 {
+		t.Errorf("refunds looked up by key: %d, want 0 (both have the gateway's id)", n)
+	}
+}
+
+// An answer that says nothing (a 5xx) opens nothing and fails nothing: the session counts as
+// compared, and the next pass asks again and finds the refund failed.
+func TestReconcileRefundReadBackUnknownAnswerOpensNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s, r := b.refundedAt(t, "o-rb-unknown")
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
+	b.gw.Fail(fakegw.OpRefundStatus, fakegw.Transient, 1)
+
+	b.clock.Advance(time.Minute)
+	rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundsReadBack != 0 || rep.RefundContradictions != 0 || rep.Errors != 0 || rep.Checked != 1 || !rep.PassDone {
+		t.Fatalf("pass with the gateway answering 503: %+v", rep)
+	}
+	if n := b.gw.PaymentCalls(fakegw.OpRefundStatus, r.GatewayRefundID); n != 1 {
+		t.Fatalf("refund asked about %d times, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 0 {
+		t.Fatalf("cases after an unknown answer = %d, want 0", n)
+	}
+
+	b.clock.Advance(time.Minute)
+	rep = reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundContradictions != 1 {
+		t.Fatalf("next pass: %+v", rep)
+	}
+	if kinds := b.openCaseKinds(t, s.ID); len(kinds) != 1 || kinds[0] != payments.CaseGatewayMismatch {
+		t.Fatalf("open cases after the gateway answered = %v, want one gateway_mismatch", kinds)
+	}
+	b.wantBooksUnchanged(t, r)
+}
+
+// A refund the gateway agrees with (succeeded, same refund, payment and amount) is asked about
+// and opens nothing.
+func TestReconcileRefundReadBackAgreementOpensNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s, r := b.refundedAt(t, "o-rb-agrees")
+	b.clock.Advance(time.Minute)
+	rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundsReadBack != 1 || rep.RefundContradictions != 0 || rep.Mismatches != 0 {
+		t.Fatalf("pass: %+v", rep)
+	}
+	if n := b.gw.PaymentCalls(fakegw.OpRefundStatus, r.GatewayRefundID); n != 1 {
+		t.Fatalf("refund asked about %d times, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 0 {
+		t.Fatalf("cases after the gateway agreed = %d, want 0", n)
+	}
+}
