@@ -174,3 +174,29 @@ func TestReconcileRefundReadBackAgreementOpensNothing(t *testing.T) {
 		t.Fatalf("cases after the gateway agreed = %d, want 0", n)
 	}
 }
+
+// A refund made ten days after its payment completed: the pass visits the sessions changed
+// within its lookback (7 days), and a refund did not move its payment's updated_at, so it was
+// never read back (the helper that built the read-back said so). Settling a refund Succeeded
+// moves it now. Negative control (run by hand): without that, no case.
+func TestReconcileReadsBackARefundOfAnOlderPayment(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-rb-older", 1000)
+	b.clock.Advance(10 * 24 * time.Hour)
+	r := b.refundIn(t, s, 400, "o-rb-older/refund")
+	if r.Status != payments.RefundSucceeded {
+		t.Fatalf("setup: refund %+v", r)
+	}
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
+	b.clock.Advance(time.Minute)
+	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.RefundContradictions != 1 {
+		t.Fatalf("pass after a refund of a payment ten days old: %+v, want its refund read back and contradicted", rep)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`, s.ID); n != 1 {
+		t.Fatalf("%d open cases, want 1", n)
+	}
+	b.wantBooksUnchanged(t, r)
+	_ = ctx
+}

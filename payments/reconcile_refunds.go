@@ -35,9 +35,9 @@ import (
 // The cost rides the pass: each session is compared once a pass (sessions changed within the
 // lookback), so a refund is asked about once a pass, at most maxRefundsReadBack a session, and no
 // more once it was settled longer ago than RefundReadBack. A refund is read back only while its
-// payment is within the pass's window: a refund does not move its payment's updated_at, so a
-// refund of a payment last changed more than the lookback ago (7 days) is not read back
-// (docs/gateways.md says so).
+// payment is within the pass's window: settling a refund Succeeded moves its payment's
+// updated_at (settleRefundRow), so that is at least the lookback (7 days) after it settled, also
+// for a payment settled long before (docs/gateways.md says so).
 
 // maxRefundsReadBack bounds the refunds read back per session compared: the newest ones settled.
 // It keeps a session's comparison within its bound (two thirds of the leader TTL) at a few

@@ -675,7 +675,8 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 // settleRefundRow writes a refund's outcome (cur, locked by the caller under the order →
 // session locks, guarded on the status cur has: Pending, or Failed by hand for a correction to
 // Succeeded): its status with its feed event (who: by) in one statement, a settled refund no
-// longer flagged, and for Succeeded the one RefundIssued ledger entry. The gateway's answer
+// longer flagged, and for Succeeded the one RefundIssued ledger entry (and the payment's
+// updated_at moved). The gateway's answer
 // (driveRefund) and an approved four-eyes outcome (approveRefundOutcome) both settle through here.
 func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail, gatewayRefundID string, by Actor, now time.Time) (Refund, error) {
 	out, err := scanRefund(tx.QueryRow(ctx, `WITH r AS (
@@ -692,8 +693,12 @@ func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail,
 		return Refund{}, dbError("refund: apply", err, "")
 	}
 	if status == RefundSucceeded {
-		if _, err := tx.Exec(ctx, `INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
-			VALUES ($1, $2, 'RefundIssued', $3, $4, $5, $6)`, cur.OrderID, cur.PaymentID, cur.Amount, cur.Currency, cur.ID, now); err != nil {
+		// The payment changed too (money went back): its updated_at moves, so reconciliation's
+		// pass, which visits the sessions changed within its lookback, reads the refund back
+		// (readBackRefunds) also when the payment itself was settled long before.
+		if _, err := tx.Exec(ctx, `WITH l AS (INSERT INTO accounting_entries (order_id, session_id, entry_type, amount, currency, refund_id, created_at)
+			VALUES ($1, $2, 'RefundIssued', $3, $4, $5, $6))
+			UPDATE payment_sessions SET updated_at = greatest(updated_at, $6) WHERE id = $2`, cur.OrderID, cur.PaymentID, cur.Amount, cur.Currency, cur.ID, now); err != nil {
 			return Refund{}, dbError("refund: ledger", err, "")
 		}
 	}
