@@ -58,12 +58,12 @@ type Config struct {
 	EventsWebhookSecrets [][]byte
 	ReplicaID            string        // REPLICA_ID, default host name + "-" + pid
 	SweepInterval        time.Duration // SWEEP_INTERVAL, default 2s
+	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// ShutdownDrain (SHUTDOWN_DRAIN, unset: none) is how long a replica told to stop goes on
 	// serving with /readyz answering 503 "stopping" before it closes its listener: the time its
 	// balancer (a Kubernetes Service's endpoints, a health check's interval × its threshold)
 	// takes to stop sending it new requests.
 	ShutdownDrain time.Duration
-	SweepConcurrency     int           // SWEEP_CONCURRENCY, default 16: drives one replica's patrol runs at once
 	// ReconcileBatch (RECONCILE_BATCH, default 100) is how many sessions the reconciliation
 	// leader compares with the gateway each minute: a pass over the sessions changed within the
 	// lookback (7 days) must end within about a day, so a shop changing more than about
