@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -96,4 +97,43 @@ func mustReceive[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 	var zero T
 	return zero
+}
+
+// dev stops serving when its private PostgreSQL exits (a cause on its context): with
+// SHUTDOWN_DRAIN set the replica drained first all the same, serving on with no database for up
+// to five minutes (a review). Only a stop asked for drains. Negative control (run by hand):
+// draining on any cause, the drain starts.
+func TestNoDrainWhenTheStopIsForcedOnTheReplica(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32),
+			"GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k", "SHUTDOWN_DRAIN": "4m"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
+	urls, done := make(chan string, 1), make(chan error, 1)
+	draining := make(chan func(), 1)
+	opts := serveOptions{ready: func(u string) { urls <- u }, draining: func(end func()) { draining <- end }}
+	go func() { done <- serveWith(ctx, cfg, pool, slog.New(slog.DiscardHandler), opts) }()
+	select {
+	case <-urls:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	died := errors.New("the private PostgreSQL exited")
+	cancel(died)
+	select {
+	case end := <-draining:
+		t.Errorf("serve drains (SHUTDOWN_DRAIN %s) after its database died", cfg.ShutdownDrain)
+		end()
+		<-done
+	case err := <-done:
+		if !errors.Is(err, died) {
+			t.Errorf("serve = %v, want the cause it was stopped with", err)
+		}
+	}
 }

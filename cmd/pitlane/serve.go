@@ -420,7 +420,9 @@ func serveWith(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logge
 	// from /readyz and stops sending new requests here before the listener closes (closed at
 	// once, a request its balancer routed here meanwhile found the port refused).
 	close(unready)
-	if drain := cfg.ShutdownDrain; drain > 0 {
+	// A stop asked for (a signal: Canceled) drains; one forced on it (dev's private PostgreSQL
+	// gone) has nothing to drain for (a review).
+	if drain := cfg.ShutdownDrain; drain > 0 && errors.Is(context.Cause(ctx), context.Canceled) {
 		logger.Info("draining: /readyz answers 503 while the balancer stops sending requests here", "drain", drain)
 		end := make(chan struct{})
 		if opts.draining != nil {
