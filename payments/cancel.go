@@ -260,15 +260,23 @@ func (s *Service) ConfirmCancel(ctx context.Context, actor Actor, sessionID, cha
 // and two reviews of the rule). Finance settles the payment (four eyes); no code is sent, none
 // is spent.
 func mismatchRefusal(ctx context.Context, tx pgx.Tx, cur Session) (*Error, error) {
-	var mismatch bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2
-			AND (resolved_at IS NULL OR $3))`, cur.ID, CaseGatewayMismatch, cur.FlaggedAt != nil).Scan(&mismatch); err != nil {
-		return nil, fmt.Errorf("cancel: the gateway's word: %w", err)
-	}
-	if !mismatch {
-		return nil, nil
+	mismatch, err := contradicted(ctx, tx, cur)
+	if err != nil || !mismatch {
+		return nil, err
 	}
 	return Errorf(ECONFLICT, "payment %s is with finance: the gateway's answer about it does not match it (a gateway_mismatch case, and the payment is not settled), so it cannot be canceled here; finance settles it. Nothing was canceled", Short(cur.ID)), nil
+}
+
+// contradicted: mismatchRefusal's rule — an open gateway_mismatch case of cur, or, cur flagged,
+// any — which the payment page reads too (PaymentDetail.CancelRefused: it offers no cancel the
+// core would refuse).
+func contradicted(ctx context.Context, q querier, cur Session) (bool, error) {
+	var mismatch bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM finance_cases WHERE session_id = $1 AND kind = $2
+			AND (resolved_at IS NULL OR $3))`, cur.ID, CaseGatewayMismatch, cur.FlaggedAt != nil).Scan(&mismatch); err != nil {
+		return false, fmt.Errorf("cancel: the gateway's word: %w", err)
+	}
+	return mismatch, nil
 }
 
 // cancelGrace is how long after a confirmed cancel the patrol first looks at it: its reverse

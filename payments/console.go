@@ -374,20 +374,19 @@ type PaymentDetail struct {
 	Ledger                []LedgerEntry
 	Audit                 []AuditEntry // staff actions on this payment, newest first
 	At                    time.Time
+	contradicted          bool // CancelRefused
 }
 
 // CancelRefused is why the console offers no cancel of a payment its status would let be
-// canceled: the gateway's word about it does not match it (mismatchRefusal's rule, as the page
-// read its cases: an open gateway_mismatch case, or — the payment flagged — any such case); ""
-// when a cancel may be requested. Offered, the form was refused on every click (an outside
-// review left it so).
+// canceled, nor the code form of one requested before: the gateway's word about it does not
+// match it (mismatchRefusal's rule, read by the same query: an open gateway_mismatch case, or —
+// the payment flagged — any such case); "" when a cancel may be requested. Offered, the forms
+// were refused on every click (an outside review left them so).
 func (d PaymentDetail) CancelRefused() string {
-	for _, c := range d.Cases {
-		if c.Kind == CaseGatewayMismatch && (c.Open() || d.Session.FlaggedAt != nil) {
-			return fmt.Sprintf("the gateway's answer about it does not match it (case #%d): finance settles it", c.ID)
-		}
+	if !d.contradicted {
+		return ""
 	}
-	return ""
+	return "the gateway's answer about it does not match it (a gateway_mismatch case): finance settles it"
 }
 
 // Refundable is how much of the payment may still be refunded from the console: the amount
@@ -568,6 +567,9 @@ func (s *Service) PaymentDetail(ctx context.Context, id string) (PaymentDetail, 
 		}
 	}
 	if d.Cases, err = s.listCases(ctx, s.db, `fc.session_id = $1`, `fc.id DESC`, 500, id); err != nil {
+		return PaymentDetail{}, err
+	}
+	if d.contradicted, err = contradicted(ctx, s.db, d.Session); err != nil {
 		return PaymentDetail{}, err
 	}
 	if d.Ledger, err = s.ledgerEntries(ctx, `session_id = $1`, `id DESC`, id); err != nil {

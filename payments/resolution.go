@@ -170,8 +170,8 @@ type ProposalInput struct {
 	Seen Status
 	// CasesSeen is what the form showed of the payment's cases that carry the gateway's word
 	// (SettleCandidate.CasesSeen): news since (a Check found a capture of 1.00 of the 99.00 while
-	// the proposer typed) is refused, as the approval refuses news since the proposal. "": not
-	// compared (a form of the previous release).
+	// the proposer typed) is refused, as the approval refuses news since the proposal; a case
+	// resolved meanwhile is no news. "": not compared (a form of the previous release).
 	CasesSeen string
 }
 
@@ -303,8 +303,8 @@ type SettleCandidate struct {
 	Pending  *Resolution
 	Outcomes []Status // the outcomes its state allows
 	// Word are the payment's open cases that carry the gateway's word about it
-	// (gatewayWordCaseKinds), which the form shows; CasesSeen names them as read (the form sends
-	// it back: ProposalInput.CasesSeen).
+	// (gatewayWordCaseKinds), which the form shows; CasesSeen names those very rows as read
+	// (casesSeen; the form sends it back: ProposalInput.CasesSeen).
 	Word      []FinanceCase
 	CasesSeen string
 }
@@ -324,9 +324,7 @@ func (s *Service) SettleCandidate(ctx context.Context, sessionID string) (Settle
 		sess.ID, gatewayWordCaseKinds); err != nil {
 		return SettleCandidate{}, err
 	}
-	if err := s.db.QueryRow(ctx, `SELECT `+gatewayWordSeenSQL, sess.ID, gatewayWordCaseKinds).Scan(&c.CasesSeen); err != nil {
-		return SettleCandidate{}, dbError("settle candidate: cases", err, "")
-	}
+	c.CasesSeen = casesSeen(c.Word)
 	for _, o := range ResolutionOutcomes {
 		if OutcomeRefusal(sess.Status, o) == "" {
 			c.Outcomes = append(c.Outcomes, o)
@@ -378,11 +376,13 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 				"the payment moved from %s to %s since you read it; nothing was proposed: check the evidence and propose again", in.Seen, cur.Status)}
 		}
 		if in.CasesSeen != "" {
-			var now string
-			if err := tx.QueryRow(ctx, `SELECT `+gatewayWordSeenSQL, cur.ID, gatewayWordCaseKinds).Scan(&now); err != nil {
+			var news []int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM finance_cases fc
+				WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY($3)`,
+				cur.ID, gatewayWordCaseKinds, strings.Split(strings.TrimPrefix(in.CasesSeen, casesSeenPrefix), ",")).Scan(&news); err != nil {
 				return dbError("propose resolution: cases", err, "")
 			}
-			if now != in.CasesSeen {
+			if len(news) > 0 {
 				return &Error{Code: ECONFLICT, Field: "seen", Message: "the gateway's word about the payment changed since you read it (a case opened or had news: shown above); nothing was proposed: check the evidence and propose again"}
 			}
 		}
@@ -557,10 +557,20 @@ func explainDecided(ctx context.Context, q querier, id int64, by Staff, approvin
 	return fmt.Errorf("decide proposal %d: guard refused a pending proposal", id)
 }
 
-// gatewayWordSeenSQL names the payment $1's open cases of kinds $2 as read now: the MD5 of each
-// one's id and version (caseSeenSQL), in id order.
-var gatewayWordSeenSQL = `md5(coalesce((SELECT string_agg(fc.id || ':' || ` + caseSeenSQL("fc") + `, ',' ORDER BY fc.id)
-	FROM finance_cases fc WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2)), ''))`
+// casesSeen names the cases a form showed, from those very rows (read apart, a case opened
+// between the list and its name was named and never shown: a review): "seen:" and each one's
+// id and version (caseSeenSQL), comma-separated — the same "id:version" items as
+// resolution_proposals.cases_seen. ProposeResolution refuses an open case not among them.
+func casesSeen(cases []FinanceCase) string {
+	items := make([]string, len(cases))
+	for i, c := range cases {
+		items[i] = strconv.FormatInt(c.ID, 10) + ":" + c.seen
+	}
+	return casesSeenPrefix + strings.Join(items, ",")
+}
+
+// casesSeenPrefix marks a form's CasesSeen (a form that showed no case sends the prefix alone).
+const casesSeenPrefix = "seen:"
 
 // casesSeenSQL is the payment $1's open finance cases as read now, each "id:" and its version
 // (caseSeenSQL): what a settlement proposal was filed knowing (resolution_proposals.cases_seen,

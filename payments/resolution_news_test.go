@@ -92,3 +92,24 @@ func TestACaseOpenedWhileTheProposerTypesRefusesTheProposal(t *testing.T) {
 		t.Fatalf("a proposal from the form read again = %v", err)
 	}
 }
+
+// A case of the gateway's word resolved between the form's read and its submission is no news:
+// the proposal is filed (the approval reads it the same way). It was refused as "a case opened
+// or had news" (a review). Negative control (run by hand): comparing the form's name of the open
+// set as a whole, refused.
+func TestACaseResolvedWhileTheProposerTypesIsNoNews(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.flagged(t, "o-resolved-while-typing", 9900)
+	b.capturedAtAnotherAmount(t, s, 100, payments.GatewaySucceeded)
+	form, err := b.svc.SettleCandidate(ctx, s.ID)
+	if err != nil || len(form.Word) != 1 {
+		t.Fatalf("form: %d cases of the gateway's word, %v", len(form.Word), err)
+	}
+	b.exec(t, `UPDATE finance_cases SET resolved_at = now(), resolved_by = 'fin3', resolution = 'noted' WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID)
+	if _, err := b.svc.ProposeResolution(ctx, fin1, payments.ProposalInput{SessionID: s.ID, Outcome: payments.StatusFailed, Seen: form.Session.Status,
+		CasesSeen: form.CasesSeen, Reason: "no money was taken", Evidence: "gateway dashboard, ticket FIN-8"}); err != nil {
+		t.Errorf("a case resolved since the form was read refused the proposal: %v", err)
+	}
+}

@@ -789,7 +789,7 @@ func paymentCancel(v PaymentView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		if c := v.openChallenge(payments.CodeCancel); c != nil && ViewerFrom(ctx).Can(access.PermOperate) {
+		if c := v.openChallenge(payments.CodeCancel); c != nil && ViewerFrom(ctx).Can(access.PermOperate) && v.D.CancelRefused() == "" {
 			templ_7745c5c3_Err = codeConfirm(v.D, *c, "cancel", "Confirm the cancel", "Cancel the payment", paymentAction(v.D.Session.ID, "cancel/"+c.ID), v.CodeRefused).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
@@ -1384,7 +1384,7 @@ func challengeTable(d payments.PaymentDetail) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				if c.Pending(d.At) && ViewerFrom(ctx).Can(access.PermOperate) {
+				if c.Pending(d.At) && ViewerFrom(ctx).Can(access.PermOperate) && (c.Action != payments.CodeCancel || d.CancelRefused() == "") {
 					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 94, "<a href=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
