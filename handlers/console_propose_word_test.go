@@ -11,7 +11,7 @@ import (
 // The proposal form shows what the gateway said (the payment's open cases that carry its word)
 // and sends back what it showed: a capture found while the proposer types refuses the proposal
 // with the form shown again, the new case on it. The list of proposals points the approver at
-// the cases. Negative control (run by hand): a form without cases_seen is proposed.
+// the cases. Negative control (run by hand): without the comparison, proposed.
 func TestTheProposalFormShowsAndKeepsTheGatewaysWord(t *testing.T) {
 	t.Parallel()
 	b, _, flagged, _ := stuckBench(t)
@@ -49,4 +49,25 @@ func TestTheProposalFormShowsAndKeepsTheGatewaysWord(t *testing.T) {
 	}
 	doc = page(t, fin2.get("/finance/resolutions"), http.StatusOK)
 	wantText(t, doc, "resolution-word", "1 open case")
+
+	// A form without cases_seen (a page of the previous release, or the field removed) showed
+	// none of the gateway's cases: refused while one is open, not recorded as seen (the approval
+	// would then have passed it: a review).
+	other := b.payment(t, "o-word-no-field", 1500)
+	b.flag(t, other.ID)
+	b.gw.SetAmount(other.GatewayPaymentID, 1000, "EUR")
+	if _, err := b.svc.Check(ctx, payments.Actor{Kind: payments.ActorAPI, ID: "shop"}, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	doc = page(t, fin.get("/finance/resolutions/new?session="+other.ID), http.StatusOK)
+	action, form = formValues(doc, "propose-form")
+	form.Del("cases_seen")
+	form.Set("outcome", "Completed")
+	form.Set("reason", "paid")
+	form.Set("evidence", "statement")
+	doc = page(t, fin.post(action, form), http.StatusConflict)
+	wantText(t, doc, "propose-error", "the gateway's word about the payment changed")
+	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, other.ID); n != 0 {
+		t.Fatalf("%d proposals from a form without cases_seen, want none", n)
+	}
 }

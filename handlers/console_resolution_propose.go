@@ -34,6 +34,11 @@ func (h *Console) ProposeResolution(c echo.Context) error {
 	in := payments.ProposalInput{SessionID: c.FormValue("session"), Outcome: payments.Status(c.FormValue("outcome")),
 		Reason: c.FormValue("reason"), Evidence: c.FormValue("evidence"), Seen: payments.Status(c.FormValue("seen")),
 		CasesSeen: c.FormValue("cases_seen")}
+	if in.CasesSeen == "" {
+		// A form without the field (the previous release's, or one it was removed from) showed
+		// none of the gateway's cases: news it never showed is refused, not recorded as seen.
+		in.CasesSeen = payments.CasesSeenNone
+	}
 	r, err := h.svc.ProposeResolution(c.Request().Context(), st, in)
 	if err == nil {
 		msg := "Proposal " + r.Target() + ": mark " + views.Short(r.SessionID) + " " + string(r.Outcome) +

@@ -171,7 +171,11 @@ type ProposalInput struct {
 	// CasesSeen is what the form showed of the payment's cases that carry the gateway's word
 	// (SettleCandidate.CasesSeen): news since (a Check found a capture of 1.00 of the 99.00 while
 	// the proposer typed) is refused, as the approval refuses news since the proposal; a case
-	// resolved meanwhile is no news. "": not compared (a form of the previous release).
+	// resolved meanwhile is no news. "": the caller read no form (a tool, a test), not
+	// compared. The console sends a form without the field (one of the previous release, or one
+	// whose field was removed) as one that showed none (casesSeenPrefix alone): an open case
+	// refuses it and the form comes back current — taken as "not compared", the proposal
+	// recorded the unshown news as seen and its approval passed (a review).
 	CasesSeen string
 }
 
@@ -376,14 +380,8 @@ func (s *Service) ProposeResolution(ctx context.Context, by Staff, in ProposalIn
 				"the payment moved from %s to %s since you read it; nothing was proposed: check the evidence and propose again", in.Seen, cur.Status)}
 		}
 		if in.CasesSeen != "" {
-			var news []int64
-			if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM finance_cases fc
-				WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY($3)`,
-				cur.ID, gatewayWordCaseKinds, strings.Split(strings.TrimPrefix(in.CasesSeen, casesSeenPrefix), ",")).Scan(&news); err != nil {
-				return dbError("propose resolution: cases", err, "")
-			}
-			if len(news) > 0 {
-				return &Error{Code: ECONFLICT, Field: "seen", Message: "the gateway's word about the payment changed since you read it (a case opened or had news: shown above); nothing was proposed: check the evidence and propose again"}
+			if err := newsSinceForm(ctx, tx, cur.ID, in.CasesSeen); err != nil {
+				return err
 			}
 		}
 		if Settleable(cur, mismatch) == "" {
@@ -568,6 +566,26 @@ func casesSeen(cases []FinanceCase) string {
 	}
 	return casesSeenPrefix + strings.Join(items, ",")
 }
+
+// newsSinceForm refuses a proposal when one of the payment's open cases of the gateway's word
+// (gatewayWordCaseKinds) is not among those its form showed (seen: ProposalInput.CasesSeen), as
+// they were: opened, or added to, since it was read. A case resolved meanwhile is no news.
+func newsSinceForm(ctx context.Context, tx pgx.Tx, sessionID, seen string) error {
+	var news []int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM finance_cases fc
+		WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY($3)`,
+		sessionID, gatewayWordCaseKinds, strings.Split(strings.TrimPrefix(seen, casesSeenPrefix), ",")).Scan(&news); err != nil {
+		return dbError("propose resolution: cases", err, "")
+	}
+	if len(news) > 0 {
+		return &Error{Code: ECONFLICT, Field: "seen", Message: "the gateway's word about the payment changed since you read it (a case opened or had news: shown above); nothing was proposed: check the evidence and propose again"}
+	}
+	return nil
+}
+
+// CasesSeenNone is the CasesSeen of a form that showed no case (casesSeen of none): the console
+// gives it to a form that sent no CasesSeen at all.
+const CasesSeenNone = casesSeenPrefix
 
 // casesSeenPrefix marks a form's CasesSeen (a form that showed no case sends the prefix alone).
 const casesSeenPrefix = "seen:"
