@@ -179,7 +179,7 @@ func explainWith(t *testing.T, conn *pgx.Conn, options, sql string, args []any) 
 			lits[i] = "'" + v.UTC().Format(time.RFC3339Nano) + "'::timestamptz"
 		case string:
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
-		case int, int32, int64:
+		case int, int32, int64, bool:
 			lits[i] = fmt.Sprint(v)
 		case time.Duration:
 			lits[i] = fmt.Sprintf("'%d microseconds'::interval", v.Microseconds())
