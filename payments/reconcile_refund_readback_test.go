@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,4 +200,82 @@ func TestReconcileReadsBackARefundOfAnOlderPayment(t *testing.T) {
 	}
 	b.wantBooksUnchanged(t, r)
 	_ = ctx
+}
+
+// refundStatusGW answers chosen refunds' RefundStatus itself; everything else is the fake's.
+type refundStatusGW struct {
+	*fakegw.Gateway
+	mu       sync.Mutex
+	override map[string]func(payments.GatewayRefund) (payments.GatewayRefund, error)
+}
+
+func (g *refundStatusGW) RefundStatus(ctx context.Context, rid string) (payments.GatewayRefund, error) {
+	gr, err := g.Gateway.RefundStatus(ctx, rid)
+	g.mu.Lock()
+	f := g.override[rid]
+	g.mu.Unlock()
+	if f != nil && err == nil {
+		return f(gr)
+	}
+	return gr, err
+}
+
+func refundStatusBench(t *testing.T) (*bench, *refundStatusGW) {
+	b := newBench(t)
+	agw := &refundStatusGW{Gateway: b.gw, override: map[string]func(payments.GatewayRefund) (payments.GatewayRefund, error){}}
+	b.svc = b.service(b.pool, "replica-a", func(c *payments.Config) { c.Gateway = agw })
+	return b, agw
+}
+
+// An older refund the gateway now calls failed was never read back while a newer refund of the
+// same session got a refusal of its own look-up every pass: the read-back stopped at the first
+// error, newest first (a review). A refusal of one refund's look-up moves on to the next.
+// Negative control (run by hand): stopping at every error, no case.
+func TestReconcileReadBackGoesPastOneRefundsRefusal(t *testing.T) {
+	t.Parallel()
+	b, agw := refundStatusBench(t)
+	s := b.completed(t, "o-rb-refusal", 1000)
+	older := b.refundIn(t, s, 100, "older")
+	b.clock.Advance(time.Minute)
+	newer := b.refundIn(t, s, 200, "newer")
+	agw.override[older.GatewayRefundID] = func(gr payments.GatewayRefund) (payments.GatewayRefund, error) {
+		gr.Status = "failed"
+		return gr, nil
+	}
+	agw.override[newer.GatewayRefundID] = func(payments.GatewayRefund) (payments.GatewayRefund, error) {
+		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "refund_status", HTTPStatus: 400, Code: "invalid_request"}
+	}
+	total := 0
+	for range 3 {
+		b.clock.Advance(time.Minute)
+		rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+		total += rep.RefundContradictions
+	}
+	if total == 0 || len(b.openCaseKinds(t, s.ID)) == 0 {
+		t.Fatalf("3 passes: refund %s failed at the gateway was never read back (the newer refund %s's look-up error stopped the session's read-back every pass); open cases %v",
+			older.ID, newer.ID, b.openCaseKinds(t, s.ID))
+	}
+}
+
+// A status short of final ("processing", "requires_action": a gateway that passes its own
+// words through, as refgw does) is pending to driveRefund, which asks again, but it opened a
+// "may not have been refunded" case in the read-back (a review). Only failed contradicts.
+// Negative control (run by hand): any status but succeeded and pending, a case.
+func TestReconcileReadBackTakesAStatusShortOfFinalAsPending(t *testing.T) {
+	t.Parallel()
+	for _, st := range []string{"processing", "requires_action"} {
+		b, agw := refundStatusBench(t)
+		s, r := b.refundedAt(t, "o-rb-"+st)
+		agw.override[r.GatewayRefundID] = func(gr payments.GatewayRefund) (payments.GatewayRefund, error) {
+			gr.Status = st
+			return gr, nil
+		}
+		b.clock.Advance(time.Minute)
+		rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+		if rep.RefundContradictions != 0 || len(b.openCaseKinds(t, s.ID)) != 0 {
+			var detail string
+			_ = b.pool.QueryRow(context.Background(), `SELECT detail FROM finance_cases WHERE session_id = $1`, s.ID).Scan(&detail)
+			t.Errorf("gateway says %q (not final; driveRefund would ask again): case opened: %s", st, detail)
+		}
+	}
 }
