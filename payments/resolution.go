@@ -571,16 +571,26 @@ func casesSeen(cases []FinanceCase) string {
 // (gatewayWordCaseKinds) is not among those its form showed (seen: ProposalInput.CasesSeen), as
 // they were: opened, or added to, since it was read. A case resolved meanwhile is no news.
 func newsSinceForm(ctx context.Context, tx pgx.Tx, sessionID, seen string) error {
-	var news []int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM finance_cases fc
-		WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY($3)`,
-		sessionID, gatewayWordCaseKinds, strings.Split(strings.TrimPrefix(seen, casesSeenPrefix), ",")).Scan(&news); err != nil {
+	news, err := unseenGatewayNews(ctx, tx, sessionID, strings.Split(strings.TrimPrefix(seen, casesSeenPrefix), ","))
+	if err != nil {
 		return dbError("propose resolution: cases", err, "")
 	}
 	if len(news) > 0 {
 		return &Error{Code: ECONFLICT, Field: "seen", Message: "the gateway's word about the payment changed since you read it (a case opened or had news: shown above); nothing was proposed: check the evidence and propose again"}
 	}
 	return nil
+}
+
+// unseenGatewayNews is the payment's open cases of the gateway's word (gatewayWordCaseKinds)
+// not among seen ("id:version" items, caseSeenSQL) as they are now: opened, or added to, since
+// seen was read. The form's check (newsSinceForm) and the approval's (newsSinceProposal) ask
+// the same question of different lists.
+func unseenGatewayNews(ctx context.Context, tx pgx.Tx, sessionID string, seen []string) ([]int64, error) {
+	var news []int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM finance_cases fc
+		WHERE fc.session_id = $1 AND fc.resolved_at IS NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY($3)`,
+		sessionID, gatewayWordCaseKinds, seen).Scan(&news)
+	return news, err
 }
 
 // CasesSeenNone is the CasesSeen of a form that showed no case (casesSeen of none): the console
@@ -607,11 +617,15 @@ var casesSeenSQL = `ARRAY(SELECT fc.id || ':' || ` + caseSeenSQL("fc") + ` FROM 
 // cases_seen (refunds and refunds' outcomes, and those filed before migration 01000) are not
 // compared.
 func newsSinceProposal(ctx context.Context, tx pgx.Tx, p Resolution) error {
-	var news []int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(fc.id ORDER BY fc.id), '{}') FROM resolution_proposals p
-		JOIN finance_cases fc ON fc.session_id = p.session_id AND fc.resolved_at IS NULL
-		WHERE p.id = $1 AND p.cases_seen IS NOT NULL AND fc.kind = ANY($2) AND NOT (fc.id || ':' || `+caseSeenSQL("fc")+`) = ANY(p.cases_seen)`,
-		p.ID, gatewayWordCaseKinds).Scan(&news); err != nil {
+	var seen []string
+	if err := tx.QueryRow(ctx, `SELECT cases_seen FROM resolution_proposals WHERE id = $1`, p.ID).Scan(&seen); err != nil {
+		return fmt.Errorf("approve resolution: cases seen: %w", err)
+	}
+	if seen == nil {
+		return nil
+	}
+	news, err := unseenGatewayNews(ctx, tx, p.SessionID, seen)
+	if err != nil {
 		return fmt.Errorf("approve resolution: news since the proposal: %w", err)
 	}
 	if len(news) == 0 {

@@ -23,35 +23,11 @@ import (
 // closed); without Stopping, /readyz answers 200 while the replica is on its way out.
 func TestAStoppingReplicaDrainsUnready(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32),
-			"GATEWAY_URL": "http://127.0.0.1:1", "GATEWAY_API_KEY": "k", "SHUTDOWN_DRAIN": "4m"}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ShutdownDrain != 4*time.Minute {
-		t.Fatalf("SHUTDOWN_DRAIN read as %s", cfg.ShutdownDrain)
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
-	urls, done := make(chan string, 1), make(chan error, 1)
-	draining := make(chan func(), 1)
-	var synced <-chan struct{}
-	opts := serveOptions{
-		ready:    func(u string) { urls <- u },
-		clock:    func(c *payments.DatabaseClock) { synced = c.Synced() },
-		draining: func(end func()) { draining <- end },
-	}
-	go func() { done <- serveWith(ctx, cfg, pool, slog.New(slog.DiscardHandler), opts) }()
-	var base string
-	select {
-	case base = <-urls:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	mustReceive(t, synced, "the database clock's first read")
+	r := serveToDrain(t, ctx)
+	base, draining, done := r.base, r.draining, r.done
+	mustReceive(t, r.synced, "the database clock's first read")
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	readyz := func() (int, string) {
@@ -105,6 +81,35 @@ func mustReceive[T any](t *testing.T, ch <-chan T, what string) T {
 // draining on any cause, the drain starts.
 func TestNoDrainWhenTheStopIsForcedOnTheReplica(t *testing.T) {
 	t.Parallel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
+	r := serveToDrain(t, ctx)
+	draining, done := r.draining, r.done
+	died := errors.New("the private PostgreSQL exited")
+	cancel(died)
+	select {
+	case end := <-draining:
+		t.Errorf("serve drains (SHUTDOWN_DRAIN 4m) after its database died")
+		end()
+		<-done
+	case err := <-done:
+		if !errors.Is(err, died) {
+			t.Errorf("serve = %v, want the cause it was stopped with", err)
+		}
+	}
+}
+
+// drainServe is a replica serving with SHUTDOWN_DRAIN=4m until ctx ends (serveToDrain): its
+// address, the drain's start (its end to call), its stop, and its database clock's first read.
+type drainServe struct {
+	base     string
+	draining chan func()
+	done     chan error
+	synced   <-chan struct{}
+}
+
+func serveToDrain(t *testing.T, ctx context.Context) drainServe {
+	t.Helper()
 	pool := testdb.New(t)
 	cfg, err := config.Load(func(k string) string {
 		return map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SECRET_KEY": strings.Repeat("s", 32),
@@ -113,27 +118,21 @@ func TestNoDrainWhenTheStopIsForcedOnTheReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	t.Cleanup(func() { cancel(nil) })
-	urls, done := make(chan string, 1), make(chan error, 1)
-	draining := make(chan func(), 1)
-	opts := serveOptions{ready: func(u string) { urls <- u }, draining: func(end func()) { draining <- end }}
-	go func() { done <- serveWith(ctx, cfg, pool, slog.New(slog.DiscardHandler), opts) }()
+	if cfg.ShutdownDrain != 4*time.Minute {
+		t.Fatalf("SHUTDOWN_DRAIN read as %s", cfg.ShutdownDrain)
+	}
+	r := drainServe{draining: make(chan func(), 1), done: make(chan error, 1)}
+	urls := make(chan string, 1)
+	opts := serveOptions{
+		ready:    func(u string) { urls <- u },
+		clock:    func(c *payments.DatabaseClock) { r.synced = c.Synced() },
+		draining: func(end func()) { r.draining <- end },
+	}
+	go func() { r.done <- serveWith(ctx, cfg, pool, slog.New(slog.DiscardHandler), opts) }()
 	select {
-	case <-urls:
-	case err := <-done:
+	case r.base = <-urls:
+	case err := <-r.done:
 		t.Fatalf("serve: %v", err)
 	}
-	died := errors.New("the private PostgreSQL exited")
-	cancel(died)
-	select {
-	case end := <-draining:
-		t.Errorf("serve drains (SHUTDOWN_DRAIN %s) after its database died", cfg.ShutdownDrain)
-		end()
-		<-done
-	case err := <-done:
-		if !errors.Is(err, died) {
-			t.Errorf("serve = %v, want the cause it was stopped with", err)
-		}
-	}
+	return r
 }
