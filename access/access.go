@@ -46,14 +46,39 @@ type Service struct {
 	dummyOnce sync.Once
 	dummy     []byte
 	dummyErr  error
+
+	// signIns is the room for sign-ins using the database at once on this replica
+	// (signInRoom): the rest wait here, holding no connection.
+	signIns chan struct{}
 }
+
+// signInRoom is how many sign-ins (SignIn, and ChangeOwnPassword's proof) use the database at
+// once on one replica: a quarter of its pool, at least one. The throttle lives in PostgreSQL,
+// so every attempt — one about to be refused too — takes a connection and queues on its
+// buckets' rows (the global one is everyone's); unbounded, a flood of anonymous POST /login
+// held every connection of the pool while one of those rows was busy, and the API's and
+// console's requests failed waiting for one (an outside review, hostile). A bound in the
+// process coordinates nothing across replicas (the counts stay in PostgreSQL): it only keeps
+// this replica's pool for the rest of its work.
+func signInRoom(db *pgxpool.Pool) int {
+	if db == nil {
+		return 1
+	}
+	return max(1, int(db.Config().MaxConns)/4)
+}
+
+// signInWait is the longest a sign-in waits for room (signInRoom) before it is refused as
+// throttled: a staff member under a flood is told to try again rather than left waiting for
+// the request's limit.
+const signInWait = 3 * time.Second
 
 // New builds the access service over a pool. clock nil: the system clock.
 func New(db *pgxpool.Pool, clock payments.Clock) *Service {
 	if clock == nil {
 		clock = payments.SystemClock{}
 	}
-	return &Service{db: db, clock: clock, PasswordCost: DefaultPasswordCost, Limits: DefaultLimits}
+	return &Service{db: db, clock: clock, PasswordCost: DefaultPasswordCost, Limits: DefaultLimits,
+		signIns: make(chan struct{}, signInRoom(db))}
 }
 
 // dummyHash is what an unknown email's password is compared against: a real bcrypt hash of the

@@ -54,6 +54,10 @@ const reapPerFailure = 10
 // lock_timeout, again and again. What a refusal says (how long to wait) is read through the
 // transaction itself.
 func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
+	if err := s.enterSignIn(ctx); err != nil {
+		return User{}, err
+	}
+	defer func() { <-s.signIns }()
 	// Cut on a character: half of one is no UTF-8, which PostgreSQL refuses in the throttle's
 	// first statement, so the attempt was an error that counted nothing.
 	email := cutText(NormalizeEmail(a.Email), 254)
@@ -194,6 +198,31 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		return User{}, lockedUntilError(now.Add(s.Limits.AccountWindow), now)
 	}
 	return User{}, errWrongLogin
+}
+
+// enterSignIn waits for room among the sign-ins using the database (signInRoom), holding no
+// connection, at most signInWait (half of what ctx has left, when less): then the attempt is
+// refused as throttled (ELOCKED, 429 with Retry-After) having counted nothing.
+func (s *Service) enterSignIn(ctx context.Context) error {
+	select {
+	case s.signIns <- struct{}{}:
+		return nil
+	default:
+	}
+	wait := signInWait
+	if end, ok := ctx.Deadline(); ok { // the refusal is answered within the request's own limit
+		wait = min(wait, time.Until(end)/2)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case s.signIns <- struct{}{}:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return &payments.Error{Code: payments.ELOCKED, Field: "email", RetryAfter: 5 * time.Second,
+		Message: "too many sign-ins at once right now; try again in a few seconds"}
 }
 
 // maxAuditedHeader is how much of a request header (the User-Agent) a sign-in's audit entry keeps.

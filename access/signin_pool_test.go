@@ -59,6 +59,7 @@ func TestRefusedSignInsDoNotStallThePool(t *testing.T) {
 			b := newBench(t)
 			b.user(t, "ana@example.com", access.RoleSupport)
 			acc := access.New(testdb.PoolOf(t, b.pool, 2), b.clock)
+			access.SetSignInRoom(acc, 2) // the pool's every connection (it has room for one: signInRoom)
 			ctx := context.Background()
 			lockRow, args, retryAfter, says := tc.setUp(t, b, acc)
 
