@@ -279,3 +279,91 @@ func TestReconcileReadBackTakesAStatusShortOfFinalAsPending(t *testing.T) {
 		}
 	}
 }
+
+// A refund the gateway left pending, settled Failed by four eyes (no RefundIssued entry, its
+// amount refundable again), that the gateway pays a day later: the books say the customer was
+// not refunded, the gateway that they were, and nothing told finance — the read-back asked only
+// about refunds settled Succeeded, and only the payment's next refund would have asked
+// (recheckRefundsFailedByHand), which may never come (an outside review, chaos5). The payment
+// completed ten days before the refund: settling it Failed by hand moves the payment's
+// updated_at too, so the pass (sessions changed within 7 days) visits it. Reconciliation opens
+// one gateway_mismatch case naming the refund, changes neither the refund nor the ledger, adds
+// nothing at the next pass, and opens nothing again once finance resolved it. Negative controls
+// (run by hand): with the read-back of Succeeded refunds alone, no case; without the payment's
+// updated_at moved by the hand settlement, no case (the payment is outside the pass).
+func TestReconcileReadsBackARefundSettledFailedByHand(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	s := b.completed(t, "o-rb-failed-by-hand", 1000)
+	b.clock.Advance(10 * 24 * time.Hour)
+	b.gw.SetRefundOutcome("pending")
+	res, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 600, RequestKey: "k"})
+	if err != nil || res.Refund.Status != payments.RefundPending {
+		t.Fatalf("refund = %+v %v", res, err)
+	}
+	b.runOutRefundSchedule(t)
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: res.Refund.ID, Outcome: payments.RefundFailed,
+		Reason: "the gateway's support: it will not be executed", Evidence: "ticket GW-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.svc.GetRefund(ctx, res.Refund.ID)
+	if err != nil || !r.FailedByHand() || r.GatewayRefundID == "" {
+		t.Fatalf("setup: %+v %v", r, err)
+	}
+
+	// Failed at the gateway too: the books agree.
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
+	b.clock.Advance(time.Hour)
+	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.RefundsReadBack != 1 || rep.RefundContradictions != 0 {
+		t.Fatalf("pass while the gateway agrees: %+v, want the refund read back and nothing contradicted", rep)
+	}
+
+	// Paid after all.
+	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded")
+	b.clock.Advance(24 * time.Hour)
+	rep := reconcile(t, b.svc, payments.ReconcileConfig{})
+	if rep.RefundsReadBack != 1 || rep.RefundContradictions != 1 || rep.Errors != 0 {
+		t.Fatalf("pass after the gateway paid it: %+v", rep)
+	}
+	var caseID int64
+	var detail string
+	if err := b.pool.QueryRow(ctx, `SELECT id, detail FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND resolved_at IS NULL`,
+		s.ID).Scan(&caseID, &detail); err != nil {
+		t.Fatalf("no open gateway_mismatch case: %v", err)
+	}
+	for _, want := range []string{r.ID, r.GatewayRefundID, "Failed here", "succeeded", "may have been refunded", "mark it Succeeded"} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("the case's detail does not say %q: %s", want, detail)
+		}
+	}
+	wantFailedUnbooked := func() {
+		t.Helper()
+		got, err := b.svc.GetRefund(ctx, r.ID)
+		if err != nil || got.Status != payments.RefundFailed {
+			t.Fatalf("refund after the read-back: %+v %v, want it Failed as it was", got, err)
+		}
+		if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.ID); n != 0 {
+			t.Fatalf("RefundIssued entries of the refund = %d, want none (the ledger is people's to correct)", n)
+		}
+	}
+	wantFailedUnbooked()
+
+	b.clock.Advance(time.Minute)
+	reconcile(t, b.svc, payments.ReconcileConfig{})
+	var again string
+	if err := b.pool.QueryRow(ctx, `SELECT detail FROM finance_cases WHERE id = $1`, caseID).Scan(&again); err != nil || again != detail {
+		t.Fatalf("the open case changed at the second pass (%v):\n%s\nwas\n%s", err, again, detail)
+	}
+	b.resolveOpenCase(t, s.ID, payments.CaseGatewayMismatch, "checked at the gateway: paid; correction proposed, FIN-40")
+	b.clock.Advance(time.Minute)
+	reconcile(t, b.svc, payments.ReconcileConfig{})
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, s.ID); n != 1 {
+		t.Fatalf("gateway_mismatch cases after finance resolved the same news = %d, want 1", n)
+	}
+	wantFailedUnbooked()
+}

@@ -26,6 +26,8 @@ import (
 // and kind, the news added to it; the refund's fact the one driveRefund words alike, so news
 // finance resolved is not opened again while it stays the same). The refund's status and the
 // ledger are never changed here: undoing a RefundIssued entry is money, which takes four eyes.
+// A refund settled Failed by hand is read back alike (readBackFailedByHand): the gateway paying
+// it after all is the contradiction there.
 //
 // An answer that says nothing (a timeout, a 5xx, our credentials refused, a gateway that cannot
 // search its refunds) opens nothing: the session's other refunds are left for the next pass too
@@ -44,12 +46,13 @@ import (
 // gateway calls beside the payment's own.
 const maxRefundsReadBack = 10
 
-// readBackRefunds reads back sess's refunds settled Succeeded within window and notes the
+// readBackRefunds reads back sess's refunds settled Succeeded, or Failed by hand, within window
+// and notes the
 // gateway's contradictions for finance. It returns an error only when the session's comparison
 // must stop (its time is up, the database failed); the gateway not answering is no error.
 func (s *Service) readBackRefunds(ctx context.Context, sess Session, rep *ReconcileReport, window time.Duration) error {
 	rows, err := s.db.Query(ctx, `SELECT `+refundColumns+` FROM refunds
-		WHERE session_id = $1 AND status = 'Succeeded' AND updated_at > $2
+		WHERE session_id = $1 AND (status = 'Succeeded' OR `+failedByHand+`) AND updated_at > $2
 		ORDER BY updated_at DESC, refunds.id LIMIT $3`, sess.ID, s.cfg.Clock.Now().Add(-window), maxRefundsReadBack)
 	if err != nil {
 		return fmt.Errorf("reconcile: refunds to read back: %w", err)
@@ -81,6 +84,12 @@ func (s *Service) readBackRefunds(ctx context.Context, sess Session, rep *Reconc
 			return nil
 		}
 		rep.RefundsReadBack++
+		if r.Status == RefundFailed {
+			if err := s.readBackFailedByHand(ctx, sess, rep, r, gr, found); err != nil {
+				return err
+			}
+			continue
+		}
 		says, fact, mismatch := "", "", ""
 		if found {
 			mismatch = refundAnswerMismatch(sess, r, gr)
@@ -118,7 +127,28 @@ func (s *Service) readBackRefunds(ctx context.Context, sess Session, rep *Reconc
 	return nil
 }
 
-// readBackRefund asks the gateway about r, a Succeeded refund of sess, making nothing: by the
+// readBackFailedByHand weighs the gateway's answer about r, a refund finance settled Failed by
+// hand (four eyes: no RefundIssued entry, its amount refundable again): a refund the gateway
+// made after all — succeeded, or still pending — contradicts the books. Only the payment's next
+// refund asked (recheckRefundsFailedByHand), and one may never come: a refund paid a day after
+// it was settled Failed stayed out of the books with nobody told (an outside review, chaos5).
+// Its fact is the one that re-check words alike, so news finance resolved is not opened again.
+// No such refund, or failed, agrees.
+func (s *Service) readBackFailedByHand(ctx context.Context, sess Session, rep *ReconcileReport, r Refund, gr GatewayRefund, found bool) error {
+	if !found || gr.Status == "failed" {
+		return nil
+	}
+	rep.RefundContradictions++
+	says := fmt.Sprintf("%s for its refund %s (%d of payment %s)", gr.Status, orNone(gr.ID), gr.Amount, orNone(gr.PaymentID))
+	detail := fmt.Sprintf("reconciliation: refund %s of %s %s is Failed here (%s; no RefundIssued entry, its amount refundable again), "+
+		"but the gateway says %s: the customer may have been refunded and the books do not show it. Nothing was changed here: "+
+		"check the refund at the gateway; if it was paid, mark it Succeeded on the payment's page (Settle by hand, approved by a second person), "+
+		"then resolve this case with a note saying what was done",
+		r.ID, FormatMinor(r.Amount, r.Currency), r.Currency, r.Detail, says)
+	return s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail, refundFact(r.ID, r.Status, gr))
+}
+
+// readBackRefund asks the gateway about r, a settled refund of sess, making nothing: by the
 // gateway's refund id, or by our key when it was settled without one (by hand). op is the call
 // made ("" when there was nothing to ask by: no refund id and no payment id).
 func (s *Service) readBackRefund(ctx context.Context, sess Session, r Refund) (gr GatewayRefund, found bool, op string, err error) {

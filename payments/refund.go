@@ -701,6 +701,11 @@ func settleRefundRow(ctx context.Context, tx pgx.Tx, cur Refund, status, detail,
 			UPDATE payment_sessions SET updated_at = greatest(updated_at, $6) WHERE id = $2`, cur.OrderID, cur.PaymentID, cur.Amount, cur.Currency, cur.ID, now); err != nil {
 			return Refund{}, dbError("refund: ledger", err, "")
 		}
+	} else if out.FailedByHand() {
+		// Settled Failed by hand, which the gateway may still pay: read back the same way.
+		if _, err := tx.Exec(ctx, `UPDATE payment_sessions SET updated_at = greatest(updated_at, $2) WHERE id = $1`, cur.PaymentID, now); err != nil {
+			return Refund{}, dbError("refund: payment", err, "")
+		}
 	}
 	return out, nil
 }
