@@ -457,6 +457,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 	ctx = s.traceSession(ctx, sess)
 	now := s.cfg.Clock.Now()
 	var out Session
+	var from Status // the status this apply moved the session from, read under its locks
 	call := pendingCallLog(ctx)
 	reachedCommit := false
 	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) (err error) {
@@ -482,6 +483,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 		if h := s.cfg.Hooks.AfterApplyLock; h != nil {
 			h(ctx, id)
 		}
+		from = cur.Status
 		out, err = s.applyLocked(ctx, tx, actor, cur, seen, asked, gp, reason, now, nil, &mayHaveCommitted)
 		return err
 	})
@@ -492,9 +494,22 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 	if err != nil {
 		return Session{}, err
 	}
+	if moved, ok := ctx.Value(movedCtxKey{}).(*movedByCall); ok && from != out.Status {
+		if moved.from == "" {
+			moved.from = from
+		}
+		moved.to = out.Status
+	}
 	leaseEnded(ctx, out)
 	return out, nil
 }
+
+// movedByCall is what the applies of one call moved the session through (committed): the
+// status the first moved it from and the one the last moved it to ("" when none moved it). A
+// call that wants to know (CheckAudited) puts one in its context (movedCtxKey); applyOne fills it.
+type movedByCall struct{ from, to Status }
+
+type movedCtxKey struct{}
 
 // applyLocked decides and writes what gp means for cur, the session as read under the order and
 // session locks the caller holds in tx (asked: a reverse was asked for it; seen: its status when

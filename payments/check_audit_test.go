@@ -54,3 +54,39 @@ func TestCheckNowAuditsOnlyTheChangeItApplied(t *testing.T) {
 		t.Errorf("audit of the check that applied it = %q, want %q", details, "check now: Registered → Completed")
 	}
 }
+
+// One person checks one payment twice at once (two tabs, or a second click without
+// JavaScript): the second check's answer is applied first (Registered → Completed) and the
+// first check applies nothing. Its audit entry still said "Registered → Completed": the check's
+// transition was read back from the timeline as any of the same actor's since it began, so the
+// one transition was claimed by both checks (an outside review, console). A check's own
+// transition is what its applies committed. Negative control (run by hand): read back from the
+// timeline by actor, both entries claim it.
+func TestTwoChecksOfOnePersonAuditTheTransitionOnce(t *testing.T) {
+	t.Parallel()
+	var once sync.Once
+	var b *bench
+	by := fin1.Actor()
+	b = newBench(t, func(c *payments.Config) {
+		c.Hooks.AfterGatewayStatus = func(ctx context.Context, id string, _ payments.GatewayPayment) {
+			once.Do(func() { // the other tab's check, answered and applied while this one waits
+				_, detail, err := b.plain.CheckAudited(context.Background(), by, id, payments.StatusRegistered)
+				if err != nil || detail != "Registered → Completed" {
+					t.Errorf("the other tab's check = %q %v, want it to have applied the transition", detail, err)
+				}
+			})
+		}
+	})
+	s := b.registered(t, "o-two-checks-one-person", 1000)
+	b.gw.SetStatus(s.GatewayPaymentID, payments.GatewaySucceeded)
+	_, detail, err := b.svc.CheckAudited(context.Background(), by, s.ID, payments.StatusRegistered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM session_events WHERE session_id = $1 AND to_status = 'Completed'`, s.ID); n != 1 {
+		t.Fatalf("%d transitions to Completed, want 1", n)
+	}
+	if want := "Registered → Completed (applied meanwhile by another path, not by this check)"; detail != want {
+		t.Errorf("the overtaken check says %q, want %q", detail, want)
+	}
+}

@@ -212,30 +212,20 @@ func (s *Service) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, er
 // CheckAudited is Check asked by a person, with what its audit entry says of it: the transition
 // this check applied ("Registered → Completed"), or, when it applied none, what it found — the
 // payment as read before (before) and as it is now, a change between them "applied meanwhile by
-// another path" (the patrol, a webhook, another check), whose it is as the timeline says (an
-// outside review: the audit credited a finance user with someone else's change). A refusal is
-// its error's words.
+// another path" (the patrol, a webhook, another check: an outside review, the audit credited a
+// finance user with someone else's change). The check's own transition is what its applies
+// committed (movedByCall), not read back from the timeline by actor: two checks of one person
+// (two tabs) both claimed the one transition the other had applied (an outside review). A
+// refusal is its error's words.
 func (s *Service) CheckAudited(ctx context.Context, actor Actor, id string, before Status) (Session, string, error) {
-	var since int64
-	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM session_events WHERE session_id = $1`, id).Scan(&since); err != nil {
-		return Session{}, "", dbError("check: timeline", err, "")
-	}
-	sess, err := s.Check(ctx, actor, id)
+	moved := &movedByCall{}
+	sess, err := s.Check(context.WithValue(ctx, movedCtxKey{}, moved), actor, id)
 	if err != nil {
 		return sess, "refused: " + ErrorCode(err) + ": " + ErrorMessage(err), err
 	}
-	rctx, done := s.detachRecord(ctx)
-	defer done()
-	var from, to *string
-	if err := s.db.QueryRow(rctx, `SELECT (array_agg(from_status ORDER BY id))[1], (array_agg(to_status ORDER BY id DESC))[1]
-		FROM session_events WHERE session_id = $1 AND id > $2 AND actor_kind = $3 AND actor_id = $4`,
-		id, since, string(actor.Kind), actor.ID).Scan(&from, &to); err != nil {
-		s.log.Warn("check: timeline after the check", "session", id, "err", err)
-		return sess, string(before) + " → " + string(sess.Status), nil
-	}
 	switch {
-	case to != nil:
-		return sess, deref(from) + " → " + *to, nil
+	case moved.to != "":
+		return sess, string(moved.from) + " → " + string(moved.to), nil
 	case sess.Status != before:
 		return sess, string(before) + " → " + string(sess.Status) + " (applied meanwhile by another path, not by this check)", nil
 	}
