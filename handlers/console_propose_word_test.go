@@ -3,8 +3,10 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
+	"pitlane/access"
 	"pitlane/payments"
 )
 
@@ -69,5 +71,26 @@ func TestTheProposalFormShowsAndKeepsTheGatewaysWord(t *testing.T) {
 	wantText(t, doc, "propose-error", "the gateway's word about the payment changed")
 	if n := b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, other.ID); n != 0 {
 		t.Fatalf("%d proposals from a form without cases_seen, want none", n)
+	}
+}
+
+// "Settle by hand" of a Completed payment whose refund proposal waits named it "Proposal #1 by
+// fin@example.com () already waits": a refund proposal has no outcome of a status (an outside
+// review, console). It is named by what it proposes. Negative control (run by hand): the
+// outcome, "()".
+func TestTheProposePageNamesAWaitingRefundProposal(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	b.user(t, "fin@example.com", access.RoleFinance)
+	s := b.completed(t, "o-refund-waits", 2500)
+	fin := b.agent(t)
+	fin.login("fin@example.com")
+	action, form := formValues(page(t, fin.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
+	form.Set("amount", "5.00")
+	form.Set("reason", "goodwill")
+	wantText(t, page(t, fin.follow(fin.post(action, form)), http.StatusOK), "refund-proposal-waiting", "5.00 EUR")
+	doc := page(t, fin.get("/finance/resolutions/new?session="+s.ID), http.StatusOK)
+	if got := strings.Join(strings.Fields(text(doc, "propose-pending")), " "); !strings.Contains(got, "(refund 5.00 EUR)") {
+		t.Errorf("the waiting refund proposal is named %q, want what it proposes: (refund 5.00 EUR)", got)
 	}
 }
