@@ -274,7 +274,7 @@ func refundAnswer(op string, gr GatewayRefund, err error) (GatewayRefund, error)
 }
 
 // unreadable is the error of an answer whose ids are too long or whose text a column cannot
-// store, nil when there is none.
+// store or a page cannot show as it is (shownAsIs), nil when there is none.
 func unreadable(op string, ids []string, texts ...string) error {
 	why := ""
 	for _, id := range ids {
@@ -285,6 +285,12 @@ func unreadable(op string, ids []string, texts ...string) error {
 	for _, s := range texts {
 		if why == "" && (strings.ContainsRune(s, 0) || !utf8.ValidString(s)) {
 			why = fmt.Sprintf("text a column cannot store (%q)", truncate(s, 64))
+		}
+		if i := strings.IndexFunc(s, func(r rune) bool { return !shownAsIs(r) }); why == "" && i >= 0 {
+			// An id or status that shows as another (a right-to-left override turns the rest of
+			// a case's line around on the page): no gateway's word is written so (an outside
+			// review, console).
+			why = fmt.Sprintf("a character that does not show as itself (%+q at byte %d)", []rune(s[i:])[0], i)
 		}
 	}
 	if why == "" {

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -178,6 +179,9 @@ func TestAGatewayAnswerNoColumnHoldsIsUnreadable(t *testing.T) {
 		"8,000 bytes":     func(id string) string { return id + strings.Repeat("x", 8000) },
 		"invalid UTF-8":   func(id string) string { return id + "\xff" },
 		"256 bytes (255)": func(id string) string { return id + strings.Repeat("x", 256-len(id)) },
+		// Shows as another id on the page (the rest of a case's line turned around): a review.
+		"a right-to-left override": func(id string) string { return id + "\u202e" },
+		"a zero-width space":       func(id string) string { return id + "\u200b" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -193,5 +197,39 @@ func TestAGatewayAnswerNoColumnHoldsIsUnreadable(t *testing.T) {
 				t.Fatalf("a refund answered with %s: %+v %v (refund calls %d); want Pending, nothing attached", name, rf.Refund, err, b.gw.Calls(fakegw.OpRefund))
 			}
 		})
+	}
+}
+
+// bidiRefusal refuses every refund with an error whose code and message carry a right-to-left
+// override: text the gateway chooses, stored in the refund's detail and the call log, which staff
+// read on the payment's page.
+type bidiRefusal struct{ payments.Gateway }
+
+func (bidiRefusal) Refund(context.Context, string, string, int64, string) (payments.GatewayRefund, error) {
+	return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: "refund", HTTPStatus: 422,
+		Code: "not_refundable\u202e)RUE 001 ,dedeeccus(", Err: errors.New("card\u200bclosed")}
+}
+
+// A gateway's error text is shown to staff (a refund's detail, the call log): a right-to-left
+// override in it turned the rest of the line around on the page, "(succeeded, 100 EUR)" showing
+// as words the gateway never sent in that order (an outside review, console). Each character
+// that does not show as itself is stored as its code point. Negative control (run by hand):
+// storable without it, the override stored as it came.
+func TestAGatewaysInvisibleCharactersAreStoredVisibly(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule, func(c *payments.Config) { c.Gateway = bidiRefusal{c.Gateway} })
+	ctx := context.Background()
+	s := b.completed(t, "o-bidi-refusal", 1000)
+	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 300, RequestKey: "k1"})
+	if err != nil || r.Refund.Status != payments.RefundFailed {
+		t.Fatalf("a refund the gateway refused = %+v, %v; want it Failed (the gateway refused)", r.Refund, err)
+	}
+	if !strings.Contains(r.Refund.Detail, "<U+202E>") || strings.ContainsRune(r.Refund.Detail, '\u202e') {
+		t.Errorf("the refund's detail = %q, want the override written as <U+202E>", r.Refund.Detail)
+	}
+	for _, d := range b.texts(t, `SELECT detail FROM gateway_calls WHERE session_id = $1`, s.ID) {
+		if strings.ContainsAny(d, "\u202e\u200b") {
+			t.Errorf("a call's log holds an invisible character: %q", d)
+		}
 	}
 }
