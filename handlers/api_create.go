@@ -128,7 +128,16 @@ func (a *API) replay(c echo.Context, ir payments.IdempotencyRequest, out payment
 		return a.writeCreated(c, createdStatus(res), res.Session, false)
 	}
 	status := out.Status
-	if ir.Kind == payments.IdempotencyIntentKey || status < 200 || status > 299 {
+	switch {
+	case ir.Kind == payments.IdempotencyIntentKey:
+		status = http.StatusOK
+	case status == 0:
+		// The key's request created the session (the claim recorded it with the key) and its
+		// answer was never recorded (its replica died, or the database failed it): the answer
+		// it would have given, as the session is now. 200 said "already existed" (an outside
+		// review, dbfail).
+		status = createdStatus(payments.CreateResult{Session: sess, Created: true})
+	case status < 200 || status > 299:
 		status = http.StatusOK
 	}
 	return a.writeCreated(c, status, sess, true)

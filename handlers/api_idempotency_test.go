@@ -200,12 +200,14 @@ func TestAPICrashedRequestKeyTakenOverAfterStaleBound(t *testing.T) {
 		t.Fatal("no Retry-After")
 	}
 	b.clock.Advance(2 * time.Second) // past 2 x 10 s + 10 s
+	// The key's request created the session and its answer was never recorded: answered as
+	// that request would have, 202 while Registering (200 said "already existed").
 	rec = b.do(c)
-	if got := wantPayment(t, rec, http.StatusOK); got.ID != claimed || got.Status != "Registering" {
+	if got := wantPayment(t, rec, http.StatusAccepted); got.ID != claimed || got.Status != "Registering" {
 		t.Fatalf("takeover = %+v, want the claimed session %s", got, claimed)
 	}
 	rec = b.do(c)
-	if got := wantPayment(t, rec, http.StatusOK); got.ID != claimed || rec.Header().Get("Idempotent-Replayed") != "true" {
+	if got := wantPayment(t, rec, http.StatusAccepted); got.ID != claimed || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay after takeover = %+v", got)
 	}
 	// The "dead" request wakes up 31 s after its claim, past the patrol's grace for the
@@ -271,7 +273,9 @@ func TestAPIClientKeyReplaysTheSessionItsFailedRequestCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := b.do(c)
-	if p := wantPayment(t, rec, http.StatusOK); p.ID != first || p.Status != "Failed" || rec.Header().Get("Idempotent-Replayed") != "true" {
+	// As the request that created it would have answered (201: the gateway has it, or refused
+	// it), its first answer never recorded.
+	if p := wantPayment(t, rec, http.StatusCreated); p.ID != first || p.Status != "Failed" || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("the same request again = %+v %v, want the session %s it created, replayed", p, rec.Header(), first)
 	}
 	if n := b.sessions(t); n != 1 {

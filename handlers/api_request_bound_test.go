@@ -76,11 +76,14 @@ func TestAPIRequestWhoseDatabaseDoesNotAnswerIs503WithinItsBound(t *testing.T) {
 // boundReplica is a replica over pool whose API calls are bounded at bound, with a stale bound
 // of ten minutes (so only the cut, not the key's staleness, can end a key's last write), and the
 // same replica without a bound, for the retries.
-func (b *apiBench) boundReplica(pool *pgxpool.Pool, bound time.Duration) (e, free *echo.Echo) {
+func (b *apiBench) boundReplica(pool *pgxpool.Pool, bound time.Duration, idem ...payments.IdempotencyConfig) (e, free *echo.Echo) {
 	svc := payments.NewService(pool, payments.Config{Gateway: b.gw, Clock: b.clock, ReplicaID: "replica-bound",
 		CodeSecret: []byte("test-secret"), LockTimeout: 10 * time.Minute})
-	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-bound", Payments: svc,
-		Idempotency: payments.IdempotencyConfig{StaleAfter: 10 * time.Minute}}
+	keys := payments.IdempotencyConfig{StaleAfter: 10 * time.Minute}
+	for _, c := range idem {
+		keys.Hooks = c.Hooks
+	}
+	deps := web.Deps{Logger: slog.New(slog.DiscardHandler), DB: pool, ReplicaID: "replica-bound", Payments: svc, Idempotency: keys}
 	free = web.New(deps)
 	deps.RequestTimeout = bound
 	return web.New(deps), free
@@ -93,9 +96,10 @@ func (b *apiBench) boundReplica(pool *pgxpool.Pool, bound time.Duration) (e, fre
 // 10 s margin; ten minutes here) and the client got a dropped connection.
 func TestKeyedCallCutAtItsBoundIsAnswered(t *testing.T) {
 	t.Parallel()
+	idem, letGone := letGo()
 	b := newAPIBench(t)
 	pool, take := poolOfOne(t, b.pool)
-	e, free := b.boundReplica(pool, 2*time.Second)
+	e, free := b.boundReplica(pool, 2*time.Second, idem)
 	release := holdCreateLock(t, b.pool, "o-cut-key")
 	create := post(createPath("o-cut-key"), `{"amount":100,"currency":"EUR"}`, "Idempotency-Key", "k-cut-key")
 	answer := make(chan *httptest.ResponseRecorder, 1)
@@ -111,10 +115,10 @@ func TestKeyedCallCutAtItsBoundIsAnswered(t *testing.T) {
 	<-took
 	taken()
 	release()
-	// The key's Abandon was given up: the key is the request's until its stale bound, then the
-	// same request takes it over.
-	wantProblem(t, b.on(free, create), http.StatusConflict, "")
-	b.clock.Advance(10*time.Minute + time.Second)
+	// The key's Abandon was given up within the grace and tried again in the background (it
+	// stayed the request's until its stale bound, ten minutes here: an outside review, dbfail):
+	// once that is written, the same request takes the key over.
+	wantLetGo(t, letGone)
 	wantPayment(t, b.on(free, create), http.StatusCreated)
 	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
 		t.Fatalf("%d registrations, want one", n)

@@ -619,8 +619,14 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 			// nothing the server accepted (the guards raise in SQL).
 			*commit = true
 			if err := commitWith(ctx, tx, b); err != nil {
+				// The server refused a statement (a guard raised in SQL): the COMMIT was skipped.
+				// Not a connection's end reported as an error: pgbouncer answers a COMMIT whose
+				// server died with FATAL 08P01, PostgreSQL one whose synchronous replication it
+				// stopped waiting for with FATAL 57P01 after committing locally — read as rolled
+				// back, the call's log row was written a second time (an outside review, dbfail).
 				var pgErr *pgconn.PgError
-				*commit = !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback)
+				refused := errors.As(err, &pgErr) && !DatabaseUnavailable(err)
+				*commit = !refused && !errors.Is(err, pgx.ErrTxCommitRollback)
 				return out, transitionError(id, err)
 			}
 			return out, nil

@@ -179,11 +179,24 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	}
 	rctx, done := unlessHungUp(ctx)
 	defer done()
-	sess, err = s.register(rctx, actor, sess)
+	out, err := s.register(rctx, actor, sess)
 	if err != nil {
-		return CreateResult{}, err
+		// The session exists (the claim committed) and its registration's outcome is the
+		// patrol's to learn if this request could not write it: answered as it is now (201 once
+		// Registered, 202 while Registering or Unknown), as a refund whose apply failed is
+		// (settleRefund). Answered 503, a Create whose apply committed with its answer lost (a
+		// failover) told the shop it failed while the gateway and pitlane held its payment, and
+		// the same key's retry replayed it as 200, "already existed" (an outside review, dbfail).
+		s.log.Info("create: registration not written by its request; answering the session as it is", "session", sess.ID, "err", err)
+		gctx, gdone := s.detachRecord(ctx)
+		defer gdone()
+		cur, gerr := s.Get(gctx, sess.ID)
+		if gerr != nil {
+			return CreateResult{}, err
+		}
+		return CreateResult{Session: cur, Created: true}, nil
 	}
-	return CreateResult{Session: sess, Created: true}, nil
+	return CreateResult{Session: out, Created: true}, nil
 }
 
 // activeSessionOfOrderSQL reads an order's active session ($1: the order id) through the partial

@@ -103,6 +103,10 @@ type IdempotencyHooks struct {
 	// A fresh key's single INSERT has no transaction to stop in (tests park it on the row lock
 	// of its client, which the INSERT's foreign key takes).
 	AfterAcquireRead func(ctx context.Context, key string)
+	// AfterLetGo runs when a key's last write that failed and was retried in the background
+	// (retryLater: what names it, "abandon", "release", "complete") is done: err nil once it
+	// was written (or nothing was left to write), else why it was given up.
+	AfterLetGo func(key, what string, err error)
 }
 
 // IdempotencyConfig configures an Idempotency. Zero values get the defaults.
@@ -411,6 +415,11 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	case err == nil:
 		return Slot{Token: got, Fresh: true, Since: now.Truncate(time.Microsecond)}, nil
 	case !errors.Is(err, pgx.ErrNoRows):
+		// The INSERT may have committed with its answer lost (a connection cut after the
+		// server's commit: a failover): the key would then stay held by this request, which
+		// answers 503, and the same request again was refused 409 "in progress" until
+		// StaleAfter (an outside review, dbfail). The key is let go of by its token.
+		x.abandonLater(r, token)
 		return Slot{}, dbError("idempotency: insert", err, "")
 	}
 	var out Slot
@@ -536,7 +545,9 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	if err != nil {
 		if reused {
 			x.conflict(r, ConflictReused)
+			return Slot{}, err
 		}
+		x.abandonLater(r, token) // its COMMIT may have taken the key under token (as above)
 		return Slot{}, err
 	}
 	if busy {
@@ -624,9 +635,10 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	}
 	rctx, cancel := x.recordContext(ctx)
 	defer cancel()
-	if cerr := x.Complete(rctx, r, slot.Token, id, status); cerr != nil {
-		x.svc.log.Warn("idempotency: completing key failed", "client", r.ClientID, "kind", string(r.Kind),
+	if cerr := x.Complete(rctx, r, slot.Token, id, status); cerr != nil && !errors.Is(cerr, ErrIdempotencyLockLost) {
+		x.svc.log.Warn("idempotency: completing key failed; trying again in the background", "client", r.ClientID, "kind", string(r.Kind),
 			"resource", id, "err", cerr)
+		x.retryLater(r, "complete", func(ctx context.Context) error { return x.Complete(ctx, r, slot.Token, id, status) })
 	}
 	return Outcome{ResourceID: id, Status: status}, nil
 }
@@ -672,20 +684,63 @@ func (x *Idempotency) recordContext(ctx context.Context) (context.Context, conte
 func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, slot Slot, cause error) {
 	ctx, cancel := x.recordContext(ctx)
 	defer cancel()
-	var err error
+	what, op := "abandon", func(ctx context.Context) error { return x.Abandon(ctx, r, slot.Token) }
 	switch ErrorCode(cause) {
 	case EINVALID, ENOTFOUND, ECONFLICT, EBUSY:
-		if r.Kind == IdempotencyIntentKey || !slot.Fresh {
-			err = x.Abandon(ctx, r, slot.Token)
-			break
+		if r.Kind != IdempotencyIntentKey && slot.Fresh {
+			what, op = "release", func(ctx context.Context) error { return x.Release(ctx, r, slot.Token) }
 		}
-		err = x.Release(ctx, r, slot.Token)
-	default:
-		err = x.Abandon(ctx, r, slot.Token)
 	}
-	if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
-		x.svc.log.Warn("idempotency: giving up key failed", "client", r.ClientID, "kind", string(r.Kind), "err", err)
+	if err := op(ctx); err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
+		// The database failed the request and then this write (an outage): tried once, the key
+		// stayed held until StaleAfter, and the same request was refused 409 "in progress"
+		// though nothing ran (an outside review, dbfail).
+		x.svc.log.Warn("idempotency: giving up key failed; trying again in the background", "client", r.ClientID, "kind", string(r.Kind), "err", err)
+		x.retryLater(r, what, op)
 	}
+}
+
+// abandonLater lets go of the key r under token in the background (Abandon, retried): after an
+// Acquire whose outcome the database left unknown. A key it never took is no one's to let go
+// (ErrIdempotencyLockLost ends it at once).
+func (x *Idempotency) abandonLater(r IdempotencyRequest, token string) {
+	x.retryLater(r, "abandon", func(ctx context.Context) error { return x.Abandon(ctx, r, token) })
+}
+
+// retryLater runs op, a key's last write for a request that has answered, in the background
+// until it is written or there is nothing left to write (ErrIdempotencyLockLost): at once, then
+// after 250 ms doubling to 5 s, for at most StaleAfter — after which the key is any request's to
+// take over anyway. Guarded by the request's lock token, a late write changes nothing another
+// request did meanwhile. Lost with the process (the key then goes stale, as after a crash).
+func (x *Idempotency) retryLater(r IdempotencyRequest, what string, op func(context.Context) error) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.StaleAfter)
+		defer cancel()
+		wait := 250 * time.Millisecond
+		var err error
+		for {
+			if err = op(ctx); err == nil || errors.Is(err, ErrIdempotencyLockLost) {
+				err = nil
+				break
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+		if err != nil {
+			x.svc.log.Warn("idempotency: key not let go; it is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what, "err", err)
+		}
+		if h := x.cfg.Hooks.AfterLetGo; h != nil {
+			h(r.Key, what, err)
+		}
+	}()
 }
 
 // Complete records what the key's request did: the resource it created or found and the response
