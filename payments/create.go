@@ -602,10 +602,21 @@ func (s *Service) registrationFailed(ctx context.Context, actor Actor, sess Sess
 	return out, err
 }
 
-// inFlightStatus are the answers of a proxy in front of the gateway whose upstream may still be
-// working on the request: 502, 504, and 408 (it gave up waiting; refgw and stripegw read it
-// unknown for that reason, and a cancel registered beside one: a review).
-var inFlightStatus = map[int]bool{http.StatusRequestTimeout: true, http.StatusBadGateway: true, http.StatusGatewayTimeout: true}
+// inFlightStatuses are the answers of a proxy in front of the gateway whose upstream may still
+// be working on the request: 502, 504, and 408 (it gave up waiting; refgw and stripegw read it
+// unknown for that reason, and a cancel registered beside one: a review); Cloudflare's 524 (a
+// connection to the origin made, its answer not in time) and 520 (the origin's connection ended
+// unexpectedly), which a gateway behind it answers so. Not 522 or 523: no connection was made.
+var inFlightStatuses = []int32{http.StatusRequestTimeout, http.StatusBadGateway, http.StatusGatewayTimeout, 520, 524}
+
+// inFlightStatus is inFlightStatuses as a set.
+var inFlightStatus = func() map[int]bool {
+	set := map[int]bool{}
+	for _, st := range inFlightStatuses {
+		set[int(st)] = true
+	}
+	return set
+}()
 
 // mayBeInFlight says whether a call that failed with err may still be processed by the gateway
 // (registrationInFlight reads the call log by the same rule):
@@ -627,8 +638,8 @@ func mayBeInFlight(err error) bool {
 func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
 	var last *time.Time
 	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE session_id = $1 AND operation = 'register' AND created_at > $2
-			AND outcome = 'unknown' AND (http_status IS NULL OR http_status IN (408, 502, 504)) -- inFlightStatus`,
-		sessionID, now.Add(-grace)).Scan(&last); err != nil {
+			AND outcome = 'unknown' AND (http_status IS NULL OR http_status = ANY($3))`,
+		sessionID, now.Add(-grace), inFlightStatuses).Scan(&last); err != nil {
 		return time.Time{}, dbError("registrations in flight", err, "")
 	}
 	if last == nil {

@@ -190,7 +190,7 @@ func TestRetryNowAfterA504RegistrationDoesNotRegisterBesideIt(t *testing.T) {
 // (a review of the rule: it was unknown, not in flight; negative control by hand: two payments).
 func TestACancelAfterA504CreateDoesNotRegisterBesideIt(t *testing.T) {
 	t.Parallel()
-	for _, status := range []int{504, 408} {
+	for _, status := range []int{504, 408, 524} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			t.Parallel()
 			b := newBench(t)
