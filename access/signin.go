@@ -54,10 +54,6 @@ const reapPerFailure = 10
 // lock_timeout, again and again. What a refusal says (how long to wait) is read through the
 // transaction itself.
 func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
-	if err := s.enterSignIn(ctx); err != nil {
-		return User{}, err
-	}
-	defer func() { <-s.signIns }()
 	// Cut on a character: half of one is no UTF-8, which PostgreSQL refuses in the throttle's
 	// first statement, so the attempt was an error that counted nothing.
 	email := cutText(NormalizeEmail(a.Email), 254)
@@ -71,6 +67,13 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 	var refusal error
 	var failures int // this attempt's place in the account's run of failures, if it fails
 	trusted := false // a device that signed in to this account before, with allowance left (devices.go)
+	// Only this transaction waits for room (enterSignIn): it is what a flood queues on the
+	// buckets' rows with. What follows is bounded by the buckets' own rates (a throttled attempt
+	// ends here); held across bcrypt, which holds no connection, the room let a dozen guesses
+	// within their buckets keep a trusted device out (a review).
+	if err := s.enterSignIn(ctx); err != nil {
+		return User{}, err
+	}
 	err := s.inTx(ctx, "sign in: throttle", func(tx pgx.Tx) error {
 		var err error
 		if trusted, err = s.claimDevice(ctx, tx, a.Device, email, now); err != nil || trusted {
@@ -111,6 +114,7 @@ func (s *Service) SignIn(ctx context.Context, a Attempt) (User, error) {
 		}
 		return nil
 	})
+	<-s.signIns
 	if refusal != nil {
 		return User{}, refusal
 	}

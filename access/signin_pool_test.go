@@ -177,3 +177,55 @@ func TestSignInOnOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// A replica on pgxpool's default pool (4 connections: room for one sign-in, signInRoom) at the
+// production bcrypt cost. A dozen anonymous guesses in flight — each within its address's burst
+// and far under the global bucket — held the one room across their bcrypt (which uses no
+// connection), and a staff member whose browser is a trusted device (which by design passes
+// whatever the address and global buckets say) was refused 429 (a review of the room). Only the
+// throttle's transaction takes room. Negative control (run by hand): the room held to the end
+// of SignIn, refused after 3 s.
+func TestATrustedDeviceSignsInBesideGuessesInBcrypt(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.user(t, "ana@example.com", access.RoleSupport)
+	acc := access.New(testdb.PoolOf(t, b.pool, 4), b.clock) // room: max(1, 4/4) = 1
+	acc.PasswordCost = 12 // production's DefaultPasswordCost (the dummy hash of unknown emails)
+	device := deviceOf(t, acc, "ana@example.com")
+
+	stop := make(chan struct{})
+	answers := make(chan string, 1024)
+	done := make(chan struct{})
+	const attackers = 12
+	for i := range attackers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := acc.SignIn(context.Background(), attempt(fmt.Sprintf("nobody%d-%d@example.com", i, n), "guess guess guess", fmt.Sprintf("198.51.100.%d", i+1)))
+				answers <- payments.ErrorCode(err)
+			}
+		}()
+	}
+	<-answers // the first guess was judged: the others are queued behind the slot
+	start := time.Now()
+	err := signInWithDevice(acc, "ana@example.com", testPassword, "192.0.2.7", device)
+	t.Logf("trusted device sign-in after %v: %v", time.Since(start), err)
+	close(stop)
+	for range attackers {
+		<-done
+	}
+	close(answers)
+	got := map[string]int{}
+	for c := range answers {
+		got[c]++
+	}
+	t.Logf("attackers' answers: %v", got)
+	if err != nil {
+		t.Fatalf("a trusted device's right password under %d guesses in flight: %v, want signed in", attackers, err)
+	}
+}
