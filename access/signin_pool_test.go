@@ -190,7 +190,7 @@ func TestATrustedDeviceSignsInBesideGuessesInBcrypt(t *testing.T) {
 	b := newBench(t)
 	b.user(t, "ana@example.com", access.RoleSupport)
 	acc := access.New(testdb.PoolOf(t, b.pool, 4), b.clock) // room: max(1, 4/4) = 1
-	acc.PasswordCost = 12 // production's DefaultPasswordCost (the dummy hash of unknown emails)
+	acc.PasswordCost = 12                                   // production's DefaultPasswordCost (the dummy hash of unknown emails)
 	device := deviceOf(t, acc, "ana@example.com")
 
 	stop := make(chan struct{})
