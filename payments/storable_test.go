@@ -233,3 +233,30 @@ func TestAGatewaysInvisibleCharactersAreStoredVisibly(t *testing.T) {
 		}
 	}
 }
+
+// A signed webhook's ids are the gateway's text as much as its answers are, and reached a
+// finance case's detail (a second payment the gateway does not know) and the webhook inbox
+// unchecked: a right-to-left override turned their lines around on staff pages (a review of
+// the answers' check). Such an event is refused as malformed, nothing written. Negative control
+// (run by hand): without the check, the case and the inbox hold the override.
+func TestAWebhooksInvisibleCharactersAreRefused(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-bidi-webhook", 1000)
+	for _, ev := range []payments.GatewayEvent{
+		{ID: "evt_1", Type: "payment.updated", PaymentID: "gp_evil\u202e)RUE 00.01 ,dedeeccus(", Reference: s.ID},
+		{ID: "evt_\u202e2", Type: "payment.updated", PaymentID: s.GatewayPaymentID, Reference: s.ID},
+		{ID: "evt_3", Type: "payment.updated", PaymentID: s.GatewayPaymentID, Reference: s.ID + "\u200b"},
+	} {
+		if _, err := b.svc.HandleGatewayEvent(ctx, ev); payments.ErrorCode(err) != payments.EMALFORMED {
+			t.Errorf("event %+q = %v, want it refused as malformed", ev, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_events`); n != 0 {
+		t.Errorf("%d events recorded, want none", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1`, s.ID); n != 0 {
+		t.Errorf("%d cases opened, want none", n)
+	}
+}
