@@ -107,6 +107,8 @@ type IdempotencyHooks struct {
 	// (retryLater: what names it, "abandon", "release", "complete") is done: err nil once it
 	// was written (or nothing was left to write), else why it was given up.
 	AfterLetGo func(key, what string, err error)
+	// AfterLetGoTry runs after each try of such a write, with its error.
+	AfterLetGoTry func(key, what string, err error)
 }
 
 // IdempotencyConfig configures an Idempotency. Zero values get the defaults.
@@ -137,8 +139,9 @@ const (
 
 // Idempotency is the key store over the service's database and clock.
 type Idempotency struct {
-	svc *Service
-	cfg IdempotencyConfig
+	svc   *Service
+	cfg   IdempotencyConfig
+	letGo chan struct{} // the keys being let go of in the background (retryLater, maxLetGo)
 }
 
 // NewIdempotency builds the key store for a service.
@@ -152,7 +155,7 @@ func NewIdempotency(svc *Service, cfg IdempotencyConfig) *Idempotency {
 	if cfg.IntentWindow <= 0 {
 		cfg.IntentWindow = DefaultIntentWindow
 	}
-	return &Idempotency{svc: svc, cfg: cfg}
+	return &Idempotency{svc: svc, cfg: cfg, letGo: make(chan struct{}, maxLetGo)}
 }
 
 // Config returns the effective configuration.
@@ -419,7 +422,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 		// server's commit: a failover): the key would then stay held by this request, which
 		// answers 503, and the same request again was refused 409 "in progress" until
 		// StaleAfter (an outside review, dbfail). The key is let go of by its token.
-		x.abandonLater(r, token)
+		x.abandonLater(r, token, err)
 		return Slot{}, dbError("idempotency: insert", err, "")
 	}
 	var out Slot
@@ -547,7 +550,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			x.conflict(r, ConflictReused)
 			return Slot{}, err
 		}
-		x.abandonLater(r, token) // its COMMIT may have taken the key under token (as above)
+		x.abandonLater(r, token, err) // its COMMIT may have taken the key under token (as above)
 		return Slot{}, err
 	}
 	if busy {
@@ -638,7 +641,7 @@ func (x *Idempotency) Run(ctx context.Context, r IdempotencyRequest, effect Effe
 	if cerr := x.Complete(rctx, r, slot.Token, id, status); cerr != nil && !errors.Is(cerr, ErrIdempotencyLockLost) {
 		x.svc.log.Warn("idempotency: completing key failed; trying again in the background", "client", r.ClientID, "kind", string(r.Kind),
 			"resource", id, "err", cerr)
-		x.retryLater(r, "complete", func(ctx context.Context) error { return x.Complete(ctx, r, slot.Token, id, status) })
+		x.retryLater(r, "complete", true, func(ctx context.Context) error { return x.Complete(ctx, r, slot.Token, id, status) })
 	}
 	return Outcome{ResourceID: id, Status: status}, nil
 }
@@ -696,30 +699,68 @@ func (x *Idempotency) giveUp(ctx context.Context, r IdempotencyRequest, slot Slo
 		// stayed held until StaleAfter, and the same request was refused 409 "in progress"
 		// though nothing ran (an outside review, dbfail).
 		x.svc.log.Warn("idempotency: giving up key failed; trying again in the background", "client", r.ClientID, "kind", string(r.Kind), "err", err)
-		x.retryLater(r, what, op)
+		x.retryLater(r, what, true, op)
 	}
 }
 
 // abandonLater lets go of the key r under token in the background (Abandon, retried): after an
-// Acquire whose outcome the database left unknown. A key it never took is no one's to let go
-// (ErrIdempotencyLockLost ends it at once).
-func (x *Idempotency) abandonLater(r IdempotencyRequest, token string) {
-	x.retryLater(r, "abandon", func(ctx context.Context) error { return x.Abandon(ctx, r, token) })
+// Acquire whose outcome the database left unknown (err). One whose statement provably never ran
+// (mayHaveRun) left nothing to let go of. Finding no row under token is not the end while the
+// key's INSERT may still be running on the server with its connection gone (a cancel request
+// pgbouncer dropped: it commits later, and an Abandon that had given up at once left the key
+// held until the stale bound: a review): it is tried again until the stale bound.
+func (x *Idempotency) abandonLater(r IdempotencyRequest, token string, err error) {
+	if !mayHaveRun(err) {
+		return
+	}
+	x.retryLater(r, "abandon", false, func(ctx context.Context) error { return x.Abandon(ctx, r, token) })
 }
 
+// mayHaveRun reports whether a statement that failed with err may have been carried out by the
+// server: not when no connection was made, nothing was sent (pgconn.SafeToRetry), or the server
+// answered it with an error of its own (not a connection's end).
+func mayHaveRun(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	switch {
+	case err == nil, errors.As(err, &ce), pgconn.SafeToRetry(err):
+		return false
+	case errors.As(err, &pe):
+		return DatabaseUnavailable(err)
+	}
+	return true
+}
+
+// maxLetGo bounds the keys a replica lets go of in the background at once (retryLater): under a
+// long outage each failed request would add one more for the stale bound. Past it a key goes
+// stale as before.
+const maxLetGo = 256
+
 // retryLater runs op, a key's last write for a request that has answered, in the background
-// until it is written or there is nothing left to write (ErrIdempotencyLockLost): at once, then
-// after 250 ms doubling to 5 s, for at most StaleAfter — after which the key is any request's to
-// take over anyway. Guarded by the request's lock token, a late write changes nothing another
-// request did meanwhile. Lost with the process (the key then goes stale, as after a crash).
-func (x *Idempotency) retryLater(r IdempotencyRequest, what string, op func(context.Context) error) {
+// until it is written — or there is nothing left to write (ErrIdempotencyLockLost), at once when
+// lostIsFinal — at once, then after 250 ms doubling to 5 s, for at most StaleAfter, after which
+// the key is any request's to take over anyway. Guarded by the request's lock token, a late write
+// changes nothing another request did meanwhile. Lost with the process (the key then goes stale,
+// as after a crash), and not started past maxLetGo at once.
+func (x *Idempotency) retryLater(r IdempotencyRequest, what string, lostIsFinal bool, op func(context.Context) error) {
+	select {
+	case x.letGo <- struct{}{}:
+	default:
+		x.svc.log.Warn("idempotency: too many keys being let go of; this one is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what)
+		return
+	}
 	go func() {
+		defer func() { <-x.letGo }()
 		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.StaleAfter)
 		defer cancel()
 		wait := 250 * time.Millisecond
 		var err error
 		for {
-			if err = op(ctx); err == nil || errors.Is(err, ErrIdempotencyLockLost) {
+			err = op(ctx)
+			if h := x.cfg.Hooks.AfterLetGoTry; h != nil {
+				h(r.Key, what, err)
+			}
+			if err == nil || errors.Is(err, ErrIdempotencyLockLost) && lostIsFinal {
 				err = nil
 				break
 			}
@@ -734,7 +775,7 @@ func (x *Idempotency) retryLater(r IdempotencyRequest, what string, op func(cont
 			}
 			wait = min(2*wait, 5*time.Second)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
 			x.svc.log.Warn("idempotency: key not let go; it is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what, "err", err)
 		}
 		if h := x.cfg.Hooks.AfterLetGo; h != nil {

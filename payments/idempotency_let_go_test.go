@@ -1,0 +1,172 @@
+package payments_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/payments"
+)
+
+// cutConns records the connections that sent Acquire's INSERT so the test can cut them, and
+// loses every cancel request (pgbouncer restarted, or dropped it).
+type cutConns struct {
+	mu      sync.Mutex
+	hits    []net.Conn
+	cancels int
+}
+
+type recConn struct {
+	net.Conn
+	c *cutConns
+}
+
+func (r *recConn) Write(p []byte) (int, error) {
+	// A cancel request (length 16, code 80877102) that never reaches the server: pgbouncer
+	// restarted (it no longer knows the key) or dropped it (a client it had queued).
+	if len(p) == 16 && bytes.Equal(p[:8], []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e}) {
+		r.c.mu.Lock()
+		r.c.cancels++
+		r.c.mu.Unlock()
+		r.Conn.Close()
+		return len(p), nil
+	}
+	if bytes.Contains(p, []byte("INSERT INTO idempotency_keys")) {
+		r.c.mu.Lock()
+		r.c.hits = append(r.c.hits, r.Conn)
+		r.c.mu.Unlock()
+	}
+	return r.Conn.Write(p)
+}
+
+func (c *cutConns) cut() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.hits {
+		n.Close()
+	}
+	return len(c.hits)
+}
+
+// Acquire's autocommit INSERT is sent and its connection breaks while the server still runs it
+// (it waits on a lock) and the cancel request is lost (pgbouncer restarted, or dropped it): the
+// request answers 503 and lets go of its key in the background. The INSERT has not committed
+// yet, so Abandon finds no row under the token; read as "nothing left to write", the goroutine
+// stopped, the INSERT then committed, and the same request was refused 409 until the stale
+// bound (a review). It tries again until the stale bound. Negative control (run by hand): no
+// row found read as the end, the second Acquire is refused busy.
+func TestAnInsertStillRunningWhenItsKeyIsLetGoOfIsLetGoOfToo(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	cc := &cutConns{}
+	cfg := b.pool.Config().Copy()
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &recConn{Conn: c, c: cc}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := b.service(pool, "replica-cut")
+	letGo, tried := make(chan error, 4), make(chan error, 64)
+	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{
+		AfterLetGo:    func(_, _ string, err error) { letGo <- err },
+		AfterLetGoTry: func(_, _ string, err error) { tried <- err },
+	}})
+	r := idemReq(cl.ID, "k-cut", `{"amount":1}`)
+
+	ctx := context.Background()
+	holder, holderPID := beginHolder(t, b.pool)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM api_clients WHERE id = $1 FOR UPDATE`, cl.ID); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { _, err := x.Acquire(ctx, r); first <- err }()
+	waitBlockedBy(t, b.pool, holderPID) // the INSERT's row is written, it waits for the client row
+	if n := cc.cut(); n == 0 {
+		t.Fatal("no connection sent the INSERT")
+	}
+	if err := mustWait(t, first, "first acquire"); err == nil {
+		t.Fatal("first acquire succeeded over a cut connection")
+	} else {
+		t.Logf("first acquire: %v (code %s)", err, payments.ErrorCode(err))
+	}
+	if err := mustWait(t, tried, "the let-go's first try"); !errors.Is(err, payments.ErrIdempotencyLockLost) {
+		t.Fatalf("the let-go's first try = %v, want nothing found under its token (the INSERT still runs)", err)
+	}
+	if err := holder.Commit(ctx); err != nil { // the lock the orphaned INSERT waits on goes: it commits
+		t.Fatal(err)
+	}
+	if err := mustWait(t, letGo, "background let-go"); err != nil {
+		t.Fatalf("let-go: %v", err)
+	}
+	// The same request again (its INSERT waits for the orphan's transaction, then reads the row).
+	s, err := x.Acquire(ctx, r)
+	var held int
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE key = 'k-cut' AND lock_token IS NOT NULL`).Scan(&held)
+	if err != nil || s.Token == "" {
+		t.Fatalf("the same request after its first answered 503: %v (code %s); rows still held: %d — the key is held until the stale bound", err, payments.ErrorCode(err), held)
+	}
+}
+
+// The database refuses connections (an outage): each Acquire fails before its INSERT was ever
+// sent, and each started a background Abandon retrying until the stale bound — a goroutine and
+// a pool waiter per failed request, without a cap (a review). A statement that provably never
+// ran lets go of nothing, and at most maxLetGo keys are let go of at once. Negative control (run
+// by hand): every failure let go of, a goroutine each.
+func TestAnAcquireNeverSentLetsGoOfNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	cfg := b.pool.Config().Copy()
+	var mu sync.Mutex
+	down := true
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dn := down
+		mu.Unlock()
+		if dn {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	cfg.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := b.service(pool, "replica-down")
+	var letGo atomic.Int32
+	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{
+		AfterLetGo: func(_, _ string, err error) { letGo.Add(1) }}})
+	const n = 200
+	before := runtime.NumGoroutine()
+	for i := range n {
+		_, err := x.Acquire(context.Background(), idemReq(cl.ID, fmt.Sprintf("k-down-%d", i), `{"amount":1}`))
+		if err == nil {
+			t.Fatal("acquire with the database down succeeded")
+		}
+	}
+	extra := runtime.NumGoroutine() - before
+	if extra >= n/2 {
+		t.Fatalf("%d background goroutines (each living up to StaleAfter) for %d Acquires whose INSERT was never sent", extra, n)
+	}
+}
