@@ -513,14 +513,16 @@ func (g *Gateway) Refund(ctx context.Context, id, key string, amount int64, _ st
 	if !ok { // Stripe's 404 resource_missing
 		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 404, Code: "not_found"}
 	}
-	if p.Status != payments.GatewaySucceeded {
-		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
-	}
+	// The key first, as the contract and gatewaysim answer: the same key again is the same
+	// refund (200) whatever the payment became since; only a new refund needs it succeeded.
 	if rid, ok := g.refundByKey[key]; ok && !g.ignoreKeys {
 		if f == LostAnswer {
 			return payments.GatewayRefund{}, failure(OpRefund, f)
 		}
 		return *g.refunds[rid], nil
+	}
+	if p.Status != payments.GatewaySucceeded {
+		return payments.GatewayRefund{}, &payments.GatewayError{Kind: payments.FailureDefinitive, Op: OpRefund, HTTPStatus: 409, Code: "not_refundable"}
 	}
 	g.seq++
 	if g.refundAmount != 0 {
