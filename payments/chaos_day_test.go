@@ -334,6 +334,30 @@ func (w *chaosWorld) step(ctx context.Context) {
 	}
 }
 
+// gwRefundsOf lists the statuses of a gateway payment's refunds at the gateway. (fakegw numbers
+// payments and refunds in one sequence: registrations count towards the last refund's number.)
+func (w *chaosWorld) gwRefundsOf(gp string) []string {
+	var out []string
+	for i := 1; i < w.b.gw.Calls(fakegw.OpRegister)+w.b.gw.Calls(fakegw.OpRefund)+10; i++ {
+		r, err := w.b.gw.RefundStatus(context.Background(), "rf_fake_"+strconv.Itoa(i))
+		if err == nil && r.PaymentID == gp {
+			out = append(out, r.Status)
+		}
+	}
+	return out
+}
+
+// failedRefundPayments are the gateway payments with a refund the gateway failed.
+func (w *chaosWorld) failedRefundPayments() map[string]bool {
+	out := map[string]bool{}
+	for i := 1; i < w.b.gw.Calls(fakegw.OpRegister)+w.b.gw.Calls(fakegw.OpRefund)+10; i++ {
+		if r, err := w.b.gw.RefundStatus(context.Background(), "rf_fake_"+strconv.Itoa(i)); err == nil && r.Status == "failed" {
+			out[r.PaymentID] = true
+		}
+	}
+	return out
+}
+
 // gatewayIDsOf lists the gateway payments carrying a reference.
 func (w *chaosWorld) gatewayIDsOf(ref string) []string {
 	var out []string
@@ -681,8 +705,14 @@ func chaosInvariants(t *testing.T, b *bench) []string {
 
 // endDay ends a day: the faults queued for calls that never came are spent (they would fail the
 // catch-up's own calls), every gateway payment reaches a final state, and both replicas' patrols
-// and the reconciliation catch up.
-func (w *chaosWorld) endDay(ctx context.Context) {
+// and the reconciliation catch up (30 rounds of 3 hours; endDayIn).
+func (w *chaosWorld) endDay(ctx context.Context) { w.endDayIn(ctx, 30, false) }
+
+// endDayIn is endDay in rounds of 3 hours. keepFailed leaves the refunds of a payment the
+// gateway failed one of as they are (a day where the gateway fails refunds it had paid: its
+// failed is final, and fakegw moves a payment's refunds all at once); otherwise every refund is
+// paid.
+func (w *chaosWorld) endDayIn(ctx context.Context, rounds int, keepFailed bool) {
 	w.b.gw.SetLatency(0)
 	for range 300 {
 		_, _ = w.b.gw.Refund(ctx, "gp_drain", "drain", 1, "EUR")
@@ -690,7 +720,11 @@ func (w *chaosWorld) endDay(ctx context.Context) {
 		_, _ = w.b.gw.Reverse(ctx, "gp_drain", "drain")
 	}
 	w.b.gw.SetRefundOutcome("succeeded")
-	for range 30 {
+	for range rounds {
+		failed := map[string]bool{}
+		if keepFailed {
+			failed = w.failedRefundPayments()
+		}
 		for i := 1; i < 2000; i++ {
 			id := "gp_fake_" + strconv.Itoa(i)
 			p, ok := w.b.gw.Payment(id)
@@ -703,7 +737,9 @@ func (w *chaosWorld) endDay(ctx context.Context) {
 			case payments.GatewayAuthorized:
 				w.b.gw.SetStatus(id, payments.GatewaySucceeded)
 			}
-			w.b.gw.SetRefundStatus(id, "succeeded")
+			if !failed[id] {
+				w.b.gw.SetRefundStatus(id, "succeeded")
+			}
 		}
 		w.b.clock.Advance(3 * time.Hour)
 		var wg sync.WaitGroup
