@@ -316,6 +316,11 @@ func TestReconcileReadsBackARefundSettledFailedByHand(t *testing.T) {
 		t.Fatalf("setup: %+v %v", r, err)
 	}
 
+	// Still pending at the gateway, which is why it was settled by hand: no news.
+	b.clock.Advance(time.Hour)
+	if rep := reconcile(t, b.svc, payments.ReconcileConfig{}); rep.RefundsReadBack != 1 || rep.RefundContradictions != 0 {
+		t.Fatalf("pass while the gateway still says pending: %+v, want the refund read back and nothing contradicted", rep)
+	}
 	// Failed at the gateway too: the books agree.
 	b.gw.SetRefundStatus(s.GatewayPaymentID, "failed")
 	b.clock.Advance(time.Hour)

@@ -129,13 +129,15 @@ func (s *Service) readBackRefunds(ctx context.Context, sess Session, rep *Reconc
 
 // readBackFailedByHand weighs the gateway's answer about r, a refund finance settled Failed by
 // hand (four eyes: no RefundIssued entry, its amount refundable again): a refund the gateway
-// made after all — succeeded, or still pending — contradicts the books. Only the payment's next
-// refund asked (recheckRefundsFailedByHand), and one may never come: a refund paid a day after
-// it was settled Failed stayed out of the books with nobody told (an outside review, chaos5).
-// Its fact is the one that re-check words alike, so news finance resolved is not opened again.
-// No such refund, or failed, agrees.
+// paid after all contradicts the books. Only the payment's next refund asked
+// (recheckRefundsFailedByHand), and one may never come: a refund paid a day after it was settled
+// Failed stayed out of the books with nobody told (an outside review, chaos5). Its fact is the
+// one that re-check words alike, so news finance resolved is not opened again. No such refund,
+// failed, or still short of final agrees: a refund is settled Failed by hand mostly because the
+// gateway left it pending, and a case at the next pass for what finance just decided on is noise
+// (a review); the re-check before a new refund still refuses one while it is pending.
 func (s *Service) readBackFailedByHand(ctx context.Context, sess Session, rep *ReconcileReport, r Refund, gr GatewayRefund, found bool) error {
-	if !found || gr.Status == "failed" {
+	if !found || gr.Status != "succeeded" {
 		return nil
 	}
 	rep.RefundContradictions++
