@@ -787,6 +787,12 @@ func factsResolved(ctx context.Context, tx pgx.Tx, sessionID, kind string, facts
 // resolved when there are facts and every one is. A new late payment beside one finance had
 // refunded by hand named both as open again (an outside review): a second refund invited.
 func newsOf(ctx context.Context, tx pgx.Tx, sessionID, kind, detail string, facts []string) (string, []string, bool, error) {
+	// A case's detail is read by finance on its pages: the gateway's text in it (a webhook's
+	// payment id, an event id) shows each character that does not show as itself as its code
+	// point (storable), so a right-to-left override cannot turn the line around. Refusing such
+	// events instead refused another shop's on a shared gateway account whose reference holds an
+	// emoji (a zero-width joiner), redelivered for days (a review).
+	detail = storable(detail)
 	fresh, err := unresolvedFacts(ctx, tx, sessionID, kind, facts)
 	switch {
 	case err != nil:

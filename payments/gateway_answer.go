@@ -47,6 +47,7 @@ func orNone(s string) string {
 // drives it any more); the case is the finding. The flag keeps the first reason; the sweeper
 // skips flagged sessions.
 func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason string, now time.Time, facts ...string) (Session, error) {
+	reason = storable(reason) // shown on the payment's page (newsOf)
 	out := cur
 	if !cur.Status.Terminal() {
 		var err error

@@ -121,14 +121,6 @@ func (s *Service) HandleGatewayEvent(ctx context.Context, ev GatewayEvent) (Even
 	case len(ev.PaymentID) > MaxGatewayIDLen:
 		return EventResult{}, Errorf(EMALFORMED, "the event's payment id has %d bytes; a gateway id has at most %d", len(ev.PaymentID), MaxGatewayIDLen)
 	}
-	// Nor one whose ids show as other ids (a right-to-left override turns the rest of a case's
-	// line around on staff pages: the webhook inbox, a duplicate payment's case), as a gateway's
-	// answer with one is unreadable (unreadable; a review of 67bc8ab).
-	for _, f := range []struct{ name, v string }{{"id", ev.ID}, {"payment id", ev.PaymentID}, {"reference", ev.Reference}, {"type", ev.Type}} {
-		if i := strings.IndexFunc(f.v, func(r rune) bool { return !shownAsIs(r) }); i >= 0 {
-			return EventResult{}, Errorf(EMALFORMED, "the event's %s holds a character that does not show as itself (%+q at byte %d)", f.name, []rune(f.v[i:])[0], i)
-		}
-	}
 	// The gateway may hang up: what we started must be recorded. But not for longer than the
 	// claim this delivery takes on the event: past it the patrol may apply the event beside it,
 	// and a database that does not answer held the delivery (its goroutine and a connection slot)
