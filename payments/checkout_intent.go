@@ -103,8 +103,10 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString() // this request's hold on the key, if it gets one
 	var bound string
-	keyless := false // a new click on an order that starts nothing: no row (startsNothing)
-	err := s.inTx(ctx, "checkout: acquire intent", func(tx pgx.Tx) error {
+	keyless := false                 // a new click on an order that starts nothing: no row (startsNothing)
+	took, committing := false, false // the key taken under token; the transaction's COMMIT sent
+	err := s.inTx(ctx, "checkout: acquire intent", func(tx pgx.Tx) (err error) {
+		defer func() { committing = err == nil }()
 		it, found, err := lockIntent(ctx, tx, key)
 		if err != nil {
 			return err
@@ -120,6 +122,7 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (key) DO NOTHING RETURNING true`,
 				key, in.OrderID, in.Amount, in.Currency, now.Add(staleAfter), now, token).Scan(&inserted)
 			if err == nil {
+				took = true
 				return nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
@@ -145,9 +148,20 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 		// A stale hold (its request died, or is slower than staleAfter): taken over, under a new
 		// token, so the old request's late bind or release finds the key is no longer its own.
 		_, err = tx.Exec(ctx, `UPDATE checkout_intents SET locked_until = $2, lock_token = $3 WHERE key = $1`, key, now.Add(staleAfter), token)
+		took = err == nil
 		return err
 	})
 	if err != nil {
+		if took && committing && mayHaveRun(err) {
+			// Its COMMIT may have taken the key with the answer lost (a failover): the same click
+			// sent again waited "being prepared" until the hold ran out, though nothing ran (an
+			// outside review, lost commits). Let go of by its token, as an API key is.
+			s.letGoLater("checkout intent", staleAfter, func(ctx context.Context) (bool, error) {
+				_, err := s.execBounded(ctx, "checkout: let go of intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
+					WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token)
+				return err == nil, err
+			}, s.heldLetGo("checkout intent"))
+		}
 		return CheckoutPayResult{}, err
 	}
 	if bound != "" {
@@ -186,7 +200,18 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 	tag, err := s.execBounded(ctx, "checkout: bind intent", `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
 		WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
 	if err != nil {
-		return CheckoutPayResult{}, fmt.Errorf("checkout: bind intent: %w", err)
+		// The bind may have committed with its answer lost, or not: the click's payment exists
+		// either way, and the customer goes to it (answered 503, they were told to try again
+		// while the bank's page waited: an outside review, lost commits). The bind is written in
+		// the background, by its token (nothing when it committed).
+		s.log.Warn("checkout: bind intent failed; binding in the background", "key", key, "session", res.Session.ID, "err", err)
+		bind := func(ctx context.Context) (bool, error) {
+			_, err := s.execBounded(ctx, "checkout: bind intent", `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
+				WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
+			return err == nil, err
+		}
+		s.letGoLater("checkout intent", staleAfter, bind, s.heldLetGo("checkout intent"))
+		return CheckoutPayResult{Session: res.Session}, nil
 	}
 	if tag.RowsAffected() == 0 {
 		return s.lostIntent(ctx, key, res.Session)

@@ -139,9 +139,8 @@ const (
 
 // Idempotency is the key store over the service's database and clock.
 type Idempotency struct {
-	svc   *Service
-	cfg   IdempotencyConfig
-	letGo chan struct{} // the keys being let go of in the background (retryLater, maxLetGo)
+	svc *Service
+	cfg IdempotencyConfig
 }
 
 // NewIdempotency builds the key store for a service.
@@ -155,7 +154,7 @@ func NewIdempotency(svc *Service, cfg IdempotencyConfig) *Idempotency {
 	if cfg.IntentWindow <= 0 {
 		cfg.IntentWindow = DefaultIntentWindow
 	}
-	return &Idempotency{svc: svc, cfg: cfg, letGo: make(chan struct{}, maxLetGo)}
+	return &Idempotency{svc: svc, cfg: cfg}
 }
 
 // Config returns the effective configuration.
@@ -731,36 +730,70 @@ func mayHaveRun(err error) bool {
 	return true
 }
 
-// maxLetGo bounds the keys a replica lets go of in the background at once (retryLater): under a
-// long outage each failed request would add one more for the stale bound. Past it a key goes
+// maxLetGo bounds the holds a replica lets go of in the background at once (letGoLater): under
+// a long outage each failed request would add one more for its stale bound. Past it a hold goes
 // stale as before.
 const maxLetGo = 256
 
 // retryLater runs op, a key's last write for a request that has answered, in the background
 // until it is written — or there is nothing left to write (ErrIdempotencyLockLost), at once when
-// lostIsFinal — at once, then after 250 ms doubling to 5 s, for at most StaleAfter, after which
-// the key is any request's to take over anyway. Guarded by the request's lock token, a late write
-// changes nothing another request did meanwhile. Lost with the process (the key then goes stale,
-// as after a crash), and not started past maxLetGo at once.
+// lostIsFinal — for at most StaleAfter, after which the key is any request's to take over
+// anyway (letGoLater). Guarded by the request's lock token, a late write changes nothing another
+// request did meanwhile.
 func (x *Idempotency) retryLater(r IdempotencyRequest, what string, lostIsFinal bool, op func(context.Context) error) {
+	x.svc.letGoLater("idempotency key "+what, x.cfg.StaleAfter, func(ctx context.Context) (bool, error) {
+		err := op(ctx)
+		if h := x.cfg.Hooks.AfterLetGoTry; h != nil {
+			h(r.Key, what, err)
+		}
+		return err == nil || errors.Is(err, ErrIdempotencyLockLost) && lostIsFinal, err
+	}, func(err error) {
+		if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
+			x.svc.log.Warn("idempotency: key not let go; it is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what, "err", err)
+		}
+		if h := x.cfg.Hooks.AfterLetGo; h != nil {
+			h(r.Key, what, err)
+		}
+	})
+}
+
+// heldLetGo is letGoLater's done for a hold of the core: logged when it was not let go of, and
+// told to Hooks.AfterHoldLetGo.
+func (s *Service) heldLetGo(what string) func(error) {
+	return func(err error) {
+		if err != nil {
+			s.log.Warn("a hold was not let go of; it is free once stale", "hold", what, "err", err)
+		}
+		if h := s.cfg.Hooks.AfterHoldLetGo; h != nil {
+			h(what, err)
+		}
+	}
+}
+
+// letGoLater runs op — the last write of a request that has answered, letting go of a hold it
+// took (an idempotency key, a checkout click's intent, Check now's claims), which the database
+// refused or whose answer it lost — in the background until op says it is done: at once, then
+// after 250 ms doubling to 5 s, for at most stale (after which the hold is any request's to take
+// anyway). done, if not nil, is told how it ended (nil: written). Lost with the process (the
+// hold then goes stale, as after a crash), and not started past maxLetGo at once. Before, a hold
+// whose last write failed was kept until it went stale, and the same request was refused "in
+// progress" though nothing ran (an outside review, dbfail).
+func (s *Service) letGoLater(what string, stale time.Duration, op func(context.Context) (done bool, err error), done func(error)) {
 	select {
-	case x.letGo <- struct{}{}:
+	case s.lettingGo <- struct{}{}:
 	default:
-		x.svc.log.Warn("idempotency: too many keys being let go of; this one is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what)
+		s.log.Warn("too many holds being let go of; this one is free once stale", "hold", what)
 		return
 	}
 	go func() {
-		defer func() { <-x.letGo }()
-		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.StaleAfter)
+		defer func() { <-s.lettingGo }()
+		ctx, cancel := context.WithTimeout(context.Background(), stale)
 		defer cancel()
 		wait := 250 * time.Millisecond
 		var err error
 		for {
-			err = op(ctx)
-			if h := x.cfg.Hooks.AfterLetGoTry; h != nil {
-				h(r.Key, what, err)
-			}
-			if err == nil || errors.Is(err, ErrIdempotencyLockLost) && lostIsFinal {
+			var finished bool
+			if finished, err = op(ctx); finished {
 				err = nil
 				break
 			}
@@ -775,11 +808,8 @@ func (x *Idempotency) retryLater(r IdempotencyRequest, what string, lostIsFinal 
 			}
 			wait = min(2*wait, 5*time.Second)
 		}
-		if err != nil && !errors.Is(err, ErrIdempotencyLockLost) {
-			x.svc.log.Warn("idempotency: key not let go; it is free once stale", "client", r.ClientID, "kind", string(r.Kind), "write", what, "err", err)
-		}
-		if h := x.cfg.Hooks.AfterLetGo; h != nil {
-			h(r.Key, what, err)
+		if done != nil {
+			done(err)
 		}
 	}()
 }

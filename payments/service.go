@@ -108,6 +108,9 @@ type Hooks struct {
 	// AfterIntentAcquire runs in CheckoutPay after its acquire transaction committed and before
 	// its Create, with the click's key.
 	AfterIntentAcquire func(ctx context.Context, key string)
+	// AfterHoldLetGo runs when a hold let go of in the background after its last write failed
+	// (letGoLater: a click's intent, Check now's claims) is done: err nil once written.
+	AfterHoldLetGo func(what string, err error)
 }
 
 // Config configures a Service. Zero values get safe defaults (see NewService).
@@ -205,6 +208,8 @@ type Service struct {
 	// eventsWebhookFenced: this replica's EVENTS_WEBHOOK_URL is not the one the events webhook
 	// delivers to, as its last round found (said once in the log, when it begins).
 	eventsWebhookFenced atomic.Bool
+	// lettingGo is room for the holds being let go of in the background (letGoLater, maxLetGo).
+	lettingGo chan struct{}
 }
 
 // NewService builds the core over a pool and a gateway.
@@ -260,7 +265,7 @@ func NewService(db *pgxpool.Pool, cfg Config) *Service {
 		cfg.SettleBatch = cfg.SweepConcurrency
 	}
 	s := &Service{db: db, gw: Readable(cfg.Gateway), cfg: cfg, log: cfg.Logger, tracer: newTracer(cfg.TracerProvider),
-		patrol: newPatrolState(cfg.Clock)}
+		patrol: newPatrolState(cfg.Clock), lettingGo: make(chan struct{}, maxLetGo)}
 	if cfg.SettleBatch > 1 {
 		s.settles = &settleBatcher{s: s, max: cfg.SettleBatch}
 	}

@@ -1,0 +1,156 @@
+package handlers_test
+
+// The database failing under the checkout's Pay click, Check now and a four-eyes approval (an
+// outside review, lost commits): a COMMIT the server executed whose answer never reached the
+// replica (ackDropper, api_db_lost_ack_test.go).
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pitlane/access"
+	"pitlane/payments"
+)
+
+// holdLetGo is a core option whose background let-go of a hold (Hooks.AfterHoldLetGo) reports
+// on the returned channel.
+func holdLetGo() (func(*payments.Config), chan error) {
+	done := make(chan error, 8)
+	return func(c *payments.Config) {
+		c.Hooks.AfterHoldLetGo = func(_ string, err error) {
+			select {
+			case done <- err:
+			default:
+			}
+		}
+	}, done
+}
+
+// The Pay click's acquire (its intent row, COMMIT in its own round trip) committed and its
+// answer was lost: the customer got the 503 page, and the same click again waited "your payment
+// is being prepared" until the hold ran out (30 s by default) though nothing ran for it. The
+// click lets go of its key by its token in the background. Negative control (run by hand):
+// without it, the same click again is busy.
+func TestAClickWhoseAcquireAnswerWasLostIsNotHeld(t *testing.T) {
+	t.Parallel()
+	hook, done := holdLetGo()
+	b := newAPIBench(t)
+	d := &ackDropper{}
+	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	ctx := context.Background()
+	key := uuid.NewString()
+	in := payments.CreateInput{OrderID: "lost-acquire", Amount: 1000, Currency: "EUR"}
+
+	d.arm("INSERT INTO checkout_intents", commandComplete("COMMIT"))
+	if _, err := svcB.CheckoutPay(ctx, key, in, 0); d.count() != 1 || payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("first click (acquire committed, answer lost): %v (dropped %d)", err, d.count())
+	}
+	wantLetGo(t, done)
+	again, err := b.svc.CheckoutPay(ctx, key, in, 0)
+	if err != nil || again.Session.Status != payments.StatusRegistered {
+		t.Fatalf("the same click again, nothing running for it: %+v %v (code %s); want the click run", again.Session, err, payments.ErrorCode(err))
+	}
+}
+
+// The click's payment was registered and the bind of its key committed with its answer lost:
+// the click answered the 503 page ("try again") though its payment was registered and the bank's
+// page was where it should go. It answers its session; the bind is written in the background
+// when it did not commit. Negative control (run by hand): the bind's error answered, 503.
+func TestAClickWhoseBindAnswerWasLostGoesToItsPayment(t *testing.T) {
+	t.Parallel()
+	hook, done := holdLetGo()
+	b := newAPIBench(t)
+	d := &ackDropper{}
+	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	ctx := context.Background()
+	key := uuid.NewString()
+	in := payments.CreateInput{OrderID: "lost-bind", Amount: 1000, Currency: "EUR"}
+
+	d.arm("UPDATE checkout_intents SET session_id = $3", commandComplete("COMMIT"))
+	res, err := svcB.CheckoutPay(ctx, key, in, 0)
+	if d.count() != 1 {
+		t.Fatalf("not dropped: %+v %v", res, err)
+	}
+	if err != nil || res.Session.Status != payments.StatusRegistered {
+		t.Fatalf("the click whose payment is registered = %+v %v (code %s); want its session, to the bank", res.Session, err, payments.ErrorCode(err))
+	}
+	wantLetGo(t, done) // the bind, written again by its token (nothing to write: it had committed)
+	if it, err := b.svc.GetCheckoutIntent(ctx, key); err != nil || it.SessionID != res.Session.ID {
+		t.Fatalf("the click's key: %+v %v, want it bound to its payment", it, err)
+	}
+}
+
+// Check now's claims committed with their answer lost: the person saw "try again", and trying
+// again every payment was skipped "being checked by" them for the claim's time (two minutes or
+// more) while nothing checked it. The claims are ended by the request's token in the
+// background. Negative control (run by hand): without it, skipped.
+func TestCheckNowAfterALostClaimAnswerChecks(t *testing.T) {
+	t.Parallel()
+	hook, done := holdLetGo()
+	b := newAPIBench(t)
+	d := &ackDropper{}
+	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	ctx := context.Background()
+	p := wantPayment(t, b.do(post(createPath("lost-checknow"), `{"amount":1000,"currency":"EUR"}`)), 201)
+	fin := payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)}
+
+	d.arm("INSERT INTO finance_check_claims", commandComplete("COMMIT"))
+	if _, err := svcB.CheckNow(ctx, fin, []string{p.ID}); d.count() != 1 || payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("first check now (claim committed, answer lost): %v (dropped %d)", err, d.count())
+	}
+	wantLetGo(t, done)
+	res, err := b.svc.CheckNow(ctx, fin, []string{p.ID})
+	if err != nil || len(res) != 1 || !res[0].Checked {
+		t.Fatalf("check now again after the lost claim: %+v %v; want the payment checked", res, err)
+	}
+}
+
+// A refund proposal's approval committed with its answer lost: the approver, sending it again,
+// was refused "already approved by" themselves and not told what their approval did. The same
+// approver's approval again is answered with it, done once. Negative control (run by hand):
+// without ownApproval, 409.
+func TestTheApproversApprovalSentAgainIsAnsweredWithIt(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	d := &ackDropper{}
+	limit := func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100} }
+	svcA, _ := b.replica(b.pool, "replica-a2", b.gw, limit)
+	svcB, _ := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, limit)
+	b.user(t, "f1@example.com", access.RoleFinance)
+	b.user(t, "f2@example.com", access.RoleFinance)
+	f1 := payments.Staff{Email: "f1@example.com", Role: string(access.RoleFinance)}
+	f2 := payments.Staff{Email: "f2@example.com", Role: string(access.RoleFinance)}
+	s := b.completed(t, "lost-approve", 2000)
+	ctx := context.Background()
+	res, err := svcA.RefundByFinance(ctx, f1, payments.StaffRefundInput{PaymentID: s.ID, Amount: 500, Reason: "damaged", IntentKey: uuid.NewString()})
+	if err != nil || res.Proposal == nil {
+		t.Fatalf("setup: %+v %v", res, err)
+	}
+	d.arm("UPDATE resolution_proposals SET state = 'approved'", commandComplete("COMMIT"))
+	if _, err := svcB.ApproveResolution(ctx, f2, res.Proposal.ID); d.count() != 1 || payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("approval (committed, answer lost): %v (dropped %d)", err, d.count())
+	}
+	r, err := svcA.ApproveResolution(ctx, f2, res.Proposal.ID)
+	if err != nil || r.State != payments.ResolutionApproved || r.DecidedBy != f2.Email {
+		t.Fatalf("the approver's approval sent again: %+v %v; want the approval answered", r, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, s.ID); n != 1 {
+		t.Errorf("%d refunds, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1`, payments.AuditResolutionApprove); n != 1 {
+		t.Errorf("%d approval audits, want 1", n)
+	}
+	// Another person is still told who approved it.
+	if _, err := svcA.ApproveResolution(ctx, payments.Staff{Email: "adm@example.com", Role: "admin"}, res.Proposal.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Errorf("another person's approval = %v, want a conflict", err)
+	}
+}
+
+// consoleDroppingPool is droppingPool for a console bench.
+func consoleDroppingPool(t *testing.T, b *consoleBench, d *ackDropper) *pgxpool.Pool {
+	t.Helper()
+	return droppingPool(t, &apiBench{pool: b.pool}, d)
+}
