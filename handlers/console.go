@@ -65,7 +65,7 @@ func outcome(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	return "refused: " + payments.ErrorCode(err) + ": " + payments.ErrorMessage(err)
+	return payments.AuditOutcome(err)
 }
 
 // errorField is the form field a refusal names ("" when it names none, or is not the domain's).

@@ -6,9 +6,12 @@ package handlers_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/access"
@@ -153,4 +156,49 @@ func TestTheApproversApprovalSentAgainIsAnsweredWithIt(t *testing.T) {
 func consoleDroppingPool(t *testing.T, b *consoleBench, d *ackDropper) *pgxpool.Pool {
 	t.Helper()
 	return droppingPool(t, &apiBench{pool: b.pool}, d)
+}
+
+// Finance's direct refund whose claim (the Pending refund and its "claimed" audit entry)
+// committed with its answer lost: the console audited "refused: unavailable" beside the core's
+// "claimed" for the same form, telling finance a refund that was made had not been. A database
+// that failed under an action is audited as an outcome unknown. Negative control (run by hand):
+// "refused".
+func TestAnActionTheDatabaseFailedIsAuditedAsUnknown(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	d := &ackDropper{}
+	_, eB := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 10000} })
+	b.user(t, "f1@example.com", access.RoleFinance)
+	f1 := newAgent(t, eB)
+	f1.login("f1@example.com")
+	s := b.completed(t, "lost-fin-refund", 2000)
+
+	action, form := formValues(page(t, f1.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
+	form.Set("amount", "4.00")
+	form.Set("reason", "late delivery")
+	d.arm("INSERT INTO refunds", commandComplete("COMMIT"))
+	f1.post(action, form)
+	if d.count() != 1 || b.count(t, `SELECT count(*) FROM refunds WHERE session_id = $1`, s.ID) != 1 {
+		t.Fatalf("setup: the refund's claim was not committed with its answer lost (dropped %d)", d.count())
+	}
+	rows, err := b.pool.Query(context.Background(), `SELECT detail FROM audit_log WHERE action = $1 AND target = $2 ORDER BY id`, payments.AuditRefund, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := 0
+	for _, r := range details {
+		if strings.HasPrefix(r, "refused") {
+			t.Errorf("audit entry %q for a refund that was made", r)
+		}
+		if strings.HasPrefix(r, "outcome unknown") {
+			unknown++
+		}
+	}
+	if unknown != 1 {
+		t.Errorf("audit entries %q, want one saying the outcome is unknown", details)
+	}
 }

@@ -221,7 +221,7 @@ func (s *Service) CheckAudited(ctx context.Context, actor Actor, id string, befo
 	moved := &movedByCall{}
 	sess, err := s.Check(context.WithValue(ctx, movedCtxKey{}, moved), actor, id)
 	if err != nil {
-		return sess, "refused: " + ErrorCode(err) + ": " + ErrorMessage(err), err
+		return sess, AuditOutcome(err), err
 	}
 	switch {
 	case moved.to != "":
@@ -230,4 +230,17 @@ func (s *Service) CheckAudited(ctx context.Context, actor Actor, id string, befo
 		return sess, string(before) + " → " + string(sess.Status) + " (applied meanwhile by another path, not by this check)", nil
 	}
 	return sess, string(before) + " → " + string(sess.Status), nil
+}
+
+// AuditOutcome is how a staff action's audit entry names its error: "refused: " and the
+// refusal, or, for a database that failed under it (unavailable, internal), "outcome unknown":
+// its COMMIT may have gone through with the answer lost, and an entry saying "refused" beside the
+// action's own "claimed" told finance a refund that was made had not been (an outside review,
+// lost commits).
+func AuditOutcome(err error) string {
+	switch ErrorCode(err) {
+	case EUNAVAIL, EINTERNAL:
+		return "outcome unknown (it may have happened: see the payment's page): " + ErrorCode(err) + ": " + ErrorMessage(err)
+	}
+	return "refused: " + ErrorCode(err) + ": " + ErrorMessage(err)
 }
