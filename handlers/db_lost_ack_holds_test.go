@@ -32,6 +32,17 @@ func holdLetGo() (func(*payments.Config), chan error) {
 	}, done
 }
 
+// lostAckReplica is an API bench with a second replica whose connections go through an
+// ackDropper, and the channel its background let-go of holds reports on.
+func lostAckReplica(t *testing.T) (*apiBench, *ackDropper, *payments.Service, chan error) {
+	t.Helper()
+	hook, done := holdLetGo()
+	b := newAPIBench(t)
+	d := &ackDropper{}
+	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	return b, d, svcB, done
+}
+
 // The Pay click's acquire (its intent row, COMMIT in its own round trip) committed and its
 // answer was lost: the customer got the 503 page, and the same click again waited "your payment
 // is being prepared" until the hold ran out (30 s by default) though nothing ran for it. The
@@ -39,10 +50,7 @@ func holdLetGo() (func(*payments.Config), chan error) {
 // without it, the same click again is busy.
 func TestAClickWhoseAcquireAnswerWasLostIsNotHeld(t *testing.T) {
 	t.Parallel()
-	hook, done := holdLetGo()
-	b := newAPIBench(t)
-	d := &ackDropper{}
-	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	b, d, svcB, done := lostAckReplica(t)
 	ctx := context.Background()
 	key := uuid.NewString()
 	in := payments.CreateInput{OrderID: "lost-acquire", Amount: 1000, Currency: "EUR"}
@@ -64,10 +72,7 @@ func TestAClickWhoseAcquireAnswerWasLostIsNotHeld(t *testing.T) {
 // when it did not commit. Negative control (run by hand): the bind's error answered, 503.
 func TestAClickWhoseBindAnswerWasLostGoesToItsPayment(t *testing.T) {
 	t.Parallel()
-	hook, done := holdLetGo()
-	b := newAPIBench(t)
-	d := &ackDropper{}
-	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	b, d, svcB, done := lostAckReplica(t)
 	ctx := context.Background()
 	key := uuid.NewString()
 	in := payments.CreateInput{OrderID: "lost-bind", Amount: 1000, Currency: "EUR"}
@@ -92,10 +97,7 @@ func TestAClickWhoseBindAnswerWasLostGoesToItsPayment(t *testing.T) {
 // background. Negative control (run by hand): without it, skipped.
 func TestCheckNowAfterALostClaimAnswerChecks(t *testing.T) {
 	t.Parallel()
-	hook, done := holdLetGo()
-	b := newAPIBench(t)
-	d := &ackDropper{}
-	svcB, _ := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: hook})
+	b, d, svcB, done := lostAckReplica(t)
 	ctx := context.Background()
 	p := wantPayment(t, b.do(post(createPath("lost-checknow"), `{"amount":1000,"currency":"EUR"}`)), 201)
 	fin := payments.Staff{Email: "fin@example.com", Role: string(access.RoleFinance)}
