@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // "Check now" read the payment Registered; between the gateway's answer and its apply another
@@ -88,5 +89,22 @@ func TestTwoChecksOfOnePersonAuditTheTransitionOnce(t *testing.T) {
 	}
 	if want := "Registered → Completed (applied meanwhile by another path, not by this check)"; detail != want {
 		t.Errorf("the overtaken check says %q, want %q", detail, want)
+	}
+}
+
+// A Check whose gateway did not answer changed nothing, for certain, and was audited "outcome
+// unknown (it may have happened)" as a database failure is (a review of AuditOutcome): only an
+// action the database failed is unknown. Negative control (run by hand): every EUNAVAIL unknown.
+func TestACheckWithTheGatewayDownIsAuditedAsRefused(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	s := b.registered(t, "o-check-gateway-down", 1000)
+	b.gw.Fail(fakegw.OpStatus, fakegw.Transient, 1)
+	_, detail, err := b.svc.CheckAudited(context.Background(), fin1.Actor(), s.ID, s.Status)
+	if payments.ErrorCode(err) != payments.EUNAVAIL {
+		t.Fatalf("check = %v, want unavailable", err)
+	}
+	if !strings.HasPrefix(detail, "refused: ") {
+		t.Errorf("audit detail = %q, want refused (nothing was applied)", detail)
 	}
 }

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -233,14 +234,17 @@ func (s *Service) CheckAudited(ctx context.Context, actor Actor, id string, befo
 }
 
 // AuditOutcome is how a staff action's audit entry names its error: "refused: " and the
-// refusal, or, for a database that failed under it (unavailable, internal), "outcome unknown":
+// refusal, or, for a database that failed under it (its connection lost, an internal error not
+// the gateway's), "outcome unknown":
 // its COMMIT may have gone through with the answer lost, and an entry saying "refused" beside the
 // action's own "claimed" told finance a refund that was made had not been (an outside review,
 // lost commits).
 func AuditOutcome(err error) string {
-	switch ErrorCode(err) {
-	case EUNAVAIL, EINTERNAL:
+	var ge *GatewayError
+	if DatabaseUnavailable(err) || ErrorCode(err) == EINTERNAL && !errors.As(err, &ge) {
 		return "outcome unknown (it may have happened: see the payment's page): " + ErrorCode(err) + ": " + ErrorMessage(err)
 	}
+	// A gateway that did not answer, a lock wait given up: nothing was applied (a review: a
+	// Check with the gateway down was audited "it may have happened").
 	return "refused: " + ErrorCode(err) + ": " + ErrorMessage(err)
 }
