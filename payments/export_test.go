@@ -26,3 +26,6 @@ func SampleOpsAs(ctx context.Context, tx interface {
 	_, err := tx.Exec(ctx, opsSampleSQL, now.Truncate(OpsSampleEvery), now, replica, opsSampleLookback, OpsSampleEvery)
 	return err
 }
+
+// LettingGo is how many holds s is letting go of in the background right now (letGoLater).
+func LettingGo(s *Service) int { return len(s.lettingGo) }

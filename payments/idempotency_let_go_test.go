@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -154,19 +152,17 @@ func TestAnAcquireNeverSentLetsGoOfNothing(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	svc := b.service(pool, "replica-down")
-	var letGo atomic.Int32
-	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{
-		AfterLetGo: func(_, _ string, err error) { letGo.Add(1) }}})
+	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{})
 	const n = 200
-	before := runtime.NumGoroutine()
 	for i := range n {
 		_, err := x.Acquire(context.Background(), idemReq(cl.ID, fmt.Sprintf("k-down-%d", i), `{"amount":1}`))
 		if err == nil {
 			t.Fatal("acquire with the database down succeeded")
 		}
 	}
-	extra := runtime.NumGoroutine() - before
-	if extra >= n/2 {
-		t.Fatalf("%d background goroutines (each living up to StaleAfter) for %d Acquires whose INSERT was never sent", extra, n)
+	// Counted by the slots taken (before each goroutine starts): the goroutines a failed dial
+	// leaves for a moment made a count of goroutines flaky (CI, in exec mode).
+	if started := payments.LettingGo(svc); started != 0 {
+		t.Fatalf("%d background let-gos (each living up to StaleAfter) for %d Acquires whose INSERT was never sent", started, n)
 	}
 }
