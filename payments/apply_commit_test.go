@@ -11,7 +11,7 @@ import (
 )
 
 // An apply whose transition is all that is left sends its COMMIT with the transition's batch
-// (applyLocked's commit). That is safe only because a refused guard fails in SQL, which makes the
+// (applyLocked's last). That is safe only because a refused guard fails in SQL, which makes the
 // server skip the COMMIT: these tests make each guard refuse with the COMMIT riding along, and
 // check that nothing of the transaction — not even what it wrote before — was committed, and that
 // the caller is told the transaction did not commit. With the guards checked in Go (the old
@@ -23,14 +23,13 @@ import (
 func applyLyingAbout(t *testing.T, svc *Service, cur Session, gp GatewayPayment) (mayHaveCommitted bool, err error) {
 	t.Helper()
 	ctx := context.Background()
-	err = svc.inTx(ctx, "test apply", func(tx pgx.Tx) error {
+	return svc.inTxCommit(ctx, "test apply", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE orders SET customer_contact = 'marker' WHERE order_id = $1`, cur.OrderID); err != nil {
 			return err
 		}
-		_, err := svc.applyLocked(ctx, tx, Actor{Kind: ActorSweeper, ID: "test"}, cur, "", false, gp, "test", svc.Now(), nil, &mayHaveCommitted)
+		_, err := svc.applyLocked(ctx, tx, Actor{Kind: ActorSweeper, ID: "test"}, cur, "", false, gp, "test", svc.Now(), nil, true)
 		return err
 	})
-	return mayHaveCommitted, err
 }
 
 func seedSession(t *testing.T, svc *Service, order, status string, activeOnOrder bool) Session {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Finance case kinds.
@@ -459,10 +458,7 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 	var out Session
 	var from Status // the status this apply moved the session from, read under its locks
 	call := pendingCallLog(ctx)
-	reachedCommit := false
-	err := s.inTx(ctx, "apply gateway state", func(tx pgx.Tx) (err error) {
-		mayHaveCommitted := false // the transition's batch carried the COMMIT (applyLocked)
-		defer func() { reachedCommit = err == nil || mayHaveCommitted }()
+	mayHaveCommitted, err := s.inTxCommit(ctx, "apply gateway state", func(tx pgx.Tx) error {
 		// The locks and whether we asked for a reverse, in one round trip; with them the log row
 		// of the gateway call this answer came from (deferCallLog).
 		var asked bool
@@ -484,12 +480,12 @@ func (s *Service) applyOne(ctx context.Context, actor Actor, sess Session, seen 
 			h(ctx, id)
 		}
 		from = cur.Status
-		out, err = s.applyLocked(ctx, tx, actor, cur, seen, asked, gp, reason, now, nil, &mayHaveCommitted)
+		out, err = s.applyLocked(ctx, tx, actor, cur, seen, asked, gp, reason, now, nil, true)
 		return err
 	})
 	if call != nil {
 		call.committed = err == nil
-		call.uncertain = err != nil && reachedCommit // the commit itself failed: the row may be in
+		call.uncertain = mayHaveCommitted // the commit itself failed: the row may be in
 	}
 	if err != nil {
 		return Session{}, err
@@ -522,12 +518,12 @@ type movedCtxKey struct{}
 // (*queue.into, not the returned session). Everything else (cases, flags, attachments, reverses)
 // is written here at once.
 //
-// commit, when not nil, says the caller does nothing in tx after this call: when the transition
-// (and the order's completion) is all that is left to write, they are sent with the COMMIT
-// (commitWith), one round trip less. *commit then says whether the transaction may have committed
-// even though this call failed: true unless the server answered with an error (a refused guard,
-// which raises in SQL, skips the COMMIT) or nothing was sent.
-func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, seen Status, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, commit *bool) (out Session, err error) {
+// last says the caller does nothing in tx after this call: when the transition (and the order's
+// completion) is all that is left to write, they are sent with the COMMIT (commitWith), one
+// round trip less. Whether a failed call's transaction may have committed all the same is then
+// the transaction's to say (inTxCommit): not when the server refused a statement (a refused
+// guard, which raises in SQL, skips the COMMIT).
+func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur Session, seen Status, asked bool, gp GatewayPayment, reason string, now time.Time, queue *settleQueue, last bool) (out Session, err error) {
 	id := cur.ID
 	out = cur
 	if cur.GatewayPaymentID != "" && gp.ID != "" && cur.GatewayPaymentID != gp.ID && gp.Reference == cur.Reference() {
@@ -614,19 +610,11 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, actor Actor, cur S
 					WHERE session_id = $1 AND status = 'Pending'`, id, now)
 			}
 		}
-		if commit != nil && !reversed && untrusted == "" && oc.caseKind == "" {
+		if last && !reversed && untrusted == "" && oc.caseKind == "" {
 			// Nothing follows: the COMMIT rides with the batch. Its statements' callbacks reject
-			// nothing the server accepted (the guards raise in SQL).
-			*commit = true
+			// nothing the server accepted (the guards raise in SQL, and a refused one makes the
+			// server skip the COMMIT; a connection's end is no refusal: pipelinedTx.sentCommit).
 			if err := commitWith(ctx, tx, b); err != nil {
-				// The server refused a statement (a guard raised in SQL): the COMMIT was skipped.
-				// Not a connection's end reported as an error: pgbouncer answers a COMMIT whose
-				// server died with FATAL 08P01, PostgreSQL one whose synchronous replication it
-				// stopped waiting for with FATAL 57P01 after committing locally — read as rolled
-				// back, the call's log row was written a second time (an outside review, dbfail).
-				var pgErr *pgconn.PgError
-				refused := errors.As(err, &pgErr) && !DatabaseUnavailable(err)
-				*commit = !refused && !errors.Is(err, pgx.ErrTxCommitRollback)
 				return out, transitionError(id, err)
 			}
 			return out, nil

@@ -99,14 +99,17 @@ func (s *Service) CheckoutPay(ctx context.Context, key string, in CreateInput, s
 	return res, err
 }
 
+// bindIntentSQL binds a click's intent to the payment its request started, by the request's token.
+const bindIntentSQL = `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
+	WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`
+
 func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, staleAfter time.Duration) (CheckoutPayResult, error) {
 	now := s.cfg.Clock.Now()
 	token := uuid.NewString() // this request's hold on the key, if it gets one
 	var bound string
-	keyless := false                 // a new click on an order that starts nothing: no row (startsNothing)
-	took, committing := false, false // the key taken under token; the transaction's COMMIT sent
-	err := s.inTx(ctx, "checkout: acquire intent", func(tx pgx.Tx) (err error) {
-		defer func() { committing = err == nil }()
+	keyless := false // a new click on an order that starts nothing: no row (startsNothing)
+	took := false    // the key taken under token
+	mayHaveCommitted, err := s.inTxCommit(ctx, "checkout: acquire intent", func(tx pgx.Tx) error {
 		it, found, err := lockIntent(ctx, tx, key)
 		if err != nil {
 			return err
@@ -152,15 +155,12 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 		return err
 	})
 	if err != nil {
-		if took && committing && mayHaveRun(err) {
+		if took && mayHaveCommitted {
 			// Its COMMIT may have taken the key with the answer lost (a failover): the same click
 			// sent again waited "being prepared" until the hold ran out, though nothing ran (an
 			// outside review, lost commits). Let go of by its token, as an API key is.
-			s.letGoLater("checkout intent", staleAfter, func(ctx context.Context) (bool, error) {
-				_, err := s.execBounded(ctx, "checkout: let go of intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
-					WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token)
-				return err == nil, err
-			}, s.heldLetGo("checkout intent"))
+			s.writeLater("checkout intent", staleAfter, "checkout: let go of intent", `UPDATE checkout_intents SET locked_until = NULL, lock_token = NULL
+				WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token)
 		}
 		return CheckoutPayResult{}, err
 	}
@@ -197,20 +197,14 @@ func (s *Service) checkoutPay(ctx context.Context, key string, in CreateInput, s
 		return CheckoutPayResult{}, err
 	}
 	// Bounded: the session's foreign key waits for its row (execBounded).
-	tag, err := s.execBounded(ctx, "checkout: bind intent", `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
-		WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
+	tag, err := s.execBounded(ctx, "checkout: bind intent", bindIntentSQL, key, token, res.Session.ID)
 	if err != nil {
 		// The bind may have committed with its answer lost, or not: the click's payment exists
 		// either way, and the customer goes to it (answered 503, they were told to try again
 		// while the bank's page waited: an outside review, lost commits). The bind is written in
 		// the background, by its token (nothing when it committed).
 		s.log.Warn("checkout: bind intent failed; binding in the background", "key", key, "session", res.Session.ID, "err", err)
-		bind := func(ctx context.Context) (bool, error) {
-			_, err := s.execBounded(ctx, "checkout: bind intent", `UPDATE checkout_intents SET session_id = $3, locked_until = NULL, lock_token = NULL
-				WHERE key = $1 AND lock_token = $2 AND session_id IS NULL`, key, token, res.Session.ID)
-			return err == nil, err
-		}
-		s.letGoLater("checkout intent", staleAfter, bind, s.heldLetGo("checkout intent"))
+		s.writeLater("checkout intent", staleAfter, "checkout: bind intent", bindIntentSQL, key, token, res.Session.ID)
 		return CheckoutPayResult{Session: res.Session}, nil
 	}
 	if tag.RowsAffected() == 0 {

@@ -467,9 +467,7 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 		}
 	}
 	claimed := map[string]bool{}
-	committing := false // the claim's COMMIT was sent
-	err := s.inTx(ctx, "check now: claim", func(tx pgx.Tx) (err error) {
-		defer func() { committing = err == nil }()
+	mayHaveCommitted, err := s.inTxCommit(ctx, "check now: claim", func(tx pgx.Tx) error {
 		// ON CONFLICT … DO UPDATE … WHERE: a live claim of another request is left alone (and not
 		// returned); a concurrent claim of the same session waits for this transaction and then
 		// finds the claim live. One statement decides, so no check-then-act gap exists.
@@ -496,15 +494,12 @@ func (s *Service) CheckNow(ctx context.Context, by Staff, ids []string) ([]Check
 		return nil
 	})
 	if err != nil {
-		if committing && mayHaveRun(err) {
+		if mayHaveCommitted {
 			// The claims may have committed with the answer lost (a failover): tried again, every
 			// payment was skipped "being checked" for the claim's time though nothing checked it
 			// (an outside review, lost commits). Ended by this request's token, in the background.
-			s.letGoLater("check now claims", s.CheckNowClaimTTL(), func(ctx context.Context) (bool, error) {
-				_, err := s.execBounded(ctx, "check now: release claims", `UPDATE finance_check_claims SET until = $3
-					WHERE session_id = ANY($1::uuid[]) AND token = $2 AND until > $3`, valid, token, s.cfg.Clock.Now())
-				return err == nil, err
-			}, s.heldLetGo("check now claims"))
+			s.writeLater("check now claims", s.CheckNowClaimTTL(), "check now: release claims", `UPDATE finance_check_claims SET until = $3
+				WHERE session_id = ANY($1::uuid[]) AND token = $2 AND until > $3`, valid, token, s.cfg.Clock.Now())
 		}
 		return nil, err
 	}

@@ -427,7 +427,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 	var out Slot
 	var busySince time.Time
 	busy, reused := false, false
-	err = x.svc.inTx(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
+	mayHaveCommitted, err := x.svc.inTxCommit(ctx, "idempotency: acquire", func(tx pgx.Tx) error {
 		// Two tries: the reaper (which does not take the advisory lock) may delete an expired
 		// row between the conflicting INSERT and the read.
 		for try := range 2 {
@@ -549,7 +549,13 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			x.conflict(r, ConflictReused)
 			return Slot{}, err
 		}
-		x.abandonLater(r, token, err) // its COMMIT may have taken the key under token (as above)
+		if mayHaveCommitted {
+			// Its COMMIT may have taken the key under token (as above). A transaction that
+			// failed before its COMMIT went out (a context cut mid-statement, a connection lost
+			// while it read) took nothing: a let-go then held one of the background's slots
+			// until the stale bound, finding nothing (a re-read).
+			x.abandonLater(r, token, err)
+		}
 		return Slot{}, err
 	}
 	if busy {
@@ -715,26 +721,6 @@ func (x *Idempotency) abandonLater(r IdempotencyRequest, token string, err error
 	x.retryLater(r, "abandon", false, func(ctx context.Context) error { return x.Abandon(ctx, r, token) })
 }
 
-// mayHaveRun reports whether a statement that failed with err may have been carried out by the
-// server: not when no connection was made, nothing was sent (pgconn.SafeToRetry), or the server
-// answered it with an error of its own (not a connection's end).
-func mayHaveRun(err error) bool {
-	var ce *pgconn.ConnectError
-	var pe *pgconn.PgError
-	switch {
-	case err == nil, errors.As(err, &ce), pgconn.SafeToRetry(err):
-		return false
-	case errors.As(err, &pe):
-		return DatabaseUnavailable(err)
-	}
-	return true
-}
-
-// maxLetGo bounds the holds a replica lets go of in the background at once (letGoLater): under
-// a long outage each failed request would add one more for its stale bound. Past it a hold goes
-// stale as before.
-const maxLetGo = 256
-
 // retryLater runs op, a key's last write for a request that has answered, in the background
 // until it is written — or there is nothing left to write (ErrIdempotencyLockLost), at once when
 // lostIsFinal — for at most StaleAfter, after which the key is any request's to take over
@@ -755,63 +741,6 @@ func (x *Idempotency) retryLater(r IdempotencyRequest, what string, lostIsFinal 
 			h(r.Key, what, err)
 		}
 	})
-}
-
-// heldLetGo is letGoLater's done for a hold of the core: logged when it was not let go of, and
-// told to Hooks.AfterHoldLetGo.
-func (s *Service) heldLetGo(what string) func(error) {
-	return func(err error) {
-		if err != nil {
-			s.log.Warn("a hold was not let go of; it is free once stale", "hold", what, "err", err)
-		}
-		if h := s.cfg.Hooks.AfterHoldLetGo; h != nil {
-			h(what, err)
-		}
-	}
-}
-
-// letGoLater runs op — the last write of a request that has answered, letting go of a hold it
-// took (an idempotency key, a checkout click's intent, Check now's claims), which the database
-// refused or whose answer it lost — in the background until op says it is done: at once, then
-// after 250 ms doubling to 5 s, for at most stale (after which the hold is any request's to take
-// anyway). done, if not nil, is told how it ended (nil: written). Lost with the process (the
-// hold then goes stale, as after a crash), and not started past maxLetGo at once. Before, a hold
-// whose last write failed was kept until it went stale, and the same request was refused "in
-// progress" though nothing ran (an outside review, dbfail).
-func (s *Service) letGoLater(what string, stale time.Duration, op func(context.Context) (done bool, err error), done func(error)) {
-	select {
-	case s.lettingGo <- struct{}{}:
-	default:
-		s.log.Warn("too many holds being let go of; this one is free once stale", "hold", what)
-		return
-	}
-	go func() {
-		defer func() { <-s.lettingGo }()
-		ctx, cancel := context.WithTimeout(context.Background(), stale)
-		defer cancel()
-		wait := 250 * time.Millisecond
-		var err error
-		for {
-			var finished bool
-			if finished, err = op(ctx); finished {
-				err = nil
-				break
-			}
-			timer := time.NewTimer(wait)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				timer.Stop()
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			wait = min(2*wait, 5*time.Second)
-		}
-		if done != nil {
-			done(err)
-		}
-	}()
 }
 
 // Complete records what the key's request did: the resource it created or found and the response

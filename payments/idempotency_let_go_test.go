@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -164,5 +165,52 @@ func TestAnAcquireNeverSentLetsGoOfNothing(t *testing.T) {
 	// leaves for a moment made a count of goroutines flaky (CI, in exec mode).
 	if started := payments.LettingGo(svc); started != 0 {
 		t.Fatalf("%d background let-gos (each living up to StaleAfter) for %d Acquires whose INSERT was never sent", started, n)
+	}
+}
+
+// An Acquire of a key that exists (the locked path) whose connection is lost before its
+// transaction's COMMIT went out took nothing: nothing is let go of in the background. It held
+// one of the background's slots until the stale bound, finding nothing (a re-read: whether the
+// COMMIT was sent was not asked).
+func TestAnAcquireCutBeforeItsCommitLetsGoOfNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	svc := b.service(b.pool, "replica-cut")
+	cut := false
+	terminated := 0
+	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{
+		AfterAcquireRead: func(ctx context.Context, key string) {
+			if !cut {
+				return
+			}
+			// The transaction's connection ends between its read and its take-over (a
+			// failover, pgbouncer restarted): its next statement fails with FATAL 57P01.
+			if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))
+				FROM (SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'
+					AND query LIKE '%FROM idempotency_keys%' OFFSET 0) acquiring`).Scan(&terminated); err != nil {
+				t.Error(err)
+			}
+		},
+	}})
+	r := idemReq(cl.ID, "k-cut", `{"amount":1}`)
+	first, err := x.Acquire(context.Background(), r)
+	if err != nil || !first.Fresh {
+		t.Fatalf("first acquire: %+v, %v", first, err)
+	}
+	b.clock.Advance(time.Hour) // its request died: the key is stale, the same request takes it over
+	cut = true
+	if _, err := x.Acquire(context.Background(), r); err == nil {
+		t.Fatal("an acquire whose connection was cut before its COMMIT succeeded")
+	}
+	if terminated != 1 {
+		t.Fatalf("%d transactions cut, want the acquire's one", terminated)
+	}
+	var holder string
+	if err := b.pool.QueryRow(context.Background(), `SELECT lock_token::text FROM idempotency_keys WHERE key = 'k-cut'`).Scan(&holder); err != nil || holder != first.Token {
+		t.Fatalf("the key is held by %q (%v), want the first request's token still: nothing was committed", holder, err)
+	}
+	if n := payments.LettingGo(svc); n != 0 {
+		t.Fatalf("%d background let-gos (each living up to StaleAfter) for an acquire whose COMMIT was never sent", n)
 	}
 }

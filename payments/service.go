@@ -493,14 +493,29 @@ func (s *Service) execBounded(ctx context.Context, op, sql string, args ...any) 
 
 // inTx runs fn in a READ COMMITTED transaction with a bounded lock wait. A commit error is an
 // unknown outcome; callers read the state back rather than repeating blindly.
-func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
-	return s.inTxOn(ctx, nil, op, fn)
+func (s *Service) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	_, err := s.runTx(ctx, nil, op, fn)
+	return err
+}
+
+// inTxCommit is inTx for a caller that must know, when it fails, whether the transaction may
+// have committed all the same: a COMMIT went out (inTx's, or one riding fn's last batch:
+// commitWith) and its answer was lost. A transaction that failed before its COMMIT was sent, or
+// whose COMMIT the server refused or skipped, did not commit: mayHaveCommitted is false, as it
+// is when err is nil. Such a caller writes again, or lets go of, what it may have committed.
+func (s *Service) inTxCommit(ctx context.Context, op string, fn func(tx pgx.Tx) error) (mayHaveCommitted bool, err error) {
+	return s.runTx(ctx, nil, op, fn)
 }
 
 // inTxOn is inTx on a connection the caller holds (nil: one of the pool's); it stays the
 // caller's when inTxOn returns: outside any transaction, unless the ROLLBACK after an error
 // failed too (the pool destroys such a connection when the caller releases it).
-func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) (err error) {
+func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) error {
+	_, err := s.runTx(ctx, held, op, fn)
+	return err
+}
+
+func (s *Service) runTx(ctx context.Context, held *pgxpool.Conn, op string, fn func(tx pgx.Tx) error) (mayHaveCommitted bool, err error) {
 	defer func() { traceError(ctx, err) }() // the operation's span learns how its transaction ended
 	// BEGIN and SET LOCAL ride in the pipeline of the transaction's first statement (tx.go).
 	tx := newPipelinedTx(s.db, held, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.cfg.LockTimeout.Milliseconds()),
@@ -511,12 +526,12 @@ func (s *Service) inTxOn(ctx context.Context, held *pgxpool.Conn, op string, fn 
 		tx.Rollback(rctx) //nolint:errcheck // no-op after commit
 	}()
 	if err := fn(tx); err != nil {
-		return err
+		return tx.mayHaveCommitted, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return dbError(op+": commit", err, "")
+		return tx.mayHaveCommitted, dbError(op+": commit", err, "")
 	}
-	return nil
+	return false, nil
 }
 
 // sessionPatch lists the columns a transition may change besides status.

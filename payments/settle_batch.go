@@ -361,10 +361,8 @@ func (s *Service) settleBatch(items []*settleItem) {
 	for i, it := range items {
 		orders[i], ids[i], tokens[i] = it.sess.OrderID, it.sess.ID, it.token
 	}
-	reachedCommit := false
 	var unbatched []*settleItem // their orders were locked by another transaction: applied alone
-	err := s.inTx(ctx, "settle batch", func(tx pgx.Tx) (err error) {
-		defer func() { reachedCommit = err == nil }()
+	mayHaveCommitted, err := s.inTxCommit(ctx, "settle batch", func(tx pgx.Tx) error {
 		unbatched = unbatched[:0]
 		// The locks of the whole batch, every call's log row, and which sessions had a reverse
 		// asked, in one round trip. Orders first, then sessions (THE lock order); a session is
@@ -458,7 +456,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 			// The item's own lease (the batch's ctx is its leader's): applyLocked ends it with a
 			// terminal transition (sessionPatch.endLease).
 			ictx := context.WithValue(s.traceSession(ctx, cur), leaseCtxKey{}, it.ctx.Value(leaseCtxKey{}))
-			out, err := s.applyLocked(ictx, tx, it.actor, cur, it.seen, asked[cur.ID], it.gp, it.reason, now, q, nil)
+			out, err := s.applyLocked(ictx, tx, it.actor, cur, it.seen, asked[cur.ID], it.gp, it.reason, now, q, false)
 			var stale *staleAnswer
 			if errors.As(err, &stale) {
 				it.err = err // nothing written for it: its drive asks again (applyGatewayPayment)
@@ -497,7 +495,7 @@ func (s *Service) settleBatch(items []*settleItem) {
 	s.log.Warn("settle batch failed; applying its answers one by one", "size", len(items), "err", err,
 		"sessions", strings.Join(ids, ","))
 	for _, it := range items {
-		if it.call != nil && reachedCommit {
+		if it.call != nil && mayHaveCommitted {
 			s.writeCallLog(it.ctx, it.call.args, true)
 			it.call.committed = true
 		}

@@ -36,6 +36,10 @@ type pipelinedTx struct {
 	setLocal []string      // "SET LOCAL lock_timeout = '5000ms'", …
 	conn     *pgxpool.Conn // nil until the first statement is sent
 	done     bool          // committed or rolled back
+	// mayHaveCommitted: a COMMIT was sent whose failure does not prove the server skipped or
+	// refused it (its answer was lost: a connection's end, pgbouncer's FATAL, a cut context), so
+	// the transaction may have committed. Read by inTxCommit.
+	mayHaveCommitted bool
 }
 
 func newPipelinedTx(db *pgxpool.Pool, held *pgxpool.Conn, setLocal ...string) *pipelinedTx {
@@ -103,7 +107,19 @@ func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 		}
 		return nil
 	})
-	return t.SendBatch(ctx, b).Close()
+	err := t.SendBatch(ctx, b).Close()
+	t.sentCommit(err)
+	return err
+}
+
+// sentCommit records what a COMMIT that was sent (alone or riding a batch) ended with: when it
+// failed, whether it may have committed all the same. The server refusing a statement before it
+// (a guard raised in SQL) skips it; the server answering it ROLLBACK rolled back; a statement
+// never sent (pgconn.SafeToRetry) sent no COMMIT either. A connection's end is no refusal:
+// pgbouncer answers a COMMIT whose server died with FATAL 08P01, PostgreSQL one whose synchronous
+// replication it stopped waiting for with FATAL 57P01 after committing locally (mayHaveRun).
+func (t *pipelinedTx) sentCommit(err error) {
+	t.mayHaveCommitted = err != nil && !errors.Is(err, pgx.ErrTxCommitRollback) && mayHaveRun(err)
 }
 
 // commitWith is pipelinedTx.commitWith for any transaction: another pgx.Tx sends b, and its
@@ -184,13 +200,11 @@ func (t *pipelinedTx) Commit(ctx context.Context) error {
 		return nil // nothing was sent, or commitWith committed
 	}
 	tag, err := t.conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		return err
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
 	}
-	if tag.String() == "ROLLBACK" {
-		return pgx.ErrTxCommitRollback
-	}
-	return nil
+	t.sentCommit(err)
+	return err
 }
 
 func (t *pipelinedTx) Rollback(ctx context.Context) error {
