@@ -7,7 +7,6 @@ import (
 	"net/mail"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -164,9 +163,10 @@ func ValidateEmail(email string) error {
 	return nil
 }
 
-// invisible reports a formatting character nobody sees (Unicode's Cf: zero-width spaces and
-// joiners, direction marks and isolates, byte-order marks, soft hyphens).
-func invisible(r rune) bool { return unicode.Is(unicode.Cf, r) }
+// invisible reports a character nobody sees as itself (payments.ShownAsIs): formatting
+// characters (zero-width spaces and joiners, direction marks and isolates, byte-order marks,
+// soft hyphens), control characters, private-use and unassigned code points.
+func invisible(r rune) bool { return !payments.ShownAsIs(r) }
 
 // ValidateRole checks that role is one of Roles.
 func ValidateRole(role Role) error {

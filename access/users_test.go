@@ -292,7 +292,8 @@ func TestPasswordSetByIsRecorded(t *testing.T) {
 // the joiners that are typed (emoji, Persian) are not.
 func TestLookalikeEmailsAndUntypablePasswords(t *testing.T) {
 	t.Parallel()
-	for _, e := range []string{"root@example.com\u200b", "root\u200b@example.com", "ro\u202eot@example.com", "\ufeffroot@example.com"} {
+	for _, e := range []string{"root@example.com\u200b", "root\u200b@example.com", "ro\u202eot@example.com", "\ufeffroot@example.com",
+		"root\u2028@example.com", "root\ue000@example.com"} { // a line separator, a private-use character
 		if err := access.ValidateEmail(access.NormalizeEmail(e)); payments.ErrorCode(err) != payments.EINVALID {
 			t.Errorf("email %q: %v, want refused", e, err)
 		}

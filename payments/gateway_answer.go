@@ -280,7 +280,7 @@ func refundAnswer(op string, gr GatewayRefund, err error) (GatewayRefund, error)
 }
 
 // unreadable is the error of an answer whose ids are too long, whose texts a column cannot
-// store, or whose shown text a page cannot show as it is (shownAsIs), nil when there is none.
+// store, or whose shown text a page cannot show as it is (ShownAsIs), nil when there is none.
 func unreadable(op string, ids, shown []string, texts ...string) error {
 	why := ""
 	for _, id := range ids {
@@ -294,7 +294,7 @@ func unreadable(op string, ids, shown []string, texts ...string) error {
 		}
 	}
 	for _, s := range shown {
-		if i := strings.IndexFunc(s, func(r rune) bool { return !shownAsIs(r) }); why == "" && i >= 0 {
+		if i := strings.IndexFunc(s, func(r rune) bool { return !ShownAsIs(r) }); why == "" && i >= 0 {
 			// An id or status that shows as another (a right-to-left override turns the rest of
 			// a case's line around on the page): no gateway's word is written so (an outside
 			// review, console).

@@ -16,9 +16,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"unicode"
 
 	"pitlane/internal/config"
+	"pitlane/payments"
 )
 
 // command is one subcommand. run gets a context canceled by SIGINT/SIGTERM and the
@@ -222,9 +222,7 @@ func oneLine(s string) string {
 	return b.String()
 }
 
-// unprintable is what a terminal acts on rather than shows: control characters, and format
-// characters such as U+202E RIGHT-TO-LEFT OVERRIDE, which turn the rest of the line around so
-// that "failed" reads as something else.
-func unprintable(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
-}
+// unprintable is what a terminal acts on or shows as something else rather than as itself
+// (payments.ShownAsIs): control characters, and format characters such as U+202E RIGHT-TO-LEFT
+// OVERRIDE, which turn the rest of the line around so that "failed" reads as something else.
+func unprintable(r rune) bool { return !payments.ShownAsIs(r) }
