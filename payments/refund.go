@@ -154,11 +154,12 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 	}
 	ctx = s.traceSession(ctx, sess)
 	var out Refund
-	var created bool
-	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
+	var created, mayHaveCommitted bool
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) (err error) {
 		in.asked = asked
+		out, created = Refund{}, false
 		now := s.cfg.Clock.Now()
-		return s.inTx(ctx, "refund: claim", func(tx pgx.Tx) error {
+		mayHaveCommitted, err = s.inTxCommit(ctx, "refund: claim", func(tx pgx.Tx) error {
 			cur, err := s.lockForRefund(ctx, tx, &sess)
 			if err != nil {
 				return err
@@ -169,15 +170,39 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 			}
 			return in.Bind.exec(ctx, tx, out.ID, now)
 		})
+		return err
 	})
 	if err != nil {
-		return RefundResult{}, err
+		if out, err = s.claimedAfterAll(ctx, mayHaveCommitted, out, err); err != nil {
+			return RefundResult{}, err
+		}
 	}
 	in.Bind.committed()
 	if out, err = s.settleRefund(ctx, sess, out, created); err != nil {
 		return RefundResult{}, err
 	}
 	return RefundResult{Refund: out, Created: created}, nil
+}
+
+// claimedAfterAll reads back a refund claim whose transaction failed (err) with its COMMIT's
+// answer lost (mayHaveCommitted: a failover, pgbouncer's FATAL, a connection cut): r, the refund
+// it claimed, found by its id means the transaction committed, and the request goes on as if the
+// answer had come — the one that made the refund asks the gateway now. It answered 503 (the
+// console: an error page, audited "outcome unknown") for a refund that was made, which the
+// gateway heard of only from the patrol after its grace, and the same request sent again was told
+// the refund had been "sent" (a re-read of session 52). Not found, or not readable: err stands.
+func (s *Service) claimedAfterAll(ctx context.Context, mayHaveCommitted bool, r Refund, err error) (Refund, error) {
+	if !mayHaveCommitted || r.ID == "" {
+		return Refund{}, err
+	}
+	rctx, cancel := s.detachRecord(ctx)
+	defer cancel()
+	got, gerr := s.GetRefund(rctx, r.ID)
+	if gerr != nil {
+		return Refund{}, err
+	}
+	s.log.Warn("refund: the claim's COMMIT answer was lost, and the claim is there: going on with it", "refund", got.ID, "err", err)
+	return got, nil
 }
 
 // recheckRefundsFailedByHand asks the gateway again, before a new refund of the payment, about

@@ -221,8 +221,10 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 	ctx = s.traceSession(ctx, sess)
 	var res RefundResult
 	var wrong error
-	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
-		return s.inTx(ctx, "confirm refund", func(tx pgx.Tx) error {
+	var mayHaveCommitted bool
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) (err error) {
+		res, wrong = RefundResult{}, nil
+		mayHaveCommitted, err = s.inTxCommit(ctx, "confirm refund", func(tx pgx.Tx) error {
 			cur, err := s.lockForRefund(ctx, tx, &sess)
 			if err != nil {
 				return err
@@ -244,9 +246,12 @@ func (s *Service) ConfirmRefund(ctx context.Context, by Staff, sessionID, challe
 			return auditStaff(ctx, tx, by.Actor(), AuditRefundConfirm, cur.ID, fmt.Sprintf("challenge %s: refund %s of %s %s claimed (the gateway is asked after commit)",
 				challengeID, res.Refund.ID, FormatMinor(res.Refund.Amount, cur.Currency), cur.Currency), now)
 		})
+		return err
 	})
 	if err != nil {
-		return RefundResult{}, err
+		if res.Refund, err = s.claimedAfterAll(ctx, mayHaveCommitted, res.Refund, err); err != nil {
+			return RefundResult{}, err
+		}
 	}
 	if wrong != nil {
 		return RefundResult{}, wrong
@@ -281,10 +286,11 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 	ctx = s.traceSession(ctx, sess)
 	var out FinanceRefund
 	var proposal int64
-	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) error {
+	var mayHaveCommitted bool
+	err = s.withRecheckedRefunds(ctx, sess, func(asked []string) (err error) {
 		out, proposal = FinanceRefund{}, 0
 		now := s.cfg.Clock.Now()
-		return s.inTx(ctx, "finance refund", func(tx pgx.Tx) error {
+		mayHaveCommitted, err = s.inTxCommit(ctx, "finance refund", func(tx pgx.Tx) error {
 			cur, err := s.lockForRefund(ctx, tx, &sess)
 			if err != nil {
 				return err
@@ -329,8 +335,28 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 			return auditStaff(ctx, tx, by.Actor(), AuditRefund, cur.ID, fmt.Sprintf("refund %s of %s %s claimed (the gateway is asked after commit): %s",
 				r.ID, FormatMinor(in.Amount, cur.Currency), cur.Currency, in.Reason), now)
 		})
+		return err
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+	case proposal != 0 && mayHaveCommitted:
+		// The proposal (and its audit entry) may have committed with the answer lost: read back
+		// by its id below, as a refund is; not there, the error stands.
+		rctx, cancel := s.detachRecord(ctx)
+		defer cancel()
+		p, gerr := getResolution(rctx, s.db, proposal)
+		if gerr != nil {
+			return FinanceRefund{}, err
+		}
+		out.Proposal = &p
+		return out, nil
+	case out.Refund != nil && !out.Replayed:
+		r, err := s.claimedAfterAll(ctx, mayHaveCommitted, *out.Refund, err)
+		if err != nil {
+			return FinanceRefund{}, err
+		}
+		out.Refund = &r
+	default:
 		return FinanceRefund{}, err
 	}
 	if proposal != 0 {
