@@ -15,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pitlane/access"
+	"pitlane/internal/testdb"
 	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
 )
 
 // holdLetGo is a core option whose background let-go of a hold (Hooks.AfterHoldLetGo) reports
@@ -239,5 +241,45 @@ func TestAFinanceRefundWhoseClaimAnswerWasLostIsMade(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2`, payments.AuditRefund, s.ID); n != 1 {
 		t.Errorf("%d refund audit entries, want the claim's one", n)
+	}
+}
+
+// The database ends every idle connection of a replica's pool while a keyed Create waits on the
+// gateway (a PostgreSQL restart; pgbouncer's KILL or restart does the same: FATAL, then the end)
+// and answers again before the gateway does. The Create's apply found a dead connection in the
+// pool (idle under a second: not pinged), failed, and the shop was answered 202 Registering
+// without the confirmation_url to send its customer to, until the patrol registered it again
+// after RegisterGrace (an outside review, pgbouncer). Such a connection is pinged, found dead and
+// replaced (dbconn.ShouldPing). Negative control (run by hand, pgxpool's default ShouldPing):
+// 202 without confirmation_url.
+func TestACreateWhoseIdleConnectionsTheServerEndedIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	poolB := testdb.Pool(t, b.url)
+	_, eB := b.server(t, poolB, "replica-b")
+	warm := b.on(eB, post(createPath("warm"), `{"amount":1000,"currency":"EUR"}`, "Idempotency-Key", "k-warm"))
+	if warm.Code != http.StatusCreated {
+		t.Fatalf("setup: %d %s", warm.Code, warm.Body)
+	}
+	gate := b.gw.Hold(fakegw.OpRegister)
+	req := post(createPath("ended"), `{"amount":1000,"currency":"EUR"}`, "Idempotency-Key", "k-ended")
+	first := b.goDo(eB, req)
+	mustWait(t, gate.Arrived(), "the registration")
+	var idle []int32
+	for _, c := range poolB.AcquireAllIdle(context.Background()) {
+		idle = append(idle, int32(c.Conn().PgConn().PID()))
+		c.Release()
+	}
+	var ended int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM unnest($1::int[]) pid`, idle).Scan(&ended); err != nil || ended == 0 {
+		t.Fatalf("setup: %d idle connections ended (%v)", ended, err)
+	}
+	gate.Open()
+	r1 := mustWait(t, first, "the Create's answer")
+	if p := decode[payment](t, r1); r1.Code != http.StatusCreated || p.Status != "Registered" || p.ConfirmationURL == nil {
+		t.Fatalf("the Create whose gateway registered its payment with the database answering: %d %s; want 201 with its confirmation_url", r1.Code, r1.Body)
+	}
+	if n := b.gw.Calls(fakegw.OpRegister); n != 2 {
+		t.Errorf("%d registrations, want the two Creates'", n)
 	}
 }

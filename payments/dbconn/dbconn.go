@@ -26,11 +26,29 @@ func Configure(cfg *pgconn.Config) {
 // failover that left the old host silent (no reset: a moved DNS name, a host gone), every idle
 // connection of the pool was a request answered 503 at its bound (55 s by default) instead of a
 // ping given up in PingTimeout and a fresh connection to the new host.
+//
+// And a connection the server has spoken on or closed while it sat in the pool is pinged too,
+// however short its rest (ShouldPing), so the ping finds it dead and the pool hands out another:
+// a pgbouncer restarted (or its KILL, a PostgreSQL restart, a backend terminated) tells every
+// idle client connection FATAL and closes it, and the first statement on each — within a second
+// of its last use, which is every connection of a busy pool — failed with that FATAL though the
+// database was back: a Create whose gateway had registered its payment answered 202 without its
+// confirmation URL, a keyed request 503 (an outside review, pgbouncer).
 func ConfigurePool(cfg *pgxpool.Config) {
 	Configure(&cfg.ConnConfig.Config)
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = PingTimeout
 	}
+	if cfg.ShouldPing == nil {
+		cfg.ShouldPing = ShouldPing
+	}
+}
+
+// ShouldPing is pgxpool's rule — a connection idle over a second is pinged before it is handed
+// out — and a connection with something to read (the server said something unasked: a FATAL,
+// its end) whatever its rest. Looking costs one non-blocking peek at the socket (serverSpoke).
+func ShouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second || serverSpoke(p.Conn.PgConn().Conn())
 }
 
 // PingTimeout is how long a pooled connection's liveness ping may take: a living server answers

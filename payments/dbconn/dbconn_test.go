@@ -275,3 +275,38 @@ func TestAPooledConnectionToASilentHostIsGivenUpAtThePingTimeout(t *testing.T) {
 	}
 	t.Logf("answered in %v", time.Since(start).Round(time.Millisecond))
 }
+
+// A pooled connection whose server ended it while it sat in the pool — pgbouncer restarted or
+// told to KILL, PostgreSQL restarted, a backend terminated: FATAL, then the end — is not handed
+// out for a statement. pgxpool pings only a connection idle over a second, and the next
+// statement on each such connection of a busy pool failed with the FATAL though the database
+// answered again (an outside review, pgbouncer: a Create's apply after the gateway registered
+// its payment, a keyed request's first INSERT).
+func TestAConnectionTheServerEndedIsNotHandedOut(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool, admin := testdb.Pool(t, url), testdb.Pool(t, url)
+	ctx := context.Background()
+	var held []*pgxpool.Conn
+	var pids []int32
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		pids = append(pids, int32(c.Conn().PgConn().PID()))
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	var ended int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM unnest($1::int[]) pid`, pids).Scan(&ended); err != nil || ended != len(pids) {
+		t.Fatalf("%d of %d backends ended (%v)", ended, len(pids), err)
+	}
+	for i := range len(pids) + 1 {
+		if _, err := pool.Exec(ctx, `SELECT 1`); err != nil {
+			t.Fatalf("statement %d on a pool whose idle connections the server ended: %v", i, err)
+		}
+	}
+}
