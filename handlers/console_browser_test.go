@@ -96,8 +96,12 @@ func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromed
 	tctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	if err := chromedp.Do(tctx, steps...); err != nil {
-		loc, _ := chromedp.Run(ctx, chromedp.Location())
-		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		// Bounded too: a browser that did not finish the steps may not answer these either, and
+		// unbounded they held the package until its timeout (15 minutes) with nothing said.
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer dcancel()
+		loc, _ := chromedp.Run(dctx, chromedp.Location())
+		html, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 		t.Fatalf("browser: %v (at %s)\n%s", err, loc, html)
 	}
 }
