@@ -549,11 +549,13 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			x.conflict(r, ConflictReused)
 			return Slot{}, err
 		}
-		if mayHaveCommitted {
+		if mayHaveCommitted && out.Token != "" {
 			// Its COMMIT may have taken the key under token (as above). A transaction that
 			// failed before its COMMIT went out (a context cut mid-statement, a connection lost
-			// while it read) took nothing: a let-go then held one of the background's slots
-			// until the stale bound, finding nothing (a re-read).
+			// while it read), or that took nothing under token (the key busy, completed, or
+			// completed with its recorded resource: out carries no token), has nothing to let go
+			// of: a let-go then held one of the background's slots until the stale bound,
+			// finding nothing (a re-read; a review of its first fix).
 			x.abandonLater(r, token, err)
 		}
 		return Slot{}, err

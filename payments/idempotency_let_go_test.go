@@ -214,3 +214,93 @@ func TestAnAcquireCutBeforeItsCommitLetsGoOfNothing(t *testing.T) {
 		t.Fatalf("%d background let-gos (each living up to StaleAfter) for an acquire whose COMMIT was never sent", n)
 	}
 }
+
+// commitLoser loses the answer to the first COMMIT read after arm (the server committed; the
+// client sees a reset), as handlers' ackDropper does.
+type commitLoser struct {
+	mu      sync.Mutex
+	armed   bool
+	dropped int
+}
+
+type loseConn struct {
+	net.Conn
+	l *commitLoser
+}
+
+var commitAnswer = []byte{'C', 0, 0, 0, 11, 'C', 'O', 'M', 'M', 'I', 'T', 0}
+var readyAnswer = []byte{'Z', 0, 0, 0, 5}
+
+func (c *loseConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if !c.l.armed || !bytes.Contains(p[:n], commitAnswer) {
+		return n, err
+	}
+	buf := append([]byte(nil), p[:n]...)
+	for !bytes.Contains(buf[bytes.Index(buf, commitAnswer):], readyAnswer) {
+		tmp := make([]byte, 8192)
+		m, rerr := c.Conn.Read(tmp)
+		buf = append(buf, tmp[:m]...)
+		if rerr != nil {
+			break
+		}
+	}
+	c.l.armed = false
+	c.l.dropped++
+	c.Conn.Close()
+	return 0, syscall.ECONNRESET
+}
+
+// An Acquire on the locked path that found the key held by another live request (busy: it took
+// nothing under its own token) and whose COMMIT answer was lost started a background Abandon,
+// retried until StaleAfter, holding one of the 256 let-go slots though nothing was taken under
+// its token; a replay of a completed key alike. A storm of 409 retries during a failover filled
+// the slots, and then real let-gos were refused (a review of 7b6c5ee).
+func TestABusyAcquireWhoseCommitAnswerWasLostLetsGoOfNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cl := newClient(t, b, "shop")
+	l := &commitLoser{}
+	cfg := b.pool.Config().Copy()
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &loseConn{Conn: c, l: l}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svcA := b.service(b.pool, "replica-a")
+	svcB := b.service(pool, "replica-b")
+	xa := payments.NewIdempotency(svcA, payments.IdempotencyConfig{})
+	xb := payments.NewIdempotency(svcB, payments.IdempotencyConfig{})
+	r := idemReq(cl.ID, "k-busy-lost", `{"amount":1}`)
+	ctx := context.Background()
+	first, err := xa.Acquire(ctx, r)
+	if err != nil || !first.Fresh {
+		t.Fatalf("first acquire: %+v %v", first, err)
+	}
+	l.mu.Lock()
+	l.armed = true
+	l.mu.Unlock()
+	_, err = xb.Acquire(ctx, r) // the same request again while the first runs: busy
+	if l.dropped != 1 {
+		t.Fatalf("no COMMIT answer dropped (err %v)", err)
+	}
+	if err == nil {
+		t.Fatal("acquire whose COMMIT answer was lost succeeded")
+	}
+	if n := payments.LettingGo(svcB); n != 0 {
+		t.Fatalf("%d background let-go(s) holding a slot up to StaleAfter for an acquire that took nothing under its token (busy)", n)
+	}
+}

@@ -16,7 +16,11 @@ import (
 
 // mayHaveRun reports whether a statement that failed with err may have been carried out by the
 // server: not when no connection was made, nothing was sent (pgconn.SafeToRetry), or the server
-// answered it with an error of its own (not a connection's end).
+// answered it with an error of its own (an ERROR; not a connection's end). A FATAL or a PANIC
+// ends the connection whatever its code — a PANIC on the commit record's fsync, a pooler's FATAL
+// with a code of its own — and may follow a COMMIT the server carried out: read by its code
+// alone, such a COMMIT was "rolled back" with its row committed, and the call's log row written
+// a second time (a review).
 func mayHaveRun(err error) bool {
 	var ce *pgconn.ConnectError
 	var pe *pgconn.PgError
@@ -24,7 +28,8 @@ func mayHaveRun(err error) bool {
 	case err == nil, errors.As(err, &ce), pgconn.SafeToRetry(err):
 		return false
 	case errors.As(err, &pe):
-		return DatabaseUnavailable(err)
+		return DatabaseUnavailable(err) || pe.SeverityUnlocalized == "FATAL" || pe.SeverityUnlocalized == "PANIC" ||
+			pe.SeverityUnlocalized == "" && (pe.Severity == "FATAL" || pe.Severity == "PANIC")
 	}
 	return true
 }
