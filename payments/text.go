@@ -19,13 +19,24 @@ import (
 // console).
 func storable(s string) string {
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\0`)
-	if !strings.ContainsFunc(s, hidden) {
+	return Escape(s, func(r rune) bool { return r == '\n' || r == '\t' || r == '\r' },
+		func(r rune) string { return fmt.Sprintf("<U+%04X>", r) })
+}
+
+// Escape is s with each character that does not show as itself (ShownAsIs) written as esc
+// writes it, but for those keep lets through (nil: none) and a zero-width joiner or non-joiner
+// between two characters that show — an emoji's parts, a Persian word — which joins them and
+// hides nothing: 👩‍💻 was written with <U+200D> in it (a review).
+func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
+	hides := func(r rune) bool { return !ShownAsIs(r) && (keep == nil || !keep(r)) }
+	if !strings.ContainsFunc(s, hides) {
 		return s
 	}
+	rs := []rune(s)
 	var b strings.Builder
-	for _, r := range s {
-		if hidden(r) {
-			fmt.Fprintf(&b, "<U+%04X>", r)
+	for i, r := range rs {
+		if hides(r) && !(joiner(r) && i > 0 && i+1 < len(rs) && shows(rs[i-1]) && shows(rs[i+1])) {
+			b.WriteString(esc(r))
 			continue
 		}
 		b.WriteRune(r)
@@ -33,13 +44,29 @@ func storable(s string) string {
 	return b.String()
 }
 
+// joiner: the zero-width joiner and non-joiner, which join (or keep apart) the characters on
+// either side and are typed as part of emoji and of Persian, Urdu and Indic words.
+func joiner(r rune) bool { return r == '\u200D' || r == '\u200C' }
+
+// shows: a character that shows as itself and is not a space (a joiner beside a space joins
+// nothing and only hides).
+func shows(r rune) bool { return ShownAsIs(r) && !unicode.IsSpace(r) }
+
 // hidden: a character of text from outside that storable writes as its code point — one that
 // does not show as itself (ShownAsIs), but for the line breaks and tabs of multi-line text.
 func hidden(r rune) bool { return !ShownAsIs(r) && r != '\n' && r != '\t' && r != '\r' }
 
-// ShownAsIs reports whether r shows on a page or a terminal as what it is: a printable
-// character or a space. Not a control or format character (an escape, a right-to-left override,
-// a zero-width space), a line or paragraph separator, a private-use or unassigned code point.
-// What a page shows from outside (a gateway's text, a contact), what the command line writes
-// to an operator's terminal, and a new account's email are held to it.
-func ShownAsIs(r rune) bool { return unicode.IsPrint(r) || unicode.Is(unicode.Zs, r) }
+// ShownAsIs reports whether r shows on a page or a terminal as what it is. Not a control or
+// format character (an escape, a right-to-left override, a zero-width space), a line or
+// paragraph separator, a private-use character or a noncharacter, and not a character Unicode
+// says a renderer shows as nothing (Other_Default_Ignorable: a combining grapheme joiner, a
+// Hangul filler) — "ro\u034Fot@example.com" was a new admin that looked like root (a review).
+// Variation selectors pass: the one after ❤ makes it the emoji a customer typed. A code point Go's Unicode tables do not know yet (a newer emoji, a newer CJK
+// ideograph) is shown as itself: escaped, an operator's terminal showed \u1fae9 for an emoji
+// the customer wrote (a review). What a page shows from outside (a gateway's text, a contact),
+// what the command line writes to an operator's terminal, and a new account's email are held
+// to it.
+func ShownAsIs(r rune) bool {
+	return !unicode.IsControl(r) && !unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Cs,
+		unicode.Noncharacter_Code_Point, unicode.Other_Default_Ignorable_Code_Point)
+}

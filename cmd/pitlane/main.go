@@ -199,30 +199,16 @@ func usage(w io.Writer) {
 // oneLine keeps the promise of one line on stderr even for errors that wrap multi-line text:
 // the lines are joined, not cut, because the cause is often on the last one (pgx's connect
 // error names the user and database first and the refused host and port after a line break).
-// Control and format characters other than white space are written as escapes: the text may be a
-// gateway's (reconcile's findings, an error quoting its answer), and an ESC or BEL from it
-// reached the operator's terminal, which ran it — a cleared screen, a forged "all good" line
-// (an outside review, cli).
+// What does not show as itself (payments.Escape: control and format characters, such as U+202E
+// RIGHT-TO-LEFT OVERRIDE, which turns the rest of the line around) is written as escapes: the
+// text may be a gateway's (reconcile's findings, an error quoting its answer), and an ESC or BEL
+// from it reached the operator's terminal, which ran it — a cleared screen, a forged "all good"
+// line (an outside review, cli).
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if strings.IndexFunc(s, unprintable) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case !unprintable(r):
-			b.WriteRune(r)
-		case r < 0x100:
-			fmt.Fprintf(&b, "\\x%02x", r)
-		default:
-			fmt.Fprintf(&b, "\\u%04x", r)
+	return payments.Escape(strings.Join(strings.Fields(s), " "), nil, func(r rune) string {
+		if r < 0x100 {
+			return fmt.Sprintf("\\x%02x", r)
 		}
-	}
-	return b.String()
+		return fmt.Sprintf("\\u%04x", r)
+	})
 }
-
-// unprintable is what a terminal acts on or shows as something else rather than as itself
-// (payments.ShownAsIs): control characters, and format characters such as U+202E RIGHT-TO-LEFT
-// OVERRIDE, which turn the rest of the line around so that "failed" reads as something else.
-func unprintable(r rune) bool { return !payments.ShownAsIs(r) }
