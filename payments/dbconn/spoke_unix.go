@@ -24,12 +24,16 @@ func serverSpoke(c net.Conn) bool {
 		return false
 	}
 	spoke := false
-	if err := raw.Read(func(fd uintptr) bool {
+	// Control, not Read: Read takes the socket's read lock, which pgx's background reader may
+	// still hold on an idle connection (started by a write that stalled, stopped only once its
+	// read returns): the peek then waited, deaf to every context, until the server spoke — never,
+	// on an idle connection (a review). The socket is non-blocking and MSG_DONTWAIT keeps the peek
+	// so; a peek consumes nothing.
+	if err := raw.Control(func(fd uintptr) {
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		// Data waiting (n > 0), the end of the stream (0 bytes, no error), or a socket error.
 		spoke = n > 0 || err == nil || (err != syscall.EAGAIN && err != syscall.EWOULDBLOCK && err != syscall.EINTR)
-		return true // never wait for the socket to become readable
 	}); err != nil {
 		return true
 	}
