@@ -283,3 +283,36 @@ func TestACreateWhoseIdleConnectionsTheServerEndedIsAnswered(t *testing.T) {
 		t.Errorf("%d registrations, want the two Creates'", n)
 	}
 }
+
+// The same for a refund above the direct limit: its four-eyes proposal (and its audit entry)
+// committed with the answer lost is read back (by its id, for this payment and form) and
+// answered as the proposal it is, not an error page. Negative control (run by hand, the
+// read-back skipped): no "waits for a second" message.
+func TestAFinanceProposalWhoseAnswerWasLostIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	d := &ackDropper{}
+	_, eB := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100} })
+	b.user(t, "f1@example.com", access.RoleFinance)
+	f1 := newAgent(t, eB)
+	f1.login("f1@example.com")
+	s := b.completed(t, "lost-fin-proposal", 2000)
+
+	action, form := formValues(page(t, f1.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
+	form.Set("amount", "4.00")
+	form.Set("reason", "late delivery")
+	d.arm("INSERT INTO resolution_proposals", commandComplete("COMMIT"))
+	res := f1.post(action, form)
+	if d.count() != 1 || b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, s.ID) != 1 {
+		t.Fatalf("setup: the proposal was not committed with its answer lost (dropped %d)", d.count())
+	}
+	if res.Code != http.StatusSeeOther {
+		t.Fatalf("the proposal whose answer was lost: %d, want the payment's page", res.Code)
+	}
+	if body := f1.get("/payments/" + s.ID).Body.String(); !strings.Contains(body, "is more than you may refund alone") {
+		t.Errorf("the page after the proposal does not say it waits for a second person")
+	}
+	if n := b.gw.Calls("refund"); n != 0 {
+		t.Errorf("%d refunds sent for a proposal", n)
+	}
+}

@@ -116,8 +116,9 @@ func ValidateContact(contact string) error {
 	if !PlainLine(contact) {
 		return Invalid("customer_contact", "customer_contact must be UTF-8 text without control characters (NUL, line breaks, escapes)")
 	}
-	// Printable characters and spaces only: no format character (Cf), line or paragraph
-	// separator, private-use or unassigned code point, which show as nothing or as something else.
+	// Characters that show as themselves only (ShownAsIs): no format character (Cf), line or
+	// paragraph separator, private-use character or other default-ignorable code point, which
+	// show as nothing or as something else.
 	if i := strings.IndexFunc(contact, func(r rune) bool { return !ShownAsIs(r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(contact[i:])
 		return Invalid("customer_contact", "customer_contact must not contain invisible formatting characters (U+%04X at byte %d): they make it show as another address than it is", r, i+1)

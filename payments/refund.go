@@ -173,6 +173,12 @@ func (s *Service) CreateRefund(ctx context.Context, actor Actor, in RefundInput)
 		return err
 	})
 	if err != nil {
+		if !created {
+			// A refund found by its key (an identical request made it): finding it again proves
+			// nothing of this transaction, the key's binding included (a review). The same
+			// request again replays it.
+			return RefundResult{}, err
+		}
 		if out, err = s.claimedAfterAll(ctx, mayHaveCommitted, out, err); err != nil {
 			return RefundResult{}, err
 		}

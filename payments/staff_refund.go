@@ -345,7 +345,9 @@ func (s *Service) RefundByFinance(ctx context.Context, by Staff, in StaffRefundI
 		rctx, cancel := s.detachRecord(ctx)
 		defer cancel()
 		p, gerr := getResolution(rctx, s.db, proposal)
-		if gerr != nil {
+		if gerr != nil || p.SessionID != sess.ID || p.requestKey != in.requestKey() {
+			// Not there, or another's under the same id (a failover that lost it and gave the
+			// id again: a review): the error stands.
 			return FinanceRefund{}, err
 		}
 		out.Proposal = &p

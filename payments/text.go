@@ -24,9 +24,8 @@ func storable(s string) string {
 }
 
 // Escape is s with each character that does not show as itself (ShownAsIs) written as esc
-// writes it, but for those keep lets through (nil: none) and a zero-width joiner or non-joiner
-// between two characters that show — an emoji's parts, a Persian word — which joins them and
-// hides nothing: 👩‍💻 was written with <U+200D> in it (a review).
+// writes it, but for those keep lets through (nil: none) and a joiner where it joins (joins):
+// 👩‍💻 was written with <U+200D> in it, and a Persian word with <U+200C> (a review).
 func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	hides := func(r rune) bool { return !ShownAsIs(r) && (keep == nil || !keep(r)) }
 	if !strings.ContainsFunc(s, hides) {
@@ -35,7 +34,7 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	rs := []rune(s)
 	var b strings.Builder
 	for i, r := range rs {
-		if hides(r) && !(joiner(r) && i > 0 && i+1 < len(rs) && shows(rs[i-1]) && shows(rs[i+1])) {
+		if hides(r) && !(i > 0 && i+1 < len(rs) && joins(rs[i-1], r, rs[i+1])) {
 			b.WriteString(esc(r))
 			continue
 		}
@@ -44,13 +43,31 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	return b.String()
 }
 
-// joiner: the zero-width joiner and non-joiner, which join (or keep apart) the characters on
-// either side and are typed as part of emoji and of Persian, Urdu and Indic words.
-func joiner(r rune) bool { return r == '\u200D' || r == '\u200C' }
+// joins reports whether j, between prev and next, is a joiner doing what it is typed for: a
+// zero-width joiner between an emoji's parts (a symbol, a skin tone, the emoji variation
+// selector, then a symbol), or a zero-width joiner or non-joiner between letters or marks of a
+// script whose letters join or form conjuncts (Arabic, Persian, Syriac, N'Ko, Mongolian, the
+// Indic scripts). Anywhere else it hides: "ro\u200Dot" read as root, "succ\u200Ceeded" as
+// succeeded (a review).
+func joins(prev, j, next rune) bool {
+	switch j {
+	case '\u200D':
+		if (unicode.Is(unicode.So, prev) || prev >= 0x1F3FB && prev <= 0x1F3FF || prev == '\uFE0F') && unicode.Is(unicode.So, next) {
+			return true
+		}
+		fallthrough
+	case '\u200C':
+		return joining(prev) && joining(next)
+	}
+	return false
+}
 
-// shows: a character that shows as itself and is not a space (a joiner beside a space joins
-// nothing and only hides).
-func shows(r rune) bool { return ShownAsIs(r) && !unicode.IsSpace(r) }
+// joining: a letter or mark of a script whose letters join or form conjuncts.
+func joining(r rune) bool {
+	return unicode.In(r, unicode.L, unicode.M) && unicode.In(r, unicode.Arabic, unicode.Syriac, unicode.Nko, unicode.Mongolian,
+		unicode.Devanagari, unicode.Bengali, unicode.Gurmukhi, unicode.Gujarati, unicode.Oriya, unicode.Tamil, unicode.Telugu,
+		unicode.Kannada, unicode.Malayalam, unicode.Sinhala)
+}
 
 // hidden: a character of text from outside that storable writes as its code point — one that
 // does not show as itself (ShownAsIs), but for the line breaks and tabs of multi-line text.

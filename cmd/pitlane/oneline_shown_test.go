@@ -5,8 +5,8 @@ import "testing"
 // Text that shows as itself reaches the operator's terminal as itself: a code point Go's tables
 // (Unicode 15.0) call unassigned — an emoji of Unicode 16, a CJK ideograph of Extension I — was
 // escaped as "\u1fae9" once one predicate decided it (a review); an emoji's zero-width joiner
-// and a Persian word's non-joiner were escaped too. A joiner beside a space, and what turns a
-// line around, still are.
+// and a Persian word's non-joiner were escaped too. A joiner anywhere else (inside a Latin word
+// or a number, beside a space), and what turns a line around, still are.
 func TestOneLineKeepsTextThatShowsAsItself(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{
