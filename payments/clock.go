@@ -185,6 +185,8 @@ func (c *DatabaseClock) Run(ctx context.Context, db interface {
 	defer tick.Stop()
 	var lastMono, lastWall time.Time // of the last successful sync
 	var reported time.Duration
+	var failedAt time.Time // when a failed read was last logged (zero: the last read succeeded)
+	leftOut := 0
 	for {
 		parted := false
 		if !lastMono.IsZero() {
@@ -197,8 +199,13 @@ func (c *DatabaseClock) Run(ctx context.Context, db interface {
 			cancel()
 			switch {
 			case err != nil:
-				if ctx.Err() == nil {
-					log.Warn("clock: could not read the database's clock; trying again", "err", err)
+				// Tried again every second: while the database is away, said once a minute
+				// (every second was 3,600 lines an hour: a review).
+				if ctx.Err() == nil && (failedAt.IsZero() || time.Since(failedAt) >= outageLogEvery) {
+					log.Warn("clock: could not read the database's clock; trying again (logged once a minute while it fails)", "err", err, "left_out", leftOut)
+					failedAt, leftOut = time.Now(), 0
+				} else {
+					leftOut++
 				}
 			case lastMono.IsZero():
 				if off > time.Second || off < -time.Second {
@@ -211,6 +218,7 @@ func (c *DatabaseClock) Run(ctx context.Context, db interface {
 			}
 			if err == nil {
 				lastMono, lastWall = time.Now(), c.host().Round(0)
+				failedAt, leftOut = time.Time{}, 0
 			}
 		}
 		select {

@@ -98,7 +98,7 @@ func (s *Service) runEventsWebhook(ctx context.Context, interval time.Duration) 
 	defer t.Stop()
 	for {
 		if _, err := s.PushEvents(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("events webhook", "err", err)
+			s.logPatrolError("events webhook", err) // an outage's once a minute
 		}
 		select {
 		case <-ctx.Done():

@@ -207,38 +207,41 @@ const HousekeepingEvery = 5 * time.Minute
 // housekeep deletes what has expired, in bounded batches. Dead codes are redacted first: that
 // step keeps a promise (no code in clear in the outbox past HousekeepingEvery), the others keep
 // tables small.
-func (s *Service) housekeep(ctx context.Context) {
+func (s *Service) housekeep(ctx context.Context) (ok bool) {
+	ok = true
 	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		s.log.Error("redact dead codes", "err", err)
+		ok = false
+		s.logPatrolError("redact dead codes", err)
 	}
 	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		s.log.Error("reap idempotency keys", "err", err)
+		s.logPatrolError("reap idempotency keys", err)
 	} else if n > 0 {
 		s.log.Info("reaped idempotency keys", "count", n)
 	}
 	if _, err := s.ReapCheckoutIntents(ctx); err != nil {
-		s.log.Error("reap checkout intents", "err", err)
+		s.logPatrolError("reap checkout intents", err)
 	}
 	if n, err := s.WithdrawProposalsOfDisabled(ctx); err != nil {
-		s.log.Error("withdraw proposals of disabled users", "err", err)
+		s.logPatrolError("withdraw proposals of disabled users", err)
 	} else if n > 0 {
 		s.log.Info("withdrew proposals of disabled users", "count", n)
 	}
 	if _, err := s.db.Exec(ctx, `DELETE FROM sweeper_heartbeats WHERE beat_at < $1`, s.cfg.Clock.Now().Add(-HeartbeatRetention)); err != nil {
-		s.log.Error("reap heartbeats", "err", err)
+		s.logPatrolError("reap heartbeats", err)
 	}
 	if _, err := s.reapOpsSamples(ctx); err != nil {
-		s.log.Error("reap ops samples", "err", err)
+		s.logPatrolError("reap ops samples", err)
 	}
 	// The exact counts' delta tables fold when read (StatusCounts, trialBalanceByDay); read them
 	// here too, so they stay small with no dashboard open and nothing scraping /metrics, and a
 	// first read never sums months of rows (an outside review).
 	if _, err := s.StatusCounts(ctx); err != nil {
-		s.log.Error("fold status counts", "err", err)
+		s.logPatrolError("fold status counts", err)
 	}
 	if _, err := s.trialBalanceByDay(ctx, LedgerFilter{}); err != nil {
-		s.log.Error("fold ledger day totals", "err", err)
+		s.logPatrolError("fold ledger day totals", err)
 	}
+	return ok
 }
 
 // RunSweeper runs the patrol every interval until ctx ends: a round over due sessions, pending
@@ -302,8 +305,7 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			hctx, cancel := context.WithTimeout(ctx, s.upkeepBound())
-			s.housekeep(hctx)
-			if hctx.Err() == nil {
+			if s.housekeep(hctx) && hctx.Err() == nil {
 				lastHousekeeping = now
 			}
 			cancel()
@@ -313,7 +315,7 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 			if _, err := s.SampleOps(sctx); err == nil {
 				lastSample = now.Truncate(OpsSampleEvery)
 			} else if ctx.Err() == nil {
-				s.log.Error("ops sample", "err", err) // tried again next pass
+				s.logPatrolError("ops sample", err) // tried again next pass
 			}
 			cancel()
 		}

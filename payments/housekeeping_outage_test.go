@@ -1,0 +1,72 @@
+package payments_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pitlane/payments"
+)
+
+// A housekeeping pass that met a database outage (connections refused: every step failed) was
+// counted done — only its own bound cutting it counted — and the next came HousekeepingEvery
+// (5 minutes) later though the database was back at the next pass: a dead code stayed in clear
+// in the outbox past the promise (a restart audit). A pass whose redaction failed runs again
+// at the next pass.
+func TestHousekeepingThatMetAnOutageRunsAgainOnceTheDatabaseIsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var passes atomic.Int32
+	upkept := make(chan int32, 100)
+	var b *bench
+	var db string
+	b = newBench(t, func(c *payments.Config) {
+		c.SideLoopEvery = 20 * time.Millisecond
+		c.Hooks.AfterUpkeep = func(context.Context) {
+			n := passes.Add(1)
+			if n == 1 { // the first pass met the outage: the database is back from now on
+				if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS true`); err != nil {
+					t.Error(err)
+				}
+			}
+			upkept <- n
+		}
+	})
+	b.reconcileElsewhere(t)
+	// A code that died long ago (no challenge: the message's age decides), in clear.
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
+	if err := b.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	// The outage: no new connection, every backend ended.
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS false`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS true`)
+	})
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
+	for n := int32(0); n < 4; { // the outage's pass, then three with the database back
+		n = mustWait(t, upkept, "an upkeep pass")
+	}
+	cancel()
+	<-done
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); n != 0 {
+		t.Fatalf("three upkeep passes after the database came back: the dead code is still in clear (housekeeping waits %v after the failed pass)", payments.HousekeepingEvery)
+	}
+}
