@@ -2,7 +2,10 @@ package payments_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
+	"pitlane/internal/testlog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,5 +71,48 @@ func TestHousekeepingThatMetAnOutageRunsAgainOnceTheDatabaseIsBack(t *testing.T)
 	<-done
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); n != 0 {
 		t.Fatalf("three upkeep passes after the database came back: the dead code is still in clear (housekeeping waits %v after the failed pass)", payments.HousekeepingEvery)
+	}
+}
+
+// The redaction failing for a reason that is not an outage (a bug, a constraint, a lock wait)
+// keeps failing at every pass: housekeeping does not then rerun all its steps, and log an ERROR,
+// at every side-loop pass (10 s by default) instead of every HousekeepingEvery (a review of the
+// retry for outages above).
+func TestHousekeepingWhoseRedactionKeepsFailingIsNotRerunEveryPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs testlog.Buffer
+	upkept := make(chan int, 100)
+	n := 0
+	b := newBench(t, func(c *payments.Config) {
+		c.SideLoopEvery = 20 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.Hooks.AfterUpkeep = func(context.Context) { n++; upkept <- n }
+	})
+	b.reconcileElsewhere(t)
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
+	// A "bug": the redaction's UPDATE fails (not an outage) every time.
+	b.exec(t, `CREATE FUNCTION hk_bug() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hk bug'; END $$`)
+	b.exec(t, `CREATE TRIGGER hk_bug BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_bug()`)
+	// Count the housekeeping's heartbeat reaps (one statement a pass).
+	b.exec(t, `CREATE TABLE hk_reaps (n int NOT NULL)`)
+	b.exec(t, `INSERT INTO hk_reaps VALUES (0)`)
+	b.exec(t, `CREATE FUNCTION hk_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hk_reaps SET n = n + 1; RETURN NULL; END $$`)
+	b.exec(t, `CREATE TRIGGER hk_count AFTER DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_count()`)
+
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
+	for k := 0; k < 10; {
+		k = mustWait(t, upkept, "an upkeep pass")
+	}
+	reaps := b.count(t, `SELECT n FROM hk_reaps`)
+	cancel()
+	<-done
+	lines := strings.Count(logs.String(), `msg="redact dead codes"`)
+	if reaps > 2 || lines > 2 {
+		t.Errorf("a redaction failing for a non-outage reason reran housekeeping %d times and logged %d errors in 10 passes (every %v by default, not every %v)",
+			reaps, lines, 10*time.Second, payments.HousekeepingEvery)
 	}
 }

@@ -571,15 +571,16 @@ type patrolState struct {
 	drivenTotal  int64
 	inFlight     atomic.Int64
 	clock        Clock
-	outage       outageLog // the patrol's errors while the database is unavailable
+	outageMu     sync.Mutex
+	outage       map[string]*outageLog // per message: the patrol's and its side loops' errors while the database is unavailable
 }
 
 // outageLog thins the log of errors that come from the database being unavailable (an outage,
 // a failover): every patrol round fails the same way then, five lines a second at a
 // SWEEP_INTERVAL of 200 ms. The first is logged at once, then one a minute with how many were
-// left out; any other error is logged as it comes.
+// left out; any other error is logged as it comes. One per message (the patrol, each side
+// loop): shared, one loop's line hid another's first of a later outage for a minute (a review).
 type outageLog struct {
-	mu      sync.Mutex
 	last    time.Time // when one was last logged (time.Now: a log's pace, not a rule)
 	skipped int
 }
@@ -592,16 +593,24 @@ func (s *Service) logPatrolError(msg string, err error) {
 		s.log.Error(msg, "err", err)
 		return
 	}
-	o := &s.patrol.outage
-	o.mu.Lock()
+	p := s.patrol
+	p.outageMu.Lock()
+	o := p.outage[msg]
+	if o == nil {
+		if p.outage == nil {
+			p.outage = map[string]*outageLog{}
+		}
+		o = &outageLog{}
+		p.outage[msg] = o
+	}
 	if !o.last.IsZero() && time.Since(o.last) < outageLogEvery {
 		o.skipped++
-		o.mu.Unlock()
+		p.outageMu.Unlock()
 		return
 	}
 	skipped := o.skipped
 	o.last, o.skipped = time.Now(), 0
-	o.mu.Unlock()
+	p.outageMu.Unlock()
 	s.log.Error(msg+" (the database is unavailable; logged once a minute while it lasts)", "err", err, "left_out", skipped)
 }
 

@@ -206,11 +206,14 @@ const HousekeepingEvery = 5 * time.Minute
 
 // housekeep deletes what has expired, in bounded batches. Dead codes are redacted first: that
 // step keeps a promise (no code in clear in the outbox past HousekeepingEvery), the others keep
-// tables small.
+// tables small. ok is false when the database's unavailability stopped the redaction: the pass
+// is then tried again at the next (the database may be back by then). A redaction that failed
+// for another reason (a bug, a lock wait) waits HousekeepingEvery as before: tried every pass,
+// it ran the whole pass and logged its error every 10 s for as long as it lasted (a review).
 func (s *Service) housekeep(ctx context.Context) (ok bool) {
 	ok = true
 	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		ok = false
+		ok = !DatabaseUnavailable(err)
 		s.logPatrolError("redact dead codes", err)
 	}
 	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {

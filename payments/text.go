@@ -24,8 +24,9 @@ func storable(s string) string {
 }
 
 // Escape is s with each character that does not show as itself (ShownAsIs) written as esc
-// writes it, but for those keep lets through (nil: none) and a joiner where it joins (joins):
-// 👩‍💻 was written with <U+200D> in it, and a Persian word with <U+200C> (a review).
+// writes it, but for those keep lets through (nil: none) and a joiner or a variation selector
+// where it does what it is typed for (fits): 👩‍💻 was written with <U+200D> in it, ❤️ with
+// <U+FE0F>, a Persian word with <U+200C> (reviews).
 func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	hides := func(r rune) bool { return !ShownAsIs(r) && (keep == nil || !keep(r)) }
 	if !strings.ContainsFunc(s, hides) {
@@ -34,7 +35,14 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	rs := []rune(s)
 	var b strings.Builder
 	for i, r := range rs {
-		if hides(r) && !(i > 0 && i+1 < len(rs) && joins(rs[i-1], r, rs[i+1])) {
+		prev, next := rune(-1), rune(-1) // none
+		if i > 0 {
+			prev = rs[i-1]
+		}
+		if i+1 < len(rs) {
+			next = rs[i+1]
+		}
+		if hides(r) && !fits(prev, r, next) {
 			b.WriteString(esc(r))
 			continue
 		}
@@ -43,21 +51,31 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	return b.String()
 }
 
-// joins reports whether j, between prev and next, is a joiner doing what it is typed for: a
-// zero-width joiner between an emoji's parts (a symbol, a skin tone, the emoji variation
-// selector, then a symbol), or a zero-width joiner or non-joiner between letters or marks of a
-// script whose letters join or form conjuncts (Arabic, Persian, Syriac, N'Ko, Mongolian, the
-// Indic scripts). Anywhere else it hides: "ro\u200Dot" read as root, "succ\u200Ceeded" as
-// succeeded (a review).
-func joins(prev, j, next rune) bool {
-	switch j {
-	case '\u200D':
-		if (unicode.Is(unicode.So, prev) || prev >= 0x1F3FB && prev <= 0x1F3FF || prev == '\uFE0F') && unicode.Is(unicode.So, next) {
-			return true
-		}
-		fallthrough
-	case '\u200C':
-		return joining(prev) && joining(next)
+// fits reports whether r, a joiner or a variation selector between prev and next (-1: none),
+// does what it is typed for. A zero-width joiner between an emoji's parts (a symbol, a skin tone
+// or the emoji selector, then a symbol); a zero-width joiner or non-joiner between letters (or
+// a letter's marks) of a script whose letters join or form conjuncts — Arabic, Persian,
+// Syriac, N'Ko, Mongolian, the Indic scripts; a variation selector after a base it varies — the
+// text or emoji selector after a symbol, ‼, ⁉ or a keycap's digit, an ideographic one after a
+// Han ideograph, a Mongolian one after a Mongolian letter. Anywhere else it shows as nothing:
+// "ro\u200Dot" read as root, "succ\u200Ceeded" and "succ\uFE00eeded" as succeeded, "100\uFE0E"
+// as 100 (reviews).
+func fits(prev, r, next rune) bool {
+	switch {
+	case r == '\u200D' && (unicode.Is(unicode.S, prev) || prev == '\uFE0F') && unicode.Is(unicode.S, next):
+		return true
+	case r == '\u200D' || r == '\u200C':
+		return (joining(prev) || unicode.Is(unicode.M, prev) && unicode.Is(unicode.Inherited, prev) && !unicode.Is(unicode.Variation_Selector, prev)) &&
+			joining(next)
+	case r == '\uFE0E' || r == '\uFE0F':
+		return unicode.Is(unicode.S, prev) || prev == '‼' || prev == '⁉' ||
+			(prev >= '0' && prev <= '9' || prev == '#' || prev == '*') && next == '\u20E3'
+	case r >= '\uFE00' && r <= '\uFE0D':
+		return unicode.Is(unicode.S, prev) || unicode.Is(unicode.Han, prev)
+	case r >= 0xE0100 && r <= 0xE01EF:
+		return unicode.Is(unicode.Han, prev)
+	case r >= '\u180B' && r <= '\u180D', r == '\u180F':
+		return unicode.Is(unicode.L, prev) && unicode.Is(unicode.Mongolian, prev)
 	}
 	return false
 }
@@ -78,12 +96,13 @@ func hidden(r rune) bool { return !ShownAsIs(r) && r != '\n' && r != '\t' && r !
 // paragraph separator, a private-use character or a noncharacter, and not a character Unicode
 // says a renderer shows as nothing (Other_Default_Ignorable: a combining grapheme joiner, a
 // Hangul filler) — "ro\u034Fot@example.com" was a new admin that looked like root (a review).
-// Variation selectors pass: the one after ❤ makes it the emoji a customer typed. A code point Go's Unicode tables do not know yet (a newer emoji, a newer CJK
-// ideograph) is shown as itself: escaped, an operator's terminal showed \u1fae9 for an emoji
-// the customer wrote (a review). What a page shows from outside (a gateway's text, a contact),
+// Nor a variation selector, which shows as nothing after a letter or a digit ("succ\uFE00eeded",
+// "100\uFE0E": a review); Escape lets one through after a base it varies (❤️). A code point
+// Go's Unicode tables do not know yet (a newer emoji, a newer CJK ideograph) is shown as itself:
+// escaped, an operator's terminal showed \u1fae9 for an emoji the customer wrote (a review). What a page shows from outside (a gateway's text, a contact),
 // what the command line writes to an operator's terminal, and a new account's email are held
 // to it.
 func ShownAsIs(r rune) bool {
 	return !unicode.IsControl(r) && !unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Cs,
-		unicode.Noncharacter_Code_Point, unicode.Other_Default_Ignorable_Code_Point)
+		unicode.Noncharacter_Code_Point, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }

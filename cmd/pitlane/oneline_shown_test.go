@@ -34,3 +34,13 @@ func TestOneLineKeepsTextThatShowsAsItself(t *testing.T) {
 		}
 	}
 }
+
+// "ro\uFE00ot" reads as root on the operator's terminal exactly as "ro\u200Dot" did.
+func TestOneLineEscapesAVariationSelectorThatVariesNothing(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"ro\uFE00ot", "ro\U000E0100ot", "ro\u180Bot"} {
+		if got := oneLine(s); got == s {
+			t.Errorf("oneLine(%+q) kept it in clear: %q", s, got)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package payments
+
+import "testing"
+
+// A character that shows as nothing beside a Latin letter must not reach a staff page in clear:
+// "succ\uFE00eeded" reads as succeeded exactly as "succ\u200Ceeded" did.
+func TestStorableEscapesAVariationSelectorThatVariesNothing(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"succ\uFE00eeded",      // VS1 after a Latin letter
+		"succ\uFE0Feeded",      // VS16 after a Latin letter
+		"succ\U000E0100eeded",  // VS17 (ideographic variation selector)
+		"succ\u180Beeded",      // Mongolian free variation selector
+		"amount 100\uFE0E EUR", // VS15 after a digit: shows as "100"
+	} {
+		if got := storable(s); got == s {
+			t.Errorf("storable(%+q) kept an invisible selector in clear: %q", s, got)
+		}
+	}
+}
+
+func TestAContactWithAVariationSelectorIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []string{"ali\uFE00ce@example.com", "ali\U000E0100ce@example.com", "ali\u180Bce@example.com"} {
+		if err := ValidateContact(c); err == nil {
+			t.Errorf("ValidateContact(%+q) accepted a contact that shows as alice@example.com", c)
+		}
+	}
+}
+
+// Emoji ZWJ sequences a customer or gateway types must show as themselves.
+func TestEmojiSequencesAreKept(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"🙂\u200D↔\uFE0F", // head shaking horizontally (Emoji 15.1): U+2194 is Sm, not So
+		"❤\uFE0F", "👩\u200D💻", "👍🏽", "1\uFE0F\u20E3", "‼\uFE0F", "葛\U000E0100",
+	} {
+		if got := storable(s); got != s {
+			t.Errorf("storable(%+q) = %q", s, got)
+		}
+	}
+}
+
+// A non-joiner after an Arabic letter with a vowel mark (harakat are script Inherited).
+func TestArabicWithItsVowelMarksAndANonJoinerIsKept(t *testing.T) {
+	t.Parallel()
+	s := "مِ\u200Cی" // mim kasra ZWNJ yeh
+	if got := storable(s); got != s {
+		t.Errorf("storable(%+q) = %q", s, got)
+	}
+}
