@@ -206,14 +206,17 @@ const HousekeepingEvery = 5 * time.Minute
 
 // housekeep deletes what has expired, in bounded batches. Dead codes are redacted first: that
 // step keeps a promise (no code in clear in the outbox past HousekeepingEvery), the others keep
-// tables small. ok is false when the database's unavailability stopped the redaction: the pass
-// is then tried again at the next (the database may be back by then). A redaction that failed
-// for another reason (a bug, a lock wait) waits HousekeepingEvery as before: tried every pass,
-// it ran the whole pass and logged its error every 10 s for as long as it lasted (a review).
-func (s *Service) housekeep(ctx context.Context) (ok bool) {
-	ok = true
+// tables small. retryIn, when the redaction failed, is how soon the pass is tried again: at the
+// next pass when the database was unavailable or a lock wait or statement timeout cut it (both
+// pass: the database may be back, the lock free, by then); in a minute for any other failure (a
+// bug), which would fail the same way at every pass — rerunning every step and logging its
+// error every 10 s (a review) — while the promise holds to within a minute.
+func (s *Service) housekeep(ctx context.Context) (retryIn time.Duration, failed bool) {
 	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		ok = !DatabaseUnavailable(err)
+		failed, retryIn = true, time.Minute
+		if DatabaseUnavailable(err) || lockTimedOut(err) {
+			retryIn = 0
+		}
 		s.logPatrolError("redact dead codes", err)
 	}
 	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {
@@ -244,7 +247,7 @@ func (s *Service) housekeep(ctx context.Context) (ok bool) {
 	if _, err := s.trialBalanceByDay(ctx, LedgerFilter{}); err != nil {
 		s.logPatrolError("fold ledger day totals", err)
 	}
-	return ok
+	return retryIn, failed
 }
 
 // RunSweeper runs the patrol every interval until ctx ends: a round over due sessions, pending
@@ -308,7 +311,12 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			hctx, cancel := context.WithTimeout(ctx, s.upkeepBound())
-			if s.housekeep(hctx) && hctx.Err() == nil {
+			switch retryIn, failed := s.housekeep(hctx); {
+			case hctx.Err() != nil || failed && retryIn == 0:
+				// Cut by its bound, or by an outage or a lock wait: again at the next pass.
+			case failed:
+				lastHousekeeping = now.Add(retryIn - HousekeepingEvery)
+			default:
 				lastHousekeeping = now
 			}
 			cancel()

@@ -34,15 +34,16 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	}
 	rs := []rune(s)
 	var b strings.Builder
+	escaped := false // the previous character was written escaped
 	for i, r := range rs {
-		prev, next := rune(-1), rune(-1) // none
-		if i > 0 {
+		prev, next := rune(-1), rune(-1) // none; prev too when it was escaped (no base for what follows)
+		if i > 0 && !escaped {
 			prev = rs[i-1]
 		}
 		if i+1 < len(rs) {
 			next = rs[i+1]
 		}
-		if hides(r) && !fits(prev, r, next) {
+		if escaped = hides(r) && !fits(prev, r, next); escaped {
 			b.WriteString(esc(r))
 			continue
 		}
@@ -52,32 +53,44 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 }
 
 // fits reports whether r, a joiner or a variation selector between prev and next (-1: none),
-// does what it is typed for. A zero-width joiner between an emoji's parts (a symbol, a skin tone
-// or the emoji selector, then a symbol); a zero-width joiner or non-joiner between letters (or
-// a letter's marks) of a script whose letters join or form conjuncts — Arabic, Persian,
-// Syriac, N'Ko, Mongolian, the Indic scripts; a variation selector after a base it varies — the
-// text or emoji selector after a symbol, ‼, ⁉ or a keycap's digit, an ideographic one after a
+// does what it is typed for (prev is -1 when it was itself escaped). A zero-width joiner
+// between an emoji's parts (emojiBase: a symbol, a skin tone; or the emoji selector, then a
+// symbol); a zero-width joiner or non-joiner between letters (or a letter's marks) of a script
+// whose letters join or form conjuncts — Arabic, Persian, Syriac, N'Ko, Mongolian, the Indic
+// scripts; a variation selector after a base it varies — the
+// text or emoji selector after an emoji's base or a keycap's digit, an ideographic one after a
 // Han ideograph, a Mongolian one after a Mongolian letter. Anywhere else it shows as nothing:
 // "ro\u200Dot" read as root, "succ\u200Ceeded" and "succ\uFE00eeded" as succeeded, "100\uFE0E"
 // as 100 (reviews).
 func fits(prev, r, next rune) bool {
 	switch {
-	case r == '\u200D' && (unicode.Is(unicode.S, prev) || prev == '\uFE0F') && unicode.Is(unicode.S, next):
+	case r == '\u200D' && (emojiBase(prev) || prev == '\uFE0F') && emojiBase(next):
 		return true
 	case r == '\u200D' || r == '\u200C':
 		return (joining(prev) || unicode.Is(unicode.M, prev) && unicode.Is(unicode.Inherited, prev) && !unicode.Is(unicode.Variation_Selector, prev)) &&
 			joining(next)
 	case r == '\uFE0E' || r == '\uFE0F':
-		return unicode.Is(unicode.S, prev) || prev == '‼' || prev == '⁉' ||
-			(prev >= '0' && prev <= '9' || prev == '#' || prev == '*') && next == '\u20E3'
+		return emojiBase(prev) || (prev >= '0' && prev <= '9' || prev == '#' || prev == '*') && next == '\u20E3'
 	case r >= '\uFE00' && r <= '\uFE0D':
-		return unicode.Is(unicode.S, prev) || unicode.Is(unicode.Han, prev)
+		return emojiBase(prev) || unicode.Is(unicode.Han, prev)
 	case r >= 0xE0100 && r <= 0xE01EF:
 		return unicode.Is(unicode.Han, prev)
 	case r >= '\u180B' && r <= '\u180D', r == '\u180F':
 		return unicode.Is(unicode.L, prev) && unicode.Is(unicode.Mongolian, prev)
 	}
 	return false
+}
+
+// emojiBase: a character an emoji's selector or joiner may follow or precede — a symbol outside
+// ASCII (an ASCII one carries no emoji: "$\uFE0E100" read as $100, "amount=\uFE0F100" as
+// amount=100: a review), or one of the emoji Unicode files under letters and punctuation
+// (‼ ⁉ ℹ 〰 〽).
+func emojiBase(r rune) bool {
+	switch r {
+	case '‼', '⁉', 'ℹ', '〰', '〽':
+		return true
+	}
+	return r > 0x7F && unicode.Is(unicode.S, r)
 }
 
 // joining: a letter or mark of a script whose letters join or form conjuncts.

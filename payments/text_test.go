@@ -49,3 +49,32 @@ func TestArabicWithItsVowelMarksAndANonJoinerIsKept(t *testing.T) {
 		t.Errorf("storable(%+q) = %q", s, got)
 	}
 }
+
+// Emoji a customer types with U+FE0F whose base is not a symbol in Go's tables
+// (emoji-variation-sequences.txt: U+2139 is Ll, U+3030 Pd, U+303D Po) show as typed, as ❤️ does
+// (a review of dc3a58e).
+func TestEmojiWithANonSymbolBaseAreKept(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"ℹ\uFE0F", "〰\uFE0F", "〽\uFE0F"} {
+		if got := storable(s); got != s {
+			t.Errorf("storable(%+q) = %q", s, got)
+		}
+	}
+}
+
+// A selector or joiner after an ASCII symbol varies nothing (no emoji or standardized variation
+// sequence has $ + < = > ^ ` | ~ as its base) and shows as nothing, as "100\uFE0E EUR" did: it
+// does not reach a staff page in clear (a review of dc3a58e).
+func TestASelectorOrJoinerAfterAnASCIISymbolIsEscaped(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"$\uFE0E100",       // reads "$100"
+		"amount=\uFE0F100", // reads "amount=100"
+		"ref=ab|\uFE00cd",  // reads "ref=ab|cd"
+		"a+\u200D=b",       // ZWJ between two ASCII math symbols
+	} {
+		if got := storable(s); got == s {
+			t.Errorf("storable(%+q) kept an invisible character in clear: %q", s, got)
+		}
+	}
+}

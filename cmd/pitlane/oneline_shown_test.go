@@ -44,3 +44,14 @@ func TestOneLineEscapesAVariationSelectorThatVariesNothing(t *testing.T) {
 		}
 	}
 }
+
+// On the operator's terminal a selector after an ASCII symbol, and a joiner after an escaped
+// selector, show as nothing: escaped (a review of dc3a58e).
+func TestOneLineEscapesASelectorAfterAnASCIISymbol(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"refunded $\uFE0E100", "status=\uFE0Fsucceeded", "a\uFE0F\u200D$"} {
+		if got := oneLine(s); got == s || got == "a\\ufe0f\u200D$" {
+			t.Errorf("oneLine(%+q) = %+q: an invisible character in clear", s, got)
+		}
+	}
+}
