@@ -7,6 +7,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -215,19 +216,7 @@ func TestAnActionTheDatabaseFailedIsAuditedAsUnknown(t *testing.T) {
 // answering err): the error page, no refund sent.
 func TestAFinanceRefundWhoseClaimAnswerWasLostIsMade(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	d := &ackDropper{}
-	_, eB := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 10000} })
-	b.user(t, "f1@example.com", access.RoleFinance)
-	f1 := newAgent(t, eB)
-	f1.login("f1@example.com")
-	s := b.completed(t, "lost-fin-refund", 2000)
-
-	action, form := formValues(page(t, f1.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
-	form.Set("amount", "4.00")
-	form.Set("reason", "late delivery")
-	d.arm("INSERT INTO refunds", commandComplete("COMMIT"))
-	res := f1.post(action, form)
+	b, d, f1, s, res := financeRefundLosingCommit(t, 10000, "lost-fin-refund", "INSERT INTO refunds")
 	if d.count() != 1 {
 		t.Fatalf("setup: the refund's claim answer was not dropped (%d)", d.count())
 	}
@@ -290,19 +279,7 @@ func TestACreateWhoseIdleConnectionsTheServerEndedIsAnswered(t *testing.T) {
 // read-back skipped): no "waits for a second" message.
 func TestAFinanceProposalWhoseAnswerWasLostIsAnswered(t *testing.T) {
 	t.Parallel()
-	b := newConsoleBench(t)
-	d := &ackDropper{}
-	_, eB := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": 100} })
-	b.user(t, "f1@example.com", access.RoleFinance)
-	f1 := newAgent(t, eB)
-	f1.login("f1@example.com")
-	s := b.completed(t, "lost-fin-proposal", 2000)
-
-	action, form := formValues(page(t, f1.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
-	form.Set("amount", "4.00")
-	form.Set("reason", "late delivery")
-	d.arm("INSERT INTO resolution_proposals", commandComplete("COMMIT"))
-	res := f1.post(action, form)
+	b, d, f1, s, res := financeRefundLosingCommit(t, 100, "lost-fin-proposal", "INSERT INTO resolution_proposals")
 	if d.count() != 1 || b.count(t, `SELECT count(*) FROM resolution_proposals WHERE session_id = $1`, s.ID) != 1 {
 		t.Fatalf("setup: the proposal was not committed with its answer lost (dropped %d)", d.count())
 	}
@@ -315,4 +292,23 @@ func TestAFinanceProposalWhoseAnswerWasLostIsAnswered(t *testing.T) {
 	if n := b.gw.Calls("refund"); n != 0 {
 		t.Errorf("%d refunds sent for a proposal", n)
 	}
+}
+
+// financeRefundLosingCommit: a finance user on a replica whose database loses the answer of the
+// COMMIT of the transaction that wrote written, sending the refund form of a payment of 20.00
+// for 4.00 (directLimit: REFUND_DIRECT_LIMIT in EUR cents).
+func financeRefundLosingCommit(t *testing.T, directLimit int64, order, written string) (*consoleBench, *ackDropper, *agent, payments.Session, *httptest.ResponseRecorder) {
+	t.Helper()
+	b := newConsoleBench(t)
+	d := &ackDropper{}
+	_, eB := b.replica(consoleDroppingPool(t, b, d), "replica-b", b.gw, func(c *payments.Config) { c.RefundDirectLimit = map[string]int64{"EUR": directLimit} })
+	b.user(t, "f1@example.com", access.RoleFinance)
+	f1 := newAgent(t, eB)
+	f1.login("f1@example.com")
+	s := b.completed(t, order, 2000)
+	action, form := formValues(page(t, f1.get("/payments/"+s.ID), http.StatusOK), "finance-refund-form")
+	form.Set("amount", "4.00")
+	form.Set("reason", "late delivery")
+	d.arm(written, commandComplete("COMMIT"))
+	return b, d, f1, s, f1.post(action, form)
 }

@@ -68,20 +68,7 @@ func TestAnInsertStillRunningWhenItsKeyIsLetGoOfIsLetGoOfToo(t *testing.T) {
 	b := newBench(t)
 	cl := newClient(t, b, "shop")
 	cc := &cutConns{}
-	cfg := b.pool.Config().Copy()
-	var d net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &recConn{Conn: c, c: cc}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolWrapping(t, b, func(c net.Conn) net.Conn { return &recConn{Conn: c, c: cc} })
 	svc := b.service(pool, "replica-cut")
 	letGo, tried := make(chan error, 4), make(chan error, 64)
 	x := payments.NewIdempotency(svc, payments.IdempotencyConfig{Hooks: payments.IdempotencyHooks{
@@ -266,20 +253,7 @@ func TestABusyAcquireWhoseCommitAnswerWasLostLetsGoOfNothing(t *testing.T) {
 	b := newBench(t)
 	cl := newClient(t, b, "shop")
 	l := &commitLoser{}
-	cfg := b.pool.Config().Copy()
-	var d net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &loseConn{Conn: c, l: l}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolWrapping(t, b, func(c net.Conn) net.Conn { return &loseConn{Conn: c, l: l} })
 	svcA := b.service(b.pool, "replica-a")
 	svcB := b.service(pool, "replica-b")
 	xa := payments.NewIdempotency(svcA, payments.IdempotencyConfig{})
@@ -303,4 +277,25 @@ func TestABusyAcquireWhoseCommitAnswerWasLostLetsGoOfNothing(t *testing.T) {
 	if n := payments.LettingGo(svcB); n != 0 {
 		t.Fatalf("%d background let-go(s) holding a slot up to StaleAfter for an acquire that took nothing under its token (busy)", n)
 	}
+}
+
+// poolWrapping is a pool over b's database whose every connection wrap wraps (what a test makes
+// its network do: cut, lose an answer), closed when the test ends.
+func poolWrapping(t *testing.T, b *bench, wrap func(net.Conn) net.Conn) *pgxpool.Pool {
+	t.Helper()
+	cfg := b.pool.Config().Copy()
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c), nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -100,10 +100,6 @@ func joining(r rune) bool {
 		unicode.Kannada, unicode.Malayalam, unicode.Sinhala)
 }
 
-// hidden: a character of text from outside that storable writes as its code point — one that
-// does not show as itself (ShownAsIs), but for the line breaks and tabs of multi-line text.
-func hidden(r rune) bool { return !ShownAsIs(r) && r != '\n' && r != '\t' && r != '\r' }
-
 // ShownAsIs reports whether r shows on a page or a terminal as what it is. Not a control or
 // format character (an escape, a right-to-left override, a zero-width space), a line or
 // paragraph separator, a private-use character or a noncharacter, and not a character Unicode
