@@ -150,3 +150,43 @@ func TestALockTimeoutOnTheRedactionIsRetriedAtTheNextPass(t *testing.T) {
 		t.Fatalf("one lock timeout on the redaction: after 4 more passes the dead code is still in clear (next try %v later)", payments.HousekeepingEvery)
 	}
 }
+
+// A lock timeout that lasts (a row held, a statement_timeout the redaction always exceeds:
+// 55P03 every time) never advanced lastHousekeeping: the whole housekeeping reran, and logged an
+// ERROR, at every side-loop pass (a review). The first is retried at the next pass, the rest in a
+// minute.
+func TestALastingLockTimeoutOnTheRedactionIsNotRerunEveryPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs testlog.Buffer
+	upkept := make(chan int, 100)
+	n := 0
+	b := newBench(t, func(c *payments.Config) {
+		c.SideLoopEvery = 20 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.Hooks.AfterUpkeep = func(context.Context) { n++; upkept <- n }
+	})
+	b.reconcileElsewhere(t)
+	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
+	b.exec(t, `CREATE FUNCTION hk_lock() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+		RAISE EXCEPTION 'canceling statement due to lock timeout' USING ERRCODE = '55P03'; END $$`)
+	b.exec(t, `CREATE TRIGGER hk_lock BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_lock()`)
+	b.exec(t, `CREATE TABLE hk_reaps (n int NOT NULL)`)
+	b.exec(t, `INSERT INTO hk_reaps VALUES (0)`)
+	b.exec(t, `CREATE FUNCTION hk_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hk_reaps SET n = n + 1; RETURN NULL; END $$`)
+	b.exec(t, `CREATE TRIGGER hk_count AFTER DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_count()`)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
+	for k := 0; k < 10; {
+		k = mustWait(t, upkept, "an upkeep pass")
+	}
+	reaps := b.count(t, `SELECT n FROM hk_reaps`)
+	cancel()
+	<-done
+	lines := strings.Count(logs.String(), `msg="redact dead codes"`)
+	if reaps > 2 || lines > 2 {
+		t.Errorf("a lasting lock timeout on the redaction: housekeeping reran %d times and logged %d errors in 10 passes (clock still)", reaps, lines)
+	}
+}

@@ -206,17 +206,10 @@ const HousekeepingEvery = 5 * time.Minute
 
 // housekeep deletes what has expired, in bounded batches. Dead codes are redacted first: that
 // step keeps a promise (no code in clear in the outbox past HousekeepingEvery), the others keep
-// tables small. retryIn, when the redaction failed, is how soon the pass is tried again: at the
-// next pass when the database was unavailable or a lock wait or statement timeout cut it (both
-// pass: the database may be back, the lock free, by then); in a minute for any other failure (a
-// bug), which would fail the same way at every pass — rerunning every step and logging its
-// error every 10 s (a review) — while the promise holds to within a minute.
-func (s *Service) housekeep(ctx context.Context) (retryIn time.Duration, failed bool) {
+// tables small. It returns the redaction's error (runUpkeep decides when to try again).
+func (s *Service) housekeep(ctx context.Context) (redactErr error) {
 	if _, err := s.RedactDeadCodes(ctx, s.cfg.Clock.Now(), 1000); err != nil {
-		failed, retryIn = true, time.Minute
-		if DatabaseUnavailable(err) || lockTimedOut(err) {
-			retryIn = 0
-		}
+		redactErr = err
 		s.logPatrolError("redact dead codes", err)
 	}
 	if n, err := s.ReapIdempotencyKeys(ctx, s.cfg.Clock.Now(), 1000); err != nil {
@@ -247,7 +240,7 @@ func (s *Service) housekeep(ctx context.Context) (retryIn time.Duration, failed 
 	if _, err := s.trialBalanceByDay(ctx, LedgerFilter{}); err != nil {
 		s.logPatrolError("fold ledger day totals", err)
 	}
-	return retryIn, failed
+	return redactErr
 }
 
 // RunSweeper runs the patrol every interval until ctx ends: a round over due sessions, pending
@@ -308,16 +301,25 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastHousekeeping, lastSample time.Time
+	lockWaited := false // the last housekeeping's redaction met a lock wait or statement timeout
 	for {
 		if now := s.cfg.Clock.Now(); now.Sub(lastHousekeeping) >= HousekeepingEvery {
 			hctx, cancel := context.WithTimeout(ctx, s.upkeepBound())
-			switch retryIn, failed := s.housekeep(hctx); {
-			case hctx.Err() != nil || failed && retryIn == 0:
-				// Cut by its bound, or by an outage or a lock wait: again at the next pass.
-			case failed:
-				lastHousekeeping = now.Add(retryIn - HousekeepingEvery)
+			// When the redaction failed (its promise: no code in clear past HousekeepingEvery),
+			// again at the next pass after an outage (the database may be back) or a first lock
+			// wait or statement timeout (the lock may be free); in a minute after any other
+			// failure, or a lock wait that lasts: at every pass, one would rerun every step and
+			// log every 10 s for as long as it lasted (reviews), and a minute keeps the promise
+			// to within a minute.
+			switch err := s.housekeep(hctx); {
+			case hctx.Err() != nil || err != nil && DatabaseUnavailable(err):
+				// again at the next pass
+			case err != nil && lockTimedOut(err) && !lockWaited:
+				lockWaited = true
+			case err != nil:
+				lastHousekeeping = now.Add(time.Minute - HousekeepingEvery)
 			default:
-				lastHousekeeping = now
+				lastHousekeeping, lockWaited = now, false
 			}
 			cancel()
 		}

@@ -81,16 +81,19 @@ func fits(prev, r, next rune) bool {
 	return false
 }
 
-// emojiBase: a character an emoji's selector or joiner may follow or precede — a symbol outside
-// ASCII (an ASCII one carries no emoji: "$\uFE0E100" read as $100, "amount=\uFE0F100" as
-// amount=100: a review), or one of the emoji Unicode files under letters and punctuation
-// (‼ ⁉ ℹ 〰 〽).
+// emojiBase: a character an emoji's selector or joiner may follow or precede — a pictograph
+// (a symbol of category So beyond Latin-1, © or ®), a skin tone, or one of the emoji Unicode
+// files elsewhere: arrows and squares among the math symbols (↔ ↕ ◻ ◼ ◽ ◾ ⤴ ⤵) and ‼ ⁉ ℹ 〰 〽.
+// Not an ASCII symbol, a currency sign, ° or a math operator, after which a selector varies
+// nothing and shows as nothing: "$\uFE0E100" and "€\uFE0E100" read as $100 and €100 (reviews).
 func emojiBase(r rune) bool {
-	switch r {
-	case '‼', '⁉', 'ℹ', '〰', '〽':
+	switch {
+	case r == '©', r == '®', r == '‼', r == '⁉', r == 'ℹ', r == '〰', r == '〽',
+		r == '↔', r == '↕', r >= '◻' && r <= '◾', r == '⤴', r == '⤵',
+		r >= 0x1F3FB && r <= 0x1F3FF: // skin tones (Sk)
 		return true
 	}
-	return r > 0x7F && unicode.Is(unicode.S, r)
+	return r > 0xFF && unicode.Is(unicode.So, r)
 }
 
 // joining: a letter or mark of a script whose letters join or form conjuncts.

@@ -78,3 +78,37 @@ func TestASelectorOrJoinerAfterAnASCIISymbolIsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// A selector or joiner after a non-ASCII symbol that is no emoji's base (a currency sign, a math
+// operator) shows as nothing next to an amount, as "$\uFE0E100" did: escaped (a review).
+func TestASelectorAfterACurrencySignIsEscaped(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"€\uFE0E100",          // reads "€100"
+		"refunded £\uFE0F100", // reads "£100"
+		"¥\uFE00100",          // reads "¥100"
+		"100\u00A0€\u200D£",   // ZWJ between two currency signs
+		"amount≠\uFE0F100",    // reads "amount≠100"
+		"20°\uFE0E C",
+	} {
+		if got := storable(s); got == s {
+			t.Errorf("storable(%+q) kept an invisible character in clear: %q", s, got)
+		}
+	}
+}
+
+// Everyday emoji and words with their selectors and joiners stay as typed.
+func TestEverydayTextIsKept(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"👨\u200D👩\u200D👧\u200D👦", "👩🏽\u200D💻", "🏃🏻\u200D♀\uFE0F", "🏳\uFE0F\u200D🌈", "🏳\uFE0F\u200D⚧\uFE0F", "🏴\u200D☠\uFE0F",
+		"👩\u200D❤\uFE0F\u200D💋\u200D👨", "❤\uFE0F\u200D🔥", "👁\uFE0F\u200D🗨\uFE0F", "🇫🇷🇯🇵", "#\uFE0F\u20E3 1\uFE0F\u20E3 *\uFE0F\u20E3",
+		"©\uFE0F ®\uFE0F ™\uFE0F ↔\uFE0F ▶\uFE0F ☺\uFE0F ⤴\uFE0F Ⓜ\uFE0F ㊗\uFE0F ‼\uFE0F ⁉\uFE0F ℹ\uFE0F",
+		"क्\u200Dष", "श्\u200Cर", "می\u200Cخواهم", "کتاب\u200Cها", "ශ්\u200Dරී", "日本語の文章です", "葛\U000E0100城",
+		"👋🏿 hi", "🧑\u200D🤝\u200D🧑",
+	} {
+		if got := storable(s); got != s {
+			t.Errorf("storable(%+q) = %+q", s, got)
+		}
+	}
+}

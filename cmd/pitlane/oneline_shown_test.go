@@ -55,3 +55,13 @@ func TestOneLineEscapesASelectorAfterAnASCIISymbol(t *testing.T) {
 		}
 	}
 }
+
+// On the terminal too, a selector after a currency sign is escaped (a review).
+func TestOneLineEscapesASelectorAfterACurrencySign(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"refunded €\uFE0E100", "amount=£\uFE0F100 status=succeeded"} {
+		if got := oneLine(s); got == s {
+			t.Errorf("oneLine(%+q) = %+q: an invisible character in clear", s, got)
+		}
+	}
+}
