@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"pitlane/internal/testlog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"pitlane/internal/testlog"
 	"pitlane/payments"
 )
 
@@ -80,38 +80,8 @@ func TestHousekeepingThatMetAnOutageRunsAgainOnceTheDatabaseIsBack(t *testing.T)
 // retry for outages above).
 func TestHousekeepingWhoseRedactionKeepsFailingIsNotRerunEveryPass(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	var logs testlog.Buffer
-	upkept := make(chan int, 100)
-	n := 0
-	b := newBench(t, func(c *payments.Config) {
-		c.SideLoopEvery = 20 * time.Millisecond
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		c.Hooks.AfterUpkeep = func(context.Context) { n++; upkept <- n }
-	})
-	b.reconcileElsewhere(t)
-	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
-		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
-	// A "bug": the redaction's UPDATE fails (not an outage) every time.
-	b.exec(t, `CREATE FUNCTION hk_bug() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hk bug'; END $$`)
-	b.exec(t, `CREATE TRIGGER hk_bug BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_bug()`)
-	// Count the housekeeping's heartbeat reaps (one statement a pass).
-	b.exec(t, `CREATE TABLE hk_reaps (n int NOT NULL)`)
-	b.exec(t, `INSERT INTO hk_reaps VALUES (0)`)
-	b.exec(t, `CREATE FUNCTION hk_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hk_reaps SET n = n + 1; RETURN NULL; END $$`)
-	b.exec(t, `CREATE TRIGGER hk_count AFTER DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_count()`)
-
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
-	for k := 0; k < 10; {
-		k = mustWait(t, upkept, "an upkeep pass")
-	}
-	reaps := b.count(t, `SELECT n FROM hk_reaps`)
-	cancel()
-	<-done
-	lines := strings.Count(logs.String(), `msg="redact dead codes"`)
-	if reaps > 2 || lines > 2 {
+	h := newRedactionBench(t, `RAISE EXCEPTION 'hk bug';`) // a "bug": not an outage, every time
+	if reaps, lines := h.passes(t, 10); reaps > 2 || lines > 2 {
 		t.Errorf("a redaction failing for a non-outage reason reran housekeeping %d times and logged %d errors in 10 passes (every %v by default, not every %v)",
 			reaps, lines, 10*time.Second, payments.HousekeepingEvery)
 	}
@@ -122,31 +92,11 @@ func TestHousekeepingWhoseRedactionKeepsFailingIsNotRerunEveryPass(t *testing.T)
 // review). Retried at the next pass: here the clock does not move, and the next passes redact.
 func TestALockTimeoutOnTheRedactionIsRetriedAtTheNextPass(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	upkept := make(chan int, 100)
-	n := 0
-	b := newBench(t, func(c *payments.Config) {
-		c.SideLoopEvery = 20 * time.Millisecond
-		c.Hooks.AfterUpkeep = func(context.Context) { n++; upkept <- n }
-	})
-	b.reconcileElsewhere(t)
-	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
-		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
 	// One lock timeout, the first time only (a sequence is not rolled back with the statement).
-	b.exec(t, `CREATE SEQUENCE hk_once`)
-	b.exec(t, `CREATE FUNCTION hk_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-		IF nextval('hk_once') = 1 THEN RAISE EXCEPTION 'canceling statement due to lock timeout' USING ERRCODE = '55P03'; END IF;
-		RETURN NEW; END $$`)
-	b.exec(t, `CREATE TRIGGER hk_once BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_once()`)
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
-	for k := 0; k < 5; {
-		k = mustWait(t, upkept, "an upkeep pass")
-	}
-	cancel()
-	<-done
-	if c := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); c != 0 {
+	h := newRedactionBench(t, `IF nextval('hk_once') = 1 THEN
+		RAISE EXCEPTION 'canceling statement due to lock timeout' USING ERRCODE = '55P03'; END IF;`, `CREATE SEQUENCE hk_once`)
+	h.passes(t, 5)
+	if c := h.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); c != 0 {
 		t.Fatalf("one lock timeout on the redaction: after 4 more passes the dead code is still in clear (next try %v later)", payments.HousekeepingEvery)
 	}
 }
@@ -157,36 +107,58 @@ func TestALockTimeoutOnTheRedactionIsRetriedAtTheNextPass(t *testing.T) {
 // minute.
 func TestALastingLockTimeoutOnTheRedactionIsNotRerunEveryPass(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	var logs testlog.Buffer
-	upkept := make(chan int, 100)
-	n := 0
-	b := newBench(t, func(c *payments.Config) {
-		c.SideLoopEvery = 20 * time.Millisecond
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		c.Hooks.AfterUpkeep = func(context.Context) { n++; upkept <- n }
-	})
-	b.reconcileElsewhere(t)
-	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
-		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
-	b.exec(t, `CREATE FUNCTION hk_lock() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-		RAISE EXCEPTION 'canceling statement due to lock timeout' USING ERRCODE = '55P03'; END $$`)
-	b.exec(t, `CREATE TRIGGER hk_lock BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_lock()`)
-	b.exec(t, `CREATE TABLE hk_reaps (n int NOT NULL)`)
-	b.exec(t, `INSERT INTO hk_reaps VALUES (0)`)
-	b.exec(t, `CREATE FUNCTION hk_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hk_reaps SET n = n + 1; RETURN NULL; END $$`)
-	b.exec(t, `CREATE TRIGGER hk_count AFTER DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_count()`)
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); b.svc.RunSweeper(sctx, 20*time.Millisecond) }()
-	for k := 0; k < 10; {
-		k = mustWait(t, upkept, "an upkeep pass")
-	}
-	reaps := b.count(t, `SELECT n FROM hk_reaps`)
-	cancel()
-	<-done
-	lines := strings.Count(logs.String(), `msg="redact dead codes"`)
-	if reaps > 2 || lines > 2 {
+	h := newRedactionBench(t, `RAISE EXCEPTION 'canceling statement due to lock timeout' USING ERRCODE = '55P03';`)
+	if reaps, lines := h.passes(t, 10); reaps > 2 || lines > 2 {
 		t.Errorf("a lasting lock timeout on the redaction: housekeeping reran %d times and logged %d errors in 10 passes (clock still)", reaps, lines)
 	}
+}
+
+// redactionBench: a bench whose upkeep runs every 20 ms and whose clock stands still, a code dead
+// an hour and still in clear in the outbox, and raise (plpgsql, after setup's statements) run
+// before each row the redaction updates.
+type redactionBench struct {
+	*bench
+	logs   *testlog.Buffer
+	upkept chan int
+}
+
+func newRedactionBench(t *testing.T, raise string, setup ...string) *redactionBench {
+	t.Helper()
+	h := &redactionBench{logs: &testlog.Buffer{}, upkept: make(chan int, 100)}
+	n := 0
+	h.bench = newBench(t, func(c *payments.Config) {
+		c.SideLoopEvery = 20 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+		c.Hooks.AfterUpkeep = func(context.Context) { n++; h.upkept <- n }
+	})
+	h.reconcileElsewhere(t)
+	h.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
+		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`, t0.Add(-time.Hour))
+	for _, sql := range setup {
+		h.exec(t, sql)
+	}
+	h.exec(t, `CREATE FUNCTION hk_raise() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN `+raise+` RETURN NEW; END $$`)
+	h.exec(t, `CREATE TRIGGER hk_raise BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION hk_raise()`)
+	// The housekeeping passes, counted by their heartbeat reaps (one statement a pass).
+	h.exec(t, `CREATE TABLE hk_reaps (n int NOT NULL)`)
+	h.exec(t, `INSERT INTO hk_reaps VALUES (0)`)
+	h.exec(t, `CREATE FUNCTION hk_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hk_reaps SET n = n + 1; RETURN NULL; END $$`)
+	h.exec(t, `CREATE TRIGGER hk_count AFTER DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_count()`)
+	return h
+}
+
+// passes runs the sweeper for n upkeep passes: how many housekeeping passes ran, and how many
+// "redact dead codes" errors were logged.
+func (h *redactionBench) passes(t *testing.T, n int) (reaps, lines int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.svc.RunSweeper(ctx, 20*time.Millisecond) }()
+	for k := 0; k < n; {
+		k = mustWait(t, h.upkept, "an upkeep pass")
+	}
+	reaps = h.count(t, `SELECT n FROM hk_reaps`)
+	cancel()
+	<-done
+	return reaps, strings.Count(h.logs.String(), `msg="redact dead codes"`)
 }
