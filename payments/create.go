@@ -323,7 +323,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 	now := s.cfg.Clock.Now()
 	var out Session
 	var created bool
-	err := s.inTxOn(ctx, conn, "create: claim", func(tx pgx.Tx) error {
+	var claimed string // the id of the session this transaction inserts, once queued
+	mayHaveCommitted, err := s.runTx(ctx, conn, "create: claim", func(tx pgx.Tx) error {
 		// The lock, the order row (created on the first Create, then locked: that keeps the lock
 		// order order → session and orders us after a Check that is marking it Paid) and the
 		// active session, in one round trip: a pipelined batch, run by the server statement after
@@ -476,6 +477,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
 				in.checkoutStart, in.OrderID, in.Amount, in.Currency, id, now)
 		}
+		claimed = id
 		if err := commitWith(ctx, tx, &ins); err != nil {
 			return dbError("create: insert", err, "")
 		}
@@ -483,10 +485,43 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 		out, created = sess, true
 		return nil
 	})
+	if err != nil && mayHaveCommitted && claimed != "" {
+		if out, err = s.sessionClaimedAfterAll(ctx, claimed, in.Bind, err); err == nil {
+			created = true
+		}
+	}
 	if err != nil {
 		return Session{}, false, err
 	}
 	return out, created, nil
+}
+
+// sessionClaimedAfterAll reads back a claim whose COMMIT's answer was lost (a failover,
+// pgbouncer's FATAL, a connection cut after the server answered): the session it inserted (id,
+// a fresh uuid no other transaction writes) found means the transaction committed, and with it
+// the key's binding, which rode the same COMMIT; whether the binding found the key still this
+// request's (its UPDATE's answer was lost with the COMMIT's) is read back too: the key records
+// this session. The Create then goes on as if the answer had come — it registers the session
+// now. It answered 503, and the same key's retry replayed the session Registering until the
+// patrol registered it after RegisterGrace (session 53's note). Not found, or not readable: err
+// stands, as refunds' claimedAfterAll.
+func (s *Service) sessionClaimedAfterAll(ctx context.Context, id string, bind *KeyBinding, err error) (Session, error) {
+	rctx, cancel := s.detachRecord(ctx)
+	defer cancel()
+	sess, gerr := s.Get(rctx, id)
+	if gerr != nil {
+		return Session{}, err
+	}
+	if bind != nil && !bind.recordOnly {
+		if kerr := s.db.QueryRow(rctx, `SELECT EXISTS (SELECT FROM idempotency_keys
+			WHERE client_id = $1 AND kind = $2 AND key = $3 AND resource_id = $4)`,
+			bind.r.ClientID, string(bind.r.Kind), bind.r.Key, id).Scan(&bind.matched); kerr != nil {
+			return Session{}, err
+		}
+		bind.committed()
+	}
+	s.log.Warn("create: the claim's COMMIT answer was lost, and the claim is there: going on with it", "session", id, "err", err)
+	return sess, nil
 }
 
 // sendFitsGrace: work that calls the gateway right after its claim without a lease (a Create's
