@@ -172,10 +172,18 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 	if s.cfg.Clock.Now().Sub(sess.CreatedAt) > lateSend {
 		// The session is due RegisterGrace after its claim, less than that after this send:
 		// held RegisterGrace past it first, or the patrol may register beside it should this
-		// process die with the request on the wire (holdForSend).
-		if err := s.holdForSend(ctx, sess); err != nil {
+		// process die with the request on the wire (holdLateSend).
+		if err := s.holdLateSend(ctx, sess); err != nil {
 			s.log.Warn("create: could not hold the session for a late registration; leaving it to the patrol",
 				"session", sess.ID, "err", err)
+			if errors.Is(err, errPatrolsNow) {
+				// The patrol may have registered it meanwhile: answered as it is now.
+				gctx, gdone := s.detachRecord(ctx)
+				defer gdone()
+				if cur, gerr := s.Get(gctx, sess.ID); gerr == nil {
+					sess = cur
+				}
+			}
 			return CreateResult{Session: sess, Created: true}, nil
 		}
 	}
@@ -702,6 +710,40 @@ func (s *Service) holdForRegistration(ctx context.Context, sess Session, until f
 		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2)
 			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until())
 		return err
+	})
+}
+
+// errPatrolsNow: a late Create's hold found its session no longer its own to register.
+var errPatrolsNow = errors.New("the session is no longer the Create's to register: the patrol's")
+
+// holdLateSend is a late Create's hold before its registration (holdForSend's for a sender
+// without a lease): its session is made due no sooner than RegisterGrace from the time read once
+// the order → session locks are held — and only while the session is still the Create's alone:
+// Registering, not flagged, never leased nor looked at by the patrol (no lease, no look counted,
+// no gateway call logged) and not yet due. Otherwise errPatrolsNow, and the Create leaves the
+// session to the patrol. The hold waited for the order's row (or for a connection) past the
+// claim's grace, the patrol meanwhile claimed the session, looked it up and registered it under
+// its lease, and the hold then took the row and the Create sent its registration beside the
+// patrol's: two payments at a gateway that ignores keys (a review of the lease edge).
+func (s *Service) holdLateSend(ctx context.Context, sess Session) error {
+	ctx, done := s.detachRecord(ctx)
+	defer done()
+	return s.inTx(ctx, "create: hold for a late send", func(tx pgx.Tx) error {
+		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
+			return err
+		}
+		now := s.cfg.Clock.Now()
+		tag, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $3)
+			WHERE id = $1 AND status = 'Registering' AND flagged_at IS NULL AND lease_token IS NULL AND check_attempts = 0
+				AND next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE session_id = $1)`,
+			sess.ID, now, now.Add(s.cfg.RegisterGrace))
+		if err != nil {
+			return dbError("create: hold for a late send", err, "")
+		}
+		if tag.RowsAffected() == 0 {
+			return errPatrolsNow
+		}
+		return nil
 	})
 }
 

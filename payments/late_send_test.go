@@ -177,3 +177,64 @@ func TestALateCreatesHoldRunsFromAfterItsLockWait(t *testing.T) {
 	go func() { <-done; close(processed) }()
 	b.wantNoRegistrationBeside(t, id, sent, held, processed)
 }
+
+// A late Create's hold (its claim answered 15 s late, still inside the window in which it may
+// send) waited for the order's row past the claim's RegisterGrace; meanwhile the patrol claimed
+// the session, looked it up (nothing) and registered it under its lease. The hold then took the
+// row and the Create sent its registration beside the patrol's: two payments at a gateway that
+// ignores keys (a review of the lease edge). The hold sends only while the session is still the
+// Create's alone (holdLateSend). Negative control (run by hand): holdForSend's hold, two payments.
+func TestALateCreatesHoldPastItsGraceLeavesTheSessionToThePatrol(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.reconcileElsewhere(t)
+	b.gw.IgnoreKeys(true)
+	ctx := context.Background()
+	const order = "o-late-hold-past-grace"
+	var blocker pgx.Tx
+	a := b.service(b.pool, "replica-create", func(c *payments.Config) {
+		c.Hooks.BeforeRegister = func(_ context.Context, id string) {
+			b.clock.Advance(15 * time.Second) // the claim answered late, still inside sendFitsGrace
+			var err error
+			if blocker, err = b.pool.Begin(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := blocker.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, order); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Create(ctx, api, payments.CreateInput{OrderID: order, Amount: 1000, Currency: "EUR", CustomerContact: "c@example.com"})
+		done <- err
+	}()
+	waitLockWaiters(t, b.pool, 1) // the Create's hold waits for the order's row
+	// The wait outlasts the claim's grace (claim + 35 s > claim + RegisterGrace = 30 s).
+	b.clock.Advance(20 * time.Second)
+	swept := make(chan error, 1)
+	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	// The patrol's drive registered and now waits for the order's row to apply its answer.
+	waitLockWaiters(t, b.pool, 2)
+	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {
+		t.Fatalf("setup: %d register calls before the blocker ends, want the patrol's 1", n)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustWait(t, done, "the Create"); err != nil {
+		t.Logf("create: %v", err)
+	}
+	if err := mustWait(t, swept, "the patrol"); err != nil {
+		t.Logf("sweep: %v", err)
+	}
+	var id string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE order_id = $1`, order).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if regs, pays := b.gw.KeyCalls(fakegw.OpRegister, id), b.gw.PaymentsWithReference(id); regs != 1 || pays != 1 {
+		t.Errorf("%d register calls, %d gateway payments for one session: the Create sent its registration after its hold found the grace over and the patrol registering (cases: %v)",
+			regs, pays, b.openCaseKinds(t, id))
+	}
+}
