@@ -261,9 +261,24 @@ type KeyBinding struct {
 
 // completeKeySQL records a key's resource and response code and ends its request's hold, only
 // while that request still holds it (lock_token).
-const completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL,
-		resource_id = $5, response_code = $6, completed_at = $7
+var completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL,
+		resource_id = $5, response_code = $6, completed_at = $7, expires_at = ` + keyLivesOn("$7") + `
 		WHERE client_id = $1 AND kind = $2 AND key = $3 AND lock_token = $4`
+
+// keyAfterUse is how long at least a client's key lives past the end of a use's last request
+// (keyLivesOn): a key taken over or completed just before its TTL ran out is still there for
+// that request's own retry — one that lost its answer replays it rather than starting a new use
+// (a second refund) a second after the TTL. An hour, IdempotencyReapGrace: longer than any
+// request's bound.
+const keyAfterUse = time.Hour
+
+// keyLivesOn is the SQL for a key row's expires_at once a request of its use holds it until, or
+// completed it at, the timestamptz at param: a client's key lives keyAfterUse past that; an
+// intent's window is its own (it slides with each identical request, Acquire).
+func keyLivesOn(param string) string {
+	return fmt.Sprintf(`CASE WHEN kind = '%s' THEN expires_at ELSE greatest(expires_at, %s::timestamptz + interval '%d seconds') END`,
+		IdempotencyIntentKey, param, int(keyAfterUse.Seconds()))
+}
 
 // recordKeySQL records the resource a client key's request created, while that request still
 // holds the key; Run completes it after the effect with the answer's code.
@@ -483,7 +498,12 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			// then R1 replayed R2's refund: two refunds for one chain (an outside review of
 			// clock-order decisions; the stale bound first chosen was shorter than a request's
 			// own bound, a review of that fix). A new intent starts only after that much quiet.
-			live := expiresAt.After(now)
+			// A client's key is alive while a request of its use holds it, whatever its age: a
+			// use taken over just before its TTL ran out and still running was handed to an
+			// identical request at the TTL as a new use (a new Since), and a refund keyed by that
+			// ran beside the first (a review of time windows). Taken over or completed, a key
+			// lives keyAfterUse past that (keyLivesOn).
+			live := expiresAt.After(now) || holder != nil && lockedTill != nil && lockedTill.After(now)
 			if r.Kind == IdempotencyIntentKey {
 				live = expiresAt.Add(IntentGraceFor(x.svc.cfg.GatewayTimeout)).After(now)
 			}
@@ -526,8 +546,8 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 				// Held by a request that died or gave up after its effect's transaction had
 				// recorded the resource it created (KeyBinding.recordOnly): the effect happened.
 				// The key is completed with that resource and the same request replays it.
-				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL, completed_at = $4
-					WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, now); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = NULL, locked_until = NULL, completed_at = $4,
+					expires_at = `+keyLivesOn("$4")+` WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, now); err != nil {
 					return dbError("idempotency: complete recorded", err, "")
 				}
 				out = Slot{Done: true, ResourceID: *resourceID, CompletedAt: now, Since: since}
@@ -535,7 +555,7 @@ func (x *Idempotency) Acquire(ctx context.Context, r IdempotencyRequest) (Slot, 
 			}
 			// Held by a request that died (lock stale) or that gave up with an uncertain outcome:
 			// the same request takes it over.
-			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = $4, locked_until = $5
+			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lock_token = $4, locked_until = $5, expires_at = `+keyLivesOn("$5")+`
 				WHERE client_id = $1 AND kind = $2 AND key = $3`, r.ClientID, string(r.Kind), r.Key, token, lockedUntil); err != nil {
 				return dbError("idempotency: take over", err, "")
 			}
