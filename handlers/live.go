@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -128,6 +129,12 @@ func liveRefresh(c echo.Context) bool {
 // stuck, and its stream ends (the subscription with it) instead of holding a goroutine.
 const writeWait = 10 * time.Second
 
+// stillBound bounds a stream's sign-in check before an event (auth.Manager.Still): the live
+// routes have no request bound, and on a database that did not answer the stream waited in it
+// with no event and no heartbeat, past its lifetime, holding a goroutine and a pool connection
+// (a review of a silent host). Cut, the stream ends; the browser reconnects and polls.
+const stillBound = 10 * time.Second
+
 // retryMillis is how soon a browser reconnects after a stream ended (lifetime, shutdown).
 const retryMillis = "2000"
 
@@ -167,7 +174,14 @@ func (h *Live) serve(c echo.Context, topic func() (live.Topic, error)) error {
 	w.WriteHeader(http.StatusOK)
 	sink := &sseSink{w: w, rc: http.NewResponseController(w)}
 	if h.still != nil {
-		sink.still = func() error { return h.still(c) }
+		sink.still = func() error {
+			req := c.Request()
+			ctx, cancel := context.WithTimeout(req.Context(), stillBound)
+			defer cancel()
+			c.SetRequest(req.WithContext(ctx))
+			defer c.SetRequest(req)
+			return h.still(c)
+		}
 	}
 	if err := sink.write("retry: " + retryMillis + "\n\n"); err != nil {
 		return nil

@@ -61,6 +61,9 @@ func (h *Hub) Run(ctx context.Context) {
 	}
 }
 
+// setupBound bounds the listener's setup on its new connection (pid, setting, LISTEN).
+const setupBound = 10 * time.Second
+
 // listen holds one connection: LISTEN, then publish what arrives. up says whether LISTEN
 // succeeded (the hub was up on this connection).
 func (h *Hub) listen(ctx context.Context) (up bool, err error) {
@@ -77,8 +80,14 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 	// connection to other clients: notifications go astray and the page waits for nothing while
 	// the hub says it listens. Such a pooler gives its clients a cancel key of its own, so the
 	// backend pid announced at connect is not the one the server reports.
+	// The setup's round trips are bounded (setupBound): a LISTEN whose host went silent (a
+	// failover that left the old host silent while new connections reach the new primary) held
+	// the listener until TCP gave up, the hub down and every page polling though a new
+	// connection would listen at once (a review of a silent host).
+	sctx, scancel := context.WithTimeout(ctx, setupBound)
+	defer scancel()
 	var pid uint32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	if err := conn.QueryRow(sctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return false, fmt.Errorf("live: backend pid: %w", err)
 	}
 	if pid != conn.PgConn().PID() {
@@ -89,10 +98,10 @@ func (h *Hub) listen(ctx context.Context) (up bool, err error) {
 	// each time a reconnect, pages polling meanwhile and a change in between heard by nobody.
 	// A statement, not a startup parameter: pgbouncer refuses unknown ones, and the listener
 	// pointed at it must fail as not direct (above), not on its settings.
-	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0"); err != nil {
+	if _, err := conn.Exec(sctx, "SET idle_session_timeout = 0"); err != nil {
 		return false, fmt.Errorf("live: idle_session_timeout: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+	if _, err := conn.Exec(sctx, "LISTEN "+Channel); err != nil {
 		return false, fmt.Errorf("live: listen: %w", err)
 	}
 	h.setUp()

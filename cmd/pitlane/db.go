@@ -103,8 +103,16 @@ func requireMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// migratedBound bounds one migrations check: a connection whose host went silent (a failover
+// that left the old host silent while new connections reach the new primary) held the patrol's
+// start until TCP gave up — never, while that host's kernel still acknowledged — and the replica
+// served, ready, without sweeping (a review of a silent host).
+const migratedBound = 10 * time.Second
+
 // migrated reports whether the database has every migration this binary embeds.
 func migrated(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, migratedBound)
+	defer cancel()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	return migrations.Current(ctx, db)
@@ -121,7 +129,11 @@ func waitMigrated(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) 
 			return true
 		}
 		if !logged && ctx.Err() == nil {
-			logger.Warn("the patrol waits for the database's migrations (run `pitlane migrate`)", "err", err)
+			if err != nil {
+				logger.Warn("the patrol waits: the database does not answer whether it is migrated", "err", err)
+			} else {
+				logger.Warn("the patrol waits for the database's migrations (run `pitlane migrate`)")
+			}
 			logged = true
 		}
 		select {
