@@ -128,6 +128,7 @@ func newRedactionBench(t *testing.T, raise string, setup ...string) *redactionBe
 	n := 0
 	h.bench = newBench(t, func(c *payments.Config) {
 		c.SideLoopEvery = 20 * time.Millisecond
+		c.LeaseDuration = time.Second // a housekeeping pass's bound: upkeepAtLeast (5 s)
 		c.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
 		c.Hooks.AfterUpkeep = func(context.Context) { n++; h.upkept <- n }
 	})
@@ -161,4 +162,27 @@ func (h *redactionBench) passes(t *testing.T, n int) (reaps, lines int) {
 	cancel()
 	<-done
 	return reaps, strings.Count(h.logs.String(), `msg="redact dead codes"`)
+}
+
+// A housekeeping pass whose redaction succeeded and whose later step was cut by its bound (a
+// reaper's backlog, a slow statement) ran again at every side-loop pass — every step, the
+// redaction included — though the promise it reruns for was kept (session 53's note). It runs
+// again HousekeepingEvery later. Negative control (run by hand): a cut pass rerun at the next
+// pass, five passes of five.
+func TestHousekeepingCutAfterItsRedactionIsNotRerunEveryPass(t *testing.T) {
+	t.Parallel()
+	// The heartbeats' reap (a late step) outlasts the pass's bound (upkeepAtLeast, 5 s); a
+	// sequence counts its tries (not rolled back with the cut statement).
+	h := newRedactionBench(t, ``, `CREATE SEQUENCE hk_tries`,
+		`CREATE FUNCTION hk_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			IF current_query() LIKE '%beat_at <%' THEN PERFORM nextval('hk_tries'); PERFORM pg_sleep(60); END IF; -- the reap, not the stop's forget
+			RETURN NULL; END $$`,
+		`CREATE TRIGGER hk_slow BEFORE DELETE ON sweeper_heartbeats FOR EACH STATEMENT EXECUTE FUNCTION hk_slow()`)
+	h.passes(t, 5)
+	if c := h.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`); c != 0 {
+		t.Fatal("the redaction did not run")
+	}
+	if tries := h.count(t, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM hk_tries`); tries != 1 {
+		t.Errorf("housekeeping cut after its redaction ran %d times in 5 passes (clock still), want once", tries)
+	}
 }

@@ -296,7 +296,8 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 // Each lasts a lease at most (upkeepBound), as the patrol's own statements do: under the loop's
 // context alone, a statement the database never answered (a failover that left the old host
 // silent) held the loop — no dead code redacted, no minute sampled — until TCP gave up.
-// Housekeeping cut by its bound runs again at the next pass, not HousekeepingEvery later.
+// Housekeeping cut by its bound before its redaction ran runs again at the next pass, not
+// HousekeepingEvery later; cut after it, HousekeepingEvery later (the promise was kept).
 func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -312,14 +313,17 @@ func (s *Service) runUpkeep(ctx context.Context, interval time.Duration) {
 			// log every 10 s for as long as it lasted (reviews), and a minute keeps the promise
 			// to within a minute.
 			switch err := s.housekeep(hctx); {
-			case hctx.Err() != nil || err != nil && DatabaseUnavailable(err):
-				// again at the next pass
-			case err != nil && lockTimedOut(err) && !lockWaited:
-				lockWaited = true
-			case err != nil:
-				lastHousekeeping = now.Add(time.Minute - HousekeepingEvery)
-			default:
+			case err == nil:
+				// The redaction ran (it goes first): a later step cut by the bound or an outage
+				// goes on at the next housekeeping; rerun at every pass, a reaper's backlog
+				// redid the redaction and every step each pass (session 53's note).
 				lastHousekeeping, lockWaited = now, false
+			case hctx.Err() != nil || DatabaseUnavailable(err):
+				// again at the next pass
+			case lockTimedOut(err) && !lockWaited:
+				lockWaited = true
+			default:
+				lastHousekeeping = now.Add(time.Minute - HousekeepingEvery)
 			}
 			cancel()
 		}
