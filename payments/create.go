@@ -118,9 +118,8 @@ func ValidateContact(contact string) error {
 	}
 	// Characters that show as themselves only (ShownAsIs): no format character (Cf), line or
 	// paragraph separator, private-use character or other default-ignorable code point, which
-	// show as nothing or as something else — but a joiner or a variation selector where it does
-	// its work (FirstHidden): a handle with ❤️ or 👩‍💻 in it was refused (session 53's note).
-	if i := FirstHidden(contact); i >= 0 {
+	// show as nothing or as something else.
+	if i := strings.IndexFunc(contact, func(r rune) bool { return !ShownAsIs(r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(contact[i:])
 		return Invalid("customer_contact", "customer_contact must not contain invisible formatting characters (U+%04X at byte %d): they make it show as another address than it is", r, i+1)
 	}

@@ -52,13 +52,6 @@ func Escape(s string, keep func(rune) bool, esc func(rune) string) string {
 	return b.String()
 }
 
-// FirstHidden is the byte index in s of the first character Escape would escape (no keep), or
-// -1: text that shows as itself, a joiner or selector doing its work included (❤️, 👩‍💻).
-func FirstHidden(s string) int {
-	// A NUL marks it: Escape writes every other character as it is, so the bytes before it are s's.
-	return strings.IndexByte(Escape(strings.ReplaceAll(s, "\x00", " "), nil, func(rune) string { return "\x00" }), 0)
-}
-
 // fits reports whether r, a joiner or a variation selector between prev and next (-1: none),
 // does what it is typed for (prev is -1 when it was itself escaped). A zero-width joiner
 // between an emoji's parts (emojiBase: a symbol, a skin tone; or the emoji selector, then a
