@@ -28,6 +28,28 @@ func TestAContactWithAVariationSelectorIsRefused(t *testing.T) {
 	}
 }
 
+// A contact is an address: a joiner or selector in it is refused even where Escape lets one
+// through on a page, since in context it may still show as nothing — a selector no emoji has
+// after 😀, a joiner between emoji that form no sequence or between Arabic letters that join
+// anyway — and the contact would show as another address than the one codes go to (a review of
+// 79f8ac5, which took contacts by Escape's rule and was reverted). ❤️ in a contact is refused.
+func TestAContactThatShowsAsAnotherAddressIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ spoof, looksLike string }{
+		{"alice\U0001F600\uFE00@example.com", "alice\U0001F600@example.com"},
+		{"alice\U0001F600\u200D\U0001F600@example.com", "alice\U0001F600\U0001F600@example.com"},
+		{"\u0628\u200D\u0628@example.com", "\u0628\u0628@example.com"},
+		{"\u2764\uFE0F@example.com", "\u2764@example.com"},
+	} {
+		if err := ValidateContact(c.looksLike); err != nil {
+			t.Fatalf("%+q refused: %v", c.looksLike, err)
+		}
+		if err := ValidateContact(c.spoof); err == nil {
+			t.Errorf("ValidateContact(%+q) accepted: it shows as %+q, another address", c.spoof, c.looksLike)
+		}
+	}
+}
+
 // Emoji ZWJ sequences a customer or gateway types must show as themselves.
 func TestEmojiSequencesAreKept(t *testing.T) {
 	t.Parallel()

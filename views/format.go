@@ -82,14 +82,3 @@ func PaymentURL(id string) templ.SafeURL { return templ.SafeURL("/payments/" + i
 func userAction(u access.User, action string) templ.SafeURL {
 	return templ.SafeURL(fmt.Sprintf("/admin/users/%d/%s", u.ID, action))
 }
-
-// codeRecipient names who a one-time code went to: the customer and their contact, or, with no
-// contact on the payment or its order (the field is optional), says so — "the customer ()" said
-// nothing (an outside review, console journey). The message then names the order only, for a
-// notifier that finds the customer by it (docs/api.md).
-func codeRecipient(contact string) string {
-	if contact == "" {
-		return "the customer (no contact on file: the message names only the order)"
-	}
-	return "the customer (" + contact + ")"
-}
