@@ -159,8 +159,17 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 		if err := noSettleProposal(ctx, tx, "refund", id); err != nil {
 			return err
 		}
+		// Due now — or once a refund sent on the schedule's last look and never answered can no
+		// longer be in flight (the flag cleared the hold it left; Retry then sent it again beside
+		// it past the gateway's key retention: a review, as RetryFlagged's registration).
+		due := now
+		if inFlight, err := refundInFlight(ctx, tx, id, now, s.cfg.RegisterGrace); err != nil {
+			return err
+		} else if inFlight.After(due) {
+			due = inFlight
+		}
 		out, err = scanRefund(tx.QueryRow(ctx, `UPDATE refunds SET flagged_at = NULL, flag_reason = NULL,
-			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+refundColumns, id, now))
+			next_check_at = $2, check_attempts = 0 WHERE id = $1 RETURNING `+refundColumns, id, due))
 		if err != nil {
 			return dbError("retry flagged refund", err, "")
 		}

@@ -534,18 +534,41 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 		// Nothing was made with our key: asking again cannot refund twice.
 	}
 	if token, leased := leaseOf(ctx, r.ID); leased {
+		// Still leased, and still Pending: a refund settled meanwhile is never sent again. The
+		// lease is held RegisterGrace past the send, from the time read once the row is locked
+		// (holdForSend's rule for sessions): it ran out a lease after a send late in the drive
+		// (a look-up by key took most of it), and the next replica, finding nothing by key yet,
+		// sent the refund again (two refunds past the gateway's key retention, a review).
 		var holds bool
-		// Still leased, and still Pending: a refund settled meanwhile is never sent again.
-		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2 AND status = 'Pending')`, r.ID, token).Scan(&holds); err != nil {
+		if err := s.inTx(ctx, "refund: lease for a send", func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2 AND status = 'Pending' FOR UPDATE)`,
+				r.ID, token).Scan(&holds); err != nil || !holds {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE refunds SET lease_until = greatest(lease_until, $2) WHERE id = $1`,
+				r.ID, s.cfg.Clock.Now().Add(s.cfg.RegisterGrace))
+			return err
+		}); err != nil {
 			return gr, false, fmt.Errorf("refund: lease check: %w", err)
 		}
 		if !holds {
 			return gr, false, ErrLeaseLost
 		}
 	}
-	started := time.Now()
+	started, sentAt := time.Now(), s.cfg.Clock.Now()
 	gr, err = s.gwOf(sess).Refund(ctx, sess.GatewayPaymentID, r.ID, r.Amount, sess.Currency)
 	s.logGatewayCall(ctx, sess.ID, "refund", r.ID, started, err)
+	if mayBeInFlight(err) {
+		// Sent and not answered: not looked at again before it can no longer be in flight (as
+		// registerAgain's hold). The next look came at the schedule's step (10 s after a long
+		// outage or finance's Retry), found nothing by key yet and sent it again (a review).
+		hctx, done := s.detachRecord(ctx)
+		defer done()
+		if _, herr := s.execBounded(hctx, "refund: hold for a send in flight", `UPDATE refunds SET next_check_at = greatest(next_check_at, $2)
+			WHERE id = $1 AND status = 'Pending' AND flagged_at IS NULL`, r.ID, sentAt.Add(s.cfg.RegisterGrace)); herr != nil {
+			s.log.Warn("refund: could not hold a refund whose request may be in flight", "refund", r.ID, "err", herr)
+		}
+	}
 	return gr, true, err
 }
 
