@@ -121,7 +121,7 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 			return dbError("retry flagged", err, "")
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditFlagRetry,
-			Target: out.ID, Detail: "flag cleared (" + reason + "); due now"}, now)
+			Target: out.ID, Detail: "flag cleared (" + reason + "); " + dueWhen(now, due)}, now)
 	})
 	return out, err
 }
@@ -174,7 +174,7 @@ func (s *Service) RetryFlaggedRefund(ctx context.Context, by Staff, id string) (
 			return dbError("retry flagged refund", err, "")
 		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditRefundRetry,
-			Target: out.PaymentID, Detail: "refund " + id + ": flag cleared (" + reason + "); due now"}, now)
+			Target: out.PaymentID, Detail: "refund " + id + ": flag cleared (" + reason + "); " + dueWhen(now, due)}, now)
 	})
 	return out, err
 }
@@ -218,4 +218,13 @@ func (s *Service) ListFlaggedRefunds(ctx context.Context, after string) (Flagged
 		flaggedRefundsSQL, flaggedRefundsCountSQL, func(r pgx.CollectableRow) (Refund, error) { return scanRefund(r) },
 		func(r Refund) (*time.Time, string) { return r.FlaggedAt, r.ID })
 	return out, err
+}
+
+// dueWhen says in a Retry's audit line when the patrol looks again: now, or later when a send of
+// the last look may still be in flight (the line said "due now" of one due 25 s later, a review).
+func dueWhen(now, due time.Time) string {
+	if !due.After(now) {
+		return "due now"
+	}
+	return "due " + due.UTC().Format(time.RFC3339) + ": its last request to the gateway may still be in flight"
 }

@@ -500,6 +500,19 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 			"refund", r.ID, "claimed", r.CreatedAt)
 		return r, nil
 	}
+	if s.cfg.Clock.Now().Sub(r.CreatedAt) > lateSend {
+		// Due RegisterGrace after its claim, less than that after this send: held RegisterGrace
+		// past it first, as a late Create's session is (holdLateSend).
+		if err := s.holdLateRefundSend(ctx, r); err != nil {
+			s.log.Warn("refund: could not hold the refund for a late send; leaving it to the patrol", "refund", r.ID, "err", err)
+			gctx, done := s.detachRecord(ctx)
+			defer done()
+			if cur, gerr := s.GetRefund(gctx, r.ID); gerr == nil {
+				return cur, nil
+			}
+			return r, nil
+		}
+	}
 	out, err := s.driveRefund(ctx, sess, r)
 	if err != nil {
 		s.log.Info("refund not settled yet", "refund", r.ID, "err", err)
@@ -508,6 +521,35 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 		return s.GetRefund(gctx, r.ID)
 	}
 	return out, nil
+}
+
+// holdLateRefundSend is holdLateSend for a refund's first send, by the request that claimed it
+// (no lease): the refund is made due no sooner than RegisterGrace from the time read once its
+// row is locked, only while it is still that request's alone — Pending, unflagged, not due,
+// never leased nor looked at (no lease, no look counted, no gateway call logged for it);
+// otherwise errPatrolsNow. Sent late (up to sendFitsGrace after its claim) without it, a replica
+// that died with the refund on the wire left it due at its claim's grace, and the patrol, finding
+// nothing by key yet past the gateway's key retention, sent it again (a review of 32edbf9).
+func (s *Service) holdLateRefundSend(ctx context.Context, r Refund) error {
+	ctx, done := s.detachRecord(ctx)
+	defer done()
+	return s.inTx(ctx, "refund: hold for a late send", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT FROM refunds WHERE id = $1 FOR UPDATE`, r.ID); err != nil {
+			return dbError("refund: hold for a late send", err, "")
+		}
+		now := s.cfg.Clock.Now()
+		tag, err := tx.Exec(ctx, `UPDATE refunds SET next_check_at = greatest(next_check_at, $3)
+			WHERE id = $1 AND status = 'Pending' AND flagged_at IS NULL AND lease_token IS NULL AND check_attempts = 0
+				AND next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE created_at >= $4 AND idempotency_key = $1::text)`,
+			r.ID, now, now.Add(s.cfg.RegisterGrace), r.CreatedAt)
+		if err != nil {
+			return dbError("refund: hold for a late send", err, "")
+		}
+		if tag.RowsAffected() == 0 {
+			return errPatrolsNow
+		}
+		return nil
+	})
 }
 
 // askRefund learns what the gateway did with refund r, asking in a way that can never refund

@@ -34,3 +34,23 @@ func TestProposalTextIsIsolated(t *testing.T) {
 		}
 	}
 }
+
+// A resolved finance case shows "resolved by <who>, <when>: <note>": the note, typed by staff,
+// is isolated like a proposal's decision note (a review of 2c693e0). Negative control (run by
+// hand): without the <bdi>, it fails.
+func TestACaseResolutionIsIsolated(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	const note = "رفض 200"
+	c := payments.FinanceCase{ID: 3, SessionID: "6be92723-81b5-422d-9941-3f6d8d84a636", OrderID: "o-1", Kind: payments.CaseGatewayMismatch,
+		Detail: "x", CreatedAt: now, ResolvedAt: &now, ResolvedBy: "b@example.com", Resolution: note}
+	var buf bytes.Buffer
+	if err := caseTable([]payments.FinanceCase{c}, false, nil).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	body := buf.String()
+	if !strings.Contains(body, "<bdi>"+html.EscapeString(note)+"</bdi>") {
+		i := strings.Index(body, html.EscapeString(note))
+		t.Errorf("case resolution %q not isolated: %q", note, body[max(i-120, 0):min(i+60, len(body))])
+	}
+}
