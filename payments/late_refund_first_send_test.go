@@ -2,7 +2,6 @@ package payments_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -96,51 +95,5 @@ func TestAnIntentOfASlowClickIsNotReapedBeforeItsBind(t *testing.T) {
 	regs := b.gw.Calls(fakegw.OpRegister)
 	if err != nil || res.Session.ID == "" {
 		t.Fatalf("the click that registered its payment (%d registrations) was answered %v (session %q)", regs, err, res.Session.ID)
-	}
-}
-
-// A Retry that waits for a refund's last send in flight makes it due later, and its audit line
-// said "due now" (a review of 32edbf9): it says when. Negative control (run by hand): "due now".
-func TestARetriedRefundsAuditSaysWhenItIsDue(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	ctx := context.Background()
-	b.gw.SetKeyRetention(24 * time.Hour)
-	s := b.completed(t, "o-refund-retry-audit", 1000)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending {
-		t.Fatalf("setup: refund = %+v %v", r, err)
-	}
-	b.clock.Advance(25 * time.Hour)
-	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET check_attempts = $2, next_check_at = $3 WHERE id = $1`,
-		r.Refund.ID, len(payments.DefaultBackoff)-1, b.clock.Now()); err != nil {
-		t.Fatal(err)
-	}
-	b.gw.IgnoreKeys(true)
-	cut := &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-a4", func(c *payments.Config) { c.Gateway = cut })
-	send := b.gw.Hold(fakegw.OpRefund)
-	if _, err := a.DriveRefunds(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
-	b.gw.Unhold(fakegw.OpRefund)
-	defer func() { send.Open(); mustWait(t, cut.processed, "processed") }()
-	b.clock.Advance(5 * time.Second)
-	fin := payments.Staff{Email: "fin@example.com", Role: "finance"}
-	if _, err := b.svc.RetryFlaggedRefund(ctx, fin, r.Refund.ID); err != nil {
-		t.Fatal(err)
-	}
-	var due time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT next_check_at FROM refunds WHERE id = $1`, r.Refund.ID).Scan(&due); err != nil {
-		t.Fatal(err)
-	}
-	var detail string
-	if err := b.pool.QueryRow(ctx, `SELECT detail FROM audit_log WHERE action = $1 ORDER BY id DESC LIMIT 1`, payments.AuditRefundRetry).Scan(&detail); err != nil {
-		t.Fatal(err)
-	}
-	if !due.After(b.clock.Now()) || strings.Contains(detail, "due now") || !strings.Contains(detail, due.UTC().Format(time.RFC3339)) {
-		t.Errorf("audited %q, but the refund is due %s from now", detail, due.Sub(b.clock.Now()))
 	}
 }

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,15 +21,7 @@ func TestALateRefundDrivesSendIsNotSentAgainBesideIt(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.SetKeyRetention(24 * time.Hour)
-	s := b.completed(t, "o-late-refund-drive", 1000)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1) // never processed: Pending, no gateway refund id
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID != "" {
-		t.Fatalf("setup: refund = %+v %v", r, err)
-	}
-	b.clock.Advance(25 * time.Hour) // past KeyRetention: the drive looks up by key before it sends
-	b.gw.IgnoreKeys(true)           // the key is not what protects the refund from here on
+	s, r := unsentRefund(t, b, "o-late-refund-drive")
 
 	a := b.service(b.pool, "replica-dies")
 	find := b.gw.Hold(fakegw.OpFindRefund)
@@ -50,10 +43,10 @@ func TestALateRefundDrivesSendIsNotSentAgainBesideIt(t *testing.T) {
 	}
 	send.Open() // the gateway finishes A's request
 	mustWait(t, aDone, "A's round")
-	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.Refund.ID)
+	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.ID)
 	if n := b.gw.Refunds(s.GatewayPaymentID); n != 1 {
 		t.Fatalf("%d refund calls, %d gateway refunds of one Pending refund (%d RefundIssued rows): replica B sent it again %s after A's send, inside RegisterGrace (%s)",
-			b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID), n, ledger, b.clock.Now().Sub(sent), payments.StaleAfterFor(0))
+			b.gw.KeyCalls(fakegw.OpRefund, r.ID), n, ledger, b.clock.Now().Sub(sent), payments.StaleAfterFor(0))
 	}
 }
 
@@ -89,15 +82,7 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.SetKeyRetention(24 * time.Hour)
-	s := b.completed(t, "o-refund-cut", 1000)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID != "" {
-		t.Fatalf("setup: refund = %+v %v", r, err)
-	}
-	b.clock.Advance(25 * time.Hour)
-	b.gw.IgnoreKeys(true)
+	s, r := unsentRefund(t, b, "o-refund-cut")
 	cut := &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
 	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = cut })
 	send := b.gw.Hold(fakegw.OpRefund)
@@ -108,7 +93,7 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 	b.gw.Unhold(fakegw.OpRefund)
 	sent := b.clock.Now()
 	var due time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT coalesce(next_check_at, 'infinity') FROM refunds WHERE id = $1`, r.Refund.ID).Scan(&due); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(next_check_at, 'infinity') FROM refunds WHERE id = $1`, r.ID).Scan(&due); err != nil {
 		t.Fatal(err)
 	}
 	if due.Before(sent.Add(payments.StaleAfterFor(0))) {
@@ -119,10 +104,10 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 	}
 	send.Open() // the gateway finishes the request the drive gave up on
 	mustWait(t, cut.processed, "the cut refund processed")
-	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.Refund.ID)
+	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.ID)
 	if n := b.gw.Refunds(s.GatewayPaymentID); n > 1 {
 		t.Fatalf("due %s after a refund sent and cut: %d refund calls, %d gateway refunds (%d RefundIssued rows): sent again inside RegisterGrace (%s)",
-			due.Sub(sent), b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID), n, ledger, payments.StaleAfterFor(0))
+			due.Sub(sent), b.gw.KeyCalls(fakegw.OpRefund, r.ID), n, ledger, payments.StaleAfterFor(0))
 	}
 }
 
@@ -131,25 +116,17 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 // processing it; the release flagged it, finance sent it back at once (RetryFlaggedRefund: due
 // now), and the patrol's look found nothing by key yet and sent it again beside the first (a
 // review of late sends). Retry makes it due once it can no longer be in flight (refundInFlight).
-// Negative control (run by hand): due now, two refunds.
+// Negative controls (run by hand): due now, two refunds; "due now" in its audit line.
 func TestARetriedRefundIsNotSentBesideItsLastSend(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	ctx := context.Background()
-	b.gw.SetKeyRetention(24 * time.Hour)
-	s := b.completed(t, "o-refund-retry", 1000)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
-	r, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
-	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID != "" {
-		t.Fatalf("setup: refund = %+v %v", r, err)
-	}
-	b.clock.Advance(25 * time.Hour)
+	s, r := unsentRefund(t, b, "o-refund-retry")
 	// The schedule's last look is due (the looks before found nothing and asked nothing new).
 	if _, err := b.pool.Exec(ctx, `UPDATE refunds SET check_attempts = $2, next_check_at = $3 WHERE id = $1`,
-		r.Refund.ID, len(payments.DefaultBackoff)-1, b.clock.Now()); err != nil {
+		r.ID, len(payments.DefaultBackoff)-1, b.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	b.gw.IgnoreKeys(true)
 	cut := &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
 	a := b.service(b.pool, "replica-a3", func(c *payments.Config) { c.Gateway = cut })
 	send := b.gw.Hold(fakegw.OpRefund)
@@ -159,17 +136,25 @@ func TestARetriedRefundIsNotSentBesideItsLastSend(t *testing.T) {
 	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
 	b.gw.Unhold(fakegw.OpRefund)
 	sent := b.clock.Now()
-	if got, _ := b.svc.GetRefund(ctx, r.Refund.ID); got.FlaggedAt == nil {
+	if got, _ := b.svc.GetRefund(ctx, r.ID); got.FlaggedAt == nil {
 		t.Fatalf("setup: not flagged after the last look: %+v", got)
 	}
 	b.clock.Advance(5 * time.Second) // finance sees the case and retries it
 	fin := payments.Staff{Email: "fin@example.com", Role: "finance"}
-	if _, err := b.svc.RetryFlaggedRefund(ctx, fin, r.Refund.ID); err != nil {
+	if _, err := b.svc.RetryFlaggedRefund(ctx, fin, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	var due time.Time
-	if err := b.pool.QueryRow(ctx, `SELECT coalesce(next_check_at, 'infinity') FROM refunds WHERE id = $1`, r.Refund.ID).Scan(&due); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(next_check_at, 'infinity') FROM refunds WHERE id = $1`, r.ID).Scan(&due); err != nil {
 		t.Fatal(err)
+	}
+	// Its audit line says when (it said "due now", a review of 32edbf9).
+	var detail string
+	if err := b.pool.QueryRow(ctx, `SELECT detail FROM audit_log WHERE action = $1 ORDER BY id DESC LIMIT 1`, payments.AuditRefundRetry).Scan(&detail); err != nil {
+		t.Fatal(err)
+	}
+	if !due.After(b.clock.Now()) || strings.Contains(detail, "due now") || !strings.Contains(detail, due.UTC().Format(time.RFC3339)) {
+		t.Errorf("retried due %s from now, audited %q", due.Sub(b.clock.Now()), detail)
 	}
 	if due.Before(sent.Add(payments.StaleAfterFor(0))) {
 		if due.After(b.clock.Now()) {
@@ -181,9 +166,26 @@ func TestARetriedRefundIsNotSentBesideItsLastSend(t *testing.T) {
 	}
 	send.Open()
 	mustWait(t, cut.processed, "the cut refund processed")
-	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.Refund.ID)
+	ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND refund_id = $1`, r.ID)
 	if n := b.gw.Refunds(s.GatewayPaymentID); n > 1 {
 		t.Fatalf("retried due %s after a cut send: %d refund calls, %d gateway refunds (%d RefundIssued rows): sent again inside RegisterGrace (%s)",
-			due.Sub(sent), b.gw.KeyCalls(fakegw.OpRefund, r.Refund.ID), n, ledger, payments.StaleAfterFor(0))
+			due.Sub(sent), b.gw.KeyCalls(fakegw.OpRefund, r.ID), n, ledger, payments.StaleAfterFor(0))
 	}
+}
+
+// unsentRefund is a Completed payment and a Pending refund of it that the gateway never processed
+// (no gateway refund id), 25 hours later: past the gateway's key retention (24 h), so the patrol
+// looks it up by key before sending it, and a gateway that from then on ignores keys.
+func unsentRefund(t *testing.T, b *bench, order string) (payments.Session, payments.Refund) {
+	t.Helper()
+	b.gw.SetKeyRetention(24 * time.Hour)
+	s := b.completed(t, order, 1000)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+	r, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
+	if err != nil || r.Refund.Status != payments.RefundPending || r.Refund.GatewayRefundID != "" {
+		t.Fatalf("setup: refund = %+v %v", r, err)
+	}
+	b.clock.Advance(25 * time.Hour)
+	b.gw.IgnoreKeys(true)
+	return s, r.Refund
 }
