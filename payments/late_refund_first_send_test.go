@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
 )
@@ -59,41 +57,5 @@ func TestALateFirstRefundSendIsHeldBeforeItGoes(t *testing.T) {
 		ledger := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued' AND session_id = $1`, s.ID)
 		t.Fatalf("%d gateway refunds (%d refund calls for %s, %d RefundIssued rows): the patrol sent it again %s after the API's late send, inside RegisterGrace (%s)",
 			n, b.gw.Calls(fakegw.OpRefund), id, ledger, b.clock.Now().Sub(sent), payments.StaleAfterFor(0))
-	}
-}
-
-// A click's intent is held until locked_until (now + staleAfter), but the click's Create and bind
-// go on past it (RecordGrace, a bind written later): an old intent reaped in that window left the
-// click that registered its payment answered an error (a review of cabf610). Held within the
-// last hour, it is not reaped. Negative control (run by hand): reaped once the hold ran out, the
-// error.
-func TestAnIntentOfASlowClickIsNotReapedBeforeItsBind(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	ctx := context.Background()
-	key := uuid.NewString()
-	in := payments.CreateInput{OrderID: "o-slow-click", Amount: 1999, Currency: "EUR"}
-	if _, err := b.pool.Exec(ctx, `INSERT INTO checkout_intents (key, order_id, amount, currency, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		key, in.OrderID, in.Amount, in.Currency, b.clock.Now().Add(-payments.CheckoutIntentRetention-time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	gate := b.gw.Hold(fakegw.OpRegister)
-	first := make(chan error, 1)
-	var res payments.CheckoutPayResult
-	go func() {
-		var err error
-		res, err = b.svc.CheckoutPay(ctx, key, in, 0)
-		first <- err
-	}()
-	mustWait(t, gate.Arrived(), "the click's registration at the gateway")
-	b.clock.Advance(payments.StaleAfterFor(0) + time.Second) // the click is slower than its hold
-	if n, err := b.svc.ReapCheckoutIntents(ctx); err != nil || n != 0 {
-		t.Errorf("reaped %d, %v: the click still runs", n, err)
-	}
-	gate.Open()
-	err := mustWait(t, first, "the click's request")
-	regs := b.gw.Calls(fakegw.OpRegister)
-	if err != nil || res.Session.ID == "" {
-		t.Fatalf("the click that registered its payment (%d registrations) was answered %v (session %q)", regs, err, res.Session.ID)
 	}
 }
