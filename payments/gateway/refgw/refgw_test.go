@@ -621,6 +621,14 @@ func TestUnusableAnswers(t *testing.T) {
 		{"a registration's 409 in capitals is not a refusal", 409, `{"error":"IDEMPOTENCY_KEY_IN_USE"}`, register, payments.FailureUnknown, "IDEMPOTENCY_KEY_IN_USE"},
 		{"a registration's 422 with a code of its own is not a refusal", 422, `{"error":"duplicate_request"}`, register, payments.FailureUnknown, "duplicate_request"},
 		{"a reverse's 409 with a code of its own is a refusal", 409, `{"error":"conflict"}`, reverse, payments.FailureDefinitive, "conflict"},
+		// A refund's refusals are the contract's two; another code of a 409 or 422 may stand in
+		// front of a refund the gateway is paying (a review of late sends).
+		{"a refund's 409 not refundable is a refusal", 409, `{"error":"not_refundable"}`, refund, payments.FailureDefinitive, "not_refundable"},
+		{"a refund's 409 over the remaining amount is a refusal", 409, `{"error":"amount_exceeds_remaining"}`, refund, payments.FailureDefinitive, "amount_exceeds_remaining"},
+		{"a refund's 409 in capitals is not a refusal", 409, `{"error":"IDEMPOTENCY_KEY_IN_USE"}`, refund, payments.FailureUnknown, "IDEMPOTENCY_KEY_IN_USE"},
+		{"a refund's 409 with a code of its own is not a refusal", 409, `{"error":"refund_in_progress"}`, refund, payments.FailureUnknown, "refund_in_progress"},
+		{"a refund's 422 with a code of its own is not a refusal", 422, `{"error":"duplicate_request"}`, refund, payments.FailureUnknown, "duplicate_request"},
+		{"a refund's 400 is a refusal", 400, `{"error":"invalid_request"}`, refund, payments.FailureDefinitive, "invalid_request"},
 		{"425 too early is not a refusal", 425, `{"error":"too_early"}`, register, payments.FailureUnknown, "too_early"},
 		// The contract's refund look-up answers a bare 404 for a refund it does not have.
 		{"refund look-up: a bare 404 is the contract's not found", 404, ``, refundStatus, payments.FailureDefinitive, "not_found"},
@@ -712,6 +720,11 @@ func find(c *refgw.Client) error {
 
 func refundStatus(c *refgw.Client) error {
 	_, err := c.RefundStatus(context.Background(), "rf_1")
+	return err
+}
+
+func refund(c *refgw.Client) error {
+	_, err := c.Refund(context.Background(), "gp_1", "k", 100, "EUR")
 	return err
 }
 
