@@ -268,13 +268,16 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		}
 	}
 	if supersededAt != nil {
-		var unsent bool // skipped for want of room (notify.go's claim): no newer code exists
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE payment_id = $1 AND challenge_id = $2 AND skip_reason = 'no_room')`,
+		var unsent string // skipped for want of room, or withdrawn from its text (notify.go's claim): no newer code exists
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(skip_reason), '') FROM outbox WHERE payment_id = $1 AND challenge_id = $2 AND skip_reason IN ('no_room', 'redacted')`,
 			sessionID, challengeID).Scan(&unsent); err != nil {
 			return codeAttempt{}, fmt.Errorf("one-time code: why superseded: %w", err)
 		}
-		if unsent {
+		switch unsent {
+		case "no_room":
 			return codeAttempt{}, Errorf(EEXPIRED, "this code was not sent: the refund it confirms no longer fitted what the payment had left; request a new code")
+		case "redacted":
+			return codeAttempt{}, Errorf(EEXPIRED, "this code was not sent: it was withdrawn while it could not be used; request a new code")
 		}
 		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
 	}

@@ -250,7 +250,7 @@ func (s *Service) outboxSource() patrolSource {
 					-- failed) the same form answered it as sent and sent nothing (a review of this
 					-- rule). It is superseded: the form sent again issues a new code.
 					UPDATE cancel_challenges SET superseded_at = $2
-					FROM due WHERE id = due.due_challenge AND due.dead = 'no_room' AND superseded_at IS NULL AND consumed_at IS NULL
+					FROM due WHERE id = due.due_challenge AND due.dead IN ('no_room', 'redacted') AND superseded_at IS NULL AND consumed_at IS NULL
 				)
 				UPDATE outbox SET lease_until = $6, lease_token = gen_random_uuid()
 				FROM due WHERE id = due.due_id AND due.dead IS NULL
@@ -299,6 +299,13 @@ func (s *Service) outboxSource() patrolSource {
 // can come back (a proposal rejected, a refund failed), and a code an admin relayed from the
 // outbox (no NOTIFY_WEBHOOK_URL, or its delivery failing) was superseded while a proposal held the
 // room and refused once it was back (reviews of this rule).
+//
+// 'redacted' when none of those holds but the row's text no longer holds its code: the
+// housekeeping redacted it while it was dead and its delivery on the wire, the delivery then
+// failed, and the code could be used again (its room back, an admin having read it): its retry
+// sent "your code is ••••••" and marked it delivered, its challenge still open (a review of
+// outbound deliveries). Its challenge is superseded as for 'no_room': the form sent again issues
+// a new code.
 func deadCodeSQL(now, cutoff string) string {
 	return `CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 		WHEN c.consumed_at IS NOT NULL THEN 'consumed'
@@ -310,6 +317,7 @@ func deadCodeSQL(now, cutoff string) string {
 			- (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.session_id = ps.id AND r.status <> 'Failed')
 			- coalesce((SELECT p.refund_amount FROM resolution_proposals p
 			            WHERE p.session_id = ps.id AND p.kind = 'refund' AND p.state = 'proposed'), 0) THEN 'no_room'
+		WHEN o.body = o.redacted_body THEN 'redacted'
 		END`
 }
 
@@ -346,7 +354,7 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED
 		), unsent AS (
 			UPDATE cancel_challenges SET superseded_at = $1
-			FROM dead WHERE cancel_challenges.id = dead.challenge_id AND dead.unsent AND dead.reason = 'no_room' AND superseded_at IS NULL AND consumed_at IS NULL
+			FROM dead WHERE cancel_challenges.id = dead.challenge_id AND dead.unsent AND dead.reason IN ('no_room', 'redacted') AND superseded_at IS NULL AND consumed_at IS NULL
 		)
 		UPDATE outbox o SET body = o.redacted_body,
 			skipped_at = CASE WHEN dead.unsent THEN $1 ELSE o.skipped_at END,
