@@ -17,7 +17,8 @@ import (
 // one-time code was redacted (promised within HousekeepingEvery) and nothing else was reaped
 // (an outside review, patrol). Now the redaction goes first, and each reaper batch waits for a
 // lock at most LockTimeout (execBounded). Negative controls: the reaper's batches as autocommit
-// statements (exec: no heartbeat reaped), and the old order (both: the code stays in clear).
+// statements (exec: the old checkout intent, reaped after it, still there), and the old order
+// (both: the code stays in clear).
 func TestALockedReaperTableHoldsNoOtherHousekeeping(t *testing.T) {
 	t.Parallel()
 	// exec, the mode behind pgbouncer (docs/operations.md), sends the reaper's DELETE behind
@@ -50,12 +51,13 @@ func lockedReaperTable(t *testing.T, exec, reaps bool) {
 	}
 	b.reconcileElsewhere(t)
 	// A cancel code never delivered (no notifier), dead since t0 + 1 min (no challenge row: the
-	// message's age against CodeTTL decides), and a heartbeat of a replica gone for two days.
+	// message's age against CodeTTL decides), and a checkout intent (a Pay click) 31 days old,
+	// whose reaper runs after the idempotency keys'.
 	b.exec(t, `INSERT INTO outbox (kind, to_addr, body, redacted_body, created_at)
 		VALUES ('cancel_code', 'ana@example.com', 'your code is 424242', 'your code is ••••••', $1)`,
 		t0.Add(-10*time.Minute+time.Minute))
-	b.exec(t, `INSERT INTO sweeper_heartbeats (replica_id, concurrency, started_at, beat_at) VALUES ('replica-gone', 4, $1, $1)`,
-		t0.Add(-48*time.Hour))
+	b.exec(t, `INSERT INTO checkout_intents (key, order_id, amount, currency, created_at) VALUES ('4b1d7d1e-0000-4000-8000-000000000001', 'o-old-click', 100, 'EUR', $1)`,
+		t0.Add(-payments.CheckoutIntentRetention-24*time.Hour))
 	b.clock.Advance(2 * time.Minute)
 
 	holder, _ := beginHolder(t, b.pool)
@@ -67,7 +69,7 @@ func lockedReaperTable(t *testing.T, exec, reaps bool) {
 	go func() { svc.RunSweeper(ctx, time.Hour); close(done) }()
 	mustWait(t, passed, "an upkeep pass")
 	clear := b.count(t, `SELECT count(*) FROM outbox WHERE body LIKE '%424242%'`)
-	gone := b.count(t, `SELECT count(*) FROM sweeper_heartbeats WHERE replica_id = 'replica-gone'`)
+	gone := b.count(t, `SELECT count(*) FROM checkout_intents WHERE order_id = 'o-old-click'`)
 	cancel()
 	_ = holder.Rollback(context.Background())
 	mustWait(t, done, "the patrol to stop")
@@ -75,7 +77,7 @@ func lockedReaperTable(t *testing.T, exec, reaps bool) {
 		t.Fatalf("after a housekeeping pass with idempotency_keys locked, %d dead code(s) in clear in the outbox", clear)
 	}
 	if reaps && gone != 0 {
-		t.Fatalf("after a housekeeping pass with idempotency_keys locked, the heartbeat of a replica gone for two days is still there: " +
+		t.Fatalf("after a housekeeping pass with idempotency_keys locked, a checkout intent 31 days old is still there: " +
 			"the reaper's wait for the lock held every step after it")
 	}
 }
