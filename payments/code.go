@@ -277,7 +277,7 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 		case "no_room":
 			return codeAttempt{}, Errorf(EEXPIRED, "this code was not sent: the refund it confirms no longer fitted what the payment had left; request a new code")
 		case "redacted":
-			return codeAttempt{}, Errorf(EEXPIRED, "this code was not sent: it was withdrawn while it could not be used; request a new code")
+			return codeAttempt{}, Errorf(EEXPIRED, "this code was withdrawn while it could not be used (it may not have reached the customer); request a new code")
 		}
 		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")
 	}

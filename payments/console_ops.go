@@ -291,7 +291,7 @@ func (s *Service) Outbox(ctx context.Context, viewer Staff, paymentID string) ([
 	}
 	rows, err := s.db.Query(ctx, `WITH shown AS (
 			SELECT id, kind, to_addr, body, coalesce(order_id, '') AS order_id, coalesce(payment_id::text, '') AS payment_id,
-			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || CASE skip_reason WHEN 'spent' THEN 'out of attempts' WHEN 'finished' THEN 'for a payment that had finished' WHEN 'no_room' THEN 'for a refund the payment no longer had room for' WHEN 'redacted' THEN 'withdrawn from its text while it could not be used' ELSE skip_reason END,
+			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || CASE skip_reason WHEN 'spent' THEN 'out of attempts' WHEN 'finished' THEN 'for a payment that had finished' WHEN 'no_room' THEN 'for a refund the payment no longer had room for' WHEN 'redacted' THEN 'withdrawn while it could not be used (it may not have reached the customer)' ELSE skip_reason END,
 				last_error, '') AS note, challenge_id
 			FROM outbox WHERE `+only+` ORDER BY id DESC LIMIT 200),
 		seen AS (

@@ -300,12 +300,12 @@ func (s *Service) outboxSource() patrolSource {
 // outbox (no NOTIFY_WEBHOOK_URL, or its delivery failing) was superseded while a proposal held the
 // room and refused once it was back (reviews of this rule).
 //
-// 'redacted' when none of those holds but the row's text no longer holds its code: the
-// housekeeping redacted it while it was dead and its delivery on the wire, the delivery then
-// failed, and the code could be used again (its room back, an admin having read it): its retry
-// sent "your code is ••••••" and marked it delivered, its challenge still open (a review of
-// outbound deliveries). Its challenge is superseded as for 'no_room': the form sent again issues
-// a new code.
+// 'redacted' when none of those holds but the row's text no longer holds its code — redacted
+// for want of room while its delivery was on the wire, by a release before RedactDeadCodes left
+// such a row alone, and usable again (its room back, an admin having read it): its retry sent
+// "your code is ••••••" and marked it delivered, its challenge still open (a review of outbound
+// deliveries). Its challenge is superseded as for 'no_room': the form sent again issues a new
+// code.
 func deadCodeSQL(now, cutoff string) string {
 	return `CASE WHEN o.redacted_body IS NULL THEN NULL -- holds no code: never dead
 		WHEN c.consumed_at IS NOT NULL THEN 'consumed'
@@ -351,6 +351,12 @@ func (s *Service) RedactDeadCodes(ctx context.Context, now time.Time, batch int)
 				LEFT JOIN payment_sessions ps ON ps.id = c.session_id
 			WHERE `+candidates+`
 			  AND `+deadCodeSQL("$1", "$2")+` IS NOT NULL
+			  -- Not a code on its way for want of room, the one reason that can pass (the room
+			  -- back, an admin reading it): redacted under a delivery that reached the customer
+			  -- with its answer lost, or that then failed, it was withdrawn though the customer
+			  -- held it, or sent as "••••••" (reviews of outbound deliveries). Its delivery ends
+			  -- first; the claim then skips it if it is still dead.
+			  AND (o.lease_until IS NULL OR o.lease_until <= $1 OR `+deadCodeSQL("$1", "$2")+` <> 'no_room')
 			ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED
 		), unsent AS (
 			UPDATE cancel_challenges SET superseded_at = $1
