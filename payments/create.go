@@ -172,7 +172,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, in CreateInput) (Crea
 		// The session is due RegisterGrace after its claim, less than that after this send:
 		// held RegisterGrace past it first, or the patrol may register beside it should this
 		// process die with the request on the wire (holdLateSend).
-		if err := s.holdLateSend(ctx, sess); err != nil {
+		if err := s.holdLateSend(ctx, lateSession(sess), sess.ID, sess.CreatedAt); err != nil {
 			s.log.Warn("create: could not hold the session for a late registration; leaving it to the patrol",
 				"session", sess.ID, "err", err)
 			if errors.Is(err, errPatrolsNow) {
@@ -723,32 +723,68 @@ func (s *Service) holdForRegistration(ctx context.Context, sess Session, until f
 	})
 }
 
-// errPatrolsNow: a late Create's hold found its session no longer its own to register.
-var errPatrolsNow = errors.New("the session is no longer the Create's to register: the patrol's")
+// errPatrolsNow: a late sender's hold (holdLateSend) found its row no longer its own to send.
+var errPatrolsNow = errors.New("no longer this request's to send: the patrol's")
 
-// holdLateSend is a late Create's hold before its registration (holdForSend's for a sender
-// without a lease): its session is made due no sooner than RegisterGrace from the time read once
-// the order → session locks are held — and only while the session is still the Create's alone:
-// Registering, not flagged, never leased nor looked at by the patrol (no lease, no look counted,
-// no gateway call logged) and not yet due. Otherwise errPatrolsNow, and the Create leaves the
-// session to the patrol. The hold waited for the order's row (or for a connection) past the
-// claim's grace, the patrol meanwhile claimed the session, looked it up and registered it under
-// its lease, and the hold then took the row and the Create sent its registration beside the
-// patrol's: two payments at a gateway that ignores keys (a review of the lease edge).
-func (s *Service) holdLateSend(ctx context.Context, sess Session) error {
+// lateSender is a row whose first send to the gateway the request that claimed it makes without
+// a lease (a Create's session, a refund), and how holdLateSend holds it.
+type lateSender struct {
+	op     string // names the hold's transaction
+	table  string // payment_sessions or refunds
+	status string // the row's status until its first answer
+	calls  string // SQL over $1 (the row's id): a gateway call logged for it
+	lock   func(ctx context.Context, tx pgx.Tx) error
+}
+
+// lateSession is a late Create's session, locked order → session as every transition is.
+func lateSession(sess Session) lateSender {
+	return lateSender{op: "create: hold for a late send", table: "payment_sessions", status: string(StatusRegistering),
+		calls: `session_id = $1`,
+		lock: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+			return err
+		}}
+}
+
+// lateRefund is a refund's first send by the request that claimed it; its row alone is locked.
+func lateRefund(r Refund) lateSender {
+	return lateSender{op: "refund: hold for a late send", table: "refunds", status: string(RefundPending),
+		calls: `idempotency_key = $1::text`,
+		lock: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT FROM refunds WHERE id = $1 FOR UPDATE`, r.ID)
+			return err
+		}}
+}
+
+// holdLateSend is the hold before a first send that comes more than lateSend after its claim
+// (holdForSend's for a sender without a lease): the row (id, claimed at claimed) is made due no
+// sooner than RegisterGrace from the time read once its locks are held — and only while it is
+// still the sender's alone: in its first status, not flagged, never leased nor looked at by the
+// patrol (no lease, no look counted, no gateway call logged since its claim) and not yet due.
+// Otherwise errPatrolsNow, and the request leaves the row to the patrol. A late Create's hold
+// waited for the order's row (or a connection) past the claim's grace; the patrol meanwhile
+// claimed the session, looked it up and registered it under its lease; the hold then took the
+// row and the Create sent its registration beside the patrol's: two payments at a gateway that
+// ignores keys (a review of the lease edge). A refund's late first send was not held at all: a
+// replica dying with it on the wire left it due at its claim's grace, and the patrol sent it
+// again (a review of late refund sends).
+func (s *Service) holdLateSend(ctx context.Context, row lateSender, id string, claimed time.Time) error {
 	ctx, done := s.detachRecord(ctx)
 	defer done()
-	return s.inTx(ctx, "create: hold for a late send", func(tx pgx.Tx) error {
-		if _, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID); err != nil {
-			return err
+	if h := s.cfg.Hooks.BeforeLateHold; h != nil {
+		h(ctx, id)
+	}
+	return s.inTx(ctx, row.op, func(tx pgx.Tx) error {
+		if err := row.lock(ctx, tx); err != nil {
+			return dbError(row.op, err, "")
 		}
 		now := s.cfg.Clock.Now()
-		tag, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $3)
-			WHERE id = $1 AND status = 'Registering' AND flagged_at IS NULL AND lease_token IS NULL AND check_attempts = 0
-				AND next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE session_id = $1)`,
-			sess.ID, now, now.Add(s.cfg.RegisterGrace))
+		tag, err := tx.Exec(ctx, `UPDATE `+row.table+` t SET next_check_at = greatest(t.next_check_at, $3)
+			WHERE t.id = $1 AND t.status = '`+row.status+`' AND t.flagged_at IS NULL AND t.lease_token IS NULL AND t.check_attempts = 0
+				AND t.next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE created_at >= $4 AND `+row.calls+`)`,
+			id, now, now.Add(s.cfg.RegisterGrace), claimed)
 		if err != nil {
-			return dbError("create: hold for a late send", err, "")
+			return dbError(row.op, err, "")
 		}
 		if tag.RowsAffected() == 0 {
 			return errPatrolsNow

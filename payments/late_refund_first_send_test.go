@@ -59,3 +59,42 @@ func TestALateFirstRefundSendIsHeldBeforeItGoes(t *testing.T) {
 			n, b.gw.Calls(fakegw.OpRefund), id, ledger, b.clock.Now().Sub(sent), payments.StaleAfterFor(0))
 	}
 }
+
+// A late first send's hold found the refund taken up by the patrol meanwhile (its hold waited
+// past the claim's grace, for a connection: here the hook stands for the wait, the patrol's
+// round running in it and its send failing): the request sends nothing beside the patrol's and
+// answers the refund as it is now. The hold's guard — never leased nor looked at, no call logged
+// — is what stops it (a re-read: holding unconditionally, every refund test passed). Negative
+// control (run by hand): the guard reduced to the row's id, two refund requests.
+func TestALateFirstRefundSendLeavesARefundThePatrolTookUp(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s := b.completed(t, "o-late-refund-patrol-took", 1000)
+	claimed := b.clock.Now()
+	late := false
+	a := b.service(b.pool, "replica-late", func(c *payments.Config) {
+		c.Hooks.AfterRefundLock = func(context.Context, string) {
+			if !late {
+				late = true
+				b.clock.Advance(15 * time.Second) // the claim answered late, still inside sendFitsGrace
+			}
+		}
+		c.Hooks.BeforeLateHold = func(context.Context, string) {
+			// The hold's wait outlasts the claim's grace: the patrol's round takes the refund
+			// up and sends it; the gateway answers 503.
+			b.clock.Set(claimed.Add(payments.StaleAfterFor(0) + time.Second))
+			b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+			if _, err := b.svc.DriveRefunds(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	res, err := a.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.gw.KeyCalls(fakegw.OpRefund, res.Refund.ID); n != 1 || res.Refund.Status != payments.RefundPending {
+		t.Fatalf("%d refund requests, the refund %s: the late request sent beside the patrol's (want the patrol's one, Pending)", n, res.Refund.Status)
+	}
+}

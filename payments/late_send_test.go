@@ -200,6 +200,7 @@ func TestALateCreatesHoldPastItsGraceLeavesTheSessionToThePatrol(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			t.Cleanup(func() { _ = blocker.Rollback(context.Background()) }) // before the pool closes, should the test fail
 			if _, err := blocker.Exec(ctx, `SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE`, order); err != nil {
 				t.Error(err)
 			}
@@ -213,8 +214,12 @@ func TestALateCreatesHoldPastItsGraceLeavesTheSessionToThePatrol(t *testing.T) {
 	waitLockWaiters(t, b.pool, 1) // the Create's hold waits for the order's row
 	// The wait outlasts the claim's grace (claim + 35 s > claim + RegisterGrace = 30 s).
 	b.clock.Advance(20 * time.Second)
+	patrols := b.gw.Hold(fakegw.OpRegister)
 	swept := make(chan error, 1)
 	go func() { _, err := b.svc.SweepOnce(ctx); swept <- err }()
+	mustWait(t, patrols.Arrived(), "the patrol's registration")
+	b.gw.Unhold(fakegw.OpRegister)
+	patrols.Open()
 	// The patrol's drive registered and now waits for the order's row to apply its answer.
 	waitLockWaiters(t, b.pool, 2)
 	if n := b.gw.Calls(fakegw.OpRegister); n != 1 {

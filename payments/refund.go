@@ -486,7 +486,8 @@ func refundTotals(ctx context.Context, tx pgx.Tx, id string) (committed, waiting
 //
 // Only the request that created the refund (created) asks, and it asks without a lease: the
 // refund is new, due for the patrol only after RegisterGrace, and neither flagged nor proposed
-// for, so nothing else drives it meanwhile. A request that found the refund an earlier one made
+// for, so nothing else drives it meanwhile — a send late after the claim holds it first, and
+// leaves it to the patrol should the patrol have taken it up meanwhile (holdLateSend). A request that found the refund an earlier one made
 // (a key taken over, a code form sent again) returns it as stored: the request that made it, or
 // the patrol under its lease, settles it. Driving it here too would be a second, unleased
 // drive beside the patrol's, a retry or an approval by hand — and once the gateway may have
@@ -503,7 +504,7 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 	if s.cfg.Clock.Now().Sub(r.CreatedAt) > lateSend {
 		// Due RegisterGrace after its claim, less than that after this send: held RegisterGrace
 		// past it first, as a late Create's session is (holdLateSend).
-		if err := s.holdLateRefundSend(ctx, r); err != nil {
+		if err := s.holdLateSend(ctx, lateRefund(r), r.ID, r.CreatedAt); err != nil {
 			s.log.Warn("refund: could not hold the refund for a late send; leaving it to the patrol", "refund", r.ID, "err", err)
 			gctx, done := s.detachRecord(ctx)
 			defer done()
@@ -521,35 +522,6 @@ func (s *Service) settleRefund(ctx context.Context, sess Session, r Refund, crea
 		return s.GetRefund(gctx, r.ID)
 	}
 	return out, nil
-}
-
-// holdLateRefundSend is holdLateSend for a refund's first send, by the request that claimed it
-// (no lease): the refund is made due no sooner than RegisterGrace from the time read once its
-// row is locked, only while it is still that request's alone — Pending, unflagged, not due,
-// never leased nor looked at (no lease, no look counted, no gateway call logged for it);
-// otherwise errPatrolsNow. Sent late (up to sendFitsGrace after its claim) without it, a replica
-// that died with the refund on the wire left it due at its claim's grace, and the patrol, finding
-// nothing by key yet past the gateway's key retention, sent it again (a review of 32edbf9).
-func (s *Service) holdLateRefundSend(ctx context.Context, r Refund) error {
-	ctx, done := s.detachRecord(ctx)
-	defer done()
-	return s.inTx(ctx, "refund: hold for a late send", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT FROM refunds WHERE id = $1 FOR UPDATE`, r.ID); err != nil {
-			return dbError("refund: hold for a late send", err, "")
-		}
-		now := s.cfg.Clock.Now()
-		tag, err := tx.Exec(ctx, `UPDATE refunds SET next_check_at = greatest(next_check_at, $3)
-			WHERE id = $1 AND status = 'Pending' AND flagged_at IS NULL AND lease_token IS NULL AND check_attempts = 0
-				AND next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE created_at >= $4 AND idempotency_key = $1::text)`,
-			r.ID, now, now.Add(s.cfg.RegisterGrace), r.CreatedAt)
-		if err != nil {
-			return dbError("refund: hold for a late send", err, "")
-		}
-		if tag.RowsAffected() == 0 {
-			return errPatrolsNow
-		}
-		return nil
-	})
 }
 
 // askRefund learns what the gateway did with refund r, asking in a way that can never refund

@@ -102,6 +102,9 @@ type Hooks struct {
 	// AfterRefundLock runs inside a refund's claim (the API's CreateRefund, the console's
 	// RefundByFinance and ConfirmRefund) once the order and session rows are locked.
 	AfterRefundLock func(ctx context.Context, sessionID string)
+	// BeforeLateHold runs before a late first send's hold (holdLateSend) of the row id: a
+	// Create's session, a refund.
+	BeforeLateHold func(ctx context.Context, id string)
 	// AfterEventsPageRead runs in a round of the events webhook after it took the row and read
 	// the page, before it POSTs.
 	AfterEventsPageRead func(ctx context.Context)
