@@ -32,7 +32,7 @@ func (h *Console) Flagged(c echo.Context) error {
 	return render.HTML(c, http.StatusOK, views.Flagged(v))
 }
 
-// RetryFlagged: POST /finance/flagged/:id/retry. Clears the flag and makes the session due now
+// RetryFlagged: POST /finance/flagged/:id/retry. Clears the flag and makes the session due now (or once its last send can no longer be in flight)
 // with a fresh patrol schedule; audited in the same transaction (payments.RetryFlagged).
 func (h *Console) RetryFlagged(c echo.Context) error {
 	st, err := staff(c)
@@ -48,7 +48,7 @@ func (h *Console) RetryFlagged(c echo.Context) error {
 }
 
 // RetryFlaggedRefund: POST /finance/flagged/refunds/:id/retry. Clears a flagged refund's flag
-// and makes it due now with a fresh patrol schedule; audited in the same transaction
+// and makes it due now (or once its last send can no longer be in flight) with a fresh patrol schedule; audited in the same transaction
 // (payments.RetryFlaggedRefund). Back to the flagged list, or with back=payment to the
 // refund's payment page (its form there).
 func (h *Console) RetryFlaggedRefund(c echo.Context) error {

@@ -72,7 +72,8 @@ func (s *Service) ResolveCase(ctx context.Context, by Staff, id int64, note, see
 func CaseTarget(id int64) string { return "case:" + strconv.FormatInt(id, 10) }
 
 // RetryFlagged sends a flagged session back to the patrol now: the flag is cleared, the session
-// is due at once and its backoff schedule starts over (a finance user who asks for a retry wants
+// is due at once (or once a registration its last look sent can no longer be in flight) and its
+// backoff schedule starts over (a finance user who asks for a retry wants
 // the patrol to keep looking, not to give up again after one more look). The sweep_exhausted
 // case stays open until finance resolves it. Audited in the same transaction. It changes no
 // status, so it takes only the session row (no order lock needed for the lock order). While a
@@ -128,7 +129,8 @@ func (s *Service) RetryFlagged(ctx context.Context, by Staff, id string) (Sessio
 
 // RetryFlaggedRefund sends a flagged refund (its schedule ran out still Pending: a
 // refund_unsettled case) back to the patrol now, like RetryFlagged does a session: the flag is
-// cleared, the refund is due at once and its schedule starts over. The patrol's drive asks the
+// cleared, the refund is due at once (or once a refund its last look sent can no longer be in
+// flight: refundInFlight) and its schedule starts over. The patrol's drive asks the
 // gateway in the way that never refunds twice (askRefund) and applies the answer as always. The
 // case stays open until finance resolves it. Audited in the same transaction, under the
 // payment (the refund's session) so the payment page shows it. It changes no status, so it

@@ -268,8 +268,8 @@ var completeKeySQL = `UPDATE idempotency_keys SET lock_token = NULL, locked_unti
 // keyAfterUse is how long at least a client's key lives past the end of a use's last request
 // (keyLivesOn): a key taken over or completed just before its TTL ran out is still there for
 // that request's own retry — one that lost its answer replays it rather than starting a new use
-// (a second refund) a second after the TTL. An hour, IdempotencyReapGrace: longer than any
-// request's bound.
+// (a second refund) a second after the TTL. An hour, as long as IdempotencyReapGrace and for the
+// same reason: longer than any request's bound.
 const keyAfterUse = time.Hour
 
 // keyLivesOn is the SQL for a key row's expires_at once a request of its use holds it until, or

@@ -106,8 +106,8 @@ func leaseOf(ctx context.Context, id string) (string, bool) {
 // becomes of this process, and nobody may send it again meanwhile: a drive's lease is held that
 // long past the send (it ran out a gateway timeout after a send late in the drive, and the next
 // replica, finding nothing by reference yet, registered beside it: two payments at a gateway that
-// ignores keys, a review), and an unleased sender's session (a cancel's drive, a Create whose
-// claim came late) is due no sooner (holdForRegistration).
+// ignores keys, a review), and an unleased sender's session (a cancel's drive) is due no sooner
+// (holdForRegistration); a Create whose claim came late holds its session by holdLateSend.
 // The hold runs from the time read once its row is locked: a wait for the lock (another
 // transaction on the order, up to lock_timeout) before the send would otherwise come off it (a
 // review).

@@ -378,8 +378,8 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 		}
 		if op == OpRefund && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusUnprocessableEntity) &&
 			ge.Code != "not_refundable" && ge.Code != "amount_exceeds_remaining" {
-			// A refund's refusals with these statuses are the contract's two (not refundable,
-			// over the remaining amount). Any other code — the key's in use in capitals, a
+			// A refund's refusals are the contract's two 409s (not refundable, over the remaining
+			// amount; either code under a 422 is read as the same refusal). Any other code — the key's in use in capitals, a
 			// gateway's own "refund in progress" — may stand in front of a refund it is paying:
 			// read as a refusal, the refund was Failed and its amount refundable again beside
 			// the one the gateway paid (a review of late sends). Unknown: asked again with the
