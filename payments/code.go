@@ -269,14 +269,18 @@ func (s *Service) tryCode(ctx context.Context, tx pgx.Tx, sessionID, challengeID
 	}
 	if supersededAt != nil {
 		var unsent string // skipped for want of room, or withdrawn from its text (notify.go's claim): no newer code exists
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(skip_reason), '') FROM outbox WHERE payment_id = $1 AND challenge_id = $2 AND skip_reason IN ('no_room', 'redacted')`,
-			sessionID, challengeID).Scan(&unsent); err != nil {
+		var tried bool    // a POST of it went out before the skip: its answer lost, it may have arrived
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(skip_reason), ''), coalesce(bool_or(attempts > 0), false) FROM outbox
+			WHERE payment_id = $1 AND challenge_id = $2 AND skip_reason IN ('no_room', 'redacted')`,
+			sessionID, challengeID).Scan(&unsent, &tried); err != nil {
 			return codeAttempt{}, fmt.Errorf("one-time code: why superseded: %w", err)
 		}
-		switch unsent {
-		case "no_room":
+		switch {
+		case unsent == "no_room" && tried:
+			return codeAttempt{}, Errorf(EEXPIRED, "this code no longer works: the refund it confirms no longer fitted what the payment had left (its delivery failed, though it may have reached the customer); request a new code")
+		case unsent == "no_room":
 			return codeAttempt{}, Errorf(EEXPIRED, "this code was not sent: the refund it confirms no longer fitted what the payment had left; request a new code")
-		case "redacted":
+		case unsent == "redacted":
 			return codeAttempt{}, Errorf(EEXPIRED, "this code was withdrawn while it could not be used (it may not have reached the customer); request a new code")
 		}
 		return codeAttempt{}, Errorf(EEXPIRED, "a newer code was sent for this payment; only the latest one works")

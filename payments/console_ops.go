@@ -273,7 +273,7 @@ type OutboxMessage struct {
 	CreatedAt   time.Time
 	DeliveredAt *time.Time
 	Attempts    int
-	LastError   string // or why the retry did not send it ("not sent: the code was superseded")
+	LastError   string // or why the retry did not send it ("not sent again: the code was superseded"; "not sent:" when no try had failed)
 }
 
 // Outbox returns the newest messages, optionally of one payment, as viewer sees them: a message
@@ -291,7 +291,7 @@ func (s *Service) Outbox(ctx context.Context, viewer Staff, paymentID string) ([
 	}
 	rows, err := s.db.Query(ctx, `WITH shown AS (
 			SELECT id, kind, to_addr, body, coalesce(order_id, '') AS order_id, coalesce(payment_id::text, '') AS payment_id,
-			created_at, delivered_at, attempts, coalesce('not sent: the code was ' || CASE skip_reason WHEN 'spent' THEN 'out of attempts' WHEN 'finished' THEN 'for a payment that had finished' WHEN 'no_room' THEN 'for a refund the payment no longer had room for' WHEN 'redacted' THEN 'withdrawn while it could not be used (it may not have reached the customer)' ELSE skip_reason END,
+			created_at, delivered_at, attempts, coalesce(CASE WHEN attempts > 0 AND skip_reason <> 'redacted' THEN 'not sent again: the code was ' ELSE 'not sent: the code was ' END || CASE skip_reason WHEN 'spent' THEN 'out of attempts' WHEN 'finished' THEN 'for a payment that had finished' WHEN 'no_room' THEN 'for a refund the payment no longer had room for' WHEN 'redacted' THEN 'withdrawn while it could not be used (it may not have reached the customer)' ELSE skip_reason END,
 				last_error, '') AS note, challenge_id
 			FROM outbox WHERE `+only+` ORDER BY id DESC LIMIT 200),
 		seen AS (
