@@ -117,16 +117,25 @@ func (s *Service) holdForSend(ctx context.Context, sess Session) error {
 	if !ok {
 		return s.holdForRegistration(ctx, sess, fromNow)
 	}
+	return s.holdLeaseForSend(ctx, sessionLeases, sess.ID, token, `true`)
+}
+
+// holdLeaseForSend holds a drive's lease on row id of tbl RegisterGrace past a send about to go
+// out, from the time read once the row is locked (holdForSend's rule; a refund's send keeps it
+// too), and reports ErrLeaseLost when the row no longer carries token or no longer matches still
+// (SQL over row t: a refund settled meanwhile is never sent again).
+func (s *Service) holdLeaseForSend(ctx context.Context, tbl leaseTable, id, token, still string) error {
 	return s.inTx(ctx, "patrol: lease for a send", func(tx pgx.Tx) error {
 		var held bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_sessions WHERE id = $1 AND lease_token = $2 FOR UPDATE)`,
-			sess.ID, token).Scan(&held); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+tbl.name+` t WHERE t.id = $1 AND t.lease_token = $2 AND `+still+` FOR UPDATE)`,
+			id, token).Scan(&held); err != nil {
 			return fmt.Errorf("patrol: lease check: %w", err)
 		}
 		if !held {
 			return ErrLeaseLost
 		}
-		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET lease_until = greatest(lease_until, $2) WHERE id = $1`, sess.ID, fromNow())
+		_, err := tx.Exec(ctx, `UPDATE `+tbl.name+` SET lease_until = greatest(lease_until, $2) WHERE id = $1`,
+			id, s.cfg.Clock.Now().Add(s.cfg.RegisterGrace))
 		return err
 	})
 }

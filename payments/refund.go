@@ -553,20 +553,8 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 		// (holdForSend's rule for sessions): it ran out a lease after a send late in the drive
 		// (a look-up by key took most of it), and the next replica, finding nothing by key yet,
 		// sent the refund again (two refunds past the gateway's key retention, a review).
-		var holds bool
-		if err := s.inTx(ctx, "refund: lease for a send", func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND lease_token = $2 AND status = 'Pending' FOR UPDATE)`,
-				r.ID, token).Scan(&holds); err != nil || !holds {
-				return err
-			}
-			_, err := tx.Exec(ctx, `UPDATE refunds SET lease_until = greatest(lease_until, $2) WHERE id = $1`,
-				r.ID, s.cfg.Clock.Now().Add(s.cfg.RegisterGrace))
-			return err
-		}); err != nil {
-			return gr, false, fmt.Errorf("refund: lease check: %w", err)
-		}
-		if !holds {
-			return gr, false, ErrLeaseLost
+		if err := s.holdLeaseForSend(ctx, refundLeases, r.ID, token, `t.status = 'Pending'`); err != nil {
+			return gr, false, err
 		}
 	}
 	started, sentAt := time.Now(), s.cfg.Clock.Now()
