@@ -717,8 +717,8 @@ func (s *Service) holdForRegistration(ctx context.Context, sess Session, until f
 		// Only a session still waiting for its registration's word, and not in finance's hands:
 		// a settled one has no next look, a flagged one none until finance sends it back
 		// (RetryFlagged then waits out the same registration).
-		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2)
-			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until())
+		_, err := tx.Exec(ctx, `UPDATE payment_sessions SET next_check_at = greatest(next_check_at, $2), send_held_at = $3
+			WHERE id = $1 AND status IN ('Registering', 'Unknown', 'Canceling') AND flagged_at IS NULL`, sess.ID, until(), s.cfg.Clock.Now())
 		return err
 	})
 }
@@ -760,7 +760,9 @@ func lateRefund(r Refund) lateSender {
 // (holdForSend's for a sender without a lease): the row (id, claimed at claimed) is made due no
 // sooner than RegisterGrace from the time read once its locks are held — and only while it is
 // still the sender's alone: in its first status, not flagged, never leased nor looked at by the
-// patrol (no lease, no look counted, no gateway call logged since its claim) and not yet due.
+// patrol (no lease, no look counted, no send held for it — send_held_at, written before a send
+// goes, where the call's log row is written after and may be lost — no gateway call logged since
+// its claim) and not yet due.
 // Otherwise errPatrolsNow, and the request leaves the row to the patrol. A late Create's hold
 // waited for the order's row (or a connection) past the claim's grace; the patrol meanwhile
 // claimed the session, looked it up and registered it under its lease; the hold then took the
@@ -779,9 +781,10 @@ func (s *Service) holdLateSend(ctx context.Context, row lateSender, id string, c
 			return dbError(row.op, err, "")
 		}
 		now := s.cfg.Clock.Now()
-		tag, err := tx.Exec(ctx, `UPDATE `+row.table+` t SET next_check_at = greatest(t.next_check_at, $3)
+		tag, err := tx.Exec(ctx, `UPDATE `+row.table+` t SET next_check_at = greatest(t.next_check_at, $3), send_held_at = $2
 			WHERE t.id = $1 AND t.status = '`+row.status+`' AND t.flagged_at IS NULL AND t.lease_token IS NULL AND t.check_attempts = 0
-				AND t.next_check_at > $2 AND NOT EXISTS (SELECT FROM gateway_calls WHERE created_at >= $4 AND `+row.calls+`)`,
+				AND t.send_held_at IS NULL AND t.next_check_at > $2
+				AND NOT EXISTS (SELECT FROM gateway_calls WHERE created_at >= $4 AND `+row.calls+`)`,
 			id, now, now.Add(s.cfg.RegisterGrace), claimed)
 		if err != nil {
 			return dbError(row.op, err, "")

@@ -123,7 +123,9 @@ func (s *Service) holdForSend(ctx context.Context, sess Session) error {
 // holdLeaseForSend holds a drive's lease on row id of tbl RegisterGrace past a send about to go
 // out, from the time read once the row is locked (holdForSend's rule; a refund's send keeps it
 // too), and reports ErrLeaseLost when the row no longer carries token or no longer matches still
-// (SQL over row t: a refund settled meanwhile is never sent again).
+// (SQL over row t: a refund settled meanwhile is never sent again). The row keeps that a send
+// was let go (send_held_at, migration 01020): a late first send (holdLateSend) never goes beside
+// it, whatever becomes of the lease and of the call's log row.
 func (s *Service) holdLeaseForSend(ctx context.Context, tbl leaseTable, id, token, still string) error {
 	return s.inTx(ctx, "patrol: lease for a send", func(tx pgx.Tx) error {
 		var held bool
@@ -134,8 +136,9 @@ func (s *Service) holdLeaseForSend(ctx context.Context, tbl leaseTable, id, toke
 		if !held {
 			return ErrLeaseLost
 		}
-		_, err := tx.Exec(ctx, `UPDATE `+tbl.name+` SET lease_until = greatest(lease_until, $2) WHERE id = $1`,
-			id, s.cfg.Clock.Now().Add(s.cfg.RegisterGrace))
+		now := s.cfg.Clock.Now()
+		_, err := tx.Exec(ctx, `UPDATE `+tbl.name+` SET lease_until = greatest(lease_until, $2), send_held_at = $3 WHERE id = $1`,
+			id, now.Add(s.cfg.RegisterGrace), now)
 		return err
 	})
 }
