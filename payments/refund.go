@@ -254,18 +254,33 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 			return nil, &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
 				"refund %s was settled Failed by hand and the gateway could not be asked about it again before a new refund: %v", Short(r.ID), err)}
 		}
-		if !found || gr.Status == "failed" {
+		// An answer about another refund (another payment, id or amount) is no word about this
+		// one: its "failed" freed the amount, and a new refund went out beside the one the
+		// gateway had paid (a review of gateway answers; driveRefund refuses the same answer).
+		mismatch := ""
+		if found {
+			mismatch = refundAnswerMismatch(sess, r, gr)
+		}
+		if !found || (gr.Status == "failed" && mismatch == "") {
 			asked = append(asked, r.ID)
 			continue
 		}
 		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
 			r.ID, r.Detail, gr.Status, gr.ID)
+		said := "says " + gr.Status
+		if mismatch != "" {
+			detail = fmt.Sprintf("refund %s was settled Failed by hand (%s); asked about it again before another refund: %s", r.ID, r.Detail, mismatch)
+			said = "answers about another refund"
+		}
 		nctx, done := s.detachRecord(ctx)
 		defer done()
 		if err := s.inTx(nctx, "refund: note", func(tx pgx.Tx) error {
-			// Kept, so the next refund reads it by id (and the payment page shows it).
-			if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
-				return dbError("refund: note the gateway's id", err, "")
+			// Kept, so the next refund reads it by id (and the payment page shows it); not the
+			// id of an answer about another refund.
+			if mismatch == "" {
+				if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
+					return dbError("refund: note the gateway's id", err, "")
+				}
 			}
 			return noteCase(nctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now(), refundFact(r.ID, r.Status, gr))
 		}); err != nil {
@@ -275,7 +290,7 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		// ledger gets its RefundIssued entry, and what is left is refundable), or the gateway
 		// says failed after all. The case may be resolved already (the same news is not
 		// opened twice), so the refusal says what to do, not where a case is.
-		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway says %s: nothing new is refunded until finance marks it Succeeded on the payment's page (Settle by hand, approved by a second person)", Short(r.ID), gr.Status)
+		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway %s: nothing new is refunded until finance marks it Succeeded on the payment's page (Settle by hand, approved by a second person)", Short(r.ID), said)
 	}
 	return asked, nil
 }
@@ -661,6 +676,23 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 				return dbError("refund: lease", err, "")
 			}
 			leaseLost = !holds
+		}
+		if mismatch == "" && gr.ID != "" {
+			// An answer naming a gateway refund that is another of our refunds' is about that
+			// one (a gateway's key store answering one key with another key's refund): booked
+			// here too, one refund at the gateway was two RefundIssued entries and the shop was
+			// told a refund it never got had succeeded (a review of gateway answers). Nothing
+			// applied, nothing kept: finance gets the case, and the refund its next look.
+			var other string
+			if err := tx.QueryRow(ctx, `SELECT coalesce(min(id::text), '') FROM refunds WHERE session_id = $1 AND gateway_refund_id = $2 AND id <> $3`,
+				sess.ID, gr.ID, r.ID).Scan(&other); err != nil {
+				return dbError("refund: whose gateway refund", err, "")
+			}
+			if other != "" {
+				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
+					fmt.Sprintf("the gateway answered refund %s with its refund %s, which is refund %s here; nothing applied", r.ID, gr.ID, other), now,
+					refundFact(r.ID, cur.Status, gr))
+			}
 		}
 		if cur.Status != RefundPending {
 			answer := status
