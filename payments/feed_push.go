@@ -120,6 +120,11 @@ const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lea
 // POSTed to its own URL and moved the one cursor: the old and the new endpoint each got
 // alternate pages, and neither the whole feed (an outside review).
 //
+// The other URL's failures are not this one's: a URL whose replicas back off (their last take a
+// minute ago or more) is taken over without waiting out their back-off, and the new URL starts
+// with no failure counted (it waited up to EventsWebhookMaxBackoff, raced the old URL's replicas
+// once it ended, and inherited their count and the alert: a review of the events webhook).
+//
 // A page's work lasts its lease at most: past it another replica may take the row over, and under
 // the loop's context alone a statement the database never answered (a failover that left the old
 // host silent) held this replica's deliveries until TCP gave up.
@@ -132,9 +137,13 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	var cursor, token, before string
 	var attempts int
 	err = s.db.QueryRow(ctx, `WITH before AS (SELECT url_hash FROM events_webhook WHERE id = 1)
-		UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid(), url_hash = $4, url_seen_at = $3
-		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3) AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
+		UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid(), url_hash = $4, url_seen_at = $3,
+			attempts = CASE WHEN url_hash = $4 THEN attempts ELSE 0 END,
+			next_attempt_at = CASE WHEN url_hash = $4 THEN next_attempt_at END,
+			last_error = CASE WHEN url_hash = $4 THEN last_error ELSE '' END
+		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3)
 		  AND (url_hash IS NULL OR url_hash = $4 OR url_seen_at IS NULL OR url_seen_at <= $5)
+		  AND (next_attempt_at IS NULL OR next_attempt_at <= $3 OR url_hash <> $4)
 		RETURNING cursor, lease_token::text, attempts, coalesce((SELECT url_hash FROM before), '')`,
 		s.cfg.ReplicaID, leaseUntil, now, url, now.Add(-EventsWebhookHandover)).Scan(&cursor, &token, &attempts, &before)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -194,10 +203,19 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		// docs/operations.md: set the cursor, or delete the row.
 		return 0, false, fail("the cursor " + cursor + " is lost: " + ErrorMessage(err))
 	}
-	if err != nil || len(page.Events) == 0 {
+	if err != nil {
 		if _, rerr := release(ctx, giveBackEventsWebhook); err == nil {
 			err = rerr
 		}
+		return 0, false, err
+	}
+	if len(page.Events) == 0 {
+		// Nothing after the cursor: nothing fails. A failure counted before is over (an
+		// operator moved a lost cursor or skipped a page the shop refuses, as the runbook
+		// says: the card and the alert kept "failing" until a later event was delivered, on a
+		// quiet shop all night; a review of the events webhook).
+		_, err := release(ctx, `UPDATE events_webhook SET attempts = 0, next_attempt_at = NULL, last_error = '',
+			lease_owner = NULL, lease_until = NULL, lease_token = NULL WHERE id = 1 AND lease_token = $1`)
 		return 0, false, err
 	}
 	if h := s.cfg.Hooks.AfterEventsPageRead; h != nil {
