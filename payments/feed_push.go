@@ -32,7 +32,8 @@ import (
 // lease ran out mid-POST (a slow shop) writes nothing, and the replica that took over sends the
 // same page again, so a page is never skipped and may arrive twice. A shop dedups by event id.
 // A POST that fails (no answer, not 2xx) leaves the cursor and waits: 1 s, doubling, at most
-// EventsWebhookMaxBackoff, before any replica tries again.
+// EventsWebhookMaxBackoff, before any replica tries again, with half as many events
+// (EventsWebhookPageSize).
 
 // EventsWebhook configures the events webhook. URL "" turns it off.
 type EventsWebhook struct {
@@ -46,7 +47,8 @@ type EventsWebhook struct {
 const (
 	// EventsWebhookSignatureHeader carries the POST's signature (webhooksig's scheme).
 	EventsWebhookSignatureHeader = "Pitlane-Signature"
-	// EventsWebhookBatch is how many events one POST carries at most.
+	// EventsWebhookBatch is how many events one POST carries at most; after failed POSTs, half
+	// as many each time, down to one (EventsWebhookPageSize).
 	EventsWebhookBatch = 100
 	// EventsWebhookTimeout bounds one POST; the lease a round holds is twice as long.
 	EventsWebhookTimeout = 10 * time.Second
@@ -195,7 +197,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		// read the feed's end every round): no page will ever come.
 		return 0, false, fail(fmt.Sprintf("the cursor %q is not an event id the feed returned: set it to one, or delete the row to start at the feed's end", cursor))
 	}
-	page, err := s.Feed(ctx, cursor, EventsWebhookBatch)
+	page, err := s.Feed(ctx, cursor, EventsWebhookPageSize(attempts))
 	if ErrorCode(err) == EEXPIRED {
 		// The cursor names an event of a history this database does not have (a restore to an
 		// earlier point): no page will ever come, so it is a failure like a refused POST, not an
@@ -251,6 +253,17 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 		delivered_at = $3, delivered_events = delivered_events + $4, lease_owner = NULL, lease_until = NULL, lease_token = NULL
 		WHERE id = 1 AND lease_token = $1`, page.Next, s.cfg.Clock.Now(), len(page.Events), cursor)
 	return len(page.Events), page.More && kept, err
+}
+
+// EventsWebhookPageSize is how many events the next POST carries at most after attempts failed
+// POSTs in a row: EventsWebhookBatch, halved at each failure, down to one. A page the shop could
+// not take whole (too large for its body limit, too slow for EventsWebhookTimeout, one event it
+// refuses) was POSTed again whole for ever: the events before the one it refuses never reached it,
+// and nothing said which one it was (a review of the events webhook). Halving sends what the shop
+// takes and leaves the one it refuses alone in the page: the card shows it, and the operator
+// skips it by the cursor (docs/operations.md). A success goes back to whole pages.
+func EventsWebhookPageSize(attempts int) int {
+	return max(1, EventsWebhookBatch>>min(attempts, 16))
 }
 
 // eventsWebhookURLHash is what events_webhook.url_hash holds of a URL (SHA-256, hex).
@@ -313,6 +326,12 @@ type EventsWebhookState struct {
 	NextAttemptAt *time.Time
 	LastError     string
 	LeaseOwner    string // the replica POSTing right now, when its lease is still live
+	// Cursor is the last event delivered (events_webhook.cursor: the next POST starts after
+	// it); FirstWaiting the event after it, with its order (what a failing POST begins with:
+	// a page of one, after enough failures, is the one the shop refuses).
+	Cursor            string
+	FirstWaiting      string
+	FirstWaitingOrder string
 }
 
 // EventsWebhookWaitingShown bounds the count of waiting events EventsWebhookStatus reads.
@@ -333,9 +352,16 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 	if err != nil {
 		return st, dbError("events webhook: status", err, "")
 	}
-	st.Started = true
+	st.Started, st.Cursor = true, cursor
 	if st.Waiting, st.OldestWaiting, err = eventsAfter(ctx, s.db, cursor, EventsWebhookWaitingShown+1); err != nil {
 		return st, err
+	}
+	if st.Failures > 0 && st.Waiting > 0 {
+		// What the failing POST begins with: the feed's next event, as the round reads it.
+		if page, err := s.Feed(ctx, cursor, 1); err == nil && len(page.Events) == 1 {
+			ev := page.Body().Data[0]
+			st.FirstWaiting, st.FirstWaitingOrder = ev.ID, ev.OrderID
+		}
 	}
 	return st, nil
 }

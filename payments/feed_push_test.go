@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ type shop struct {
 	posts   int
 	events  []payments.FeedEventBody
 	park    bool
+	refuse  func(payments.FeedEventBody) bool // a POST carrying such an event is answered 422
 	arrived chan struct{}
 	release chan struct{}
 	once    sync.Once
@@ -62,6 +64,9 @@ func newShop(t *testing.T, clock *payments.ManualClock) *shop {
 		s.posts++
 		parkThis := s.park && s.posts == 1
 		status := s.status
+		if s.refuse != nil && slices.ContainsFunc(body.Data, s.refuse) {
+			status = http.StatusUnprocessableEntity
+		}
 		s.mu.Unlock()
 		if parkThis {
 			s.arrived <- struct{}{}
@@ -660,6 +665,56 @@ func TestAFixedEventsWebhookStopsFailingWithNothingToSend(t *testing.T) {
 					st.Failures, st.LastError, st.NextAttemptAt, stats.EventsWebhookFailures)
 			}
 		})
+	}
+}
+
+// A shop that refuses one event (a poison event: its handler fails on it, whatever the page)
+// got the same page of 100 POSTed for ever: the events before it never arrived, and nothing
+// said which one it was (a review of the events webhook). The page halves at each failure: the
+// events the shop takes are delivered, the one it refuses ends up alone in the page, and the
+// card names it; set as the cursor (the runbook), it is skipped and delivery goes on. Negative
+// control (run by hand): with pages of EventsWebhookBatch always, none of the first orders'
+// events is delivered.
+func TestEventsWebhookPagesHalveToTheEventTheShopRefuses(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	sh := newShop(t, b.clock)
+	rep := b.service(b.pool, "replica-a", sh.config)
+	push(t, rep)
+	for _, o := range []string{"o-before-1", "o-before-2", "o-before-3"} {
+		b.registered(t, o, 100)
+	}
+	b.registered(t, "o-poison", 100)
+	b.registered(t, "o-after", 100)
+	feedReady(t, b, 10)
+	sh.mu.Lock()
+	sh.refuse = func(e payments.FeedEventBody) bool { return e.OrderID == "o-poison" && e.Status == "Registering" }
+	sh.mu.Unlock()
+	var st payments.EventsWebhookState
+	for round := 0; ; round++ {
+		if round == 20 {
+			t.Fatalf("after 20 rounds: %+v", st)
+		}
+		push(t, rep)
+		b.clock.Advance(payments.EventsWebhookMaxBackoff)
+		if st = webhookStatus(t, rep); st.Failures > 0 && payments.EventsWebhookPageSize(st.Failures) == 1 {
+			break
+		}
+	}
+	_, got := sh.counts()
+	wantChanges(t, got, "o-before-1:Registering", "o-before-1:Registered", "o-before-2:Registering", "o-before-2:Registered",
+		"o-before-3:Registering", "o-before-3:Registered")
+	if st.FirstWaitingOrder != "o-poison" || st.FirstWaiting == "" || st.Waiting != 4 {
+		t.Fatalf("the card: first waiting %q of order %q, %d waiting; want o-poison's Registering, 4 waiting", st.FirstWaiting, st.FirstWaitingOrder, st.Waiting)
+	}
+	b.exec(t, `UPDATE events_webhook SET cursor = $1`, st.FirstWaiting) // the runbook's skip
+	if n := push(t, rep); n != 3 {
+		t.Fatalf("%d events sent after the skip, want the 3 after the refused one", n)
+	}
+	_, got = sh.counts()
+	wantChanges(t, got[6:], "o-poison:Registered", "o-after:Registering", "o-after:Registered")
+	if st := webhookStatus(t, rep); st.Failures != 0 || st.FirstWaiting != "" {
+		t.Fatalf("after the skip: %d failures, first waiting %q", st.Failures, st.FirstWaiting)
 	}
 }
 

@@ -325,6 +325,12 @@ func TestEventsWebhookCard(t *testing.T) {
 			LastError: "the shop's endpoint answered 503"}, "failing",
 			map[string]string{"webhook-failing": "3 failed POSTs in a row; the next at 2026-11-30 12:10:09 UTC: the shop's endpoint answered 503",
 				"webhook-waiting": "1 event, from 10s ago", "webhook-note": "does not push"}},
+		{"failing on a page", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, Waiting: 40, OldestWaiting: ptr(opsNow.Add(-time.Minute)),
+			Failures: 2, LastError: "the shop's endpoint answered 413", FirstWaiting: "812-77", FirstWaitingOrder: "o-big"}, "failing",
+			map[string]string{"webhook-next-page": "The next POST carries at most 25 events (halved after each failure), from event 812-77 (order o-big)."}},
+		{"failing on one event", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, Waiting: 40, OldestWaiting: ptr(opsNow.Add(-time.Hour)),
+			Failures: 9, LastError: "the shop's endpoint answered 422", FirstWaiting: "812-77", FirstWaitingOrder: "\u05d0-order"}, "failing",
+			map[string]string{"webhook-next-page": "The next POST carries event 812-77 (order \u05d0-order) alone: if the shop keeps refusing it, skip it by setting events_webhook.cursor to that id"}},
 	} {
 		oc := opsFixture()
 		oc.Webhook = tc.w
@@ -339,6 +345,11 @@ func TestEventsWebhookCard(t *testing.T) {
 		}
 		if n := doc.Find(`[data-testid="webhook-failing"]`).Length(); (n == 1) != (tc.w.Failures > 0) {
 			t.Errorf("%s: %d failing lines", tc.name, n)
+		}
+		// The order is the shop's text: isolated from the sentence around it (right-to-left
+		// letters would reorder the event id beside it).
+		if tc.w.FirstWaitingOrder != "" && doc.Find(`[data-testid="webhook-next-page"] bdi`).Text() != tc.w.FirstWaitingOrder {
+			t.Errorf("%s: the waiting event's order is not isolated", tc.name)
 		}
 	}
 }
