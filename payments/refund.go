@@ -678,13 +678,15 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			leaseLost = !holds
 		}
 		if mismatch == "" && gr.ID != "" {
-			// An answer naming a gateway refund that is another of our refunds' is about that
-			// one (a gateway's key store answering one key with another key's refund): booked
-			// here too, one refund at the gateway was two RefundIssued entries and the shop was
-			// told a refund it never got had succeeded (a review of gateway answers). Nothing
-			// applied, nothing kept: finance gets the case, and the refund its next look.
+			// An answer naming a gateway refund that is another of our refunds' (this payment's
+			// or another payment's at the same gateway) is about that one (a gateway's key store
+			// answering one key with another key's refund): booked here too, one refund at the
+			// gateway was two RefundIssued entries and the shop was told a refund it never got
+			// had succeeded (a review of gateway answers). Nothing applied, nothing kept: finance
+			// gets the case, and the refund its next look. (refunds_gateway_refund, 01030.)
 			var other string
-			if err := tx.QueryRow(ctx, `SELECT coalesce(min(id::text), '') FROM refunds WHERE session_id = $1 AND gateway_refund_id = $2 AND id <> $3`,
+			if err := tx.QueryRow(ctx, `SELECT coalesce(min(r.id::text), '') FROM refunds r JOIN payment_sessions ps ON ps.id = r.session_id
+				WHERE r.gateway_refund_id = $2 AND r.id <> $3 AND ps.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1)`,
 				sess.ID, gr.ID, r.ID).Scan(&other); err != nil {
 				return dbError("refund: whose gateway refund", err, "")
 			}

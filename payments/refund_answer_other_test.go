@@ -126,3 +126,54 @@ func TestARecheckAnsweredAboutAnotherRefundDoesNotFreeAHandFailedRefund(t *testi
 		t.Fatal("the other refund's id was kept on ours")
 	}
 }
+
+// refundNamedElsewhere answers every refund of payment onto with gateway refund rf, which
+// another payment's refund holds, naming onto as its payment; it makes nothing.
+type refundNamedElsewhere struct {
+	*fakegw.Gateway
+	onto string
+	rf   payments.GatewayRefund
+}
+
+func (g *refundNamedElsewhere) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
+	if id == g.onto {
+		r := g.rf
+		r.PaymentID = id
+		return r, nil
+	}
+	return g.Gateway.Refund(ctx, id, key, amount, currency)
+}
+
+// The same with the gateway refund another payment's refund holds, the answer naming our
+// payment: the first check looked among this payment's refunds only (a review of it). Negative
+// control (run by hand): with the look-up by session, B's refund Succeeded, two entries.
+func TestARefundAnsweredWithAnotherPaymentsGatewayRefundIsNotBooked(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	a := b.completed(t, "o-refund-named-a", 1000)
+	other := b.completed(t, "o-refund-named-b", 1000)
+	first, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: a.ID, Amount: 400, RequestKey: "k1"})
+	if err != nil || first.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("first refund = %+v %v", first.Refund, err)
+	}
+	rf, err := b.gw.RefundStatus(ctx, first.Refund.GatewayRefundID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := b.service(b.pool, "replica-named", func(c *payments.Config) {
+		c.Gateway = &refundNamedElsewhere{Gateway: b.gw, onto: other.GatewayPaymentID, rf: rf}
+	})
+	second, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: other.ID, Amount: 400, RequestKey: "k2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`)
+	if made := b.gw.Refunds(a.GatewayPaymentID) + b.gw.Refunds(other.GatewayPaymentID); entries != made || second.Refund.Status != payments.RefundPending {
+		t.Fatalf("B's refund answered with A's gateway refund %s: %s; %d RefundIssued entries for %d gateway refund(s)", rf.ID, second.Refund.Status, entries, made)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND detail LIKE '%' || $2 || '%'`,
+		other.ID, first.Refund.ID); n != 1 {
+		t.Fatalf("%d gateway_mismatch cases on B naming A's refund, want 1", n)
+	}
+}
