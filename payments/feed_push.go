@@ -122,10 +122,12 @@ const giveBackEventsWebhook = `UPDATE events_webhook SET lease_owner = NULL, lea
 // POSTed to its own URL and moved the one cursor: the old and the new endpoint each got
 // alternate pages, and neither the whole feed (an outside review).
 //
-// The other URL's failures are not this one's: a URL whose replicas back off (their last take a
-// minute ago or more) is taken over without waiting out their back-off, and the new URL starts
-// with no failure counted (it waited up to EventsWebhookMaxBackoff, raced the old URL's replicas
-// once it ended, and inherited their count and the alert: a review of the events webhook).
+// A URL whose replicas back off (their last take a minute ago or more) is taken over without
+// waiting out their back-off: the new URL waited up to EventsWebhookMaxBackoff, then raced the
+// old URL's replicas (a review of the events webhook). The failures in a row are kept across the
+// handover: reset at each change of URL, two URLs both failing (a rolling change stuck half way,
+// one replica's typo) took the row from each other every two minutes with a fresh count, the
+// back-off never grew and the alert never fired (a review of that fix).
 //
 // A page's work lasts its lease at most: past it another replica may take the row over, and under
 // the loop's context alone a statement the database never answered (a failover that left the old
@@ -139,10 +141,7 @@ func (s *Service) pushEventsPage(ctx context.Context) (sent int, more bool, err 
 	var cursor, token, before string
 	var attempts int
 	err = s.db.QueryRow(ctx, `WITH before AS (SELECT url_hash FROM events_webhook WHERE id = 1)
-		UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid(), url_hash = $4, url_seen_at = $3,
-			attempts = CASE WHEN url_hash = $4 THEN attempts ELSE 0 END,
-			next_attempt_at = CASE WHEN url_hash = $4 THEN next_attempt_at END,
-			last_error = CASE WHEN url_hash = $4 THEN last_error ELSE '' END
+		UPDATE events_webhook SET lease_owner = $1, lease_until = $2, lease_token = gen_random_uuid(), url_hash = $4, url_seen_at = $3
 		WHERE id = 1 AND (lease_until IS NULL OR lease_until <= $3)
 		  AND (url_hash IS NULL OR url_hash = $4 OR url_seen_at IS NULL OR url_seen_at <= $5)
 		  AND (next_attempt_at IS NULL OR next_attempt_at <= $3 OR url_hash <> $4)

@@ -48,6 +48,11 @@ type GatewayRefund struct {
 	PaymentID string
 	Amount    int64
 	Status    string // succeeded | pending | failed
+	// Currency is the refund's currency when the gateway's answer names one (Stripe's does;
+	// the reference gateway's refund object has none: ""). An answer in another currency than
+	// the payment's is about another refund (refundAnswerMismatch): its amount, converted by
+	// that currency's decimals, is not ours to book.
+	Currency string
 }
 
 // Gateway is what the locking core needs from a payment gateway. Implementations: the reference

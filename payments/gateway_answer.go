@@ -62,8 +62,8 @@ func flagForFinance(ctx context.Context, tx pgx.Tx, cur Session, kind, reason st
 
 // refundAnswerMismatch says why a gateway's refund answer cannot be applied to refund r of the
 // session's payment ("" when it can): it names another gateway payment or none (the contract's
-// refund object always names its payment), another refund than the one it was read by, or
-// another amount. A refund answer is the gateway's word about money leaving; like a payment
+// refund object always names its payment), another refund than the one it was read by, another
+// currency (when it names one), or another amount. A refund answer is the gateway's word about money leaving; like a payment
 // answer it is applied only when it is about what we asked (an outside review: an answer naming
 // no payment was booked as our refund while the gateway had made none).
 func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
@@ -72,6 +72,8 @@ func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
 		return fmt.Sprintf("the gateway's refund %s is of payment %s, not the session's %s; nothing applied", orNone(gr.ID), orNone(gr.PaymentID), sess.GatewayPaymentID)
 	case r.GatewayRefundID != "" && gr.ID != r.GatewayRefundID:
 		return fmt.Sprintf("the gateway answered about refund %s when asked about %s (refund %s); nothing applied", orNone(gr.ID), r.GatewayRefundID, r.ID)
+	case gr.Currency != "" && gr.Currency != r.Currency:
+		return fmt.Sprintf("the gateway's refund %s is in %s, refund %s asked for %s; nothing applied", orNone(gr.ID), gr.Currency, r.ID, r.Currency)
 	case gr.Amount != r.Amount:
 		return fmt.Sprintf("the gateway's refund %s is for %d, refund %s asked for %d %s; nothing applied", orNone(gr.ID), gr.Amount, r.ID, r.Amount, r.Currency)
 	}

@@ -303,7 +303,7 @@ func (g *Gateway) Refund(ctx context.Context, gatewayPaymentID, idempotencyKey s
 	if err != nil {
 		return payments.GatewayRefund{}, classify(op, ci, err)
 	}
-	return refundOf(r, gatewayPaymentID), nil
+	return refundOf(r), nil
 }
 
 // MetadataRefundKey is the Refund metadata key carrying pitlane's idempotency key (its refund id).
@@ -323,7 +323,7 @@ func (g *Gateway) RefundStatus(ctx context.Context, gatewayRefundID string) (pay
 	if err != nil {
 		return payments.GatewayRefund{}, classify(op, ci, err)
 	}
-	return refundOf(r, ""), nil
+	return refundOf(r), nil
 }
 
 // FindRefund lists the PaymentIntent's refunds and returns the one made with our key (its
@@ -358,23 +358,30 @@ func (g *Gateway) FindRefund(ctx context.Context, gatewayPaymentID, idempotencyK
 				Err: fmt.Errorf("PaymentIntent %s has more than %d refunds and none of the newest %d carries key %s", gatewayPaymentID, maxRefundsListed, maxRefundsListed, idempotencyKey)}
 		}
 		if r.Metadata[MetadataRefundKey] == idempotencyKey {
-			return refundOf(r, gatewayPaymentID), true, nil
+			return refundOf(r), true, nil
 		}
 		n++
 	}
 	return payments.GatewayRefund{}, false, nil
 }
 
-// refundOf translates a Refund; paymentID is used when Stripe did not expand the PaymentIntent.
-func refundOf(r *stripe.Refund, paymentID string) payments.GatewayRefund {
-	if r.PaymentIntent != nil && r.PaymentIntent.ID != "" {
+// refundOf translates a Refund as Stripe answered it: its PaymentIntent (an id, expanded or not;
+// none for a refund of a bare charge) and its currency as they come. The PaymentIntent asked
+// about filled in for one the answer did not name, a refund of another charge was read as ours,
+// and the core's check of an answer naming no payment (refundAnswerMismatch) never saw it; the
+// currency, dropped, let 500 JPY read as 5.00 EUR (a review of answers about other things).
+func refundOf(r *stripe.Refund) payments.GatewayRefund {
+	paymentID := ""
+	if r.PaymentIntent != nil {
 		paymentID = r.PaymentIntent.ID
 	}
+	currency := strings.ToUpper(string(r.Currency))
 	return payments.GatewayRefund{
 		ID:        r.ID,
 		PaymentID: paymentID,
-		Amount:    fromStripe(r.Amount, strings.ToUpper(string(r.Currency))),
+		Amount:    fromStripe(r.Amount, currency),
 		Status:    refundStatus(r.Status),
+		Currency:  currency,
 	}
 }
 
