@@ -80,6 +80,29 @@ func refundAnswerMismatch(sess Session, r Refund, gr GatewayRefund) string {
 	return ""
 }
 
+// refundAnswerAbout is refundAnswerMismatch, and then whether the answer names a gateway refund
+// another of our refunds at the same gateway holds (this payment's or another's): such an answer
+// is about that refund (a key store answering one key with another key's refund), not r —
+// booked, one refund at the gateway was two RefundIssued entries; taken as a refund settled
+// Failed by hand's word, it freed its amount or set finance to book it (reviews of gateway
+// answers). q reads under the caller's locks when it is their transaction (refunds_gateway_refund,
+// migration 01030).
+func refundAnswerAbout(ctx context.Context, q querier, sess Session, r Refund, gr GatewayRefund) (string, error) {
+	if m := refundAnswerMismatch(sess, r, gr); m != "" || gr.ID == "" {
+		return m, nil
+	}
+	var other string
+	if err := q.QueryRow(ctx, `SELECT coalesce(min(o.id::text), '') FROM refunds o JOIN payment_sessions ps ON ps.id = o.session_id
+		WHERE o.gateway_refund_id = $2 AND o.id <> $3 AND ps.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1)`,
+		sess.ID, gr.ID, r.ID).Scan(&other); err != nil {
+		return "", dbError("refund: whose gateway refund", err, "")
+	}
+	if other != "" {
+		return fmt.Sprintf("the gateway answered about refund %s with its refund %s, which is refund %s here; nothing applied", r.ID, gr.ID, other), nil
+	}
+	return "", nil
+}
+
 // The gateway's confirmation_url is where a customer is sent (a redirect, a link) to pay. It is
 // the gateway's word, not ours: a compromised or broken gateway answer could name a
 // javascript: URL (script on our page) or a look-alike site over plain http. So it is checked

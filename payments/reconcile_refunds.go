@@ -140,7 +140,21 @@ func (s *Service) readBackFailedByHand(ctx context.Context, sess Session, rep *R
 	if !found || gr.Status != "succeeded" {
 		return nil
 	}
+	// An answer about another refund is no word that this one was paid: the case told finance
+	// to mark it Succeeded, a RefundIssued entry for money this customer never got (a review of
+	// answers about other things; the re-check before a new refund refuses the same answer).
+	about, err := refundAnswerAbout(ctx, s.db, sess, r, gr)
+	if err != nil {
+		return err
+	}
 	rep.RefundContradictions++
+	if about != "" {
+		detail := fmt.Sprintf("reconciliation: refund %s of %s %s is Failed here (%s), and asked about it the gateway answered about another refund: %s. "+
+			"Nothing was changed here, and this answer is no reason to book it: check the refund at the gateway by our key %s, "+
+			"then resolve this case with a note saying what was found",
+			r.ID, FormatMinor(r.Amount, r.Currency), r.Currency, r.Detail, strings.TrimSuffix(about, "; nothing applied"), r.ID)
+		return s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, detail, refundFact(r.ID, r.Status, gr))
+	}
 	says := fmt.Sprintf("%s for its refund %s (%d of payment %s)", gr.Status, orNone(gr.ID), gr.Amount, orNone(gr.PaymentID))
 	detail := fmt.Sprintf("reconciliation: refund %s of %s %s is Failed here (%s; no RefundIssued entry, its amount refundable again), "+
 		"but the gateway says %s: the customer may have been refunded and the books do not show it. Nothing was changed here: "+

@@ -254,12 +254,16 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 			return nil, &Error{Code: EUNAVAIL, RetryAfter: 30 * time.Second, Message: fmt.Sprintf(
 				"refund %s was settled Failed by hand and the gateway could not be asked about it again before a new refund: %v", Short(r.ID), err)}
 		}
-		// An answer about another refund (another payment, id or amount) is no word about this
-		// one: its "failed" freed the amount, and a new refund went out beside the one the
-		// gateway had paid (a review of gateway answers; driveRefund refuses the same answer).
+		// An answer about another refund (another payment, id, currency or amount, or a gateway
+		// refund another of ours holds) is no word about this one: its "failed" freed the
+		// amount, and a new refund went out beside the one the gateway had paid; its
+		// "succeeded" kept another refund's id on this one (reviews of gateway answers;
+		// driveRefund refuses the same answers).
 		mismatch := ""
 		if found {
-			mismatch = refundAnswerMismatch(sess, r, gr)
+			if mismatch, err = refundAnswerAbout(ctx, s.db, sess, r, gr); err != nil {
+				return nil, err
+			}
 		}
 		if !found || (gr.Status == "failed" && mismatch == "") {
 			asked = append(asked, r.ID)
@@ -678,22 +682,15 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			leaseLost = !holds
 		}
 		if mismatch == "" && gr.ID != "" {
-			// An answer naming a gateway refund that is another of our refunds' (this payment's
-			// or another payment's at the same gateway) is about that one (a gateway's key store
-			// answering one key with another key's refund): booked here too, one refund at the
-			// gateway was two RefundIssued entries and the shop was told a refund it never got
-			// had succeeded (a review of gateway answers). Nothing applied, nothing kept: finance
-			// gets the case, and the refund its next look. (refunds_gateway_refund, 01030.)
-			var other string
-			if err := tx.QueryRow(ctx, `SELECT coalesce(min(r.id::text), '') FROM refunds r JOIN payment_sessions ps ON ps.id = r.session_id
-				WHERE r.gateway_refund_id = $2 AND r.id <> $3 AND ps.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1)`,
-				sess.ID, gr.ID, r.ID).Scan(&other); err != nil {
-				return dbError("refund: whose gateway refund", err, "")
+			// An answer naming a gateway refund another of our refunds holds is about that one
+			// (refundAnswerAbout): nothing applied, nothing kept; finance gets the case, and the
+			// refund its next look.
+			other, err := refundAnswerAbout(ctx, tx, sess, r, gr)
+			if err != nil {
+				return err
 			}
 			if other != "" {
-				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch,
-					fmt.Sprintf("the gateway answered refund %s with its refund %s, which is refund %s here; nothing applied", r.ID, gr.ID, other), now,
-					refundFact(r.ID, cur.Status, gr))
+				return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, other, now, refundFact(r.ID, cur.Status, gr))
 			}
 		}
 		if cur.Status != RefundPending {
