@@ -660,6 +660,18 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 	return out, nil
 }
 
+// reconcileAnsweredAboutAnother: asked for payment asked by its id, the gateway answered about
+// another (gp). Nothing of it is compared: taken as the session's own, another session's
+// captured payment was late money for a Failed session (its order's checkout held, a refund
+// invited) or a "duplicate" of a Completed one, with no mismatch raised (a review of answers
+// about other things; Check opens a gateway_mismatch case for the same answer). Finance gets that
+// case; the next pass asks again.
+func (s *Service) reconcileAnsweredAboutAnother(ctx context.Context, sess Session, rep *ReconcileReport, asked string, gp GatewayPayment) error {
+	rep.Checked++
+	return s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, fmt.Sprintf(
+		"reconciliation: asked for payment %s, the gateway answered about payment %s; nothing compared", asked, orNone(gp.ID)), gatewayFact(gp))
+}
+
 // reconcileSession compares one session with what the gateway holds under its reference and acts
 // on the difference (see the top of this file), and reads back a Completed session's refunds
 // settled Succeeded within readBack (readBackRefunds). An error means the session was not
@@ -700,6 +712,8 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		case notFound:
 		case err != nil:
 			return err
+		case gp.ID != sess.GatewayPaymentID:
+			return s.reconcileAnsweredAboutAnother(ctx, sess, rep, sess.GatewayPaymentID, gp)
 		default:
 			found = withAnswer(found, gp)
 			own, haveOwn = gp, mine
@@ -709,10 +723,14 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		// for by its id too (the search's copy of a payment Completed by people lagged: a false
 		// gateway_mismatch case, an outside review).
 		started := time.Now()
-		gp, err := s.gwOf(sess).Status(ctx, pickPayment(found).ID)
+		asked := pickPayment(found).ID
+		gp, err := s.gwOf(sess).Status(ctx, asked)
 		s.logGatewayCall(ctx, sess.ID, "status", "", started, err)
 		if err != nil {
 			return err
+		}
+		if gp.ID != asked {
+			return s.reconcileAnsweredAboutAnother(ctx, sess, rep, asked, gp)
 		}
 		found = withAnswer(found, gp)
 		own, haveOwn = gp, true
