@@ -906,7 +906,11 @@ func (s *Service) otherGatewaysPayment(ctx context.Context, id, orderID, other, 
 		fact = gatewayFact(*known) + " (at " + s.gw.Name() + ")"
 	}
 	switch {
-	case known != nil && (known.Status == GatewayDeclined || known.Status == GatewayExpired || known.Status == GatewayReversed):
+	case known == nil || known.Reference != id:
+		// The gateway does not know the payment, or its payment carries another reference: the
+		// event's word alone (a hint) opened the case, and another shop's payment on a shared
+		// account held this order's checkout (a review of answers about other things).
+	case known.Status == GatewayDeclined || known.Status == GatewayExpired || known.Status == GatewayReversed:
 	default:
 		detail := fmt.Sprintf("gateway %s reports payment %s under this session's reference; the session was registered at gateway %s", s.gw.Name(), fact, other)
 		if err := s.inTx(ctx, "hint: another gateway's session", func(tx pgx.Tx) error {
@@ -926,7 +930,10 @@ func (s *Service) applyHint(ctx context.Context, actor Actor, gatewayPaymentID, 
 	byID := true
 	err := s.db.QueryRow(ctx, `SELECT id::text FROM payment_sessions WHERE gateway = $1 AND gateway_payment_id = $2`,
 		s.gw.Name(), gatewayPaymentID).Scan(&id)
-	if err != nil && validUUID(reference) {
+	// Our reference is the session id as we wrote it (lower case): a reference that only casts to
+	// it ("3E58…") is another payment's, and found the session through the uuid cast (a review of
+	// answers about other things).
+	if err != nil && validUUID(reference) && reference == strings.ToLower(reference) {
 		byID = false
 		var gateway, orderID string
 		err = s.db.QueryRow(ctx, `SELECT id::text, gateway, order_id FROM payment_sessions WHERE id = $1`, reference).Scan(&id, &gateway, &orderID)
