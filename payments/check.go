@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Finance case kinds.
@@ -390,6 +391,9 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 			asking = context.WithValue(asking, leaseCtxKey{}, nil)
 			continue
 		}
+		if attachedElsewhere(err) {
+			return s.flagAttachedElsewhere(ctx, sess, gp)
+		}
 		var stale *staleAnswer
 		if !errors.As(err, &stale) {
 			return out, lostLease(err, leaseLost)
@@ -415,6 +419,39 @@ func (s *Service) applyGatewayPayment(ctx context.Context, actor Actor, sess Ses
 		}
 		sess, gp = stale.now, fresh
 	}
+}
+
+// attachedElsewhere: an apply's attach of the gateway's payment found it another session's at
+// this gateway (the unique index, migration 00420).
+func attachedElsewhere(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "payment_sessions_gateway_payment_key"
+}
+
+// flagAttachedElsewhere flags sess for finance with a gateway_mismatch case: the gateway answered
+// it (by its reference) with a payment another session holds already — a gateway that mixed its
+// references or keys up. Nothing is attached or applied. The unique index refused the attach and
+// every look failed with it, no case and no flag, until the schedule ran out days later (a review
+// of answers about other things).
+func (s *Service) flagAttachedElsewhere(ctx context.Context, sess Session, gp GatewayPayment) (Session, error) {
+	var out Session
+	err := s.inTx(ctx, "apply: a payment attached elsewhere", func(tx pgx.Tx) error {
+		cur, err := lockOrderAndSession(ctx, tx, sess.OrderID, sess.ID)
+		if err != nil {
+			return err
+		}
+		var holder string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(min(o.id::text), '') FROM payment_sessions o
+			WHERE o.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1) AND o.gateway_payment_id = $2 AND o.id <> $1`,
+			cur.ID, gp.ID).Scan(&holder); err != nil {
+			return dbError("apply: whose payment", err, "")
+		}
+		out, err = flagForFinance(ctx, tx, cur, CaseGatewayMismatch, fmt.Sprintf(
+			"the gateway answered with payment %s (%s), which is session %s's; not attached, nothing applied", gp.ID, gp.Status, orNone(holder)),
+			s.cfg.Clock.Now(), foreignFact(gp))
+		return err
+	})
+	return out, err
 }
 
 // settledMeanwhile reports whether session id is in a terminal state (read without a lock: a
