@@ -680,20 +680,27 @@ func mayBeInFlight(err error) bool {
 // 5xx): RegisterGrace after its last such register call was logged (a call cut by the stop or by
 // its own timeout is logged as it is given up); the zero time when there is none.
 func registrationInFlight(ctx context.Context, tx pgx.Tx, sessionID string, now time.Time, grace time.Duration) (time.Time, error) {
-	return callInFlight(ctx, tx, `session_id = $1 AND operation = 'register'`, sessionID, now, grace)
+	return callInFlight(ctx, tx, "payment_sessions", `session_id = $1 AND operation = 'register'`, sessionID, now, grace)
 }
 
 // refundInFlight is registrationInFlight for a refund's requests (logged under its id).
 func refundInFlight(ctx context.Context, tx pgx.Tx, refundID string, now time.Time, grace time.Duration) (time.Time, error) {
-	return callInFlight(ctx, tx, `idempotency_key = $1 AND operation = 'refund'`, refundID, now, grace)
+	return callInFlight(ctx, tx, "refunds", `idempotency_key = $1 AND operation = 'refund'`, refundID, now, grace)
 }
 
 // callInFlight is until when the last of the gateway calls that which ($1: id) selects, sent and
-// not answered (mayBeInFlight's rule) within grace before now, may still be processed.
-func callInFlight(ctx context.Context, tx pgx.Tx, which, id string, now time.Time, grace time.Duration) (time.Time, error) {
+// not answered (mayBeInFlight's rule) within grace before now, may still be processed — or a
+// send held for row id of table (send_held_at) within grace whose call was never logged: its log
+// row is written after the call and may be lost (a drive cut by a stop, the session's row locked
+// past lock_timeout), and finance's Retry made the row due at once beside it (a review of this
+// session's send_held_at).
+func callInFlight(ctx context.Context, tx pgx.Tx, table, which, id string, now time.Time, grace time.Duration) (time.Time, error) {
 	var last *time.Time
-	if err := tx.QueryRow(ctx, `SELECT max(created_at) FROM gateway_calls WHERE `+which+` AND created_at > $2
-			AND outcome = 'unknown' AND (http_status IS NULL OR http_status = ANY($3))`,
+	if err := tx.QueryRow(ctx, `SELECT greatest(
+			(SELECT max(created_at) FROM gateway_calls WHERE `+which+` AND created_at > $2
+				AND outcome = 'unknown' AND (http_status IS NULL OR http_status = ANY($3))),
+			(SELECT t.send_held_at FROM `+table+` t WHERE t.id = $1::uuid AND t.send_held_at > $2
+				AND NOT EXISTS (SELECT FROM gateway_calls WHERE `+which+` AND created_at >= t.send_held_at)))`,
 		id, now.Add(-grace), inFlightStatuses).Scan(&last); err != nil {
 		return time.Time{}, dbError("gateway calls in flight", err, "")
 	}

@@ -116,9 +116,22 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 // processing it; the release flagged it, finance sent it back at once (RetryFlaggedRefund: due
 // now), and the patrol's look found nothing by key yet and sent it again beside the first (a
 // review of late sends). Retry makes it due once it can no longer be in flight (refundInFlight).
-// Negative controls (run by hand): due now, two refunds; "due now" in its audit line.
+// The same with the call's log row lost (written after the call, it can be: a drive cut by a
+// stop, the session's row locked past lock_timeout): the send held for it (send_held_at) is in
+// flight all the same (a review of send_held_at).
+// Negative controls (run by hand): due now, two refunds; "due now" in its audit line; without
+// send_held_at in callInFlight, due now with the log row lost.
 func TestARetriedRefundIsNotSentBesideItsLastSend(t *testing.T) {
 	t.Parallel()
+	for _, logLost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "logged", true: "its log row lost"}[logLost], func(t *testing.T) {
+			t.Parallel()
+			retriedRefundNotSentBeside(t, logLost)
+		})
+	}
+}
+
+func retriedRefundNotSentBeside(t *testing.T, logLost bool) {
 	b := newBench(t)
 	ctx := context.Background()
 	s, r := unsentRefund(t, b, "o-refund-retry")
@@ -136,6 +149,12 @@ func TestARetriedRefundIsNotSentBesideItsLastSend(t *testing.T) {
 	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
 	b.gw.Unhold(fakegw.OpRefund)
 	sent := b.clock.Now()
+	if logLost {
+		b.exec(t, `DELETE FROM gateway_calls WHERE idempotency_key = $1 AND operation = 'refund'`, r.ID)
+	}
+	if logLost {
+		b.exec(t, `DELETE FROM gateway_calls WHERE idempotency_key = $1 AND operation = 'refund'`, r.ID)
+	}
 	if got, _ := b.svc.GetRefund(ctx, r.ID); got.FlaggedAt == nil {
 		t.Fatalf("setup: not flagged after the last look: %+v", got)
 	}
