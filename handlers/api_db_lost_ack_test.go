@@ -36,6 +36,7 @@ type ackDropper struct {
 	closed   map[*dropConn]bool
 	dropped  int
 	watching map[*dropConn]bool
+	then     [2]string // once an answer is dropped, arm(then[0], then[1]) when set
 }
 
 func (d *ackDropper) arm(write, read string) {
@@ -114,6 +115,10 @@ func (c *dropConn) Read(p []byte) (int, error) {
 	}
 	c.d.armed = false
 	c.d.dropped++
+	if c.d.then != [2]string{} {
+		c.d.write, c.d.read, c.d.armed, c.d.watching = []byte(c.d.then[0]), []byte(c.d.then[1]), true, map[*dropConn]bool{}
+		c.d.then = [2]string{}
+	}
 	c.Conn.Close()
 	if c.d.asPgErr {
 		if c.d.closed == nil {
@@ -271,6 +276,37 @@ func TestAClaimWhoseAnswerWasLostGoesOn(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE resource_id IS NULL`); n != 0 {
 		t.Errorf("%d keys without their session", n)
+	}
+}
+
+// The same claim read back, but the transaction that confirms it is on the standbys
+// (confirmDurable: a commit waits for them up to its own WAL, past the claim's) is not
+// acknowledged: a claim committed on the old primary alone (PostgreSQL's 57P01 after it stopped
+// waiting for its standby) is lost with a failover, and sent on, the gateway held a payment
+// pitlane did not know (a review of the read-back). The Create answers 503 and sends nothing;
+// the patrol takes the session up if it survives. Negative control (run by hand): without
+// confirmDurable, 201 and a registration.
+func TestAClaimReadBackNotKnownOnTheStandbysIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := newAPIBench(t)
+	d := &ackDropper{then: [2]string{"pg_current_xact_id", commandComplete("SELECT 1")}}
+	_, eB := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: func(c *payments.Config) {
+		c.Hooks.AfterClaimRead = func(context.Context, string) {
+			d.mu.Lock()
+			then := d.then
+			d.mu.Unlock()
+			d.arm("", commandComplete("COMMIT"))
+			d.mu.Lock()
+			d.then = then
+			d.mu.Unlock()
+		}
+	}})
+	rec := b.on(eB, post(createPath("lost-claim-not-durable"), `{"amount":1000,"currency":"EUR"}`, "Idempotency-Key", "k-not-durable"))
+	if d.count() != 2 {
+		t.Fatalf("%d answers dropped, want the claim's COMMIT and the confirmation's; %d %s", d.count(), rec.Code, rec.Body)
+	}
+	if rec.Code != http.StatusServiceUnavailable || b.gw.Calls("register") != 0 {
+		t.Fatalf("a claim not known on the standbys: %d %s, %d registrations; want 503 and nothing sent", rec.Code, rec.Body, b.gw.Calls("register"))
 	}
 }
 

@@ -528,8 +528,30 @@ func (s *Service) sessionClaimedAfterAll(ctx context.Context, id string, bind *K
 		}
 		bind.committed()
 	}
+	if derr := s.confirmDurable(rctx); derr != nil {
+		s.log.Warn("create: the claim's COMMIT answer was lost; the claim is there, but not known to be on the standbys: not sent", "session", id, "err", derr)
+		return Session{}, err
+	}
 	s.log.Warn("create: the claim's COMMIT answer was lost, and the claim is there: going on with it", "session", id, "err", err)
 	return sess, nil
+}
+
+// confirmDurable commits a transaction of its own after a claim was read back (its COMMIT's
+// answer lost): a COMMIT waits for the synchronous standbys (synchronous_standby_names) up to its
+// own WAL, past the claim's, so acknowledged, the claim is on them too. A claim found is not yet
+// one a failover keeps: PostgreSQL ends a backend that waits for its standby with FATAL 57P01
+// after committing locally, and the standby promoted then has no claim — sent on, the gateway
+// held a payment (or a refund) pitlane did not know, which reconciliation, comparing by session,
+// never finds (a review of the lost-answer read-back). Not acknowledged, the request answers as
+// if nothing was read back (503): the patrol takes the claim up if it survives.
+func (s *Service) confirmDurable(ctx context.Context) error {
+	_, err := s.db.Exec(ctx, `SELECT pg_current_xact_id()`) // an xid: a commit record to wait for
+	if err == nil && ctx.Err() != nil {
+		// The wait cancelled on our end is answered success (PostgreSQL's WARNING "canceling wait
+		// for synchronous replication": committed locally only).
+		err = context.Cause(ctx)
+	}
+	return err
 }
 
 // sendFitsGrace: work that calls the gateway right after its claim without a lease (a Create's

@@ -207,6 +207,10 @@ func (s *Service) claimedAfterAll(ctx context.Context, mayHaveCommitted bool, r 
 	if gerr != nil {
 		return Refund{}, err
 	}
+	if derr := s.confirmDurable(rctx); derr != nil { // as sessionClaimedAfterAll
+		s.log.Warn("refund: the claim's COMMIT answer was lost; the claim is there, but not known to be on the standbys: not sent", "refund", got.ID, "err", derr)
+		return Refund{}, err
+	}
 	s.log.Warn("refund: the claim's COMMIT answer was lost, and the claim is there: going on with it", "refund", got.ID, "err", err)
 	return got, nil
 }
