@@ -83,15 +83,7 @@ func TestARefundSentPastKeyRetentionAndCutIsNotSentAgainInsideItsGrace(t *testin
 	b := newBench(t)
 	ctx := context.Background()
 	s, r := unsentRefund(t, b, "o-refund-cut")
-	cut := &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-a2", func(c *payments.Config) { c.Gateway = cut })
-	send := b.gw.Hold(fakegw.OpRefund)
-	if _, err := a.DriveRefunds(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
-	b.gw.Unhold(fakegw.OpRefund)
-	sent := b.clock.Now()
+	cut, send, sent := driveCutRefund(t, b, "replica-a2")
 	var due time.Time
 	if err := b.pool.QueryRow(ctx, `SELECT coalesce(next_check_at, 'infinity') FROM refunds WHERE id = $1`, r.ID).Scan(&due); err != nil {
 		t.Fatal(err)
@@ -140,15 +132,7 @@ func retriedRefundNotSentBeside(t *testing.T, logLost bool) {
 		r.ID, len(payments.DefaultBackoff)-1, b.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	cut := &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
-	a := b.service(b.pool, "replica-a3", func(c *payments.Config) { c.Gateway = cut })
-	send := b.gw.Hold(fakegw.OpRefund)
-	if _, err := a.DriveRefunds(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
-	b.gw.Unhold(fakegw.OpRefund)
-	sent := b.clock.Now()
+	cut, send, sent := driveCutRefund(t, b, "replica-a3")
 	if logLost {
 		b.exec(t, `DELETE FROM gateway_calls WHERE idempotency_key = $1 AND operation = 'refund'`, r.ID)
 	}
@@ -190,6 +174,21 @@ func retriedRefundNotSentBeside(t *testing.T, logLost bool) {
 		t.Fatalf("retried due %s after a cut send: %d refund calls, %d gateway refunds (%d RefundIssued rows): sent again inside RegisterGrace (%s)",
 			due.Sub(sent), b.gw.KeyCalls(fakegw.OpRefund, r.ID), n, ledger, payments.StaleAfterFor(0))
 	}
+}
+
+// driveCutRefund runs a patrol round of replica whose refund request is cut (a timeout) while
+// the gateway goes on processing it, held at send until the test opens it; sent is when.
+func driveCutRefund(t *testing.T, b *bench, replica string) (cut *cutRefund, send *fakegw.Gate, sent time.Time) {
+	t.Helper()
+	cut = &cutRefund{Gateway: b.gw, cut: make(chan struct{}), processed: make(chan struct{})}
+	a := b.service(b.pool, replica, func(c *payments.Config) { c.Gateway = cut })
+	send = b.gw.Hold(fakegw.OpRefund)
+	if _, err := a.DriveRefunds(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, send.Arrived(), "the cut refund still at the gateway")
+	b.gw.Unhold(fakegw.OpRefund)
+	return cut, send, b.clock.Now()
 }
 
 // unsentRefund is a Completed payment and a Pending refund of it that the gateway never processed
