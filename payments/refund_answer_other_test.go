@@ -95,25 +95,11 @@ func TestARecheckAnsweredAboutAnotherRefundDoesNotFreeAHandFailedRefund(t *testi
 	t.Parallel()
 	b := newBench(t, shortSchedule)
 	ctx := context.Background()
-	s := b.completed(t, "o-refund-recheck-other", 1000)
-	b.gw.SetRefundOutcome("pending")
-	first, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k1"})
-	if err != nil || first.Refund.GatewayRefundID == "" {
-		t.Fatalf("refund = %+v %v", first, err)
-	}
-	b.runOutRefundSchedule(t)
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: first.Refund.ID, Outcome: payments.RefundFailed,
-		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	s, first := b.refundFailedByHand(t, "o-refund-recheck-other", 500)
 	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded") // the gateway paid it after all
 	b.gw.SetRefundOutcome("succeeded")
 	svc := b.service(b.pool, "replica-other-answer", shortSchedule, func(c *payments.Config) {
-		c.Gateway = &otherRefundStatus{Gateway: b.gw, ask: first.Refund.GatewayRefundID}
+		c.Gateway = &otherRefundStatus{Gateway: b.gw, ask: first.GatewayRefundID}
 	})
 	second, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k2"})
 	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(payments.ErrorMessage(err), "answers about another refund") {
@@ -266,16 +252,9 @@ func TestAReadBackOfAHandFailedRefundAnsweredAboutAnotherRefundBooksNothing(t *t
 	t.Parallel()
 	b := newBench(t, shortSchedule)
 	ctx := context.Background()
-	s := b.completed(t, "o-readback-other", 1000)
-	b.gw.SetRefundOutcome("pending")
-	res, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 600, RequestKey: "k"})
-	if err != nil || res.Refund.Status != payments.RefundPending || res.Refund.GatewayRefundID == "" {
-		t.Fatalf("refund = %+v %v", res, err)
-	}
-	b.runOutRefundSchedule(t)
-	b.settleByHand(t, res.Refund.ID, fin1, fin2)
+	s, handFailed := b.refundFailedByHand(t, "o-readback-other", 600)
 	svc := b.service(b.pool, "replica-readback-other", shortSchedule, func(c *payments.Config) {
-		c.Gateway = &otherSucceeded{Gateway: b.gw, ask: res.Refund.GatewayRefundID}
+		c.Gateway = &otherSucceeded{Gateway: b.gw, ask: handFailed.GatewayRefundID}
 	})
 	b.clock.Advance(time.Hour)
 	rep := reconcile(t, svc, payments.ReconcileConfig{})

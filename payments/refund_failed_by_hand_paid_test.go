@@ -8,30 +8,32 @@ import (
 	"pitlane/payments"
 )
 
+// refundFailedByHand is a payment of 10.00 and its refund of amount, left pending by the
+// gateway until its schedule ran out, then settled Failed by four eyes (fin1, fin2).
+func (b *bench) refundFailedByHand(t *testing.T, orderID string, amount int64) (payments.Session, payments.Refund) {
+	t.Helper()
+	s := b.completed(t, orderID, 1000)
+	b.gw.SetRefundOutcome("pending")
+	first, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: s.ID, Amount: amount, RequestKey: "k1"})
+	if err != nil || first.Refund.GatewayRefundID == "" {
+		t.Fatalf("refund = %+v %v", first, err)
+	}
+	b.runOutRefundSchedule(t)
+	b.settleByHand(t, first.Refund.ID, fin1, fin2)
+	return s, first.Refund
+}
+
 // handFailedThenPaid is a payment of 10.00 whose 5.00 refund finance settled Failed by four
 // eyes, and which the gateway paid after all: the next refund learns it (refused, the gateway's
 // word noted on a gateway_mismatch case), and finance resolves that case.
 func (b *bench) handFailedThenPaid(t *testing.T, orderID string) (payments.Session, payments.Refund) {
 	t.Helper()
 	ctx := context.Background()
-	s := b.completed(t, orderID, 1000)
-	b.gw.SetRefundOutcome("pending")
-	first, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k1"})
-	if err != nil || first.Refund.GatewayRefundID == "" {
-		t.Fatalf("refund = %+v %v", first, err)
-	}
-	b.runOutRefundSchedule(t)
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: first.Refund.ID, Outcome: payments.RefundFailed,
-		Reason: "the gateway's support: never executed", Evidence: "ticket GW-78"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	s, firstRefund := b.refundFailedByHand(t, orderID, 500)
+	first := payments.RefundResult{Refund: firstRefund}
 	b.gw.SetRefundStatus(s.GatewayPaymentID, "succeeded") // paid after all, days late
 	b.gw.SetRefundOutcome("succeeded")
-	_, err = b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k2"})
+	_, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 500, RequestKey: "k2"})
 	if payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(err.Error(), "marks it Succeeded") {
 		t.Fatalf("a refund beside one the gateway paid = %v, want the conflict saying what to do", err)
 	}
