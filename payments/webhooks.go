@@ -314,7 +314,7 @@ func (s *Service) applyEvent(ctx context.Context, ev GatewayEvent) (EventResult,
 // that took nothing opened a case, and money held for a Failed session opened a duplicate case
 // beside its late_payment case: one sum, two cases (an outside review). noteCase: the open case
 // may be about the same payment still pending, and its capture is news. A payment the gateway
-// does not know opens the case without facts, as before.
+// does not know opens the case with it as missing (missingFact).
 func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEvent) error {
 	started := time.Now()
 	gp, gerr := s.gw.Status(ctx, ev.PaymentID)
@@ -325,8 +325,11 @@ func (s *Service) secondPayment(ctx context.Context, sess Session, ev GatewayEve
 			"session_gateway_payment", sess.GatewayPaymentID)
 		detail := fmt.Sprintf("gateway payment %s carries this session's reference but the session is paid through %s (event %s)",
 			ev.PaymentID, sess.GatewayPaymentID, ev.ID)
+		// Its fact is the payment the gateway does not know: the same news again (the event
+		// redelivered once `pitlane prune` removed its inbox row, the gateway's retries run for
+		// days) is finance's resolved case, not a new one (a review of retention).
 		return s.inTx(ctx, "webhook: duplicate case", func(tx pgx.Tx) error {
-			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now())
+			return noteCase(ctx, tx, sess.ID, sess.OrderID, CaseDuplicatePayment, detail, s.cfg.Clock.Now(), missingFact(ev.PaymentID))
 		})
 	case gerr != nil:
 		return eventUnanswered(gerr)
