@@ -22,6 +22,11 @@ const (
 	LockCodeContact LockNamespace = 1004
 	// LockOpsSample serialises the Operations page's samples (SampleOps), one key for all.
 	LockOpsSample LockNamespace = 1005
+	// LockGatewayRefund serialises the applies of refund answers naming one gateway refund
+	// (gateway and refund id), across payments: each reads whether another refund holds it
+	// (refundAnswerAbout) and, under their own payments' locks alone, two applies both found
+	// none and booked one gateway refund twice (a review).
+	LockGatewayRefund LockNamespace = 1006
 )
 
 // LockNamespaceNames names each namespace for people (console, docs).
@@ -31,4 +36,5 @@ var LockNamespaceNames = map[LockNamespace]string{
 	LockIntentKey:      "intent-key",
 	LockCodeContact:    "code-contact",
 	LockOpsSample:      "ops-sample",
+	LockGatewayRefund:  "gateway-refund",
 }

@@ -689,6 +689,9 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			// An answer naming a gateway refund another of our refunds holds is about that one
 			// (refundAnswerAbout): nothing applied, nothing kept; finance gets the case, and the
 			// refund its next look.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockGatewayRefund), sess.Gateway+":"+gr.ID); err != nil {
+				return dbError("refund: the gateway refund's lock", err, "")
+			}
 			other, err := refundAnswerAbout(ctx, tx, sess, r, gr)
 			if err != nil {
 				return err

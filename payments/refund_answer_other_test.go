@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -295,5 +296,60 @@ func TestARefundAnsweredInAnotherCurrencyIsNotBooked(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch' AND detail LIKE '%is in JPY%'`, s.ID); n != 1 {
 		t.Fatalf("%d cases saying the answer is in JPY, want 1", n)
+	}
+}
+
+// sharedGatewayRefund answers every refund request with one gateway refund id (a key store mixing
+// keys up across payments), naming the payment and amount asked.
+type sharedGatewayRefund struct{ *fakegw.Gateway }
+
+func (g *sharedGatewayRefund) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
+	return payments.GatewayRefund{ID: "rf_shared", PaymentID: id, Amount: amount, Status: "succeeded"}, nil
+}
+
+// Two payments' refunds answered at once with one gateway refund: each apply read whether
+// another refund held it under its own payment's locks alone, both found none, and both were
+// booked — one refund at the gateway, two RefundIssued entries (a review of refundAnswerAbout).
+// The applies naming one gateway refund are serialised (LockGatewayRefund). Here each apply is
+// parked at its Succeeded event's insert (a trigger waiting on an advisory lock the test holds)
+// until two backends wait on locks: both parked there without the lock, one parked there and one
+// behind it with it. Negative control (run by hand): without the lock, two entries.
+func TestTwoPaymentsRefundsAnsweredAtOnceWithOneGatewayRefundAreBookedOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	s1 := b.completed(t, "o-shared-refund-1", 1000)
+	s2 := b.completed(t, "o-shared-refund-2", 1000)
+	svc := b.service(b.pool, "replica-shared", func(c *payments.Config) { c.Gateway = &sharedGatewayRefund{Gateway: b.gw} })
+	b.exec(t, `CREATE FUNCTION park_succeeded() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(55055); RETURN NEW; END $$`)
+	b.exec(t, `CREATE TRIGGER park_succeeded BEFORE INSERT ON refund_events FOR EACH ROW WHEN (NEW.to_status = 'Succeeded') EXECUTE FUNCTION park_succeeded()`)
+	holder, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(55055)`); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for i, s := range []payments.Session{s1, s2} {
+		go func() {
+			_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 400, RequestKey: fmt.Sprint("k", i)})
+			errs <- err
+		}()
+	}
+	waitLockWaiters(t, b.pool, 2)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(55055)`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("one gateway refund rf_shared, %d RefundIssued entries (refunds %q)", n,
+			b.texts(t, `SELECT status || ' ' || coalesce(gateway_refund_id, '') FROM refunds`))
 	}
 }
