@@ -665,9 +665,10 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 // captured payment was late money for a Failed session (its order's checkout held, a refund
 // invited) or a "duplicate" of a Completed one, with no mismatch raised (a review of answers
 // about other things; Check opens a gateway_mismatch case for the same answer). Finance gets that
-// case; the next pass asks again.
+// case; the pass goes on with what the search by reference found (late or duplicate money
+// carrying the session's reference is still found: a review of the first fix, which returned
+// here), without an own payment to compare.
 func (s *Service) reconcileAnsweredAboutAnother(ctx context.Context, sess Session, rep *ReconcileReport, asked string, gp GatewayPayment) error {
-	rep.Checked++
 	return s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, fmt.Sprintf(
 		"reconciliation: asked for payment %s, the gateway answered about payment %s; nothing compared", asked, orNone(gp.ID)), gatewayFact(gp))
 }
@@ -713,7 +714,9 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 		case err != nil:
 			return err
 		case gp.ID != sess.GatewayPaymentID:
-			return s.reconcileAnsweredAboutAnother(ctx, sess, rep, sess.GatewayPaymentID, gp)
+			if err := s.reconcileAnsweredAboutAnother(ctx, sess, rep, sess.GatewayPaymentID, gp); err != nil {
+				return err
+			}
 		default:
 			found = withAnswer(found, gp)
 			own, haveOwn = gp, mine
@@ -730,7 +733,10 @@ func (s *Service) reconcileSession(ctx context.Context, sess Session, rep *Recon
 			return err
 		}
 		if gp.ID != asked {
-			return s.reconcileAnsweredAboutAnother(ctx, sess, rep, asked, gp)
+			if err := s.reconcileAnsweredAboutAnother(ctx, sess, rep, asked, gp); err != nil {
+				return err
+			}
+			break
 		}
 		found = withAnswer(found, gp)
 		own, haveOwn = gp, true

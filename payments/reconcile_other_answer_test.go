@@ -62,3 +62,32 @@ func TestReconcileComparesNothingOfAnAnswerAboutAnotherPayment(t *testing.T) {
 		})
 	}
 }
+
+// The same answer about another payment, for a Failed session that has a second payment carrying
+// its reference, captured (its webhook lost): the first fix returned before what the search by
+// reference found was compared, and the late money reached nobody while the read by id stayed
+// wrong (a review of it). The pass goes on with the search's payments. Negative control (run by
+// hand): returning after the mismatch case, no late_payment case.
+func TestAnAnswerAboutAnotherPaymentHidesNoLateMoney(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	dead := b.failed(t, "o-rec-other-late", 1000)
+	late := b.secondPayment(t, dead)
+	b.gw.SetStatus(late.ID, payments.GatewaySucceeded)
+	paid := b.completed(t, "o-rec-other-late-paid", 1000)
+	svc := b.service(b.pool, "replica-rec-late", func(c *payments.Config) {
+		c.Gateway = &statusSaysOther{Gateway: b.gw, ask: dead.GatewayPaymentID, other: paid.GatewayPaymentID}
+	})
+	if _, err := svc.ReconcileOnceWith(ctx, payments.ReconcileConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND array_to_string(facts, ' ') LIKE '%' || $2 || '%'`,
+		dead.ID, late.ID); n != 1 {
+		t.Fatalf("captured payment %s carrying Failed session %s's reference: %d late_payment cases (cases %q)", late.ID, dead.ID, n,
+			b.texts(t, `SELECT kind || ': ' || detail FROM finance_cases WHERE session_id = $1`, dead.ID))
+	}
+	if n := b.count(t, `SELECT count(*) FROM finance_cases WHERE session_id = $1 AND kind = 'gateway_mismatch'`, dead.ID); n != 1 {
+		t.Fatalf("%d gateway_mismatch cases for the answer about %s, want 1", n, paid.GatewayPaymentID)
+	}
+}
