@@ -326,6 +326,7 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 		if err != nil {
 			return sess, err
 		}
+		held := !found // the registration below holds first; a payment found, the reverse after it
 		if !found {
 			// Nothing found by our reference — but our own registration may still be on its
 			// way (the gateway acting on a request whose answer never came, or still working
@@ -355,6 +356,12 @@ func (s *Service) driveReverse(ctx context.Context, actor Actor, sess Session) (
 		}
 		if sess.Status != StatusCanceling || sess.GatewayPaymentID == "" {
 			return sess, nil
+		}
+		if !held {
+			// The drive held nothing before the look-up (drive): the reverse's hold.
+			if err := s.holdForSend(ctx, sess); err != nil {
+				return sess, err
+			}
 		}
 	}
 	started := time.Now()

@@ -715,7 +715,7 @@ func refundInFlight(ctx context.Context, tx pgx.Tx, refundID string, now time.Ti
 // send held for row id of table (send_held_at) within grace whose call was never logged: its log
 // row is written after the call and may be lost (a drive cut by a stop, the session's row locked
 // past lock_timeout), and finance's Retry made the row due at once beside it (a review of this
-// session's send_held_at).
+// session's send_held_at). A hold is taken only right before a send (drive, driveReverse).
 func callInFlight(ctx context.Context, tx pgx.Tx, table, which, id string, now time.Time, grace time.Duration) (time.Time, error) {
 	var last *time.Time
 	if err := tx.QueryRow(ctx, `SELECT greatest(

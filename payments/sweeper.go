@@ -153,8 +153,14 @@ func (s *Service) drive(ctx context.Context, sess Session) error {
 			_, err = s.check(ctx, actor, sess)
 			return err
 		}
-		if err = s.holdForSend(ctx, sess); err != nil {
-			return err
+		if sess.GatewayPaymentID != "" {
+			// The reverse goes at once. Without the gateway's id, driveReverse looks the payment
+			// up first and holds right before what it sends: held here, a look-up that failed
+			// left a hold for a send that never went, and finance's Retry waited for it (a
+			// review of send_held_at).
+			if err = s.holdForSend(ctx, sess); err != nil {
+				return err
+			}
 		}
 		_, err = s.driveReverse(ctx, actor, sess)
 		return err
