@@ -391,6 +391,15 @@ func webhookWaiting(w payments.EventsWebhookState, now time.Time) string {
 	}
 }
 
+// webhookRefused: the last failed POST was refused by the shop (a 4xx other than 408 and 429),
+// not left unanswered or put off (a timeout, a 5xx, 429): only then may the one event a POST of
+// one carries be what the shop cannot take. During a plain outage the card told the operator to
+// skip a good event (a review of the page halving).
+func webhookRefused(w payments.EventsWebhookState) bool {
+	code, ok := strings.CutPrefix(w.LastError, "the shop's endpoint answered ")
+	return ok && len(code) == 3 && code[0] == '4' && code != "408" && code != "429"
+}
+
 // webhookFailing says how the events webhook fails ("3 failed POSTs in a row; the next at …: why").
 func webhookFailing(w payments.EventsWebhookState) string {
 	out := strconv.Itoa(w.Failures) + " failed POSTs in a row"

@@ -330,7 +330,14 @@ func TestEventsWebhookCard(t *testing.T) {
 			map[string]string{"webhook-next-page": "The next POST carries at most 25 events (halved after each failure), from event 812-77 (order o-big)."}},
 		{"failing on one event", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, Waiting: 40, OldestWaiting: ptr(opsNow.Add(-time.Hour)),
 			Failures: 9, LastError: "the shop's endpoint answered 422", FirstWaiting: "812-77", FirstWaitingOrder: "\u05d0-order"}, "failing",
-			map[string]string{"webhook-next-page": "The next POST carries event 812-77 (order \u05d0-order) alone: if the shop keeps refusing it, skip it by setting events_webhook.cursor to that id"}},
+			map[string]string{"webhook-next-page": "The next POST carries event 812-77 (order \u05d0-order) alone, and the shop refuses it: if it keeps refusing it, skip it by setting events_webhook.cursor to that id"}},
+		// A plain outage is no reason to skip the event (a review: the card said to).
+		{"failing on one event, the shop down", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, Waiting: 40, OldestWaiting: ptr(opsNow.Add(-time.Hour)),
+			Failures: 9, LastError: "Post: context deadline exceeded", FirstWaiting: "812-77", FirstWaitingOrder: "o-1"}, "failing",
+			map[string]string{"webhook-next-page": "alone, until one succeeds: the shop's endpoint does not answer"}},
+		{"failing on one event, the shop busy", payments.EventsWebhookState{On: true, Started: true, StartedAt: started, Waiting: 40, OldestWaiting: ptr(opsNow.Add(-time.Hour)),
+			Failures: 9, LastError: "the shop's endpoint answered 429", FirstWaiting: "812-77", FirstWaitingOrder: "o-1"}, "failing",
+			map[string]string{"webhook-next-page": "alone, until one succeeds"}},
 	} {
 		oc := opsFixture()
 		oc.Webhook = tc.w
@@ -345,6 +352,9 @@ func TestEventsWebhookCard(t *testing.T) {
 		}
 		if n := doc.Find(`[data-testid="webhook-failing"]`).Length(); (n == 1) != (tc.w.Failures > 0) {
 			t.Errorf("%s: %d failing lines", tc.name, n)
+		}
+		if strings.HasPrefix(tc.name, "failing on one event, the shop ") && strings.Contains(doc.Find(`[data-testid="webhook-next-page"]`).Text(), "skip") {
+			t.Errorf("%s: the card says to skip an event the shop did not refuse", tc.name)
 		}
 		// The order is the shop's text: isolated from the sentence around it (right-to-left
 		// letters would reorder the event id beside it).
