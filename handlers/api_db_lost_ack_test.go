@@ -289,7 +289,7 @@ func TestAClaimWhoseAnswerWasLostGoesOn(t *testing.T) {
 func TestAClaimReadBackNotKnownOnTheStandbysIsNotSent(t *testing.T) {
 	t.Parallel()
 	b := newAPIBench(t)
-	d := &ackDropper{then: [2]string{"pg_current_xact_id", commandComplete("SELECT 1")}}
+	d := &ackDropper{then: [2]string{"pg_logical_emit_message", commandComplete("SELECT 1")}}
 	_, eB := b.server(t, droppingPool(t, b, d), "replica-b", benchOpt{core: func(c *payments.Config) {
 		c.Hooks.AfterClaimRead = func(context.Context, string) {
 			d.mu.Lock()

@@ -537,15 +537,25 @@ func (s *Service) sessionClaimedAfterAll(ctx context.Context, id string, bind *K
 }
 
 // confirmDurable commits a transaction of its own after a claim was read back (its COMMIT's
-// answer lost): a COMMIT waits for the synchronous standbys (synchronous_standby_names) up to its
-// own WAL, past the claim's, so acknowledged, the claim is on them too. A claim found is not yet
-// one a failover keeps: PostgreSQL ends a backend that waits for its standby with FATAL 57P01
-// after committing locally, and the standby promoted then has no claim — sent on, the gateway
-// held a payment (or a refund) pitlane did not know, which reconciliation, comparing by session,
-// never finds (a review of the lost-answer read-back). Not acknowledged, the request answers as
-// if nothing was read back (503): the patrol takes the claim up if it survives.
-func (s *Service) confirmDurable(ctx context.Context) error {
-	_, err := s.db.Exec(ctx, `SELECT pg_current_xact_id()`) // an xid: a commit record to wait for
+// answer lost): a COMMIT that wrote WAL waits for the synchronous standbys
+// (synchronous_standby_names) up to its own WAL, past the claim's, so acknowledged, the claim is
+// on them too. A claim found is not yet one a failover keeps: PostgreSQL ends a backend that waits
+// for its standby with FATAL 57P01 after committing locally, and the standby promoted then has no
+// claim — sent on, the gateway held a payment (or a refund) pitlane did not know, which
+// reconciliation, comparing by session, never finds (a review of the lost-answer read-back). Not
+// acknowledged, the request answers as if nothing was read back (503): the patrol takes the claim
+// up if it survives.
+func (s *Service) confirmDurable(ctx context.Context) error { return confirmDurable(ctx, s.db) }
+
+// confirmDurableSQL writes WAL in its transaction: a transactional logical message (no table, no
+// trigger; nothing decodes it unless a logical slot asks for prefix "pitlane"). An xid alone
+// (pg_current_xact_id) writes none before the commit record, and such a commit neither flushes
+// nor waits for a standby (RecordTransactionCommit's wrote_xlog; a review proved it on a cluster
+// with a standby that never answers).
+const confirmDurableSQL = `SELECT pg_logical_emit_message(true, 'pitlane', 'read back')`
+
+func confirmDurable(ctx context.Context, db querier) error {
+	_, err := db.Exec(ctx, confirmDurableSQL)
 	if err == nil && ctx.Err() != nil {
 		// The wait cancelled on our end is answered success (PostgreSQL's WARNING "canceling wait
 		// for synchronous replication": committed locally only).

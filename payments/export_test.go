@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BeatNow writes this replica's heartbeat row now, as the patrol's ticker does during a round
@@ -29,3 +30,9 @@ func SampleOpsAs(ctx context.Context, tx interface {
 
 // LettingGo is how many holds s is letting go of in the background right now (letGoLater).
 func LettingGo(s *Service) int { return len(s.lettingGo) }
+
+// ConfirmDurable is confirmDurable on db (a pool of any database: it touches no table).
+func ConfirmDurable(ctx context.Context, db *pgxpool.Pool) error { return confirmDurable(ctx, db) }
+
+// ConfirmDurableSQL is the statement confirmDurable commits.
+const ConfirmDurableSQL = confirmDurableSQL
