@@ -667,10 +667,12 @@ func (s *Service) reconcileBatch(ctx context.Context, c reconcileCursor, cfg Rec
 // about other things; Check opens a gateway_mismatch case for the same answer). Finance gets that
 // case; the pass goes on with what the search by reference found (late or duplicate money
 // carrying the session's reference is still found: a review of the first fix, which returned
-// here), without an own payment to compare.
+// here), without an own payment to compare. Its fact is foreign (foreignFact): as the session's,
+// a session without its gateway id settled Failed later kept it as held money, a late_payment
+// case for another customer's payment (a review).
 func (s *Service) reconcileAnsweredAboutAnother(ctx context.Context, sess Session, rep *ReconcileReport, asked string, gp GatewayPayment) error {
 	return s.reconcileCase(ctx, sess, rep, CaseGatewayMismatch, fmt.Sprintf(
-		"reconciliation: asked for payment %s, the gateway answered about payment %s; nothing compared", asked, orNone(gp.ID)), gatewayFact(gp))
+		"reconciliation: asked for payment %s, the gateway answered about payment %s; nothing compared", asked, orNone(gp.ID)), foreignFact(gp))
 }
 
 // reconcileSession compares one session with what the gateway holds under its reference and acts

@@ -91,3 +91,38 @@ func TestAnAnswerAboutAnotherPaymentHidesNoLateMoney(t *testing.T) {
 		t.Fatalf("%d gateway_mismatch cases for the answer about %s, want 1", n, paid.GatewayPaymentID)
 	}
 }
+
+// A session without its gateway id (its registration's answer lost), looked for by reference:
+// reconciliation asks for the payment it found by its id, and the gateway answers about another
+// session's captured payment. Its case named that payment as a fact of this session's, and once
+// finance settled the session Failed, the approval kept it as money held for it: a late_payment
+// case for another customer's payment, the order's checkout held (a review). The fact is foreign.
+// Negative control (run by hand): with gatewayFact, the late case.
+func TestAnAnswerAboutAnotherPaymentIsNoHeldMoneyOnceSettled(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	ctx := context.Background()
+	b.gw.Fail(fakegw.OpRegister, fakegw.LostAnswer, 1)
+	r, err := b.plain.Create(ctx, api, payments.CreateInput{OrderID: "o-rec-other-noid", Amount: 1000, Currency: "EUR"})
+	if err != nil || r.Session.GatewayPaymentID != "" {
+		t.Fatalf("setup: %+v %v", r.Session, err)
+	}
+	found, err := b.gw.FindByReference(ctx, r.Session.ID)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("setup: %d payments under the session's reference (%v)", len(found), err)
+	}
+	paid := b.completed(t, "o-rec-other-noid-paid", 1000)
+	svc := b.service(b.pool, "replica-rec-noid", func(c *payments.Config) {
+		c.Gateway = &statusSaysOther{Gateway: b.gw, ask: found[0].ID, other: paid.GatewayPaymentID}
+	})
+	if _, err := svc.ReconcileOnceWith(ctx, payments.ReconcileConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p := b.propose(t, fin1, r.Session.ID, payments.StatusFailed)
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if late := b.texts(t, `SELECT detail FROM finance_cases WHERE session_id = $1 AND kind = 'late_payment' AND resolved_at IS NULL`, r.Session.ID); len(late) > 0 {
+		t.Fatalf("settled Failed, the session holds another session's payment %s as its money: %q", paid.GatewayPaymentID, late)
+	}
+}
