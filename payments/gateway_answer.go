@@ -91,16 +91,34 @@ func refundAnswerAbout(ctx context.Context, q querier, sess Session, r Refund, g
 	if m := refundAnswerMismatch(sess, r, gr); m != "" || gr.ID == "" {
 		return m, nil
 	}
+	other, err := gatewayRefundHolder(ctx, q, sess, r.ID, gr.ID)
+	if err != nil || other == "" {
+		return "", err
+	}
+	return fmt.Sprintf("the gateway answered about refund %s with its refund %s, which is refund %s here; nothing applied", r.ID, gr.ID, other), nil
+}
+
+// gatewayRefundHolder names the refund other than refundID that holds gateway refund
+// gatewayRefundID at sess's gateway ("" when none). A writer of the id takes lockGatewayRefund
+// first, so two writers cannot both find none.
+func gatewayRefundHolder(ctx context.Context, q querier, sess Session, refundID, gatewayRefundID string) (string, error) {
 	var other string
 	if err := q.QueryRow(ctx, `SELECT coalesce(min(o.id::text), '') FROM refunds o JOIN payment_sessions ps ON ps.id = o.session_id
 		WHERE o.gateway_refund_id = $2 AND o.id <> $3 AND ps.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1)`,
-		sess.ID, gr.ID, r.ID).Scan(&other); err != nil {
+		sess.ID, gatewayRefundID, refundID).Scan(&other); err != nil {
 		return "", dbError("refund: whose gateway refund", err, "")
 	}
-	if other != "" {
-		return fmt.Sprintf("the gateway answered about refund %s with its refund %s, which is refund %s here; nothing applied", r.ID, gr.ID, other), nil
+	return other, nil
+}
+
+// lockGatewayRefund serialises, across payments, the transactions that read whether a gateway
+// refund is another refund's and then write it onto (or book) one (LockGatewayRefund): taken
+// after the order → session locks.
+func lockGatewayRefund(ctx context.Context, tx pgx.Tx, sess Session, gatewayRefundID string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockGatewayRefund), sess.Gateway+":"+gatewayRefundID); err != nil {
+		return dbError("refund: the gateway refund's lock", err, "")
 	}
-	return "", nil
+	return nil
 }
 
 // The gateway's confirmation_url is where a customer is sent (a redirect, a link) to pay. It is

@@ -273,22 +273,39 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 			asked = append(asked, r.ID)
 			continue
 		}
-		detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
-			r.ID, r.Detail, gr.Status, gr.ID)
-		said := "says " + gr.Status
-		if mismatch != "" {
-			detail = fmt.Sprintf("refund %s was settled Failed by hand (%s); asked about it again before another refund: %s", r.ID, r.Detail, mismatch)
-			said = "answers about another refund"
-		}
+		var said string
 		nctx, done := s.detachRecord(ctx)
 		defer done()
 		if err := s.inTx(nctx, "refund: note", func(tx pgx.Tx) error {
 			// Kept, so the next refund reads it by id (and the payment page shows it); not the
-			// id of an answer about another refund.
-			if mismatch == "" {
-				if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = nullif($2, '') WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
-					return dbError("refund: note the gateway's id", err, "")
+			// id of an answer about another refund — asked again under the locks a writer of a
+			// gateway refund's id takes: read outside them, an apply booking the same gateway
+			// refund for another payment meanwhile was missed, and finance was told to book it
+			// here too (a review).
+			about := mismatch
+			if about == "" && gr.ID != "" {
+				if _, err := lockOrderAndSession(nctx, tx, sess.OrderID, sess.ID); err != nil {
+					return err
 				}
+				if err := lockGatewayRefund(nctx, tx, sess, gr.ID); err != nil {
+					return err
+				}
+				var err error
+				if about, err = refundAnswerAbout(nctx, tx, sess, r, gr); err != nil {
+					return err
+				}
+				if about == "" {
+					if _, err := tx.Exec(nctx, `UPDATE refunds SET gateway_refund_id = $2 WHERE id = $1 AND gateway_refund_id IS NULL`, r.ID, gr.ID); err != nil {
+						return dbError("refund: note the gateway's id", err, "")
+					}
+				}
+			}
+			detail := fmt.Sprintf("refund %s was settled Failed by hand (%s), but the gateway says %s for %s: its amount is not free for another refund",
+				r.ID, r.Detail, gr.Status, gr.ID)
+			said = "says " + gr.Status
+			if about != "" {
+				detail = fmt.Sprintf("refund %s was settled Failed by hand (%s); asked about it again before another refund: %s", r.ID, r.Detail, about)
+				said = "answers about another refund"
 			}
 			return noteCase(nctx, tx, sess.ID, sess.OrderID, CaseGatewayMismatch, detail, s.cfg.Clock.Now(), refundFact(r.ID, r.Status, gr))
 		}); err != nil {
@@ -689,8 +706,8 @@ func (s *Service) driveRefund(ctx context.Context, sess Session, r Refund) (Refu
 			// An answer naming a gateway refund another of our refunds holds is about that one
 			// (refundAnswerAbout): nothing applied, nothing kept; finance gets the case, and the
 			// refund its next look.
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(LockGatewayRefund), sess.Gateway+":"+gr.ID); err != nil {
-				return dbError("refund: the gateway refund's lock", err, "")
+			if err := lockGatewayRefund(ctx, tx, sess, gr.ID); err != nil {
+				return err
 			}
 			other, err := refundAnswerAbout(ctx, tx, sess, r, gr)
 			if err != nil {

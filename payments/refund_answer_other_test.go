@@ -353,3 +353,100 @@ func TestTwoPaymentsRefundsAnsweredAtOnceWithOneGatewayRefundAreBookedOnce(t *te
 			b.texts(t, `SELECT status || ' ' || coalesce(gateway_refund_id, '') FROM refunds`))
 	}
 }
+
+// raceRefundGW answers payment x's refunds with gateway refund rf_shared, and the search for
+// refund key fKey (of payment y) with the same one.
+type raceRefundGW struct {
+	*fakegw.Gateway
+	xPay, yPay, fKey string
+	fAmount          int64
+}
+
+func (g *raceRefundGW) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
+	if id == g.xPay {
+		return payments.GatewayRefund{ID: "rf_shared", PaymentID: id, Amount: amount, Status: "succeeded"}, nil
+	}
+	return g.Gateway.Refund(ctx, id, key, amount, currency)
+}
+
+func (g *raceRefundGW) FindRefund(ctx context.Context, paymentID, key string) (payments.GatewayRefund, bool, error) {
+	if key == g.fKey {
+		return payments.GatewayRefund{ID: "rf_shared", PaymentID: g.yPay, Amount: g.fAmount, Status: "succeeded"}, true, nil
+	}
+	return g.Gateway.FindRefund(ctx, paymentID, key)
+}
+
+// The re-check before a new refund of payment Y finds its refund F (settled Failed by hand) by
+// key as gateway refund rf_shared, while payment X's refund is answered with rf_shared too. The
+// re-check read whether another refund held it outside the lock the applies take, kept it on F
+// and told finance to mark F Succeeded, while X's refund was booked with it: finance's correction
+// made one gateway refund two RefundIssued entries (a review of the gateway-refund lock). The
+// re-check's note takes the locks and asks again; an approval marking F Succeeded refuses a
+// gateway refund another refund holds. Here Y's note is parked at its case (a trigger waiting on
+// a lock the test holds) until X's apply waits behind it. Negative control (run by hand): with
+// the re-check's read outside the locks, two holders and two entries.
+func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	x := b.completed(t, "o-race-recheck-x", 1000)
+	y := b.completed(t, "o-race-recheck-y", 1000)
+	b.gw.SetRefundOutcome("succeeded")
+	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3)
+	f, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kF"})
+	if err != nil || f.Refund.Status != payments.RefundPending {
+		t.Fatalf("setup F = %+v %v", f.Refund, err)
+	}
+	b.runOutRefundSchedule(t)
+	b.settleByHand(t, f.Refund.ID, fin1, fin2)
+	svc := b.service(b.pool, "replica-race-recheck", shortSchedule, func(c *payments.Config) {
+		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.Refund.ID, fAmount: 300}
+	})
+	b.exec(t, `CREATE FUNCTION park_case() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(55056); RETURN NEW; END $$`)
+	b.exec(t, fmt.Sprintf(`CREATE TRIGGER park_case BEFORE INSERT ON finance_cases FOR EACH ROW WHEN (NEW.session_id = '%s') EXECUTE FUNCTION park_case()`, y.ID))
+	holder, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(55056)`); err != nil {
+		t.Fatal(err)
+	}
+	yDone, xDone := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
+		yDone <- err
+	}()
+	waitLockWaiters(t, b.pool, 1) // Y's re-check noted, its case parked
+	go func() {
+		_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"})
+		xDone <- err
+	}()
+	// X's apply waits behind Y's note (or, without the lock, goes through beside it).
+	for waiting := false; !waiting; {
+		select {
+		case err := <-xDone:
+			xDone <- err
+			waiting = true
+		default:
+			waiting = b.count(t, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+				WHERE NOT l.granted AND l.pid <> pg_backend_pid() AND a.datname = current_database()`) >= 2
+		}
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(55056)`); err != nil {
+		t.Fatal(err)
+	}
+	<-yDone
+	<-xDone
+	// Finance does what the case and the 409 say: F corrected to Succeeded (four eyes).
+	if p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.Refund.ID, Outcome: payments.RefundSucceeded,
+		Reason: "the gateway says succeeded for rf_shared", Evidence: "the 409 and the case"}); err == nil {
+		_, _ = b.svc.ApproveResolution(ctx, fin2, p.ID)
+	}
+	holders := b.texts(t, `SELECT status FROM refunds WHERE gateway_refund_id = 'rf_shared'`)
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); len(holders) != 1 || n > 1 {
+		t.Fatalf("one gateway refund rf_shared: held by %q, %d RefundIssued entries", holders, n)
+	}
+}

@@ -124,7 +124,22 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 	case r.FailedByHand() && p.RefundOutcome == RefundSucceeded:
 		// The correction: its amount is taken again, within what the payment received (a
 		// refund made meanwhile may have used it: then the books cannot say both, and finance
-		// must sort it out with the gateway first).
+		// must sort it out with the gateway first). A gateway refund another of our refunds
+		// holds is that one's: booked here too, one refund at the gateway was two RefundIssued
+		// entries (a review).
+		if r.GatewayRefundID != "" {
+			if err := lockGatewayRefund(ctx, tx, cur, r.GatewayRefundID); err != nil {
+				return err
+			}
+			other, err := gatewayRefundHolder(ctx, tx, cur, r.ID, r.GatewayRefundID)
+			if err != nil {
+				return err
+			}
+			if other != "" {
+				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: its gateway refund %s is refund %s's here; reject the proposal and settle it with the gateway",
+					Short(r.ID), r.GatewayRefundID, Short(other))
+			}
+		}
 		if _, _, err := refundRoom(ctx, tx, cur, r.Amount, false); err != nil {
 			if ErrorCode(err) != ECONFLICT {
 				return err
