@@ -391,13 +391,18 @@ func webhookWaiting(w payments.EventsWebhookState, now time.Time) string {
 	}
 }
 
-// webhookRefused: the last failed POST was refused by the shop (a 4xx other than 408 and 429),
-// not left unanswered or put off (a timeout, a 5xx, 429): only then may the one event a POST of
-// one carries be what the shop cannot take. During a plain outage the card told the operator to
-// skip a good event (a review of the page halving).
+// webhookRefused: the last failed POST was refused for what it carried (400, 409, 413, 415,
+// 422), not left unanswered, put off (a timeout, a 5xx, 429) or refused whatever it carries (401
+// and 403: a secret the shop does not know; 404, 405, 410: the URL): only then may the one event a
+// POST of one carries be what the shop cannot take. During an outage, or with a wrong secret,
+// the card told the operator to skip good events one after another (reviews of the page halving).
 func webhookRefused(w payments.EventsWebhookState) bool {
 	code, ok := strings.CutPrefix(w.LastError, "the shop's endpoint answered ")
-	return ok && len(code) == 3 && code[0] == '4' && code != "408" && code != "429"
+	switch code {
+	case "400", "409", "413", "415", "422":
+		return ok
+	}
+	return false
 }
 
 // webhookFailing says how the events webhook fails ("3 failed POSTs in a row; the next at …: why").

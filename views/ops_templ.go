@@ -1699,7 +1699,7 @@ func EventsWebhookCard(c payments.OpsCharts) templ.Component {
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
-							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 121, "</bdi>) alone, until one succeeds: the shop's endpoint does not answer, or answers that it cannot take anything now, so the event itself is not in question.</span> ")
+							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 121, "</bdi>) alone, until one succeeds: the shop's endpoint does not answer, or refuses every POST whatever it carries (a secret or a URL it does not know: see why above), so the event itself is not in question.</span> ")
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
