@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -315,6 +316,11 @@ func (s *Service) recheckRefundsFailedByHand(ctx context.Context, sess Session) 
 		// ledger gets its RefundIssued entry, and what is left is refundable), or the gateway
 		// says failed after all. The case may be resolved already (the same news is not
 		// opened twice), so the refusal says what to do, not where a case is.
+		if said == "answers about another refund" {
+			// Not "mark it Succeeded": the answer is no word that this refund was paid, and
+			// booked, it was the other refund's money twice (a review).
+			return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, and asked about it again the gateway answers about another refund: nothing new is refunded until finance learns from the gateway what became of it (the gateway_mismatch case on the payment's page)", Short(r.ID))
+		}
 		return nil, Errorf(ECONFLICT, "refund %s was settled Failed by hand, but the gateway %s: nothing new is refunded until finance marks it Succeeded on the payment's page (Settle by hand, approved by a second person)", Short(r.ID), said)
 	}
 	return asked, nil
@@ -620,6 +626,18 @@ func (s *Service) askRefund(ctx context.Context, sess Session, r Refund) (gr Gat
 // misstated answer (an outside review).
 func refundFact(refundID, here string, gr GatewayRefund) string {
 	return fmt.Sprintf("refund %s (%s here): %s (%s, %d of %s)", refundID, here, orNone(gr.ID), gr.Status, gr.Amount, orNone(gr.PaymentID))
+}
+
+// refundFactGatewayRefunds are the gateway refund ids the cases of session sessionID name in a
+// refundFact of refund refundID (the gateway's answers about it, kept on its row or not).
+func refundFactGatewayRefunds(ctx context.Context, q querier, sessionID, refundID string) ([]string, error) {
+	var ids []string
+	if err := q.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT split_part(split_part(f, '): ', 2), ' (', 1)), '{}')
+		FROM finance_cases, unnest(facts) f WHERE session_id = $1 AND kind = $2 AND f LIKE 'refund ' || $3 || ' (%'`,
+		sessionID, CaseGatewayMismatch, refundID).Scan(&ids); err != nil {
+		return nil, dbError("refund: the gateway's answers about it", err, "")
+	}
+	return slices.DeleteFunc(ids, func(id string) bool { return id == "" || id == "none" }), nil
 }
 
 // driveRefund asks the gateway about a refund (askRefund) and applies the answer: succeeded

@@ -450,3 +450,47 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 		t.Fatalf("one gateway refund rf_shared: held by %q, %d RefundIssued entries", holders, n)
 	}
 }
+
+// The same, one after the other: X's refund is booked with rf_shared first; the re-check then
+// finds F by key as rf_shared, an answer about another refund (not kept on F). The refusal told
+// finance to mark F Succeeded, and the approval's check of F's gateway refund was skipped — F has
+// none on its row: one gateway refund, two RefundIssued entries (a review). The refusal says the
+// answer is about another refund, and the approval reads the gateway refunds F's cases name.
+// Negative control (run by hand): with the row's id alone checked, the approval books F.
+func TestACorrectionOfARefundAnsweredWithAnothersGatewayRefundIsRefused(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, shortSchedule)
+	ctx := context.Background()
+	x := b.completed(t, "o-correction-x", 1000)
+	y := b.completed(t, "o-correction-y", 1000)
+	b.gw.SetRefundOutcome("succeeded")
+	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3)
+	f, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kF"})
+	if err != nil || f.Refund.Status != payments.RefundPending {
+		t.Fatalf("setup F = %+v %v", f.Refund, err)
+	}
+	b.runOutRefundSchedule(t)
+	b.settleByHand(t, f.Refund.ID, fin1, fin2)
+	svc := b.service(b.pool, "replica-correction", shortSchedule, func(c *payments.Config) {
+		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.Refund.ID, fAmount: 300}
+	})
+	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("setup X = %+v %v", xr.Refund, err)
+	}
+	_, err = svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
+	if msg := payments.ErrorMessage(err); payments.ErrorCode(err) != payments.ECONFLICT || strings.Contains(msg, "marks it Succeeded") {
+		t.Fatalf("a refund beside F, answered about X's refund = %v; want 409 not asking finance to book F", err)
+	}
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.Refund.ID, Outcome: payments.RefundSucceeded,
+		Reason: "the gateway says succeeded for rf_shared", Evidence: "the case"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+		t.Fatalf("F marked Succeeded with X's gateway refund: %v; want 409", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
+		t.Fatalf("one gateway refund rf_shared, %d RefundIssued entries", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -127,17 +128,28 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 		// must sort it out with the gateway first). A gateway refund another of our refunds
 		// holds is that one's: booked here too, one refund at the gateway was two RefundIssued
 		// entries (a review).
-		if r.GatewayRefundID != "" {
-			if err := lockGatewayRefund(ctx, tx, cur, r.GatewayRefundID); err != nil {
+		// The gateway refunds the gateway named for it: the one on its row, and those of its
+		// cases' facts — an answer about another refund is not kept on the row, and the approval
+		// booked a refund with no id whose only answer was another payment's refund (a review).
+		named, err := refundFactGatewayRefunds(ctx, tx, cur.ID, r.ID)
+		if err != nil {
+			return err
+		}
+		if r.GatewayRefundID != "" && !slices.Contains(named, r.GatewayRefundID) {
+			named = append(named, r.GatewayRefundID)
+		}
+		slices.Sort(named) // one lock order
+		for _, id := range named {
+			if err := lockGatewayRefund(ctx, tx, cur, id); err != nil {
 				return err
 			}
-			other, err := gatewayRefundHolder(ctx, tx, cur, r.ID, r.GatewayRefundID)
+			other, err := gatewayRefundHolder(ctx, tx, cur, r.ID, id)
 			if err != nil {
 				return err
 			}
 			if other != "" {
-				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: its gateway refund %s is refund %s's here; reject the proposal and settle it with the gateway",
-					Short(r.ID), r.GatewayRefundID, Short(other))
+				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: the gateway's refund %s it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
+					Short(r.ID), id, Short(other))
 			}
 		}
 		if _, _, err := refundRoom(ctx, tx, cur, r.Amount, false); err != nil {
