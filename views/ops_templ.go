@@ -1668,7 +1668,7 @@ func EventsWebhookCard(c payments.OpsCharts) templ.Component {
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
-							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "</bdi>) alone, and the shop refuses it: if it keeps refusing it, skip it by setting events_webhook.cursor to that id (the runbook's PitlaneEventsWebhookFailing); the shop can still read it from GET /api/v1/events.</span> ")
+							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "</bdi>) alone, and the shop refuses it: if it keeps refusing it, skip it by setting events_webhook.cursor to that id (the runbook's PitlaneEventsWebhookFailing); the shop can still read it from GET /api/v1/events. First make sure in the shop's logs that it is this event: some shops answer 400 to every POST whose signature or time they refuse.</span> ")
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
