@@ -376,6 +376,30 @@ func (g *raceRefundGW) FindRefund(ctx context.Context, paymentID, key string) (p
 	return g.Gateway.FindRefund(ctx, paymentID, key)
 }
 
+// sharedGatewayRefundSetup is two paid payments x and y, y's refund F of 3.00 made at the gateway
+// with its answers lost and settled Failed by hand, and a replica whose gateway answers x's
+// refunds and the search for F with one gateway refund, rf_shared.
+func sharedGatewayRefundSetup(t *testing.T, name string) (b *bench, x, y payments.Session, f payments.Refund, svc *payments.Service) {
+	t.Helper()
+	b = newBench(t, shortSchedule)
+	x = b.completed(t, "o-"+name+"-x", 1000)
+	y = b.completed(t, "o-"+name+"-y", 1000)
+	b.gw.SetRefundOutcome("succeeded")
+	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1)
+	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3)
+	res, err := b.svc.CreateRefund(context.Background(), api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kF"})
+	if err != nil || res.Refund.Status != payments.RefundPending {
+		t.Fatalf("setup F = %+v %v", res.Refund, err)
+	}
+	f = res.Refund
+	b.runOutRefundSchedule(t)
+	b.settleByHand(t, f.ID, fin1, fin2)
+	svc = b.service(b.pool, "replica-"+name, shortSchedule, func(c *payments.Config) {
+		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.ID, fAmount: 300}
+	})
+	return b, x, y, f, svc
+}
+
 // The re-check before a new refund of payment Y finds its refund F (settled Failed by hand) by
 // key as gateway refund rf_shared, while payment X's refund is answered with rf_shared too. The
 // re-check read whether another refund held it outside the lock the applies take, kept it on F
@@ -387,22 +411,8 @@ func (g *raceRefundGW) FindRefund(ctx context.Context, paymentID, key string) (p
 // the re-check's read outside the locks, two holders and two entries.
 func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 	t.Parallel()
-	b := newBench(t, shortSchedule)
+	b, x, y, f, svc := sharedGatewayRefundSetup(t, "race-recheck")
 	ctx := context.Background()
-	x := b.completed(t, "o-race-recheck-x", 1000)
-	y := b.completed(t, "o-race-recheck-y", 1000)
-	b.gw.SetRefundOutcome("succeeded")
-	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3)
-	f, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kF"})
-	if err != nil || f.Refund.Status != payments.RefundPending {
-		t.Fatalf("setup F = %+v %v", f.Refund, err)
-	}
-	b.runOutRefundSchedule(t)
-	b.settleByHand(t, f.Refund.ID, fin1, fin2)
-	svc := b.service(b.pool, "replica-race-recheck", shortSchedule, func(c *payments.Config) {
-		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.Refund.ID, fAmount: 300}
-	})
 	b.exec(t, `CREATE FUNCTION park_case() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_advisory_xact_lock_shared(55056); RETURN NEW; END $$`)
 	b.exec(t, fmt.Sprintf(`CREATE TRIGGER park_case BEFORE INSERT ON finance_cases FOR EACH ROW WHEN (NEW.session_id = '%s') EXECUTE FUNCTION park_case()`, y.ID))
@@ -441,7 +451,7 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 	<-yDone
 	<-xDone
 	// Finance does what the case and the 409 say: F corrected to Succeeded (four eyes).
-	if p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.Refund.ID, Outcome: payments.RefundSucceeded,
+	if p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
 		Reason: "the gateway says succeeded for rf_shared", Evidence: "the 409 and the case"}); err == nil {
 		_, _ = b.svc.ApproveResolution(ctx, fin2, p.ID)
 	}
@@ -459,30 +469,16 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 // Negative control (run by hand): with the row's id alone checked, the approval books F.
 func TestACorrectionOfARefundAnsweredWithAnothersGatewayRefundIsRefused(t *testing.T) {
 	t.Parallel()
-	b := newBench(t, shortSchedule)
+	b, x, y, f, svc := sharedGatewayRefundSetup(t, "correction")
 	ctx := context.Background()
-	x := b.completed(t, "o-correction-x", 1000)
-	y := b.completed(t, "o-correction-y", 1000)
-	b.gw.SetRefundOutcome("succeeded")
-	b.gw.Fail(fakegw.OpRefund, fakegw.LostAnswer, 1)
-	b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 3)
-	f, err := b.svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kF"})
-	if err != nil || f.Refund.Status != payments.RefundPending {
-		t.Fatalf("setup F = %+v %v", f.Refund, err)
-	}
-	b.runOutRefundSchedule(t)
-	b.settleByHand(t, f.Refund.ID, fin1, fin2)
-	svc := b.service(b.pool, "replica-correction", shortSchedule, func(c *payments.Config) {
-		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.Refund.ID, fAmount: 300}
-	})
 	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
 		t.Fatalf("setup X = %+v %v", xr.Refund, err)
 	}
-	_, err = svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
+	_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
 	if msg := payments.ErrorMessage(err); payments.ErrorCode(err) != payments.ECONFLICT || strings.Contains(msg, "marks it Succeeded") {
 		t.Fatalf("a refund beside F, answered about X's refund = %v; want 409 not asking finance to book F", err)
 	}
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.Refund.ID, Outcome: payments.RefundSucceeded,
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
 		Reason: "the gateway says succeeded for rf_shared", Evidence: "the case"})
 	if err != nil {
 		t.Fatal(err)
