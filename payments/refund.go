@@ -637,7 +637,23 @@ func refundFactGatewayRefunds(ctx context.Context, q querier, sessionID, refundI
 		sessionID, CaseGatewayMismatch, refundID).Scan(&ids); err != nil {
 		return nil, dbError("refund: the gateway's answers about it", err, "")
 	}
-	return slices.DeleteFunc(ids, func(id string) bool { return id == "" || id == "none" }), nil
+	return slices.DeleteFunc(ids, func(id string) bool { return id == "" || id == "(none)" }), nil
+}
+
+// refundFactHolder names a refund other than refundID, at the session's gateway, whose gateway
+// refund a refundFact of refundID on the session's cases names ("" when none): matched whole
+// inside the fact, so an id the parse (refundFactGatewayRefunds) would cut — one holding " (" —
+// is still found (a review).
+func refundFactHolder(ctx context.Context, q querier, sessionID, refundID string) (string, error) {
+	var other string
+	if err := q.QueryRow(ctx, `SELECT coalesce(min(o.id::text), '') FROM refunds o JOIN payment_sessions ps ON ps.id = o.session_id
+		WHERE o.gateway_refund_id IS NOT NULL AND o.id <> $3 AND ps.gateway = (SELECT gateway FROM payment_sessions WHERE id = $1)
+		  AND EXISTS (SELECT FROM finance_cases fc, unnest(fc.facts) f WHERE fc.session_id = $1 AND fc.kind = $2
+			AND f LIKE 'refund ' || $3 || ' (%' AND strpos(f, '): ' || o.gateway_refund_id || ' (') > 0)`,
+		sessionID, CaseGatewayMismatch, refundID).Scan(&other); err != nil {
+		return "", dbError("refund: whose gateway refund", err, "")
+	}
+	return other, nil
 }
 
 // driveRefund asks the gateway about a refund (askRefund) and applies the answer: succeeded

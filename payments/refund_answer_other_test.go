@@ -360,18 +360,27 @@ type raceRefundGW struct {
 	*fakegw.Gateway
 	xPay, yPay, fKey string
 	fAmount          int64
+	shared           string // the one gateway refund; "" is rf_shared
+	fixed            bool   // the search for fKey finds the gateway's own refund of it again
+}
+
+func (g *raceRefundGW) sharedID() string {
+	if g.shared == "" {
+		return "rf_shared"
+	}
+	return g.shared
 }
 
 func (g *raceRefundGW) Refund(ctx context.Context, id, key string, amount int64, currency string) (payments.GatewayRefund, error) {
 	if id == g.xPay {
-		return payments.GatewayRefund{ID: "rf_shared", PaymentID: id, Amount: amount, Status: "succeeded"}, nil
+		return payments.GatewayRefund{ID: g.sharedID(), PaymentID: id, Amount: amount, Status: "succeeded"}, nil
 	}
 	return g.Gateway.Refund(ctx, id, key, amount, currency)
 }
 
 func (g *raceRefundGW) FindRefund(ctx context.Context, paymentID, key string) (payments.GatewayRefund, bool, error) {
-	if key == g.fKey {
-		return payments.GatewayRefund{ID: "rf_shared", PaymentID: g.yPay, Amount: g.fAmount, Status: "succeeded"}, true, nil
+	if key == g.fKey && !g.fixed {
+		return payments.GatewayRefund{ID: g.sharedID(), PaymentID: g.yPay, Amount: g.fAmount, Status: "succeeded"}, true, nil
 	}
 	return g.Gateway.FindRefund(ctx, paymentID, key)
 }
@@ -488,5 +497,68 @@ func TestACorrectionOfARefundAnsweredWithAnothersGatewayRefundIsRefused(t *testi
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
 		t.Fatalf("one gateway refund rf_shared, %d RefundIssued entries", n)
+	}
+}
+
+// A refund F answered once about another refund (noted for good on its case) and later with its
+// own gateway refund, which no other refund holds: the re-check kept that id on F and told
+// finance to mark F Succeeded, and the approval refused it for the old answer's — the refund the
+// gateway paid could never be booked (a review of the approval's check). The row's own id decides
+// alone. Negative control (run by hand): with the facts' ids checked beside it, the approval
+// refuses.
+func TestARefundsOwnGatewayRefundIsBookedAfterAnAnswerAboutAnother(t *testing.T) {
+	t.Parallel()
+	b, x, y, f, _ := sharedGatewayRefundSetup(t, "own-after-other")
+	ctx := context.Background()
+	gw := &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.ID, fAmount: 300}
+	svc := b.service(b.pool, "replica-own-after-other", shortSchedule, func(c *payments.Config) { c.Gateway = gw })
+	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("setup X = %+v %v", xr.Refund, err)
+	}
+	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"}); !strings.Contains(payments.ErrorMessage(err), "answers about another refund") {
+		t.Fatalf("setup: the first re-check = %v", err)
+	}
+	gw.fixed = true // the gateway's key store works again: F's key finds F's own refund
+	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY3"}); !strings.Contains(payments.ErrorMessage(err), "marks it Succeeded") {
+		t.Fatalf("setup: the second re-check = %v", err)
+	}
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
+		Reason: "the gateway confirms its refund for F", Evidence: "the case"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+		t.Fatalf("F's own gateway refund, held by no other refund, cannot be booked: %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
+		t.Fatalf("%d RefundIssued entries, want X's and F's", n)
+	}
+}
+
+// TestACorrectionOfARefundAnsweredWithAnothersGatewayRefundIsRefused with a gateway refund id
+// holding " (": the approval parsed the case's fact and checked "rf_shared", which nobody held,
+// and booked X's gateway refund a second time (a review). A holder named whole in the fact is
+// found. Negative control (run by hand): without refundFactHolder, two entries.
+func TestACorrectionChecksAGatewayRefundIDTheFactCannotBeCutFrom(t *testing.T) {
+	t.Parallel()
+	b, x, y, f, _ := sharedGatewayRefundSetup(t, "paren-id")
+	ctx := context.Background()
+	svc := b.service(b.pool, "replica-paren-id", shortSchedule, func(c *payments.Config) {
+		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.ID, fAmount: 300, shared: "rf_shared (2)"}
+	})
+	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
+		t.Fatalf("setup X = %+v %v", xr.Refund, err)
+	}
+	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"}); !strings.Contains(payments.ErrorMessage(err), "answers about another refund") {
+		t.Fatalf("setup: the re-check = %v", err)
+	}
+	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
+		Reason: "the gateway says succeeded", Evidence: "the case"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, aerr := b.svc.ApproveResolution(ctx, fin2, p.ID)
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); payments.ErrorCode(aerr) != payments.ECONFLICT || n != 1 {
+		t.Fatalf("F marked Succeeded with X's gateway refund %q: approval %v, %d RefundIssued entries", "rf_shared (2)", aerr, n)
 	}
 }

@@ -128,17 +128,19 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 		// must sort it out with the gateway first). A gateway refund another of our refunds
 		// holds is that one's: booked here too, one refund at the gateway was two RefundIssued
 		// entries (a review).
-		// The gateway refunds the gateway named for it: the one on its row, and those of its
-		// cases' facts — an answer about another refund is not kept on the row, and the approval
+		// The gateway refund it is booked with: the one on its row — kept there only under the
+		// gateway-refund lock once no other refund held it — or, with none there, those its
+		// cases name: an answer about another refund is not kept on the row, and the approval
 		// booked a refund with no id whose only answer was another payment's refund (a review).
-		named, err := refundFactGatewayRefunds(ctx, tx, cur.ID, r.ID)
-		if err != nil {
-			return err
+		// A row's own id decides alone: an earlier answer about another refund, noted for good,
+		// refused the correction of a refund the gateway did pay (a review of that).
+		named := []string{r.GatewayRefundID}
+		if r.GatewayRefundID == "" {
+			if named, err = refundFactGatewayRefunds(ctx, tx, cur.ID, r.ID); err != nil {
+				return err
+			}
+			slices.Sort(named) // one lock order
 		}
-		if r.GatewayRefundID != "" && !slices.Contains(named, r.GatewayRefundID) {
-			named = append(named, r.GatewayRefundID)
-		}
-		slices.Sort(named) // one lock order
 		for _, id := range named {
 			if err := lockGatewayRefund(ctx, tx, cur, id); err != nil {
 				return err
@@ -150,6 +152,17 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 			if other != "" {
 				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: the gateway's refund %s it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
 					Short(r.ID), id, Short(other))
+			}
+		}
+		if r.GatewayRefundID == "" {
+			// Matched whole, for an id the parse above cut short.
+			other, err := refundFactHolder(ctx, tx, cur.ID, r.ID)
+			if err != nil {
+				return err
+			}
+			if other != "" {
+				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: a gateway refund it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
+					Short(r.ID), Short(other))
 			}
 		}
 		if _, _, err := refundRoom(ctx, tx, cur, r.Amount, false); err != nil {
