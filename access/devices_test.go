@@ -81,7 +81,10 @@ func TestParallelGuessesFromATrustedDevice(t *testing.T) {
 			t.Errorf("refusal %v (Retry-After %v), want the address's", err, payments.RetryAfter(err))
 		}
 	}
-	if got[payments.EWRONG] != allowance || got[payments.ELOCKED] != n-allowance {
+	// A wait for the device's row past lock_timeout (under -race beside the whole suite: CI saw one
+	// of sixteen) is refused too, 503 and not judged: what is proven is that exactly the
+	// allowance is judged and counted, and nothing else gets past.
+	if got[payments.EWRONG] != allowance || got[payments.ELOCKED]+got[payments.EUNAVAIL] != n-allowance || got[payments.ELOCKED] == 0 {
 		t.Fatalf("outcomes %v, want %d judged (the device's allowance) and %d refused", got, allowance, n-allowance)
 	}
 	if f := b.count(t, `SELECT failures FROM staff_devices WHERE email = 'ana@example.com'`); f != allowance {
