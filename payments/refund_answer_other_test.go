@@ -307,6 +307,33 @@ func (g *sharedGatewayRefund) Refund(ctx context.Context, id, key string, amount
 	return payments.GatewayRefund{ID: "rf_shared", PaymentID: id, Amount: amount, Status: "succeeded"}, nil
 }
 
+// parkInserts makes every insert into table for which when (SQL over NEW) holds wait, in a
+// trigger named name, on a transaction-scoped advisory lock a transaction of the test holds;
+// release ends that transaction and lets them go (also at the test's end).
+func parkInserts(t *testing.T, b *bench, name, table, when string) (release func()) {
+	t.Helper()
+	b.exec(t, fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext('%[1]s')); RETURN NEW; END $$`, name))
+	b.exec(t, fmt.Sprintf(`CREATE TRIGGER %[1]s BEFORE INSERT ON %[2]s FOR EACH ROW WHEN (%[3]s) EXECUTE FUNCTION %[1]s()`, name, table, when))
+	holder, err := b.pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(context.Background(), `SELECT pg_advisory_xact_lock(hashtext($1))`, name); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := holder.Rollback(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
 // Two payments' refunds answered at once with one gateway refund: each apply read whether
 // another refund held it under its own payment's locks alone, both found none, and both were
 // booked — one refund at the gateway, two RefundIssued entries (a review of refundAnswerAbout).
@@ -321,17 +348,7 @@ func TestTwoPaymentsRefundsAnsweredAtOnceWithOneGatewayRefundAreBookedOnce(t *te
 	s1 := b.completed(t, "o-shared-refund-1", 1000)
 	s2 := b.completed(t, "o-shared-refund-2", 1000)
 	svc := b.service(b.pool, "replica-shared", func(c *payments.Config) { c.Gateway = &sharedGatewayRefund{Gateway: b.gw} })
-	b.exec(t, `CREATE FUNCTION park_succeeded() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_advisory_xact_lock_shared(55055); RETURN NEW; END $$`)
-	b.exec(t, `CREATE TRIGGER park_succeeded BEFORE INSERT ON refund_events FOR EACH ROW WHEN (NEW.to_status = 'Succeeded') EXECUTE FUNCTION park_succeeded()`)
-	holder, err := b.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(55055)`); err != nil {
-		t.Fatal(err)
-	}
+	release := parkInserts(t, b, "park_succeeded", "refund_events", `NEW.to_status = 'Succeeded'`)
 	errs := make(chan error, 2)
 	for i, s := range []payments.Session{s1, s2} {
 		go func() {
@@ -340,9 +357,7 @@ func TestTwoPaymentsRefundsAnsweredAtOnceWithOneGatewayRefundAreBookedOnce(t *te
 		}()
 	}
 	waitLockWaiters(t, b.pool, 2)
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(55055)`); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Error(err)
@@ -422,17 +437,7 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 	t.Parallel()
 	b, x, y, f, svc := sharedGatewayRefundSetup(t, "race-recheck")
 	ctx := context.Background()
-	b.exec(t, `CREATE FUNCTION park_case() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_advisory_xact_lock_shared(55056); RETURN NEW; END $$`)
-	b.exec(t, fmt.Sprintf(`CREATE TRIGGER park_case BEFORE INSERT ON finance_cases FOR EACH ROW WHEN (NEW.session_id = '%s') EXECUTE FUNCTION park_case()`, y.ID))
-	holder, err := b.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(55056)`); err != nil {
-		t.Fatal(err)
-	}
+	release := parkInserts(t, b, "park_case", "finance_cases", fmt.Sprintf(`NEW.session_id = '%s'`, y.ID))
 	yDone, xDone := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
@@ -454,9 +459,7 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 				WHERE NOT l.granted AND l.pid <> pg_backend_pid() AND a.datname = current_database()`) >= 2
 		}
 	}
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(55056)`); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	<-yDone
 	<-xDone
 	// Finance does what the case and the 409 say: F corrected to Succeeded (four eyes).
