@@ -325,10 +325,8 @@ type EventsWebhookState struct {
 	NextAttemptAt *time.Time
 	LastError     string
 	LeaseOwner    string // the replica POSTing right now, when its lease is still live
-	// Cursor is the last event delivered (events_webhook.cursor: the next POST starts after
-	// it); FirstWaiting the event after it, with its order (what a failing POST begins with:
-	// a page of one, after enough failures, is the one the shop refuses).
-	Cursor            string
+	// FirstWaiting is the event after the cursor, with its order (what a failing POST begins
+	// with: a page of one, after enough failures, is the one the shop refuses).
 	FirstWaiting      string
 	FirstWaitingOrder string
 }
@@ -351,7 +349,7 @@ func (s *Service) EventsWebhookStatus(ctx context.Context) (EventsWebhookState, 
 	if err != nil {
 		return st, dbError("events webhook: status", err, "")
 	}
-	st.Started, st.Cursor = true, cursor
+	st.Started = true
 	if st.Waiting, st.OldestWaiting, err = eventsAfter(ctx, s.db, cursor, EventsWebhookWaitingShown+1); err != nil {
 		return st, err
 	}

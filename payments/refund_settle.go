@@ -145,25 +145,19 @@ func (s *Service) approveRefundOutcome(ctx context.Context, tx pgx.Tx, cur Sessi
 			if err := lockGatewayRefund(ctx, tx, cur, id); err != nil {
 				return err
 			}
-			other, err := gatewayRefundHolder(ctx, tx, cur, r.ID, id)
-			if err != nil {
-				return err
-			}
-			if other != "" {
-				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: the gateway's refund %s it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
-					Short(r.ID), id, Short(other))
-			}
 		}
-		if r.GatewayRefundID == "" {
-			// Matched whole, for an id the parse above cut short.
-			other, err := refundFactHolder(ctx, tx, cur.ID, r.ID)
-			if err != nil {
-				return err
-			}
-			if other != "" {
-				return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: a gateway refund it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
-					Short(r.ID), Short(other))
-			}
+		var other string
+		if r.GatewayRefundID != "" {
+			other, err = gatewayRefundHolder(ctx, tx, cur, r.ID, r.GatewayRefundID)
+		} else {
+			other, err = refundFactHolder(ctx, tx, cur.ID, r.ID) // each id matched whole, also one the parse cut
+		}
+		if err != nil {
+			return err
+		}
+		if other != "" {
+			return Errorf(ECONFLICT, "refund %s cannot be marked Succeeded: a gateway refund it was answered with is refund %s's here; reject the proposal and settle it with the gateway",
+				Short(r.ID), Short(other))
 		}
 		if _, _, err := refundRoom(ctx, tx, cur, r.Amount, false); err != nil {
 			if ErrorCode(err) != ECONFLICT {
