@@ -18,19 +18,11 @@ import (
 // without the hold, two refunds.
 func TestALateFirstRefundSendIsHeldBeforeItGoes(t *testing.T) {
 	t.Parallel()
-	late := false
 	b := newBench(t)
 	ctx := context.Background()
 	s := b.completed(t, "o-late-first-refund", 1000)
 	claimedAt := b.clock.Now()
-	a := b.service(b.pool, "replica-dies", func(c *payments.Config) {
-		c.Hooks.AfterRefundLock = func(ctx context.Context, sessionID string) {
-			if !late {
-				late = true
-				b.clock.Advance(15 * time.Second) // the claim's commit came late; still within sendFitsGrace (20 s)
-			}
-		}
-	})
+	a := lateRefundClaimer(b, "replica-dies", nil)
 	b.gw.IgnoreKeys(true)
 	send := b.gw.Hold(fakegw.OpRefund)
 	done := make(chan error, 1)
@@ -72,22 +64,13 @@ func TestALateFirstRefundSendLeavesARefundThePatrolTookUp(t *testing.T) {
 	ctx := context.Background()
 	s := b.completed(t, "o-late-refund-patrol-took", 1000)
 	claimed := b.clock.Now()
-	late := false
-	a := b.service(b.pool, "replica-late", func(c *payments.Config) {
-		c.Hooks.AfterRefundLock = func(context.Context, string) {
-			if !late {
-				late = true
-				b.clock.Advance(15 * time.Second) // the claim answered late, still inside sendFitsGrace
-			}
-		}
-		c.Hooks.BeforeLateHold = func(context.Context, string) {
-			// The hold's wait outlasts the claim's grace: the patrol's round takes the refund
-			// up and sends it; the gateway answers 503.
-			b.clock.Set(claimed.Add(payments.StaleAfterFor(0) + time.Second))
-			b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
-			if _, err := b.svc.DriveRefunds(ctx); err != nil {
-				t.Error(err)
-			}
+	a := lateRefundClaimer(b, "replica-late", func() {
+		// The hold's wait outlasts the claim's grace: the patrol's round takes the refund up and
+		// sends it; the gateway answers 503.
+		b.clock.Set(claimed.Add(payments.StaleAfterFor(0) + time.Second))
+		b.gw.Fail(fakegw.OpRefund, fakegw.Transient, 1)
+		if _, err := b.svc.DriveRefunds(ctx); err != nil {
+			t.Error(err)
 		}
 	})
 	res, err := a.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
@@ -147,38 +130,29 @@ func TestARefundCutOnTheWireWithItsCallLogLostIsNotSentAgainByALateHold(t *testi
 		c.Gateway = gw
 		c.LockTimeout = 300 * time.Millisecond
 	})
-	late := false
 	var held *fakegw.Gate
-	a := b.service(b.pool, "replica-late", func(c *payments.Config) {
-		c.Hooks.AfterRefundLock = func(context.Context, string) {
-			if !late {
-				late = true
-				b.clock.Advance(15 * time.Second) // the claim answered late, still inside sendFitsGrace
-			}
+	a := lateRefundClaimer(b, "replica-late", func() {
+		b.clock.Set(claimed.Add(payments.StaleAfterFor(0) + time.Second))
+		held = b.gw.Hold(fakegw.OpRefund)
+		round, stop := context.WithCancel(ctx)
+		over := make(chan struct{})
+		go func() { defer close(over); _, _ = stopping.DriveRefunds(round) }()
+		mustWait(t, held.Arrived(), "the patrol's refund at the gateway")
+		b.gw.Unhold(fakegw.OpRefund)
+		blocker, err := b.pool.Begin(ctx)
+		if err != nil {
+			stop()
+			t.Error(err)
+			return
 		}
-		c.Hooks.BeforeLateHold = func(context.Context, string) {
-			b.clock.Set(claimed.Add(payments.StaleAfterFor(0) + time.Second))
-			held = b.gw.Hold(fakegw.OpRefund)
-			round, stop := context.WithCancel(ctx)
-			over := make(chan struct{})
-			go func() { defer close(over); _, _ = stopping.DriveRefunds(round) }()
-			mustWait(t, held.Arrived(), "the patrol's refund at the gateway")
-			b.gw.Unhold(fakegw.OpRefund)
-			blocker, err := b.pool.Begin(ctx)
-			if err != nil {
-				stop()
-				t.Error(err)
-				return
-			}
-			defer func() { _ = blocker.Rollback(ctx) }()
-			if _, err := blocker.Exec(ctx, `SELECT FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID); err != nil {
-				t.Error(err)
-			}
-			stop() // SIGTERM: the drive is cut at its refund call
-			mustWait(t, over, "the stopped round")
-			if n := b.count(t, `SELECT count(*) FROM gateway_calls WHERE operation = 'refund'`); n != 0 {
-				t.Errorf("the cut call's log row was written (%d): the probe no longer loses it", n)
-			}
+		defer func() { _ = blocker.Rollback(ctx) }()
+		if _, err := blocker.Exec(ctx, `SELECT FROM payment_sessions WHERE id = $1 FOR UPDATE`, s.ID); err != nil {
+			t.Error(err)
+		}
+		stop() // SIGTERM: the drive is cut at its refund call
+		mustWait(t, over, "the stopped round")
+		if n := b.count(t, `SELECT count(*) FROM gateway_calls WHERE operation = 'refund'`); n != 0 {
+			t.Errorf("the cut call's log row was written (%d): the probe no longer loses it", n)
 		}
 	})
 	res, err := a.CreateRefund(ctx, api, payments.RefundInput{PaymentID: s.ID, Amount: 1000, RequestKey: "k"})
@@ -194,4 +168,22 @@ func TestARefundCutOnTheWireWithItsCallLogLostIsNotSentAgainByALateHold(t *testi
 		t.Fatalf("%d refunds at the gateway (%d requests for %s): the late request sent beside the patrol's cut send",
 			n, b.gw.KeyCalls(fakegw.OpRefund, res.Refund.ID), res.Refund.ID)
 	}
+}
+
+// lateRefundClaimer is a replica whose refund claims answer late (15 s: still inside
+// sendFitsGrace), so their first send is a late one; beforeHold, when set, runs where the late
+// send's hold starts (the BeforeLateHold hook).
+func lateRefundClaimer(b *bench, replica string, beforeHold func()) *payments.Service {
+	late := false
+	return b.service(b.pool, replica, func(c *payments.Config) {
+		c.Hooks.AfterRefundLock = func(context.Context, string) {
+			if !late {
+				late = true
+				b.clock.Advance(15 * time.Second)
+			}
+		}
+		if beforeHold != nil {
+			c.Hooks.BeforeLateHold = func(context.Context, string) { beforeHold() }
+		}
+	})
 }
