@@ -482,20 +482,8 @@ func TestARecheckBesideAnApplyOfOneGatewayRefundBooksItOnce(t *testing.T) {
 func TestACorrectionOfARefundAnsweredWithAnothersGatewayRefundIsRefused(t *testing.T) {
 	t.Parallel()
 	b, x, y, f, svc := sharedGatewayRefundSetup(t, "correction")
-	ctx := context.Background()
-	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
-		t.Fatalf("setup X = %+v %v", xr.Refund, err)
-	}
-	_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
-	if msg := payments.ErrorMessage(err); payments.ErrorCode(err) != payments.ECONFLICT || strings.Contains(msg, "marks it Succeeded") {
-		t.Fatalf("a refund beside F, answered about X's refund = %v; want 409 not asking finance to book F", err)
-	}
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
-		Reason: "the gateway says succeeded for rf_shared", Evidence: "the case"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); payments.ErrorCode(err) != payments.ECONFLICT {
+	xBookedThenYAnsweredAboutIt(t, svc, x, y)
+	if _, err := b.svc.ApproveResolution(context.Background(), fin2, proposeSucceeded(t, b, f).ID); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("F marked Succeeded with X's gateway refund: %v; want 409", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 1 {
@@ -515,22 +503,12 @@ func TestARefundsOwnGatewayRefundIsBookedAfterAnAnswerAboutAnother(t *testing.T)
 	ctx := context.Background()
 	gw := &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.ID, fAmount: 300}
 	svc := b.service(b.pool, "replica-own-after-other", shortSchedule, func(c *payments.Config) { c.Gateway = gw })
-	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
-		t.Fatalf("setup X = %+v %v", xr.Refund, err)
-	}
-	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"}); !strings.Contains(payments.ErrorMessage(err), "answers about another refund") {
-		t.Fatalf("setup: the first re-check = %v", err)
-	}
+	xBookedThenYAnsweredAboutIt(t, svc, x, y)
 	gw.fixed = true // the gateway's key store works again: F's key finds F's own refund
 	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY3"}); !strings.Contains(payments.ErrorMessage(err), "marks it Succeeded") {
 		t.Fatalf("setup: the second re-check = %v", err)
 	}
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
-		Reason: "the gateway confirms its refund for F", Evidence: "the case"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.svc.ApproveResolution(ctx, fin2, p.ID); err != nil {
+	if _, err := b.svc.ApproveResolution(ctx, fin2, proposeSucceeded(t, b, f).ID); err != nil {
 		t.Fatalf("F's own gateway refund, held by no other refund, cannot be booked: %v", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); n != 2 {
@@ -545,23 +523,38 @@ func TestARefundsOwnGatewayRefundIsBookedAfterAnAnswerAboutAnother(t *testing.T)
 func TestACorrectionChecksAGatewayRefundIDTheFactCannotBeCutFrom(t *testing.T) {
 	t.Parallel()
 	b, x, y, f, _ := sharedGatewayRefundSetup(t, "paren-id")
-	ctx := context.Background()
 	svc := b.service(b.pool, "replica-paren-id", shortSchedule, func(c *payments.Config) {
 		c.Gateway = &raceRefundGW{Gateway: b.gw, xPay: x.GatewayPaymentID, yPay: y.GatewayPaymentID, fKey: f.ID, fAmount: 300, shared: "rf_shared (2)"}
 	})
+	xBookedThenYAnsweredAboutIt(t, svc, x, y)
+	_, aerr := b.svc.ApproveResolution(context.Background(), fin2, proposeSucceeded(t, b, f).ID)
+	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); payments.ErrorCode(aerr) != payments.ECONFLICT || n != 1 {
+		t.Fatalf("F marked Succeeded with X's gateway refund %q: approval %v, %d RefundIssued entries", "rf_shared (2)", aerr, n)
+	}
+}
+
+// xBookedThenYAnsweredAboutIt books x's refund with the shared gateway refund, then asks for a
+// new refund of y, whose re-check finds F by key as that gateway refund: refused (409) as an
+// answer about another refund, finance not asked to book F.
+func xBookedThenYAnsweredAboutIt(t *testing.T, svc *payments.Service, x, y payments.Session) {
+	t.Helper()
+	ctx := context.Background()
 	if xr, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: x.ID, Amount: 400, RequestKey: "kA"}); err != nil || xr.Refund.Status != payments.RefundSucceeded {
 		t.Fatalf("setup X = %+v %v", xr.Refund, err)
 	}
-	if _, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"}); !strings.Contains(payments.ErrorMessage(err), "answers about another refund") {
-		t.Fatalf("setup: the re-check = %v", err)
+	_, err := svc.CreateRefund(ctx, api, payments.RefundInput{PaymentID: y.ID, Amount: 300, RequestKey: "kY2"})
+	if msg := payments.ErrorMessage(err); payments.ErrorCode(err) != payments.ECONFLICT || !strings.Contains(msg, "answers about another refund") || strings.Contains(msg, "marks it Succeeded") {
+		t.Fatalf("a refund beside F, answered about X's refund = %v; want 409 saying so, not asking finance to book F", err)
 	}
-	p, err := b.svc.ProposeRefundOutcome(ctx, fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
+}
+
+// proposeSucceeded files finance's proposal to mark refund f Succeeded (fin1).
+func proposeSucceeded(t *testing.T, b *bench, f payments.Refund) payments.Resolution {
+	t.Helper()
+	p, err := b.svc.ProposeRefundOutcome(context.Background(), fin1, payments.RefundOutcomeInput{RefundID: f.ID, Outcome: payments.RefundSucceeded,
 		Reason: "the gateway says succeeded", Evidence: "the case"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, aerr := b.svc.ApproveResolution(ctx, fin2, p.ID)
-	if n := b.count(t, `SELECT count(*) FROM accounting_entries WHERE entry_type = 'RefundIssued'`); payments.ErrorCode(aerr) != payments.ECONFLICT || n != 1 {
-		t.Fatalf("F marked Succeeded with X's gateway refund %q: approval %v, %d RefundIssued entries", "rf_shared (2)", aerr, n)
-	}
+	return p
 }
