@@ -23,7 +23,14 @@ import (
 	"pitlane/web"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package on a goroutine left running — but for a hold let go of in the
+// background (payments' letGoLater: a key's or an intent's last write after its request
+// answered), which is meant to outlive its request and ends by itself within the hold's stale
+// bound; the tests that depend on it wait for it through its hooks. One left over from a request
+// near the package's end failed a CI run (exec mode) though nothing leaked.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("pitlane/payments.(*Service).letGoLater.func1"))
+}
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
