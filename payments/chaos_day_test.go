@@ -598,7 +598,29 @@ func chaosInvariants(t *testing.T, b *bench) []string {
 		}
 		rows := q(`SELECT count(*) FROM refunds WHERE gateway_refund_id = $1`, rid)
 		if rows != 1 {
-			bad = append(bad, fmt.Sprintf("gateway refund %s (%s, %d of %s) has %d refund rows", rid, r.Status, r.Amount, r.PaymentID, rows))
+			// What a failure needs to be read from a CI log alone (a seed's day is not replayed
+			// exactly under another load): the key it was made with, the payment's refunds,
+			// their events and refund calls, and its session's cases, in the one message (the
+			// days sort their findings by message).
+			key := b.gw.RefundKey(rid)
+			m := fmt.Sprintf("gateway refund %s (%s, %d of %s) has %d refund rows (made with key %q)", rid, r.Status, r.Amount, r.PaymentID, rows, key)
+			for _, e := range b.texts(t, `SELECT concat_ws(' | ', r.id, r.amount, r.status, r.gateway_refund_id, r.created_by, r.created_at, r.flagged_at, r.flag_reason, r.check_attempts, r.next_check_at, r.detail)
+				FROM refunds r JOIN payment_sessions s ON s.id = r.session_id WHERE s.gateway_payment_id = $1 OR r.id::text = $2 ORDER BY r.created_at`, r.PaymentID, key) {
+				m += "\n        refund: " + e
+			}
+			for _, e := range b.texts(t, `SELECT concat_ws(' | ', e.refund_id, e.created_at, e.from_status, e.to_status, e.actor_kind, e.actor_id) FROM refund_events e
+				JOIN refunds r ON r.id = e.refund_id JOIN payment_sessions s ON s.id = r.session_id WHERE s.gateway_payment_id = $1 ORDER BY e.id`, r.PaymentID) {
+				m += "\n        event: " + e
+			}
+			for _, e := range b.texts(t, `SELECT concat_ws(' | ', c.id, c.operation, c.idempotency_key, c.outcome, c.http_status, c.replica_id, c.created_at, c.detail) FROM gateway_calls c
+				JOIN payment_sessions s ON s.id = c.session_id WHERE s.gateway_payment_id = $1 AND c.operation LIKE '%refund%' ORDER BY c.id`, r.PaymentID) {
+				m += "\n        call: " + e
+			}
+			for _, e := range b.texts(t, `SELECT concat_ws(' | ', c.id, c.kind, c.created_at, c.resolved_at, c.facts::text, c.detail) FROM finance_cases c
+				JOIN payment_sessions s ON s.id = c.session_id WHERE s.gateway_payment_id = $1 ORDER BY c.id`, r.PaymentID) {
+				m += "\n        case: " + e
+			}
+			bad = append(bad, m)
 			continue
 		}
 		if r.Status == "succeeded" && q(`SELECT count(*) FROM refunds WHERE gateway_refund_id = $1 AND status = 'Pending' AND flagged_at IS NOT NULL`, rid) == 0 {

@@ -506,20 +506,6 @@ func runChaos5(t *testing.T, seed uint64, steps int) {
 		for _, s := range bad {
 			t.Errorf("seed %d: %s", seed, s)
 		}
-		// A gateway refund with no row: its payment's refund rows and refund calls.
-		for _, m := range bad {
-			var rid string
-			if _, err := fmt.Sscanf(m, "gateway refund %s", &rid); err != nil || !strings.Contains(m, "has 0 refund rows") {
-				continue
-			}
-			r, _ := gw.RefundStatus(ctx, rid)
-			for _, e := range w.b.texts(t, `SELECT concat_ws(' | ', r.id, r.status, r.amount, r.gateway_refund_id, r.created_by, r.flagged_at, r.detail, (SELECT string_agg(e.created_at || ' ' || coalesce(e.from_status, '') || '>' || e.to_status || ' ' || e.actor_kind || ' ' || e.actor_id, '; ' ORDER BY e.id) FROM refund_events e WHERE e.refund_id = r.id)) FROM refunds r JOIN payment_sessions s ON s.id = r.session_id WHERE s.gateway_payment_id = $1`, r.PaymentID) {
-				t.Log("    " + rid + " row: " + e)
-			}
-			for _, e := range w.b.texts(t, `SELECT concat_ws(' | ', g.created_at, g.operation, g.idempotency_key, g.outcome, g.detail) FROM gateway_calls g JOIN payment_sessions s ON s.id = g.session_id WHERE s.gateway_payment_id = $1 AND g.operation LIKE '%refund%' ORDER BY g.id`, r.PaymentID) {
-				t.Log("    " + rid + " call: " + e)
-			}
-		}
 	}
 	t.Logf("seed %d: sessions %v; cases %v; refunds %v; proposals %v; register calls %d, reverse calls %d", seed,
 		w.b.texts(t, `SELECT status || ':' || count(*) FROM payment_sessions GROUP BY status ORDER BY 1`),

@@ -192,6 +192,13 @@ func (g *Gateway) KeyCalls(op, key string) int {
 	return g.keyCalls[op+"\x00"+key]
 }
 
+// RefundKey returns the idempotency key refund rid was made with ("" when there is none).
+func (g *Gateway) RefundKey(rid string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refundKey[rid]
+}
+
 // PaymentCalls returns how many calls of op (status, reverse) named the payment id.
 func (g *Gateway) PaymentCalls(op, id string) int {
 	g.mu.Lock()
