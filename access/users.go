@@ -440,7 +440,8 @@ var staleEpoch = &payments.Error{Code: payments.ECONFLICT, Field: "email",
 
 // actorStands refuses a change whose console session (payments.WithStaffSession) no longer
 // stands, read from locked, the rows changeUser holds (the actor's among them): an admin
-// disabled, given a new password or another role while their change waited on the very rows an
+// disabled, given a new password or another role (the one the request was let through with,
+// also for a change of their own row) while their change waited on the very rows an
 // offboarding changed went on as admin (an outside review: the intruder behind an offboarded
 // admin set another user's password).
 func actorStands(ctx context.Context, locked []User, target string) error {
@@ -455,6 +456,11 @@ func actorStands(ctx context.Context, locked []User, target string) error {
 		switch {
 		case u.Disabled() || u.SessionEpoch != cs.Epoch:
 			return payments.ErrStaffSessionEnded
+		case cs.Role != "" && string(u.Role) != cs.Role:
+			// The role the request was let through with, as queueStaffStands: a change of one's
+			// own row is no exception (an admin demoted while their own "role = admin" click
+			// waited on the demotion's rows made themselves admin again: a review).
+			return payments.ErrStaffRoleChanged
 		case u.Email != target && u.Role != RoleAdmin:
 			return payments.Errorf(payments.EFORBIDDEN, "your role is %s now: only an admin manages other users; nothing was changed", u.Role)
 		}

@@ -127,6 +127,55 @@ func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 	}
 }
 
+// Root demotes rogue to support while rogue's own click of "role = admin" on rogue's own row (the
+// Users page offers the role form there too) waits for the rows the demotion holds. actorStands
+// looked at the actor's role only for a change of someone else, so the click went on after the
+// demotion and rogue was admin again, root told "rogue is now support" (a review). The role the
+// request was let through with must still be the actor's, on their own row too. Negative
+// control: without actorStands' role check, rogue is admin again.
+func TestADemotedAdminsInFlightChangeOfTheirOwnRoleIsRefused(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	b.user(t, "root@example.com", access.RoleAdmin)
+	b.user(t, "rogue@example.com", access.RoleAdmin)
+	root, rogue := b.agent(t), b.agent(t)
+	root.login("root@example.com")
+	rogue.login("rogue@example.com")
+	rogue.get("/admin/users")
+
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'rogue@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	rogueID := b.userID(t, "rogue@example.com")
+	demoted := postAsync(b, root, "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleSupport)}})
+	rootPID := waitBlockedBy(t, b, holderPID)
+	self := postAsync(b, rogue, "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleAdmin)}})
+	waitBlockedBy(t, b, rootPID)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec := <-demoted; rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's demotion: %d", rec.Code)
+	}
+	<-self
+	var role string
+	var selfAudited int
+	if err := b.pool.QueryRow(ctx, `SELECT role, (SELECT count(*) FROM audit_log WHERE action = 'user.role' AND actor = 'rogue@example.com')
+		FROM staff_users WHERE email = 'rogue@example.com'`).Scan(&role, &selfAudited); err != nil {
+		t.Fatal(err)
+	}
+	if role != string(access.RoleSupport) || selfAudited != 0 {
+		t.Errorf("root's demotion of rogue committed first; rogue's in-flight change of their own role then left rogue %s (%d audit entries by rogue)", role, selfAudited)
+	}
+}
+
 // The same for a money action: a finance approval (four-eyes) waiting for the payment's locks
 // while an admin disables the approver went on afterwards and settled the payment as that
 // approver (staff-concurrency review, session 32: "ApproveResolution never re-reads the
