@@ -19,7 +19,7 @@ import (
 
 // Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
 //
-//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&sig=…   the order's state; Pay when payable
+//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&gen=…&sig=…   the order's state; Pay when payable
 //	POST /checkout/:order_id                                  one Pay click (intent key in the form)
 //	GET  /checkout/:order_id/return                           back from the gateway: Check, show the result
 //
@@ -89,7 +89,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&exp=&sig=][&view=…][&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&exp=&gen=&sig=][&view=…][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -121,7 +121,7 @@ func (h *Checkout) Return(c echo.Context) error {
 // namesALink reports whether a URL's query carries any part of a checkout link: it is then
 // judged as a link (verified, or refused as changed), never as the order's plain page.
 func namesALink(q url.Values) bool {
-	return q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp")
+	return q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") || q.Has("gen")
 }
 
 // mayView says whether the request may see the order's page (payments.OrderPageToken): with a
@@ -132,7 +132,7 @@ func namesALink(q url.Values) bool {
 func (h *Checkout) mayView(c echo.Context, orderID string) (bool, error) {
 	q := c.QueryParams()
 	if namesALink(q) {
-		_, err := h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig"))
+		_, err := h.verifiedOffer(orderID, q)
 		if err == nil || payments.ErrorCode(err) == payments.EEXPIRED {
 			return true, nil
 		}
@@ -282,6 +282,7 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		case err == nil:
 			v.State = afterLatest(latest)
 			v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
+			v.Generation = pay.gen
 			v.Contact = strings.TrimSpace(q.Get("contact"))
 			if payments.ValidateContact(v.Contact) != nil {
 				v.Contact = "" // a prefill the Pay form would refuse: the customer types their own
@@ -326,6 +327,7 @@ type payOffer struct {
 	currency string
 	sig      string
 	exp      int64
+	gen      int64 // the link's price generation (payments.NoLinkGeneration: a link without one)
 }
 
 // payable is what the Pay form may offer for an order with no active session: the amount and
@@ -343,7 +345,7 @@ func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest 
 	switch {
 	case namesALink(q):
 		var err error
-		if offer, err = h.verifiedOffer(orderID, q.Get("amount"), q.Get("currency"), q.Get("exp"), q.Get("sig")); err != nil {
+		if offer, err = h.verifiedOffer(orderID, q); err != nil {
 			return payOffer{}, err
 		}
 	case latest != nil:
@@ -356,31 +358,50 @@ func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest 
 	default:
 		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete")
 	}
-	// A genuine offer the shop has replaced since (a newer link for another amount): the Pay
-	// click's claim would refuse it, so the page offers nothing and says why.
-	amount, currency, priced, err := h.svc.CheckoutPrice(c.Request().Context(), orderID)
+	// A genuine offer the shop has replaced since (a newer link for another amount, or for the
+	// same amount after another price between): the Pay click's claim would refuse it, so the
+	// page offers nothing and says why.
+	price, priced, err := h.svc.CheckoutPrice(c.Request().Context(), orderID)
 	switch {
 	case err != nil:
 		return payOffer{}, err
-	case priced && (amount != offer.amount || currency != offer.currency):
+	case priced && price.Replaces(offer.amount, offer.currency, linkGeneration(offer.gen)):
 		return payOffer{}, payments.ErrLinkReplaced
 	}
 	return offer, nil
 }
 
-// verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form) and
-// verifies them.
-func (h *Checkout) verifiedOffer(orderID, amount, currency, exp, sig string) (payOffer, error) {
-	n, ok := parseMinorAmount(amount)
-	e, err := strconv.ParseInt(exp, 10, 64)
-	if !ok || err != nil {
+// linkGeneration is the price generation a link was made in: a link without one is of 0.
+func linkGeneration(gen int64) int64 { return max(gen, 0) }
+
+// verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form:
+// amount, currency, exp, gen — absent in links made before generations — and sig) and verifies
+// them.
+func (h *Checkout) verifiedOffer(orderID string, q url.Values) (payOffer, error) {
+	n, ok := parseMinorAmount(q.Get("amount"))
+	e, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	gen, gerr := linkGenParam(q)
+	if !ok || err != nil || gerr != nil {
 		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete or was changed")
 	}
-	cur := strings.ToUpper(currency)
-	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, sig); err != nil {
+	cur, sig := strings.ToUpper(q.Get("currency")), q.Get("sig")
+	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, gen, sig); err != nil {
 		return payOffer{}, err
 	}
-	return payOffer{amount: n, currency: cur, sig: sig, exp: e}, nil
+	return payOffer{amount: n, currency: cur, sig: sig, exp: e, gen: gen}, nil
+}
+
+// linkGenParam reads a link's gen: payments.NoLinkGeneration when it has none (a link made
+// before generations), else a generation (0 or more, decimal as signed).
+func linkGenParam(q url.Values) (int64, error) {
+	if !q.Has("gen") {
+		return payments.NoLinkGeneration, nil
+	}
+	gen, err := strconv.ParseInt(q.Get("gen"), 10, 64)
+	if err == nil && gen < 0 {
+		err = strconv.ErrRange
+	}
+	return gen, err
 }
 
 // refusedLink is the page state and status for a link that pays nothing: expired → 410 (the

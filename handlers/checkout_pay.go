@@ -33,7 +33,7 @@ func (h *Checkout) Pay(c echo.Context) error {
 		return err
 	}
 	key := c.FormValue("intent")
-	_, verr := h.verifiedOffer(id, c.FormValue("amount"), c.FormValue("currency"), c.FormValue("exp"), c.FormValue("sig"))
+	offer, verr := h.verifiedOffer(id, linkForm(c))
 	genuine := verr == nil || payments.ErrorCode(verr) == payments.EEXPIRED // a link of this order made it
 	if !genuine && !h.svc.VerifyOrderPageToken(id, c.FormValue(payments.OrderPageParam)) {
 		// Neither the link's signature nor the order's page token (the form carries both): a
@@ -51,6 +51,10 @@ func (h *Checkout) Pay(c echo.Context) error {
 	}
 	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
 		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
+	if verr == nil {
+		gen := linkGeneration(offer.gen) // the claim pays only while the price is of the link's run
+		in.CheckoutLinkGen = &gen
+	}
 	// closed: why this form may no longer start a payment (nil: it may).
 	var closed error
 	switch {
@@ -174,11 +178,21 @@ func (h *Checkout) closed(c echo.Context, orderID string, err error) error {
 	return h.refuse(c, orderID, err)
 }
 
-// formLink is the checkout link a Pay form carries (its amount, currency, exp and sig) and its
-// contact prefill, as the query of the link's page.
+// formLink is the checkout link a Pay form carries (its amount, currency, exp, gen and sig) and
+// its contact prefill, as the query of the link's page.
 func formLink(c echo.Context) url.Values {
+	q := linkForm(c)
+	if v := c.FormValue("contact"); v != "" {
+		q.Set("contact", v)
+	}
+	return q
+}
+
+// linkForm is the checkout link's parts a Pay form carries (payments.CheckoutLinkParams), as a
+// query, each only when the form has it (a link without gen is one made before generations).
+func linkForm(c echo.Context) url.Values {
 	q := url.Values{}
-	for _, k := range []string{"amount", "currency", "exp", "sig", "contact"} {
+	for _, k := range payments.CheckoutLinkParams {
 		if v := c.FormValue(k); v != "" {
 			q.Set(k, v)
 		}

@@ -140,7 +140,7 @@ func TestCheckoutResubmitAfterExpiryFollowsTheClick(t *testing.T) {
 	wantFollow := func(what string, r *http.Response, order string, form url.Values) {
 		t.Helper()
 		q := url.Values{"intent": {form.Get("intent")}}
-		for _, k := range []string{"amount", "currency", "exp", "sig"} {
+		for _, k := range payments.CheckoutLinkParams {
 			if form.Has("sig") && form.Get(k) != "" {
 				q.Set(k, form.Get(k))
 			}

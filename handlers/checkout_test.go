@@ -270,7 +270,7 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	if _, err := unset.CheckoutLink(context.Background(), "o-signed", 1999, "EUR", 0); payments.ErrorCode(err) != payments.EUNAVAIL {
 		t.Fatalf("link without a secret: %v, want EUNAVAIL", err)
 	}
-	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", exp, sig) == nil {
+	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", exp, 0, sig) == nil {
 		t.Fatal("a service without a secret accepts a link")
 	}
 	// Input is validated like Create's.

@@ -273,7 +273,8 @@ func lockIntent(ctx context.Context, tx pgx.Tx, key string) (CheckoutIntent, boo
 // ELOCKED carries when the oldest counted click is an hour old. startsNothing: the click starts
 // nothing and spends nothing (no row is written for it: checkoutPayKeyless) — the order is paid,
 // has an active payment, has a late payment in review (ErrPaymentInReview), or its price is
-// no longer the click's (ErrLinkReplaced: a replaced link's form). Clicks the claim refuses
+// no longer the click's (ErrLinkReplaced: a replaced link's form, another amount or currency or
+// a newer generation of the same). Clicks the claim refuses
 // spent the customer's budget: anyone holding a replaced link could post its form ten times an
 // hour and the customer's click on the current link was a 429 (TestCheckoutClicksThatAreRefusedSpendNothing).
 func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key string, in CreateInput, now time.Time) (startsNothing bool, err error) {
@@ -287,10 +288,10 @@ func (s *Service) checkoutStartAllowed(ctx context.Context, tx pgx.Tx, key strin
 	// clicks — stale tabs, the back button — get that answer, not "too many attempts".
 	if err := tx.QueryRow(ctx, `SELECT starts.*,
 			coalesce((SELECT status = 'Paid' OR active_session_id IS NOT NULL FROM orders WHERE order_id = $1), false)
-			OR coalesce((SELECT amount <> $4 OR currency <> $5 FROM checkout_prices WHERE order_id = $1), false)
+			OR coalesce((SELECT amount <> $4 OR currency <> $5 OR generation <> coalesce($6, generation) FROM checkout_prices WHERE order_id = $1), false)
 			OR (`+paymentInReviewSQL+`)
 		FROM (`+checkoutStartsSQL+`) starts`,
-		orderID, now.Add(-time.Hour), key, in.Amount, in.Currency).Scan(&starts.n, &starts.oldest, &startsNothing); err != nil {
+		orderID, now.Add(-time.Hour), key, in.Amount, in.Currency, in.CheckoutLinkGen).Scan(&starts.n, &starts.oldest, &startsNothing); err != nil {
 		return false, dbError("checkout: count starts", err, "")
 	}
 	if startsNothing {

@@ -124,8 +124,8 @@ func TestCheckoutLinkWaitsForAPayClickInItsClaim(t *testing.T) {
 	if err := mustWait(t, linked, "the link"); payments.ErrorCode(err) != payments.ECONFLICT {
 		t.Fatalf("the new link = %v, want a conflict with the click's payment", err)
 	}
-	if amount, _, _, _ := b.svc.CheckoutPrice(ctx, "o-race-price"); amount != 1000 {
-		t.Fatalf("the order's checkout price = %d, want the old 1000 (the new link was not made)", amount)
+	if price, _, _ := b.svc.CheckoutPrice(ctx, "o-race-price"); price.Amount != 1000 {
+		t.Fatalf("the order's checkout price = %d, want the old 1000 (the new link was not made)", price.Amount)
 	}
 }
 

@@ -17,11 +17,13 @@ import (
 
 // Checkout links: what a shop sends its customer to pay an order's first payment,
 //
-//	/checkout/{order_id}?amount=1999&currency=EUR&exp=1767225600&sig=<64 hex>
+//	/checkout/{order_id}?amount=1999&currency=EUR&exp=1767225600&gen=0&sig=<64 hex>
 //
 // The checkout page offers Pay for the amount and currency of a link only when sig is
-// HMAC-SHA256(link key, "checkout-link/v2" 0 order_id 0 amount 0 currency 0 exp), so a customer
-// who edits the URL (1 cent instead of 19.99, or a later expiry) gets no Pay form. exp is when
+// HMAC-SHA256(link key, "checkout-link/v3" 0 order_id 0 amount 0 currency 0 exp 0 gen), so a
+// customer who edits the URL (1 cent instead of 19.99, a later expiry, a newer generation) gets
+// no Pay form; a link without gen (made before generations) is checked as "checkout-link/v2",
+// the same message without it, and is of generation 0. exp is when
 // the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was made unless the shop
 // asked for another lifetime): a link forwarded, leaked or found in a browser history a month
 // later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
@@ -35,7 +37,10 @@ import (
 // verify too, which is how the secret rotates without breaking links in customers' hands).
 // What is stored is the order's checkout price, the newest link's amount and currency
 // (checkout_prices): a genuine link for another amount was replaced and pays nothing
-// (ErrLinkReplaced), nor does the page's "try again" of a payment at the old price. With it is
+// (ErrLinkReplaced), nor does the page's "try again" of a payment at the old price. A price
+// change moves the price's generation on (migration 01040), and a link pays only in the
+// generation it was made in: after 100 → 150 → 100 the first link at 100 stays replaced (it paid
+// again for the rest of its own lifetime, past the shop's new short link: a review). With it is
 // stored until when the price may be paid (valid_until, migration 00560): the latest expiry of
 // the links made at that price, which bounds the page's "try again" too (CheckoutRetry).
 
@@ -122,17 +127,31 @@ func (s *Service) CheckoutRetry(ctx context.Context, orderID string, amount int6
 	return nil
 }
 
-// CheckoutPrice is the order's checkout price, the newest link's amount and currency (ok false
-// when no link was made for it).
-func (s *Service) CheckoutPrice(ctx context.Context, orderID string) (amount int64, currency string, ok bool, err error) {
-	err = s.db.QueryRow(ctx, `SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, orderID).Scan(&amount, &currency)
+// CheckoutPrice is the order's checkout price: the newest link's amount and currency, and the
+// generation of the price (ok false when no link was made for it).
+type CheckoutPrice struct {
+	Amount     int64
+	Currency   string
+	Generation int64
+}
+
+// Replaces reports whether the price has replaced a link made for amount in currency in
+// generation gen (ErrLinkReplaced): another amount or currency, or the same one again after a
+// price between (a newer generation).
+func (p CheckoutPrice) Replaces(amount int64, currency string, gen int64) bool {
+	return p.Amount != amount || p.Currency != currency || p.Generation != gen
+}
+
+// CheckoutPrice reads the order's checkout price (ok false when no link was made for it).
+func (s *Service) CheckoutPrice(ctx context.Context, orderID string) (p CheckoutPrice, ok bool, err error) {
+	err = s.db.QueryRow(ctx, `SELECT amount, currency, generation FROM checkout_prices WHERE order_id = $1`, orderID).Scan(&p.Amount, &p.Currency, &p.Generation)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, "", false, nil
+		return CheckoutPrice{}, false, nil
 	}
 	if err != nil {
-		return 0, "", false, dbError("checkout price", err, "")
+		return CheckoutPrice{}, false, dbError("checkout price", err, "")
 	}
-	return amount, currency, true, nil
+	return p, true, nil
 }
 
 // Lifetimes of checkout links (the API call's "expires_in" chooses within the bounds).
@@ -142,7 +161,10 @@ const (
 	MaxCheckoutLinkTTL     = 30 * 24 * time.Hour
 )
 
-const checkoutLinkDomain = "checkout-link/v2"
+const (
+	checkoutLinkDomainV2 = "checkout-link/v2" // links made before generations: generation 0
+	checkoutLinkDomain   = "checkout-link/v3"
+)
 
 // unsetCodeSecret is NewService's stand-in when Config.CodeSecret is empty. It is public (it is
 // in this source), so links are neither made nor accepted under it: a forgeable signature would
@@ -156,7 +178,10 @@ type CheckoutLink struct {
 	Amount    int64
 	Currency  string
 	ExpiresAt time.Time
-	Sig       string // hex HMAC-SHA256, see above
+	// Generation is the run of the order's checkout price the link was made in (signed): a
+	// price change moves it on, and the link pays nothing from then on (ErrLinkReplaced).
+	Generation int64
+	Sig        string // hex HMAC-SHA256, see above
 }
 
 // Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&exp=…&sig=….
@@ -165,8 +190,9 @@ func (l CheckoutLink) Path() string {
 	q.Set("amount", strconv.FormatInt(l.Amount, 10))
 	q.Set("currency", l.Currency)
 	q.Set("exp", strconv.FormatInt(l.ExpiresAt.Unix(), 10))
+	q.Set("gen", strconv.FormatInt(l.Generation, 10))
 	q.Set("sig", l.Sig)
-	// Encode sorts the keys: amount, currency, exp, sig.
+	// Encode sorts the keys: amount, currency, exp, gen, sig.
 	return CheckoutPath(l.OrderID) + "?" + q.Encode()
 }
 
@@ -231,6 +257,7 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 	}
 	now := s.cfg.Clock.Now()
 	exp := now.Add(ttl).Truncate(time.Second)
+	var gen int64
 	// Under the order's claim lock (Create's): the order's state read here is the one a Pay
 	// click's claim will see, and the price set here is the one it checks (checkout_prices,
 	// migration 00520). A link made while a claim runs waits for it (lock_timeout bounds that).
@@ -263,13 +290,17 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 		// CheckoutRetry) is the latest expiry among the links at this price: a new link at the
 		// same price extends it (never shortens: the earlier link still works), a new price
 		// starts it over. A row without one (migration 00560) counts as priced_at + the longest
-		// lifetime, as CheckoutRetry reads it.
-		_, err = tx.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ($1, $2, $3, $4, $5)
+		// lifetime, as CheckoutRetry reads it. A new price is a new generation (migration 01040),
+		// which the link is signed with: the links of the runs before pay nothing.
+		err = tx.QueryRow(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
 				valid_until = CASE WHEN checkout_prices.amount = EXCLUDED.amount AND checkout_prices.currency = EXCLUDED.currency
 					THEN greatest(coalesce(checkout_prices.valid_until, checkout_prices.priced_at + make_interval(secs => $6)), EXCLUDED.valid_until)
-					ELSE EXCLUDED.valid_until END`,
-			orderID, amount, currency, now, exp, MaxCheckoutLinkTTL.Seconds())
+					ELSE EXCLUDED.valid_until END,
+				generation = CASE WHEN checkout_prices.amount = EXCLUDED.amount AND checkout_prices.currency = EXCLUDED.currency
+					THEN checkout_prices.generation ELSE checkout_prices.generation + 1 END
+			RETURNING generation`,
+			orderID, amount, currency, now, exp, MaxCheckoutLinkTTL.Seconds()).Scan(&gen)
 		if err != nil {
 			return dbError("checkout link: set price", err, "")
 		}
@@ -278,15 +309,24 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 	if err != nil {
 		return CheckoutLink{}, err
 	}
-	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp,
-		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix()))}, nil
+	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp, Generation: gen,
+		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix(), gen))}, nil
 }
 
-// VerifyCheckoutLink checks a link (order, amount, currency, exp in Unix seconds, sig) now: nil
-// when sig signs it (compared in constant time) and it has not expired; EEXPIRED when it is a
-// genuine link whose time is up; EINVALID for anything else (any malformed sig, and every sig on
-// a service without a secret).
-func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency string, exp int64, sig string) error {
+// CheckoutLinkParams are the query parameters of a checkout link (Path), which a Pay form carries
+// as its fields.
+var CheckoutLinkParams = []string{"amount", "currency", "exp", "gen", "sig"}
+
+// NoLinkGeneration is VerifyCheckoutLink's gen for a link that carries none (checkout-link/v2,
+// made before generations): it is of generation 0.
+const NoLinkGeneration int64 = -1
+
+// VerifyCheckoutLink checks a link (order, amount, currency, exp in Unix seconds, the price
+// generation — NoLinkGeneration for a link without one —, sig) now: nil when sig signs it
+// (compared in constant time) and it has not expired; EEXPIRED when it is a genuine link whose
+// time is up; EINVALID for anything else (any malformed sig, and every sig on a service without
+// a secret). Whether the order's price has replaced it since is CheckoutPrice's.
+func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency string, exp, gen int64, sig string) error {
 	invalid := Invalid("sig", "this payment link is incomplete or was changed")
 	key, err := s.checkoutLinkKey()
 	if err != nil || len(sig) != 2*sha256.Size {
@@ -299,9 +339,9 @@ func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency stri
 	// The current secret, then every fallback (SECRET_KEY_FALLBACKS): a link signed before a
 	// rotation keeps working for its lifetime, and one signed by a replica already on the new
 	// secret works on one that has it as a fallback.
-	valid := hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp))
+	valid := hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp, gen))
 	for _, fb := range s.cfg.CodeSecretFallbacks {
-		valid = hmac.Equal(got, checkoutLinkMAC(linkKeyUnder(fb), orderID, amount, currency, exp)) || valid
+		valid = hmac.Equal(got, checkoutLinkMAC(linkKeyUnder(fb), orderID, amount, currency, exp, gen)) || valid
 	}
 	if !valid {
 		return invalid
@@ -327,9 +367,16 @@ func linkKeyUnder(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
-func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, exp int64) []byte {
+// checkoutLinkMAC is a link's signature: checkout-link/v3 with its generation, or v2 without one
+// (gen NoLinkGeneration: a link made before generations). A gen below NoLinkGeneration signs
+// nothing a link could carry.
+func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, exp, gen int64) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(checkoutLinkDomain))
+	if gen == NoLinkGeneration {
+		m.Write([]byte(checkoutLinkDomainV2))
+	} else {
+		m.Write([]byte(checkoutLinkDomain))
+	}
 	m.Write([]byte{0})
 	m.Write([]byte(orderID))
 	m.Write([]byte{0})
@@ -338,6 +385,10 @@ func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, 
 	m.Write([]byte(currency))
 	m.Write([]byte{0})
 	m.Write([]byte(strconv.FormatInt(exp, 10)))
+	if gen != NoLinkGeneration {
+		m.Write([]byte{0})
+		m.Write([]byte(strconv.FormatInt(gen, 10)))
+	}
 	return m.Sum(nil)
 }
 

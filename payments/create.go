@@ -69,6 +69,11 @@ type CreateInput struct {
 	// order's checkout price (checkout_prices: the newest link's amount and currency) when the
 	// shop made a link; the claim reads it under the order's lock, in its batch.
 	checkoutPrice bool
+	// CheckoutLinkGen: a Pay click's checkout link's price generation (CheckoutLink.Generation,
+	// 0 for a link made before generations); nil for the page's retry without a link, which is
+	// held to the current price (CheckoutRetry). A Pay click pays only while the order's price is
+	// still of the link's generation (CheckoutPrice.Replaces).
+	CheckoutLinkGen *int64
 	// checkoutStart: the key of a checkout Pay click that was judged to start nothing (a payment
 	// of the order was active: checkoutPayKeyless) and so spent none of the order's
 	// CheckoutStartsPerHour. Should the claim start a payment after all (that payment ended in
@@ -364,10 +369,9 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			return err
 		})
 		var (
-			priced    bool
-			price     int64
-			priceCurr string
-			inReview  bool
+			priced   bool
+			price    CheckoutPrice
+			inReview bool
 		)
 		var (
 			refused    Session
@@ -389,8 +393,8 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 			})
 		}
 		if in.checkoutPrice {
-			b.Queue(`SELECT amount, currency FROM checkout_prices WHERE order_id = $1`, in.OrderID).QueryRow(func(r pgx.Row) error {
-				err := r.Scan(&price, &priceCurr)
+			b.Queue(`SELECT amount, currency, generation FROM checkout_prices WHERE order_id = $1`, in.OrderID).QueryRow(func(r pgx.Row) error {
+				err := r.Scan(&price.Amount, &price.Currency, &price.Generation)
 				priced = err == nil
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
@@ -430,7 +434,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				FormatMinor(active.Amount, active.Currency), active.Currency)
 		case hasActive:
 			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
-		case priced && (price != in.Amount || priceCurr != in.Currency):
+		case priced && price.Replaces(in.Amount, in.Currency, in.linkGeneration(price)):
 			return ErrLinkReplaced
 		case hasRefused:
 			out = refused
@@ -833,6 +837,15 @@ func (s *Service) holdLateSend(ctx context.Context, row lateSender, id string, c
 		}
 		return nil
 	})
+}
+
+// linkGeneration is the generation a Pay click's link was made in: its CheckoutLinkGen, or for
+// the page's retry without a link the price's own (the retry is held to the current price alone).
+func (in CreateInput) linkGeneration(price CheckoutPrice) int64 {
+	if in.CheckoutLinkGen == nil {
+		return price.Generation
+	}
+	return *in.CheckoutLinkGen
 }
 
 func validUUID(s string) bool {

@@ -248,12 +248,19 @@ func formLink(r *http.Request, svc *payments.Service, orderID string) (url.Value
 	if aerr != nil || eerr != nil {
 		return nil, false
 	}
-	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, r.PostFormValue("sig"))
+	gen := payments.NoLinkGeneration // a link made before generations carries none
+	if r.PostForm.Has("gen") {
+		var gerr error
+		if gen, gerr = strconv.ParseInt(r.PostFormValue("gen"), 10, 64); gerr != nil || gen < 0 {
+			return nil, false
+		}
+	}
+	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, gen, r.PostFormValue("sig"))
 	if err != nil && payments.ErrorCode(err) != payments.EEXPIRED {
 		return nil, false
 	}
 	q := url.Values{}
-	for _, k := range []string{"amount", "currency", "exp", "sig", "contact"} {
+	for _, k := range slices.Concat(payments.CheckoutLinkParams, []string{"contact"}) {
 		if v := r.PostFormValue(k); v != "" {
 			q.Set(k, v)
 		}

@@ -1,0 +1,115 @@
+package handlers_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"pitlane/payments"
+	"pitlane/payments/gateway/fakegw"
+)
+
+// The shop replaced a 7-day link at 100.00 with one at 150.00, then went back to 100.00 with a
+// link for one minute. The price row held only the newest amount, so the first link — replaced,
+// which "pays nothing from then on" (docs/api.md) — offered Pay again and its click registered a
+// payment, also after the one-minute link had expired: for the rest of its own 7 days (a review
+// of the checkout). A price change moves the price's generation on, and a link is signed with
+// the generation it was made in. Negative controls: without the generation in payable's check
+// the page offers Pay; without it in the claim (and checkoutStartAllowed) the form rendered
+// before the round trip registers a payment.
+func TestCheckoutLinkReplacedStaysReplacedWhenThePriceComesBack(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	ctx := context.Background()
+	first := b.link(t, "o-back", 10000, "EUR")
+	action, form := payForm(t, a, first) // rendered while the first link was current
+	b.link(t, "o-back", 15000, "EUR")
+	noPayForm(t, a, first, http.StatusConflict)
+	short, err := b.svc.CheckoutLink(ctx, "o-back", 10000, "EUR", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Generation != 2 {
+		t.Fatalf("the third price's generation = %d, want 2", short.Generation)
+	}
+	wantText(t, noPayForm(t, a, first, http.StatusConflict), "checkout-replaced", "was replaced")
+	page(t, a.post(action, form), http.StatusConflict)
+	// A customer who moves the first link to the new generation edits what is signed.
+	q, _ := url.ParseQuery(first[len(payments.CheckoutPath("o-back"))+1:])
+	q.Set("gen", "2")
+	noPayForm(t, a, payments.CheckoutPath("o-back")+"?"+q.Encode(), http.StatusBadRequest)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions`); n != 0 || b.gw.Calls(fakegw.OpRegister) != 0 {
+		t.Fatalf("the replaced link started %d sessions, %d registrations", n, b.gw.Calls(fakegw.OpRegister))
+	}
+	b.clock.Advance(2 * time.Minute) // the shop's one-minute link is over: so is the price's
+	noPayForm(t, a, first, http.StatusConflict)
+	noPayForm(t, a, short.Path(), http.StatusGone)
+
+	// A link of the current run pays; one more link at the same price is of the same run.
+	again := b.link(t, "o-back", 10000, "EUR")
+	action, form = payForm(t, a, again)
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("the current link's Pay: %d %s", rec.Code, rec.Body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-back'`); n != 1 {
+		t.Fatalf("sessions = %d, want the current link's one", n)
+	}
+}
+
+// A link made before generations (checkout-link/v2: no gen in it) stands while the price it was
+// made at does — generation 0, which every order's price has until it changes — and is replaced
+// by a change as any link is, also when the price comes back.
+func TestCheckoutLinkWithoutGenerationIsOfTheFirst(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	a := b.agent(t)
+	ctx := context.Background()
+	l, err := b.svc.CheckoutLink(ctx, "o-v2", 2500, "EUR", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := v2LinkPath(l)
+	action, form := payForm(t, a, v2)
+	if form.Has("gen") {
+		t.Fatalf("the form of a link without gen carries gen=%q", form.Get("gen"))
+	}
+	b.link(t, "o-v2", 3000, "EUR")
+	b.link(t, "o-v2", 2500, "EUR")
+	noPayForm(t, a, v2, http.StatusConflict)
+	page(t, a.post(action, form), http.StatusConflict)
+
+	l, err = b.svc.CheckoutLink(ctx, "o-v2-current", 2500, "EUR", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	action, form = payForm(t, a, v2LinkPath(l))
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay from a link without gen at its price: %d %s", rec.Code, rec.Body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-v2-current'`); n != 1 {
+		t.Fatalf("sessions = %d", n)
+	}
+}
+
+// v2LinkPath is l as the release before generations signed it: HMAC-SHA256 under the link key
+// of "checkout-link/v2" 0 order 0 amount 0 currency 0 exp, and no gen in the query.
+func v2LinkPath(l payments.CheckoutLink) string {
+	key := hmac.New(sha256.New, []byte("test-secret"))
+	key.Write([]byte("pitlane checkout-link key v1"))
+	m := hmac.New(sha256.New, key.Sum(nil))
+	m.Write([]byte("checkout-link/v2\x00" + l.OrderID + "\x00" + strconv.FormatInt(l.Amount, 10) + "\x00" + l.Currency + "\x00" +
+		strconv.FormatInt(l.ExpiresAt.Unix(), 10)))
+	q := url.Values{}
+	q.Set("amount", strconv.FormatInt(l.Amount, 10))
+	q.Set("currency", l.Currency)
+	q.Set("exp", strconv.FormatInt(l.ExpiresAt.Unix(), 10))
+	q.Set("sig", hex.EncodeToString(m.Sum(nil)))
+	return payments.CheckoutPath(l.OrderID) + "?" + q.Encode()
+}
