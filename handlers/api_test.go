@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,7 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 		{"not JSON content type", post(createPath("o"), ok, "Content-Type", "text/plain"), 415, ""},
 		{"form content type", post(createPath("o"), "amount=100", "Content-Type", "application/x-www-form-urlencoded"), 415, ""},
 		{"latin-1", post(createPath("o"), ok, "Content-Type", "application/json; charset=iso-8859-1"), 415, ""},
+		{"utf-16", post(createPath("o"), ok, "Content-Type", "application/json; charset=UTF-16"), 415, ""},
 		{"empty body", post(createPath("o"), "", "Content-Type", "application/json"), 400, ""},
 		{"no body at all", post(createPath("o"), ""), 400, ""},
 		{"no content type, not JSON", post(createPath("o"), "amount=100", "Content-Type", ""), 400, ""},
@@ -185,6 +187,11 @@ func TestAPICreateRejectsBadRequests(t *testing.T) {
 	}
 	// application/*+json and an explicit UTF-8 charset are JSON.
 	wantPayment(t, b.do(post(createPath("o"), ok, "Content-Type", "application/merge-patch+json; charset=UTF-8")), http.StatusCreated)
+	// So are UTF-8 as HTTP libraries spell it and ASCII, which is UTF-8 (415 was every create
+	// of a shop whose library writes charset=utf8, a review; without jsonCharsets, 415).
+	for i, cs := range []string{"utf8", "UTF8", "us-ascii", "ASCII"} {
+		wantPayment(t, b.do(post(createPath("o-charset-"+strconv.Itoa(i)), ok, "Content-Type", "application/json; charset="+cs)), http.StatusCreated)
+	}
 	// A JSON body sent without a Content-Type (a client that forgot the header) is read as the
 	// JSON it is; declared as something else it is refused above (415).
 	if p := wantPayment(t, b.do(post(createPath("o-no-content-type"), ok, "Content-Type", "")), http.StatusCreated); p.OrderID != "o-no-content-type" {
