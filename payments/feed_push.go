@@ -402,6 +402,11 @@ func (s *Service) RetryEventsWebhookNow(ctx context.Context, by Staff) error {
 		if err != nil {
 			return dbError("events webhook: retry now", err, "")
 		}
+		// The admin still stands (their session, their role): a click of one disabled while it
+		// was on its way ends nothing, as no other console change of theirs does.
+		if err := staffStands(ctx, tx); err != nil {
+			return err
+		}
 		return recordAudit(ctx, tx, AuditEntry{Actor: by.Email, Role: by.Role, Action: AuditEventsWebhookRetry,
 			Target: "events_webhook", Detail: fmt.Sprintf("wait ended after %d failed POSTs in a row", attempts)}, now)
 	})

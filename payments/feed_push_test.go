@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pitlane/access"
 	"pitlane/internal/testdb"
 	"pitlane/payments"
 	"pitlane/payments/gateway/fakegw"
@@ -414,6 +415,26 @@ func TestEventsWebhookSendNow(t *testing.T) {
 	sh.mu.Lock()
 	sh.status = http.StatusOK
 	sh.mu.Unlock()
+	// The click of an admin disabled while it was on its way ends nothing, as no console change
+	// of theirs does (staffStands; a review: it ended the wait). Negative control: without it,
+	// the wait ends and the next round sends.
+	acc := access.New(b.pool, b.clock)
+	acc.PasswordCost = 4
+	for _, email := range []string{staffAdminUser.Email, ops.Email} {
+		if _, err := acc.CreateUser(context.Background(), payments.Staff{Email: "cli:test"}, email, access.RoleAdmin, "correct horse battery staple"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := acc.DisableUser(context.Background(), staffAdminUser, ops.Email); err != nil {
+		t.Fatal(err)
+	}
+	offboarded := payments.WithStaffSession(context.Background(), ops.Email, ops.Role, 0)
+	if err := svc.RetryEventsWebhookNow(offboarded, ops); !errors.Is(err, payments.ErrStaffSessionEnded) {
+		t.Fatalf("a disabled admin's send now: %v, want their session ended", err)
+	}
+	if push(t, svc); posts() != 1 {
+		t.Fatalf("%d POSTs after a disabled admin's send now, want still 1", posts())
+	}
 	if err := svc.RetryEventsWebhookNow(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}
