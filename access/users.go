@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -160,7 +162,48 @@ func ValidateEmail(email string) error {
 		// review). No address holds a character nobody sees.
 		return payments.Invalid("email", "email %q holds an invisible character (a zero-width space, a direction mark, a byte-order mark…)", email)
 	}
+	if mixed := mixedScripts(email); mixed != "" {
+		// "rооt@example.com" with two Cyrillic o's was a second admin that looked like root in
+		// every list (a review of access): letters of one script, or of the scripts one
+		// language writes together (Unicode's "highly restrictive" level, UTS #39).
+		return payments.Invalid("email", "email %q mixes the letters of %s: it could look like another address", email, mixed)
+	}
 	return nil
+}
+
+// scriptsTogether are the scripts whose letters one address may mix besides a single one (UTS
+// #39, "highly restrictive"): Latin with Japanese, Chinese or Korean writing.
+var scriptsTogether = [][]string{
+	{"Latin", "Han", "Hiragana", "Katakana"},
+	{"Latin", "Han", "Bopomofo"},
+	{"Latin", "Han", "Hangul"},
+}
+
+// mixedScripts names the scripts an address's letters mix ("Latin and Cyrillic"), or "" when
+// they are of one script or of a set scriptsTogether allows. Digits, punctuation and combining
+// marks (scripts Common and Inherited) count for none.
+func mixedScripts(s string) string {
+	var seen []string
+	for _, r := range s {
+		if !unicode.IsLetter(r) {
+			continue
+		}
+		for name, table := range unicode.Scripts {
+			if name != "Common" && name != "Inherited" && unicode.Is(table, r) && !slices.Contains(seen, name) {
+				seen = append(seen, name)
+			}
+		}
+	}
+	if len(seen) <= 1 {
+		return ""
+	}
+	for _, set := range scriptsTogether {
+		if !slices.ContainsFunc(seen, func(n string) bool { return !slices.Contains(set, n) }) {
+			return ""
+		}
+	}
+	slices.Sort(seen)
+	return strings.Join(seen[:len(seen)-1], ", ") + " and " + seen[len(seen)-1]
 }
 
 // invisible reports a character nobody sees as itself (payments.ShownAsIs): formatting
