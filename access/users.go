@@ -484,10 +484,15 @@ var staleEpoch = &payments.Error{Code: payments.ECONFLICT, Field: "email",
 // actorStands refuses a change whose console session (payments.WithStaffSession) no longer
 // stands, read from locked, the rows changeUser holds (the actor's among them): an admin
 // disabled, given a new password or another role (the one the request was let through with,
-// also for a change of their own row) while their change waited on the very rows an
+// also for a role change of their own row) while their change waited on the very rows an
 // offboarding changed went on as admin (an outside review: the intruder behind an offboarded
 // admin set another user's password).
-func actorStands(ctx context.Context, locked []User, target string) error {
+//
+// roleChange: the change sets a role. The role the request was let through with must then still
+// be the actor's, also on their own row; a change of one's own password or sessions needs no role
+// (a user whose role an admin changed meanwhile could not end a session they suspected stolen: a
+// review).
+func actorStands(ctx context.Context, locked []User, target string, roleChange bool) error {
 	cs, ok := payments.StaffSessionFrom(ctx)
 	if !ok {
 		return nil // the command line, dev's seeding, tests of the core
@@ -499,10 +504,10 @@ func actorStands(ctx context.Context, locked []User, target string) error {
 		switch {
 		case u.Disabled() || u.SessionEpoch != cs.Epoch:
 			return payments.ErrStaffSessionEnded
-		case cs.Role != "" && string(u.Role) != cs.Role:
-			// The role the request was let through with, as queueStaffStands: a change of one's
-			// own row is no exception (an admin demoted while their own "role = admin" click
-			// waited on the demotion's rows made themselves admin again: a review).
+		case (roleChange || u.Email != target) && cs.Role != "" && string(u.Role) != cs.Role:
+			// The role the request was let through with, as queueStaffStands: a role change of
+			// one's own row is no exception (an admin demoted while their own "role = admin"
+			// click waited on the demotion's rows made themselves admin again: a review).
 			return payments.ErrStaffRoleChanged
 		case u.Email != target && u.Role != RoleAdmin:
 			return payments.Errorf(payments.EFORBIDDEN, "your role is %s now: only an admin manages other users; nothing was changed", u.Role)
@@ -552,7 +557,7 @@ func (s *Service) changeUser(ctx context.Context, by payments.Staff, email strin
 		if ch.epoch != nil && target.SessionEpoch != *ch.epoch {
 			return staleEpoch
 		}
-		if err := actorStands(ctx, locked, email); err != nil {
+		if err := actorStands(ctx, locked, email, ch.role != ""); err != nil {
 			return err
 		}
 		removesAdmin := target.Role == RoleAdmin && !target.Disabled() && (ch.disable || (ch.role != "" && ch.role != RoleAdmin))

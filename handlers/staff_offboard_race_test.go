@@ -176,6 +176,52 @@ func TestADemotedAdminsInFlightChangeOfTheirOwnRoleIsRefused(t *testing.T) {
 	}
 }
 
+// The role check above is for role changes and changes of others only: ana's own "sign out
+// everywhere else" (a session she suspects stolen) waited for the rows of root's change of her
+// role and was then refused "your role changed", her other session left signed in (a review of
+// that check). Her own password and sessions need no role. Negative control: the role compared
+// for every change, the epoch stays.
+func TestAUsersOwnSignOutEverywhereStandsThroughAChangeOfTheirRole(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBench(t)
+	ctx := context.Background()
+	b.user(t, "root@example.com", access.RoleAdmin)
+	b.user(t, "ana@example.com", access.RoleFinance)
+	root, ana, other := b.agent(t), b.agent(t), b.agent(t)
+	root.login("root@example.com")
+	ana.login("ana@example.com")
+	other.login("ana@example.com") // the session ana wants ended
+	ana.get("/account")
+	epoch := b.count(t, `SELECT session_epoch FROM staff_users WHERE email = 'ana@example.com'`)
+
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'ana@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	roled := postAsync(b, root, "/admin/users/"+b.userID(t, "ana@example.com")+"/role", url.Values{"role": {string(access.RoleSupport)}})
+	rootPID := waitBlockedBy(t, b, holderPID)
+	self := postAsync(b, ana, "/account/sessions", url.Values{})
+	waitBlockedBy(t, b, rootPID)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec := <-roled; rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's role change: %d", rec.Code)
+	}
+	<-self
+	if now := b.count(t, `SELECT session_epoch FROM staff_users WHERE email = 'ana@example.com'`); now == epoch {
+		t.Errorf("ana's own 'sign out everywhere else' was refused because root changed her role meanwhile: session_epoch still %d", now)
+	}
+	if rec := other.get("/"); rec.Code != http.StatusSeeOther {
+		t.Errorf("ana's other session still works: %d", rec.Code)
+	}
+}
+
 // The same for a money action: a finance approval (four-eyes) waiting for the payment's locks
 // while an admin disables the approver went on afterwards and settled the payment as that
 // approver (staff-concurrency review, session 32: "ApproveResolution never re-reads the
