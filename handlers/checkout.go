@@ -19,7 +19,7 @@ import (
 
 // Checkout serves the customer's pages of an order (no staff sign-in; CSRF by cookie):
 //
-//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&gen=…&sig=…   the order's state; Pay when payable
+//	GET  /checkout/:order_id?amount=1999&currency=EUR&exp=…&gen=…&gsig=…&sig=…   the order's state; Pay when payable
 //	POST /checkout/:order_id                                  one Pay click (intent key in the form)
 //	GET  /checkout/:order_id/return                           back from the gateway: Check, show the result
 //
@@ -89,7 +89,7 @@ func (h *Checkout) orderID(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// Page: GET /checkout/:order_id[?amount=&currency=&exp=&gen=&sig=][&view=…][&contact=][&intent=…].
+// Page: GET /checkout/:order_id[?amount=&currency=&exp=&gen=&gsig=&sig=][&view=…][&contact=][&intent=…].
 func (h *Checkout) Page(c echo.Context) error {
 	id, err := h.orderID(c)
 	if err != nil {
@@ -121,7 +121,7 @@ func (h *Checkout) Return(c echo.Context) error {
 // namesALink reports whether a URL's query carries any part of a checkout link: it is then
 // judged as a link (verified, or refused as changed), never as the order's plain page.
 func namesALink(q url.Values) bool {
-	return q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") || q.Has("gen")
+	return q.Has("amount") || q.Has("currency") || q.Has("sig") || q.Has("exp") || q.Has("gen") || q.Has("gsig")
 }
 
 // mayView says whether the request may see the order's page (payments.OrderPageToken): with a
@@ -282,7 +282,7 @@ func (h *Checkout) show(c echo.Context, q url.Values, orderID string, check bool
 		case err == nil:
 			v.State = afterLatest(latest)
 			v.Amount, v.Currency, v.Sig, v.Expires, v.Intent = pay.amount, pay.currency, pay.sig, pay.exp, uuid.NewString()
-			v.Generation = pay.gen
+			v.Generation, v.GenSig = pay.gen, pay.gsig
 			v.Contact = strings.TrimSpace(q.Get("contact"))
 			if payments.ValidateContact(v.Contact) != nil {
 				v.Contact = "" // a prefill the Pay form would refuse: the customer types their own
@@ -327,7 +327,8 @@ type payOffer struct {
 	currency string
 	sig      string
 	exp      int64
-	gen      int64 // the link's price generation (payments.NoLinkGeneration: a link without one)
+	gen      int64  // the link's price generation (payments.NoLinkGeneration: a link without one)
+	gsig     string // its signature with the generation
 }
 
 // payable is what the Pay form may offer for an order with no active session: the amount and
@@ -375,8 +376,8 @@ func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest 
 func linkGeneration(gen int64) int64 { return max(gen, 0) }
 
 // verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form:
-// amount, currency, exp, gen — absent in links made before generations — and sig) and verifies
-// them.
+// amount, currency, exp, gen and gsig — absent in links made before generations — and sig) and
+// verifies them.
 func (h *Checkout) verifiedOffer(orderID string, q url.Values) (payOffer, error) {
 	n, ok := parseMinorAmount(q.Get("amount"))
 	e, err := strconv.ParseInt(q.Get("exp"), 10, 64)
@@ -384,11 +385,11 @@ func (h *Checkout) verifiedOffer(orderID string, q url.Values) (payOffer, error)
 	if !ok || err != nil || gerr != nil {
 		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete or was changed")
 	}
-	cur, sig := strings.ToUpper(q.Get("currency")), q.Get("sig")
-	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, gen, sig); err != nil {
+	cur, sig, gsig := strings.ToUpper(q.Get("currency")), q.Get("sig"), q.Get("gsig")
+	if err := h.svc.VerifyCheckoutLink(orderID, n, cur, e, gen, sig, gsig); err != nil {
 		return payOffer{}, err
 	}
-	return payOffer{amount: n, currency: cur, sig: sig, exp: e, gen: gen}, nil
+	return payOffer{amount: n, currency: cur, sig: sig, exp: e, gen: gen, gsig: gsig}, nil
 }
 
 // linkGenParam reads a link's gen: payments.NoLinkGeneration when it has none (a link made

@@ -63,10 +63,17 @@ func TestCheckoutLinkReplacedStaysReplacedWhenThePriceComesBack(t *testing.T) {
 	}
 }
 
-// A link made before generations (checkout-link/v2: no gen in it) stands while the price it was
-// made at does — generation 0, which every order's price has until it changes — and is replaced
-// by a change as any link is, also when the price comes back.
-func TestCheckoutLinkWithoutGenerationIsOfTheFirst(t *testing.T) {
+// Links across a rolling deploy or a rollback (a review of the generations: links made by this
+// release were refused by replicas of the release before, which check sig alone, and a rollback
+// made every link since dead for its lifetime):
+//   - a link's sig is the release before's signature (v2LinkPath computes it as that release
+//     did), so its replicas take this release's links;
+//   - a link without gen (made before generations, or gen and gsig cut off) is of generation 0:
+//     it stands while the price it was made at does, and is replaced by a change as any link is,
+//     also when the price comes back; cutting gen from a later generation's link gains nothing;
+//   - a replica of the release before that re-prices an order (its upsert knows no generation)
+//     moves the generation all the same (the trigger of migration 01040).
+func TestCheckoutLinksAcrossARollingDeploy(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
 	a := b.agent(t)
@@ -76,14 +83,34 @@ func TestCheckoutLinkWithoutGenerationIsOfTheFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2 := v2LinkPath(l)
+	if got := mustQuery(t, v2).Get("sig"); got != l.Sig {
+		t.Fatalf("a link's sig %s is not the release before's signature %s: its replicas refuse the link", l.Sig, got)
+	}
 	action, form := payForm(t, a, v2)
-	if form.Has("gen") {
-		t.Fatalf("the form of a link without gen carries gen=%q", form.Get("gen"))
+	if form.Has("gen") || form.Has("gsig") {
+		t.Fatalf("the form of a link without gen carries gen=%q gsig=%q", form.Get("gen"), form.Get("gsig"))
 	}
 	b.link(t, "o-v2", 3000, "EUR")
-	b.link(t, "o-v2", 2500, "EUR")
+	later := b.link(t, "o-v2", 2500, "EUR") // generation 2
 	noPayForm(t, a, v2, http.StatusConflict)
 	page(t, a.post(action, form), http.StatusConflict)
+	q := mustQuery(t, later)
+	q.Del("gen")
+	q.Del("gsig")
+	noPayForm(t, a, payments.CheckoutPath("o-v2")+"?"+q.Encode(), http.StatusConflict)
+	payForm(t, a, later)
+
+	// A replica of the release before re-prices the order (its statement, as it was): the
+	// generation moves on, and the links of the run before are replaced.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ('o-v2', 4000, 'EUR', $1, $2)
+		ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
+			valid_until = EXCLUDED.valid_until`, b.clock.Now(), b.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if gen := b.count(t, `SELECT generation FROM checkout_prices WHERE order_id = 'o-v2'`); gen != 3 {
+		t.Fatalf("generation after the old replica's re-price = %d, want 3", gen)
+	}
+	noPayForm(t, a, later, http.StatusConflict)
 
 	l, err = b.svc.CheckoutLink(ctx, "o-v2-current", 2500, "EUR", 0)
 	if err != nil {
@@ -98,8 +125,9 @@ func TestCheckoutLinkWithoutGenerationIsOfTheFirst(t *testing.T) {
 	}
 }
 
-// v2LinkPath is l as the release before generations signed it: HMAC-SHA256 under the link key
-// of "checkout-link/v2" 0 order 0 amount 0 currency 0 exp, and no gen in the query.
+// v2LinkPath is l as the release before generations made it: HMAC-SHA256 under the link key of
+// "checkout-link/v2" 0 order 0 amount 0 currency 0 exp, computed here as that release did, and no
+// gen or gsig in the query.
 func v2LinkPath(l payments.CheckoutLink) string {
 	key := hmac.New(sha256.New, []byte("test-secret"))
 	key.Write([]byte("pitlane checkout-link key v1"))

@@ -221,7 +221,7 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	link := b.link(t, "o-signed", 1999, "EUR")
-	sig, e := mustQuery(t, link).Get("sig"), mustQuery(t, link).Get("exp")
+	sig, e, gsig := mustQuery(t, link).Get("sig"), mustQuery(t, link).Get("exp"), mustQuery(t, link).Get("gsig")
 	if len(sig) != 64 {
 		t.Fatalf("sig %q in %s, want 64 hex digits", sig, link)
 	}
@@ -243,6 +243,11 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&sig=" + strings.Repeat("zz", 32),
 		"/checkout/o-signed?amount=01999.0&currency=EUR&exp=" + e + "&sig=" + sig,
 		"/checkout/o-signed?sig=" + sig,
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&gen=1&gsig=" + gsig + "&sig=" + sig,  // generation moved on
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&gsig=" + gsig + "&sig=" + sig,        // gsig without gen
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&gen=0&sig=" + sig,                    // gen without gsig
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&gen=0&gsig=" + sig + "&sig=" + sig,   // gsig is sig
+		"/checkout/o-signed?amount=1999&currency=EUR&exp=" + e + "&gen=0&gsig=" + gsig + "&sig=" + gsig, // sig is gsig
 	} {
 		doc := noPayForm(t, a, bad, http.StatusBadRequest)
 		wantText(t, doc, "checkout-bad-link", "incomplete or was changed")
@@ -270,7 +275,7 @@ func TestCheckoutLinksAreSigned(t *testing.T) {
 	if _, err := unset.CheckoutLink(context.Background(), "o-signed", 1999, "EUR", 0); payments.ErrorCode(err) != payments.EUNAVAIL {
 		t.Fatalf("link without a secret: %v, want EUNAVAIL", err)
 	}
-	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", exp, 0, sig) == nil {
+	if unset.VerifyCheckoutLink("o-signed", 1999, "EUR", exp, payments.NoLinkGeneration, sig, "") == nil {
 		t.Fatal("a service without a secret accepts a link")
 	}
 	// Input is validated like Create's.

@@ -17,13 +17,15 @@ import (
 
 // Checkout links: what a shop sends its customer to pay an order's first payment,
 //
-//	/checkout/{order_id}?amount=1999&currency=EUR&exp=1767225600&gen=0&sig=<64 hex>
+//	/checkout/{order_id}?amount=1999&currency=EUR&exp=1767225600&gen=0&gsig=<64 hex>&sig=<64 hex>
 //
 // The checkout page offers Pay for the amount and currency of a link only when sig is
-// HMAC-SHA256(link key, "checkout-link/v3" 0 order_id 0 amount 0 currency 0 exp 0 gen), so a
-// customer who edits the URL (1 cent instead of 19.99, a later expiry, a newer generation) gets
-// no Pay form; a link without gen (made before generations) is checked as "checkout-link/v2",
-// the same message without it, and is of generation 0. exp is when
+// HMAC-SHA256(link key, "checkout-link/v2" 0 order_id 0 amount 0 currency 0 exp) and, when the
+// link carries gen (the run of the order's price it was made in), gsig is HMAC-SHA256(link key,
+// "checkout-link/v3" 0 order_id 0 amount 0 currency 0 exp 0 gen): a customer who edits the URL
+// (1 cent instead of 19.99, a later expiry, a newer generation) gets no Pay form. A link without
+// gen (made before generations, or with gen and gsig cut off) is of generation 0. sig stays the
+// release before's, so its replicas (a rolling deploy, a rollback) take the links this one makes. exp is when
 // the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was made unless the shop
 // asked for another lifetime): a link forwarded, leaked or found in a browser history a month
 // later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
@@ -162,8 +164,8 @@ const (
 )
 
 const (
-	checkoutLinkDomainV2 = "checkout-link/v2" // links made before generations: generation 0
-	checkoutLinkDomain   = "checkout-link/v3"
+	checkoutLinkDomain    = "checkout-link/v2" // sig: every link
+	checkoutLinkDomainGen = "checkout-link/v3" // gsig: with the link's generation
 )
 
 // unsetCodeSecret is NewService's stand-in when Config.CodeSecret is empty. It is public (it is
@@ -178,10 +180,12 @@ type CheckoutLink struct {
 	Amount    int64
 	Currency  string
 	ExpiresAt time.Time
-	// Generation is the run of the order's checkout price the link was made in (signed): a
-	// price change moves it on, and the link pays nothing from then on (ErrLinkReplaced).
+	// Generation is the run of the order's checkout price the link was made in (signed by
+	// GenSig): a price change moves it on, and the link pays nothing from then on
+	// (ErrLinkReplaced).
 	Generation int64
-	Sig        string // hex HMAC-SHA256, see above
+	Sig        string // hex HMAC-SHA256 of checkout-link/v2, see above
+	GenSig     string // hex HMAC-SHA256 of checkout-link/v3, with Generation
 }
 
 // Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&exp=…&sig=….
@@ -191,8 +195,9 @@ func (l CheckoutLink) Path() string {
 	q.Set("currency", l.Currency)
 	q.Set("exp", strconv.FormatInt(l.ExpiresAt.Unix(), 10))
 	q.Set("gen", strconv.FormatInt(l.Generation, 10))
+	q.Set("gsig", l.GenSig)
 	q.Set("sig", l.Sig)
-	// Encode sorts the keys: amount, currency, exp, gen, sig.
+	// Encode sorts the keys: amount, currency, exp, gen, gsig, sig.
 	return CheckoutPath(l.OrderID) + "?" + q.Encode()
 }
 
@@ -290,15 +295,14 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 		// CheckoutRetry) is the latest expiry among the links at this price: a new link at the
 		// same price extends it (never shortens: the earlier link still works), a new price
 		// starts it over. A row without one (migration 00560) counts as priced_at + the longest
-		// lifetime, as CheckoutRetry reads it. A new price is a new generation (migration 01040),
-		// which the link is signed with: the links of the runs before pay nothing.
+		// lifetime, as CheckoutRetry reads it. A new price is a new generation (the trigger of
+		// migration 01040), which the link is signed with: the links of the runs before pay
+		// nothing.
 		err = tx.QueryRow(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
 				valid_until = CASE WHEN checkout_prices.amount = EXCLUDED.amount AND checkout_prices.currency = EXCLUDED.currency
 					THEN greatest(coalesce(checkout_prices.valid_until, checkout_prices.priced_at + make_interval(secs => $6)), EXCLUDED.valid_until)
-					ELSE EXCLUDED.valid_until END,
-				generation = CASE WHEN checkout_prices.amount = EXCLUDED.amount AND checkout_prices.currency = EXCLUDED.currency
-					THEN checkout_prices.generation ELSE checkout_prices.generation + 1 END
+					ELSE EXCLUDED.valid_until END
 			RETURNING generation`,
 			orderID, amount, currency, now, exp, MaxCheckoutLinkTTL.Seconds()).Scan(&gen)
 		if err != nil {
@@ -310,46 +314,59 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 		return CheckoutLink{}, err
 	}
 	return CheckoutLink{OrderID: orderID, Amount: amount, Currency: currency, ExpiresAt: exp, Generation: gen,
-		Sig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix(), gen))}, nil
+		Sig:    hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix(), NoLinkGeneration)),
+		GenSig: hex.EncodeToString(checkoutLinkMAC(key, orderID, amount, currency, exp.Unix(), gen))}, nil
 }
 
 // CheckoutLinkParams are the query parameters of a checkout link (Path), which a Pay form carries
 // as its fields.
-var CheckoutLinkParams = []string{"amount", "currency", "exp", "gen", "sig"}
+var CheckoutLinkParams = []string{"amount", "currency", "exp", "gen", "gsig", "sig"}
 
-// NoLinkGeneration is VerifyCheckoutLink's gen for a link that carries none (checkout-link/v2,
-// made before generations): it is of generation 0.
+// NoLinkGeneration is VerifyCheckoutLink's gen for a link that carries none (made before
+// generations, or cut off): it is of generation 0.
 const NoLinkGeneration int64 = -1
 
 // VerifyCheckoutLink checks a link (order, amount, currency, exp in Unix seconds, the price
-// generation — NoLinkGeneration for a link without one —, sig) now: nil when sig signs it
-// (compared in constant time) and it has not expired; EEXPIRED when it is a genuine link whose
-// time is up; EINVALID for anything else (any malformed sig, and every sig on a service without
-// a secret). Whether the order's price has replaced it since is CheckoutPrice's.
-func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency string, exp, gen int64, sig string) error {
+// generation — NoLinkGeneration for a link without one —, sig, gsig) now: nil when sig signs it
+// and, with a generation, gsig signs it with that generation (compared in constant time), and it
+// has not expired; EEXPIRED when it is a genuine link whose time is up; EINVALID for anything
+// else (any malformed signature, a gsig without gen, and every link on a service without a
+// secret). Whether the order's price has replaced it since is CheckoutPrice's.
+func (s *Service) VerifyCheckoutLink(orderID string, amount int64, currency string, exp, gen int64, sig, gsig string) error {
 	invalid := Invalid("sig", "this payment link is incomplete or was changed")
 	key, err := s.checkoutLinkKey()
-	if err != nil || len(sig) != 2*sha256.Size {
-		return invalid
-	}
-	got, err := hex.DecodeString(sig)
-	if err != nil {
+	if err != nil || (gen == NoLinkGeneration) != (gsig == "") {
 		return invalid
 	}
 	// The current secret, then every fallback (SECRET_KEY_FALLBACKS): a link signed before a
 	// rotation keeps working for its lifetime, and one signed by a replica already on the new
 	// secret works on one that has it as a fallback.
-	valid := hmac.Equal(got, checkoutLinkMAC(key, orderID, amount, currency, exp, gen))
+	keys := [][]byte{key}
 	for _, fb := range s.cfg.CodeSecretFallbacks {
-		valid = hmac.Equal(got, checkoutLinkMAC(linkKeyUnder(fb), orderID, amount, currency, exp, gen)) || valid
+		keys = append(keys, linkKeyUnder(fb))
 	}
-	if !valid {
+	if !signedBy(keys, sig, orderID, amount, currency, exp, NoLinkGeneration) ||
+		gen != NoLinkGeneration && !signedBy(keys, gsig, orderID, amount, currency, exp, gen) {
 		return invalid
 	}
 	if !time.Unix(exp, 0).After(s.cfg.Clock.Now()) {
 		return errLinkExpired()
 	}
 	return nil
+}
+
+// signedBy reports whether hex signature sig is the link's signature (checkoutLinkMAC with gen)
+// under one of keys, each compared in constant time.
+func signedBy(keys [][]byte, sig, orderID string, amount int64, currency string, exp, gen int64) bool {
+	got, err := hex.DecodeString(sig)
+	if err != nil || len(got) != sha256.Size {
+		return false
+	}
+	valid := false
+	for _, k := range keys {
+		valid = hmac.Equal(got, checkoutLinkMAC(k, orderID, amount, currency, exp, gen)) || valid
+	}
+	return valid
 }
 
 // checkoutLinkKey derives the link key from the service secret (domain separation from the
@@ -367,15 +384,14 @@ func linkKeyUnder(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
-// checkoutLinkMAC is a link's signature: checkout-link/v3 with its generation, or v2 without one
-// (gen NoLinkGeneration: a link made before generations). A gen below NoLinkGeneration signs
-// nothing a link could carry.
+// checkoutLinkMAC is a link's signature: sig (checkout-link/v2) for gen NoLinkGeneration, gsig
+// (checkout-link/v3, the same message and the generation) for a generation.
 func checkoutLinkMAC(key []byte, orderID string, amount int64, currency string, exp, gen int64) []byte {
 	m := hmac.New(sha256.New, key)
 	if gen == NoLinkGeneration {
-		m.Write([]byte(checkoutLinkDomainV2))
-	} else {
 		m.Write([]byte(checkoutLinkDomain))
+	} else {
+		m.Write([]byte(checkoutLinkDomainGen))
 	}
 	m.Write([]byte{0})
 	m.Write([]byte(orderID))

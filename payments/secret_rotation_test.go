@@ -29,7 +29,7 @@ func TestSecretKeyRotation(t *testing.T) {
 	step2 := with("step-2", newKey, oldKey) // the new secret signs, the old one verifies
 	afterward := with("after", newKey)      // the old secret gone
 	verify := func(on *payments.Service, l payments.CheckoutLink) error {
-		return on.VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Generation, l.Sig)
+		return on.VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Generation, l.Sig, l.GenSig)
 	}
 	link := func(by *payments.Service, order string) payments.CheckoutLink {
 		t.Helper()
@@ -117,7 +117,7 @@ func TestSecretKeyRotationWithSpacesAroundTheKey(t *testing.T) {
 			name string
 			c    config.Config
 		}{{"the same SECRET_KEY", before}, {"the rotation's second step", step2}} {
-			if err := with("verifier", verifier.c.SecretKey, verifier.c.SecretKeyFallbacks).VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Generation, l.Sig); err != nil {
+			if err := with("verifier", verifier.c.SecretKey, verifier.c.SecretKeyFallbacks).VerifyCheckoutLink(l.OrderID, l.Amount, l.Currency, l.ExpiresAt.Unix(), l.Generation, l.Sig, l.GenSig); err != nil {
 				t.Errorf("a link signed by %s fails on a replica with %s: %v", signer.name, verifier.name, err)
 			}
 		}

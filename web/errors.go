@@ -255,7 +255,7 @@ func formLink(r *http.Request, svc *payments.Service, orderID string) (url.Value
 			return nil, false
 		}
 	}
-	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, gen, r.PostFormValue("sig"))
+	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, gen, r.PostFormValue("sig"), r.PostFormValue("gsig"))
 	if err != nil && payments.ErrorCode(err) != payments.EEXPIRED {
 		return nil, false
 	}
