@@ -20,7 +20,7 @@ type checkoutLinkJSON struct {
 // {"amount","currency","expires_in"?}.
 //
 //	201 {"url","order_id","amount","currency","expires_at"}: url is the signed checkout page of
-//	the order (PUBLIC_BASE_URL + /checkout/{order_id}?amount=…&currency=…&exp=…&sig=…) to send
+//	the order (PUBLIC_BASE_URL + /checkout/{order_id}?amount=…&currency=…&exp=…&gen=…&gsig=…&sig=…) to send
 //	the customer to, working until expires_at (7 days, or expires_in seconds); 409 the order is
 //	already paid, or has an active payment of another amount or currency; 422 a field, named.
 //

@@ -188,7 +188,7 @@ type CheckoutLink struct {
 	GenSig     string // hex HMAC-SHA256 of checkout-link/v3, with Generation
 }
 
-// Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&exp=…&sig=….
+// Path is the link relative to the server: /checkout/{order}?amount=…&currency=…&exp=…&gen=…&gsig=…&sig=….
 func (l CheckoutLink) Path() string {
 	q := url.Values{}
 	q.Set("amount", strconv.FormatInt(l.Amount, 10))
