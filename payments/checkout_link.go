@@ -25,10 +25,10 @@ import (
 // "checkout-link/v3" 0 order_id 0 amount 0 currency 0 exp 0 gen): a customer who edits the URL
 // (1 cent instead of 19.99, a later expiry, a newer generation) gets no Pay form. A link without
 // gen (made before generations, or with gen and gsig cut off) is of generation 0. sig stays the
-// release before's, so its replicas (a rolling deploy, a rollback) take the links this one makes. exp is when
-// the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was made unless the shop
-// asked for another lifetime): a link forwarded, leaked or found in a browser history a month
-// later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
+// release before's, so its replicas (a rolling deploy, a rollback) take the links this one
+// makes. exp is when the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was
+// made unless the shop asked for another lifetime): a link forwarded, leaked or found in a
+// browser history a month later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
 // secret (HMAC(secret, "pitlane checkout-link key v1")), so a link signature and a one-time code
 // hash (codeHash) are never values of the same function, whatever their inputs. The message is
 // unambiguous: order ids and currencies cannot hold a 0 byte and the numbers are decimal. An
