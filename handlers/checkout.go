@@ -366,14 +366,11 @@ func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest 
 	switch {
 	case err != nil:
 		return payOffer{}, err
-	case priced && price.Replaces(offer.amount, offer.currency, linkGeneration(offer.gen)):
+	case priced && price.Replaces(offer.amount, offer.currency, offer.gen):
 		return payOffer{}, payments.ErrLinkReplaced
 	}
 	return offer, nil
 }
-
-// linkGeneration is the price generation a link was made in: a link without one is of 0.
-func linkGeneration(gen int64) int64 { return max(gen, 0) }
 
 // verifiedOffer parses a link's parts as a browser sent them (a URL's query or a Pay form:
 // amount, currency, exp, gen and gsig — absent in links made before generations — and sig) and

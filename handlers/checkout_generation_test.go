@@ -63,65 +63,72 @@ func TestCheckoutLinkReplacedStaysReplacedWhenThePriceComesBack(t *testing.T) {
 	}
 }
 
-// Links across a rolling deploy or a rollback (a review of the generations: links made by this
-// release were refused by replicas of the release before, which check sig alone, and a rollback
-// made every link since dead for its lifetime):
+// Links across a rolling deploy or a rollback, while replicas of the release before serve beside
+// this one's (reviews of the generations: this release's links were refused by the release
+// before's replicas, which check sig alone, and every link since was dead after a rollback; then,
+// a link or Pay form without gen judged as generation 0 made the shop's current link "replaced"
+// when an old replica had re-priced the order, or had rendered the form):
 //   - a link's sig is the release before's signature (v2LinkPath computes it as that release
 //     did), so its replicas take this release's links;
-//   - a link without gen (made before generations, or gen and gsig cut off) is of generation 0:
-//     it stands while the price it was made at does, and is replaced by a change as any link is,
-//     also when the price comes back; cutting gen from a later generation's link gains nothing;
+//   - a link or form without gen is judged by amount and currency alone, as before generations
+//     (the release after this one judges it as generation 0);
 //   - a replica of the release before that re-prices an order (its upsert knows no generation)
-//     moves the generation all the same (the trigger of migration 01040).
+//     moves the generation all the same (the trigger of migration 01041): this release's links
+//     of the run before are replaced, and the old replica's own link and forms work.
 func TestCheckoutLinksAcrossARollingDeploy(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
 	a := b.agent(t)
 	ctx := context.Background()
-	l, err := b.svc.CheckoutLink(ctx, "o-v2", 2500, "EUR", 0)
+	l, err := b.svc.CheckoutLink(ctx, "o-roll", 2500, "EUR", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2 := v2LinkPath(l)
-	if got := mustQuery(t, v2).Get("sig"); got != l.Sig {
+	if got := mustQuery(t, v2LinkPath(l)).Get("sig"); got != l.Sig {
 		t.Fatalf("a link's sig %s is not the release before's signature %s: its replicas refuse the link", l.Sig, got)
 	}
-	action, form := payForm(t, a, v2)
-	if form.Has("gen") || form.Has("gsig") {
-		t.Fatalf("the form of a link without gen carries gen=%q gsig=%q", form.Get("gen"), form.Get("gsig"))
-	}
-	b.link(t, "o-v2", 3000, "EUR")
-	later := b.link(t, "o-v2", 2500, "EUR") // generation 2
-	noPayForm(t, a, v2, http.StatusConflict)
-	page(t, a.post(action, form), http.StatusConflict)
-	q := mustQuery(t, later)
-	q.Del("gen")
-	q.Del("gsig")
-	noPayForm(t, a, payments.CheckoutPath("o-v2")+"?"+q.Encode(), http.StatusConflict)
-	payForm(t, a, later)
+	current := l.Path()
 
-	// A replica of the release before re-prices the order (its statement, as it was): the
-	// generation moves on, and the links of the run before are replaced.
-	if _, err := b.pool.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ('o-v2', 4000, 'EUR', $1, $2)
-		ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
-			valid_until = EXCLUDED.valid_until`, b.clock.Now(), b.clock.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
+	// An old replica re-prices the order (its statement, as it was) and hands the shop its link.
+	oldReprice := func(amount int64) string {
+		t.Helper()
+		if _, err := b.pool.Exec(ctx, `INSERT INTO checkout_prices (order_id, amount, currency, priced_at, valid_until) VALUES ('o-roll', $1, 'EUR', $2, $3)
+			ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount, currency = EXCLUDED.currency, priced_at = EXCLUDED.priced_at,
+				valid_until = EXCLUDED.valid_until`, amount, b.clock.Now(), b.clock.Now().Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		return v2LinkPath(payments.CheckoutLink{OrderID: "o-roll", Amount: amount, Currency: "EUR", ExpiresAt: b.clock.Now().Add(24 * time.Hour).Truncate(time.Second)})
 	}
-	if gen := b.count(t, `SELECT generation FROM checkout_prices WHERE order_id = 'o-v2'`); gen != 3 {
-		t.Fatalf("generation after the old replica's re-price = %d, want 3", gen)
+	oldLink := oldReprice(3000)
+	if gen := b.count(t, `SELECT generation FROM checkout_prices WHERE order_id = 'o-roll'`); gen != 1 {
+		t.Fatalf("generation after the old replica's re-price = %d, want 1", gen)
 	}
-	noPayForm(t, a, later, http.StatusConflict)
+	noPayForm(t, a, current, http.StatusConflict) // replaced by the old replica's price
+	payForm(t, a, oldLink)                        // the shop's current link, made by the old replica
+	oldLink = oldReprice(2500)                    // and back: generation 2
+	noPayForm(t, a, current, http.StatusConflict) // this release's link of generation 0 stays replaced
 
-	l, err = b.svc.CheckoutLink(ctx, "o-v2-current", 2500, "EUR", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	action, form = payForm(t, a, v2LinkPath(l))
+	// The old replica's Pay form of the current link (no gen: its template knew none), posted to
+	// this release's replica: the payment starts.
+	action, form := payForm(t, a, oldLink)
+	form.Del("gen")
+	form.Del("gsig")
 	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay from a link without gen at its price: %d %s", rec.Code, rec.Body)
+		t.Fatalf("Pay from the old replica's form of the current link: %d %s", rec.Code, rec.Body)
 	}
-	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-v2-current'`); n != 1 {
-		t.Fatalf("sessions = %d", n)
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-roll'`); n != 1 {
+		t.Fatalf("sessions = %d, want 1", n)
+	}
+	// This release's current link, its page rendered by an old replica (no gen in the form).
+	b.link(t, "o-roll-form", 1200, "EUR")
+	action, form = payForm(t, a, b.link(t, "o-roll-form", 1500, "EUR"))
+	form.Del("gen")
+	form.Del("gsig")
+	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("Pay from an old replica's form of this release's current link: %d %s", rec.Code, rec.Body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-roll-form'`); n != 1 {
+		t.Fatalf("sessions = %d, want 1", n)
 	}
 }
 

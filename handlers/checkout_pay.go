@@ -51,9 +51,8 @@ func (h *Checkout) Pay(c echo.Context) error {
 	}
 	in := payments.CreateInput{OrderID: id, Amount: amount, Currency: strings.ToUpper(c.FormValue("currency")),
 		CustomerContact: strings.TrimSpace(c.FormValue("contact"))}
-	if verr == nil {
-		gen := linkGeneration(offer.gen) // the claim pays only while the price is of the link's run
-		in.CheckoutLinkGen = &gen
+	if verr == nil && offer.gen != payments.NoLinkGeneration {
+		in.CheckoutLinkGen = &offer.gen // the claim pays only while the price is of the link's run
 	}
 	// closed: why this form may no longer start a payment (nil: it may).
 	var closed error

@@ -24,9 +24,9 @@ import (
 // link carries gen (the run of the order's price it was made in), gsig is HMAC-SHA256(link key,
 // "checkout-link/v3" 0 order_id 0 amount 0 currency 0 exp 0 gen): a customer who edits the URL
 // (1 cent instead of 19.99, a later expiry, a newer generation) gets no Pay form. A link without
-// gen (made before generations, or with gen and gsig cut off) is of generation 0. sig stays the
-// release before's, so its replicas (a rolling deploy, a rollback) take the links this one
-// makes. exp is when the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was
+// gen (made before generations, or with gen and gsig cut off) is judged by its amount and
+// currency alone, as before (CheckoutPrice.Replaces). sig stays the release before's, so its
+// replicas (a rolling deploy, a rollback) take the links this one makes. exp is when the link stops working (Unix seconds; DefaultCheckoutLinkTTL after it was
 // made unless the shop asked for another lifetime): a link forwarded, leaked or found in a
 // browser history a month later pays nothing, and says so (EEXPIRED, 410). The link key is derived from the service
 // secret (HMAC(secret, "pitlane checkout-link key v1")), so a link signature and a one-time code
@@ -139,9 +139,13 @@ type CheckoutPrice struct {
 
 // Replaces reports whether the price has replaced a link made for amount in currency in
 // generation gen (ErrLinkReplaced): another amount or currency, or the same one again after a
-// price between (a newer generation).
+// price between (a newer generation). A link without a generation (NoLinkGeneration) is judged
+// by its amount and currency alone, as before generations: replicas of the release before make
+// such links and render such Pay forms for every link while a deploy rolls (a review: refused
+// as generation 0, the shop's current link was "replaced" until its next one). The release after
+// this one, once none of the release before can serve, judges it as generation 0.
 func (p CheckoutPrice) Replaces(amount int64, currency string, gen int64) bool {
-	return p.Amount != amount || p.Currency != currency || p.Generation != gen
+	return p.Amount != amount || p.Currency != currency || gen != NoLinkGeneration && p.Generation != gen
 }
 
 // CheckoutPrice reads the order's checkout price (ok false when no link was made for it).
@@ -323,7 +327,7 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 var CheckoutLinkParams = []string{"amount", "currency", "exp", "gen", "gsig", "sig"}
 
 // NoLinkGeneration is VerifyCheckoutLink's gen for a link that carries none (made before
-// generations, or cut off): it is of generation 0.
+// generations, or cut off): CheckoutPrice.Replaces judges it by amount and currency alone.
 const NoLinkGeneration int64 = -1
 
 // VerifyCheckoutLink checks a link (order, amount, currency, exp in Unix seconds, the price

@@ -69,10 +69,10 @@ type CreateInput struct {
 	// order's checkout price (checkout_prices: the newest link's amount and currency) when the
 	// shop made a link; the claim reads it under the order's lock, in its batch.
 	checkoutPrice bool
-	// CheckoutLinkGen: a Pay click's checkout link's price generation (CheckoutLink.Generation,
-	// 0 for a link made before generations); nil for the page's retry without a link, which is
-	// held to the current price (CheckoutRetry). A Pay click pays only while the order's price is
-	// still of the link's generation (CheckoutPrice.Replaces).
+	// CheckoutLinkGen: a Pay click's checkout link's price generation (CheckoutLink.Generation);
+	// nil for a link without one (CheckoutPrice.Replaces judges it by amount and currency) and
+	// for the page's retry without a link, which is held to the current price (CheckoutRetry). A
+	// Pay click pays only while the order's price is still of the link's generation.
 	CheckoutLinkGen *int64
 	// checkoutStart: the key of a checkout Pay click that was judged to start nothing (a payment
 	// of the order was active: checkoutPayKeyless) and so spent none of the order's
@@ -434,7 +434,7 @@ func (s *Service) claimLocked(ctx context.Context, conn *pgxpool.Conn, actor Act
 				FormatMinor(active.Amount, active.Currency), active.Currency)
 		case hasActive:
 			return Errorf(ECONFLICT, "order %s already has an active payment %s for %d %s", in.OrderID, active.ID, active.Amount, active.Currency)
-		case priced && price.Replaces(in.Amount, in.Currency, in.linkGeneration(price)):
+		case priced && price.Replaces(in.Amount, in.Currency, in.linkGeneration()):
 			return ErrLinkReplaced
 		case hasRefused:
 			out = refused
@@ -839,11 +839,11 @@ func (s *Service) holdLateSend(ctx context.Context, row lateSender, id string, c
 	})
 }
 
-// linkGeneration is the generation a Pay click's link was made in: its CheckoutLinkGen, or for
-// the page's retry without a link the price's own (the retry is held to the current price alone).
-func (in CreateInput) linkGeneration(price CheckoutPrice) int64 {
+// linkGeneration is the generation a Pay click's link was made in: its CheckoutLinkGen, or
+// NoLinkGeneration (judged by amount and currency alone).
+func (in CreateInput) linkGeneration() int64 {
 	if in.CheckoutLinkGen == nil {
-		return price.Generation
+		return NoLinkGeneration
 	}
 	return *in.CheckoutLinkGen
 }
