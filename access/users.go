@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
 
 	"pitlane/payments"
@@ -162,11 +163,18 @@ func ValidateEmail(email string) error {
 		// review). No address holds a character nobody sees.
 		return payments.Invalid("email", "email %q holds an invisible character (a zero-width space, a direction mark, a byte-order mark…)", email)
 	}
+	if norm.NFKC.String(email) != email {
+		// "r𝗈𝗈t@example.com" (mathematical sans-serif o's) and "root@ℯxample.com" (a script e)
+		// are letters of no script, each a styled copy of a Latin one (a review of the script
+		// rule): no address holds a compatibility form (UTS #39 assumes NFKC-stable text).
+		return payments.Invalid("email", "email %q holds a styled, full-width or other compatibility form of a character: it could look like another address", email)
+	}
 	if mixed := mixedScripts(email); mixed != "" {
 		// "rооt@example.com" with two Cyrillic o's was a second admin that looked like root in
 		// every list (a review of access): letters of one script, or of the scripts one
-		// language writes together (Unicode's "highly restrictive" level, UTS #39).
-		return payments.Invalid("email", "email %q mixes the letters of %s: it could look like another address", email, mixed)
+		// language writes together (Unicode's "highly restrictive" level, UTS #39), in each
+		// part of the address.
+		return payments.Invalid("email", "email %q mixes the letters of %s in one part: it could look like another address", email, mixed)
 	}
 	return nil
 }
@@ -179,10 +187,28 @@ var scriptsTogether = [][]string{
 	{"Latin", "Han", "Hangul"},
 }
 
-// mixedScripts names the scripts an address's letters mix ("Latin and Cyrillic"), or "" when
-// they are of one script or of a set scriptsTogether allows. Digits, punctuation and combining
-// marks (scripts Common and Inherited) count for none.
+// mixedScripts names the scripts one part of an address mixes ("Latin and Cyrillic"), or ""
+// when each part's letters are of one script or of a set scriptsTogether allows. The parts are
+// the local part and each label of the domain, an IDNA label ("xn--…") read as the letters it
+// spells: "иван@пример.рф" and "ivan@xn--e1afmkfd.xn--p1ai" are the same kind of address (a
+// review: the punycode spelling was refused as Cyrillic and Latin). Digits, punctuation and
+// combining marks (scripts Common and Inherited) count for none.
 func mixedScripts(s string) string {
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '@' || r == '.' }) {
+		if lower := strings.ToLower(part); strings.HasPrefix(lower, "xn--") {
+			if u, err := idna.Punycode.ToUnicode(lower); err == nil {
+				part = u
+			}
+		}
+		if mixed := partScripts(part); mixed != "" {
+			return mixed
+		}
+	}
+	return ""
+}
+
+// partScripts is mixedScripts for one part of an address.
+func partScripts(s string) string {
 	var seen []string
 	for _, r := range s {
 		if !unicode.IsLetter(r) {
