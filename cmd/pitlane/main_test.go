@@ -308,6 +308,29 @@ func startServeWith(t *testing.T, cfg config.Config, pool *pgxpool.Pool, logger 
 	}
 }
 
+// devReady waits, within 30 s, for a dev process's /readyz to answer 200. The banner comes once
+// the server serves and its clock was read, but a readiness probe answers 503 while its own look
+// at the database (2 s) does not come back — on a machine busy with other tests, once, right
+// after the banner — and a balancer asks again; so does this.
+func devReady(t *testing.T, client *http.Client, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %s", resp.StatusCode, body)
+		}
+	}
+}
+
 // TestDevStartsPrivateDatabaseAndStopsIt runs `pitlane dev` as a process, waits for the URL it
 // prints, checks the console is ready, sends SIGTERM and requires a clean exit with the
 // private PostgreSQL gone.
@@ -335,14 +358,7 @@ func TestDevStartsPrivateDatabaseAndStopsIt(t *testing.T) {
 	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(strings.TrimSuffix(console, "/") + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz = %d", resp.StatusCode)
-	}
+	devReady(t, client, strings.TrimSuffix(console, "/")+"/readyz")
 	checkDevRunning(t, console, dbURL, banner) // dev_test.go: console page, simulator, demo orders
 	client.CloseIdleConnections()
 	if _, err := os.Stat(filepath.Join(dir, ".pitlane", "secret")); err != nil {
