@@ -52,6 +52,36 @@ func postAsync(b *consoleBench, a *agent, path string, form url.Values) <-chan *
 	return done
 }
 
+// behindAnAdminsChange has root's change (path, form) wait for a moment on held's staff row
+// (another transaction holds it, as any change of that account does), then actor's post (path,
+// form) wait for root's, lets the row go, and wants root's change through (303); it returns
+// actor's answer once it has one.
+func behindAnAdminsChange(t *testing.T, b *consoleBench, root *agent, held, rootPath string, rootForm url.Values,
+	actor *agent, actorPath string, actorForm url.Values) *httptest.ResponseRecorder {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = $1 FOR UPDATE`, held).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	rootDone := postAsync(b, root, rootPath, rootForm)
+	rootPID := waitBlockedBy(t, b, holderPID)
+	actorDone := postAsync(b, actor, actorPath, actorForm)
+	waitBlockedBy(t, b, rootPID)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec := <-rootDone; rec.Code != http.StatusSeeOther {
+		t.Fatalf("root's change %s: %d", rootPath, rec.Code)
+	}
+	return <-actorDone
+}
+
 // Root offboards a compromised admin ("rogue": disables the account, replaces its password to
 // throw the intruder out, or takes the admin role away). At the same moment the intruder, on
 // rogue's session, sets the password of another staff user (carol). changeUser locks every
@@ -82,30 +112,11 @@ func TestAnOffboardedAdminsChangeInFlightIsRefused(t *testing.T) {
 			rogue.login("rogue@example.com")
 			rogue.get("/admin/users") // the users page open in the intruder's tab
 
-			// Something holds rogue's row for a moment (any change of rogue's account does).
-			holder, err := b.pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback(ctx) //nolint:errcheck
-			var holderPID int
-			if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'rogue@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
-				t.Fatal(err)
-			}
-			// root's offboarding locks root's row, then waits for rogue's.
-			offboarded := postAsync(b, root, "/admin/users/"+b.userID(t, "rogue@example.com")+offboard.path, offboard.form)
-			rootPID := waitBlockedBy(t, b, holderPID)
-			// The intruder's change (sent while rogue is still an enabled admin) waits for root's row.
-			stolen := postAsync(b, rogue, "/admin/users/"+b.userID(t, "carol@example.com")+"/password",
-				url.Values{"password": {"the intruder's password"}})
-			waitBlockedBy(t, b, rootPID)
-			if err := holder.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if rec := <-offboarded; rec.Code != http.StatusSeeOther {
-				t.Fatalf("root's %s: %d", offboard.name, rec.Code)
-			}
-			<-stolen
+			// Something holds rogue's row for a moment (any change of rogue's account does):
+			// root's offboarding locks root's row, then waits for rogue's; the intruder's change
+			// (sent while rogue is still an enabled admin) waits for root's row.
+			behindAnAdminsChange(t, b, root, "rogue@example.com", "/admin/users/"+b.userID(t, "rogue@example.com")+offboard.path, offboard.form,
+				rogue, "/admin/users/"+b.userID(t, "carol@example.com")+"/password", url.Values{"password": {"the intruder's password"}})
 			if rec := rogue.get("/"); offboard.sessionEnds && rec.Code != http.StatusSeeOther {
 				t.Fatalf("rogue's session still works after the %s: %d", offboard.name, rec.Code)
 			}
@@ -143,28 +154,9 @@ func TestADemotedAdminsInFlightChangeOfTheirOwnRoleIsRefused(t *testing.T) {
 	root.login("root@example.com")
 	rogue.login("rogue@example.com")
 	rogue.get("/admin/users")
-
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'rogue@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
 	rogueID := b.userID(t, "rogue@example.com")
-	demoted := postAsync(b, root, "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleSupport)}})
-	rootPID := waitBlockedBy(t, b, holderPID)
-	self := postAsync(b, rogue, "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleAdmin)}})
-	waitBlockedBy(t, b, rootPID)
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec := <-demoted; rec.Code != http.StatusSeeOther {
-		t.Fatalf("root's demotion: %d", rec.Code)
-	}
-	<-self
+	behindAnAdminsChange(t, b, root, "rogue@example.com", "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleSupport)}},
+		rogue, "/admin/users/"+rogueID+"/role", url.Values{"role": {string(access.RoleAdmin)}})
 	var role string
 	var selfAudited int
 	if err := b.pool.QueryRow(ctx, `SELECT role, (SELECT count(*) FROM audit_log WHERE action = 'user.role' AND actor = 'rogue@example.com')
@@ -184,7 +176,6 @@ func TestADemotedAdminsInFlightChangeOfTheirOwnRoleIsRefused(t *testing.T) {
 func TestAUsersOwnSignOutEverywhereStandsThroughAChangeOfTheirRole(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBench(t)
-	ctx := context.Background()
 	b.user(t, "root@example.com", access.RoleAdmin)
 	b.user(t, "ana@example.com", access.RoleFinance)
 	root, ana, other := b.agent(t), b.agent(t), b.agent(t)
@@ -193,27 +184,8 @@ func TestAUsersOwnSignOutEverywhereStandsThroughAChangeOfTheirRole(t *testing.T)
 	other.login("ana@example.com") // the session ana wants ended
 	ana.get("/account")
 	epoch := b.count(t, `SELECT session_epoch FROM staff_users WHERE email = 'ana@example.com'`)
-
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'ana@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
-	roled := postAsync(b, root, "/admin/users/"+b.userID(t, "ana@example.com")+"/role", url.Values{"role": {string(access.RoleSupport)}})
-	rootPID := waitBlockedBy(t, b, holderPID)
-	self := postAsync(b, ana, "/account/sessions", url.Values{})
-	waitBlockedBy(t, b, rootPID)
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec := <-roled; rec.Code != http.StatusSeeOther {
-		t.Fatalf("root's role change: %d", rec.Code)
-	}
-	<-self
+	behindAnAdminsChange(t, b, root, "ana@example.com", "/admin/users/"+b.userID(t, "ana@example.com")+"/role", url.Values{"role": {string(access.RoleSupport)}},
+		ana, "/account/sessions", url.Values{})
 	if now := b.count(t, `SELECT session_epoch FROM staff_users WHERE email = 'ana@example.com'`); now == epoch {
 		t.Errorf("ana's own 'sign out everywhere else' was refused because root changed her role meanwhile: session_epoch still %d", now)
 	}
