@@ -108,28 +108,24 @@ func TestCheckoutLinksAcrossARollingDeploy(t *testing.T) {
 	oldLink = oldReprice(2500)                    // and back: generation 2
 	noPayForm(t, a, current, http.StatusConflict) // this release's link of generation 0 stays replaced
 
-	// The old replica's Pay form of the current link (no gen: its template knew none), posted to
-	// this release's replica: the payment starts.
-	action, form := payForm(t, a, oldLink)
-	form.Del("gen")
-	form.Del("gsig")
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay from the old replica's form of the current link: %d %s", rec.Code, rec.Body)
+	// A Pay form as the old replica's page renders it (no gen: its template knew none), posted to
+	// this release's replica: the payment starts — of the old replica's current link, and of
+	// this release's.
+	payFromAnOldPage := func(order, link string) {
+		t.Helper()
+		action, form := payForm(t, a, link)
+		form.Del("gen")
+		form.Del("gsig")
+		if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
+			t.Fatalf("Pay from an old replica's form of %s's current link: %d %s", order, rec.Code, rec.Body)
+		}
+		if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = $1`, order); n != 1 {
+			t.Fatalf("%s: sessions = %d, want 1", order, n)
+		}
 	}
-	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-roll'`); n != 1 {
-		t.Fatalf("sessions = %d, want 1", n)
-	}
-	// This release's current link, its page rendered by an old replica (no gen in the form).
+	payFromAnOldPage("o-roll", oldLink)
 	b.link(t, "o-roll-form", 1200, "EUR")
-	action, form = payForm(t, a, b.link(t, "o-roll-form", 1500, "EUR"))
-	form.Del("gen")
-	form.Del("gsig")
-	if rec := a.post(action, form); rec.Code != http.StatusSeeOther {
-		t.Fatalf("Pay from an old replica's form of this release's current link: %d %s", rec.Code, rec.Body)
-	}
-	if n := b.count(t, `SELECT count(*) FROM payment_sessions WHERE order_id = 'o-roll-form'`); n != 1 {
-		t.Fatalf("sessions = %d, want 1", n)
-	}
+	payFromAnOldPage("o-roll-form", b.link(t, "o-roll-form", 1500, "EUR"))
 }
 
 // v2LinkPath is l as the release before generations made it: HMAC-SHA256 under the link key of
