@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mtibben/confusables"
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
@@ -163,11 +164,10 @@ func ValidateEmail(email string) error {
 		// review). No address holds a character nobody sees.
 		return payments.Invalid("email", "email %q holds an invisible character (a zero-width space, a direction mark, a byte-order mark…)", email)
 	}
-	if norm.NFKC.String(email) != email {
-		// "r𝗈𝗈t@example.com" (mathematical sans-serif o's) and "root@ℯxample.com" (a script e)
-		// are letters of no script, each a styled copy of a Latin one (a review of the script
-		// rule): no address holds a compatibility form (UTS #39 assumes NFKC-stable text).
-		return payments.Invalid("email", "email %q holds a styled, full-width or other compatibility form of a character: it could look like another address", email)
+	if dotOverSoftDotted(email) {
+		// "admi\u0307n": a dot above an i takes the place of its own dot, and the address reads
+		// as admin (a review): NFC keeps it, and the mark is of no script.
+		return payments.Invalid("email", "email %q puts a dot above an i or j, which has its own: it could look like another address", email)
 	}
 	if mixed := mixedScripts(email); mixed != "" {
 		// "rооt@example.com" with two Cyrillic o's was a second admin that looked like root in
@@ -188,13 +188,21 @@ var scriptsTogether = [][]string{
 }
 
 // mixedScripts names the scripts one part of an address mixes ("Latin and Cyrillic"), or ""
-// when each part's letters are of one script or of a set scriptsTogether allows. The parts are
-// the local part and each label of the domain, an IDNA label ("xn--…") read as the letters it
-// spells: "иван@пример.рф" and "ivan@xn--e1afmkfd.xn--p1ai" are the same kind of address (a
-// review: the punycode spelling was refused as Cyrillic and Latin). Digits, punctuation and
-// combining marks (scripts Common and Inherited) count for none.
+// when each part's characters are of one script or of a set scriptsTogether allows. The parts
+// are the local part, whole ("ј.doe" with a Cyrillic ј is one part: a review), and each label of
+// the domain, an IDNA label ("xn--…") read as the characters it spells: "иван@пример.рф" and
+// "ivan@xn--e1afmkfd.xn--p1ai" are the same kind of address (a review: the punycode spelling was
+// refused as Cyrillic and Latin). Digits count with their script (a Myanmar zero is Myanmar);
+// ASCII digits, punctuation and combining marks (scripts Common and Inherited) count for none.
 func mixedScripts(s string) string {
-	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '@' || r == '.' }) {
+	at := strings.LastIndexByte(s, '@')
+	if at < 0 {
+		return partScripts(s)
+	}
+	if mixed := partScripts(s[:at]); mixed != "" {
+		return mixed
+	}
+	for _, part := range strings.Split(s[at+1:], ".") {
 		if lower := strings.ToLower(part); strings.HasPrefix(lower, "xn--") {
 			if u, err := idna.Punycode.ToUnicode(lower); err == nil {
 				part = u
@@ -211,9 +219,6 @@ func mixedScripts(s string) string {
 func partScripts(s string) string {
 	var seen []string
 	for _, r := range s {
-		if !unicode.IsLetter(r) {
-			continue
-		}
 		for name, table := range unicode.Scripts {
 			if name != "Common" && name != "Inherited" && unicode.Is(table, r) && !slices.Contains(seen, name) {
 				seen = append(seen, name)
@@ -230,6 +235,33 @@ func partScripts(s string) string {
 	}
 	slices.Sort(seen)
 	return strings.Join(seen[:len(seen)-1], ", ") + " and " + seen[len(seen)-1]
+}
+
+// dotOverSoftDotted reports a combining dot above (U+0307) right after a soft-dotted letter (i,
+// j and their kin, whose own dot it takes the place of).
+func dotOverSoftDotted(s string) bool {
+	prev := rune(-1)
+	for _, r := range s {
+		if r == '\u0307' && prev >= 0 && unicode.Is(unicode.Soft_Dotted, prev) {
+			return true
+		}
+		prev = r
+	}
+	return false
+}
+
+// emailLookalike names the account among emails whose address looks like email (the same UTS
+// #39 confusable skeleton, github.com/mtibben/confusables: "rооt", "r𝗈𝗈t", "r၀၀t" and "орѕ@рау.іо"
+// look like "root" and "ops@pay.io"), or "" when none does. The script rules (mixedScripts) see
+// one address; this sees it beside the others.
+func emailLookalike(email string, emails []string) string {
+	skeleton := confusables.Skeleton(email)
+	for _, other := range emails {
+		if other != email && confusables.Skeleton(other) == skeleton {
+			return other
+		}
+	}
+	return ""
 }
 
 // invisible reports a character nobody sees as itself (payments.ShownAsIs): formatting
@@ -302,7 +334,23 @@ func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email strin
 	setter, _ := passwordSetter(by, email) // nobody creates their own account
 	var u User
 	err = s.inTx(ctx, "create user", func(tx pgx.Tx) error {
-		var err error
+		// No second account looks like one there is (emailLookalike), compared under one lock
+		// for every creation: two look-alikes made at once do not both find none.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, int32(payments.LockStaffEmails)); err != nil {
+			return payments.DBError("create user: lock", err, "")
+		}
+		rows, err := tx.Query(ctx, `SELECT email FROM staff_users`)
+		if err != nil {
+			return payments.DBError("create user: emails", err, "")
+		}
+		emails, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return payments.DBError("create user: emails", err, "")
+		}
+		if other := emailLookalike(email, emails); other != "" {
+			return &payments.Error{Code: payments.ECONFLICT, Field: "email",
+				Message: fmt.Sprintf("email %s looks like the existing account %s: choose another address", email, other)}
+		}
 		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by)
 			VALUES ($1, $2, $3, $4, $5) RETURNING `+userColumns, email, string(role), string(hash), now, setter))
 		if err != nil {

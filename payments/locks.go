@@ -27,6 +27,10 @@ const (
 	// (refundAnswerAbout) and, under their own payments' locks alone, two applies both found
 	// none and booked one gateway refund twice (a review).
 	LockGatewayRefund LockNamespace = 1006
+	// LockStaffEmails serialises the creation of staff users, one key for all: each compares
+	// its email's look (a confusable skeleton, access.CreateUser) with every account's, and two
+	// look-alikes created at once must not both find none.
+	LockStaffEmails LockNamespace = 1007
 )
 
 // LockNamespaceNames names each namespace for people (console, docs).
@@ -37,4 +41,5 @@ var LockNamespaceNames = map[LockNamespace]string{
 	LockCodeContact:    "code-contact",
 	LockOpsSample:      "ops-sample",
 	LockGatewayRefund:  "gateway-refund",
+	LockStaffEmails:    "staff-emails",
 }

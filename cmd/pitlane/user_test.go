@@ -206,9 +206,11 @@ func TestUserCreateLookalikesAndAPasswordFileWithAByteOrderMark(t *testing.T) {
 		}
 	}
 	// Cyrillic о (U+043E) twice, and Greek ο (U+03BF): letters of another script beside Latin
-	// (mixedScripts; without it, both are second admins that look like root).
+	// (mixedScripts; without it, both are second admins that look like root); mathematical
+	// sans-serif o's and a script e, letters of no script, look like root's all the same
+	// (emailLookalike: refused as a conflict with the account they look like).
 	for twin, want := range map[string]int{"root@example.com\u200b": 2, "root\u200b@example.com": 2, "jose\u0301@example.com": 1,
-		"r\u043e\u043et@example.com": 2, "ro\u03bft@example.com": 2} {
+		"r\u043e\u043et@example.com": 2, "ro\u03bft@example.com": 2, "r\U0001D5C8\U0001D5C8t@example.com": 1, "root@\u212Fxample.com": 1} {
 		if code, _, stderr := runMain(pw, env, "user", "create", "--email", twin, "--role", "admin"); code != want {
 			t.Errorf("create %q beside its look-alike: exit %d (%s), want %d", twin, code, stderr, want)
 		}
