@@ -309,9 +309,9 @@ func startServeWith(t *testing.T, cfg config.Config, pool *pgxpool.Pool, logger 
 }
 
 // devReady waits, within 30 s, for a dev process's /readyz to answer 200. The banner comes once
-// the server serves and its clock was read, but a readiness probe answers 503 while its own look
-// at the database (2 s) does not come back — on a machine busy with other tests, once, right
-// after the banner — and a balancer asks again; so does this.
+// the server serves; a readiness probe answers 503 until the database's clock was first read
+// and while its own look at the database (2 s) does not come back — on a machine busy with other
+// tests, once, right after the banner — and a balancer asks again; so does this.
 func devReady(t *testing.T, client *http.Client, url string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
