@@ -238,11 +238,12 @@ func partScripts(s string) string {
 }
 
 // dotOverSoftDotted reports a combining dot above (U+0307) right after a soft-dotted letter (i,
-// j and their kin, whose own dot it takes the place of).
+// j and their kin, whose own dot it takes the place of) or a dotless i or j, to which it gives
+// the dot back (a review: "adm\u0131\u0307n" read as admin).
 func dotOverSoftDotted(s string) bool {
 	prev := rune(-1)
 	for _, r := range s {
-		if r == '\u0307' && prev >= 0 && unicode.Is(unicode.Soft_Dotted, prev) {
+		if r == '\u0307' && (unicode.Is(unicode.Soft_Dotted, prev) || prev == '\u0131' || prev == '\u0237') {
 			return true
 		}
 		prev = r
@@ -253,15 +254,45 @@ func dotOverSoftDotted(s string) bool {
 // emailLookalike names the account among emails whose address looks like email (the same UTS
 // #39 confusable skeleton, github.com/mtibben/confusables: "rооt", "r𝗈𝗈t", "r၀၀t" and "орѕ@рау.іо"
 // look like "root" and "ops@pay.io"), or "" when none does. The script rules (mixedScripts) see
-// one address; this sees it beside the others.
+// one address; this sees it beside the others. Two ASCII addresses are never look-alikes here:
+// the table's "rn" for "m" and "l" for "1" would refuse Dom beside Dorn, two people, with no way
+// to make the account (a review); any terminal shows them apart.
 func emailLookalike(email string, emails []string) string {
-	skeleton := confusables.Skeleton(email)
+	skeleton := emailSkeleton(email)
 	for _, other := range emails {
-		if other != email && confusables.Skeleton(other) == skeleton {
+		if other != email && !(isASCII(email) && isASCII(other)) && emailSkeleton(other) == skeleton {
 			return other
 		}
 	}
 	return ""
+}
+
+// emailSkeleton is an address's confusable skeleton, of the address as it reads: IDNA labels
+// ("xn--…") decoded (the same mailbox, one account), and the small palochka (U+04CF), which
+// lower-casing makes of the capital the table maps to l, read as that capital (a review: "ӏее"
+// beside "lee").
+func emailSkeleton(email string) string {
+	if at := strings.LastIndexByte(email, '@'); at >= 0 {
+		labels := strings.Split(email[at+1:], ".")
+		for i, l := range labels {
+			if lower := strings.ToLower(l); strings.HasPrefix(lower, "xn--") {
+				if u, err := idna.Punycode.ToUnicode(lower); err == nil {
+					labels[i] = u
+				}
+			}
+		}
+		email = email[:at+1] + strings.Join(labels, ".")
+	}
+	return confusables.Skeleton(strings.ReplaceAll(email, "\u04cf", "\u04c0"))
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // invisible reports a character nobody sees as itself (payments.ShownAsIs): formatting
@@ -348,7 +379,7 @@ func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email strin
 			return payments.DBError("create user: emails", err, "")
 		}
 		if other := emailLookalike(email, emails); other != "" {
-			return &payments.Error{Code: payments.ECONFLICT, Field: "email",
+			return &payments.Error{Code: payments.ECONFLICT, Field: "email", Err: errLookalike,
 				Message: fmt.Sprintf("email %s looks like the existing account %s: choose another address", email, other)}
 		}
 		u, err = scanUser(tx.QueryRow(ctx, `INSERT INTO staff_users (email, role, password_hash, created_at, password_set_by)
@@ -369,11 +400,16 @@ func (s *Service) CreateUser(ctx context.Context, by payments.Staff, email strin
 	return u, nil
 }
 
+// errLookalike marks CreateUser's refusal of an email that looks like another account's.
+var errLookalike = errors.New("looks like another account")
+
 // EnsureUser creates the user unless the email exists already (then it changes nothing): for
-// the demo logins `pitlane dev` prints on every start.
+// the demo logins `pitlane dev` prints on every start. An email refused for looking like another
+// account is that refusal, not "exists" (a review: dev's seeding then said the demo login was
+// not found).
 func (s *Service) EnsureUser(ctx context.Context, by payments.Staff, email string, role Role, password string) (created bool, err error) {
 	_, err = s.CreateUser(ctx, by, email, role, password)
-	if payments.ErrorCode(err) == payments.ECONFLICT {
+	if payments.ErrorCode(err) == payments.ECONFLICT && !errors.Is(err, errLookalike) {
 		return false, nil
 	}
 	return err == nil, err

@@ -35,8 +35,10 @@ func TestMixedScripts(t *testing.T) {
 			t.Errorf("mixedScripts(%q) = %q, want %q", email, got, want)
 		}
 	}
-	if err := ValidateEmail("admi\u0307n@example.com"); payments.ErrorCode(err) != payments.EINVALID {
-		t.Errorf("a dot above an i: %v, want invalid", err)
+	for _, email := range []string{"admi\u0307n@example.com", "adm\u0131\u0307n@example.com", "jo\u0237\u0307e@example.com"} {
+		if err := ValidateEmail(email); payments.ErrorCode(err) != payments.EINVALID {
+			t.Errorf("ValidateEmail(%q), a dot above an i or j: %v, want invalid", email, err)
+		}
 	}
 }
 
@@ -44,7 +46,8 @@ func TestMixedScripts(t *testing.T) {
 // whatever the trick — another script, a styled letter, another script's zero, another
 // apostrophe or hyphen, a whole address in another script.
 func TestEmailLookalike(t *testing.T) {
-	emails := []string{"root@example.com", "o'brien@example.com", "jean-luc@example.com", "ops@pay.io", "zoe@example.de"}
+	emails := []string{"root@example.com", "o'brien@example.com", "jean-luc@example.com", "ops@pay.io", "zoe@example.de",
+		"dorn@corp.example", "lee@corp.example", "ivan@пример.рф"}
 	for email, want := range map[string]string{
 		"r\u043e\u043et@example.com":                         "root@example.com",
 		"r\U0001D5C8\U0001D5C8t@example.com":                 "root@example.com",
@@ -53,7 +56,10 @@ func TestEmailLookalike(t *testing.T) {
 		"o\u2019brien@example.com":                           "o'brien@example.com",
 		"jean\u2010luc@example.com":                          "jean-luc@example.com",
 		"\u043e\u0440\u0455@\u0440\u0430\u0443.\u0456\u043e": "ops@pay.io",
-		"root@example.com":                                   "", // itself: the unique email says so
+		"\u04cf\u0435\u0435@corp.example":                    "lee@corp.example", // a small palochka and Cyrillic e's
+		"ivan@xn--e1afmkfd.xn--p1ai":                         "ivan@пример.рф",   // the same mailbox
+		"dom@corp.example":                                   "",                 // two ASCII addresses: two people
+		"root@example.com":                                   "",                 // itself: the unique email says so
 		"zoë@example.de":                                     "",
 		"ana@example.com":                                    "",
 	} {
