@@ -174,7 +174,7 @@ func ValidateEmail(email string) error {
 		// every list (a review of access): letters of one script, or of the scripts one
 		// language writes together (Unicode's "highly restrictive" level, UTS #39), in each
 		// part of the address.
-		return payments.Invalid("email", "email %q mixes the letters of %s in one part: it could look like another address", email, mixed)
+		return payments.Invalid("email", "email %q mixes the characters of %s in one part: it could look like another address", email, mixed)
 	}
 	return nil
 }
@@ -203,16 +203,22 @@ func mixedScripts(s string) string {
 		return mixed
 	}
 	for _, part := range strings.Split(s[at+1:], ".") {
-		if lower := strings.ToLower(part); strings.HasPrefix(lower, "xn--") {
-			if u, err := idna.Punycode.ToUnicode(lower); err == nil {
-				part = u
-			}
-		}
-		if mixed := partScripts(part); mixed != "" {
+		if mixed := partScripts(readLabel(part)); mixed != "" {
 			return mixed
 		}
 	}
 	return ""
+}
+
+// readLabel is a domain label as it reads: an IDNA label ("xn--…", any case) decoded to the
+// characters it spells, any other as it is.
+func readLabel(label string) string {
+	if lower := strings.ToLower(label); strings.HasPrefix(lower, "xn--") {
+		if u, err := idna.Punycode.ToUnicode(lower); err == nil {
+			return u
+		}
+	}
+	return label
 }
 
 // partScripts is mixedScripts for one part of an address.
@@ -275,11 +281,7 @@ func emailSkeleton(email string) string {
 	if at := strings.LastIndexByte(email, '@'); at >= 0 {
 		labels := strings.Split(email[at+1:], ".")
 		for i, l := range labels {
-			if lower := strings.ToLower(l); strings.HasPrefix(lower, "xn--") {
-				if u, err := idna.Punycode.ToUnicode(lower); err == nil {
-					labels[i] = u
-				}
-			}
+			labels[i] = readLabel(l)
 		}
 		email = email[:at+1] + strings.Join(labels, ".")
 	}
