@@ -597,15 +597,7 @@ func TestSignOutIsNotUndoneByARenewalInFlight(t *testing.T) {
 	b.user(t, "sup@example.com", access.RoleSupport)
 	a := b.agent(t)
 	a.login("sup@example.com")
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'sup@example.com' FOR UPDATE`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := holdRows(t, b, `SELECT pg_backend_pid() FROM staff_users WHERE email = 'sup@example.com' FOR UPDATE`)
 	done := postAsync(b, a, "/account/sessions", url.Values{})
 	waitBlockedBy(t, b, holderPID) // the request waits for the user's row
 	if rec := a.post("/logout", nil); rec.Code != http.StatusSeeOther {

@@ -36,16 +36,8 @@ func TestAStartByAUserOffboardedWhileItWaitedIsRefused(t *testing.T) {
 			const order = "o-create-offboard"
 
 			// Something holds the order's claim lock for a moment (another Create of the order does).
-			holder, err := b.pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback(ctx) //nolint:errcheck
-			var holderPID int
-			if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1, hashtext($2))) l`,
-				int32(payments.LockCreateOrder), order).Scan(&holderPID); err != nil {
-				t.Fatal(err)
-			}
+			holder, holderPID := holdRows(t, b, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1, hashtext($2))) l`,
+				int32(payments.LockCreateOrder), order)
 			registersBefore := b.gw.Calls("register")
 			answered := postAsync(b, sup2, "/payments", url.Values{"order_id": {order}, "amount": {"19.99"}, "currency": {"EUR"},
 				"customer_contact": {"cust@example.com"}})

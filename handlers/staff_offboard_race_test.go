@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"pitlane/access"
 	"pitlane/payments"
 )
@@ -32,6 +34,24 @@ func waitBlockedBy(t *testing.T, b *consoleBench, pid int) int {
 	}
 	t.Fatalf("nothing ever waited for backend %d", pid)
 	return 0
+}
+
+// holdRows begins a transaction that takes what lockSQL locks (it selects pg_backend_pid()) and
+// returns it, its backend's pid for waitBlockedBy, and rolled back at the test's end if the
+// test has not let it go.
+func holdRows(t *testing.T, b *consoleBench, lockSQL string, args ...any) (pgx.Tx, int) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	var pid int
+	if err := holder.QueryRow(ctx, lockSQL, args...).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return holder, pid
 }
 
 // postAsync sends a form of agent a in the background (the agent's cookies and CSRF token) and
@@ -60,15 +80,7 @@ func behindAnAdminsChange(t *testing.T, b *consoleBench, root *agent, held, root
 	actor *agent, actorPath string, actorForm url.Values) *httptest.ResponseRecorder {
 	t.Helper()
 	ctx := context.Background()
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM staff_users WHERE email = $1 FOR UPDATE`, held).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := holdRows(t, b, `SELECT pg_backend_pid() FROM staff_users WHERE email = $1 FOR UPDATE`, held)
 	rootDone := postAsync(b, root, rootPath, rootForm)
 	rootPID := waitBlockedBy(t, b, holderPID)
 	actorDone := postAsync(b, actor, actorPath, actorForm)
@@ -229,15 +241,7 @@ func eachOffboarding(t *testing.T, test func(t *testing.T, off offboarding)) {
 func offboardedInFlight(t *testing.T, b *consoleBench, root, fin2 *agent, lockSQL string, arg any, action string, form url.Values, off offboarding) {
 	t.Helper()
 	ctx := context.Background()
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	var holderPID int
-	if err := holder.QueryRow(ctx, lockSQL, arg).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := holdRows(t, b, lockSQL, arg)
 	answered := postAsync(b, fin2, action, form)
 	waitBlockedBy(t, b, holderPID) // fin2's request waits for the payment's locks
 	change := url.Values{}
