@@ -378,7 +378,7 @@ func (h *Checkout) payable(c echo.Context, q url.Values, orderID string, latest 
 func (h *Checkout) verifiedOffer(orderID string, q url.Values) (payOffer, error) {
 	n, ok := parseMinorAmount(q.Get("amount"))
 	e, err := strconv.ParseInt(q.Get("exp"), 10, 64)
-	gen, gerr := linkGenParam(q)
+	gen, gerr := payments.CheckoutLinkGeneration(q)
 	if !ok || err != nil || gerr != nil {
 		return payOffer{}, payments.Invalid("sig", "this payment link is incomplete or was changed")
 	}
@@ -387,19 +387,6 @@ func (h *Checkout) verifiedOffer(orderID string, q url.Values) (payOffer, error)
 		return payOffer{}, err
 	}
 	return payOffer{amount: n, currency: cur, sig: sig, exp: e, gen: gen, gsig: gsig}, nil
-}
-
-// linkGenParam reads a link's gen: payments.NoLinkGeneration when it has none (a link made
-// before generations), else a generation (0 or more, decimal as signed).
-func linkGenParam(q url.Values) (int64, error) {
-	if !q.Has("gen") {
-		return payments.NoLinkGeneration, nil
-	}
-	gen, err := strconv.ParseInt(q.Get("gen"), 10, 64)
-	if err == nil && gen < 0 {
-		err = strconv.ErrRange
-	}
-	return gen, err
 }
 
 // refusedLink is the page state and status for a link that pays nothing: expired → 410 (the

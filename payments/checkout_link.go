@@ -326,6 +326,20 @@ func (s *Service) CheckoutLink(ctx context.Context, orderID string, amount int64
 // as its fields.
 var CheckoutLinkParams = []string{"amount", "currency", "exp", "gen", "gsig", "sig"}
 
+// CheckoutLinkGeneration reads a link's gen from its query (or a Pay form): NoLinkGeneration when
+// it has none (a link made before generations), else a generation (0 or more, decimal as
+// signed); an error for anything else.
+func CheckoutLinkGeneration(q url.Values) (int64, error) {
+	if !q.Has("gen") {
+		return NoLinkGeneration, nil
+	}
+	gen, err := strconv.ParseInt(q.Get("gen"), 10, 64)
+	if err == nil && gen < 0 {
+		err = strconv.ErrRange
+	}
+	return gen, err
+}
+
 // NoLinkGeneration is VerifyCheckoutLink's gen for a link that carries none (made before
 // generations, or cut off): CheckoutPrice.Replaces judges it by amount and currency alone.
 const NoLinkGeneration int64 = -1

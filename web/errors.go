@@ -240,20 +240,14 @@ func orderPageBack(c echo.Context, svc *payments.Service, orderID string) string
 }
 
 // formLink is the checkout link a Pay form carried, as the query of the link's page (amount,
-// currency, exp, sig and the contact prefill), when it is a genuine link of the order (an
+// currency, exp, gen, gsig, sig and the contact prefill), when it is a genuine link of the order (an
 // expired one too: its page says so, as the link itself does).
 func formLink(r *http.Request, svc *payments.Service, orderID string) (url.Values, bool) {
 	amount, aerr := strconv.ParseInt(strings.TrimSpace(r.PostFormValue("amount")), 10, 64)
 	exp, eerr := strconv.ParseInt(r.PostFormValue("exp"), 10, 64)
-	if aerr != nil || eerr != nil {
+	gen, gerr := payments.CheckoutLinkGeneration(r.PostForm)
+	if aerr != nil || eerr != nil || gerr != nil {
 		return nil, false
-	}
-	gen := payments.NoLinkGeneration // a link made before generations carries none
-	if r.PostForm.Has("gen") {
-		var gerr error
-		if gen, gerr = strconv.ParseInt(r.PostFormValue("gen"), 10, 64); gerr != nil || gen < 0 {
-			return nil, false
-		}
 	}
 	err := svc.VerifyCheckoutLink(orderID, amount, strings.ToUpper(r.PostFormValue("currency")), exp, gen, r.PostFormValue("sig"), r.PostFormValue("gsig"))
 	if err != nil && payments.ErrorCode(err) != payments.EEXPIRED {
